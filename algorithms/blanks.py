@@ -1,0 +1,262 @@
+"""The six blanks of the policy-gradient template, as typed specs.
+
+    grad J = 1/Z * sum_{i,t} m * w * A * grad log pi(x_{i,t} | h_{i,t})  -  grad R
+
+A named algorithm is a value of :class:`Blanks`. Every field has a default, so a
+preset only states what it changes, and an arm in ``experiments.yaml`` may
+override any field by its dotted path (``weight.eps_high``).
+
+These are pure data: no torch, no I/O. Unknown fields are rejected so that a
+typo in an override never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class MaskSpec(_Spec):
+    """m: which tokens are trained actions.
+
+    Prompt, padding and observation tokens are always masked (that is the
+    trajectory contract, not a choice). The choices are extra masks.
+    """
+
+    overlong_filter: bool = Field(
+        False,
+        description="DAPO overlong filtering: m = 0 on every token of a truncated (no-EOS) sample.",
+    )
+
+
+class WeightSpec(_Spec):
+    """w: importance ratio, its level and its trust region."""
+
+    ratio: Literal["none", "token", "sequence", "gspo_token"] = Field(
+        "token",
+        description=(
+            "none: w = 1 (pure on-policy REINFORCE, no ratio); token: r_t = pi/pi_old per token; "
+            "sequence: GSPO s_i = exp(mean_t log r_t) (geometric mean); gspo_token: the "
+            "stop-gradient token form of GSPO."
+        ),
+    )
+    trust_region: Literal["none", "clip", "sapo"] = Field(
+        "clip",
+        description="clip: PPO min(rA, clip(r)A); sapo: soft gate (4/tau) sigmoid(tau(r-1)); none: rA.",
+    )
+    eps_low: float = Field(0.2, gt=0, description="Lower clip range: r >= 1 - eps_low.")
+    eps_high: float = Field(
+        0.2, gt=0, description="Upper clip range: r <= 1 + eps_high (clip-higher when > eps_low)."
+    )
+    dual_clip_c: float | None = Field(
+        None,
+        gt=1,
+        description="Dual clip (Ye et al. 2020): for A < 0 the loss is capped at -c*A. None: off.",
+    )
+    tau_pos: float = Field(1.0, gt=0, description="SAPO temperature for A > 0.")
+    tau_neg: float = Field(
+        1.05, gt=0, description="SAPO temperature for A <= 0 (A = 0 takes tau_neg)."
+    )
+    tis_cap: float | None = Field(
+        None,
+        gt=0,
+        description="Truncated importance sampling: multiply by min(pi_old/pi_behavior, C), detached. None: off.",
+    )
+    log_ratio_clamp: float = Field(
+        20.0, gt=0, description="Clamp on log r before exp (verl: 20; GSPO: 10)."
+    )
+
+
+class AdvantageSpec(_Spec):
+    """A: credit estimator, baseline, scaling and credit unit."""
+
+    estimator: Literal[
+        "unit",
+        "return",
+        "batch_mean",
+        "loo",
+        "group_norm",
+        "group_mean",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+        "remax",
+        "turn_return",
+        "gae",
+    ] = Field(
+        "group_norm",
+        description=(
+            "unit: A = 1 (SFT); return: A = R (no baseline); batch_mean: R - mean (per group when "
+            "groups exist); loo: leave-one-out (RLOO); group_norm: (R - mean_g)/(std_g + eps) (GRPO); "
+            "group_mean: R - mean_g (Dr. GRPO); reinforce_pp: token returns whitened over the batch; "
+            "reinforce_pp_baseline: R - mean_g then batch whitening; remax: R - R(greedy); "
+            "turn_return: reward-to-go from each turn with gamma; gae: critic + GAE."
+        ),
+    )
+    std_ddof: Literal[0, 1] = Field(1, description="ddof of the group std (verl, TRL: 1).")
+    std_eps: float = Field(
+        1e-6, ge=0, description="Added to the std: (R - mean)/(std + eps). verl 1e-6, TRL 1e-4."
+    )
+    singleton: Literal["zero", "raw"] = Field(
+        "zero",
+        description="Rule for a group of one sample: zero: A = 0 (no signal); raw: A = R (verl grpo).",
+    )
+    whiten_eps: float = Field(
+        1e-8, gt=0, description="Batch whitening: (A - mu)/sqrt(var + eps), ddof 0."
+    )
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount for token/turn returns.")
+    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda.")
+
+
+class NormalizationSpec(_Spec):
+    """Z: the loss denominator, always over the whole optimizer-step batch."""
+
+    mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "constant"] = Field(
+        "token-mean",
+        description=(
+            "token-mean: sum(m l)/sum(m); seq-mean-token-mean: (1/B) sum_i sum_t m l / T_i; "
+            "seq-mean-token-sum: (1/B) sum_i sum_t m l; constant: sum(m l)/(B * L_max) (Dr. GRPO)."
+        ),
+    )
+    l_max: int | None = Field(
+        None,
+        gt=0,
+        description="L_max for mode constant; None: the rollout's max_new_tokens (the generation budget).",
+    )
+    count_empty_rows: bool = Field(
+        False, description="Whether all-masked rows count in B (TRL: yes; verl: no)."
+    )
+
+
+class RegularizerSpec(_Spec):
+    """R: what is added to the objective (KL in the reward belongs to A, but is declared here)."""
+
+    reward_kl_coef: float = Field(
+        0.0, ge=0, description="beta of KL to the reference placed in the reward."
+    )
+    reward_kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k1", description="Only k1 gives the reverse-KL gradient in the reward."
+    )
+    loss_kl_coef: float = Field(
+        0.0, ge=0, description="beta of KL to the reference added to the loss."
+    )
+    loss_kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="k2: reverse KL gradient; k3: forward KL gradient."
+    )
+    entropy_coef: float = Field(0.0, ge=0, description="alpha of the entropy bonus -alpha*H.")
+    dpo_beta: float = Field(0.1, gt=0, description="DPO beta (objective dpo only).")
+    dpo_label_smoothing: float = Field(
+        0.0, ge=0, lt=0.5, description="DPO label smoothing (objective dpo only)."
+    )
+
+
+class OverlongShaping(_Spec):
+    """DAPO soft overlong punishment: 0 up to L_max - L_cache, then linear to -factor at L_max."""
+
+    enabled: bool = Field(False, description="Add the length penalty to R before the advantage.")
+    cache: int = Field(4, gt=0, description="L_cache, in tokens.")
+    factor: float = Field(1.0, gt=0, description="Penalty at L_max.")
+
+
+class DataSpec(_Spec):
+    """(i): which samples, how many per prompt, how often reused."""
+
+    source: Literal["rollouts", "demonstrations", "preference_pairs"] = Field(
+        "rollouts",
+        description="rollouts: online; demonstrations: SFT; preference_pairs: DPO pairs from scored rollouts of the initial policy.",
+    )
+    group_size: int | None = Field(
+        None, ge=1, description="G samples per prompt; None: the rollout section's group_size."
+    )
+    dynamic_sampling: bool = Field(
+        False, description="DAPO: drop groups whose rewards are all equal and resample."
+    )
+    max_sampling_rounds: int = Field(
+        10, ge=1, description="Cap on generation rounds per step with dynamic sampling."
+    )
+    on_round_cap: Literal["error", "train_short"] = Field(
+        "train_short",
+        description="At the cap: error (verl recipe) or train on the short batch (recorded).",
+    )
+    epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch.")
+    overlong_shaping: OverlongShaping = Field(
+        OverlongShaping(), description="DAPO length penalty added to R before A."
+    )
+    staleness: int = Field(
+        0, ge=0, description="Max policy versions a sample may lag (0: synchronous)."
+    )
+
+
+class Blanks(_Spec):
+    """A full filling of the template; a named algorithm is one value of this."""
+
+    objective: Literal["pg", "sft", "dpo"] = Field(
+        "pg",
+        description="pg: the policy-gradient template; sft: NLL (w=1, A=1); dpo: offline preference loss.",
+    )
+    mask: MaskSpec = MaskSpec()
+    weight: WeightSpec = WeightSpec()
+    advantage: AdvantageSpec = AdvantageSpec()
+    normalization: NormalizationSpec = NormalizationSpec()
+    regularizer: RegularizerSpec = RegularizerSpec()
+    data: DataSpec = DataSpec()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Blanks:
+        w = self.weight
+        if w.trust_region == "sapo" and w.dual_clip_c is not None:
+            raise ValueError(
+                "weight.dual_clip_c: dual clip applies to trust_region 'clip', not 'sapo'"
+            )
+        if w.ratio == "none" and w.trust_region != "none":
+            raise ValueError(
+                "weight.trust_region: ratio 'none' (w = 1) has no trust region; set trust_region: none"
+            )
+        if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none":
+            raise ValueError(
+                "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance ratio; weight.ratio is 'none'"
+            )
+        return self
+
+
+BLANK_NAMES: tuple[str, ...] = (
+    "mask",
+    "weight",
+    "advantage",
+    "normalization",
+    "regularizer",
+    "data",
+)
+
+
+def flatten(blanks: Blanks) -> dict[str, Any]:
+    """Blanks as a flat {dotted.path: value} dict (for diffs, tables, MLflow params)."""
+
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out[prefix] = value
+
+    walk("", blanks.model_dump())
+    return out
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Recursively merge ``override`` into a copy of ``base`` (override wins)."""
+
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

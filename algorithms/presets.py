@@ -1,0 +1,266 @@
+"""Named algorithms as presets of the six blanks.
+
+Each preset states which variant it implements where frameworks disagree
+(../shared/FORMULAS.md section 23): std epsilon, aggregation, dual clip, KL
+placement, GSPO sequence vs token form.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from .blanks import Blanks, deep_merge, flatten
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    blanks: Blanks
+    summary: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """Which variant this preset implements, and why (one line per choice)."""
+
+
+class UnknownNameError(KeyError):
+    """A registry lookup failed; the message lists the valid names."""
+
+    def __init__(self, kind: str, name: str, valid: list[str]):
+        self.kind, self.name, self.valid = kind, name, sorted(valid)
+        close = difflib.get_close_matches(name, self.valid, n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        self.message = f"unknown {kind} '{name}'{hint} (valid: {', '.join(self.valid)})"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return self.message
+
+
+def _b(**parts: dict[str, Any]) -> Blanks:
+    return Blanks.model_validate(parts)
+
+
+_PG_SEQ_MEAN = {"mode": "seq-mean-token-mean"}
+
+PRESETS: dict[str, Preset] = {}
+
+
+def register(preset: Preset) -> Preset:
+    if preset.name in PRESETS:
+        raise ValueError(f"preset '{preset.name}' is already registered")
+    PRESETS[preset.name] = preset
+    return preset
+
+
+for _p in [
+    Preset(
+        "sft",
+        _b(
+            objective="sft",
+            weight={"ratio": "none", "trust_region": "none"},
+            advantage={"estimator": "unit"},
+            normalization={"mode": "token-mean"},
+            data={"source": "demonstrations"},
+        ),
+        "Supervised fine-tuning: NLL on demonstrated action tokens (w = 1, A = 1, Z = sum m).",
+        ("Global token-mean over the optimizer-step batch, not a mean of micro-batch means.",),
+    ),
+    Preset(
+        "reinforce",
+        _b(weight={"ratio": "none", "trust_region": "none"}, advantage={"estimator": "return"}),
+        "On-policy REINFORCE: A = R, no baseline, w = 1.",
+        ("Z token-mean (verl's default), so it shares Z with most presets.",),
+    ),
+    Preset(
+        "reinforce_baseline",
+        _b(weight={"ratio": "none", "trust_region": "none"}, advantage={"estimator": "batch_mean"}),
+        "REINFORCE with a mean baseline: A = R - mean R (per prompt group when groups exist).",
+        (
+            "The mean includes the sample itself, which shrinks the gradient by (N-1)/N; see reinforce_loo.",
+        ),
+    ),
+    Preset(
+        "reinforce_loo",
+        _b(weight={"ratio": "none", "trust_region": "none"}, advantage={"estimator": "loo"}),
+        "REINFORCE with a leave-one-out baseline, on-policy, w = 1.",
+        ("Singleton group: A = 0 (no other sample to compare with).",),
+    ),
+    Preset(
+        "rloo",
+        _b(
+            advantage={"estimator": "loo"},
+            regularizer={"reward_kl_coef": 0.05, "reward_kl_estimator": "k1"},
+        ),
+        "RLOO (Ahmadian et al. 2024): leave-one-out baseline, k1 KL to the reference in the sequence reward.",
+        (
+            "KL beta 0.05 (TRL RLOOConfig; the paper used 0.03).",
+            "Token ratio with PPO clip 0.2 and token-mean Z (verl form), not TRL's clipped sequence-product ratio.",
+            "Singleton group: A = 0 (verl rloo_vectorized).",
+        ),
+    ),
+    Preset(
+        "reinforce_pp",
+        _b(
+            advantage={"estimator": "reinforce_pp", "gamma": 1.0},
+            regularizer={"reward_kl_coef": 0.01, "reward_kl_estimator": "k1"},
+        ),
+        "REINFORCE++ (Hu et al. 2025): token returns with k1 KL in the reward, whitened over all valid tokens of the batch.",
+        (
+            "Whitening ddof 0 with (var + 1e-8)^-1/2 (OpenRLHF), PPO clip 0.2, token-mean Z.",
+            "KL coefficient 0.01 (OpenRLHF default).",
+        ),
+    ),
+    Preset(
+        "reinforce_pp_baseline",
+        _b(
+            advantage={"estimator": "reinforce_pp_baseline"},
+            regularizer={"loss_kl_coef": 1e-5, "loss_kl_estimator": "k2"},
+        ),
+        "REINFORCE++-baseline: A' = R - mean_group R (no std), broadcast, then whitened over the batch; k2 KL in the loss.",
+        ("k2 loss coefficient 1e-5 (OpenRLHF example); no KL in the reward.",),
+    ),
+    Preset(
+        "remax",
+        _b(
+            weight={"ratio": "none", "trust_region": "none"},
+            advantage={"estimator": "remax"},
+            data={"group_size": 1},
+        ),
+        "ReMax (Li et al. 2023): A = R(sample) - R(greedy decode of the current policy), one sample per prompt.",
+        (
+            "The greedy rollout shares the environment seed, prompt format, length limit and verifier of the sample, "
+            "and its tokens and verifier call are charged to the budget.",
+        ),
+    ),
+    Preset(
+        "grpo",
+        _b(
+            advantage={"estimator": "group_norm", "std_ddof": 1, "std_eps": 1e-6},
+            normalization=_PG_SEQ_MEAN,
+            regularizer={"loss_kl_coef": 0.04, "loss_kl_estimator": "k3"},
+        ),
+        "GRPO, DeepSeekMath form: group mean/std advantage, PPO clip 0.2, k3 KL in the loss (beta 0.04), seq-mean-token-mean.",
+        (
+            "seq-mean-token-mean as in the paper (verl defaults to token-mean, TRL to 'dapo').",
+            "std ddof 1, (std + 1e-6) (verl); group statistics in float64; equal-reward groups get A = 0 exactly.",
+            "No dual clip (the paper has none; verl turns it on with c = 3).",
+            "Singleton group: A = 0 (no signal), unlike verl's A = R.",
+        ),
+    ),
+    Preset(
+        "dr_grpo",
+        _b(
+            advantage={"estimator": "group_mean"},
+            normalization={"mode": "constant"},
+        ),
+        "Dr. GRPO (Liu et al. 2025): A = R - mean_group (no std), Z = B * L_max (constant), no KL.",
+        (
+            "Both changes of the paper: A without std AND a constant denominator (OpenRLHF/AReaL change only A).",
+        ),
+    ),
+    Preset(
+        "dapo",
+        _b(
+            weight={"eps_low": 0.2, "eps_high": 0.28},
+            advantage={"estimator": "group_norm"},
+            normalization={"mode": "token-mean"},
+            data={
+                "dynamic_sampling": True,
+                "max_sampling_rounds": 10,
+                "overlong_shaping": {"enabled": True, "cache": 4, "factor": 1.0},
+            },
+        ),
+        "DAPO (Yu et al. 2025): clip-higher 0.2/0.28, dynamic sampling (std > 0) with an attempt census, token-mean, soft overlong penalty, no KL.",
+        (
+            "Overlong shaping with L_cache 4 tokens (scaled down from 4096 for short tiny-model answers); overlong filtering off, as in most paper runs.",
+            "At the round cap it trains on the short batch and records it (verl's recipe raises instead: set data.on_round_cap: error).",
+        ),
+    ),
+    Preset(
+        "gspo",
+        _b(
+            weight={
+                "ratio": "sequence",
+                "eps_low": 3e-4,
+                "eps_high": 4e-4,
+                "log_ratio_clamp": 10.0,
+            },
+            advantage={"estimator": "group_norm"},
+            normalization=_PG_SEQ_MEAN,
+            data={"minibatches": 4},
+        ),
+        "GSPO (Zheng et al. 2025): sequence ratio s_i = exp(mean_t log r), clip 3e-4/4e-4, 4 minibatches per rollout batch, no KL.",
+        (
+            "Sequence form, aggregated per sequence (TRL 'sequence'), not verl's token-mean GSPO-token.",
+        ),
+    ),
+    Preset(
+        "gspo_token",
+        _b(
+            weight={
+                "ratio": "gspo_token",
+                "eps_low": 3e-4,
+                "eps_high": 4e-4,
+                "log_ratio_clamp": 10.0,
+            },
+            advantage={"estimator": "group_norm"},
+            normalization=_PG_SEQ_MEAN,
+            data={"minibatches": 4},
+        ),
+        "GSPO-token: the stop-gradient token form; equals GSPO when A is per sequence and Z is seq-mean-token-mean.",
+        ("Aggregated seq-mean-token-mean (the paper's), not verl's actor token-mean.",),
+    ),
+    Preset(
+        "sapo",
+        _b(
+            weight={"trust_region": "sapo", "tau_pos": 1.0, "tau_neg": 1.05},
+            advantage={"estimator": "group_norm"},
+            normalization=_PG_SEQ_MEAN,
+        ),
+        "SAPO (Gao et al. 2025): soft gate f(r) = (4/tau) sigmoid(tau (r-1)), tau 1.0/1.05, seq-mean-token-mean.",
+        (
+            "Gradient weight 4p(1-p) r equals 1 at r = 1 for any tau; compare with PPO by gradients, not loss values.",
+        ),
+    ),
+    Preset(
+        "dpo",
+        _b(
+            objective="dpo",
+            weight={"ratio": "none", "trust_region": "none"},
+            advantage={"estimator": "unit"},
+            regularizer={"dpo_beta": 0.1},
+            data={"source": "preference_pairs"},
+        ),
+        "DPO (Rafailov et al. 2023), offline on preference pairs built from scored rollouts of the initial policy; beta 0.1.",
+        ("Sequence log-prob sums, not means (means would length-normalize).",),
+    ),
+]:
+    register(_p)
+
+
+def preset_names() -> list[str]:
+    return sorted(PRESETS)
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``; raises :class:`UnknownNameError` listing the valid names."""
+
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UnknownNameError("preset", name, list(PRESETS)) from None
+
+
+def resolve(preset: str, overrides: dict[str, Any] | None = None) -> Blanks:
+    """Blanks of ``preset`` with ``overrides`` (nested dict of blank fields) applied and validated."""
+
+    base = get_preset(preset).blanks.model_dump()
+    return Blanks.model_validate(deep_merge(base, overrides or {}))
+
+
+def diff(a: Blanks, b: Blanks) -> dict[str, tuple[Any, Any]]:
+    """{dotted.path: (value in a, value in b)} for every blank field that differs."""
+
+    fa, fb = flatten(a), flatten(b)
+    return {k: (fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}

@@ -1,0 +1,33 @@
+"""Names of the ledger counters (../shared/DESIGN.md, "The ledger").
+
+Pure data: no torch, no I/O. A budget is a limit on any of these.
+"""
+
+from __future__ import annotations
+
+COUNTERS: dict[str, str] = {
+    "prompt_tokens": "tokens of prompts and observations fed to the policy for training rollouts",
+    "launched_tokens": "every token sampled for training, including those later discarded",
+    "accepted_tokens": "tokens that entered a gradient",
+    "discarded_tokens": "launched tokens that did not enter a gradient (sum over reasons)",
+    "rollouts_launched": "episodes started for training",
+    "rollouts_accepted": "episodes that entered a gradient",
+    "env_steps": "environment step() calls",
+    "verifier_calls": "reward/verifier evaluations",
+    "judge_calls": "LLM-judge calls",
+    "optimizer_steps": "optimizer updates",
+    "device_seconds": "measured device time: GPU time on CUDA, process CPU time on CPU",
+    "wall_seconds": "elapsed wall-clock time",
+}
+
+DISCARD_REASONS: tuple[str, ...] = (
+    "dynamic_sampling",
+    "overlong_filter",
+    "staleness",
+    "masking",
+    "failed",
+)
+
+
+def counter_names() -> list[str]:
+    return list(COUNTERS)

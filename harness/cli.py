@@ -1,0 +1,308 @@
+"""The ``sixblanks`` command line.
+
+Errors meant for the user (bad config, unknown names, commands not built yet)
+print one line per problem and exit non-zero without a traceback; ``--debug``
+shows the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from .errors import NotBuiltError, SixblanksError
+
+app = typer.Typer(
+    name="sixblanks",
+    help="Fair comparisons of LLM RL algorithms: presets of six blanks under matched budgets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_STATE: dict[str, bool] = {"debug": False, "quiet": False}
+
+ConfigArg = Annotated[Path, typer.Argument(help="Experiment YAML file.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show Python tracebacks.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors and data.")] = False,
+) -> None:
+    _STATE["debug"], _STATE["quiet"] = debug, quiet
+
+
+def _say(*args: Any, **kwargs: Any) -> None:
+    if not _STATE["quiet"]:
+        out.print(*args, **kwargs)
+
+
+def _dump_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+# --------------------------------------------------------------------------- validate / schema
+
+
+def _plan_table(cfg) -> Table:
+    table = Table(title=f"plan: {cfg.name}", show_lines=False)
+    for col in ("arm", "preset", "tasks", "seeds", "runs"):
+        table.add_column(col)
+    n_tasks = len(cfg.tasks or [])
+    for arm, spec in cfg.arms.items():
+        table.add_row(
+            arm,
+            spec.preset,
+            ", ".join(t.name for t in cfg.tasks or []),
+            ", ".join(map(str, cfg.seeds)),
+            str(n_tasks * len(cfg.seeds)),
+        )
+    return table
+
+
+@app.command()
+def validate(
+    config: ConfigArg = Path("experiments.yaml"),
+    resolved: Annotated[
+        bool, typer.Option("--resolved", help="Print the fully resolved config.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check an experiment file and print its plan (arms x tasks x seeds, the budget)."""
+
+    from .config import load_config, resolved_dict
+
+    cfg = load_config(config)
+    plan = cfg.plan()
+    if as_json:
+        _dump_json(
+            {
+                "valid": True,
+                "config": resolved_dict(cfg) if resolved else None,
+                "plan": plan,
+                "budget": cfg.budget,
+            }
+        )
+        return
+    if resolved:
+        sys.stdout.write(yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
+        return
+    _say(f"[green]valid[/green]: {config}")
+    _say(_plan_table(cfg))
+    budget = ", ".join(f"{k} <= {v:g}" for k, v in cfg.budget.items())
+    _say(f"budget per run (matched across arms): {budget}")
+    _say(
+        f"{len(plan)} runs: {len(cfg.arms)} arms x {len(cfg.tasks or [])} task(s) x {len(cfg.seeds)} seeds"
+    )
+
+
+@app.command()
+def schema(
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
+    ] = None,
+) -> None:
+    """Write the JSON Schema of experiments.yaml (for editor completion and checking)."""
+
+    from .config import ExperimentConfig
+
+    text = json.dumps(ExperimentConfig.model_json_schema(), indent=2) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+        _say(f"wrote {output}")
+
+
+# --------------------------------------------------------------------------- explain
+
+
+@app.command()
+def explain(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Preset names, or arm names of --config.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Resolve arm names from this file.")
+    ] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List the presets.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The six blanks of presets or arms side by side, differences highlighted."""
+
+    from algorithms.blanks import BLANK_NAMES, flatten
+    from algorithms.presets import PRESETS, UnknownNameError, get_preset
+
+    if list_ or not names:
+        if as_json:
+            _dump_json({n: p.summary for n, p in sorted(PRESETS.items())})
+            return
+        table = Table(title="presets")
+        table.add_column("name")
+        table.add_column("summary")
+        for n, p in sorted(PRESETS.items()):
+            table.add_row(n, p.summary)
+        out.print(table)
+        return
+    cfg = None
+    if config is not None:
+        from .config import load_config
+
+        cfg = load_config(config)
+    columns: dict[str, dict[str, Any]] = {}
+    notes: dict[str, tuple[str, ...]] = {}
+    problems = []
+    for name in names:
+        if cfg is not None and name in cfg.arms:
+            blanks = cfg.resolved_blanks(name)
+            label = f"{name} ({cfg.arms[name].preset})"
+            notes[label] = get_preset(cfg.arms[name].preset).notes
+        else:
+            try:
+                preset = get_preset(name)
+            except UnknownNameError as exc:
+                problems.append(f"{name}: {exc}")
+                continue
+            blanks, label = preset.blanks, name
+            notes[label] = preset.notes
+        columns[label] = flatten(blanks)
+    if problems:
+        raise SixblanksError(problems)
+    keys = list(dict.fromkeys(k for c in columns.values() for k in c))
+    for c in columns.values():
+        for k in keys:
+            c.setdefault(k, None)
+    differing = {
+        k for k in keys if len({json.dumps(c[k], default=str) for c in columns.values()}) > 1
+    }
+    if as_json:
+        _dump_json({"blanks": columns, "differs": sorted(differing), "notes": notes})
+        return
+    table = Table(title="six blanks" + (" (differences in yellow)" if len(columns) > 1 else ""))
+    table.add_column("blank")
+    table.add_column("field")
+    for label in columns:
+        table.add_column(label)
+    last_blank = None
+    for key in keys:
+        blank, _, field = key.partition(".")
+        if blank not in BLANK_NAMES:
+            blank, field = "template", key
+        style = "bold yellow" if key in differing else ""
+        table.add_row(
+            blank if blank != last_blank else "",
+            field,
+            *[str(c[key]) for c in columns.values()],
+            style=style,
+        )
+        last_blank = blank
+    out.print(table)
+    for label, lines in notes.items():
+        for line in lines:
+            _say(f"[dim]{label}:[/dim] {line}")
+
+
+# --------------------------------------------------------------------------- not built yet
+
+
+def _not_built(command: str, issue: str) -> None:
+    raise NotBuiltError(f"'sixblanks {command}' is not built yet ({issue}); nothing was done")
+
+
+@app.command()
+def run(
+    config: ConfigArg = Path("experiments.yaml"),
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Output directory; default runs/<name>.")
+    ] = None,
+) -> None:
+    """Run every arm x task x seed of the experiment under its matched budget."""
+
+    from .config import load_config
+
+    cfg = load_config(config)
+    _say(f"[green]valid[/green]: {config}")
+    _say(_plan_table(cfg))
+    _not_built("run", "the matched-budget orchestrator")
+
+
+@app.command()
+def report(directory: Annotated[Path, typer.Argument(help="Experiment output directory.")]) -> None:
+    """Build the comparison report of an experiment directory."""
+
+    _not_built("report", "the comparison report")
+
+
+@app.command()
+def status(directory: Annotated[Path, typer.Argument(help="Experiment output directory.")]) -> None:
+    """Per run: state, budget consumption, last evaluation, ETA."""
+
+    _not_built("status", "the orchestrator")
+
+
+@app.command()
+def ladder(
+    config: ConfigArg = Path("experiments.yaml"),
+    arm: Annotated[str | None, typer.Option("--arm", help="Arm to debug.")] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Do not stop at the first failing rung.")
+    ] = False,
+) -> None:
+    """Walk the ablation ladder for one arm, one axis at a time."""
+
+    _not_built("ladder", "the ablation ladder")
+
+
+@app.command()
+def sweep(config: ConfigArg = Path("experiments.yaml")) -> None:
+    """Hyperparameter search per arm under a fixed search budget."""
+
+    _not_built("sweep", "hyperparameter search")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        app(args=args, standalone_mode=False)
+    except SixblanksError as exc:
+        if debug:
+            raise
+        for line in exc.problems:
+            sys.stderr.write(f"error: {line}\n")
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if debug:
+            raise
+        sys.stderr.write(
+            f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)\n"
+        )
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

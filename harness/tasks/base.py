@@ -1,0 +1,123 @@
+"""One interface for single-turn verifiable tasks and multi-turn environments.
+
+A task makes deterministic instances from a seed and an environment for each
+instance with a Gymnasium-style ``reset(seed)`` / ``step(action)`` on text.
+Every reward comes from the task's verifier, and every verifier call goes
+through one choke point (:class:`harness.tasks.verify.VerifierGate`) so that it
+can be counted, timed out and isolated from exceptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+EVAL_SEED_OFFSET = 1_000_000_007
+"""Held-out instances use seeds from here on; training seeds stay below it."""
+
+
+class TaskParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class Instance:
+    """One task instance: what the policy sees first, and what the verifier needs."""
+
+    seed: int
+    prompt: str
+    data: dict[str, Any] = field(default_factory=dict)
+    difficulty: float = 0.0
+
+
+@dataclass
+class StepResult:
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Verify(Protocol):
+    def __call__(self, instance: Instance, response: str) -> float: ...
+
+
+class Env:
+    """Gymnasium-style text environment over one task instance.
+
+    ``reset(seed)`` returns ``(observation, info)``: the first observation is
+    the prompt. ``step(action)`` returns a :class:`StepResult`. Rewards must
+    come from ``self.verify`` (the counted choke point).
+    """
+
+    def __init__(self, task: Task, instance: Instance, verify: Verify):
+        self.task, self.instance, self.verify = task, instance, verify
+        self.turn = 0
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        self.turn = 0
+        return self.instance.prompt, {}
+
+    def step(self, action: str) -> StepResult:  # single-turn default
+        self.turn += 1
+        reward = self.verify(self.instance, action)
+        return StepResult("", reward, True, False, {})
+
+
+class Task:
+    """Base class of tasks. Subclasses set ``name``, ``Params`` and implement ``make_instance``."""
+
+    name: ClassVar[str] = "task"
+    Params: ClassVar[type[TaskParams]] = TaskParams
+    multi_turn: ClassVar[bool] = False
+    reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    stop: ClassVar[str] = "\n"
+    """Text that ends an action (a turn's answer); generation stops there."""
+
+    def __init__(self, params: dict[str, Any] | TaskParams | None = None):
+        self.params = (
+            params if isinstance(params, TaskParams) else self.Params.model_validate(params or {})
+        )
+
+    @property
+    def max_turns(self) -> int:
+        return 1
+
+    # ---- instances ------------------------------------------------------------
+
+    def make_instance(self, seed: int) -> Instance:
+        raise NotImplementedError
+
+    def instances(self, seeds: list[int]) -> list[Instance]:
+        return [self.make_instance(s) for s in seeds]
+
+    def eval_instances(self, n: int) -> list[Instance]:
+        """The deterministic held-out set: seeds disjoint from every training seed."""
+
+        return self.instances([EVAL_SEED_OFFSET + i for i in range(n)])
+
+    # ---- reward ---------------------------------------------------------------
+
+    def verify(self, instance: Instance, response: str) -> float:
+        raise NotImplementedError
+
+    def make_env(self, instance: Instance, verify: Verify) -> Env:
+        return Env(self, instance, verify)
+
+    # ---- demonstrations (for SFT), where an oracle exists -------------------------
+
+    has_oracle: ClassVar[bool] = False
+
+    def oracle(self, instance: Instance, observations: list[str]) -> str:
+        """The oracle's next action (ending with ``stop``) given the observations so far
+        (the first is the prompt). Used to generate SFT demonstrations."""
+
+        raise NotImplementedError(f"task '{self.name}' has no demonstration oracle")
+
+    def alphabet(self) -> str:
+        """Characters this task's prompts, observations and answers use (for the tiny tokenizer)."""
+
+        return ""

@@ -1,0 +1,156 @@
+"""Built-in tasks: ``arithmetic`` (single-turn) and ``guess_number`` (multi-turn)."""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .base import Env, Instance, StepResult, Task, TaskParams
+
+_INT = re.compile(r"^\s*(-?\d+)\s*$")
+
+
+def parse_int(text: str) -> int | None:
+    m = _INT.match(text)
+    return int(m.group(1)) if m else None
+
+
+class ArithmeticParams(TaskParams):
+    digits: int = Field(1, ge=1, le=6, description="Digits per operand.")
+    operators: str = Field("+-", min_length=1, description="Any of + - *.")
+    operands: int = Field(2, ge=2, le=4)
+
+    @model_validator(mode="after")
+    def _ops(self) -> ArithmeticParams:
+        bad = set(self.operators) - set("+-*")
+        if bad:
+            raise ValueError(
+                f"operators: unsupported operator(s) {''.join(sorted(bad))!r}; use + - *"
+            )
+        return self
+
+
+class Arithmetic(Task):
+    """``12+7=`` -> ``19``. Reward 1 for the exact integer, else 0."""
+
+    name = "arithmetic"
+    Params = ArithmeticParams
+    has_oracle = True
+    params: ArithmeticParams
+
+    def make_instance(self, seed: int) -> Instance:
+        rng = random.Random(seed)
+        p = self.params
+        lo, hi = (0 if p.digits == 1 else 10 ** (p.digits - 1)), 10**p.digits - 1
+        nums = [rng.randint(lo, hi) for _ in range(p.operands)]
+        ops = [rng.choice(p.operators) for _ in range(p.operands - 1)]
+        expr = str(nums[0]) + "".join(o + str(n) for o, n in zip(ops, nums[1:]))
+        answer = eval(expr, {"__builtins__": {}}, {})  # noqa: S307 - digits and + - * only
+        return Instance(
+            seed,
+            f"{expr}=",
+            {"answer": int(answer), "expr": expr},
+            difficulty=len(str(abs(answer))),
+        )
+
+    def verify(self, instance: Instance, response: str) -> float:
+        return 1.0 if parse_int(response) == instance.data["answer"] else 0.0
+
+    def oracle(self, instance: Instance, observations: list[str]) -> str:
+        return f"{instance.data['answer']}\n"
+
+    def alphabet(self) -> str:
+        return "0123456789+-*= \n"
+
+
+class GuessNumberParams(TaskParams):
+    low: int = 1
+    high: int = Field(16, description="Secret is uniform in [low, high].")
+    max_turns: int = Field(5, ge=1, description="K: reward only for success within K guesses.")
+    noise: float = Field(
+        0.0, ge=0, le=0.5, description="Probability that higher/lower feedback is flipped (seeded)."
+    )
+    mode: Literal["binary", "shaped"] = Field(
+        "binary", description="binary: 1 on success; shaped: 1 - (turns-1)/K."
+    )
+
+    @model_validator(mode="after")
+    def _range(self) -> GuessNumberParams:
+        if self.high <= self.low:
+            raise ValueError(f"high: must be > low ({self.low})")
+        return self
+
+
+class GuessNumberEnv(Env):
+    task: GuessNumber
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict]:
+        self.turn = 0
+        # all environment randomness (the noisy feedback) comes from this seed
+        self.rng = random.Random(self.instance.seed if seed is None else seed)
+        return self.instance.prompt, {}
+
+    def step(self, action: str) -> StepResult:
+        p = self.task.params
+        self.turn += 1
+        reward = self.verify(self.instance, action)
+        if reward > 0:
+            shaped = 1.0 - (self.turn - 1) / p.max_turns if p.mode == "shaped" else 1.0
+            return StepResult("", shaped, True, False, {"turn": self.turn})
+        guess = parse_int(action)
+        secret = self.instance.data["secret"]
+        if guess is None:
+            feedback = "invalid"
+        else:
+            higher = secret > guess
+            if self.rng.random() < p.noise:
+                higher = not higher
+            feedback = "higher" if higher else "lower"
+        truncated = self.turn >= p.max_turns
+        return StepResult(f"{feedback}\n", 0.0, False, truncated, {"turn": self.turn})
+
+
+class GuessNumber(Task):
+    """Multi-turn: guess a secret number; the environment answers higher/lower."""
+
+    name = "guess_number"
+    Params = GuessNumberParams
+    multi_turn = True
+    has_oracle = True
+    params: GuessNumberParams
+
+    @property
+    def max_turns(self) -> int:
+        return self.params.max_turns
+
+    def make_instance(self, seed: int) -> Instance:
+        p = self.params
+        secret = random.Random(seed).randint(p.low, p.high)
+        return Instance(seed, f"guess {p.low}-{p.high}\n", {"secret": secret})
+
+    def make_env(self, instance: Instance, verify) -> Env:
+        return GuessNumberEnv(self, instance, verify)
+
+    def verify(self, instance: Instance, response: str) -> float:
+        return 1.0 if parse_int(response) == instance.data["secret"] else 0.0
+
+    def oracle(self, instance: Instance, observations: list[str]) -> str:
+        lo, hi = self.params.low, self.params.high
+        guesses: list[int] = []
+        # replay binary search over the feedback so far
+        guess = (lo + hi) // 2
+        for obs in observations[1:]:
+            guesses.append(guess)
+            if obs.startswith("higher"):
+                lo = guess + 1
+            elif obs.startswith("lower"):
+                hi = guess - 1
+            lo, hi = min(lo, hi), max(lo, hi)
+            guess = (lo + hi) // 2
+        return f"{guess}\n"
+
+    def alphabet(self) -> str:
+        return "0123456789- \nguesshigherlowerinvalid"

@@ -1,0 +1,83 @@
+"""Task registry: built-in names, ``reasoning_gym:<dataset>`` and user tasks ``module:Class``.
+
+Light to import (no torch): the config validator uses it to check names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pydantic import ValidationError
+
+BUILTIN = ("arithmetic", "guess_number")
+VALID_FORMS = [*BUILTIN, "reasoning_gym:<dataset>", "module:Class"]
+
+
+class TaskLoadError(ValueError):
+    pass
+
+
+def _builtin(name: str):
+    from .builtin import Arithmetic, GuessNumber
+
+    return {"arithmetic": Arithmetic, "guess_number": GuessNumber}[name]
+
+
+def _import_class(path: str):
+    from .base import Task
+
+    module_name, _, cls_name = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TaskLoadError(
+            f"cannot import module '{module_name}' of task '{path}': {exc}"
+        ) from None
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        raise TaskLoadError(f"module '{module_name}' has no class '{cls_name}'")
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TaskLoadError(f"'{path}' is not a subclass of harness.tasks.Task")
+    return cls
+
+
+def make_task(name: str, params: dict[str, Any] | None = None):
+    """Instantiate a task by name; raises TaskLoadError (or pydantic ValidationError for params)."""
+
+    from .rgym import ReasoningGymTask, dataset_names
+
+    if name in BUILTIN:
+        return _builtin(name)(params)
+    if name.startswith("reasoning_gym:"):
+        ds = name.split(":", 1)[1]
+        if ds not in dataset_names():
+            from ..errors import unknown_name
+
+            raise TaskLoadError(unknown_name("reasoning-gym dataset", ds, dataset_names()))
+        return ReasoningGymTask(ds, params)
+    if ":" in name:
+        return _import_class(name)(params)
+    from ..errors import unknown_name
+
+    raise TaskLoadError(unknown_name("task", name, VALID_FORMS))
+
+
+def check_task(name: str, params: dict[str, Any]) -> list[tuple[str, str]]:
+    """[] when ``name`` and ``params`` make a task, else (key sub-path, reason) pairs."""
+
+    try:
+        make_task(name, params)
+    except TaskLoadError as exc:
+        return [("name", str(exc))]
+    except ValidationError as exc:
+        from ..errors import format_validation_error
+
+        out = []
+        for line in format_validation_error(exc):
+            path, _, msg = line.partition(": ")
+            out.append((f"params.{path}", msg))
+        return out
+    except Exception as exc:  # noqa: BLE001 - a user task that raises on construction
+        return [("name", f"task '{name}' raised on construction: {type(exc).__name__}: {exc}")]
+    return []

@@ -1,0 +1,321 @@
+"""Experiment configuration: the default file validates; each malformed file gives
+one-line errors naming the key path, exit code 2, no traceback."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness.config import ExperimentConfig, load_config, resolved_dict
+from harness.errors import ConfigError
+
+from .conftest import ROOT
+
+GOOD = """
+name: t
+arms:
+  a: {preset: grpo}
+"""
+
+
+def test_default_experiment_validates_and_prints_plan(cli):
+    code, out, err = cli("validate", str(ROOT / "experiments.yaml"))
+    assert code == 0, err
+    assert "valid" in out
+    for arm in ("grpo", "dr_grpo", "dapo", "gspo", "sapo", "rloo", "reinforce_pp"):
+        assert arm in out
+    assert "launched_tokens <= 12000" in out
+    assert "14 runs: 7 arms x 1 task(s) x 2 seeds" in out
+
+
+def test_plan_is_arm_x_task_x_seed(write_yaml):
+    cfg = load_config(
+        write_yaml("""
+arms: {a: {preset: grpo}, b: {preset: dapo}}
+tasks: [{name: arithmetic}, {name: guess_number}]
+seeds: [3, 4, 5]
+""")
+    )
+    plan = cfg.plan()
+    assert len(plan) == 2 * 2 * 3
+    assert {(p["arm"], p["task"], p["seed"]) for p in plan} == {
+        (a, t, s) for a in "ab" for t in ("arithmetic", "guess_number") for s in (3, 4, 5)
+    }
+
+
+def test_defaults_in_one_place_and_resolved(cli, write_yaml):
+    path = write_yaml(GOOD)
+    code, out, _ = cli("validate", "--resolved", path)
+    assert code == 0
+    import yaml
+
+    resolved = yaml.safe_load(out)
+    assert (
+        resolved["rollout"]["group_size"]
+        == ExperimentConfig.model_fields["rollout"].default.group_size
+    )
+    assert (
+        resolved["arms"]["a"]["blanks"]["regularizer"]["loss_kl_coef"] == 0.04
+    )  # grpo's preset value
+    assert resolved["arms"]["a"]["optimizer"]["lr"] == 1e-3
+    assert resolved["tasks"][0]["name"] == "arithmetic"
+
+
+def test_arm_override_of_blank_field_applies(write_yaml):
+    cfg = load_config(
+        write_yaml("""
+arms:
+  d: {preset: dapo, blanks: {weight: {eps_high: 0.3}}, optimizer: {lr: 0.01}}
+""")
+    )
+    blanks = cfg.resolved_blanks("d")
+    assert blanks.weight.eps_high == 0.3
+    assert blanks.weight.eps_low == 0.2  # from the preset
+    assert blanks.data.dynamic_sampling is True
+    assert cfg.optimizer_for("d").lr == 0.01
+    assert resolved_dict(cfg)["arms"]["d"]["blanks"]["weight"]["eps_high"] == 0.3
+
+
+MALFORMED = [
+    (
+        "wrong type",
+        "arms: {a: {preset: grpo}}\nrollout: {group_size: two}\n",
+        ["rollout.group_size: must be an integer"],
+    ),
+    (
+        "unknown top-level key",
+        "arms: {a: {preset: grpo}}\nmodle: {}\n",
+        ["modle: unknown key 'modle'; did you mean 'model'?"],
+    ),
+    (
+        "unknown nested key",
+        "arms: {a: {preset: grpo}}\nmodel: {tiny: {hiden_size: 3}}\n",
+        ["model.tiny.hiden_size: unknown key 'hiden_size'; did you mean 'hidden_size'?"],
+    ),
+    (
+        "unknown key in an arm",
+        "arms: {a: {preset: grpo, extra: 1}}\n",
+        ["arms.a.extra: unknown key 'extra'"],
+    ),
+    (
+        "unknown preset with suggestion",
+        "arms: {a: {preset: grpoo}}\n",
+        ["arms.a.preset: unknown preset 'grpoo'; did you mean 'grpo'?"],
+    ),
+    (
+        "negative budget",
+        "arms: {a: {preset: grpo}}\nbudget: {launched_tokens: -5}\n",
+        ["budget.launched_tokens: must be > 0"],
+    ),
+    (
+        "zero budget",
+        "arms: {a: {preset: grpo}}\nbudget: {launched_tokens: 0}\n",
+        ["budget.launched_tokens: must be > 0"],
+    ),
+    (
+        "empty budget",
+        "arms: {a: {preset: grpo}}\nbudget: {}\n",
+        ["budget: at least one limit is required"],
+    ),
+    ("empty arms", "arms: {}\n", ["arms: must have at least 1 item"]),
+    ("missing arms", "name: x\n", ["arms: required key is missing"]),
+    (
+        "duplicate seeds",
+        "arms: {a: {preset: grpo}}\nseeds: [1, 2, 1]\n",
+        ["seeds: duplicate seed(s) [1]"],
+    ),
+    (
+        "unknown task",
+        "arms: {a: {preset: grpo}}\ntask: {name: arithmetc}\n",
+        ["task.name: unknown task 'arithmetc'; did you mean 'arithmetic'?"],
+    ),
+    (
+        "unknown reasoning-gym dataset",
+        "arms: {a: {preset: grpo}}\ntask: {name: 'reasoning_gym:basic_arithmetc'}\n",
+        [
+            "task.name: unknown reasoning-gym dataset 'basic_arithmetc'; did you mean 'basic_arithmetic'?"
+        ],
+    ),
+    (
+        "invalid task params",
+        "arms: {a: {preset: grpo}}\ntask: {name: arithmetic, params: {operators: '+/'}}\n",
+        ["task.params.operators: unsupported operator(s) '/'"],
+    ),
+    (
+        "zero temperature",
+        "arms: {a: {preset: grpo}}\nrollout: {temperature: 0}\n",
+        ["rollout.temperature: must be > 0"],
+    ),
+    (
+        "negative temperature",
+        "arms: {a: {preset: grpo}}\nrollout: {temperature: -1.0}\n",
+        ["rollout.temperature: must be > 0"],
+    ),
+    (
+        "override of a blank field that does not exist",
+        "arms: {d: {preset: dapo, blanks: {weight: {eps_hgh: 0.3}}}}\n",
+        ["arms.d.blanks.weight.eps_hgh: unknown key 'eps_hgh'; did you mean 'eps_high'?"],
+    ),
+    (
+        "invalid blank value",
+        "arms: {dapo: {preset: dapo, blanks: {weight: {eps_high: 0}}}}\n",
+        ["arms.dapo.blanks.weight.eps_high: must be > 0"],
+    ),
+    (
+        "unknown blank",
+        "arms: {d: {preset: dapo, blanks: {advantge: {}}}}\n",
+        ["arms.d.blanks.advantge: unknown key 'advantge'; did you mean 'advantage'?"],
+    ),
+    (
+        "budget on an unknown counter",
+        "arms: {a: {preset: grpo}}\nbudget: {launched_tokenz: 100}\n",
+        [
+            "budget.launched_tokenz: unknown counter 'launched_tokenz'; did you mean 'launched_tokens'?"
+        ],
+    ),
+    (
+        "invalid literal",
+        "arms: {a: {preset: grpo}}\nrollout: {backend: vlm}\n",
+        ["rollout.backend: must be one of 'hf' or 'vllm' (got 'vlm'); did you mean 'vllm'?"],
+    ),
+    ("top level not a mapping", "- a\n- b\n", ["the top level must be a mapping"]),
+    (
+        "both task and tasks",
+        "arms: {a: {preset: grpo}}\ntask: {name: arithmetic}\ntasks: [{name: guess_number}]\n",
+        ["tasks: set either 'task' or 'tasks', not both"],
+    ),
+    (
+        "duplicate YAML key",
+        "arms: {a: {preset: grpo}}\nseeds: [1]\nseeds: [2]\n",
+        ["YAML syntax error at line 3, column 1: duplicate key 'seeds'"],
+    ),
+    (
+        "ladder arm unknown",
+        "arms: {a: {preset: grpo}}\nladder: {arm: b}\n",
+        ["ladder.arm: unknown arm 'b'"],
+    ),
+    (
+        "sweep space bounds",
+        "arms: {a: {preset: grpo}}\nsweep: {space: {a: {optimizer.lr: {type: float, low: 1, high: 0.1}}}}\n",
+        ["sweep.space.a.optimizer.lr.high: must be > low (1.0)"],
+    ),
+]
+
+
+@pytest.mark.parametrize("label,text,expected", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_config_one_line_per_problem_exit_2(cli, write_yaml, label, text, expected):
+    code, out, err = cli("validate", write_yaml(text))
+    assert code == 2, (label, out, err)
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err
+    assert all(line.startswith("error: ") for line in lines), lines
+    for needle in expected:
+        assert any(needle in line for line in lines), (needle, lines)
+
+
+def test_all_problems_reported_at_once(cli, write_yaml):
+    code, _, err = cli(
+        "validate",
+        write_yaml("""
+rollout: {temperature: 0}
+budget: {launched_tokens: -1, bogus: 1}
+seeds: [1, 1]
+arms: {a: {preset: nope}, b: {preset: dapo, blanks: {weight: {eps_high: -1}}}}
+"""),
+    )
+    assert code == 2
+    lines = err.strip().splitlines()
+    for path in (
+        "rollout.temperature",
+        "budget.launched_tokens",
+        "budget.bogus",
+        "seeds",
+        "arms.a.preset",
+        "arms.b.blanks.weight.eps_high",
+    ):
+        assert any(line.startswith(f"error: {path}:") for line in lines), (path, lines)
+
+
+def test_yaml_syntax_error_gives_line_and_column(cli, write_yaml):
+    code, _, err = cli("validate", write_yaml("arms:\n  a: {preset: grpo\nseeds: [1]\n"))
+    assert code == 2
+    assert "YAML syntax error at line" in err and "column" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_missing_file(cli, tmp_path):
+    missing = tmp_path / "nope.yaml"
+    code, _, err = cli("validate", str(missing))
+    assert code == 2
+    assert err.strip() == f"error: {missing}: file not found"
+
+
+def test_yaml_is_loaded_safely(cli, write_yaml, tmp_path):
+    marker = tmp_path / "pwned"
+    text = (
+        f"arms: {{a: {{preset: grpo}}}}\nname: !!python/object/apply:os.system ['touch {marker}']\n"
+    )
+    code, _, err = cli("validate", write_yaml(text))
+    assert code == 2
+    assert not marker.exists()
+    assert "YAML" in err
+
+
+def test_debug_shows_traceback(write_yaml):
+    path = write_yaml("arms: {a: {preset: nope}}\n")
+    plain = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", path], capture_output=True, text=True
+    )
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    debug = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "--debug", "validate", path],
+        capture_output=True,
+        text=True,
+    )
+    assert "Traceback" in debug.stderr and "ConfigError" in debug.stderr
+
+
+def test_validate_json(cli, write_yaml):
+    code, out, _ = cli("validate", "--json", write_yaml(GOOD))
+    assert code == 0
+    data = json.loads(out)
+    assert data["valid"] is True and data["plan"][0]["preset"] == "grpo"
+
+
+def test_schema_is_json_schema_of_the_config(cli, tmp_path):
+    target = tmp_path / "schema.json"
+    code, _, _ = cli("--quiet", "schema", "-o", str(target))
+    assert code == 0
+    schema = json.loads(target.read_text())
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) >= {
+        "name",
+        "model",
+        "task",
+        "tasks",
+        "rollout",
+        "warm_start",
+        "budget",
+        "seeds",
+        "eval",
+        "arms",
+        "executor",
+        "tracking",
+        "ladder",
+        "sweep",
+    }
+    assert "arms" in schema["required"]
+
+
+@pytest.mark.parametrize("command", [["report", "x"], ["status", "x"], ["sweep"], ["ladder"]])
+def test_unbuilt_commands_say_so_and_fail(cli, command):
+    code, out, err = cli(*command)
+    assert code == 3
+    assert "not built yet" in err
+
+
+def test_config_error_lists_problems():
+    with pytest.raises(ConfigError) as info:
+        load_config("/nonexistent/dir/x.yaml")
+    assert info.value.exit_code == 2
