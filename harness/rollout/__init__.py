@@ -1,0 +1,1 @@
+"""Rollout engines, the agent loop and the trajectory contract."""

@@ -1,0 +1,196 @@
+"""The agent loop: drives single- and multi-turn episodes for a batch of task instances,
+G samples each, and records exactly what the policy did (the trajectory contract)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ..tasks.base import Instance, Task
+from ..tasks.verify import VerifierFailure, VerifierGate
+from .engine import Generation, RolloutEngine, SamplingParams
+from .trajectory import TrajectoryBatch
+
+
+def state_key(observations: list[str]) -> int:
+    """Signed 64-bit hash of an observation history (for step-level grouping)."""
+
+    h = hashlib.blake2b("\x1e".join(observations).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little", signed=True) or 1
+
+
+@dataclass
+class _Episode:
+    instance: Instance
+    group: int
+    env: object
+    tokens: list[int] = field(default_factory=list)
+    mask: list[float] = field(default_factory=list)
+    logps: list[float] = field(default_factory=list)
+    turn_ids: list[int] = field(default_factory=list)
+    segments: list[tuple[str, int, int]] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    state_keys: list[int] = field(default_factory=list)
+    truncated: bool = False
+    done: bool = False
+    failure: str | None = None
+
+    def add(
+        self, kind: str, ids: list[int], logps: list[float] | None = None, turn: int = -1
+    ) -> None:
+        start = len(self.tokens)
+        self.tokens += ids
+        is_action = kind == "action"
+        self.mask += [1.0 if is_action else 0.0] * len(ids)
+        self.logps += logps if logps is not None else [0.0] * len(ids)
+        self.turn_ids += [turn if is_action else -1] * len(ids)
+        self.segments.append((kind, start, len(self.tokens)))
+
+
+def encode_observation(tokenizer, text: str, first: bool) -> list[int]:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if first and tokenizer.bos_token_id is not None:
+        ids = [tokenizer.bos_token_id, *ids]
+    return ids
+
+
+def run_episodes(
+    engine: RolloutEngine,
+    tokenizer,
+    task: Task,
+    instances: list[Instance],
+    group_size: int,
+    params: SamplingParams,
+    gate: VerifierGate | None = None,
+    *,
+    max_context_tokens: int = 512,
+    generator: torch.Generator | None = None,
+    group_offset: int = 0,
+    on_turn: Callable[[int, int], None] | None = None,
+) -> TrajectoryBatch:
+    """Run ``group_size`` episodes per instance to the end and return them as one batch.
+
+    Each action is generated until the task's stop string (or EOS, or ``params.max_new_tokens``);
+    policy tokens get action mask 1 and their sampling log-probs; prompt and observation tokens
+    mask 0. A task or verifier that raises or times out marks that sample failed with its reason
+    (its action mask is zeroed) and never stops the batch.
+    """
+
+    gate = gate or VerifierGate(task)
+    stop = tuple(params.stop) or ((task.stop,) if task.stop else ())
+    params = SamplingParams(
+        params.temperature, params.top_p, params.top_k, params.max_new_tokens, stop
+    )
+    episodes: list[_Episode] = []
+    for gi, inst in enumerate(instances):
+        for _ in range(group_size):
+            ep = _Episode(inst, group_offset + gi, None)
+            try:
+                ep.env = task.make_env(inst, gate)
+                obs, _ = ep.env.reset(seed=inst.seed)
+            except Exception as exc:  # noqa: BLE001
+                ep.failure, ep.done = f"environment reset raised {type(exc).__name__}: {exc}", True
+                obs = inst.prompt
+            ep.observations.append(obs)
+            ep.add("obs", encode_observation(tokenizer, obs, first=True))
+            ep.state_keys.append(state_key(ep.observations))
+            episodes.append(ep)
+
+    max_turns = max(1, task.max_turns)
+    for turn in range(max_turns):
+        active = [ep for ep in episodes if not ep.done]
+        if not active:
+            break
+        gens: list[list[Generation]] = engine.generate(
+            [ep.tokens for ep in active], params, n=1, generator=generator
+        )
+        for ep, (gen,) in zip(active, gens):
+            ep.add("action", gen.token_ids, gen.logprobs, turn)
+            text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+            ep.actions.append(text)
+            if gen.truncated:
+                ep.truncated = True
+            try:
+                res = ep.env.step(text)
+            except VerifierFailure as exc:
+                ep.failure, ep.done = exc.reason, True
+                continue
+            except Exception as exc:  # noqa: BLE001 - a task that raises fails its sample only
+                ep.failure, ep.done = f"environment step raised {type(exc).__name__}: {exc}", True
+                continue
+            ep.turn_rewards.append(float(res.reward))
+            if (
+                res.terminated
+                or res.truncated
+                or turn == max_turns - 1
+                or gen.finish_reason == "eos"
+            ):
+                ep.truncated = (
+                    ep.truncated
+                    or bool(res.truncated)
+                    or (not res.terminated and turn == max_turns - 1)
+                )
+                ep.done = True
+                continue
+            obs_ids = encode_observation(tokenizer, res.observation, first=False)
+            if len(ep.tokens) + len(obs_ids) + params.max_new_tokens > max_context_tokens:
+                ep.truncated, ep.done = True, True
+                continue
+            ep.observations.append(res.observation)
+            ep.add("obs", obs_ids)
+            ep.state_keys.append(state_key(ep.observations))
+        if on_turn is not None:
+            on_turn(turn, len(active))
+
+    return _to_batch(episodes, tokenizer, engine.policy_version, task.name)
+
+
+def _to_batch(episodes: list[_Episode], tokenizer, version: int, task_name: str) -> TrajectoryBatch:
+    B = len(episodes)
+    T = max(len(ep.tokens) for ep in episodes)
+    K = max(1, max(max(len(ep.turn_rewards), len(ep.state_keys)) for ep in episodes))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    tokens = torch.full((B, T), pad, dtype=torch.long)
+    attn = torch.zeros((B, T), dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.float32)
+    logps = torch.zeros((B, T), dtype=torch.float32)
+    turn_ids = torch.full((B, T), -1, dtype=torch.long)
+    turn_rewards = torch.zeros((B, K), dtype=torch.float32)
+    keys = torch.zeros((B, K), dtype=torch.long)
+    for i, ep in enumerate(episodes):
+        n = len(ep.tokens)
+        tokens[i, :n] = torch.tensor(ep.tokens, dtype=torch.long)
+        attn[i, :n] = 1
+        if ep.failure is None:
+            mask[i, :n] = torch.tensor(ep.mask)
+        logps[i, :n] = torch.tensor(ep.logps)
+        turn_ids[i, :n] = torch.tensor(ep.turn_ids)
+        if ep.turn_rewards:
+            turn_rewards[i, : len(ep.turn_rewards)] = torch.tensor(ep.turn_rewards)
+        keys[i, : len(ep.state_keys)] = torch.tensor(ep.state_keys, dtype=torch.long)
+    return TrajectoryBatch(
+        tokens=tokens,
+        attention_mask=attn,
+        action_mask=mask,
+        behavior_logprobs=logps,
+        turn_ids=turn_ids,
+        turn_rewards=turn_rewards,
+        reward=turn_rewards.sum(-1),
+        group_ids=torch.tensor([ep.group for ep in episodes], dtype=torch.long),
+        policy_version=torch.full((B,), int(version), dtype=torch.long),
+        truncated=torch.tensor([ep.truncated for ep in episodes], dtype=torch.bool),
+        state_keys=keys,
+        n_turns=torch.tensor([len(ep.actions) for ep in episodes], dtype=torch.long),
+        failed=torch.tensor([ep.failure is not None for ep in episodes], dtype=torch.bool),
+        instance_seeds=torch.tensor([ep.instance.seed for ep in episodes], dtype=torch.long),
+        observations=[ep.observations for ep in episodes],
+        actions=[ep.actions for ep in episodes],
+        segments=[ep.segments for ep in episodes],
+        failure_reasons=[ep.failure for ep in episodes],
+        task_name=task_name,
+    )

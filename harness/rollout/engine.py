@@ -1,0 +1,219 @@
+"""Rollout engines: generate token ids with the log-probs of the distribution actually sampled from.
+
+The interface is what the agent loop needs and nothing more, so that a vLLM
+engine fits it unchanged: ``generate`` (batched, n samples per prompt, stop
+strings), ``load_weights`` (sync after an optimizer step) and
+``policy_version``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from algorithms.logprobs import process_logits
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    """0: greedy (argmax); its log-probs are then those of the temperature-1 distribution."""
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 16
+    stop: tuple[str, ...] = ()
+    """Generation of a sequence ends after a token whose text contains one of these."""
+
+    def scoring(self) -> tuple[float, int, float]:
+        """(temperature, top_k, top_p) of the distribution log-probs refer to."""
+
+        if self.temperature == 0:
+            return 1.0, 0, 1.0
+        return self.temperature, self.top_k, self.top_p
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: Literal["stop", "eos", "length"]
+    text: str = ""
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass
+class EngineStats:
+    generated_tokens: int = 0
+    prompt_tokens: int = 0
+    calls: int = 0
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class RolloutEngine(ABC):
+    """Generates continuations and reports the weights version that produced them."""
+
+    policy_version: int = 0
+
+    @abstractmethod
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        n: int = 1,
+        generator: torch.Generator | None = None,
+    ) -> list[list[Generation]]:
+        """``n`` continuations per prompt: ``result[i][j]`` is sample j of prompt i."""
+
+    @abstractmethod
+    def load_weights(self, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """Take new policy weights (None: the shared model changed in place); advances policy_version."""
+
+
+def _cache_kwarg(model) -> str:
+    """transformers 5.2x renamed ``past_key_values`` to ``cache``; support both."""
+
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+class HFEngine(RolloutEngine):
+    """Hugging Face transformers backend: batched, left-padded, KV-cached sampling loop."""
+
+    def __init__(self, model, tokenizer, batch_size: int = 256):
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size = batch_size
+        self.policy_version = 0
+        self.stats = EngineStats()
+        self._stop_cache: dict[tuple[str, ...], torch.Tensor] = {}
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        if state_dict is not None:
+            self.model.load_state_dict(state_dict)
+        self.policy_version += 1
+
+    def _stop_ids(self, stop: tuple[str, ...]) -> torch.Tensor:
+        """Boolean [V]: tokens whose text contains a stop string (computed once per stop set)."""
+
+        if stop not in self._stop_cache:
+            V = self.model.get_output_embeddings().weight.shape[0]
+            mask = torch.zeros(V, dtype=torch.bool)
+            if stop:
+                vocab_size = min(V, len(self.tokenizer))
+                texts = self.tokenizer.batch_decode([[i] for i in range(vocab_size)])
+                for i, t in enumerate(texts):
+                    if any(s in t for s in stop):
+                        mask[i] = True
+            self._stop_cache[stop] = mask.to(self.device)
+        return self._stop_cache[stop]
+
+    @torch.no_grad()
+    def generate(self, prompts, params, n=1, generator=None):
+        import time
+
+        flat = [p for p in prompts for _ in range(n)]
+        out: list[Generation] = []
+        t0 = time.perf_counter()
+        for s in range(0, len(flat), self.batch_size):
+            out += self._generate_batch(flat[s : s + self.batch_size], params, generator)
+        self.stats.seconds += time.perf_counter() - t0
+        self.stats.calls += 1
+        self.stats.prompt_tokens += sum(len(p) for p in flat)
+        self.stats.generated_tokens += sum(len(g.token_ids) for g in out)
+        return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, generator
+    ) -> list[Generation]:
+        dev = self.device
+        was_training = self.model.training
+        self.model.eval()
+        B = len(prompts)
+        L = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((B, L), pad, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, L - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attn[i, L - len(p) :] = 1
+        ids, attn = ids.to(dev), attn.to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        eos = self.tokenizer.eos_token_id
+        stop_mask = self._stop_ids(tuple(params.stop))
+        temp, top_k, top_p = params.scoring()
+        greedy = params.temperature == 0
+
+        tokens = torch.zeros((B, params.max_new_tokens), dtype=torch.long, device=dev)
+        logps = torch.zeros((B, params.max_new_tokens), dtype=torch.float32, device=dev)
+        finished = torch.zeros(B, dtype=torch.bool, device=dev)
+        reason = torch.zeros(B, dtype=torch.long, device=dev)  # 0 length, 1 stop, 2 eos
+        lengths = torch.zeros(B, dtype=torch.long, device=dev)
+
+        past = None
+        cur_ids, cur_pos = ids, pos
+        cache_kw = _cache_kwarg(self.model)
+        for step in range(params.max_new_tokens):
+            res = self.model(
+                input_ids=cur_ids,
+                attention_mask=attn,
+                position_ids=cur_pos,
+                use_cache=True,
+                logits_to_keep=1,
+                **{cache_kw: past},
+            )
+            past = getattr(res, cache_kw)
+            logits = res.logits[:, -1, :]
+            z = process_logits(logits, temp, top_k, top_p)
+            logp = torch.log_softmax(z, dim=-1)
+            if greedy:
+                nxt = logits.argmax(-1)
+            else:
+                nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            lp = logp.gather(-1, nxt[:, None]).squeeze(-1)
+            active = ~finished
+            tokens[:, step] = torch.where(active, nxt, torch.full_like(nxt, pad))
+            logps[:, step] = torch.where(active, lp, torch.zeros_like(lp))
+            lengths += active.long()
+            is_eos = (nxt == eos) if eos is not None else torch.zeros_like(finished)
+            is_stop = stop_mask[nxt]
+            reason = torch.where(active & is_eos, torch.full_like(reason, 2), reason)
+            reason = torch.where(active & ~is_eos & is_stop, torch.full_like(reason, 1), reason)
+            finished = finished | is_eos | is_stop
+            if bool(finished.all()):
+                break
+            cur_ids = nxt[:, None]
+            attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=dev)], dim=1)
+            cur_pos = cur_pos[:, -1:] + 1
+        if was_training:
+            self.model.train()
+        tokens_l, logps_l, lengths_l, reason_l = (
+            tokens.tolist(),
+            logps.tolist(),
+            lengths.tolist(),
+            reason.tolist(),
+        )
+        names = {0: "length", 1: "stop", 2: "eos"}
+        gens = []
+        for i in range(B):
+            n_i = lengths_l[i]
+            toks = tokens_l[i][:n_i]
+            gens.append(
+                Generation(
+                    toks,
+                    logps_l[i][:n_i],
+                    names[reason_l[i]],
+                    self.tokenizer.decode(toks, skip_special_tokens=True),
+                )
+            )
+        return gens

@@ -1,0 +1,131 @@
+"""The trajectory contract: what flows from rollout to algorithms (../shared/DESIGN.md).
+
+All tensors are right-padded to a common length T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+
+
+@dataclass
+class TrajectoryBatch:
+    tokens: torch.Tensor  # [B, T] long: prompt, actions and observations
+    attention_mask: torch.Tensor  # [B, T] long: 1 on real tokens, 0 on padding
+    action_mask: torch.Tensor  # [B, T] float: 1 on policy-generated tokens that are trained
+    behavior_logprobs: torch.Tensor  # [B, T] float: log-prob of each action token at sampling time
+    turn_ids: torch.Tensor  # [B, T] long: environment turn of each action token, -1 elsewhere
+    turn_rewards: torch.Tensor  # [B, K] float: per-turn rewards (0 past the episode's turns)
+    reward: torch.Tensor  # [B] float: outcome reward (sum of turn rewards)
+    group_ids: torch.Tensor  # [B] long: prompt group (task instance) of each sample
+    policy_version: torch.Tensor  # [B] long: weights version that generated it
+    truncated: torch.Tensor  # [B] bool: hit a length or turn limit
+    state_keys: (
+        torch.Tensor
+    )  # [B, K] long: hash of the observation history at each turn (0 past the end)
+    n_turns: torch.Tensor  # [B] long: actions taken
+    failed: torch.Tensor  # [B] bool: a task/verifier failure; such samples carry no trained tokens
+    instance_seeds: torch.Tensor  # [B] long
+    # python-side records, one entry per sample
+    observations: list[list[str]] = field(default_factory=list)  # obs texts; [0] is the prompt
+    actions: list[list[str]] = field(default_factory=list)  # action texts per turn
+    segments: list[list[tuple[str, int, int]]] = field(
+        default_factory=list
+    )  # (kind, start, end) token spans
+    failure_reasons: list[str | None] = field(default_factory=list)
+    task_name: str = ""
+
+    _TENSORS = (
+        "tokens",
+        "attention_mask",
+        "action_mask",
+        "behavior_logprobs",
+        "turn_ids",
+        "turn_rewards",
+        "reward",
+        "group_ids",
+        "policy_version",
+        "truncated",
+        "state_keys",
+        "n_turns",
+        "failed",
+        "instance_seeds",
+    )
+    _LISTS = ("observations", "actions", "segments", "failure_reasons")
+
+    @property
+    def size(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.tokens.shape[1])
+
+    def group_size(self) -> int:
+        _, counts = torch.unique(self.group_ids, return_counts=True)
+        return int(counts.max()) if counts.numel() else 0
+
+    def action_tokens(self) -> int:
+        return int(self.action_mask.sum().item())
+
+    def launched_tokens(self) -> int:
+        """Every generated token, including those of failed samples."""
+
+        return int(sum(sum(e - s for k, s, e in segs if k == "action") for segs in self.segments))
+
+    def prompt_tokens(self) -> int:
+        return int(sum(sum(e - s for k, s, e in segs if k == "obs") for segs in self.segments))
+
+    def select(self, idx: list[int] | torch.Tensor) -> TrajectoryBatch:
+        idx_t = torch.as_tensor(idx, dtype=torch.long)
+        kw: dict[str, Any] = {name: getattr(self, name)[idx_t] for name in self._TENSORS}
+        il = idx_t.tolist()
+        for name in self._LISTS:
+            values = getattr(self, name)
+            kw[name] = [values[i] for i in il]
+        return TrajectoryBatch(**kw, task_name=self.task_name)
+
+    def to(self, device) -> TrajectoryBatch:
+        for name in self._TENSORS:
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
+    def clone(self) -> TrajectoryBatch:
+        kw = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in self._TENSORS:
+            kw[name] = kw[name].clone()
+        for name in self._LISTS:
+            kw[name] = [list(x) if isinstance(x, list) else x for x in kw[name]]
+        return TrajectoryBatch(**kw)
+
+    @staticmethod
+    def concat(batches: list[TrajectoryBatch], pad_id: int = 0) -> TrajectoryBatch:
+        T = max(b.seq_len for b in batches)
+        K = max(b.turn_rewards.shape[1] for b in batches)
+        padded = {
+            "tokens": pad_id,
+            "attention_mask": 0,
+            "action_mask": 0.0,
+            "behavior_logprobs": 0.0,
+            "turn_ids": -1,
+        }
+        kw: dict[str, Any] = {}
+        for name in TrajectoryBatch._TENSORS:
+            parts = []
+            for b in batches:
+                t = getattr(b, name)
+                if name in padded and t.shape[1] < T:
+                    t = torch.cat(
+                        [t, torch.full((t.shape[0], T - t.shape[1]), padded[name], dtype=t.dtype)],
+                        1,
+                    )
+                if name in ("turn_rewards", "state_keys") and t.shape[1] < K:
+                    t = torch.cat([t, torch.zeros((t.shape[0], K - t.shape[1]), dtype=t.dtype)], 1)
+                parts.append(t)
+            kw[name] = torch.cat(parts, 0)
+        for name in TrajectoryBatch._LISTS:
+            kw[name] = [x for b in batches for x in getattr(b, name)]
+        return TrajectoryBatch(**kw, task_name=batches[0].task_name)

@@ -1,0 +1,90 @@
+"""The single choke point through which every verifier call passes.
+
+It counts calls, turns a raising verifier, a hung verifier (timeout) or a
+non-finite reward into a :class:`VerifierFailure` that names the reason, so the
+agent loop can mark that sample failed instead of crashing the run.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import time
+from dataclasses import dataclass, field
+
+from .base import Instance, Task
+
+
+class VerifierFailure(RuntimeError):
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass
+class VerifierStats:
+    calls: int = 0
+    failures: int = 0
+    timeouts: int = 0
+    seconds: float = 0.0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class VerifierGate:
+    """Callable ``(instance, response) -> reward`` wrapping ``task.verify``.
+
+    Args:
+        task: the task whose verifier is called.
+        timeout_s: a call running longer is abandoned and the sample failed (None: no timeout,
+            and the call runs inline, which is cheaper).
+    """
+
+    def __init__(self, task: Task, timeout_s: float | None = 10.0):
+        self.task = task
+        self.timeout_s = timeout_s
+        self.stats = VerifierStats()
+        self._pool: cf.ThreadPoolExecutor | None = None
+
+    def _fail(self, kind: str, reason: str) -> VerifierFailure:
+        self.stats.failures += 1
+        self.stats.reasons[kind] = self.stats.reasons.get(kind, 0) + 1
+        return VerifierFailure(reason)
+
+    def __call__(self, instance: Instance, response: str) -> float:
+        self.stats.calls += 1
+        t0 = time.perf_counter()
+        try:
+            if self.timeout_s is None:
+                reward = self.task.verify(instance, response)
+            else:
+                if self._pool is None:
+                    self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="verifier")
+                future = self._pool.submit(self.task.verify, instance, response)
+                try:
+                    reward = future.result(timeout=self.timeout_s)
+                except cf.TimeoutError:
+                    self.stats.timeouts += 1
+                    # abandon the hung worker; later calls get a fresh one
+                    self._pool.shutdown(wait=False, cancel_futures=True)
+                    self._pool = None
+                    raise self._fail(
+                        "timeout",
+                        f"verifier of task '{self.task.name}' timed out after {self.timeout_s:g}s",
+                    ) from None
+        except VerifierFailure:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any verifier bug becomes a failed sample
+            raise self._fail(
+                "raised", f"verifier of task '{self.task.name}' raised {type(exc).__name__}: {exc}"
+            ) from None
+        finally:
+            self.stats.seconds += time.perf_counter() - t0
+        try:
+            value = float(reward)
+        except (TypeError, ValueError):
+            raise self._fail(
+                "invalid", f"verifier of task '{self.task.name}' returned {reward!r}, not a number"
+            ) from None
+        if not math.isfinite(value):
+            raise self._fail("non_finite", f"verifier of task '{self.task.name}' returned {value}")
+        return value
