@@ -52,7 +52,7 @@ def build_tokenizer(alphabet: str, corpus: list[str] | None = None):
     from transformers import PreTrainedTokenizerFast
 
     chars = sorted(
-        set(alphabet) | set(string.digits + string.ascii_letters + string.punctuation + " \n")
+        set(alphabet) | set(string.digits + string.ascii_letters + string.punctuation + " \n\t")
     )
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     trainer = trainers.BpeTrainer(

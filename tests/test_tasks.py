@@ -1,0 +1,148 @@
+"""Tasks, environments and the verifier choke point."""
+
+import math
+import time
+
+import pytest
+
+from harness.tasks import EVAL_SEED_OFFSET, Instance, Task, make_task
+from harness.tasks.registry import TaskLoadError
+from harness.tasks.verify import VerifierFailure, VerifierGate
+
+
+def test_arithmetic_instances_are_deterministic_and_verified():
+    t = make_task("arithmetic", {"digits": 2, "operators": "+-*", "operands": 3})
+    a, b = t.make_instance(7), t.make_instance(7)
+    assert a.prompt == b.prompt and a.data == b.data
+    expr = a.prompt[:-1]
+    assert a.prompt.endswith("=")
+    assert a.data["answer"] == eval(expr)  # independent evaluation of the expression
+    assert all(len(x) == 2 for x in expr.replace("*", "+").replace("-", "+").split("+"))
+    ans = a.data["answer"]
+    assert t.verify(a, f"{ans}\n") == 1.0
+    assert t.verify(a, f" {ans} ") == 1.0
+    assert t.verify(a, f"{ans + 1}\n") == 0.0
+    assert t.verify(a, "abc") == 0.0
+    assert t.make_instance(8).prompt != a.prompt or t.make_instance(9).prompt != a.prompt
+
+
+def test_eval_set_is_deterministic_and_disjoint_from_training():
+    t = make_task("arithmetic")
+    e1, e2 = t.eval_instances(16), t.eval_instances(16)
+    assert [i.prompt for i in e1] == [i.prompt for i in e2]
+    assert all(i.seed >= EVAL_SEED_OFFSET for i in e1)
+
+
+def _play(env, actions):
+    out = []
+    for a in actions:
+        r = env.step(a)
+        out.append((r.observation, r.reward, r.terminated, r.truncated))
+        if r.terminated or r.truncated:
+            break
+    return out
+
+
+def test_guess_number_dynamics_by_hand():
+    t = make_task("guess_number", {"low": 1, "high": 16, "max_turns": 4})
+    inst = Instance(0, "guess 1-16\n", {"secret": 11})
+    env = t.make_env(inst, VerifierGate(t, timeout_s=None))
+    obs, _ = env.reset(seed=0)
+    assert obs == "guess 1-16\n"
+    steps = _play(env, ["8\n", "12\n", "10\n", "11\n"])
+    assert steps == [("higher\n", 0.0, False, False), ("lower\n", 0.0, False, False),
+                     ("higher\n", 0.0, False, False), ("", 1.0, True, False)]
+    env.reset(seed=0)
+    steps = _play(env, ["1\n", "x\n", "2\n", "3\n"])
+    assert [s[0] for s in steps] == ["higher\n", "invalid\n", "higher\n", "higher\n"]
+    assert steps[-1][3] is True and all(s[1] == 0 for s in steps)  # turn limit: truncated, no reward
+
+
+def test_guess_number_noise_is_controlled_by_the_seed():
+    t = make_task("guess_number", {"noise": 0.5, "max_turns": 40, "high": 100})
+    inst = t.make_instance(3)
+    def feedback(seed):
+        env = t.make_env(inst, VerifierGate(t, timeout_s=None))
+        env.reset(seed=seed)
+        g = 1 if inst.data["secret"] != 1 else 2
+        return [env.step(f"{g}\n").observation for _ in range(30)]
+    assert feedback(1) == feedback(1)
+    assert feedback(1) != feedback(2)
+    flips = sum(o == "lower\n" for o in feedback(1))  # the truth is always 'higher' (or secret is 1)
+    assert 3 < flips < 27
+
+
+def test_guess_number_oracle_solves_noiseless():
+    t = make_task("guess_number", {"low": 1, "high": 16, "max_turns": 5})
+    for seed in range(20):
+        inst = t.make_instance(seed)
+        env = t.make_env(inst, VerifierGate(t, timeout_s=None))
+        obs = [env.reset(seed=seed)[0]]
+        for _ in range(5):
+            r = env.step(t.oracle(inst, obs))
+            if r.terminated:
+                break
+            obs.append(r.observation)
+        assert r.reward == 1.0
+
+
+def test_reasoning_gym_task_uses_its_own_scorer():
+    import reasoning_gym
+
+    t = make_task("reasoning_gym:basic_arithmetic")
+    inst = t.make_instance(5)
+    entry = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=5)[0]
+    assert inst.prompt.startswith(entry["question"])
+    assert t.verify(inst, entry["answer"]) == 1.0
+    assert t.verify(inst, "not a number") == 0.0
+    assert t.oracle(inst, [inst.prompt]).strip() == entry["answer"]
+
+
+def test_user_task_from_import_path():
+    t = make_task("examples.my_tasks:Reverse", {"length": 5})
+    inst = t.make_instance(1)
+    word = inst.prompt[len("rev "):-1]
+    assert t.verify(inst, word[::-1] + "\n") == 1.0
+    assert t.verify(inst, word + "x") == 0.0
+    with pytest.raises(TaskLoadError, match="has no class 'Nope'"):
+        make_task("examples.my_tasks:Nope")
+    with pytest.raises(TaskLoadError, match="cannot import module"):
+        make_task("no_such_module_xyz:Task")
+
+
+class _Raising(Task):
+    name = "raising"
+
+    def make_instance(self, seed):
+        return Instance(seed, "p", {})
+
+    def verify(self, instance, response):
+        raise ZeroDivisionError("boom")
+
+
+class _Hanging(_Raising):
+    name = "hanging"
+
+    def verify(self, instance, response):
+        time.sleep(3)
+        return 1.0
+
+
+class _NaN(_Raising):
+    name = "nan"
+
+    def verify(self, instance, response):
+        return math.nan
+
+
+@pytest.mark.parametrize("cls,reason,kind", [
+    (_Raising, "raised ZeroDivisionError: boom", "raised"),
+    (_Hanging, "timed out after 0.2s", "timeout"),
+    (_NaN, "returned nan", "non_finite"),
+])
+def test_verifier_gate_turns_faults_into_counted_failures(cls, reason, kind):
+    task = cls()
+    gate = VerifierGate(task, timeout_s=0.2)
+    with pytest.raises(VerifierFailure, match=reason):
+        gate(task.make_instance(0), "x")
+    assert gate.stats.calls == 1 and gate.stats.failures == 1 and gate.stats.reasons == {kind: 1}
