@@ -26,7 +26,10 @@ DISCARD_REASONS: tuple[str, ...] = (
     "staleness",
     "masking",
     "failed",
+    "baseline",
 )
+"""Why launched tokens did not enter a gradient. "failed": a task or verifier failure; "baseline":
+ReMax's greedy rollouts (a cost of the estimator, never trained on)."""
 
 
 def counter_names() -> list[str]:

@@ -120,7 +120,7 @@ class RolloutConfig(_Cfg):
 
 
 class OptimizerConfig(_Cfg):
-    lr: float = Field(1e-3, gt=0)
+    lr: float = Field(3e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = Field(1.0, gt=0, description="Max gradient norm; None: off.")

@@ -58,7 +58,7 @@ def test_defaults_in_one_place_and_resolved(cli, write_yaml):
     assert (
         resolved["arms"]["a"]["blanks"]["regularizer"]["loss_kl_coef"] == 0.04
     )  # grpo's preset value
-    assert resolved["arms"]["a"]["optimizer"]["lr"] == 1e-3
+    assert resolved["arms"]["a"]["optimizer"]["lr"] == 3e-4
     assert resolved["tasks"][0]["name"] == "arithmetic"
 
 

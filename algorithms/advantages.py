@@ -1,0 +1,266 @@
+"""Advantage estimators (the A blank). Pure torch; statistics in float64.
+
+Shapes: ``B`` samples, ``T`` tokens, ``K`` turns. Outcome rewards are ``[B]``,
+masks ``[B, T]`` (1 on trained action tokens). Every estimator returns
+token-level advantages ``[B, T]`` (zero where the mask is zero), detached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Dense group index ``[B]`` in 0..G-1 and the number of groups."""
+
+    uniq, inv = torch.unique(group_ids, return_inverse=True)
+    return inv, int(uniq.numel())
+
+
+def group_stats(values: torch.Tensor, group_ids: torch.Tensor, ddof: int = 1):
+    """Per-sample group mean, std (with ``ddof``), count and an all-equal flag, all ``[B]`` float64.
+
+    A group of one has std 0 (or NaN-free 0 when ddof would divide by zero).
+    """
+
+    v = values.double()
+    inv, n_groups = _group_index(group_ids)
+    count = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, torch.ones_like(v))
+    total = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, v)
+    mean = total / count
+    dev2 = (v - mean[inv]) ** 2
+    ss = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, dev2)
+    denom = (count - ddof).clamp(min=1.0)
+    std = torch.where(count > ddof, (ss / denom).sqrt(), torch.zeros_like(ss))
+    vmax = torch.full((n_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(0, inv, v, "amax")
+    vmin = torch.full((n_groups,), torch.inf, dtype=torch.float64).scatter_reduce(0, inv, v, "amin")
+    equal = vmax == vmin
+    return mean[inv], std[inv], count[inv], equal[inv]
+
+
+def broadcast(per_sample: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B]`` -> ``[B, T]`` on the mask, float32."""
+
+    return (per_sample.double()[:, None] * mask.double()).float()
+
+
+def outcome_return(rewards: torch.Tensor, mask: torch.Tensor, **_) -> torch.Tensor:
+    """A_i = R_i (no baseline)."""
+
+    return broadcast(rewards, mask)
+
+
+def unit(rewards: torch.Tensor, mask: torch.Tensor, **_) -> torch.Tensor:
+    """A = 1 on every trained token (SFT in template form)."""
+
+    return mask.float().clone()
+
+
+def batch_mean(rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor | None = None, **_) -> torch.Tensor:
+    """A_i = R_i - mean R, the mean taken over the sample's group when groups exist, else the batch.
+
+    The mean includes the sample itself (shrinks the gradient by (N-1)/N; see ``leave_one_out``).
+    """
+
+    if group_ids is None or torch.unique(group_ids).numel() == group_ids.numel():
+        return broadcast(rewards.double() - rewards.double().mean(), mask)
+    mean, _, _, _ = group_stats(rewards, group_ids)
+    return broadcast(rewards.double() - mean, mask)
+
+
+def leave_one_out(
+    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, singleton: str = "zero", **_
+) -> torch.Tensor:
+    """RLOO: A_i = R_i - (1/(N-1)) sum_{j != i} R_j within the group.
+
+    ``singleton``: rule for a group of one: "zero" (A = 0) or "raw" (A = R).
+    """
+
+    r = rewards.double()
+    mean, _, count, _ = group_stats(r, group_ids)
+    total = mean * count
+    loo = torch.where(count > 1, (total - r) / (count - 1).clamp(min=1), torch.zeros_like(r))
+    adv = r - loo
+    adv = torch.where(count > 1, adv, r if singleton == "raw" else torch.zeros_like(r))
+    return broadcast(adv, mask)
+
+
+def group_norm(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    std_ddof: int = 1,
+    std_eps: float = 1e-6,
+    singleton: str = "zero",
+    **_,
+) -> torch.Tensor:
+    """GRPO: A_i = (R_i - mean_g) / (std_g + eps), in float64.
+
+    A group whose rewards are all equal gets exactly A = 0 (no float32 one-ulp noise).
+    ``singleton``: "zero" (A = 0) or "raw" (A = R, verl's mean 0 / std 1 rule).
+    """
+
+    r = rewards.double()
+    mean, std, count, equal = group_stats(r, group_ids, std_ddof)
+    adv = (r - mean) / (std + std_eps)
+    adv = torch.where(equal, torch.zeros_like(adv), adv)
+    if singleton == "raw":
+        adv = torch.where(count == 1, r, adv)
+    return broadcast(adv, mask)
+
+
+def group_mean(rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, singleton: str = "zero", **_):
+    """Dr. GRPO: A_i = R_i - mean_g (no std)."""
+
+    r = rewards.double()
+    mean, _, count, equal = group_stats(r, group_ids)
+    adv = torch.where(equal, torch.zeros_like(r), r - mean)
+    if singleton == "raw":
+        adv = torch.where(count == 1, r, adv)
+    return broadcast(adv, mask)
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mu) / sqrt(var + eps) over the valid tokens, ddof 0 (OpenRLHF); zero off the mask."""
+
+    m = mask.double()
+    x = values.double()
+    n = m.sum().clamp(min=1.0)
+    mu = (x * m).sum() / n
+    var = (((x - mu) ** 2) * m).sum() / n
+    return (((x - mu) * torch.rsqrt(var + eps)) * m).float()
+
+
+def last_token_index(mask: torch.Tensor) -> torch.Tensor:
+    """Index ``[B]`` of the last trained token of each row (0 for an empty row)."""
+
+    T = mask.shape[1]
+    pos = torch.arange(T, device=mask.device).expand_as(mask)
+    return torch.where(mask > 0, pos, torch.zeros_like(pos)).max(dim=1).values
+
+
+def token_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """G_t = sum_{s >= t} gamma^(s-t) r_s over action tokens (gamma counts action tokens).
+
+    Args:
+        token_rewards: ``[B, T]``; mask: ``[B, T]``. Returns ``[B, T]`` (0 off the mask).
+    """
+
+    r = (token_rewards.double() * mask.double())
+    out = torch.zeros_like(r)
+    running = torch.zeros(r.shape[0], dtype=torch.float64, device=r.device)
+    for t in range(r.shape[1] - 1, -1, -1):
+        m = mask[:, t] > 0
+        running = torch.where(m, r[:, t] + gamma * running, running)
+        out[:, t] = torch.where(m, running, torch.zeros_like(running))
+    return out
+
+
+def reinforce_pp(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    token_penalty: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    whiten_eps: float = 1e-8,
+    **_,
+) -> torch.Tensor:
+    """REINFORCE++: r~_t = 1[t = last]·R - penalty_t; G_t = reward-to-go; whitened over all valid tokens.
+
+    Args:
+        token_penalty: ``[B, T]`` per-token KL penalty already multiplied by beta (KL in the reward).
+    """
+
+    r = torch.zeros_like(mask, dtype=torch.float64)
+    last = last_token_index(mask)
+    has = mask.sum(1) > 0
+    r[torch.arange(r.shape[0])[has], last[has]] = rewards.double()[has]
+    if token_penalty is not None:
+        r = r - token_penalty.double()
+    return whiten(token_returns(r, mask, gamma), mask, whiten_eps)
+
+
+def reinforce_pp_baseline(
+    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, whiten_eps: float = 1e-8, **_
+) -> torch.Tensor:
+    """REINFORCE++-baseline: A' = R - mean_group R (no std), broadcast, then whitened over valid tokens."""
+
+    mean, _, _, equal = group_stats(rewards, group_ids)
+    a = torch.where(equal, torch.zeros_like(mean), rewards.double() - mean)
+    return whiten(broadcast(a, mask), mask, whiten_eps)
+
+
+def remax(rewards: torch.Tensor, mask: torch.Tensor, baseline_rewards: torch.Tensor, **_) -> torch.Tensor:
+    """ReMax: A_i = R_i - R(greedy_i), the greedy decode of the same instance and environment seed."""
+
+    return broadcast(rewards.double() - baseline_rewards.double(), mask)
+
+
+def turn_return(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    turn_rewards: torch.Tensor,
+    turn_ids: torch.Tensor,
+    group_ids: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    turn_baseline: str = "group",
+    **_,
+) -> torch.Tensor:
+    """Turn-level returns: G_{i,k} = sum_{k' >= k} gamma^(k'-k) r_{i,k'}, broadcast to turn k's action tokens.
+
+    Args:
+        turn_rewards: ``[B, K]``; turn_ids: ``[B, T]`` (-1 off action tokens).
+        turn_baseline: "group": subtract the mean G at the same turn index over the group's samples
+            that reached it (a turn reached by one sample only gets A = 0 there); "none": A = G.
+    """
+
+    r = turn_rewards.double()
+    B, K = r.shape
+    G = torch.zeros_like(r)
+    running = torch.zeros(B, dtype=torch.float64)
+    for k in range(K - 1, -1, -1):
+        running = r[:, k] + gamma * running
+        G[:, k] = running
+    reached = torch.zeros(B, K, dtype=torch.bool)
+    valid_turns = torch.where(mask > 0, turn_ids, torch.full_like(turn_ids, -1))
+    for k in range(K):
+        reached[:, k] = (valid_turns == k).any(1)
+    A = G.clone()
+    if turn_baseline == "group" and group_ids is not None:
+        inv, n_groups = _group_index(group_ids)
+        for k in range(K):
+            rk = reached[:, k].double()
+            tot = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, G[:, k] * rk)
+            cnt = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, rk)
+            mean = tot[inv] / cnt[inv].clamp(min=1)
+            A[:, k] = torch.where(cnt[inv] > 1, G[:, k] - mean, torch.zeros_like(mean))
+    idx = valid_turns.clamp(min=0)
+    out = A.gather(1, idx) * (valid_turns >= 0).double() * mask.double()
+    return out.float()
+
+
+ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
+    "unit": unit,
+    "return": outcome_return,
+    "batch_mean": batch_mean,
+    "loo": leave_one_out,
+    "group_norm": group_norm,
+    "group_mean": group_mean,
+    "reinforce_pp": reinforce_pp,
+    "reinforce_pp_baseline": reinforce_pp_baseline,
+    "remax": remax,
+    "turn_return": turn_return,
+}
+
+TOKEN_LEVEL = frozenset({"reinforce_pp", "turn_return", "gae"})
+"""Estimators that take KL-in-reward per token; the others subtract it from the sequence reward."""
+
+
+def get_estimator(name: str) -> Callable[..., torch.Tensor]:
+    try:
+        return ESTIMATORS[name]
+    except KeyError:
+        from .presets import UnknownNameError
+
+        raise UnknownNameError("advantage estimator", name, list(ESTIMATORS)) from None

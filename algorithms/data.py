@@ -1,0 +1,133 @@
+"""The data blank: group filtering with an attempt census, overlong shaping and filtering,
+and epochs x minibatches over a rollout buffer. Pure torch / python, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+
+def overlong_penalty(lengths: torch.Tensor, l_max: int, cache: int, factor: float = 1.0) -> torch.Tensor:
+    """DAPO soft overlong punishment R_length ``[B]`` for response lengths ``[B]``.
+
+    0 if |y| <= L_max - L_cache; ((L_max - L_cache) - |y|) / L_cache * factor if |y| <= L_max; -factor beyond.
+    """
+
+    lengths = lengths.double()
+    start = float(l_max - cache)
+    pen = torch.where(lengths <= start, torch.zeros_like(lengths), (start - lengths) / cache)
+    pen = torch.where(lengths > l_max, torch.full_like(lengths, -1.0), pen)
+    return pen * factor
+
+
+def overlong_filter_mask(mask: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+    """m = 0 on every token of a truncated (no stop/EOS) sample. ``[B, T]``."""
+
+    return mask * (~truncated.bool()).to(mask.dtype)[:, None]
+
+
+def group_verdicts(rewards: torch.Tensor, group_ids: torch.Tensor) -> dict[int, str]:
+    """Per group id: "keep" (reward std > 0) or why it is dropped: "all_correct" (all equal to the
+    group max >= 1... i.e. all at the top reward), "all_wrong" (all <= 0) or "zero_variance"."""
+
+    out: dict[int, str] = {}
+    for g in torch.unique(group_ids).tolist():
+        r = rewards[group_ids == g].double()
+        if r.numel() > 1 and bool((r != r[0]).any()):
+            out[g] = "keep"
+        elif float(r[0]) <= 0:
+            out[g] = "all_wrong"
+        elif float(r[0]) >= 1:
+            out[g] = "all_correct"
+        else:
+            out[g] = "zero_variance"
+    return out
+
+
+@dataclass
+class SamplingCensus:
+    """What dynamic sampling did in one optimizer step: every launched group is accounted for.
+
+    ``groups_launched == groups_kept + sum(groups_dropped.values())`` always holds.
+    """
+
+    rounds: int = 0
+    prompts_sampled: int = 0
+    groups_launched: int = 0
+    groups_kept: int = 0
+    groups_dropped: dict[str, int] = field(
+        default_factory=lambda: {"all_correct": 0, "all_wrong": 0, "zero_variance": 0, "surplus": 0}
+    )
+    responses_launched: int = 0
+    responses_accepted: int = 0
+    tokens_launched: int = 0
+    tokens_accepted: int = 0
+    cap_hit: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def balanced(self) -> bool:
+        return self.groups_launched == self.groups_kept + sum(self.groups_dropped.values()) and (
+            self.responses_accepted <= self.responses_launched and self.tokens_accepted <= self.tokens_launched
+        )
+
+
+class DynamicSampler:
+    """DAPO dynamic sampling: keep groups with reward std > 0 until ``target_groups`` are kept or
+    ``max_rounds`` generation rounds are spent; surplus groups of the last round are trimmed.
+
+    The caller generates each round and passes, per group, its id, verdict inputs and token count.
+    """
+
+    def __init__(self, target_groups: int, max_rounds: int, enabled: bool = True):
+        self.target, self.max_rounds, self.enabled = target_groups, max_rounds, enabled
+        self.census = SamplingCensus()
+        self.kept: list[int] = []
+
+    @property
+    def done(self) -> bool:
+        return len(self.kept) >= self.target or self.census.rounds >= self.max_rounds
+
+    def add_round(self, rewards: torch.Tensor, group_ids: torch.Tensor, tokens_per_sample: torch.Tensor) -> list[int]:
+        """Record one round; returns the group ids kept from it (in order)."""
+
+        c = self.census
+        c.rounds += 1
+        groups = list(dict.fromkeys(group_ids.tolist()))
+        c.prompts_sampled += len(groups)
+        c.groups_launched += len(groups)
+        c.responses_launched += int(group_ids.numel())
+        c.tokens_launched += int(tokens_per_sample.sum())
+        verdicts = group_verdicts(rewards, group_ids) if self.enabled else dict.fromkeys(groups, "keep")
+        kept_now = []
+        for g in groups:
+            v = verdicts[g]
+            if v != "keep":
+                c.groups_dropped[v] += 1
+            elif len(self.kept) >= self.target:
+                c.groups_dropped["surplus"] += 1
+            else:
+                self.kept.append(g)
+                kept_now.append(g)
+                sel = group_ids == g
+                c.groups_kept += 1
+                c.responses_accepted += int(sel.sum())
+                c.tokens_accepted += int(tokens_per_sample[sel].sum())
+        if self.census.rounds >= self.max_rounds and len(self.kept) < self.target:
+            c.cap_hit = True
+        return kept_now
+
+
+def minibatches(n: int, num_minibatches: int, epochs: int, generator: torch.Generator | None = None):
+    """Index lists for ``epochs`` passes over ``n`` samples split into ``num_minibatches`` per pass.
+
+    Each pass is a fresh permutation (from ``generator``); every sample appears once per epoch.
+    """
+
+    for epoch in range(epochs):
+        perm = torch.randperm(n, generator=generator) if num_minibatches > 1 else torch.arange(n)
+        for chunk in torch.tensor_split(perm, min(num_minibatches, max(n, 1))):
+            if chunk.numel():
+                yield epoch, chunk.tolist()

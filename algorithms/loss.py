@@ -1,0 +1,235 @@
+"""The template, assembled from the blanks:
+
+    grad J = 1/Z * sum_{i,t} m * w * A * grad log pi(x_{i,t} | h_{i,t})  -  grad R
+
+:func:`compute_advantages` fills A (and the reward-side parts of m and R: overlong
+shaping and filtering, KL in the reward); :func:`policy_loss` fills w, Z and the
+loss-side R. Both take plain tensors, so they can be used without the harness::
+
+    from algorithms import compute_advantages, policy_loss, loss_weights, resolve
+    blanks = resolve("grpo")
+    adv, mask, _ = compute_advantages(blanks, rewards, mask, group_ids)
+    w = loss_weights(mask, blanks.normalization.mode)
+    loss, metrics = policy_loss(blanks, logp, old_logp, adv, mask, w, ref_logp=ref_logp)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import advantages as adv_mod
+from .blanks import Blanks
+from .data import overlong_filter_mask, overlong_penalty
+from .normalization import aggregate
+from .regularizers import kl_estimate
+from .weights import (
+    clip_surrogate,
+    gspo_token_ratio,
+    sapo_surrogate,
+    self_ratio,
+    sequence_ratio,
+    token_ratio,
+    truncated_is_weight,
+)
+
+
+def _as_blanks(blanks: Blanks | str) -> Blanks:
+    if isinstance(blanks, str):
+        from .presets import get_preset
+
+        return get_preset(blanks).blanks
+    return blanks
+
+
+def compute_advantages(
+    blanks: Blanks | str,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor | None = None,
+    *,
+    old_logp: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    turn_rewards: torch.Tensor | None = None,
+    turn_ids: torch.Tensor | None = None,
+    baseline_rewards: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
+    l_max: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Advantages ``[B, T]`` for a preset or blanks, and the trained mask ``[B, T]`` after data filters.
+
+    Args:
+        rewards: ``[B]`` outcome rewards. mask: ``[B, T]`` action mask.
+        group_ids: ``[B]`` prompt group of each sample (group estimators).
+        old_logp, ref_logp: ``[B, T]`` log-probs under pi_old and pi_ref (KL in the reward).
+        turn_rewards: ``[B, K]``, turn_ids: ``[B, T]`` (turn_return).
+        baseline_rewards: ``[B]`` rewards of the greedy rollouts (remax).
+        truncated: ``[B]`` bool (overlong filtering and shaping).
+        l_max: generation budget in tokens (overlong shaping).
+
+    Returns:
+        ``(advantages [B, T], mask [B, T], info)``; ``info`` has the shaped rewards and KL-in-reward.
+    """
+
+    b = _as_blanks(blanks)
+    a = b.advantage
+    mask = mask.float()
+    rewards = rewards.double().clone()
+    info: dict[str, Any] = {}
+    lengths = mask.sum(1)
+    shaping = b.data.overlong_shaping
+    if shaping.enabled:
+        if l_max is None:
+            raise ValueError("overlong shaping needs l_max (the generation budget in tokens)")
+        pen = overlong_penalty(lengths, l_max, shaping.cache, shaping.factor)
+        rewards = rewards + pen
+        info["overlong_penalty"] = pen
+    if b.mask.overlong_filter and truncated is not None:
+        mask = overlong_filter_mask(mask, truncated)
+    token_penalty = None
+    reg = b.regularizer
+    if reg.reward_kl_coef > 0:
+        if old_logp is None or ref_logp is None:
+            raise ValueError("KL in the reward needs old_logp and ref_logp")
+        kl_tok = kl_estimate(old_logp.detach(), ref_logp.detach(), reg.reward_kl_estimator) * mask
+        info["reward_kl"] = float((kl_tok.sum(1)).mean())
+        if a.estimator in adv_mod.TOKEN_LEVEL:
+            token_penalty = reg.reward_kl_coef * kl_tok
+        else:
+            rewards = rewards - reg.reward_kl_coef * kl_tok.double().sum(1)
+    info["shaped_rewards"] = rewards
+    name = a.estimator
+    if name == "gae":
+        raise ValueError("the 'gae' estimator needs a value model: use the critic trainer (ppo presets)")
+    fn = adv_mod.get_estimator(name)
+    if group_ids is None:
+        group_ids = torch.arange(rewards.shape[0])
+    kwargs = dict(
+        rewards=rewards, mask=mask, group_ids=group_ids, std_ddof=a.std_ddof, std_eps=a.std_eps,
+        singleton=a.singleton, gamma=a.gamma, whiten_eps=a.whiten_eps, token_penalty=token_penalty,
+        turn_baseline=a.turn_baseline,
+    )
+    if name == "remax":
+        if baseline_rewards is None:
+            raise ValueError("remax needs baseline_rewards (the greedy rollouts' rewards)")
+        kwargs["baseline_rewards"] = baseline_rewards
+    if name == "turn_return":
+        if turn_rewards is None or turn_ids is None:
+            raise ValueError("turn_return needs turn_rewards and turn_ids")
+        kwargs.update(turn_rewards=turn_rewards, turn_ids=turn_ids)
+    adv = fn(**kwargs)
+    return adv.detach() * mask, mask, info
+
+
+def policy_loss(
+    blanks: Blanks | str,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    behavior_logp: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Scalar loss of the template for ``blanks`` on (a micro-batch of) the optimizer-step batch.
+
+    Args:
+        logp: ``[B, T]`` log pi_theta (requires grad). old_logp: ``[B, T]`` log pi_old (detached).
+        advantages: ``[B, T]``. mask: ``[B, T]``.
+        weights: ``[B, T]`` Z weights from :func:`algorithms.normalization.loss_weights`, computed on the
+            *whole* optimizer-step batch and sliced like the other tensors; summing this function's
+            loss over micro-batches gives the full-batch loss.
+        behavior_logp: ``[B, T]`` rollout-engine log-probs (truncated IS).
+        ref_logp: ``[B, T]`` reference log-probs (KL in the loss). entropy: ``[B, T]`` (entropy bonus).
+
+    Returns:
+        ``(loss, metrics)``; metrics hold weighted sums (pg_loss, kl, entropy, clip_frac) so they too
+        add up over micro-batches.
+    """
+
+    b = _as_blanks(blanks)
+    w_spec = b.weight
+    m = mask.to(logp.dtype)
+    adv = advantages.detach().to(logp.dtype)
+    if w_spec.ratio == "none":
+        ratio = self_ratio(logp)
+    elif w_spec.ratio == "token":
+        ratio = token_ratio(logp, old_logp, clamp=w_spec.log_ratio_clamp)
+    elif w_spec.ratio == "sequence":
+        ratio = sequence_ratio(logp, old_logp, mask, clamp=w_spec.log_ratio_clamp)
+        # the sequence form needs one advantage per sequence: the mean over its trained tokens
+        adv = ((adv * m).sum(1) / m.sum(1).clamp(min=1.0))[:, None].expand_as(adv)
+    elif w_spec.ratio == "gspo_token":
+        ratio = gspo_token_ratio(logp, old_logp, mask, clamp=w_spec.log_ratio_clamp)
+    else:  # pragma: no cover - validated by the Blanks model
+        raise ValueError(f"unknown ratio {w_spec.ratio}")
+
+    clipped = torch.zeros_like(ratio)
+    if w_spec.trust_region == "clip":
+        tok_loss, clipped = clip_surrogate(ratio, adv, w_spec.eps_low, w_spec.eps_high, w_spec.dual_clip_c)
+    elif w_spec.trust_region == "sapo":
+        tok_loss = sapo_surrogate(ratio, adv, w_spec.tau_pos, w_spec.tau_neg)
+    else:
+        tok_loss = -adv * ratio
+    if w_spec.tis_cap is not None:
+        if behavior_logp is None:
+            raise ValueError("truncated IS (weight.tis_cap) needs behavior_logp")
+        tok_loss = tok_loss * truncated_is_weight(old_logp, behavior_logp, w_spec.tis_cap)
+    weights = weights.to(logp.dtype)
+    pg = aggregate(tok_loss * m, weights)
+    total = pg
+    reg = b.regularizer
+    metrics: dict[str, float] = {"pg_loss": float(pg.detach())}
+    with torch.no_grad():
+        metrics["clip_frac"] = float((clipped * m * weights).sum())
+        metrics["ratio_mean"] = float((ratio.detach() * m * weights).sum())
+        metrics["ratio_max"] = float(ratio.detach().masked_fill(m == 0, 0).max()) if m.numel() else 1.0
+    if ref_logp is not None:
+        kl_tok = kl_estimate(logp, ref_logp.detach(), reg.loss_kl_estimator) * m
+        kl = aggregate(kl_tok, weights)
+        metrics["kl"] = float(kl.detach())
+        if reg.loss_kl_coef > 0:
+            total = total + reg.loss_kl_coef * kl
+    elif reg.loss_kl_coef > 0:
+        raise ValueError("KL in the loss (regularizer.loss_kl_coef > 0) needs ref_logp")
+    if entropy is not None:
+        ent = aggregate(entropy * m, weights)
+        metrics["entropy"] = float(ent.detach())
+        if reg.entropy_coef > 0:
+            total = total - reg.entropy_coef * ent
+    metrics["loss"] = float(total.detach())
+    return total, metrics
+
+
+def sft_loss(logp: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """NLL of the masked tokens: -sum(w m log pi), token-mean over the batch by default. ``[B, T]`` inputs."""
+
+    m = mask.to(logp.dtype)
+    if weights is None:
+        weights = m / m.sum().clamp(min=1.0)
+    return -(logp * m * weights.to(logp.dtype)).sum()
+
+
+def dpo_loss(
+    chosen_logp: torch.Tensor,
+    rejected_logp: torch.Tensor,
+    ref_chosen_logp: torch.Tensor,
+    ref_rejected_logp: torch.Tensor,
+    beta: float = 0.1,
+    label_smoothing: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPO on sequence log-prob *sums* ``[N]``: -(1-eps) log sigma(beta h) - eps log sigma(-beta h), mean over pairs.
+
+    h = [log pi(y_w) - log pi_ref(y_w)] - [log pi(y_l) - log pi_ref(y_l)].
+    """
+
+    h = (chosen_logp - ref_chosen_logp.detach()) - (rejected_logp - ref_rejected_logp.detach())
+    losses = -(1 - label_smoothing) * torch.nn.functional.logsigmoid(beta * h) - label_smoothing * (
+        torch.nn.functional.logsigmoid(-beta * h)
+    )
+    loss = losses.mean()
+    return loss, {"loss": float(loss.detach()), "dpo_margin": float(h.detach().mean()),
+                  "dpo_accuracy": float((h.detach() > 0).float().mean())}

@@ -1,0 +1,92 @@
+"""The weight blank: importance ratio, its level, and its trust region. Pure torch.
+
+Shapes: ``[B, T]`` per-token log-probs and masks, ``[B, T]`` advantages.
+Every surrogate here returns the per-token loss ``[B, T]`` (to be minimized);
+aggregation (the Z blank) is applied afterwards with :mod:`algorithms.normalization`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, clamp: float = 20.0) -> torch.Tensor:
+    """log r = log pi - log pi_old, clamped to ±clamp before any exp. ``[B, T]``."""
+
+    return (logp - old_logp.detach()).clamp(-clamp, clamp)
+
+
+def token_ratio(logp, old_logp, mask=None, clamp: float = 20.0) -> torch.Tensor:
+    """r_t = pi(x_t)/pi_old(x_t). ``[B, T]``."""
+
+    return torch.exp(log_ratio(logp, old_logp, clamp))
+
+
+def self_ratio(logp: torch.Tensor) -> torch.Tensor:
+    """exp(log pi - sg[log pi]): value 1, gradient ∇log pi (w = 1, on-policy REINFORCE). ``[B, T]``."""
+
+    return torch.exp(logp - logp.detach())
+
+
+def sequence_log_ratio(logp, old_logp, mask, clamp: float = 20.0) -> torch.Tensor:
+    """GSPO: log s_i = mean_t log r_{i,t} over the sequence's trained tokens. Returns ``[B]``."""
+
+    m = mask.to(logp.dtype)
+    lr = (logp - old_logp.detach()) * m
+    return (lr.sum(1) / m.sum(1).clamp(min=1.0)).clamp(-clamp, clamp)
+
+
+def sequence_ratio(logp, old_logp, mask, clamp: float = 10.0) -> torch.Tensor:
+    """GSPO s_i broadcast to tokens: ``[B, T]`` (same value on every token of row i)."""
+
+    s = torch.exp(sequence_log_ratio(logp, old_logp, mask, clamp))
+    return s[:, None].expand_as(logp)
+
+
+def gspo_token_ratio(logp, old_logp, mask, clamp: float = 10.0) -> torch.Tensor:
+    """GSPO-token: s_{i,t} = sg[s_i] · pi(x_t)/sg[pi(x_t)]: value s_i, gradient s_i ∇log pi(x_t). ``[B, T]``."""
+
+    log_s = sequence_log_ratio(logp, old_logp, mask, clamp).detach()
+    return torch.exp(log_s[:, None] + logp - logp.detach())
+
+
+def clip_surrogate(
+    ratio: torch.Tensor,
+    adv: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    dual_clip_c: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO clip: l = max(-A r, -A clip(r, 1-eps_low, 1+eps_high)); dual clip caps l at -c·A for A < 0.
+
+    Returns (per-token loss ``[B, T]``, clipped indicator ``[B, T]`` (the clipped branch is active,
+    so the token passes no gradient)).
+    """
+
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss = torch.maximum(unclipped, clipped)
+    is_clipped = (clipped > unclipped).float()
+    if dual_clip_c is not None:
+        cap = -adv * dual_clip_c
+        dual = (adv < 0) & (loss > cap)
+        loss = torch.where(dual, cap, loss)
+        is_clipped = torch.where(dual, torch.ones_like(is_clipped), is_clipped)
+    return loss, is_clipped
+
+
+def sapo_surrogate(ratio: torch.Tensor, adv: torch.Tensor, tau_pos: float, tau_neg: float) -> torch.Tensor:
+    """SAPO soft gate: l = -f(r)·A, f(r) = (4/tau) sigmoid(tau (r - 1)); tau = tau_pos if A > 0 else tau_neg.
+
+    The gradient weight ∂f/∂log r = 4 p (1 - p) r with p = sigmoid(tau (r - 1)) equals 1 at r = 1.
+    """
+
+    tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
+    f = (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))
+    return -f * adv
+
+
+def truncated_is_weight(old_logp: torch.Tensor, behavior_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """TIS: min(pi_old / pi_behavior, C), detached. ``[B, T]``."""
+
+    return torch.exp((old_logp - behavior_logp).detach().clamp(max=20.0)).clamp(max=cap)

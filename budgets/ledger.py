@@ -1,0 +1,194 @@
+"""The budget ledger: counters, limits, reservations. Pure python: no torch, no I/O.
+
+Reserve before launch: work declares its worst-case cost; if any limited counter
+would exceed its limit, the work is not launched. The actual cost is committed
+afterwards and may not exceed what was reserved on a limited counter, so no
+limit is ever exceeded. Every change is an append-only event; a snapshot per
+step records every counter.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .counters import COUNTERS, DISCARD_REASONS
+
+TIME_COUNTERS = frozenset({"device_seconds", "wall_seconds"})
+
+
+class BudgetError(ValueError):
+    """Bad use of the ledger (unknown counter, negative amount, commit above reservation)."""
+
+
+@dataclass
+class Budget:
+    """Limits on any ledger counters (all > 0)."""
+
+    limits: dict[str, float]
+
+    def __post_init__(self) -> None:
+        for k, v in self.limits.items():
+            if k not in COUNTERS:
+                raise BudgetError(f"budget on unknown counter '{k}' (valid: {', '.join(COUNTERS)})")
+            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+                raise BudgetError(f"budget.{k}: must be a finite number > 0 (got {v!r})")
+
+
+@dataclass
+class Reservation:
+    id: int
+    amounts: dict[str, float]
+    label: str = ""
+    open: bool = True
+
+
+@dataclass
+class Ledger:
+    budget: Budget = field(default_factory=lambda: Budget({}))
+    counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
+    discarded_by_reason: dict[str, float] = field(default_factory=lambda: dict.fromkeys(DISCARD_REASONS, 0.0))
+    discarded_rollouts_by_reason: dict[str, float] = field(default_factory=lambda: dict.fromkeys(DISCARD_REASONS, 0.0))
+    reserved: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
+    events: list[dict[str, Any]] = field(default_factory=list)
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
+    _next_id: int = 0
+
+    # ---- queries --------------------------------------------------------------------
+
+    def remaining(self, counter: str) -> float:
+        limit = self.budget.limits.get(counter)
+        if limit is None:
+            return math.inf
+        return limit - self.counters[counter] - self.reserved[counter]
+
+    def fits(self, amounts: dict[str, float]) -> bool:
+        """Whether work of this worst-case cost can be launched without exceeding any limit."""
+
+        self._check(amounts)
+        return all(amounts.get(k, 0.0) <= self.remaining(k) + 1e-9 for k in self.budget.limits)
+
+    def exhausted(self) -> bool:
+        return any(self.remaining(k) <= 0 for k in self.budget.limits)
+
+    def fraction_used(self) -> dict[str, float]:
+        return {k: self.counters[k] / v for k, v in self.budget.limits.items()}
+
+    # ---- changes --------------------------------------------------------------------
+
+    def _check(self, amounts: dict[str, float]) -> None:
+        for k, v in amounts.items():
+            if k not in COUNTERS:
+                raise BudgetError(f"unknown counter '{k}' (valid: {', '.join(COUNTERS)})")
+            if not (v >= 0 and math.isfinite(v)):
+                raise BudgetError(f"counter '{k}': amounts must be finite and >= 0 (got {v!r})")
+
+    def reserve(self, amounts: dict[str, float], label: str = "") -> Reservation | None:
+        """Hold the worst-case cost of work about to launch; None if it would not fit (do not launch)."""
+
+        if not self.fits(amounts):
+            self.events.append({"type": "refused", "label": label, "amounts": dict(amounts)})
+            return None
+        res = Reservation(self._next_id, dict(amounts), label)
+        self._next_id += 1
+        for k, v in amounts.items():
+            self.reserved[k] += v
+        self.events.append({"type": "reserve", "id": res.id, "label": label, "amounts": dict(amounts)})
+        return res
+
+    def commit(self, reservation: Reservation, actual: dict[str, float]) -> None:
+        """Record the actual cost of reserved work and release the reservation.
+
+        A limited counter may not exceed its reservation (the budget could otherwise be overrun);
+        unlimited counters and time counters are recorded as measured.
+        """
+
+        if not reservation.open:
+            raise BudgetError(f"reservation {reservation.id} was already committed or released")
+        self._check(actual)
+        for k, v in actual.items():
+            if k in self.budget.limits and k not in TIME_COUNTERS and v > reservation.amounts.get(k, 0.0) + 1e-9:
+                raise BudgetError(
+                    f"commit of {v:g} {k} exceeds the reservation of {reservation.amounts.get(k, 0.0):g}"
+                )
+        for k, v in reservation.amounts.items():
+            self.reserved[k] -= v
+        reservation.open = False
+        self._add(actual, {"type": "commit", "id": reservation.id, "label": reservation.label})
+
+    def release(self, reservation: Reservation) -> None:
+        if reservation.open:
+            for k, v in reservation.amounts.items():
+                self.reserved[k] -= v
+            reservation.open = False
+            self.events.append({"type": "release", "id": reservation.id})
+
+    def add(self, amounts: dict[str, float], label: str = "") -> None:
+        """Record cost that needs no reservation (counters without a limit, or measured time)."""
+
+        self._check(amounts)
+        for k, v in amounts.items():
+            if k in self.budget.limits and k not in TIME_COUNTERS and v > self.remaining(k) + 1e-9:
+                raise BudgetError(f"adding {v:g} {k} would exceed its limit; reserve it first")
+        self._add(amounts, {"type": "add", "label": label})
+
+    def _add(self, amounts: dict[str, float], event: dict[str, Any]) -> None:
+        for k, v in amounts.items():
+            self.counters[k] += v
+        event["amounts"] = dict(amounts)
+        self.events.append(event)
+
+    def discard(self, reason: str, tokens: float, rollouts: float = 0.0) -> None:
+        """Launched tokens that will not enter a gradient, by reason."""
+
+        if reason not in self.discarded_by_reason:
+            raise BudgetError(f"unknown discard reason '{reason}' (valid: {', '.join(DISCARD_REASONS)})")
+        if tokens < 0 or rollouts < 0:
+            raise BudgetError("discards must be >= 0")
+        self.discarded_by_reason[reason] += tokens
+        self.discarded_rollouts_by_reason[reason] += rollouts
+        self.counters["discarded_tokens"] += tokens
+        self.events.append({"type": "discard", "reason": reason, "tokens": tokens, "rollouts": rollouts})
+
+    def snapshot(self, step: int) -> dict[str, Any]:
+        snap = {"step": step, **self.counters,
+                **{f"discarded_tokens.{r}": v for r, v in self.discarded_by_reason.items()}}
+        self.snapshots.append(snap)
+        return snap
+
+    # ---- invariants and persistence ---------------------------------------------------------
+
+    def check_invariants(self) -> list[str]:
+        problems = []
+        c = self.counters
+        if c["accepted_tokens"] > c["launched_tokens"] + 1e-9:
+            problems.append("accepted_tokens > launched_tokens")
+        if c["rollouts_accepted"] > c["rollouts_launched"] + 1e-9:
+            problems.append("rollouts_accepted > rollouts_launched")
+        if abs(sum(self.discarded_by_reason.values()) - c["discarded_tokens"]) > 1e-6:
+            problems.append("discards by reason do not add up to discarded_tokens")
+        for k, limit in self.budget.limits.items():
+            if k not in TIME_COUNTERS and c[k] > limit + 1e-9:
+                problems.append(f"{k} = {c[k]:g} exceeds its limit {limit:g}")
+        return problems
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "limits": dict(self.budget.limits),
+            "counters": dict(self.counters),
+            "discarded_by_reason": dict(self.discarded_by_reason),
+            "discarded_rollouts_by_reason": dict(self.discarded_rollouts_by_reason),
+            "n_events": len(self.events),
+            "snapshots": copy.deepcopy(self.snapshots),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Ledger:
+        led = cls(Budget(dict(state["limits"])))
+        led.counters.update(state["counters"])
+        led.discarded_by_reason.update(state["discarded_by_reason"])
+        led.discarded_rollouts_by_reason.update(state.get("discarded_rollouts_by_reason", {}))
+        led.snapshots = copy.deepcopy(state.get("snapshots", []))
+        return led
