@@ -34,7 +34,9 @@ def group_stats(values: torch.Tensor, group_ids: torch.Tensor, ddof: int = 1):
     ss = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, dev2)
     denom = (count - ddof).clamp(min=1.0)
     std = torch.where(count > ddof, (ss / denom).sqrt(), torch.zeros_like(ss))
-    vmax = torch.full((n_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(0, inv, v, "amax")
+    vmax = torch.full((n_groups,), -torch.inf, dtype=torch.float64).scatter_reduce(
+        0, inv, v, "amax"
+    )
     vmin = torch.full((n_groups,), torch.inf, dtype=torch.float64).scatter_reduce(0, inv, v, "amin")
     equal = vmax == vmin
     return mean[inv], std[inv], count[inv], equal[inv]
@@ -58,7 +60,9 @@ def unit(rewards: torch.Tensor, mask: torch.Tensor, **_) -> torch.Tensor:
     return mask.float().clone()
 
 
-def batch_mean(rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor | None = None, **_) -> torch.Tensor:
+def batch_mean(
+    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor | None = None, **_
+) -> torch.Tensor:
     """A_i = R_i - mean R, the mean taken over the sample's group when groups exist, else the batch.
 
     The mean includes the sample itself (shrinks the gradient by (N-1)/N; see ``leave_one_out``).
@@ -111,7 +115,9 @@ def group_norm(
     return broadcast(adv, mask)
 
 
-def group_mean(rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, singleton: str = "zero", **_):
+def group_mean(
+    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, singleton: str = "zero", **_
+):
     """Dr. GRPO: A_i = R_i - mean_g (no std)."""
 
     r = rewards.double()
@@ -141,14 +147,16 @@ def last_token_index(mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask > 0, pos, torch.zeros_like(pos)).max(dim=1).values
 
 
-def token_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+def token_returns(
+    token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0
+) -> torch.Tensor:
     """G_t = sum_{s >= t} gamma^(s-t) r_s over action tokens (gamma counts action tokens).
 
     Args:
         token_rewards: ``[B, T]``; mask: ``[B, T]``. Returns ``[B, T]`` (0 off the mask).
     """
 
-    r = (token_rewards.double() * mask.double())
+    r = token_rewards.double() * mask.double()
     out = torch.zeros_like(r)
     running = torch.zeros(r.shape[0], dtype=torch.float64, device=r.device)
     for t in range(r.shape[1] - 1, -1, -1):
@@ -182,7 +190,11 @@ def reinforce_pp(
 
 
 def reinforce_pp_baseline(
-    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, whiten_eps: float = 1e-8, **_
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    whiten_eps: float = 1e-8,
+    **_,
 ) -> torch.Tensor:
     """REINFORCE++-baseline: A' = R - mean_group R (no std), broadcast, then whitened over valid tokens."""
 
@@ -191,7 +203,9 @@ def reinforce_pp_baseline(
     return whiten(broadcast(a, mask), mask, whiten_eps)
 
 
-def remax(rewards: torch.Tensor, mask: torch.Tensor, baseline_rewards: torch.Tensor, **_) -> torch.Tensor:
+def remax(
+    rewards: torch.Tensor, mask: torch.Tensor, baseline_rewards: torch.Tensor, **_
+) -> torch.Tensor:
     """ReMax: A_i = R_i - R(greedy_i), the greedy decode of the same instance and environment seed."""
 
     return broadcast(rewards.double() - baseline_rewards.double(), mask)

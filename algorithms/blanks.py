@@ -110,7 +110,8 @@ class AdvantageSpec(_Spec):
     )
     gamma: float = Field(1.0, ge=0, le=1, description="Discount for token/turn returns.")
     turn_baseline: Literal["none", "group"] = Field(
-        "group", description="turn_return: subtract the group's mean return at the same turn index (or none)."
+        "group",
+        description="turn_return: subtract the group's mean return at the same turn index (or none).",
     )
     lam: float = Field(1.0, ge=0, le=1, description="GAE lambda.")
 

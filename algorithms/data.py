@@ -8,7 +8,9 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 
-def overlong_penalty(lengths: torch.Tensor, l_max: int, cache: int, factor: float = 1.0) -> torch.Tensor:
+def overlong_penalty(
+    lengths: torch.Tensor, l_max: int, cache: int, factor: float = 1.0
+) -> torch.Tensor:
     """DAPO soft overlong punishment R_length ``[B]`` for response lengths ``[B]``.
 
     0 if |y| <= L_max - L_cache; ((L_max - L_cache) - |y|) / L_cache * factor if |y| <= L_max; -factor beyond.
@@ -70,7 +72,8 @@ class SamplingCensus:
 
     def balanced(self) -> bool:
         return self.groups_launched == self.groups_kept + sum(self.groups_dropped.values()) and (
-            self.responses_accepted <= self.responses_launched and self.tokens_accepted <= self.tokens_launched
+            self.responses_accepted <= self.responses_launched
+            and self.tokens_accepted <= self.tokens_launched
         )
 
 
@@ -90,7 +93,9 @@ class DynamicSampler:
     def done(self) -> bool:
         return len(self.kept) >= self.target or self.census.rounds >= self.max_rounds
 
-    def add_round(self, rewards: torch.Tensor, group_ids: torch.Tensor, tokens_per_sample: torch.Tensor) -> list[int]:
+    def add_round(
+        self, rewards: torch.Tensor, group_ids: torch.Tensor, tokens_per_sample: torch.Tensor
+    ) -> list[int]:
         """Record one round; returns the group ids kept from it (in order)."""
 
         c = self.census
@@ -100,7 +105,9 @@ class DynamicSampler:
         c.groups_launched += len(groups)
         c.responses_launched += int(group_ids.numel())
         c.tokens_launched += int(tokens_per_sample.sum())
-        verdicts = group_verdicts(rewards, group_ids) if self.enabled else dict.fromkeys(groups, "keep")
+        verdicts = (
+            group_verdicts(rewards, group_ids) if self.enabled else dict.fromkeys(groups, "keep")
+        )
         kept_now = []
         for g in groups:
             v = verdicts[g]
@@ -120,7 +127,9 @@ class DynamicSampler:
         return kept_now
 
 
-def minibatches(n: int, num_minibatches: int, epochs: int, generator: torch.Generator | None = None):
+def minibatches(
+    n: int, num_minibatches: int, epochs: int, generator: torch.Generator | None = None
+):
     """Index lists for ``epochs`` passes over ``n`` samples split into ``num_minibatches`` per pass.
 
     Each pass is a fresh permutation (from ``generator``); every sample appears once per epoch.

@@ -101,13 +101,22 @@ def compute_advantages(
     info["shaped_rewards"] = rewards
     name = a.estimator
     if name == "gae":
-        raise ValueError("the 'gae' estimator needs a value model: use the critic trainer (ppo presets)")
+        raise ValueError(
+            "the 'gae' estimator needs a value model: use the critic trainer (ppo presets)"
+        )
     fn = adv_mod.get_estimator(name)
     if group_ids is None:
         group_ids = torch.arange(rewards.shape[0])
     kwargs = dict(
-        rewards=rewards, mask=mask, group_ids=group_ids, std_ddof=a.std_ddof, std_eps=a.std_eps,
-        singleton=a.singleton, gamma=a.gamma, whiten_eps=a.whiten_eps, token_penalty=token_penalty,
+        rewards=rewards,
+        mask=mask,
+        group_ids=group_ids,
+        std_ddof=a.std_ddof,
+        std_eps=a.std_eps,
+        singleton=a.singleton,
+        gamma=a.gamma,
+        whiten_eps=a.whiten_eps,
+        token_penalty=token_penalty,
         turn_baseline=a.turn_baseline,
     )
     if name == "remax":
@@ -169,7 +178,9 @@ def policy_loss(
 
     clipped = torch.zeros_like(ratio)
     if w_spec.trust_region == "clip":
-        tok_loss, clipped = clip_surrogate(ratio, adv, w_spec.eps_low, w_spec.eps_high, w_spec.dual_clip_c)
+        tok_loss, clipped = clip_surrogate(
+            ratio, adv, w_spec.eps_low, w_spec.eps_high, w_spec.dual_clip_c
+        )
     elif w_spec.trust_region == "sapo":
         tok_loss = sapo_surrogate(ratio, adv, w_spec.tau_pos, w_spec.tau_neg)
     else:
@@ -186,7 +197,9 @@ def policy_loss(
     with torch.no_grad():
         metrics["clip_frac"] = float((clipped * m * weights).sum())
         metrics["ratio_mean"] = float((ratio.detach() * m * weights).sum())
-        metrics["ratio_max"] = float(ratio.detach().masked_fill(m == 0, 0).max()) if m.numel() else 1.0
+        metrics["ratio_max"] = (
+            float(ratio.detach().masked_fill(m == 0, 0).max()) if m.numel() else 1.0
+        )
     if ref_logp is not None:
         kl_tok = kl_estimate(logp, ref_logp.detach(), reg.loss_kl_estimator) * m
         kl = aggregate(kl_tok, weights)
@@ -204,7 +217,9 @@ def policy_loss(
     return total, metrics
 
 
-def sft_loss(logp: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+def sft_loss(
+    logp: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
     """NLL of the masked tokens: -sum(w m log pi), token-mean over the batch by default. ``[B, T]`` inputs."""
 
     m = mask.to(logp.dtype)
@@ -231,5 +246,8 @@ def dpo_loss(
         torch.nn.functional.logsigmoid(-beta * h)
     )
     loss = losses.mean()
-    return loss, {"loss": float(loss.detach()), "dpo_margin": float(h.detach().mean()),
-                  "dpo_accuracy": float((h.detach() > 0).float().mean())}
+    return loss, {
+        "loss": float(loss.detach()),
+        "dpo_margin": float(h.detach().mean()),
+        "dpo_accuracy": float((h.detach() > 0).float().mean()),
+    }

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str, clamp: float = 20.0) -> torch.Tensor:
+def kl_estimate(
+    logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str, clamp: float = 20.0
+) -> torch.Tensor:
     """Per-token KL estimate with d = log pi - log pi_ref (samples from pi). ``[B, T]``.
 
     k1 = d (unbiased, can be negative); k2 = d^2/2 (gradient: reverse KL);

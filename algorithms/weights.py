@@ -75,7 +75,9 @@ def clip_surrogate(
     return loss, is_clipped
 
 
-def sapo_surrogate(ratio: torch.Tensor, adv: torch.Tensor, tau_pos: float, tau_neg: float) -> torch.Tensor:
+def sapo_surrogate(
+    ratio: torch.Tensor, adv: torch.Tensor, tau_pos: float, tau_neg: float
+) -> torch.Tensor:
     """SAPO soft gate: l = -f(r)·A, f(r) = (4/tau) sigmoid(tau (r - 1)); tau = tau_pos if A > 0 else tau_neg.
 
     The gradient weight ∂f/∂log r = 4 p (1 - p) r with p = sigmoid(tau (r - 1)) equals 1 at r = 1.
@@ -86,7 +88,9 @@ def sapo_surrogate(ratio: torch.Tensor, adv: torch.Tensor, tau_pos: float, tau_n
     return -f * adv
 
 
-def truncated_is_weight(old_logp: torch.Tensor, behavior_logp: torch.Tensor, cap: float) -> torch.Tensor:
+def truncated_is_weight(
+    old_logp: torch.Tensor, behavior_logp: torch.Tensor, cap: float
+) -> torch.Tensor:
     """TIS: min(pi_old / pi_behavior, C), detached. ``[B, T]``."""
 
     return torch.exp((old_logp - behavior_logp).detach().clamp(max=20.0)).clamp(max=cap)

@@ -31,13 +31,15 @@ def main() -> None:
     task = make_task("arithmetic", {"digits": 3})
     model, tok = load_policy(ModelConfig(), [task])
     model.eval()
-    prompts = [[tok.bos_token_id, *tok(i.prompt, add_special_tokens=False)["input_ids"]]
-               for i in task.instances(list(range(args.batch)))]
+    prompts = [
+        [tok.bos_token_id, *tok(i.prompt, add_special_tokens=False)["input_ids"]]
+        for i in task.instances(list(range(args.batch)))
+    ]
     L = max(map(len, prompts))
     ids = torch.full((len(prompts), L), tok.pad_token_id)
     attn = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, L - len(p):], attn[i, L - len(p):] = torch.tensor(p), 1
+        ids[i, L - len(p) :], attn[i, L - len(p) :] = torch.tensor(p), 1
     engine = HFEngine(model, tok)
     # no stop, no EOS: both generate exactly args.new tokens per sequence
     params = SamplingParams(temperature=1.0, max_new_tokens=args.new)
@@ -48,8 +50,15 @@ def main() -> None:
 
     def run_generate():
         with torch.no_grad():
-            out = model.generate(ids, attention_mask=attn, do_sample=True, max_new_tokens=args.new,
-                                 min_new_tokens=args.new, pad_token_id=tok.pad_token_id, eos_token_id=None)
+            out = model.generate(
+                ids,
+                attention_mask=attn,
+                do_sample=True,
+                max_new_tokens=args.new,
+                min_new_tokens=args.new,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=None,
+            )
         return (out.shape[1] - L) * out.shape[0]
 
     # engine's stop-token table: exclude the eos from stopping by disabling it for the timing
@@ -66,21 +75,34 @@ def main() -> None:
     finally:
         tok.eos_token_id = eos
     best = {k: max(v) for k, v in res.items()}
-    print(f"batch {args.batch} x {args.new} new tokens, tiny model ({sum(p.numel() for p in model.parameters()):,} params)")
+    print(
+        f"batch {args.batch} x {args.new} new tokens, tiny model ({sum(p.numel() for p in model.parameters()):,} params)"
+    )
     print(f"  HF engine (sampling + log-probs): {best['engine']:10.0f} tokens/s")
     print(f"  bare model.generate (sampling):   {best['generate']:10.0f} tokens/s")
-    print(f"  ratio engine / generate:          {best['engine'] / best['generate']:10.2f}x  (target >= 0.90x)")
+    print(
+        f"  ratio engine / generate:          {best['engine'] / best['generate']:10.2f}x  (target >= 0.90x)"
+    )
 
     gtask = make_task("guess_number")
     gmodel, gtok = load_policy(ModelConfig(), [gtask])
     gengine = HFEngine(gmodel, gtok)
     inst = gtask.instances(list(range(16)))
     t0 = time.perf_counter()
-    batch = run_episodes(gengine, gtok, gtask, inst, 4, SamplingParams(max_new_tokens=4),
-                         generator=torch.Generator().manual_seed(0))
+    batch = run_episodes(
+        gengine,
+        gtok,
+        gtask,
+        inst,
+        4,
+        SamplingParams(max_new_tokens=4),
+        generator=torch.Generator().manual_seed(0),
+    )
     dt = time.perf_counter() - t0
-    print(f"agent loop on guess_number: {batch.size} episodes, {float(batch.n_turns.float().mean()):.1f} turns each, "
-          f"{batch.size / dt:.1f} episodes/s")
+    print(
+        f"agent loop on guess_number: {batch.size} episodes, {float(batch.n_turns.float().mean()):.1f} turns each, "
+        f"{batch.size / dt:.1f} episodes/s"
+    )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,12 @@ class Reservation:
 class Ledger:
     budget: Budget = field(default_factory=lambda: Budget({}))
     counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
-    discarded_by_reason: dict[str, float] = field(default_factory=lambda: dict.fromkeys(DISCARD_REASONS, 0.0))
-    discarded_rollouts_by_reason: dict[str, float] = field(default_factory=lambda: dict.fromkeys(DISCARD_REASONS, 0.0))
+    discarded_by_reason: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(DISCARD_REASONS, 0.0)
+    )
+    discarded_rollouts_by_reason: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(DISCARD_REASONS, 0.0)
+    )
     reserved: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
     events: list[dict[str, Any]] = field(default_factory=list)
     snapshots: list[dict[str, Any]] = field(default_factory=list)
@@ -95,7 +99,9 @@ class Ledger:
         self._next_id += 1
         for k, v in amounts.items():
             self.reserved[k] += v
-        self.events.append({"type": "reserve", "id": res.id, "label": label, "amounts": dict(amounts)})
+        self.events.append(
+            {"type": "reserve", "id": res.id, "label": label, "amounts": dict(amounts)}
+        )
         return res
 
     def commit(self, reservation: Reservation, actual: dict[str, float]) -> None:
@@ -109,7 +115,11 @@ class Ledger:
             raise BudgetError(f"reservation {reservation.id} was already committed or released")
         self._check(actual)
         for k, v in actual.items():
-            if k in self.budget.limits and k not in TIME_COUNTERS and v > reservation.amounts.get(k, 0.0) + 1e-9:
+            if (
+                k in self.budget.limits
+                and k not in TIME_COUNTERS
+                and v > reservation.amounts.get(k, 0.0) + 1e-9
+            ):
                 raise BudgetError(
                     f"commit of {v:g} {k} exceeds the reservation of {reservation.amounts.get(k, 0.0):g}"
                 )
@@ -144,17 +154,24 @@ class Ledger:
         """Launched tokens that will not enter a gradient, by reason."""
 
         if reason not in self.discarded_by_reason:
-            raise BudgetError(f"unknown discard reason '{reason}' (valid: {', '.join(DISCARD_REASONS)})")
+            raise BudgetError(
+                f"unknown discard reason '{reason}' (valid: {', '.join(DISCARD_REASONS)})"
+            )
         if tokens < 0 or rollouts < 0:
             raise BudgetError("discards must be >= 0")
         self.discarded_by_reason[reason] += tokens
         self.discarded_rollouts_by_reason[reason] += rollouts
         self.counters["discarded_tokens"] += tokens
-        self.events.append({"type": "discard", "reason": reason, "tokens": tokens, "rollouts": rollouts})
+        self.events.append(
+            {"type": "discard", "reason": reason, "tokens": tokens, "rollouts": rollouts}
+        )
 
     def snapshot(self, step: int) -> dict[str, Any]:
-        snap = {"step": step, **self.counters,
-                **{f"discarded_tokens.{r}": v for r, v in self.discarded_by_reason.items()}}
+        snap = {
+            "step": step,
+            **self.counters,
+            **{f"discarded_tokens.{r}": v for r, v in self.discarded_by_reason.items()},
+        }
         self.snapshots.append(snap)
         return snap
 

@@ -63,7 +63,9 @@ class RunResult:
     evals: list[dict[str, Any]] = field(default_factory=list)
     census: list[dict[str, Any]] = field(default_factory=list)
     ledger: Ledger | None = None
-    eval_cost: dict[str, float] = field(default_factory=lambda: {"generated_tokens": 0.0, "verifier_calls": 0.0})
+    eval_cost: dict[str, float] = field(
+        default_factory=lambda: {"generated_tokens": 0.0, "verifier_calls": 0.0}
+    )
     ended_because: str = ""
 
 
@@ -152,8 +154,11 @@ class Trainer:
 
     def _worst_case_update(self, n_rollouts: int, tokens: float) -> dict[str, float]:
         d = self.blanks.data
-        return {"optimizer_steps": float(d.epochs * d.minibatches), "accepted_tokens": float(tokens),
-                "rollouts_accepted": float(n_rollouts)}
+        return {
+            "optimizer_steps": float(d.epochs * d.minibatches),
+            "accepted_tokens": float(tokens),
+            "rollouts_accepted": float(n_rollouts),
+        }
 
     def _with_time_estimate(self, cost: dict[str, float]) -> dict[str, float]:
         out = dict(cost)
@@ -169,22 +174,39 @@ class Trainer:
         """Reserve, generate, commit. Returns (batch, greedy batch or None), or None if it would not fit."""
 
         worst = self._worst_case_round(n_prompts, greedy_baseline)
-        res = self.ledger.reserve(self._with_time_estimate(worst), label=f"rollout step {self.step_idx}")
+        res = self.ledger.reserve(
+            self._with_time_estimate(worst), label=f"rollout step {self.step_idx}"
+        )
         if res is None:
             return None
         calls0 = self.gate.stats.calls
         instances = self._sample_instances(n_prompts)
         batch = run_episodes(
-            self.engine, self.tok, self.task, instances, self.G, self.params, self.gate,
-            max_context_tokens=self.s.rollout.max_prompt_tokens, generator=self.gen, group_offset=self.group_counter,
+            self.engine,
+            self.tok,
+            self.task,
+            instances,
+            self.G,
+            self.params,
+            self.gate,
+            max_context_tokens=self.s.rollout.max_prompt_tokens,
+            generator=self.gen,
+            group_offset=self.group_counter,
         )
         self.group_counter += n_prompts
         greedy = None
         if greedy_baseline:
             gparams = SamplingParams(0.0, 1.0, 0, self.s.rollout.max_new_tokens)
             greedy = run_episodes(
-                self.engine, self.tok, self.task, instances, 1, gparams, self.gate,
-                max_context_tokens=self.s.rollout.max_prompt_tokens, generator=self.gen,
+                self.engine,
+                self.tok,
+                self.task,
+                instances,
+                1,
+                gparams,
+                self.gate,
+                max_context_tokens=self.s.rollout.max_prompt_tokens,
+                generator=self.gen,
             )
         batches = [batch] + ([greedy] if greedy is not None else [])
         actual = {
@@ -213,23 +235,31 @@ class Trainer:
         n_prompts = self.s.rollout.prompts_per_step
         greedy = self.blanks.advantage.estimator == "remax"
         # the whole step must fit: worst-case rollouts (one round) and the update
-        if not self.ledger.fits(self._with_time_estimate(
-            {**self._worst_case_round(n_prompts, greedy), **self._worst_case_update(0, 0)}
-        )):
+        if not self.ledger.fits(
+            self._with_time_estimate(
+                {**self._worst_case_round(n_prompts, greedy), **self._worst_case_update(0, 0)}
+            )
+        ):
             return None
-        sampler = DynamicSampler(n_prompts, d.max_sampling_rounds if d.dynamic_sampling else 1, d.dynamic_sampling)
+        sampler = DynamicSampler(
+            n_prompts, d.max_sampling_rounds if d.dynamic_sampling else 1, d.dynamic_sampling
+        )
         kept_batches, greedy_batches = [], []
         while not sampler.done:
             out = self._rollout_round(n_prompts, greedy)
             if out is None:
                 break
             batch, gbatch = out
-            tokens_per = torch.tensor([sum(e - s for k, s, e in segs if k == "action") for segs in batch.segments])
+            tokens_per = torch.tensor(
+                [sum(e - s for k, s, e in segs if k == "action") for segs in batch.segments]
+            )
             kept = sampler.add_round(batch.reward, batch.group_ids, tokens_per)
             keep_rows = [i for i, g in enumerate(batch.group_ids.tolist()) if g in set(kept)]
             drop_rows = [i for i in range(batch.size) if i not in set(keep_rows)]
             if drop_rows:
-                self.ledger.discard("dynamic_sampling", float(tokens_per[drop_rows].sum()), len(drop_rows))
+                self.ledger.discard(
+                    "dynamic_sampling", float(tokens_per[drop_rows].sum()), len(drop_rows)
+                )
             if keep_rows:
                 kept_batches.append(batch.select(keep_rows))
                 if gbatch is not None:
@@ -249,7 +279,11 @@ class Trainer:
             self._finish_step(metrics, t_dev0, t_wall0)
             return metrics
         batch = TrajectoryBatch.concat(kept_batches, self.tok.pad_token_id or 0)
-        baseline = TrajectoryBatch.concat(greedy_batches, self.tok.pad_token_id or 0).reward if greedy else None
+        baseline = (
+            TrajectoryBatch.concat(greedy_batches, self.tok.pad_token_id or 0).reward
+            if greedy
+            else None
+        )
         metrics = self._update(batch, baseline, sampler.census.groups_launched)
         metrics["sampling_rounds"] = float(sampler.census.rounds)
         self._finish_step(metrics, t_dev0, t_wall0)
@@ -258,8 +292,12 @@ class Trainer:
     def _finish_step(self, metrics: dict[str, Any], t_dev0: float, t_wall0: float) -> None:
         dev, wall = self.timer.now() - t_dev0, time.perf_counter() - t_wall0
         self._last_step_cost = {"device_seconds": dev, "wall_seconds": wall}
-        self.ledger.add({"device_seconds": dev, "wall_seconds": wall}, label=f"step {self.step_idx}")
-        self.engine.load_weights(None)  # colocated HF engine shares the weights: sync = version bump
+        self.ledger.add(
+            {"device_seconds": dev, "wall_seconds": wall}, label=f"step {self.step_idx}"
+        )
+        self.engine.load_weights(
+            None
+        )  # colocated HF engine shares the weights: sync = version bump
         snap = self.ledger.snapshot(self.step_idx)
         metrics.update({f"ledger.{k}": v for k, v in snap.items() if k != "step"})
         self.result.steps.append(metrics)
@@ -269,39 +307,67 @@ class Trainer:
         temp, top_k, top_p = self.score_params
         ctx = torch.enable_grad() if grad else torch.no_grad()
         with ctx:
-            return policy_logprobs(model, batch.tokens, batch.attention_mask, temp, top_k=top_k, top_p=top_p,
-                                   entropy=entropy)
+            return policy_logprobs(
+                model,
+                batch.tokens,
+                batch.attention_mask,
+                temp,
+                top_k=top_k,
+                top_p=top_p,
+                entropy=entropy,
+            )
 
     def _batched_logprobs(self, model, batch: TrajectoryBatch) -> torch.Tensor:
         mb = self.s.rollout.micro_batch_size
-        parts = [self._logprobs(model, batch.select(list(range(s, min(batch.size, s + mb)))))[0]
-                 for s in range(0, batch.size, mb)]
+        parts = [
+            self._logprobs(model, batch.select(list(range(s, min(batch.size, s + mb)))))[0]
+            for s in range(0, batch.size, mb)
+        ]
         return torch.cat(parts, 0).cpu()
 
-    def _update(self, batch: TrajectoryBatch, baseline_rewards, groups_launched: int) -> dict[str, Any]:
+    def _update(
+        self, batch: TrajectoryBatch, baseline_rewards, groups_launched: int
+    ) -> dict[str, Any]:
         b = self.blanks
         self.model.eval()
         old_logp = self._batched_logprobs(self.model, batch)  # pi_old: recomputed by the trainer
         ref_logp = self._batched_logprobs(self.ref_model, batch)
         mask0 = batch.action_mask.clone()
         adv, mask, info = compute_advantages(
-            b, batch.reward, mask0, batch.group_ids, old_logp=old_logp, ref_logp=ref_logp,
-            turn_rewards=batch.turn_rewards, turn_ids=batch.turn_ids, baseline_rewards=baseline_rewards,
-            truncated=batch.truncated, l_max=self.l_max,
+            b,
+            batch.reward,
+            mask0,
+            batch.group_ids,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+            turn_rewards=batch.turn_rewards,
+            turn_ids=batch.turn_ids,
+            baseline_rewards=baseline_rewards,
+            truncated=batch.truncated,
+            l_max=self.l_max,
         )
         filtered = (mask0.sum(1) > 0) & (mask.sum(1) == 0)
         if filtered.any():
-            self.ledger.discard("overlong_filter", float(mask0[filtered].sum()), int(filtered.sum()))
+            self.ledger.discard(
+                "overlong_filter", float(mask0[filtered].sum()), int(filtered.sum())
+            )
         failed_tokens = sum(
-            e - s for i in batch.failed.nonzero().flatten().tolist() for k, s, e in batch.segments[i] if k == "action"
+            e - s
+            for i in batch.failed.nonzero().flatten().tolist()
+            for k, s, e in batch.segments[i]
+            if k == "action"
         )
         if failed_tokens:
             self.ledger.discard("failed", float(failed_tokens), int(batch.failed.sum()))
         accepted = float(mask.sum())
         rows_accepted = int((mask.sum(1) > 0).sum())
-        upd_res = self.ledger.reserve(self._worst_case_update(rows_accepted, accepted), label=f"update {self.step_idx}")
+        upd_res = self.ledger.reserve(
+            self._worst_case_update(rows_accepted, accepted), label=f"update {self.step_idx}"
+        )
         if upd_res is None:
-            raise TrainingError("the update of an admitted batch no longer fits the budget")  # pragma: no cover
+            raise TrainingError(
+                "the update of an admitted batch no longer fits the budget"
+            )  # pragma: no cover
 
         self.model.train()
         opt_steps = 0
@@ -311,7 +377,9 @@ class Trainer:
         need_entropy = True
         for epoch, rows in minibatches(batch.size, b.data.minibatches, b.data.epochs, self.gen):
             sub_mask = mask[rows]
-            weights = loss_weights(sub_mask, b.normalization.mode, self.l_max, b.normalization.count_empty_rows)
+            weights = loss_weights(
+                sub_mask, b.normalization.mode, self.l_max, b.normalization.count_empty_rows
+            )
             if float(sub_mask.sum()) == 0:
                 continue
             self.optimizer.zero_grad(set_to_none=True)
@@ -323,9 +391,15 @@ class Trainer:
                 sub = batch.select(r_idx)
                 logp, ent = self._logprobs(self.model, sub, entropy=need_entropy, grad=True)
                 loss, met = policy_loss(
-                    b, logp, old_logp[r_idx].to(self.device), adv[r_idx].to(self.device), mask[r_idx].to(self.device),
-                    weights[local].to(self.device), behavior_logp=sub.behavior_logprobs.to(self.device),
-                    ref_logp=ref_logp[r_idx].to(self.device), entropy=ent,
+                    b,
+                    logp,
+                    old_logp[r_idx].to(self.device),
+                    adv[r_idx].to(self.device),
+                    mask[r_idx].to(self.device),
+                    weights[local].to(self.device),
+                    behavior_logp=sub.behavior_logprobs.to(self.device),
+                    ref_logp=ref_logp[r_idx].to(self.device),
+                    entropy=ent,
                 )
                 if not torch.isfinite(loss):
                     raise TrainingError(
@@ -345,26 +419,36 @@ class Trainer:
             for k, v in mb_metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
         self.model.eval()
-        self.ledger.commit(upd_res, {"optimizer_steps": float(opt_steps), "accepted_tokens": accepted,
-                                     "rollouts_accepted": float(rows_accepted)})
+        self.ledger.commit(
+            upd_res,
+            {
+                "optimizer_steps": float(opt_steps),
+                "accepted_tokens": accepted,
+                "rollouts_accepted": float(rows_accepted),
+            },
+        )
         rewards = batch.reward
         groups = torch.unique(batch.group_ids)
-        trainable = sum(1 for g in groups.tolist() if torch.unique(rewards[batch.group_ids == g]).numel() > 1)
+        trainable = sum(
+            1 for g in groups.tolist() if torch.unique(rewards[batch.group_ids == g]).numel() > 1
+        )
         metrics = {k: v / max(1, n_mb) for k, v in sums.items()}
-        metrics.update({
-            "step": self.step_idx,
-            "reward_mean": float(rewards.mean()),
-            "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
-            "adv_abs_mean": float((adv.abs() * mask).sum() / mask.sum().clamp(min=1)),
-            "response_length": float(mask0.sum(1).float().mean()),
-            "truncated_frac": float(batch.truncated.float().mean()),
-            "failed": float(batch.failed.sum()),
-            "trainable_group_frac": trainable / max(1, len(groups)),
-            "groups_launched": float(groups_launched),
-            "optimizer_steps": float(opt_steps),
-            "grad_norm": float(sum(grad_norms) / max(1, len(grad_norms))),
-            "policy_version": float(self.engine.policy_version),
-        })
+        metrics.update(
+            {
+                "step": self.step_idx,
+                "reward_mean": float(rewards.mean()),
+                "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
+                "adv_abs_mean": float((adv.abs() * mask).sum() / mask.sum().clamp(min=1)),
+                "response_length": float(mask0.sum(1).float().mean()),
+                "truncated_frac": float(batch.truncated.float().mean()),
+                "failed": float(batch.failed.sum()),
+                "trainable_group_frac": trainable / max(1, len(groups)),
+                "groups_launched": float(groups_launched),
+                "optimizer_steps": float(opt_steps),
+                "grad_norm": float(sum(grad_norms) / max(1, len(grad_norms))),
+                "policy_version": float(self.engine.policy_version),
+            }
+        )
         if "reward_kl" in info:
             metrics["reward_kl"] = info["reward_kl"]
         return metrics
@@ -374,10 +458,14 @@ class Trainer:
         clip = self.s.optimizer.grad_clip
         gn = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
         if not torch.isfinite(gn):
-            raise TrainingError(f"{self.s.name}: gradient norm is {float(gn)} at step {self.step_idx}")
+            raise TrainingError(
+                f"{self.s.name}: gradient norm is {float(gn)} at step {self.step_idx}"
+            )
         warm = self.s.optimizer.warmup_steps
         for group in self.optimizer.param_groups:
-            group["lr"] = self.s.optimizer.lr * (min(1.0, (self.step_idx + 1) / warm) if warm else 1.0)
+            group["lr"] = self.s.optimizer.lr * (
+                min(1.0, (self.step_idx + 1) / warm) if warm else 1.0
+            )
         self.optimizer.step()
         return float(gn)
 
@@ -390,13 +478,23 @@ class Trainer:
 
         t_dev0, t_wall0 = self.timer.now(), time.perf_counter()
         n = self.s.rollout.prompts_per_step * self.G
-        worst = {"launched_tokens": float(n * self.s.rollout.max_new_tokens * max(1, self.task.max_turns)),
-                 "accepted_tokens": float(n * self.s.rollout.max_new_tokens * max(1, self.task.max_turns)),
-                 "optimizer_steps": 1.0, "rollouts_launched": float(n), "rollouts_accepted": float(n)}
+        worst = {
+            "launched_tokens": float(
+                n * self.s.rollout.max_new_tokens * max(1, self.task.max_turns)
+            ),
+            "accepted_tokens": float(
+                n * self.s.rollout.max_new_tokens * max(1, self.task.max_turns)
+            ),
+            "optimizer_steps": 1.0,
+            "rollouts_launched": float(n),
+            "rollouts_accepted": float(n),
+        }
         res = self.ledger.reserve(self._with_time_estimate(worst), "sft")
         if res is None:
             return None
-        batch = demonstration_batch(self.task, self.tok, [self.rng.randrange(TRAIN_SEED_RANGE) for _ in range(n)])
+        batch = demonstration_batch(
+            self.task, self.tok, [self.rng.randrange(TRAIN_SEED_RANGE) for _ in range(n)]
+        )
         toks = float(batch.action_mask.sum())
         if toks > worst["launched_tokens"]:
             self.ledger.release(res)
@@ -408,12 +506,31 @@ class Trainer:
         loss.backward()
         gn = self._clip_and_step()
         self.model.eval()
-        self.ledger.commit(res, {"launched_tokens": toks, "accepted_tokens": toks, "optimizer_steps": 1.0,
-                                 "rollouts_launched": float(batch.size), "rollouts_accepted": float(batch.size)})
+        self.ledger.commit(
+            res,
+            {
+                "launched_tokens": toks,
+                "accepted_tokens": toks,
+                "optimizer_steps": 1.0,
+                "rollouts_launched": float(batch.size),
+                "rollouts_accepted": float(batch.size),
+            },
+        )
         with torch.no_grad():
-            kl = float(((logp.detach() - self._batched_logprobs(self.ref_model, batch).to(self.device))
-                        * batch.action_mask.to(self.device)).sum() / batch.action_mask.sum())
-        metrics = {"step": self.step_idx, "loss": loss.item(), "kl": kl, "grad_norm": gn, "optimizer_steps": 1.0}
+            kl = float(
+                (
+                    (logp.detach() - self._batched_logprobs(self.ref_model, batch).to(self.device))
+                    * batch.action_mask.to(self.device)
+                ).sum()
+                / batch.action_mask.sum()
+            )
+        metrics = {
+            "step": self.step_idx,
+            "loss": loss.item(),
+            "kl": kl,
+            "grad_norm": gn,
+            "optimizer_steps": 1.0,
+        }
         self._finish_step(metrics, t_dev0, t_wall0)
         return metrics
 
@@ -425,18 +542,35 @@ class Trainer:
         G = max(2, self.G)
         worst = self._worst_case_round(n_prompts)
         worst = {k: v * G / self.G for k, v in worst.items()}
-        if not self.ledger.fits(self._with_time_estimate({**worst, **self._worst_case_update(0, 0)})):
+        if not self.ledger.fits(
+            self._with_time_estimate({**worst, **self._worst_case_update(0, 0)})
+        ):
             return None
         res = self.ledger.reserve(self._with_time_estimate(worst), "dpo rollouts")
         calls0 = self.gate.stats.calls
         ref_engine = HFEngine(self.ref_model, self.tok)
         instances = self._sample_instances(n_prompts)
-        batch = run_episodes(ref_engine, self.tok, self.task, instances, G, self.params, self.gate,
-                             max_context_tokens=self.s.rollout.max_prompt_tokens, generator=self.gen)
-        self.ledger.commit(res, {
-            "launched_tokens": float(batch.launched_tokens()), "prompt_tokens": float(batch.prompt_tokens()),
-            "rollouts_launched": float(batch.size), "env_steps": float(batch.n_turns.sum()),
-            "verifier_calls": float(self.gate.stats.calls - calls0)})
+        batch = run_episodes(
+            ref_engine,
+            self.tok,
+            self.task,
+            instances,
+            G,
+            self.params,
+            self.gate,
+            max_context_tokens=self.s.rollout.max_prompt_tokens,
+            generator=self.gen,
+        )
+        self.ledger.commit(
+            res,
+            {
+                "launched_tokens": float(batch.launched_tokens()),
+                "prompt_tokens": float(batch.prompt_tokens()),
+                "rollouts_launched": float(batch.size),
+                "env_steps": float(batch.n_turns.sum()),
+                "verifier_calls": float(self.gate.stats.calls - calls0),
+            },
+        )
         chosen, rejected = [], []
         for g in torch.unique(batch.group_ids).tolist():
             rows = (batch.group_ids == g).nonzero().flatten()
@@ -445,8 +579,13 @@ class Trainer:
                 chosen.append(int(rows[r.argmax()]))
                 rejected.append(int(rows[r.argmin()]))
         used = set(chosen) | set(rejected)
-        unused_tokens = sum(e - s for i in range(batch.size) if i not in used for k, s, e in batch.segments[i]
-                            if k == "action")
+        unused_tokens = sum(
+            e - s
+            for i in range(batch.size)
+            if i not in used
+            for k, s, e in batch.segments[i]
+            if k == "action"
+        )
         if unused_tokens:
             self.ledger.discard("dynamic_sampling", float(unused_tokens), batch.size - len(used))
         if not chosen:
@@ -464,21 +603,35 @@ class Trainer:
         ref_seq = (ref_lp * m).sum(1)
         k = len(chosen)
         reg = self.blanks.regularizer
-        loss, met = dpo_loss(seq[:k], seq[k:], ref_seq[:k], ref_seq[k:], reg.dpo_beta, reg.dpo_label_smoothing)
+        loss, met = dpo_loss(
+            seq[:k], seq[k:], ref_seq[:k], ref_seq[k:], reg.dpo_beta, reg.dpo_label_smoothing
+        )
         if not torch.isfinite(loss):
             raise TrainingError(f"{self.s.name}: DPO loss is {float(loss)} at step {self.step_idx}")
         loss.backward()
         gn = self._clip_and_step()
         self.model.eval()
-        upd = {"optimizer_steps": 1.0, "accepted_tokens": float(m.sum()), "rollouts_accepted": float(2 * k)}
+        upd = {
+            "optimizer_steps": 1.0,
+            "accepted_tokens": float(m.sum()),
+            "rollouts_accepted": float(2 * k),
+        }
         r2 = self.ledger.reserve(upd, "dpo update")
         if r2 is None:
             raise TrainingError("the DPO update no longer fits the budget")  # pragma: no cover
         self.ledger.commit(r2, upd)
         with torch.no_grad():
             kl = float(((logp.detach() - ref_lp) * m).sum() / m.sum())
-        met.update({"step": self.step_idx, "pairs": float(k), "kl": kl, "grad_norm": gn, "optimizer_steps": 1.0,
-                    "reward_mean": float(batch.reward.mean())})
+        met.update(
+            {
+                "step": self.step_idx,
+                "pairs": float(k),
+                "kl": kl,
+                "grad_norm": gn,
+                "optimizer_steps": 1.0,
+                "reward_mean": float(batch.reward.mean()),
+            }
+        )
         self._finish_step(met, t_dev0, t_wall0)
         return met
 
@@ -486,15 +639,27 @@ class Trainer:
 
     def evaluate(self) -> dict[str, Any]:
         ev = evaluate(
-            self.engine, self.tok, self.task, self.s.eval_size, max_new_tokens=self.s.rollout.max_new_tokens,
-            temperature=self.s.eval_temperature, samples=self.s.eval_samples, seed=self.s.seed,
+            self.engine,
+            self.tok,
+            self.task,
+            self.s.eval_size,
+            max_new_tokens=self.s.rollout.max_new_tokens,
+            temperature=self.s.eval_temperature,
+            samples=self.s.eval_samples,
+            seed=self.s.seed,
             max_context_tokens=self.s.rollout.max_prompt_tokens,
         )
         self.result.eval_cost["generated_tokens"] += ev["generated_tokens"]
         self.result.eval_cost["verifier_calls"] += ev["verifier_calls"]
         pos = dict(self.ledger.counters)
-        record = {"step": self.step_idx, "position": pos, "score": ev["score"], "n": ev["n"],
-                  "success_rate": ev["success_rate"], "per_instance": ev["per_instance"]}
+        record = {
+            "step": self.step_idx,
+            "position": pos,
+            "score": ev["score"],
+            "n": ev["n"],
+            "success_rate": ev["success_rate"],
+            "per_instance": ev["per_instance"],
+        }
         self.result.evals.append(record)
         return record
 
@@ -504,7 +669,9 @@ class Trainer:
         value = self.ledger.counters[self.eval_counter]
         if force or value >= self._next_eval:
             rec = self.evaluate()
-            self.log(f"{self.s.name}: eval at {self.eval_counter}={value:g}: score {rec['score']:.3f}")
+            self.log(
+                f"{self.s.name}: eval at {self.eval_counter}={value:g}: score {rec['score']:.3f}"
+            )
             if self.eval_every:
                 while self._next_eval <= value:
                     self._next_eval += self.eval_every

@@ -49,8 +49,13 @@ def test_tokenizer_that_loses_whitespace_is_refused():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.WordLevel({c: i for i, c in enumerate("<unk> 0123456789+-=abcdefghijklmnopqrstuvwxyz")}
-                                     | {"<unk>": 0}, unk_token="<unk>"))
+    tok = Tokenizer(
+        models.WordLevel(
+            {c: i for i, c in enumerate("<unk> 0123456789+-=abcdefghijklmnopqrstuvwxyz")}
+            | {"<unk>": 0},
+            unk_token="<unk>",
+        )
+    )
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     bad = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
     with pytest.raises(ModelError, match="does not round-trip"):
@@ -87,8 +92,10 @@ def test_gguf_smollm2_loads_offline_and_generates():
     assert 100e6 < param_count(model) < 200e6
     ids = tok("The capital of France is", add_special_tokens=False)["input_ids"]
     engine = HFEngine(model, tok)
-    (gen,), = engine.generate([ids], SamplingParams(temperature=0, max_new_tokens=3))
+    ((gen,),) = engine.generate([ids], SamplingParams(temperature=0, max_new_tokens=3))
     assert " Paris" in gen.text
     # greedy engine output equals transformers' own generate on the same prompt
-    ref = model.generate(torch.tensor([ids]), max_new_tokens=3, do_sample=False)[0, len(ids):].tolist()
+    ref = model.generate(torch.tensor([ids]), max_new_tokens=3, do_sample=False)[
+        0, len(ids) :
+    ].tolist()
     assert gen.token_ids == ref

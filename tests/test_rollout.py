@@ -35,26 +35,42 @@ def _rollout(policies, name, temperature=1.0, n=4, G=4, max_new=5, **kw):
     task, model, tok = policies(name)
     engine = HFEngine(model, tok)
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new, **kw)
-    batch = run_episodes(engine, tok, task, task.instances(list(range(n))), G, params,
-                         generator=torch.Generator().manual_seed(0))
+    batch = run_episodes(
+        engine,
+        tok,
+        task,
+        task.instances(list(range(n))),
+        G,
+        params,
+        generator=torch.Generator().manual_seed(0),
+    )
     return task, model, tok, engine, batch
 
 
 @pytest.mark.parametrize("name", TASKS)
 def test_contract_holds_on_real_rollouts(policies, name):
     task, model, tok, engine, batch = _rollout(policies, name, temperature=0.8)
-    report = check_contract(batch, model, tok, temperature=0.8, reward_range=task.reward_range, group_size=4,
-                            policy_version=engine.policy_version)
+    report = check_contract(
+        batch,
+        model,
+        tok,
+        temperature=0.8,
+        reward_range=task.reward_range,
+        group_size=4,
+        policy_version=engine.policy_version,
+    )
     assert report.passed, report.summary()
     lp = next(r for r in report.results if r.name == "logprobs")
     assert lp.metrics["max_abs_diff"] <= 1e-4
     assert batch.action_tokens() > 0 and batch.size == 16
     if name == "guess_number":
         assert int(batch.n_turns.max()) > 1  # really multi-turn
-        # observation tokens between turns are masked, action tokens of turn k carry turn id k
+        # observation tokens between turns are masked; action tokens of the k-th action carry turn id k
         for b in range(batch.size):
-            for k, (kind, s, e) in enumerate(batch.segments[b]):
-                assert batch.action_mask[b, s:e].eq(1.0 if kind == "action" else 0.0).all()
+            actions = [(s, e) for kind, s, e in batch.segments[b] if kind == "action"]
+            for k, (s, e) in enumerate(actions):
+                assert batch.action_mask[b, s:e].eq(1.0).all() and batch.turn_ids[b, s:e].eq(k).all()
+            assert batch.action_mask[b][batch.turn_ids[b] < 0].eq(0).all()
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -62,7 +78,9 @@ def test_contract_names_the_culprit_of_corrupted_batches(policies, name):
     task, model, tok, _, batch = _rollout(policies, name)
 
     shifted = batch.clone()
-    shifted.action_mask = torch.cat([shifted.action_mask[:, 1:], torch.zeros(batch.size, 1)], 1)  # one token early
+    shifted.action_mask = torch.cat(
+        [shifted.action_mask[:, 1:], torch.zeros(batch.size, 1)], 1
+    )  # one token early
     rep = check_contract(shifted, model, tok)
     fail = {r.name: r for r in rep.failures}
     assert "masks" in fail and fail["masks"].sample == 0
@@ -79,7 +97,10 @@ def test_contract_names_the_culprit_of_corrupted_batches(policies, name):
     assert (fail["logprobs"].sample, fail["logprobs"].token) == (5, t)
 
     misaligned = batch.clone()
-    misaligned.group_ids[3], misaligned.group_ids[4] = misaligned.group_ids[4].clone(), misaligned.group_ids[3].clone()
+    misaligned.group_ids[3], misaligned.group_ids[4] = (
+        misaligned.group_ids[4].clone(),
+        misaligned.group_ids[3].clone(),
+    )
     rep = check_contract(misaligned, model, tok)
     assert [r.name for r in rep.failures] == ["groups"]
     assert rep.failures[0].sample in (3, 4)
@@ -100,14 +121,22 @@ def test_contract_names_the_culprit_of_corrupted_batches(policies, name):
 def test_greedy_engine_matches_transformers_generate(policies):
     task, model, tok = policies("arithmetic")
     engine = HFEngine(model, tok)
-    prompts = [[tok.bos_token_id] + tok(i.prompt, add_special_tokens=False)["input_ids"]
-               for i in task.instances([0, 1, 2])]
+    prompts = [
+        [tok.bos_token_id] + tok(i.prompt, add_special_tokens=False)["input_ids"]
+        for i in task.instances([0, 1, 2])
+    ]
     prompts.append(prompts[0][:3])  # different length: exercises left padding
     gens = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=6))
     for p, (g,) in zip(prompts, gens):
-        ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                             max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
-        assert g.token_ids == ref[0, len(p):].tolist()
+        ref = model.generate(
+            torch.tensor([p]),
+            attention_mask=torch.ones(1, len(p), dtype=torch.long),
+            max_new_tokens=6,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=tok.pad_token_id,
+        )
+        assert g.token_ids == ref[0, len(p) :].tolist()
         assert g.finish_reason == "length"
 
 
@@ -139,10 +168,12 @@ def test_chunked_logprobs_equal_naive_including_gradients():
     naive = torch.log_softmax(logits / 0.7, -1)
     ref_lp = naive.gather(-1, targets[..., None]).squeeze(-1)
     ref_ent = -(naive.exp() * naive).sum(-1)
-    assert torch.allclose(lp.double(), ref_lp, atol=1e-5) and torch.allclose(ent.double(), ref_ent, atol=1e-5)
+    assert torch.allclose(lp.double(), ref_lp, atol=1e-5) and torch.allclose(
+        ent.double(), ref_ent, atol=1e-5
+    )
     w1, w2 = torch.randn(3, 37, dtype=torch.float64), torch.randn(3, 37, dtype=torch.float64)
-    g, = torch.autograd.grad((lp.double() * w1).sum() + (ent.double() * w2).sum(), logits)
-    g_ref, = torch.autograd.grad((ref_lp * w1).sum() + (ref_ent * w2).sum(), logits)
+    (g,) = torch.autograd.grad((lp.double() * w1).sum() + (ent.double() * w2).sum(), logits)
+    (g_ref,) = torch.autograd.grad((ref_lp * w1).sum() + (ref_ent * w2).sum(), logits)
     assert torch.allclose(g, g_ref, atol=1e-5)
 
 
@@ -153,7 +184,9 @@ def test_truncation_and_stop(policies):
         n = action[2] - action[1]
         ends_with_stop = batch.actions[b][0].endswith("\n")
         assert n <= 2
-        assert bool(batch.truncated[b]) == (not ends_with_stop and n == 2 and "<eos>" not in batch.actions[b][0])
+        assert bool(batch.truncated[b]) == (
+            not ends_with_stop and n == 2 and "<eos>" not in batch.actions[b][0]
+        )
 
 
 class _Flaky(Task):
@@ -175,10 +208,20 @@ def test_a_raising_task_fails_its_samples_only(policies):
     _, model, tok = policies("arithmetic")
     task = _Flaky()
     gate = VerifierGate(task)
-    batch = run_episodes(HFEngine(model, tok), tok, task, task.instances([0, 1, 2, 3]), 2,
-                         SamplingParams(max_new_tokens=3), gate, generator=torch.Generator().manual_seed(0))
+    batch = run_episodes(
+        HFEngine(model, tok),
+        tok,
+        task,
+        task.instances([0, 1, 2, 3]),
+        2,
+        SamplingParams(max_new_tokens=3),
+        gate,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert batch.failed.tolist() == [False, False, True, True, False, False, True, True]
-    assert all("scorer crashed" in (r or "") for r, f in zip(batch.failure_reasons, batch.failed) if f)
+    assert all(
+        "scorer crashed" in (r or "") for r, f in zip(batch.failure_reasons, batch.failed) if f
+    )
     assert batch.action_mask[batch.failed].sum() == 0  # failed samples carry no trained tokens
     assert batch.reward[~batch.failed].eq(1.0).all()
     assert gate.stats.failures == 4 and gate.stats.calls == 8
@@ -191,8 +234,15 @@ def test_version_advances_on_weight_sync(policies):
     v = engine.policy_version
     engine.load_weights({k: t.clone() for k, t in model.state_dict().items()})
     assert engine.policy_version == v + 1
-    batch = run_episodes(engine, tok, task, task.instances([0]), 2, SamplingParams(max_new_tokens=3),
-                         generator=torch.Generator().manual_seed(0))
+    batch = run_episodes(
+        engine,
+        tok,
+        task,
+        task.instances([0]),
+        2,
+        SamplingParams(max_new_tokens=3),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert batch.policy_version.tolist() == [v + 1] * 2
     assert not check_contract(batch, model, tok, policy_version=v).passed
     assert math.isfinite(float(batch.behavior_logprobs.sum()))

@@ -50,25 +50,35 @@ def test_guess_number_dynamics_by_hand():
     obs, _ = env.reset(seed=0)
     assert obs == "guess 1-16\n"
     steps = _play(env, ["8\n", "12\n", "10\n", "11\n"])
-    assert steps == [("higher\n", 0.0, False, False), ("lower\n", 0.0, False, False),
-                     ("higher\n", 0.0, False, False), ("", 1.0, True, False)]
+    assert steps == [
+        ("higher\n", 0.0, False, False),
+        ("lower\n", 0.0, False, False),
+        ("higher\n", 0.0, False, False),
+        ("", 1.0, True, False),
+    ]
     env.reset(seed=0)
     steps = _play(env, ["1\n", "x\n", "2\n", "3\n"])
     assert [s[0] for s in steps] == ["higher\n", "invalid\n", "higher\n", "higher\n"]
-    assert steps[-1][3] is True and all(s[1] == 0 for s in steps)  # turn limit: truncated, no reward
+    assert steps[-1][3] is True and all(
+        s[1] == 0 for s in steps
+    )  # turn limit: truncated, no reward
 
 
 def test_guess_number_noise_is_controlled_by_the_seed():
     t = make_task("guess_number", {"noise": 0.5, "max_turns": 40, "high": 100})
     inst = t.make_instance(3)
+
     def feedback(seed):
         env = t.make_env(inst, VerifierGate(t, timeout_s=None))
         env.reset(seed=seed)
         g = 1 if inst.data["secret"] != 1 else 2
         return [env.step(f"{g}\n").observation for _ in range(30)]
+
     assert feedback(1) == feedback(1)
     assert feedback(1) != feedback(2)
-    flips = sum(o == "lower\n" for o in feedback(1))  # the truth is always 'higher' (or secret is 1)
+    flips = sum(
+        o == "lower\n" for o in feedback(1)
+    )  # the truth is always 'higher' (or secret is 1)
     assert 3 < flips < 27
 
 
@@ -101,7 +111,7 @@ def test_reasoning_gym_task_uses_its_own_scorer():
 def test_user_task_from_import_path():
     t = make_task("examples.my_tasks:Reverse", {"length": 5})
     inst = t.make_instance(1)
-    word = inst.prompt[len("rev "):-1]
+    word = inst.prompt[len("rev ") : -1]
     assert t.verify(inst, word[::-1] + "\n") == 1.0
     assert t.verify(inst, word + "x") == 0.0
     with pytest.raises(TaskLoadError, match="has no class 'Nope'"):
@@ -135,11 +145,14 @@ class _NaN(_Raising):
         return math.nan
 
 
-@pytest.mark.parametrize("cls,reason,kind", [
-    (_Raising, "raised ZeroDivisionError: boom", "raised"),
-    (_Hanging, "timed out after 0.2s", "timeout"),
-    (_NaN, "returned nan", "non_finite"),
-])
+@pytest.mark.parametrize(
+    "cls,reason,kind",
+    [
+        (_Raising, "raised ZeroDivisionError: boom", "raised"),
+        (_Hanging, "timed out after 0.2s", "timeout"),
+        (_NaN, "returned nan", "non_finite"),
+    ],
+)
 def test_verifier_gate_turns_faults_into_counted_failures(cls, reason, kind):
     task = cls()
     gate = VerifierGate(task, timeout_s=0.2)

@@ -13,8 +13,11 @@ from harness.warmstart import demonstration_batch, warm_start, warm_start_key
 
 
 def _cfg(**over):
-    data = {"arms": {"a": {"preset": "grpo"}}, "task": {"name": "arithmetic"},
-            "warm_start": {"steps": 400, "num_demos": 2000}}
+    data = {
+        "arms": {"a": {"preset": "grpo"}},
+        "task": {"name": "arithmetic"},
+        "warm_start": {"steps": 400, "num_demos": 2000},
+    }
     data.update(over)
     return validate_mapping(data)
 
@@ -41,7 +44,10 @@ def test_sft_raises_held_out_accuracy_and_is_cached(tmp_path):
     assert before < 0.05
     assert after >= 0.3, (before, after)
     assert info["cached"] is False and info["steps"] == 400
-    assert json.loads((tmp_path / info["key"] / "warm_start.json").read_text())["policy_hash"] == info["policy_hash"]
+    assert (
+        json.loads((tmp_path / info["key"] / "warm_start.json").read_text())["policy_hash"]
+        == info["policy_hash"]
+    )
     model2, _, info2 = warm_start(cfg, [task], tmp_path)
     assert info2["cached"] is True and state_hash(model2) == info["policy_hash"]
     # the key changes with anything the policy depends on

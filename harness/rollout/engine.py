@@ -16,6 +16,12 @@ import torch
 
 from algorithms.logprobs import process_logits
 
+from ..errors import SixblanksError
+
+
+class RolloutError(SixblanksError):
+    """The engine cannot sample (e.g. the policy's logits are NaN or infinite)."""
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -174,6 +180,11 @@ class HFEngine(RolloutEngine):
             )
             past = getattr(res, cache_kw)
             logits = res.logits[:, -1, :]
+            if not bool(torch.isfinite(logits).all()):
+                raise RolloutError(
+                    f"the policy produced non-finite logits at generation step {step} (version "
+                    f"{self.policy_version}); its weights have diverged (lower optimizer.lr)"
+                )
             z = process_logits(logits, temp, top_k, top_p)
             logp = torch.log_softmax(z, dim=-1)
             if greedy:
