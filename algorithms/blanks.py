@@ -70,6 +70,42 @@ class WeightSpec(_Spec):
     log_ratio_clamp: float = Field(
         20.0, gt=0, description="Clamp on log r before exp (verl: 20; GSPO: 10)."
     )
+    target_kl: float | None = Field(
+        None,
+        gt=0,
+        description="Stop the update epochs once approx_kl > 1.5 target_kl (per minibatch, before the step).",
+    )
+
+
+class CriticSpec(_Spec):
+    """The value model of the 'gae' estimator (a second model, paid for in the same budget)."""
+
+    trunk: Literal["separate", "shared"] = Field(
+        "separate",
+        description="separate: a value head on a copy of the policy architecture; shared: on the policy's trunk.",
+    )
+    granularity: Literal["token", "turn", "sequence"] = Field(
+        "token",
+        description="Where values are predicted: every action token, the first token of each turn, or once per sequence.",
+    )
+    bootstrap_truncated: bool = Field(
+        True, description="At a time-limit truncation, bootstrap with V(next state) instead of 0."
+    )
+    whiten: Literal["batch", "group", "none"] = Field(
+        "batch", description="Population over which advantages are whitened."
+    )
+    value_clip: float | None = Field(
+        0.2, gt=0, description="eps_v: clip V around V_old in the value loss; None: off."
+    )
+    vf_coef: float = Field(
+        0.1, gt=0, description="Weight of the value loss (shared trunk: in the joint loss)."
+    )
+    lr: float | None = Field(
+        None, gt=0, description="Critic learning rate (separate trunk); None: the policy's."
+    )
+    updates_per_step: int = Field(
+        1, ge=1, description="Critic optimizer steps per policy step (SAO: 2)."
+    )
 
 
 class AdvantageSpec(_Spec):
@@ -114,6 +150,7 @@ class AdvantageSpec(_Spec):
         description="turn_return: subtract the group's mean return at the same turn index (or none).",
     )
     lam: float = Field(1.0, ge=0, le=1, description="GAE lambda.")
+    critic: CriticSpec = CriticSpec()
 
 
 class NormalizationSpec(_Spec):
@@ -221,6 +258,8 @@ class Blanks(_Spec):
             raise ValueError(
                 "weight.trust_region: ratio 'none' (w = 1) has no trust region; set trust_region: none"
             )
+        if self.advantage.estimator == "gae" and self.objective != "pg":
+            raise ValueError("advantage.estimator: 'gae' needs objective 'pg'")
         if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none":
             raise ValueError(
                 "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance ratio; weight.ratio is 'none'"

@@ -224,6 +224,63 @@ for _p in [
         ),
     ),
     Preset(
+        "ppo",
+        _b(
+            weight={"eps_low": 0.2, "eps_high": 0.2},
+            advantage={
+                "estimator": "gae",
+                "gamma": 1.0,
+                "lam": 0.95,
+                "critic": {
+                    "trunk": "separate",
+                    "granularity": "token",
+                    "bootstrap_truncated": True,
+                    "whiten": "batch",
+                    "value_clip": 0.2,
+                    "vf_coef": 0.1,
+                },
+            },
+            normalization={"mode": "token-mean"},
+            regularizer={"reward_kl_coef": 0.05, "reward_kl_estimator": "k1"},
+            data={"epochs": 4, "minibatches": 1},
+        ),
+        "Classic RLHF PPO: separate token-level critic, GAE (gamma 1, lambda 0.95), clip 0.2, k1 KL in the reward (0.05), 4 epochs.",
+        (
+            "TRL PPOTrainer's defaults: lambda 0.95, value clip 0.2 relative to the old value, vf_coef 0.1, KL 0.05 in the reward.",
+            "Advantages whitened over the batch's valid tokens; returns are not whitened.",
+            "Symmetric clip, no dual clip, no target-KL stop (as in verl, TRL and OpenRLHF).",
+            "Token-mean Z over the whole optimizer-step batch; the critic is a second model, charged to device-seconds.",
+        ),
+    ),
+    Preset(
+        "ppo_turn",
+        _b(
+            weight={"eps_low": 0.2, "eps_high": 0.2},
+            advantage={
+                "estimator": "gae",
+                "gamma": 1.0,
+                "lam": 0.95,
+                "critic": {
+                    "trunk": "separate",
+                    "granularity": "turn",
+                    "bootstrap_truncated": True,
+                    "whiten": "batch",
+                    "value_clip": 0.2,
+                    "vf_coef": 0.1,
+                },
+            },
+            normalization={"mode": "token-mean"},
+            regularizer={"reward_kl_coef": 0.05, "reward_kl_estimator": "k1"},
+            data={"epochs": 4, "minibatches": 1},
+        ),
+        "PPO with a turn-level critic for multi-turn tasks: one value per turn, skip-observation GAE across turns.",
+        (
+            "Values predicted at the first action token of each turn and held for the turn; observation tokens skipped.",
+            "Turn rewards sit on each turn's last action token; gamma counts action tokens (1.0 here, so it is moot).",
+            "Time-limit truncation bootstraps with V of the next state.",
+        ),
+    ),
+    Preset(
         "dpo",
         _b(
             objective="dpo",
@@ -264,3 +321,57 @@ def diff(a: Blanks, b: Blanks) -> dict[str, tuple[Any, Any]]:
 
     fa, fb = flatten(a), flatten(b)
     return {k: (fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}
+
+
+def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:
+    """The chapter's PPO checklist answered for a critic arm (empty for critic-free blanks)."""
+
+    a = blanks.advantage
+    if a.estimator != "gae":
+        return []
+    c, w, n, r, d = a.critic, blanks.weight, blanks.normalization, blanks.regularizer, blanks.data
+    kl = []
+    if r.reward_kl_coef > 0:
+        kl.append(
+            f"in the reward ({r.reward_kl_estimator}, beta {r.reward_kl_coef:g}, from pi_old)"
+        )
+    if r.loss_kl_coef > 0:
+        kl.append(f"in the loss ({r.loss_kl_estimator}, beta {r.loss_kl_coef:g}, on pi_theta)")
+    clip = "symmetric" if w.eps_low == w.eps_high else "asymmetric (clip-higher)"
+    return [
+        (
+            "value granularity",
+            f"{c.granularity} ({'separate critic' if c.trunk == 'separate' else 'shared trunk'})",
+        ),
+        (
+            "truncation bootstrap",
+            "V(next state) where a limit cut the episode; 0 at terminal states"
+            if c.bootstrap_truncated
+            else "none: 0 after the last token",
+        ),
+        ("advantage normalization population", c.whiten),
+        (
+            "value clipping and its reference",
+            f"±{c.value_clip:g} around V_old (the rollout-time value)" if c.value_clip else "off",
+        ),
+        ("epochs / minibatches", f"{d.epochs} / {d.minibatches}"),
+        (
+            "clip symmetry and target-KL",
+            f"{clip}: [1-{w.eps_low:g}, 1+{w.eps_high:g}]"
+            + (f", dual clip c={w.dual_clip_c:g}" if w.dual_clip_c else "")
+            + (
+                f"; early stop at approx_kl > 1.5 x {w.target_kl:g}"
+                if w.target_kl
+                else "; no target-KL stop"
+            ),
+        ),
+        ("KL placement", "; ".join(kl) if kl else "none"),
+        (
+            "global loss denominator",
+            f"{n.mode} over the whole optimizer-step batch (all micro-batches)",
+        ),
+        (
+            "GAE",
+            f"gamma {a.gamma:g}, lambda {a.lam:g}, skip-observation (gamma counts action tokens)",
+        ),
+    ]

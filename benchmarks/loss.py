@@ -51,8 +51,11 @@ def child(method: str, B: int, T: int, V: int, backward: bool) -> None:
 
 
 def measure(method: str, B: int, T: int, V: int, backward: bool) -> dict | None:
-    proc = subprocess.run([sys.executable, __file__, "--child", method, str(B), str(T), str(V), str(int(backward))],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", method, str(B), str(T), str(V), str(int(backward))],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         return None  # killed for memory, most likely
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -67,9 +70,14 @@ def main() -> None:
     ap.add_argument("--B", type=int, default=64)
     ap.add_argument("--T", type=int, default=1024)
     ap.add_argument("--V", type=int, default=32000)
-    ap.add_argument("--backward-B", type=int, default=16, help="batch for the forward+backward comparison")
+    ap.add_argument(
+        "--backward-B", type=int, default=16, help="batch for the forward+backward comparison"
+    )
     args = ap.parse_args()
-    for label, B, backward in (("forward", args.B, False), ("forward+backward", args.backward_B, True)):
+    for label, B, backward in (
+        ("forward", args.B, False),
+        ("forward+backward", args.backward_B, True),
+    ):
         size = B * args.T * args.V * 4 / GiB
         print(f"{label}: logits [{B}, {args.T}, {args.V}] float32 = {size:.2f} GiB")
         res = {m: measure(m, B, args.T, args.V, backward) for m in ("chunked", "naive")}
@@ -77,12 +85,16 @@ def main() -> None:
             if r is None:
                 print(f"  {m:8s}: failed (out of memory?)")
             else:
-                print(f"  {m:8s}: {r['seconds']:7.2f} s   extra peak {r['extra_peak'] / GiB:6.2f} GiB "
-                      f"({r['extra_peak'] / r['logits']:.2f} x the logits)")
+                print(
+                    f"  {m:8s}: {r['seconds']:7.2f} s   extra peak {r['extra_peak'] / GiB:6.2f} GiB "
+                    f"({r['extra_peak'] / r['logits']:.2f} x the logits)"
+                )
         if all(res.values()):
             c, n = res["chunked"], res["naive"]
-            print(f"  chunked / naive: time {c['seconds'] / n['seconds']:.2f}x, "
-                  f"extra memory {c['extra_peak'] / max(n['extra_peak'], 1):.3f}x")
+            print(
+                f"  chunked / naive: time {c['seconds'] / n['seconds']:.2f}x, "
+                f"extra memory {c['extra_peak'] / max(n['extra_peak'], 1):.3f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -142,7 +142,7 @@ def explain(
     """The six blanks of presets or arms side by side, differences highlighted."""
 
     from algorithms.blanks import BLANK_NAMES, flatten
-    from algorithms.presets import PRESETS, UnknownNameError, get_preset
+    from algorithms.presets import PRESETS, UnknownNameError, get_preset, ppo_checklist
 
     if list_ or not names:
         if as_json:
@@ -161,6 +161,7 @@ def explain(
 
         cfg = load_config(config)
     columns: dict[str, dict[str, Any]] = {}
+    blank_objs: dict[str, Any] = {}
     notes: dict[str, tuple[str, ...]] = {}
     problems = []
     for name in names:
@@ -177,6 +178,7 @@ def explain(
             blanks, label = preset.blanks, name
             notes[label] = preset.notes
         columns[label] = flatten(blanks)
+        blank_objs[label] = blanks
     if problems:
         raise SixblanksError(problems)
     keys = list(dict.fromkeys(k for c in columns.values() for k in c))
@@ -186,8 +188,16 @@ def explain(
     differing = {
         k for k in keys if len({json.dumps(c[k], default=str) for c in columns.values()}) > 1
     }
+    checklists = {label: ppo_checklist(b) for label, b in blank_objs.items() if ppo_checklist(b)}
     if as_json:
-        _dump_json({"blanks": columns, "differs": sorted(differing), "notes": notes})
+        _dump_json(
+            {
+                "blanks": columns,
+                "differs": sorted(differing),
+                "notes": notes,
+                "ppo_checklist": {k: dict(v) for k, v in checklists.items()},
+            }
+        )
         return
     table = Table(title="six blanks" + (" (differences in yellow)" if len(columns) > 1 else ""))
     table.add_column("blank")
@@ -211,6 +221,13 @@ def explain(
     for label, lines in notes.items():
         for line in lines:
             _say(f"[dim]{label}:[/dim] {line}")
+    for label, items in checklists.items():
+        table = Table(title=f"PPO checklist: {label}")
+        table.add_column("item")
+        table.add_column("answer")
+        for item, answer in items:
+            table.add_row(item, answer)
+        out.print(table)
 
 
 # --------------------------------------------------------------------------- rollouts

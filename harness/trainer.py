@@ -110,6 +110,24 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=opt.lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay
         )
+        self.critic = None
+        self.critic_optimizer = None
+        if self.blanks.advantage.estimator == "gae":
+            from .critic import ValueModel
+
+            cspec = self.blanks.advantage.critic
+            self.critic = ValueModel(model, cspec.trunk).to(self.device)
+            if cspec.trunk == "separate":
+                self.critic_optimizer = torch.optim.AdamW(
+                    self.critic.parameters(),
+                    lr=cspec.lr or opt.lr,
+                    betas=tuple(opt.betas),
+                    weight_decay=opt.weight_decay,
+                )
+            else:
+                self.optimizer.add_param_group(
+                    {"params": list(self.critic.head.parameters()), "lr": opt.lr}
+                )
         self.gate = VerifierGate(task)
         self.timer = DeviceTimer(self.device)
         self.result = RunResult(ledger=self.ledger)
@@ -328,6 +346,8 @@ class Trainer:
     def _update(
         self, batch: TrajectoryBatch, baseline_rewards, groups_launched: int
     ) -> dict[str, Any]:
+        if self.critic is not None:
+            return self._update_gae(batch, groups_launched)
         b = self.blanks
         self.model.eval()
         old_logp = self._batched_logprobs(self.model, batch)  # pi_old: recomputed by the trainer
@@ -403,7 +423,7 @@ class Trainer:
                 )
                 if not torch.isfinite(loss):
                     raise TrainingError(
-                        f"{self.s.name}: loss is {float(loss)} at step {self.step_idx} (epoch {epoch}); "
+                        f"{self.s.name}: loss is {float(loss.detach())} at step {self.step_idx} (epoch {epoch}); "
                         f"metrics {met}. Lower optimizer.lr or check the rewards."
                     )
                 loss.backward()
@@ -452,6 +472,248 @@ class Trainer:
         if "reward_kl" in info:
             metrics["reward_kl"] = info["reward_kl"]
         return metrics
+
+    # ------------------------------------------------------------------ actor-critic (gae)
+
+    def _critic_values(self, sub: TrajectoryBatch, hidden=None):
+        from .critic import pool_values, token_values
+
+        v_all = self.critic(sub.tokens.to(self.device), sub.attention_mask.to(self.device), hidden)
+        mask = sub.action_mask.to(self.device)
+        v_tok, boot = token_values(v_all, mask)
+        used, vmask = pool_values(
+            v_tok, mask, sub.turn_ids.to(self.device), self.blanks.advantage.critic.granularity
+        )
+        return used, vmask, boot
+
+    def _update_gae(self, batch: TrajectoryBatch, groups_launched: int) -> dict[str, Any]:
+        from algorithms.critic import (
+            approx_kl,
+            explained_variance,
+            gae,
+            place_rewards,
+            target_kl_exceeded,
+            value_loss,
+            whiten_population,
+        )
+        from algorithms.regularizers import kl_estimate
+
+        from .critic import policy_forward
+
+        b = self.blanks
+        a, cspec = b.advantage, b.advantage.critic
+        shared = cspec.trunk == "shared"
+        temp, top_k, top_p = self.score_params
+        self.model.eval()
+        self.critic.eval()
+        mb_size = self.s.rollout.micro_batch_size
+        old_parts, v_parts, vm_parts, boot_parts = [], [], [], []
+        t_critic = 0.0
+        with torch.no_grad():
+            for s0 in range(0, batch.size, mb_size):
+                sub = batch.select(list(range(s0, min(batch.size, s0 + mb_size))))
+                lp, _, hid = policy_forward(
+                    self.model,
+                    sub.tokens,
+                    sub.attention_mask,
+                    temp,
+                    top_k=top_k,
+                    top_p=top_p,
+                    want_hidden=shared,
+                )
+                old_parts.append(lp.cpu())
+                tc = time.perf_counter()
+                used, vmask, boot = self._critic_values(sub, hid)
+                t_critic += time.perf_counter() - tc
+                v_parts.append(used.cpu())
+                vm_parts.append(vmask.cpu())
+                boot_parts.append(boot.cpu())
+        old_logp = torch.cat(old_parts)
+        old_v, vmask_all, boot = torch.cat(v_parts), torch.cat(vm_parts), torch.cat(boot_parts)
+        ref_logp = self._batched_logprobs(self.ref_model, batch)
+        mask = batch.action_mask.clone()
+        penalty = None
+        info = {}
+        if b.regularizer.reward_kl_coef > 0:
+            kl_tok = kl_estimate(old_logp, ref_logp, b.regularizer.reward_kl_estimator) * mask
+            penalty = b.regularizer.reward_kl_coef * kl_tok
+            info["reward_kl"] = float(kl_tok.sum(1).mean())
+        token_rewards = place_rewards(mask, batch.turn_ids, batch.turn_rewards, penalty)
+        # bootstrap only where a limit cut the episode short; never past the environment's terminal state
+        cut = ~batch.terminated & ~batch.failed
+        bootstrap = torch.where(
+            cut & torch.tensor(cspec.bootstrap_truncated),
+            boot.double(),
+            torch.zeros_like(boot, dtype=torch.float64),
+        )
+        adv, ret = gae(token_rewards, old_v.double(), mask, a.gamma, a.lam, bootstrap)
+        adv_w = whiten_population(adv, mask, cspec.whiten, batch.group_ids).float()
+        ret = ret.float()
+        failed_tokens = sum(
+            e - s
+            for i in batch.failed.nonzero().flatten().tolist()
+            for k, s, e in batch.segments[i]
+            if k == "action"
+        )
+        if failed_tokens:
+            self.ledger.discard("failed", float(failed_tokens), int(batch.failed.sum()))
+        accepted = float(mask.sum())
+        rows_accepted = int((mask.sum(1) > 0).sum())
+        upd_res = self.ledger.reserve(
+            self._worst_case_update(rows_accepted, accepted), label=f"update {self.step_idx}"
+        )
+        if upd_res is None:
+            raise TrainingError(
+                "the update of an admitted batch no longer fits the budget"
+            )  # pragma: no cover
+
+        self.model.train()
+        self.critic.train()
+        opt_steps, n_mb = 0, 0
+        sums: dict[str, float] = {}
+        grad_norms: list[float] = []
+        early_stop = None
+        for epoch, rows in minibatches(batch.size, b.data.minibatches, b.data.epochs, self.gen):
+            sub_mask = mask[rows]
+            if float(sub_mask.sum()) == 0:
+                continue
+            weights = loss_weights(
+                sub_mask, b.normalization.mode, self.l_max, b.normalization.count_empty_rows
+            )
+            vm = vmask_all[rows]
+            v_weights = vm / vm.sum().clamp(min=1.0)
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.critic_optimizer is not None:
+                self.critic_optimizer.zero_grad(set_to_none=True)
+            mbm: dict[str, float] = {}
+            kl_num = 0.0
+            for s0 in range(0, len(rows), mb_size):
+                r_idx = rows[s0 : s0 + mb_size]
+                local = list(range(s0, min(len(rows), s0 + mb_size)))
+                sub = batch.select(r_idx)
+                logp, ent, hid = policy_forward(
+                    self.model,
+                    sub.tokens,
+                    sub.attention_mask,
+                    temp,
+                    top_k=top_k,
+                    top_p=top_p,
+                    entropy=True,
+                    want_hidden=shared,
+                )
+                m_dev = mask[r_idx].to(self.device)
+                pl, met = policy_loss(
+                    b,
+                    logp,
+                    old_logp[r_idx].to(self.device),
+                    adv_w[r_idx].to(self.device),
+                    m_dev,
+                    weights[local].to(self.device),
+                    behavior_logp=sub.behavior_logprobs.to(self.device),
+                    ref_logp=ref_logp[r_idx].to(self.device),
+                    entropy=ent,
+                )
+                tc = time.perf_counter()
+                v_new, _, _ = self._critic_values(sub, hid)
+                vl_tok, vclipped = value_loss(
+                    v_new,
+                    old_v[r_idx].to(self.device),
+                    ret[r_idx].to(self.device),
+                    cspec.value_clip,
+                )
+                vw = v_weights[local].to(self.device)
+                vl = (vl_tok * vw).sum()
+                total = pl + cspec.vf_coef * vl
+                if not torch.isfinite(total):
+                    raise TrainingError(
+                        f"{self.s.name}: loss is {float(total.detach())} at step {self.step_idx} (epoch {epoch}); "
+                        f"policy {met.get('pg_loss')}, value {float(vl.detach())}"
+                    )
+                total.backward()
+                t_critic += time.perf_counter() - tc
+                w_sum = float(weights[local].sum())
+                kl_num += approx_kl(logp, old_logp[r_idx].to(self.device), m_dev) * w_sum
+                met["value_loss"] = float(vl.detach())
+                met["value_clip_frac"] = float((vclipped * vw).sum())
+                for k, v in met.items():
+                    mbm[k] = max(mbm.get(k, 0.0), v) if k == "ratio_max" else mbm.get(k, 0.0) + v
+            kl_mb = kl_num / max(float(weights.sum()), 1e-12)
+            mbm["approx_kl"] = kl_mb
+            if target_kl_exceeded(kl_mb, b.weight.target_kl):
+                early_stop = {"epoch": epoch, "minibatch": n_mb, "approx_kl": kl_mb}
+                self.optimizer.zero_grad(set_to_none=True)
+                break
+            grad_norms.append(self._clip_and_step())
+            if self.critic_optimizer is not None:
+                torch.nn.utils.clip_grad_norm_(
+                    self.critic.parameters(), self.s.optimizer.grad_clip or float("inf")
+                )
+                self.critic_optimizer.step()
+                for _ in range(cspec.updates_per_step - 1):
+                    self._extra_critic_update(batch, rows, old_v, ret, v_weights)
+            opt_steps += 1
+            n_mb += 1
+            for k, v in mbm.items():
+                sums[k] = sums.get(k, 0.0) + v
+        self.model.eval()
+        self.critic.eval()
+        self.ledger.commit(
+            upd_res,
+            {
+                "optimizer_steps": float(opt_steps),
+                "accepted_tokens": accepted,
+                "rollouts_accepted": float(rows_accepted),
+            },
+        )
+        rewards = batch.reward
+        metrics = {k: v / max(1, n_mb) for k, v in sums.items()}
+        metrics.update(
+            {
+                "step": self.step_idx,
+                "reward_mean": float(rewards.mean()),
+                "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
+                "adv_abs_mean": float((adv_w.abs() * mask).sum() / mask.sum().clamp(min=1)),
+                "explained_variance": explained_variance(old_v, ret, vmask_all),
+                "response_length": float(mask.sum(1).float().mean()),
+                "truncated_frac": float(batch.truncated.float().mean()),
+                "failed": float(batch.failed.sum()),
+                "trainable_group_frac": 1.0,
+                "groups_launched": float(groups_launched),
+                "optimizer_steps": float(opt_steps),
+                "grad_norm": float(sum(grad_norms) / max(1, len(grad_norms))),
+                "critic_seconds": t_critic,
+                "early_stop_epoch": float(early_stop["epoch"]) if early_stop else -1.0,
+                "early_stop_minibatch": float(early_stop["minibatch"]) if early_stop else -1.0,
+                "policy_version": float(self.engine.policy_version),
+            }
+        )
+        if early_stop:
+            metrics["early_stop_approx_kl"] = early_stop["approx_kl"]
+        metrics.update(info)
+        if not math.isfinite(metrics.get("loss", 0.0)) and n_mb:
+            raise TrainingError(
+                f"{self.s.name}: loss is NaN at step {self.step_idx}"
+            )  # pragma: no cover
+        return metrics
+
+    def _extra_critic_update(self, batch, rows, old_v, ret, v_weights) -> None:
+        from algorithms.critic import value_loss
+
+        cspec = self.blanks.advantage.critic
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        mb = self.s.rollout.micro_batch_size
+        for s0 in range(0, len(rows), mb):
+            r_idx = rows[s0 : s0 + mb]
+            local = list(range(s0, min(len(rows), s0 + mb)))
+            v_new, _, _ = self._critic_values(batch.select(r_idx))
+            vl_tok, _ = value_loss(
+                v_new, old_v[r_idx].to(self.device), ret[r_idx].to(self.device), cspec.value_clip
+            )
+            (cspec.vf_coef * (vl_tok * v_weights[local].to(self.device)).sum()).backward()
+        torch.nn.utils.clip_grad_norm_(
+            self.critic.parameters(), self.s.optimizer.grad_clip or float("inf")
+        )
+        self.critic_optimizer.step()
 
     def _clip_and_step(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]

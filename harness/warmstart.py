@@ -58,6 +58,7 @@ def demonstration_batch(
             ep.actions.append(action)
             res = env.step(action)
             ep.turn_rewards.append(res.reward)
+            ep.terminated = bool(res.terminated)
             if res.terminated or res.truncated:
                 ep.truncated = bool(res.truncated) and not res.terminated
                 break

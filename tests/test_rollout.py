@@ -69,7 +69,9 @@ def test_contract_holds_on_real_rollouts(policies, name):
         for b in range(batch.size):
             actions = [(s, e) for kind, s, e in batch.segments[b] if kind == "action"]
             for k, (s, e) in enumerate(actions):
-                assert batch.action_mask[b, s:e].eq(1.0).all() and batch.turn_ids[b, s:e].eq(k).all()
+                assert (
+                    batch.action_mask[b, s:e].eq(1.0).all() and batch.turn_ids[b, s:e].eq(k).all()
+                )
             assert batch.action_mask[b][batch.turn_ids[b] < 0].eq(0).all()
 
 

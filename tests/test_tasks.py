@@ -59,9 +59,9 @@ def test_guess_number_dynamics_by_hand():
     env.reset(seed=0)
     steps = _play(env, ["1\n", "x\n", "2\n", "3\n"])
     assert [s[0] for s in steps] == ["higher\n", "invalid\n", "higher\n", "higher\n"]
-    assert steps[-1][3] is True and all(
-        s[1] == 0 for s in steps
-    )  # turn limit: truncated, no reward
+    # out of turns: a terminal failure (the limit is part of the task), not a truncation; no reward
+    assert steps[-1][2] is True and steps[-1][3] is False
+    assert all(s[1] == 0 for s in steps)
 
 
 def test_guess_number_noise_is_controlled_by_the_seed():

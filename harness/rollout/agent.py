@@ -37,6 +37,7 @@ class _Episode:
     turn_rewards: list[float] = field(default_factory=list)
     state_keys: list[int] = field(default_factory=list)
     truncated: bool = False
+    terminated: bool = False
     done: bool = False
     failure: str | None = None
 
@@ -124,6 +125,7 @@ def run_episodes(
                 ep.failure, ep.done = f"environment step raised {type(exc).__name__}: {exc}", True
                 continue
             ep.turn_rewards.append(float(res.reward))
+            ep.terminated = bool(res.terminated)
             if (
                 res.terminated
                 or res.truncated
@@ -188,6 +190,7 @@ def _to_batch(episodes: list[_Episode], tokenizer, version: int, task_name: str)
         n_turns=torch.tensor([len(ep.actions) for ep in episodes], dtype=torch.long),
         failed=torch.tensor([ep.failure is not None for ep in episodes], dtype=torch.bool),
         instance_seeds=torch.tensor([ep.instance.seed for ep in episodes], dtype=torch.long),
+        terminated=torch.tensor([ep.terminated for ep in episodes], dtype=torch.bool),
         observations=[ep.observations for ep in episodes],
         actions=[ep.actions for ep in episodes],
         segments=[ep.segments for ep in episodes],

@@ -22,13 +22,18 @@ class TrajectoryBatch:
     reward: torch.Tensor  # [B] float: outcome reward (sum of turn rewards)
     group_ids: torch.Tensor  # [B] long: prompt group (task instance) of each sample
     policy_version: torch.Tensor  # [B] long: weights version that generated it
-    truncated: torch.Tensor  # [B] bool: hit a length or turn limit
+    truncated: (
+        torch.Tensor
+    )  # [B] bool: hit a length limit (an action cut at max_new_tokens, or a context/turn cap)
     state_keys: (
         torch.Tensor
     )  # [B, K] long: hash of the observation history at each turn (0 past the end)
     n_turns: torch.Tensor  # [B] long: actions taken
     failed: torch.Tensor  # [B] bool: a task/verifier failure; such samples carry no trained tokens
     instance_seeds: torch.Tensor  # [B] long
+    terminated: (
+        torch.Tensor
+    )  # [B] bool: ended by the environment's terminal condition (no bootstrap past it)
     # python-side records, one entry per sample
     observations: list[list[str]] = field(default_factory=list)  # obs texts; [0] is the prompt
     actions: list[list[str]] = field(default_factory=list)  # action texts per turn
@@ -53,6 +58,7 @@ class TrajectoryBatch:
         "n_turns",
         "failed",
         "instance_seeds",
+        "terminated",
     )
     _LISTS = ("observations", "actions", "segments", "failure_reasons")
 

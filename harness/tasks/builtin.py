@@ -109,8 +109,16 @@ class GuessNumberEnv(Env):
             if self.rng.random() < p.noise:
                 higher = not higher
             feedback = "higher" if higher else "lower"
-        truncated = self.turn >= p.max_turns
-        return StepResult(f"{feedback}\n", 0.0, False, truncated, {"turn": self.turn})
+        # the K-turn limit is part of the task (reward only within K guesses): running out of turns
+        # is a terminal failure, not a time-limit truncation, so a critic must not bootstrap past it
+        out_of_turns = self.turn >= p.max_turns
+        return StepResult(
+            f"{feedback}\n",
+            0.0,
+            out_of_turns,
+            False,
+            {"turn": self.turn, "out_of_turns": out_of_turns},
+        )
 
 
 class GuessNumber(Task):

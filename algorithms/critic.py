@@ -1,0 +1,154 @@
+"""Actor-critic credit: GAE (with skip-observation), value loss with clipping, diagnostics. Pure torch.
+
+Conventions (``[B, T]`` unless stated):
+
+- ``values[:, t]`` is V of the state in which action token t is generated.
+- ``token_rewards[:, t]`` is the reward received after token t (outcome and turn rewards sit on the
+  last action token of their turn; KL-in-reward penalties on every action token).
+- ``mask`` is 1 on action tokens. Observation tokens (mask 0) are skipped: values and the lambda
+  chain are carried across them unchanged, so gamma counts action tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def gae(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    bootstrap: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over action tokens (Schulman et al. 2016), skipping observations.
+
+    For an action token t whose next action token is t+:  delta_t = r_t + gamma V_{t+} - V_t,
+    A_t = delta_t + gamma lam A_{t+}. After the last action token the next value is ``bootstrap``
+    (``[B]``; e.g. V of the state after a time-limit truncation) or 0 (terminal).
+
+    Returns:
+        ``(advantages [B, T], returns [B, T])`` with returns = advantages + values, zero off the mask.
+    """
+
+    r, v, m = token_rewards.double(), values.double(), mask > 0
+    B, T = r.shape
+    next_v = (
+        bootstrap.double().clone() if bootstrap is not None else torch.zeros(B, dtype=torch.float64)
+    )
+    next_a = torch.zeros(B, dtype=torch.float64)
+    adv = torch.zeros_like(r)
+    for t in range(T - 1, -1, -1):
+        mt = m[:, t]
+        delta = r[:, t] + gamma * next_v - v[:, t]
+        a = delta + gamma * lam * next_a
+        adv[:, t] = torch.where(mt, a, torch.zeros_like(a))
+        next_v = torch.where(mt, v[:, t], next_v)
+        next_a = torch.where(mt, a, next_a)
+    ret = (adv + v) * m.double()
+    return adv.to(values.dtype), ret.to(values.dtype)
+
+
+def place_rewards(
+    mask: torch.Tensor,
+    turn_ids: torch.Tensor,
+    turn_rewards: torch.Tensor,
+    penalty: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Token rewards ``[B, T]``: each turn's reward on that turn's last action token, minus ``penalty``.
+
+    A reward that would land on an observation token is moved to the turn's last action token, so
+    it is never silently lost.
+    """
+
+    B, T = mask.shape
+    out = torch.zeros(B, T, dtype=torch.float64)
+    valid = (mask > 0) & (turn_ids >= 0)
+    pos = torch.arange(T).expand(B, T)
+    for k in range(turn_rewards.shape[1]):
+        in_turn = valid & (turn_ids == k)
+        has = in_turn.any(1)
+        last = torch.where(in_turn, pos, torch.full_like(pos, -1)).max(1).values
+        rows = torch.nonzero(has).flatten()
+        out[rows, last[rows]] += turn_rewards[rows, k].double()
+    if penalty is not None:
+        out = out - penalty.double() * mask.double()
+    return out
+
+
+def whiten_population(
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    population: str,
+    group_ids: torch.Tensor | None = None,
+    eps: float = 1e-8,
+) -> torch.Tensor:
+    """Whiten advantages over a declared population: "batch" (all valid tokens), "group" (the valid
+    tokens of each prompt group), or "none". ddof 0, (var + eps)^-1/2."""
+
+    if population == "none":
+        return adv * mask
+    m = mask.double()
+    a = adv.double()
+    if population == "batch" or group_ids is None:
+        n = m.sum().clamp(min=1)
+        mu = (a * m).sum() / n
+        var = (((a - mu) ** 2) * m).sum() / n
+        return ((a - mu) * torch.rsqrt(var + eps) * m).to(adv.dtype)
+    if population == "group":
+        out = torch.zeros_like(a)
+        for g in torch.unique(group_ids).tolist():
+            rows = group_ids == g
+            mg = m[rows]
+            n = mg.sum().clamp(min=1)
+            mu = (a[rows] * mg).sum() / n
+            var = (((a[rows] - mu) ** 2) * mg).sum() / n
+            out[rows] = (a[rows] - mu) * torch.rsqrt(var + eps) * mg
+        return out.to(adv.dtype)
+    raise ValueError(f"unknown whitening population '{population}' (valid: batch, group, none)")
+
+
+def value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token value loss ``[B, T]``: 1/2 max((V - R)^2, (V_clip - R)^2), V_clip = V_old + clip(V - V_old, ±clip).
+
+    Without ``clip``: 1/2 (V - R)^2. Also returns the indicator ``[B, T]`` that the clipped term is active.
+    """
+
+    unclipped = (values - returns.detach()) ** 2
+    if clip is None:
+        return 0.5 * unclipped, torch.zeros_like(unclipped)
+    v_clip = old_values.detach() + (values - old_values.detach()).clamp(-clip, clip)
+    clipped = (v_clip - returns.detach()) ** 2
+    return 0.5 * torch.maximum(unclipped, clipped), (clipped > unclipped).to(values.dtype)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var[R - V] / Var[R] over the valid tokens (nan when Var[R] = 0)."""
+
+    m = mask > 0
+    if m.sum() < 2:
+        return float("nan")
+    r, v = returns[m].double(), values[m].double()
+    var_r = r.var(unbiased=False)
+    if var_r == 0:
+        return float("nan")
+    return float(1 - (r - v).var(unbiased=False) / var_r)
+
+
+def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> float:
+    """mean((r - 1) - log r) over valid tokens (Stable-Baselines3's low-variance estimate of KL(old||new))."""
+
+    m = mask > 0
+    if not m.any():
+        return 0.0
+    log_r = (logp.detach() - old_logp.detach())[m].double()
+    return float(((torch.exp(log_r) - 1) - log_r).mean())
+
+
+def target_kl_exceeded(kl: float, target_kl: float | None, factor: float = 1.5) -> bool:
+    """Early stop rule: stop the update epochs once approx_kl > factor * target_kl."""
+
+    return target_kl is not None and kl > factor * target_kl
