@@ -377,15 +377,52 @@ def run(
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="Output directory; default runs/<name>.")
     ] = None,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No live progress bars.")
+    ] = False,
 ) -> None:
-    """Run every arm x task x seed of the experiment under its matched budget."""
+    """Run every arm x task x seed of the experiment under its matched budget (skips finished runs,
+    resumes unfinished ones)."""
 
     from .config import load_config
+    from .orchestrator import Orchestrator, RunFailed
 
     cfg = load_config(config)
-    _say(f"[green]valid[/green]: {config}")
+    out_path = out_dir or default_out_dir(cfg)
+    _say(f"[green]valid[/green]: {config}  ->  {out_path}")
     _say(_plan_table(cfg))
-    _not_built("run", "the matched-budget orchestrator")
+    log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not _STATE["quiet"] else None
+    orch = Orchestrator(cfg, out_path, log=log, progress=not (no_progress or _STATE["quiet"]))
+    result = orch.run()
+    _print_summary(result["summary"], cfg)
+    flags = result["fairness"]["flags"]
+    if flags:
+        _say(
+            f"[yellow]fairness audit: {len(flags)} flag(s)[/yellow] (see {out_path / 'fairness.json'})"
+        )
+        for f in flags[:10]:
+            _say(f"  {f['arm']}: {f['item']}: {f['reason']}")
+    if result["failures"]:
+        raise RunFailed([f"run {rid} failed: {e}" for rid, e in result["failures"].items()])
+
+
+def _print_summary(rows, cfg) -> None:
+    table = Table(title="runs")
+    for col in ("arm", "task", "seed", "state", "start", "final", *cfg.budget):
+        table.add_column(col)
+    for r in rows:
+        counters = r.get("counters") or {}
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        table.add_row(
+            r["arm"],
+            r["task"],
+            str(r["seed"]),
+            str(r["state"]),
+            fmt(r.get("start_score")),
+            fmt(r.get("final_score")),
+            *[f"{counters.get(k, 0):g}/{v:g}" for k, v in cfg.budget.items()],
+        )
+    _say(table)
 
 
 @app.command()
@@ -396,10 +433,76 @@ def report(directory: Annotated[Path, typer.Argument(help="Experiment output dir
 
 
 @app.command()
-def status(directory: Annotated[Path, typer.Argument(help="Experiment output directory.")]) -> None:
-    """Per run: state, budget consumption, last evaluation, ETA."""
+def status(
+    directory: Annotated[Path, typer.Argument(help="Experiment output directory.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Per run: state, consumption per budgeted counter, last evaluation and ETA."""
 
-    _not_built("status", "the orchestrator")
+    import time as _time
+
+    from .orchestrator import budget_fraction
+    from .runner import read_status
+
+    exp = directory / "experiment.json"
+    if not exp.exists():
+        from .errors import ConfigError
+
+        raise ConfigError(
+            f"{directory}: not an experiment directory (no experiment.json; run `sixblanks run` first)"
+        )
+    run_ids = json.loads(exp.read_text())["runs"]
+    rows = []
+    now = _time.time()
+    for rid in run_ids:
+        st = read_status(directory / "runs" / rid)
+        frac = budget_fraction(st)
+        eta = None
+        if st.get("state") == "running" and frac > 0 and st.get("started"):
+            eta = (st.get("updated", now) - st["started"]) * (1 - frac) / frac
+        rows.append(
+            {
+                "run_id": rid,
+                "arm": st.get("arm"),
+                "task": st.get("task"),
+                "seed": st.get("seed"),
+                "state": st.get("state", "pending"),
+                "step": st.get("step"),
+                "counters": st.get("counters"),
+                "limits": st.get("limits"),
+                "last_eval": st.get("last_eval"),
+                "eta_seconds": eta,
+                "error": st.get("error"),
+            }
+        )
+    if as_json:
+        _dump_json(rows)
+        return
+    table = Table(title=f"status: {directory}")
+    for col in ("run", "arm", "task", "seed", "state", "step", "budget", "last eval", "ETA"):
+        table.add_column(col)
+    for r in rows:
+        lim = r["limits"] or {}
+        used = (
+            ", ".join(f"{k} {r['counters'].get(k, 0):g}/{v:g}" for k, v in lim.items())
+            if r["counters"]
+            else "-"
+        )
+        ev = f"{r['last_eval']['score']:.3f}" if r["last_eval"] else "-"
+        eta = f"{r['eta_seconds']:.0f}s" if r["eta_seconds"] is not None else "-"
+        state = r["state"] + (f" ({r['error'][:50]})" if r.get("error") else "")
+        table.add_row(
+            r["run_id"],
+            str(r["arm"] or "-"),
+            str(r["task"] or "-"),
+            str(r["seed"] if r["seed"] is not None else "-"),
+            state,
+            str(r["step"] if r["step"] is not None else "-"),
+            used,
+            ev,
+            eta,
+        )
+    out.print(table)
 
 
 @app.command()

@@ -938,8 +938,17 @@ class Trainer:
                 while self._next_eval <= value:
                     self._next_eval += self.eval_every
 
-    def train(self, max_steps: int | None = None, evaluate_start: bool = True) -> RunResult:
-        if evaluate_start:
+    def train(
+        self,
+        max_steps: int | None = None,
+        evaluate_start: bool = True,
+        on_step: Callable[[Trainer, dict[str, Any]], None] | None = None,
+    ) -> RunResult:
+        """Train until the budget is spent (or ``max_steps``). ``on_step(trainer, metrics)`` runs after
+        each step and its evaluation (checkpoints, progress). A resumed trainer does not re-evaluate
+        the start."""
+
+        if evaluate_start and not self.result.evals:
             self._maybe_eval(force=True)
         while max_steps is None or self.step_idx < max_steps:
             m = self.step()
@@ -955,6 +964,8 @@ class Trainer:
                 f"launched {self.ledger.counters['launched_tokens']:g}"
             )
             self._maybe_eval()
+            if on_step is not None:
+                on_step(self, m)
         else:
             self.result.ended_because = "max_steps"
         if not self.result.evals or self.result.evals[-1]["step"] != self.step_idx:
@@ -963,3 +974,60 @@ class Trainer:
         if problems:
             raise TrainingError(f"{self.s.name}: ledger invariants broken: {'; '.join(problems)}")
         return self.result
+
+    # ------------------------------------------------------------------ checkpoint
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: weights, optimizers, RNG states, ledger, position, results."""
+
+        state: dict[str, Any] = {
+            "model": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "rng_py": self.rng.getstate(),
+            "gen": self.gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "step_idx": self.step_idx,
+            "group_counter": self.group_counter,
+            "next_eval": self._next_eval,
+            "last_step_cost": dict(self._last_step_cost),
+            "engine_version": self.engine.policy_version,
+            "ledger": self.ledger.state_dict(),
+            "result": {
+                "steps": self.result.steps,
+                "evals": self.result.evals,
+                "census": self.result.census,
+                "eval_cost": self.result.eval_cost,
+            },
+        }
+        if self.critic is not None:
+            state["critic"] = {
+                k: v.detach().cpu().clone() for k, v in self.critic.state_dict().items()
+            }
+            if self.critic_optimizer is not None:
+                state["critic_optimizer"] = self.critic_optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.critic is not None and "critic" in state:
+            self.critic.load_state_dict(state["critic"])
+            if self.critic_optimizer is not None and "critic_optimizer" in state:
+                self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.rng.setstate(state["rng_py"])
+        self.gen.set_state(state["gen"])
+        torch.set_rng_state(state["torch_rng"])
+        self.step_idx = state["step_idx"]
+        self.group_counter = state["group_counter"]
+        self._next_eval = state["next_eval"]
+        self._last_step_cost = dict(state["last_step_cost"])
+        self.engine.policy_version = state["engine_version"]
+        self.ledger = Ledger.from_state(state["ledger"])
+        r = state["result"]
+        self.result = RunResult(
+            steps=list(r["steps"]),
+            evals=list(r["evals"]),
+            census=list(r["census"]),
+            ledger=self.ledger,
+            eval_cost=dict(r["eval_cost"]),
+        )

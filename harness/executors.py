@@ -1,0 +1,109 @@
+"""Executors: run a list of (spec, run_dir, warm_dir) jobs, locally or on a Ray cluster.
+
+Both call :func:`harness.runner.execute_run` in a separate process per run; a run writes only inside
+its own directory. ``run(jobs, tick)`` returns {run_id: error} for failed runs and calls ``tick()``
+periodically (progress) and ``tick(final=True)`` at the end.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import SixblanksError
+from .runner import run_worker
+
+Job = tuple[dict[str, Any], str, str]
+
+
+class LocalExecutor:
+    """Worker processes on this machine (spawned, so torch threads are not forked)."""
+
+    def __init__(self, workers: int, threads: int):
+        self.workers, self.threads = workers, threads
+
+    def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
+        failures: dict[str, str] = {}
+        ctx = mp.get_context("spawn")
+        with cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
+            futures = {
+                pool.submit(run_worker, (spec, rd, wd, self.threads)): Path(rd).name
+                for spec, rd, wd in jobs
+            }
+            pending = set(futures)
+            while pending:
+                done, pending = cf.wait(pending, timeout=0.5)
+                for f in done:
+                    try:
+                        out = f.result()
+                    except Exception as exc:  # noqa: BLE001 - a worker killed by the OS, say
+                        out = {"ok": False, "error": f"worker died: {type(exc).__name__}: {exc}"}
+                    if not out.get("ok"):
+                        failures[futures[f]] = out.get("error", "unknown error")
+                tick()
+        tick(final=True)
+        return failures
+
+
+class RayExecutor:
+    """Each run is a Ray task with its declared num_cpus / num_gpus. Joins ``address`` if given, else
+    starts a local cluster (and shuts down what it started)."""
+
+    def __init__(self, address: str | None, num_cpus: float, num_gpus: float, threads: int):
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise SixblanksError(
+                "executor.kind 'ray' needs Ray: install the extra with `pip install -e '.[ray]'`"
+            ) from None
+        self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
+        self.threads = max(1, int(num_cpus)) if num_cpus >= 1 else threads
+
+    def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
+        import ray
+
+        started_here = False
+        if not ray.is_initialized():
+            if self.address:
+                ray.init(address=self.address, log_to_driver=False)
+            else:
+                import os
+
+                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+                started_here = True
+        try:
+            remote = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus)(run_worker)
+            refs = {
+                remote.remote((spec, rd, wd, self.threads)): Path(rd).name for spec, rd, wd in jobs
+            }
+            failures: dict[str, str] = {}
+            pending = list(refs)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+                for r in done:
+                    try:
+                        out = ray.get(r)
+                    except Exception as exc:  # noqa: BLE001
+                        out = {
+                            "ok": False,
+                            "error": f"ray task failed: {type(exc).__name__}: {exc}",
+                        }
+                    if not out.get("ok"):
+                        failures[refs[r]] = out.get("error", "unknown error")
+                tick()
+            tick(final=True)
+            return failures
+        finally:
+            if started_here:
+                ray.shutdown()
+                time.sleep(0.1)
+
+
+def make_executor(cfg, workers: int, threads: int):
+    if cfg.kind == "ray":
+        return RayExecutor(cfg.address, cfg.num_cpus, cfg.num_gpus, threads)
+    return LocalExecutor(workers, threads)

@@ -1,0 +1,324 @@
+"""The orchestrator: experiment -> warm-start stage + one run spec per arm x task x seed -> executor.
+
+It is the only writer of the experiment-level files (fairness.json, summary.json; later the results
+store). Runs write only inside their own directories. Finished runs are skipped; unfinished ones
+resume from their last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .config import ExperimentConfig
+from .errors import SixblanksError
+from .runner import CODE_VERSION, _write_json, read_status, spec_id
+
+
+class RunFailed(SixblanksError):
+    exit_code = 1
+
+
+def build_specs(cfg: ExperimentConfig, warm_key: str) -> list[dict[str, Any]]:
+    """One fully resolved spec per arm x task x seed."""
+
+    specs = []
+    for arm in cfg.arms:
+        blanks = cfg.resolved_blanks(arm).model_dump(mode="json")
+        for task in cfg.tasks or []:
+            for seed in cfg.seeds:
+                spec = {
+                    "experiment": cfg.name,
+                    "arm": arm,
+                    "preset": cfg.arms[arm].preset,
+                    "seed": seed,
+                    "task": task.model_dump(mode="json"),
+                    "blanks": blanks,
+                    "optimizer": cfg.optimizer_for(arm).model_dump(mode="json"),
+                    "rollout": cfg.rollout.model_dump(mode="json"),
+                    "budget": dict(cfg.budget),
+                    "eval": cfg.eval.model_dump(mode="json"),
+                    "model": cfg.model.model_dump(mode="json"),
+                    "warm_start_key": warm_key,
+                    "code_version": CODE_VERSION,
+                }
+                spec["run_id"] = spec_id(spec)
+                specs.append(spec)
+    return specs
+
+
+def default_workers(n_runs: int, requested: int | None) -> int:
+    cores = os.cpu_count() or 1
+    return max(1, min(n_runs, requested or cores))
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        out_dir: str | Path,
+        log: Callable[[str], None] | None = None,
+        progress: bool = True,
+    ):
+        self.cfg = cfg
+        self.out = Path(out_dir)
+        self.log = log or (lambda _m: None)
+        self.progress = progress
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.out / "runs"
+
+    def prepare(self):
+        """Warm start (cached) and the run specs."""
+
+        from .tasks import make_task
+        from .warmstart import warm_start, warm_start_key
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        tasks = [make_task(t.name, t.params) for t in self.cfg.tasks or []]
+        key = warm_start_key(self.cfg, tasks)
+        _, _, info = warm_start(self.cfg, tasks, self.out / "warm_start", log=self.log)
+        self.warm_dir = self.out / "warm_start" / key
+        self.warm_info = info
+        self.specs = build_specs(self.cfg, key)
+        from .config import resolved_dict
+
+        _write_json(
+            self.out / "experiment.json",
+            {
+                "config": resolved_dict(self.cfg),
+                "warm_start": info,
+                "runs": [s["run_id"] for s in self.specs],
+            },
+        )
+        return self.specs
+
+    def pending(self) -> list[dict[str, Any]]:
+        return [
+            s
+            for s in self.specs
+            if read_status(self.runs_dir / s["run_id"]).get("state") != "finished"
+        ]
+
+    def run(self) -> dict[str, Any]:
+        from .executors import make_executor
+
+        specs = self.prepare()
+        todo = self.pending()
+        skipped = len(specs) - len(todo)
+        if skipped:
+            self.log(f"{skipped} finished run(s) skipped")
+        failures: dict[str, str] = {}
+        if todo:
+            ex = self.cfg.executor
+            workers = default_workers(len(todo), ex.workers) if ex.kind == "local" else len(todo)
+            threads = max(1, (os.cpu_count() or 1) // max(1, min(workers, os.cpu_count() or 1)))
+            executor = make_executor(ex, workers, threads)
+            jobs = [(s, str(self.runs_dir / s["run_id"]), str(self.warm_dir)) for s in todo]
+            self.log(f"running {len(todo)} run(s) on the {ex.kind} executor ({workers} worker(s))")
+            failures = executor.run(jobs, self._progress_callback(todo))
+        audit = self.fairness()
+        summary = self.summary(failures)
+        return {"summary": summary, "fairness": audit, "failures": failures, "skipped": skipped}
+
+    # ------------------------------------------------------------------ progress
+
+    def _progress_callback(self, todo: list[dict[str, Any]]):
+        if not self.progress:
+            return lambda final=False: None
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        prog = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>5.1f}%"),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            transient=False,
+        )
+        ids = {}
+        state = {"started": False}
+
+        def update() -> None:
+            if not state["started"]:
+                prog.start()
+                for s in todo:
+                    ids[s["run_id"]] = prog.add_task(
+                        f"{s['arm']}/{s['task']['name']}/seed{s['seed']}", total=1.0, info="pending"
+                    )
+                state["started"] = True
+            for s in todo:
+                st = read_status(self.runs_dir / s["run_id"])
+                frac = budget_fraction(st)
+                last = st.get("last_eval")
+                info = st.get("state", "pending")
+                if last:
+                    info += f" | eval {last['score']:.3f}"
+                if st.get("state") == "failed":
+                    info = "FAILED: " + str(st.get("error", ""))[:60]
+                prog.update(
+                    ids[s["run_id"]],
+                    completed=1.0 if st.get("state") == "finished" else frac,
+                    info=info,
+                )
+
+        def callback(final: bool = False) -> None:
+            update()
+            if final and state["started"]:
+                prog.stop()
+
+        return callback
+
+    # ------------------------------------------------------------------ audit and summary
+
+    def fairness(self) -> dict[str, Any]:
+        audit = fairness_audit(self.cfg, self.specs, self.runs_dir, self.warm_info)
+        _write_json(self.out / "fairness.json", audit)
+        return audit
+
+    def summary(self, failures: dict[str, str]) -> list[dict[str, Any]]:
+        rows = []
+        for s in self.specs:
+            d = self.runs_dir / s["run_id"]
+            st = read_status(d)
+            res = {}
+            if (d / "result.json").exists():
+                res = json.loads((d / "result.json").read_text())
+            rows.append(
+                {
+                    "run_id": s["run_id"],
+                    "arm": s["arm"],
+                    "task": s["task"]["name"],
+                    "seed": s["seed"],
+                    "state": st.get("state"),
+                    "error": failures.get(s["run_id"]) or st.get("error"),
+                    "final_score": res.get("final_score"),
+                    "start_score": res["evals"][0]["score"] if res.get("evals") else None,
+                    "counters": res.get("counters") or st.get("counters"),
+                }
+            )
+        _write_json(self.out / "summary.json", {"runs": rows, "written": time.time()})
+        return rows
+
+
+def budget_fraction(status: dict[str, Any]) -> float:
+    limits = status.get("limits") or {}
+    counters = status.get("counters") or {}
+    if not limits:
+        return 0.0
+    return max(min(1.0, counters.get(k, 0.0) / v) for k, v in limits.items())
+
+
+HELD_CONSTANT = (
+    "initial_policy",
+    "tokenizer",
+    "task",
+    "reward",
+    "sampling",
+    "limits",
+    "evaluation",
+    "budget",
+    "search_budget",
+)
+
+
+def fairness_audit(
+    cfg: ExperimentConfig, specs: list[dict[str, Any]], runs_dir: Path, warm_info: dict[str, Any]
+) -> dict[str, Any]:
+    """What the chapter says to hold constant, per arm, and each arm's consumption; flags differences.
+
+    An arm is flagged when it differs from the first arm on a held-constant item, or when a run
+    consumed less than 90% of the matched budget on a budgeted counter.
+    """
+
+    def items_of(s: dict[str, Any], shaping: Any) -> dict[str, Any]:
+        return {
+            "initial_policy": warm_info.get("policy_hash"),
+            "tokenizer": warm_info.get("key"),
+            "task": {
+                "name": s["task"]["name"],
+                "params": s["task"]["params"],
+                "env_version": CODE_VERSION,
+            },
+            "reward": {"verifier": s["task"]["name"], "overlong_shaping": shaping},
+            "sampling": {k: s["rollout"][k] for k in ("backend", "temperature", "top_p", "top_k")},
+            "limits": {k: s["rollout"][k] for k in ("max_new_tokens", "max_prompt_tokens")},
+            "evaluation": {
+                "eval": s["eval"],
+                "eval_size": s["task"]["eval_size"],
+                "seeds": cfg.seeds,
+            },
+            "budget": s["budget"],
+            "search_budget": cfg.sweep.total_budget or None,
+        }
+
+    per_arm: dict[str, dict[str, Any]] = {}
+    reference: dict[str, dict[str, Any]] = {}
+    for s in specs:
+        b = s["blanks"]
+        shaping = (
+            b["data"]["overlong_shaping"] if b["data"]["overlong_shaping"]["enabled"] else None
+        )
+        items = items_of(s, shaping)
+        # the experiment's own value of each item: the task's reward without arm-specific shaping
+        reference.setdefault(s["task"]["name"], items_of(s, None))
+        per_arm.setdefault(s["arm"], {"items": items, "runs": []})
+        st = read_status(runs_dir / s["run_id"])
+        per_arm[s["arm"]]["runs"].append(
+            {
+                "run_id": s["run_id"],
+                "seed": s["seed"],
+                "task": s["task"]["name"],
+                "state": st.get("state"),
+                "counters": st.get("counters"),
+            }
+        )
+    flags = []
+    for arm, rec in per_arm.items():
+        ref = reference[rec["runs"][0]["task"]]
+        for item in HELD_CONSTANT:
+            if json.dumps(rec["items"][item], sort_keys=True, default=str) != json.dumps(
+                ref[item], sort_keys=True, default=str
+            ):
+                flags.append(
+                    {
+                        "arm": arm,
+                        "item": item,
+                        "reason": "differs from the experiment's held-constant value",
+                        "value": rec["items"][item],
+                        "reference": ref[item],
+                    }
+                )
+        for run in rec["runs"]:
+            counters = run["counters"] or {}
+            for counter, limit in cfg.budget.items():
+                used = counters.get(counter, 0.0)
+                if run["state"] == "finished" and used < 0.9 * limit:
+                    flags.append(
+                        {
+                            "arm": arm,
+                            "item": "consumption",
+                            "run_id": run["run_id"],
+                            "reason": f"consumed {used:g} of {limit:g} {counter} (< 90% of the matched budget)",
+                        }
+                    )
+                if run["state"] != "finished":
+                    flags.append(
+                        {
+                            "arm": arm,
+                            "item": "consumption",
+                            "run_id": run["run_id"],
+                            "reason": f"run is {run['state']}: consumption not final",
+                        }
+                    )
+    return {
+        "held_constant": HELD_CONSTANT,
+        "arms": per_arm,
+        "flags": flags,
+        "flagged_arms": sorted({f["arm"] for f in flags}),
+    }

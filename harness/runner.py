@@ -1,0 +1,248 @@
+"""One run, in its own directory: spec, events, checkpoint, status. Resumable after a kill.
+
+A run writes only inside ``run_dir``:
+
+    spec.json        the fully resolved spec (its content hash is the run id)
+    status.json      state (pending/running/finished/failed), step, counters, last eval, timings
+    events.jsonl     one line per step / evaluation / census record (rewritten from the checkpoint on resume)
+    checkpoint.pt    model, optimizers, RNG states, ledger, position (written atomically)
+    result.json      final counters, evaluations, consumption (finished runs only)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+CODE_VERSION = "sixblanks-0.1"
+
+
+def spec_id(spec: dict[str, Any]) -> str:
+    """Content hash of a resolved run spec: the run id."""
+
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def read_status(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "status.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {"state": "pending"}
+
+
+def _settings_from_spec(spec: dict[str, Any]):
+    from algorithms.blanks import Blanks
+
+    from .config import OptimizerConfig, RolloutConfig
+    from .trainer import RunSettings
+
+    ev = spec["eval"]
+    return RunSettings(
+        blanks=Blanks.model_validate(spec["blanks"]),
+        rollout=RolloutConfig.model_validate(spec["rollout"]),
+        optimizer=OptimizerConfig.model_validate(spec["optimizer"]),
+        budget=dict(spec["budget"]),
+        seed=int(spec["seed"]),
+        eval_every=ev.get("every"),
+        eval_counter=ev.get("counter"),
+        eval_size=int(ev.get("size") or spec["task"].get("eval_size", 64)),
+        eval_temperature=float(ev.get("temperature", 0.0)),
+        eval_samples=int(ev.get("samples", 1)),
+        reward_range=tuple(spec["task"]["reward_range"])
+        if spec["task"].get("reward_range")
+        else (0.0, 1.0),
+        name=f"{spec['arm']}/{spec['task']['name']}/seed{spec['seed']}",
+    )
+
+
+def execute_run(
+    spec: dict[str, Any],
+    run_dir: str | Path,
+    warm_dir: str | Path,
+    threads: int = 1,
+    checkpoint_every: int = 1,
+) -> dict[str, Any]:
+    """Run (or resume) one spec to the end of its budget. Returns the result summary.
+
+    Raises on failure after recording it in status.json (state "failed", with the error).
+    """
+
+    import torch
+
+    from .models import load_pretrained
+    from .tasks import make_task
+    from .trainer import Trainer
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(max(1, threads))
+    spec_path = run_dir / "spec.json"
+    if not spec_path.exists():
+        _write_json(spec_path, spec)
+    status: dict[str, Any] = read_status(run_dir)
+    started = status.get("started") or time.time()
+    resumed_from = None
+    try:
+        settings = _settings_from_spec(spec)
+        task = make_task(spec["task"]["name"], spec["task"].get("params") or {})
+        if settings.reward_range == (0.0, 1.0):
+            settings.reward_range = task.reward_range
+        model, tok = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+        ref, _ = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        trainer = Trainer(settings, task, model, tok, ref_model=ref)
+        ckpt = run_dir / "checkpoint.pt"
+        if ckpt.exists():
+            trainer.load_state_dict(torch.load(ckpt, weights_only=False))
+            resumed_from = trainer.step_idx
+        _rewrite_events(run_dir, trainer)
+
+        def write_status(state: str, **extra: Any) -> None:
+            last = trainer.result.evals[-1] if trainer.result.evals else None
+            _write_json(
+                run_dir / "status.json",
+                {
+                    "state": state,
+                    "run_id": run_dir.name,
+                    "arm": spec["arm"],
+                    "task": spec["task"]["name"],
+                    "seed": spec["seed"],
+                    "step": trainer.step_idx,
+                    "counters": dict(trainer.ledger.counters),
+                    "limits": dict(trainer.ledger.budget.limits),
+                    "last_eval": {"score": last["score"], "step": last["step"]} if last else None,
+                    "started": started,
+                    "updated": time.time(),
+                    "resumed_from": resumed_from,
+                    **extra,
+                },
+            )
+
+        write_status("running")
+        events = open(run_dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - closed below
+        seen_evals = [len(trainer.result.evals)]
+
+        def on_step(tr: Trainer, metrics: dict[str, Any]) -> None:
+            lines = [{"type": "step", **metrics}]
+            if tr.result.census and tr.result.census[-1]["step"] == metrics["step"]:
+                lines.append({"type": "census", **tr.result.census[-1]})
+            for ev in tr.result.evals[seen_evals[0] :]:
+                lines.append({"type": "eval", **ev})
+            seen_evals[0] = len(tr.result.evals)
+            for line in lines:
+                events.write(json.dumps(line, default=str) + "\n")
+            events.flush()
+            if tr.step_idx % checkpoint_every == 0:
+                _save_checkpoint(tr, ckpt)
+            write_status("running")
+
+        try:
+            if not trainer.result.evals:
+                trainer._maybe_eval(force=True)
+                for ev in trainer.result.evals:
+                    events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
+                events.flush()
+                seen_evals[0] = len(trainer.result.evals)
+                _save_checkpoint(trainer, ckpt)
+            result = trainer.train(evaluate_start=False, on_step=on_step)
+            for ev in result.evals[seen_evals[0] :]:
+                events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
+        finally:
+            events.close()
+        summary = {
+            "run_id": run_dir.name,
+            "arm": spec["arm"],
+            "preset": spec["preset"],
+            "task": spec["task"]["name"],
+            "seed": spec["seed"],
+            "steps": trainer.step_idx,
+            "ended_because": result.ended_because,
+            "counters": dict(trainer.ledger.counters),
+            "discarded_by_reason": dict(trainer.ledger.discarded_by_reason),
+            "limits": dict(trainer.ledger.budget.limits),
+            "evals": [
+                {k: e[k] for k in ("step", "score", "n", "success_rate")}
+                | {"position": e["position"]}
+                for e in result.evals
+            ],
+            "final_score": result.evals[-1]["score"] if result.evals else None,
+            "eval_cost": result.eval_cost,
+            "resumed_from": resumed_from,
+        }
+        _write_json(run_dir / "result.json", summary)
+        _save_checkpoint(trainer, ckpt)
+        write_status("finished", finished=time.time())
+        return summary
+    except BaseException as exc:
+        err = f"{type(exc).__name__}: {exc}"
+        status = read_status(run_dir)
+        status.update(
+            {
+                "state": "failed",
+                "error": err,
+                "traceback": traceback.format_exc(limit=20),
+                "updated": time.time(),
+                "arm": spec["arm"],
+                "seed": spec["seed"],
+                "task": spec["task"]["name"],
+                "run_id": run_dir.name,
+            }
+        )
+        _write_json(run_dir / "status.json", status)
+        raise
+
+
+def _save_checkpoint(trainer, path: Path) -> None:
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save(trainer.state_dict(), tmp)
+    os.replace(tmp, path)
+
+
+def _rewrite_events(run_dir: Path, trainer) -> None:
+    """Make events.jsonl exactly the checkpoint's history: what a killed run wrote after its last
+    checkpoint is dropped and will be redone, so nothing is double counted."""
+
+    lines = []
+    evals = sorted(trainer.result.evals, key=lambda e: e["step"])
+    census = {c["step"]: c for c in trainer.result.census}
+    ei = 0
+    while ei < len(evals) and evals[ei]["step"] == 0 and not trainer.result.steps:
+        lines.append({"type": "eval", **evals[ei]})
+        ei += 1
+    for m in trainer.result.steps:
+        while ei < len(evals) and evals[ei]["step"] <= m["step"]:
+            lines.append({"type": "eval", **evals[ei]})
+            ei += 1
+        lines.append({"type": "step", **m})
+        if m["step"] in census:
+            lines.append({"type": "census", **census[m["step"]]})
+    for e in evals[ei:]:
+        lines.append({"type": "eval", **e})
+    tmp = run_dir / "events.jsonl.tmp"
+    tmp.write_text("".join(json.dumps(x, default=str) + "\n" for x in lines))
+    os.replace(tmp, run_dir / "events.jsonl")
+
+
+def run_worker(args: tuple) -> dict[str, Any]:
+    """Process-pool entry point: (spec, run_dir, warm_dir, threads)."""
+
+    spec, run_dir, warm_dir, threads = args
+    try:
+        return {"ok": True, "summary": execute_run(spec, run_dir, warm_dir, threads)}
+    except Exception as exc:  # noqa: BLE001 - reported back to the orchestrator
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "run_id": Path(run_dir).name}

@@ -1,0 +1,89 @@
+"""The budget ledger: reserve-before-launch, invariants (property-tested), persistence."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from budgets.counters import COUNTERS, DISCARD_REASONS
+from budgets.ledger import Budget, BudgetError, Ledger
+
+
+def test_reserve_refuses_work_that_would_exceed_a_limit():
+    led = Ledger(Budget({"launched_tokens": 100}))
+    r = led.reserve({"launched_tokens": 60})
+    assert r is not None and led.remaining("launched_tokens") == 40
+    assert led.reserve({"launched_tokens": 41}) is None  # the reservation counts
+    led.commit(r, {"launched_tokens": 35})
+    assert led.counters["launched_tokens"] == 35 and led.remaining("launched_tokens") == 65
+    with pytest.raises(BudgetError, match="exceeds the reservation"):
+        led.commit(led.reserve({"launched_tokens": 10}), {"launched_tokens": 11})
+    with pytest.raises(BudgetError, match="already committed"):
+        led.commit(r, {"launched_tokens": 1})
+    with pytest.raises(BudgetError, match="unknown counter 'tokens'"):
+        led.reserve({"tokens": 1})
+    with pytest.raises(BudgetError, match="unknown discard reason"):
+        led.discard("boredom", 1)
+    with pytest.raises(BudgetError, match="must be a finite number > 0"):
+        Budget({"launched_tokens": 0})
+
+
+def test_snapshot_and_state_round_trip():
+    led = Ledger(Budget({"launched_tokens": 100, "verifier_calls": 10}))
+    led.commit(
+        led.reserve({"launched_tokens": 50, "verifier_calls": 4}),
+        {"launched_tokens": 40, "verifier_calls": 4},
+    )
+    led.discard("dynamic_sampling", 15, 2)
+    led.add({"accepted_tokens": 25, "device_seconds": 1.5})
+    snap = led.snapshot(0)
+    assert snap["launched_tokens"] == 40 and snap["discarded_tokens.dynamic_sampling"] == 15
+    back = Ledger.from_state(led.state_dict())
+    assert back.counters == led.counters and back.discarded_by_reason == led.discarded_by_reason
+    assert back.snapshots == led.snapshots and not back.check_invariants()
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("launch"), st.floats(0, 50), st.floats(0, 1), st.floats(0, 1)),
+        st.tuples(st.just("add_time"), st.floats(0, 10), st.just(0.0), st.just(0.0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops, st.floats(1, 500), st.sampled_from(DISCARD_REASONS))
+def test_invariants_hold_for_any_sequence_of_work(operations, limit, reason):
+    led = Ledger(Budget({"launched_tokens": limit}))
+    prev = dict(led.counters)
+    for kind, amount, accept_frac, _ in operations:
+        if kind == "launch":
+            res = led.reserve({"launched_tokens": amount})
+            if res is None:
+                assert (
+                    led.counters["launched_tokens"] + amount > limit
+                )  # refused only when it would not fit
+                continue
+            actual = amount * 0.9
+            led.commit(res, {"launched_tokens": actual, "rollouts_launched": 1})
+            accepted = actual * accept_frac
+            led.add({"accepted_tokens": accepted, "rollouts_accepted": 1 if accepted > 0 else 0})
+            led.discard(reason, actual - accepted, 0 if accepted > 0 else 1)
+        else:
+            led.add({"device_seconds": amount})
+        # counters never decrease, no limit is ever exceeded
+        assert all(led.counters[k] >= prev[k] - 1e-9 for k in COUNTERS)
+        assert led.counters["launched_tokens"] <= limit + 1e-9
+        prev = dict(led.counters)
+    assert not led.check_invariants()
+    assert led.counters["accepted_tokens"] <= led.counters["launched_tokens"] + 1e-9
+    assert math.isclose(
+        sum(led.discarded_by_reason.values()), led.counters["discarded_tokens"], abs_tol=1e-6
+    )
+    assert math.isclose(
+        led.counters["accepted_tokens"] + led.counters["discarded_tokens"],
+        led.counters["launched_tokens"],
+        abs_tol=1e-6,
+    )

@@ -1,0 +1,172 @@
+"""`sixblanks run` end to end: specs, skipping, SIGKILL + resume without double counting, executors, audit."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from budgets.ledger import TIME_COUNTERS
+from harness.config import validate_mapping
+from harness.orchestrator import Orchestrator, build_specs
+from harness.runner import execute_run, read_status
+
+from .conftest import ROOT
+
+TINY = {
+    "name": "tiny",
+    "task": {"name": "arithmetic", "eval_size": 16},
+    "rollout": {"max_new_tokens": 6, "prompts_per_step": 4, "group_size": 4},
+    "warm_start": {"steps": 40, "num_demos": 300},
+    "budget": {"launched_tokens": 1200},
+    "eval": {"every": 400},
+    "seeds": [0, 1],
+    "arms": {"grpo": {"preset": "grpo"}, "dapo": {"preset": "dapo"}},
+    "executor": {"workers": 2},
+}
+
+
+def _cfg(**over):
+    data = json.loads(json.dumps(TINY))
+    data.update(over)
+    return validate_mapping(data)
+
+
+def test_run_ids_are_content_hashes():
+    cfg = _cfg()
+    a, b = build_specs(cfg, "k"), build_specs(cfg, "k")
+    assert [s["run_id"] for s in a] == [s["run_id"] for s in b] and len(
+        {s["run_id"] for s in a}
+    ) == 4
+    other = build_specs(_cfg(budget={"launched_tokens": 1300}), "k")
+    assert not {s["run_id"] for s in a} & {s["run_id"] for s in other}
+
+
+def _untimed(counters):
+    return {k: v for k, v in counters.items() if k not in TIME_COUNTERS}
+
+
+def test_sigkill_at_a_random_point_then_resume_matches_an_uninterrupted_run(tmp_path):
+    cfg = _cfg(budget={"launched_tokens": 2000})
+    orch = Orchestrator(cfg, tmp_path / "exp", progress=False)
+    spec = orch.prepare()[0]
+    warm = str(orch.warm_dir)
+    ref = execute_run(spec, tmp_path / "ref", warm, threads=1)
+    assert ref["steps"] >= 8
+
+    run_dir = tmp_path / "killed"
+    kill_at = random.Random(os.getpid()).randint(2, ref["steps"] - 3)
+    code = (
+        "import json,sys; from harness.runner import execute_run; "
+        f"execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], cwd=ROOT)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if (read_status(run_dir).get("step") or 0) >= kill_at:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert read_status(run_dir)["state"] == "running"
+
+    resumed = execute_run(spec, run_dir, warm, threads=1)
+    assert resumed["resumed_from"] is not None and resumed["resumed_from"] >= kill_at - 1
+    assert _untimed(resumed["counters"]) == _untimed(ref["counters"])
+    assert resumed["discarded_by_reason"] == ref["discarded_by_reason"]
+    assert [e["score"] for e in resumed["evals"]] == [e["score"] for e in ref["evals"]]
+    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    steps = [e["step"] for e in events if e["type"] == "step"]
+    assert steps == list(range(ref["steps"]))  # no step lost or double counted
+    ref_events = [
+        json.loads(x) for x in (tmp_path / "ref" / "events.jsonl").read_text().splitlines()
+    ]
+    assert [e["type"] for e in events] == [e["type"] for e in ref_events]
+
+
+def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml):
+    import yaml
+
+    path = write_yaml(yaml.safe_dump(TINY))
+    out = tmp_path / "out"
+    code, stdout, err = cli("run", path, "--out", str(out), "--no-progress")
+    assert code == 0, err
+    runs = json.loads((out / "experiment.json").read_text())["runs"]
+    assert len(runs) == 4
+    for rid in runs:
+        res = json.loads((out / "runs" / rid / "result.json").read_text())
+        assert res["counters"]["launched_tokens"] <= 1200
+        assert len(res["evals"]) >= 3  # start, every 400 tokens, end
+        assert all(e["position"]["launched_tokens"] <= 1200 for e in res["evals"])
+    audit = json.loads((out / "fairness.json").read_text())
+    # DAPO's overlong shaping changes the reward function: flagged, not hidden
+    assert {"arm": "dapo", "item": "reward"}.items() <= next(
+        f for f in audit["flags"] if f["arm"] == "dapo"
+    ).items()
+    assert not any(f["arm"] == "grpo" for f in audit["flags"])
+    assert (
+        audit["arms"]["grpo"]["items"]["initial_policy"]
+        == audit["arms"]["dapo"]["items"]["initial_policy"]
+    )
+    code, _, err = cli("run", path, "--out", str(out), "--no-progress")
+    assert code == 0 and "4 finished run(s) skipped" in err
+    code, stdout, _ = cli("status", str(out), "--json")
+    rows = json.loads(stdout)
+    assert {r["state"] for r in rows} == {"finished"} and all(r["last_eval"] for r in rows)
+
+
+def test_under_consumption_is_flagged(tmp_path):
+    from harness.orchestrator import fairness_audit
+
+    cfg = _cfg()
+    specs = build_specs(cfg, "k")
+    for s in specs:
+        d = tmp_path / s["run_id"]
+        d.mkdir()
+        used = 500 if s["arm"] == "dapo" and s["seed"] == 1 else 1150
+        (d / "status.json").write_text(
+            json.dumps({"state": "finished", "counters": {"launched_tokens": used}})
+        )
+    audit = fairness_audit(cfg, specs, tmp_path, {"policy_hash": "h", "key": "k"})
+    cons = [f for f in audit["flags"] if f["item"] == "consumption"]
+    assert len(cons) == 1 and cons[0]["arm"] == "dapo" and "< 90%" in cons[0]["reason"]
+
+
+def test_failed_run_is_reported_and_others_finish(tmp_path, cli, write_yaml):
+    import yaml
+
+    data = json.loads(json.dumps(TINY))
+    # verl's behaviour at the dynamic-sampling round cap: raise instead of training a short batch
+    boom = {
+        "preset": "dapo",
+        "blanks": {"data": {"max_sampling_rounds": 1, "on_round_cap": "error"}},
+    }
+    data["arms"] = {"grpo": {"preset": "grpo"}, "boom": boom}
+    data["seeds"] = [0]
+    code, _, err = cli(
+        "run", write_yaml(yaml.safe_dump(data)), "--out", str(tmp_path / "o"), "--no-progress"
+    )
+    assert code == 1
+    assert "failed: TrainingError" in err and "dynamic sampling kept" in err
+    rows = json.loads((tmp_path / "o" / "summary.json").read_text())["runs"]
+    states = {r["arm"]: r["state"] for r in rows}
+    assert states["grpo"] == "finished" and states["boom"] == "failed"
+    assert next(r for r in rows if r["arm"] == "boom")["error"]
+
+
+@pytest.mark.slow
+def test_ray_executor_gives_the_same_results_as_local(tmp_path):
+    pytest.importorskip("ray")
+    data = json.loads(json.dumps(TINY))
+    data["seeds"] = [0]
+    local = Orchestrator(validate_mapping(data), tmp_path / "local", progress=False).run()
+    data["executor"] = {"kind": "ray", "num_cpus": 1}
+    ray_res = Orchestrator(validate_mapping(data), tmp_path / "ray", progress=False).run()
+    assert not local["failures"] and not ray_res["failures"]
+    by_arm = lambda rows: {r["arm"]: (r["final_score"], _untimed(r["counters"])) for r in rows}  # noqa: E731
+    assert by_arm(local["summary"]) == by_arm(ray_res["summary"])
