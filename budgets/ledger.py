@@ -171,6 +171,7 @@ class Ledger:
             "step": step,
             **self.counters,
             **{f"discarded_tokens.{r}": v for r, v in self.discarded_by_reason.items()},
+            **{f"discarded_rollouts.{r}": v for r, v in self.discarded_rollouts_by_reason.items()},
         }
         self.snapshots.append(snap)
         return snap

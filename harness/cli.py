@@ -506,6 +506,70 @@ def status(
 
 
 @app.command()
+def sync(directory: Annotated[Path, typer.Argument(help="Experiment output directory.")]) -> None:
+    """Send runs that MLflow has not received yet (e.g. after the tracking server was unreachable)."""
+
+    from .config import validate_mapping
+    from .tracking import Tracker, tracking_uri
+
+    exp_path = directory / "experiment.json"
+    if not exp_path.exists():
+        from .errors import ConfigError
+
+        raise ConfigError(f"{directory}: not an experiment directory (no experiment.json)")
+    exp = json.loads(exp_path.read_text())
+    cfg = validate_mapping(exp["config"] | {"tasks": exp["config"]["tasks"]})
+    fairness = (
+        json.loads((directory / "fairness.json").read_text())
+        if (directory / "fairness.json").exists()
+        else None
+    )
+    t = cfg.tracking
+    state = Tracker(
+        directory, tracking_uri(t.uri, directory), t.experiment or cfg.name, enabled=True
+    ).sync(
+        exp["runs"], fairness, [directory / "report"] if (directory / "report").exists() else None
+    )
+    if state.get("last_error"):
+        raise SixblanksError(
+            f"MLflow unreachable: {state['last_error']}; {len(state['pending'])} run(s) still pending"
+        )
+    _say(f"synced {len(state['synced'])} run(s) to MLflow; pending: {len(state['pending'])}")
+
+
+@app.command()
+def ui(
+    directory: Annotated[Path, typer.Argument(help="Experiment output directory.")],
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1.")] = 5000,
+) -> None:
+    """Start the MLflow UI on the experiment's store, bound to localhost."""
+
+    import subprocess
+
+    db = directory / "mlflow.db"
+    if not db.exists():
+        from .errors import ConfigError
+
+        raise ConfigError(
+            f"{db}: no MLflow store here (run `sixblanks run` first, or set tracking.uri)"
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        f"sqlite:///{db.resolve()}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    _say(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C to stop)")
+    raise typer.Exit(subprocess.call(cmd))
+
+
+@app.command()
 def ladder(
     config: ConfigArg = Path("experiments.yaml"),
     arm: Annotated[str | None, typer.Option("--arm", help="Arm to debug.")] = None,

@@ -124,7 +124,41 @@ class Orchestrator:
             failures = executor.run(jobs, self._progress_callback(todo))
         audit = self.fairness()
         summary = self.summary(failures)
-        return {"summary": summary, "fairness": audit, "failures": failures, "skipped": skipped}
+        tables = self.ingest(audit)
+        sync = self.track(audit)
+        return {
+            "summary": summary,
+            "fairness": audit,
+            "failures": failures,
+            "skipped": skipped,
+            "tables": tables,
+            "mlflow": sync,
+        }
+
+    def ingest(self, audit: dict[str, Any] | None = None) -> dict[str, int]:
+        from .store import ingest
+
+        exp = json.loads((self.out / "experiment.json").read_text())
+        return ingest(self.out, exp, audit)
+
+    def tracker(self):
+        from .tracking import Tracker, tracking_uri
+
+        t = self.cfg.tracking
+        return Tracker(
+            self.out, tracking_uri(t.uri, self.out), t.experiment or self.cfg.name, enabled=t.mlflow
+        )
+
+    def track(
+        self, audit: dict[str, Any] | None = None, artifacts: list[Path] | None = None
+    ) -> dict[str, Any]:
+        state = self.tracker().sync([s["run_id"] for s in self.specs], audit, artifacts)
+        if state.get("last_error"):
+            self.log(
+                f"MLflow unreachable ({state['last_error'][:120]}); events stay on disk: "
+                f"`sixblanks sync {self.out}` sends them later"
+            )
+        return state
 
     # ------------------------------------------------------------------ progress
 

@@ -1,0 +1,189 @@
+"""MLflow tracking from the run directories (so nothing is lost when the server is unreachable).
+
+One parent run per experiment invocation, one nested run per arm x task x seed. Params are the
+flattened blanks and config; metrics are the per-step metrics and every ledger counter (so curves
+can be drawn against tokens); tags name the preset, seed, code version and fairness flags.
+
+What was sent is recorded in ``OUT/mlflow_sync.json``; ``sixblanks sync OUT`` sends what is missing.
+Re-sending a run first deletes its earlier (possibly partial) MLflow run, so nothing is duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .runner import CODE_VERSION, _write_json
+
+PARAM_MAX = 6000
+KEY_MAX = 250
+
+
+def tracking_uri(cfg_uri: str | None, out_dir: Path) -> str:
+    return (
+        cfg_uri
+        or os.environ.get("MLFLOW_TRACKING_URI")
+        or f"sqlite:///{(out_dir / 'mlflow.db').resolve()}"
+    )
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        text = json.dumps(value, default=str) if not isinstance(value, str) else value
+        if len(text) > PARAM_MAX:
+            text = text[: PARAM_MAX - 20] + "...(truncated)"
+        out[prefix[:KEY_MAX]] = text
+
+
+def _sync_state(out_dir: Path) -> dict[str, Any]:
+    p = out_dir / "mlflow_sync.json"
+    if p.exists():
+        return json.loads(p.read_text())
+    return {"synced": {}, "pending": [], "errors": {}}
+
+
+class Tracker:
+    def __init__(self, out_dir: str | Path, uri: str, experiment: str, enabled: bool = True):
+        self.out = Path(out_dir)
+        self.uri, self.experiment, self.enabled = uri, experiment, enabled
+
+    def _client(self):
+        # fail fast on an unreachable server instead of retrying for minutes
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+        import logging
+
+        logging.getLogger("mlflow").setLevel(logging.ERROR)
+        logging.getLogger("alembic").setLevel(logging.ERROR)
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.uri)
+        exp = client.get_experiment_by_name(self.experiment)
+        exp_id = exp.experiment_id if exp else client.create_experiment(self.experiment)
+        return client, exp_id
+
+    def sync(
+        self,
+        run_ids: list[str],
+        fairness: dict[str, Any] | None = None,
+        artifacts: list[Path] | None = None,
+    ) -> dict[str, Any]:
+        """Send every run of ``run_ids`` not yet synced (finished ones are marked synced)."""
+
+        state = _sync_state(self.out)
+        if not self.enabled:
+            return state
+        todo = [r for r in run_ids if state["synced"].get(r) not in ("finished", "failed")]
+        try:
+            client, exp_id = self._client()
+            parent_id = state.get("parent_run_id")
+            parent_ok = False
+            if parent_id:
+                try:
+                    parent_ok = client.get_run(parent_id).info.lifecycle_stage == "active"
+                except Exception:  # noqa: BLE001
+                    parent_ok = False
+            if not parent_ok:
+                parent = client.create_run(
+                    exp_id,
+                    run_name=f"{self.experiment} {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                    tags={"sixblanks.kind": "experiment", "sixblanks.code_version": CODE_VERSION},
+                )
+                parent_id = parent.info.run_id
+                state["parent_run_id"] = parent_id
+                exp_json = self.out / "experiment.json"
+                if exp_json.exists():
+                    client.log_artifact(parent_id, str(exp_json))
+            flagged = {f["arm"] for f in (fairness or {}).get("flags", [])}
+            for rid in todo:
+                run_state = self._send_run(client, exp_id, parent_id, rid, flagged)
+                state["synced"][rid] = run_state
+                state["errors"].pop(rid, None)
+            for art in artifacts or []:
+                if Path(art).exists():
+                    client.log_artifact(parent_id, str(art)) if Path(
+                        art
+                    ).is_file() else client.log_artifacts(
+                        parent_id, str(art), artifact_path=Path(art).name
+                    )
+            state["pending"] = [
+                r for r in run_ids if state["synced"].get(r) not in ("finished", "failed")
+            ]
+            state["last_error"] = None
+        except Exception as exc:  # noqa: BLE001 - unreachable server: keep going, events stay on disk
+            state["pending"] = sorted(
+                set(state.get("pending", [])) | {r for r in todo if r not in state["synced"]}
+            )
+            state["last_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        _write_json(self.out / "mlflow_sync.json", state)
+        return state
+
+    def _send_run(self, client, exp_id: str, parent_id: str, rid: str, flagged: set[str]) -> str:
+        from mlflow.entities import Metric, Param
+
+        from .store import _read_events
+
+        run_dir = self.out / "runs" / rid
+        spec = json.loads((run_dir / "spec.json").read_text())
+        status = (
+            json.loads((run_dir / "status.json").read_text())
+            if (run_dir / "status.json").exists()
+            else {}
+        )
+        # replace an earlier (partial) upload of the same run
+        for old in client.search_runs([exp_id], filter_string=f"tags.`sixblanks.run_id` = '{rid}'"):
+            client.delete_run(old.info.run_id)
+        tags = {
+            "mlflow.parentRunId": parent_id,
+            "sixblanks.run_id": rid,
+            "sixblanks.arm": spec["arm"],
+            "preset": spec["preset"],
+            "seed": str(spec["seed"]),
+            "task": spec["task"]["name"],
+            "sixblanks.code_version": CODE_VERSION,
+            "sixblanks.status": status.get("state", "pending"),
+            "fairness.flagged": str(spec["arm"] in flagged).lower(),
+        }
+        run = client.create_run(
+            exp_id, run_name=f"{spec['arm']}/{spec['task']['name']}/seed{spec['seed']}", tags=tags
+        )
+        run_id = run.info.run_id
+        params: dict[str, str] = {}
+        _flatten("blanks", spec["blanks"], params)
+        for key in ("optimizer", "rollout", "budget", "eval", "model", "task"):
+            _flatten(key, spec[key], params)
+        params["preset"], params["seed"], params["arm"] = (
+            spec["preset"],
+            str(spec["seed"]),
+            spec["arm"],
+        )
+        plist = [Param(k, v) for k, v in params.items()]
+        for i in range(0, len(plist), 100):
+            client.log_batch(run_id, params=plist[i : i + 100])
+        metrics: list[Metric] = []
+        ts = int(time.time() * 1000)
+        for e in _read_events(run_dir):
+            step = int(e.get("step", 0))
+            if e["type"] == "step":
+                for k, v in e.items():
+                    if k not in ("type", "step") and isinstance(v, (int, float)) and v == v:
+                        metrics.append(Metric(k[:KEY_MAX], float(v), ts, step))
+            elif e["type"] == "eval":
+                metrics.append(Metric("eval.score", float(e["score"]), ts, step))
+                for c in ("launched_tokens", "accepted_tokens", "device_seconds", "verifier_calls"):
+                    metrics.append(
+                        Metric(f"eval.at.{c}", float(e["position"].get(c, 0.0)), ts, step)
+                    )
+        for i in range(0, len(metrics), 1000):
+            client.log_batch(run_id, metrics=metrics[i : i + 1000])
+        client.log_artifact(run_id, str(run_dir / "spec.json"))
+        state = status.get("state", "pending")
+        if state in ("finished", "failed"):
+            client.set_terminated(run_id, "FINISHED" if state == "finished" else "FAILED")
+        return state

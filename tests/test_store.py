@@ -1,0 +1,192 @@
+"""Results store (DuckDB) and MLflow: every table, idempotent ingest, partial runs, unreachable tracking."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.config import validate_mapping
+from harness.orchestrator import Orchestrator
+from harness.runner import execute_run, read_status
+from harness.store import SCHEMA, StoreBusy, connect, ingest
+
+from .conftest import ROOT
+
+TINY = {
+    "name": "store",
+    "task": {"name": "arithmetic", "eval_size": 16},
+    "rollout": {"max_new_tokens": 6, "prompts_per_step": 4, "group_size": 4},
+    "warm_start": {"steps": 40, "num_demos": 300},
+    "budget": {"launched_tokens": 900},
+    "seeds": [0],
+    "arms": {"grpo": {"preset": "grpo"}, "dapo": {"preset": "dapo"}},
+}
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    out = tmp_path_factory.mktemp("exp")
+    res = Orchestrator(validate_mapping(TINY), out, progress=False).run()
+    assert not res["failures"]
+    return out, res
+
+
+def _counts(out):
+    con = connect(out, read_only=True)
+    try:
+        return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in SCHEMA}
+    finally:
+        con.close()
+
+
+def test_every_table_is_queryable(experiment):
+    out, res = experiment
+    con = connect(out, read_only=True)
+    q = lambda sql: con.execute(sql).fetchall()  # noqa: E731
+    assert q("SELECT name FROM experiments") == [("store",)]
+    runs = q(
+        "SELECT arm, preset, status, steps, initial_policy_hash IS NOT NULL FROM runs ORDER BY arm"
+    )
+    assert [(r[0], r[1], r[2], r[4]) for r in runs] == [
+        ("dapo", "dapo", "finished", True),
+        ("grpo", "grpo", "finished", True),
+    ]
+    # the ledger has one row per step with every counter; its last row equals the run's result
+    for rid, steps in q("SELECT run_id, steps FROM runs"):
+        n, last = q(f"SELECT count(*), max(launched_tokens) FROM ledger WHERE run_id = '{rid}'")[0]
+        result = json.loads((out / "runs" / rid / "result.json").read_text())
+        assert n == steps and last == result["counters"]["launched_tokens"]
+        assert q(f"SELECT consumed FROM budgets WHERE run_id = '{rid}'")[0][0] == last <= 900
+    assert q("SELECT count(DISTINCT name) FROM metrics")[0][0] > 10
+    assert q("SELECT min(step), count(*) FROM evals WHERE split = 'heldout'")[0][1] >= 4
+    dapo_discards = q(
+        "SELECT reason, sum(tokens) FROM discards JOIN runs USING (run_id) WHERE arm = 'dapo' GROUP BY reason"
+    )
+    assert dapo_discards and dapo_discards[0][0] == "dynamic_sampling"
+    total = q(
+        "SELECT sum(discarded_dynamic_sampling) FROM ledger l JOIN runs r USING (run_id) "
+        "WHERE r.arm = 'dapo' AND l.step = r.steps - 1"
+    )[0][0]
+    assert (
+        total == dapo_discards[0][1]
+    )  # per-step discards add up to the ledger's cumulative counter
+    assert (
+        q("SELECT count(*) FROM fairness WHERE flagged AND arm = 'dapo' AND item = 'reward'")[0][0]
+        == 1
+    )
+    assert (
+        q("SELECT count(*) FROM trials")[0][0] == 0 and q("SELECT count(*) FROM ladder")[0][0] == 0
+    )
+    con.close()
+
+
+def test_ingesting_twice_changes_nothing(experiment):
+    out, _ = experiment
+    before = _counts(out)
+    ingest(out)
+    ingest(out)
+    assert _counts(out) == before
+
+
+def test_mlflow_has_nested_runs_with_blanks_as_params(experiment):
+    import mlflow
+
+    out, res = experiment
+    assert res["mlflow"]["pending"] == [] and res["mlflow"]["last_error"] is None
+    mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
+    df = mlflow.search_runs(experiment_names=["store"])
+    children = df[df["tags.mlflow.parentRunId"].notna()]
+    assert len(children) == 2 and set(children["tags.preset"]) == {"grpo", "dapo"}
+    assert len(df) == 3  # one parent
+    row = children[children["tags.preset"] == "dapo"].iloc[0]
+    assert row["params.blanks.weight.eps_high"] == "0.28"
+    assert row["params.blanks.data.dynamic_sampling"] == "true"
+    assert row["tags.fairness.flagged"] == "true"
+    client = mlflow.tracking.MlflowClient()
+    hist = client.get_metric_history(row["run_id"], "ledger.launched_tokens")
+    assert len(hist) > 2 and hist[-1].value <= 900
+
+
+def test_partial_run_is_ingested_and_completed_on_resume_without_duplicates(tmp_path):
+    cfg = validate_mapping(
+        TINY | {"budget": {"launched_tokens": 2500}, "arms": {"grpo": {"preset": "grpo"}}}
+    )
+    orch = Orchestrator(cfg, tmp_path, progress=False)
+    spec = orch.prepare()[0]
+    run_dir = tmp_path / "runs" / spec["run_id"]
+    code = (
+        "import json,sys; from harness.runner import execute_run; "
+        f"execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {str(orch.warm_dir)!r}, threads=1)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], cwd=ROOT)
+    t0 = time.time()
+    while (
+        (read_status(run_dir).get("step") or 0) < 4
+        and time.time() - t0 < 120
+        and proc.poll() is None
+    ):
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    ingest(tmp_path)
+    con = connect(tmp_path, read_only=True)
+    status, steps = con.execute("SELECT status, steps FROM runs").fetchone()
+    con.close()
+    assert status == "partial" and steps >= 4
+    execute_run(spec, run_dir, orch.warm_dir, threads=1)
+    ingest(tmp_path)
+    con = connect(tmp_path, read_only=True)
+    status, steps = con.execute("SELECT status, steps FROM runs").fetchone()
+    n, distinct = con.execute("SELECT count(*), count(DISTINCT step) FROM ledger").fetchone()
+    dup_metrics = con.execute(
+        "SELECT count(*) FROM (SELECT step, name, count(*) c FROM metrics GROUP BY ALL HAVING c > 1)"
+    ).fetchone()[0]
+    con.close()
+    assert status == "finished" and n == distinct == steps and dup_metrics == 0
+
+
+def test_unreachable_tracking_server_loses_nothing(tmp_path, monkeypatch, cli):
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens there
+    res = Orchestrator(validate_mapping(TINY | {"name": "offline"}), tmp_path, progress=False).run()
+    assert not res["failures"]  # the runs went on
+    assert res["mlflow"]["last_error"] and len(res["mlflow"]["pending"]) == 2
+    assert _counts(tmp_path)["runs"] == 2  # DuckDB has everything regardless
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the server is back (here: the default sqlite store)
+    code, out, err = cli("sync", str(tmp_path))
+    assert code == 0, err
+    state = json.loads((tmp_path / "mlflow_sync.json").read_text())
+    assert state["pending"] == [] and len(state["synced"]) == 2
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    df = mlflow.search_runs(experiment_names=["offline"])
+    assert (df["tags.mlflow.parentRunId"].notna()).sum() == 2
+    code, _, _ = cli("sync", str(tmp_path))  # syncing again sends nothing twice
+    assert (
+        mlflow.search_runs(experiment_names=["offline"])["tags.mlflow.parentRunId"].notna()
+    ).sum() == 2
+
+
+def test_reader_gets_a_clear_message_while_the_writer_holds_the_store(experiment):
+    out, _ = experiment
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb,time; c=duckdb.connect({str(out / 'results.duckdb')!r}); "
+            "print('locked', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StoreBusy, match="being written by another process"):
+            connect(out, read_only=True)
+    finally:
+        holder.kill()
+        holder.wait()
