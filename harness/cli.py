@@ -395,6 +395,9 @@ def run(
     orch = Orchestrator(cfg, out_path, log=log, progress=not (no_progress or _STATE["quiet"]))
     result = orch.run()
     _print_summary(result["summary"], cfg)
+    report_path = build_report_or_fail(out_path)
+    orch.track(result["fairness"], artifacts=[out_path / "report"])
+    _say(f"report: {report_path}")
     flags = result["fairness"]["flags"]
     if flags:
         _say(
@@ -426,10 +429,32 @@ def _print_summary(rows, cfg) -> None:
 
 
 @app.command()
-def report(directory: Annotated[Path, typer.Argument(help="Experiment output directory.")]) -> None:
-    """Build the comparison report of an experiment directory."""
+def report(
+    directory: Annotated[Path, typer.Argument(help="Experiment output directory.")],
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="Arm for P(improvement); default: the first.")
+    ] = None,
+    resamples: Annotated[
+        int, typer.Option("--resamples", min=100, help="Bootstrap resamples.")
+    ] = 2000,
+) -> None:
+    """Build the comparison report (DIR/report/index.html, report.md, scores.csv/.parquet) from results.duckdb."""
 
-    _not_built("report", "the comparison report")
+    path = build_report_or_fail(directory, baseline, resamples)
+    _say(f"report: {path}")
+
+
+def build_report_or_fail(
+    directory: Path, baseline: str | None = None, resamples: int = 2000
+) -> Path:
+    from reports.build import ReportError, build_report
+
+    try:
+        return build_report(directory, baseline, resamples)
+    except ReportError as exc:
+        from .errors import ConfigError
+
+        raise ConfigError(str(exc)) from None
 
 
 @app.command()

@@ -180,6 +180,11 @@ class ExecutorConfig(_Cfg):
     )
     num_cpus: float = Field(1.0, gt=0, description="Ray: CPUs per run.")
     num_gpus: float = Field(0.0, ge=0, description="Ray: GPUs per run.")
+    checkpoint_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="Checkpoint a run after a step once this many seconds passed (0: every step).",
+    )
 
 
 class TrackingConfig(_Cfg):

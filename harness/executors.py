@@ -23,15 +23,15 @@ Job = tuple[dict[str, Any], str, str]
 class LocalExecutor:
     """Worker processes on this machine (spawned, so torch threads are not forked)."""
 
-    def __init__(self, workers: int, threads: int):
-        self.workers, self.threads = workers, threads
+    def __init__(self, workers: int, threads: int, checkpoint_seconds: float = 30.0):
+        self.workers, self.threads, self.ckpt = workers, threads, checkpoint_seconds
 
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
         failures: dict[str, str] = {}
         ctx = mp.get_context("spawn")
         with cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
             futures = {
-                pool.submit(run_worker, (spec, rd, wd, self.threads)): Path(rd).name
+                pool.submit(run_worker, (spec, rd, wd, self.threads, self.ckpt)): Path(rd).name
                 for spec, rd, wd in jobs
             }
             pending = set(futures)
@@ -53,7 +53,14 @@ class RayExecutor:
     """Each run is a Ray task with its declared num_cpus / num_gpus. Joins ``address`` if given, else
     starts a local cluster (and shuts down what it started)."""
 
-    def __init__(self, address: str | None, num_cpus: float, num_gpus: float, threads: int):
+    def __init__(
+        self,
+        address: str | None,
+        num_cpus: float,
+        num_gpus: float,
+        threads: int,
+        checkpoint_seconds: float = 30.0,
+    ):
         try:
             import ray  # noqa: F401
         except ImportError:
@@ -61,6 +68,7 @@ class RayExecutor:
                 "executor.kind 'ray' needs Ray: install the extra with `pip install -e '.[ray]'`"
             ) from None
         self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
+        self.ckpt = checkpoint_seconds
         self.threads = max(1, int(num_cpus)) if num_cpus >= 1 else threads
 
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
@@ -78,7 +86,8 @@ class RayExecutor:
         try:
             remote = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus)(run_worker)
             refs = {
-                remote.remote((spec, rd, wd, self.threads)): Path(rd).name for spec, rd, wd in jobs
+                remote.remote((spec, rd, wd, self.threads, self.ckpt)): Path(rd).name
+                for spec, rd, wd in jobs
             }
             failures: dict[str, str] = {}
             pending = list(refs)
@@ -105,5 +114,5 @@ class RayExecutor:
 
 def make_executor(cfg, workers: int, threads: int):
     if cfg.kind == "ray":
-        return RayExecutor(cfg.address, cfg.num_cpus, cfg.num_gpus, threads)
-    return LocalExecutor(workers, threads)
+        return RayExecutor(cfg.address, cfg.num_cpus, cfg.num_gpus, threads, cfg.checkpoint_seconds)
+    return LocalExecutor(workers, threads, cfg.checkpoint_seconds)

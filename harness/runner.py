@@ -71,9 +71,12 @@ def execute_run(
     run_dir: str | Path,
     warm_dir: str | Path,
     threads: int = 1,
-    checkpoint_every: int = 1,
+    checkpoint_seconds: float = 0.0,
 ) -> dict[str, Any]:
     """Run (or resume) one spec to the end of its budget. Returns the result summary.
+
+    A checkpoint is written after a step once ``checkpoint_seconds`` have passed since the last one
+    (0: after every step); a killed run resumes from it and redoes only the steps after it.
 
     Raises on failure after recording it in status.json (state "failed", with the error).
     """
@@ -134,8 +137,12 @@ def execute_run(
         write_status("running")
         events = open(run_dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - closed below
         seen_evals = [len(trainer.result.evals)]
+        last_ckpt = [time.time()]
+
+        rec_time = [0.0]
 
         def on_step(tr: Trainer, metrics: dict[str, Any]) -> None:
+            t_rec = time.perf_counter()
             lines = [{"type": "step", **metrics}]
             if tr.result.census and tr.result.census[-1]["step"] == metrics["step"]:
                 lines.append({"type": "census", **tr.result.census[-1]})
@@ -145,9 +152,11 @@ def execute_run(
             for line in lines:
                 events.write(json.dumps(line, default=str) + "\n")
             events.flush()
-            if tr.step_idx % checkpoint_every == 0:
+            if time.time() - last_ckpt[0] >= checkpoint_seconds:
                 _save_checkpoint(tr, ckpt)
+                last_ckpt[0] = time.time()
             write_status("running")
+            rec_time[0] += time.perf_counter() - t_rec
 
         try:
             if not trainer.result.evals:
@@ -157,7 +166,9 @@ def execute_run(
                 events.flush()
                 seen_evals[0] = len(trainer.result.evals)
                 _save_checkpoint(trainer, ckpt)
+            t_train = time.perf_counter()
             result = trainer.train(evaluate_start=False, on_step=on_step)
+            train_seconds = time.perf_counter() - t_train
             for ev in result.evals[seen_evals[0] :]:
                 events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
         finally:
@@ -181,6 +192,8 @@ def execute_run(
             "final_score": result.evals[-1]["score"] if result.evals else None,
             "eval_cost": result.eval_cost,
             "resumed_from": resumed_from,
+            "train_seconds": train_seconds,
+            "recording_seconds": rec_time[0],
         }
         _write_json(run_dir / "result.json", summary)
         _save_checkpoint(trainer, ckpt)
@@ -239,10 +252,10 @@ def _rewrite_events(run_dir: Path, trainer) -> None:
 
 
 def run_worker(args: tuple) -> dict[str, Any]:
-    """Process-pool entry point: (spec, run_dir, warm_dir, threads)."""
+    """Process-pool entry point: (spec, run_dir, warm_dir, threads, checkpoint_seconds)."""
 
-    spec, run_dir, warm_dir, threads = args
+    spec, run_dir, warm_dir, threads, ckpt_s = args
     try:
-        return {"ok": True, "summary": execute_run(spec, run_dir, warm_dir, threads)}
+        return {"ok": True, "summary": execute_run(spec, run_dir, warm_dir, threads, ckpt_s)}
     except Exception as exc:  # noqa: BLE001 - reported back to the orchestrator
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "run_id": Path(run_dir).name}

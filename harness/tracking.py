@@ -57,6 +57,7 @@ class Tracker:
         # fail fast on an unreachable server instead of retrying for minutes
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "ERROR")
         import logging
 
         logging.getLogger("mlflow").setLevel(logging.ERROR)

@@ -1,0 +1,186 @@
+"""Comparison reports: statistics against hand-computed values, and the report itself."""
+
+import json
+import math
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from harness.config import validate_mapping
+from harness.orchestrator import Orchestrator
+from reports import stats
+from reports.build import build_report
+
+
+def test_iqm_by_hand():
+    assert stats.iqm(np.arange(1, 9)) == pytest.approx(4.5)  # mean of 3, 4, 5, 6
+    assert stats.iqm([1, 2, 3, 4, 100, 200, 300, 400]) == pytest.approx((3 + 4 + 100 + 200) / 4)
+
+
+def test_bootstrap_vectorised_equals_a_plain_loop():
+    rng = np.random.default_rng(3)
+    scores = rng.random((5, 3))
+    for stat in ("mean", "median", "iqm"):
+        _, lo, hi = stats.stratified_bootstrap_ci(scores, stat, resamples=300, seed=7)
+        lo2, hi2 = stats.stratified_bootstrap_ci_loop(scores, stat, resamples=300, seed=7)
+        assert (lo, hi) == pytest.approx((lo2, hi2))
+
+
+def test_bootstrap_by_hand():
+    # two seeds scoring 0 and 1: resampled means are 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4
+    p, lo, hi = stats.stratified_bootstrap_ci(np.array([0.0, 1.0]), "mean", resamples=20000, seed=0)
+    assert (p, lo, hi) == (0.5, 0.0, 1.0)
+    p, lo, hi = stats.stratified_bootstrap_ci(np.full((4, 2), 0.3), "iqm")
+    assert (p, lo, hi) == pytest.approx((0.3, 0.3, 0.3))
+    # stratified: seeds are resampled within each task, so task A (all 0) and B (all 10) always
+    # contribute equally and the interval collapses to 5
+    p, lo, hi = stats.stratified_bootstrap_ci(
+        np.array([[0.0, 10.0], [0.0, 10.0], [0.0, 10.0]]), "mean"
+    )
+    assert (p, lo, hi) == (5.0, 5.0, 5.0)
+    p, lo, hi = stats.stratified_bootstrap_ci(np.array([0.7]), "mean")
+    assert p == 0.7 and math.isnan(lo) and math.isnan(hi)  # one seed: no interval
+
+
+def test_probability_of_improvement_by_hand():
+    x, y = [1, 2, 3], [0, 2]
+    # pairs: (1,0) win, (1,2) loss, (2,0) win, (2,2) tie, (3,0) win, (3,2) win -> (4 + 0.5) / 6
+    assert stats.probability_of_improvement(x, y) == pytest.approx(0.75)
+    assert stats.probability_of_improvement(x, y) == pytest.approx(
+        sps.mannwhitneyu(x, y).statistic / 6
+    )
+    assert stats.probability_of_improvement([5, 6], [1, 2]) == 1.0
+
+
+def test_curve_auc_by_hand():
+    assert stats.curve_auc([0, 10, 20], [0, 1, 1]) == pytest.approx((10 * 0.5 + 10 * 1) / 20)
+    assert stats.curve_auc([20, 0, 10], [1, 0, 1]) == pytest.approx(0.75)  # order does not matter
+    assert stats.curve_auc([5], [0.4]) == 0.4
+
+
+SPEC = {
+    "name": "<script>alert('x')</script> & co",
+    "task": {"name": "arithmetic", "eval_size": 16},
+    "rollout": {"max_new_tokens": 6, "prompts_per_step": 4, "group_size": 4},
+    "warm_start": {"steps": 60, "num_demos": 300},
+    "budget": {"launched_tokens": 700},
+    "seeds": [0, 1],
+    "arms": {"grpo": {"preset": "grpo"}, "rloo": {"preset": "rloo"}},
+    "tracking": {"mlflow": False},
+}
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rep")
+    Orchestrator(validate_mapping(SPEC), out, progress=False).run()
+    return out
+
+
+def test_report_files_self_contained_and_escaped(experiment):
+    index = build_report(experiment, resamples=500)
+    text = index.read_text()
+    assert (
+        "<script>alert" not in text
+        and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; co" in text
+    )
+    assert text.count("data:image/png;base64,") == 4
+    assert "http://" not in text and "https://" not in text  # nothing to fetch
+    rep = index.parent
+    for f in (
+        "report.md",
+        "scores.csv",
+        "scores.parquet",
+        "score_vs_cost.png",
+        "census.png",
+        "final_scores.png",
+    ):
+        assert (rep / f).exists(), f
+    import polars as pl
+
+    scores = pl.read_parquet(rep / "scores.parquet")
+    assert scores.height == 4 and set(scores["arm"]) == {"grpo", "rloo"}
+    arms = {r["arm"]: r for r in json.loads((rep / "arms.json").read_text())}
+    assert arms["grpo"]["p_improve"] is None and 0 <= arms["rloo"]["p_improve"] <= 1
+    assert arms["grpo"]["mean_lo"] <= arms["grpo"]["mean"] <= arms["grpo"]["mean_hi"]
+    md = (rep / "report.md").read_text()
+    assert "warm-start score" in md and "| grpo | grpo | 2/2 |" in md
+
+
+def _copy(experiment, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(experiment, dst)
+    return dst
+
+
+def test_report_with_one_seed_missing_evaluations_and_a_running_experiment(experiment, tmp_path):
+    import duckdb
+
+    out = _copy(experiment, tmp_path)
+    con = duckdb.connect(str(out / "results.duckdb"))
+    rloo_ids = [
+        r[0]
+        for r in con.execute("SELECT run_id FROM runs WHERE arm = 'rloo' ORDER BY seed").fetchall()
+    ]
+    con.execute(
+        f"UPDATE runs SET status = 'partial' WHERE run_id = '{rloo_ids[1]}'"
+    )  # still running
+    grpo_ids = [
+        r[0]
+        for r in con.execute("SELECT run_id FROM runs WHERE arm = 'grpo' ORDER BY seed").fetchall()
+    ]
+    con.execute(f"DELETE FROM evals WHERE run_id = '{grpo_ids[1]}'")  # no evaluation recorded
+    con.close()
+    text = build_report(out, resamples=200).read_text()
+    assert "one seed: no interval" in text
+    assert "1 run(s) are not finished" in text and rloo_ids[1] in text
+    arms = {r["arm"]: r for r in json.loads((out / "report" / "arms.json").read_text())}
+    assert arms["rloo"]["finished"] == 1 and arms["rloo"]["runs"] == 2
+
+
+def test_report_cli_errors(cli, tmp_path, experiment):
+    code, _, err = cli("report", str(tmp_path))
+    assert code == 2 and "no results store" in err
+    code, _, err = cli("report", str(experiment), "--baseline", "nope")
+    assert code == 2 and "unknown arm 'nope'" in err
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)"
+)
+def test_report_renders_in_headless_chromium(experiment, tmp_path):
+    index = build_report(experiment, resamples=200)
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1300,2600",
+            f"--screenshot={shot}",
+            index.resolve().as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    from PIL import Image
+
+    img = np.asarray(Image.open(shot).convert("RGB")).astype(float)
+    assert img.shape[0] >= 2000
+    # the embedded plots put many distinct colours on the page (a blank or broken page has few)
+    colours = {tuple(p) for p in img[::7, ::7].reshape(-1, 3).astype(int)}
+    assert len(colours) > 200
