@@ -597,14 +597,49 @@ def ui(
 @app.command()
 def ladder(
     config: ConfigArg = Path("experiments.yaml"),
-    arm: Annotated[str | None, typer.Option("--arm", help="Arm to debug.")] = None,
+    arm: Annotated[
+        str | None, typer.Option("--arm", help="Arm to debug (default: ladder.arm or the first).")
+    ] = None,
     all_: Annotated[
         bool, typer.Option("--all", help="Do not stop at the first failing rung.")
     ] = False,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Output directory; default runs/<name>.")
+    ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Walk the ablation ladder for one arm, one axis at a time."""
+    """Walk the ablation ladder for one arm, one axis at a time; stop at the first failing rung."""
 
-    _not_built("ladder", "the ablation ladder")
+    from .config import load_config
+    from .ladder import Ladder, LadderFailed, first_failure
+
+    cfg = load_config(config)
+    out_path = out_dir or default_out_dir(cfg)
+    log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not (_STATE["quiet"] or as_json) else None
+    results = Ladder(cfg, out_path, arm, log=log).run(all_rungs=all_)
+    if as_json:
+        from dataclasses import asdict
+
+        _dump_json([asdict(r) for r in results])
+    else:
+        table = Table(title=f"ablation ladder: {arm or cfg.ladder.arm or next(iter(cfg.arms))}")
+        for col in ("rung", "variant", "status", "evidence"):
+            table.add_column(col)
+        colors = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
+        for r in results:
+            table.add_row(
+                f"{r.rung} {r.rung_name}",
+                r.variant,
+                f"[{colors[r.status]}]{r.status}[/]",
+                r.evidence,
+            )
+        out.print(table)
+        _say(
+            f"recorded in {out_path / 'results.duckdb'} (table ladder) and {out_path / 'ladder.json'}"
+        )
+    failed = first_failure(results)
+    if failed is not None:
+        raise LadderFailed(f"rung {failed.rung} ({failed.rung_name}) failed: {failed.evidence}")
 
 
 @app.command()

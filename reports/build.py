@@ -68,6 +68,7 @@ class Data:
     baseline: str
     warm_start_score: float | None
     trials: pl.DataFrame = field(default_factory=pl.DataFrame)
+    ladder: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 def load(out_dir: Path, baseline: str | None = None) -> Data:
@@ -96,6 +97,9 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
             "ON m.run_id = l.run_id AND m.step = l.step WHERE m.name IN ('trainable_group_frac', 'response_length')"
         ).pl()
         fairness = con.sql("SELECT arm, item, flagged, reason, run_id FROM fairness").pl()
+        ladder = con.sql(
+            "SELECT arm, rung, rung_name, variant, status, evidence FROM ladder ORDER BY arm, rung"
+        ).pl()
     finally:
         con.close()
     arms_cfg = list(config.get("arms", {}))
@@ -468,6 +472,18 @@ def build_report(
         h.append("<p>None: every run finished.</p>")
     if d.evals.height == 0:
         h.append("<p class='flag'>No evaluations were recorded yet.</p>")
+    if d.ladder.height:
+        h.append(
+            "<h2>Ablation ladder</h2><table><tr><th>arm</th><th>rung</th><th>variant</th><th>status</th>"
+            "<th>evidence</th></tr>"
+        )
+        for arm, rung, rname, variant, status, evidence in d.ladder.iter_rows():
+            cls = " class='flag'" if status == "fail" else ""
+            h.append(
+                f"<tr><td>{e(arm)}</td><td>{rung} {e(rname)}</td><td>{e(variant)}</td><td{cls}>{e(status)}</td>"
+                f"<td>{e(evidence)}</td></tr>"
+            )
+        h.append("</table>")
     h.append("</body></html>")
     (rep / "index.html").write_text("\n".join(h), encoding="utf-8")
 
@@ -496,6 +512,17 @@ def build_report(
             "run_id", "arm", "seed", "status", "error"
         ).iter_rows()
     ] or ["- none"]
+    if d.ladder.height:
+        md += [
+            "",
+            "## Ablation ladder",
+            "",
+            "| arm | rung | variant | status | evidence |",
+            "|---|---|---|---|---|",
+        ]
+        md += [
+            f"| {a} | {r} {n} | {v} | {s} | {ev} |" for a, r, n, v, s, ev in d.ladder.iter_rows()
+        ]
     (rep / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     (rep / "arms.json").write_text(json.dumps(rows, indent=2, default=str))
     return rep / "index.html"
