@@ -104,7 +104,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         con.close()
     arms_cfg = list(config.get("arms", {}))
     base = baseline or (arms_cfg[0] if arms_cfg else None)
-    if base is not None and base not in set(runs["arm"].to_list()):
+    if runs.height and base is not None and base not in set(runs["arm"].to_list()):
         raise ReportError(
             f"--baseline: unknown arm '{base}' (arms: {', '.join(sorted(set(runs['arm'].to_list())))})"
         )
@@ -120,6 +120,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         fairness,
         base,
         float(warm.mean()) if warm.len() else None,
+        ladder=ladder,
     )
 
 
@@ -361,7 +362,7 @@ def build_report(
     rep.mkdir(parents=True, exist_ok=True)
     scores.write_csv(rep / "scores.csv")
     scores.write_parquet(rep / "scores.parquet")
-    images = plots(d, rows, scores) if with_plots else {}
+    images = plots(d, rows, scores) if with_plots and rows else {}
     for name, png in images.items():
         (rep / name).write_bytes(png)
     keys, cols, differing = flat_blanks(d)

@@ -105,3 +105,14 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     con = duckdb.connect(str(tmp_path / "good" / "results.duckdb"), read_only=True)
     assert con.execute("SELECT count(DISTINCT rung) FROM ladder").fetchone()[0] == 9
     con.close()
+    # the report renders the ladder table
+    from harness.orchestrator import Orchestrator
+    from reports.build import build_report
+
+    Orchestrator(
+        validate_mapping(json.loads(json.dumps(BASE)) | {"budget": {"launched_tokens": 600}}),
+        tmp_path / "good",
+        progress=False,
+    ).ingest()
+    html = build_report(tmp_path / "good", resamples=200).read_text()
+    assert "Ablation ladder" in html and "asynchrony" in html
