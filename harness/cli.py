@@ -643,10 +643,50 @@ def ladder(
 
 
 @app.command()
-def sweep(config: ConfigArg = Path("experiments.yaml")) -> None:
-    """Hyperparameter search per arm under a fixed search budget."""
+def sweep(
+    config: ConfigArg = Path("experiments.yaml"),
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Output directory; default runs/<name>.")
+    ] = None,
+) -> None:
+    """Hyperparameter search per arm under a fixed search budget, then confirmation on fresh seeds."""
 
-    _not_built("sweep", "hyperparameter search")
+    from .config import load_config
+    from .sweep import Sweep
+
+    cfg = load_config(config)
+    out_path = out_dir or default_out_dir(cfg)
+    log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not _STATE["quiet"] else None
+    sw = Sweep(cfg, out_path, log=log)
+    summary = sw.run()
+    table = Table(title="search effort per arm")
+    for col in (
+        "arm",
+        "trials",
+        "complete",
+        "pruned",
+        "failed",
+        "launched tokens",
+        "device-hours",
+        "best value",
+        "best params",
+    ):
+        table.add_column(col)
+    for arm, rec in summary["arms"].items():
+        table.add_row(
+            arm,
+            str(rec["trials"]),
+            str(rec["complete"]),
+            str(rec["pruned"]),
+            str(rec["failed"]),
+            f"{rec['spent']['launched_tokens']:g}",
+            f"{rec['spent']['device_seconds'] / 3600:.4f}",
+            "-" if rec["best_value"] is None else f"{rec['best_value']:.3f}",
+            json.dumps(rec["best_params"]),
+        )
+    _say(table)
+    report_path = build_report_or_fail(sw.out)
+    _say(f"report (defaults vs tuned, search effort): {report_path}")
 
 
 # --------------------------------------------------------------------------- entry point

@@ -97,6 +97,10 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
             "ON m.run_id = l.run_id AND m.step = l.step WHERE m.name IN ('trainable_group_frac', 'response_length')"
         ).pl()
         fairness = con.sql("SELECT arm, item, flagged, reason, run_id FROM fairness").pl()
+        trials = con.sql(
+            "SELECT arm, trial, state, params, value, launched_tokens, device_seconds, pruned_at "
+            "FROM trials ORDER BY arm, trial"
+        ).pl()
         ladder = con.sql(
             "SELECT arm, rung, rung_name, variant, status, evidence FROM ladder ORDER BY arm, rung"
         ).pl()
@@ -121,6 +125,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         base,
         float(warm.mean()) if warm.len() else None,
         ladder=ladder,
+        trials=trials,
     )
 
 
@@ -473,6 +478,28 @@ def build_report(
         h.append("<p>None: every run finished.</p>")
     if d.evals.height == 0:
         h.append("<p class='flag'>No evaluations were recorded yet.</p>")
+    if d.trials.height:
+        h.append(
+            "<h2>Hyperparameter search: effort per arm</h2><p>Arms named <code>ARM.tuned</code> above run the "
+            "best trial's configuration, <code>ARM</code> the defaults, both on fresh seeds under the matched "
+            "budget.</p><table><tr><th>arm</th><th>trials</th><th>complete</th><th>pruned</th><th>failed</th>"
+            "<th>launched tokens</th><th>device-hours</th><th>best value</th></tr>"
+        )
+        eff = d.trials.group_by("arm", maintain_order=True).agg(
+            pl.len().alias("n"),
+            (pl.col("state") == "COMPLETE").sum().alias("c"),
+            (pl.col("state") == "PRUNED").sum().alias("p"),
+            (pl.col("state") == "FAIL").sum().alias("f"),
+            pl.col("launched_tokens").sum().alias("tok"),
+            (pl.col("device_seconds").sum() / 3600).alias("dh"),
+            pl.col("value").max().alias("best"),
+        )
+        for arm, n, c, p_, f, tok, dh, best in eff.iter_rows():
+            h.append(
+                f"<tr><td>{e(arm)}</td><td>{n}</td><td>{c}</td><td>{p_}</td><td>{f}</td><td>{_fmt(tok, 0)}</td>"
+                f"<td>{_fmt(dh, 4)}</td><td>{_fmt(best)}</td></tr>"
+            )
+        h.append("</table>")
     if d.ladder.height:
         h.append(
             "<h2>Ablation ladder</h2><table><tr><th>arm</th><th>rung</th><th>variant</th><th>status</th>"

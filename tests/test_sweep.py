@@ -1,0 +1,92 @@
+"""Hyperparameter search under a fixed budget: identical trial counts, budget never exceeded, pruning on
+tokens, resume after a kill, trials in DuckDB, report section."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from .conftest import ROOT
+
+SPEC = {
+    "name": "sweep",
+    "task": {"name": "arithmetic", "eval_size": 64},
+    "rollout": {"max_new_tokens": 6, "prompts_per_step": 4, "group_size": 4},
+    "warm_start": {"steps": 200, "num_demos": 1500},
+    "budget": {"launched_tokens": 600},
+    "seeds": [0],
+    "arms": {"grpo": {"preset": "grpo"}, "rloo": {"preset": "rloo"}},
+    "tracking": {"mlflow": False},
+    "sweep": {
+        "n_trials": 3,
+        "sampler": "random",
+        "seed": 0,
+        "pruner": "median",
+        "trial_budget": {"launched_tokens": 600},
+        "total_budget": {"launched_tokens": 1500},
+        "space": {
+            "grpo": {"optimizer.lr": {"type": "categorical", "choices": [3.0e-4, 30.0]}},
+            "rloo": {
+                "optimizer.lr": {"type": "categorical", "choices": [3.0e-4, 30.0]},
+                "blanks.weight.eps_high": {"type": "float", "low": 0.2, "high": 0.3},
+            },
+        },
+        "confirm_seeds": [7],
+    },
+}
+
+
+@pytest.mark.slow
+def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, write_yaml):
+    path = write_yaml(yaml.safe_dump(SPEC))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "harness.cli", "sweep", path, "--out", str(out)]
+    # interrupt the first attempt in the middle of the search
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = out / "sweep" / "optuna.journal"
+    t0 = time.time()
+    while proc.poll() is None and time.time() - t0 < 180:
+        if journal.exists() and journal.read_text().count('"state":1') >= 1:  # one trial finished
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "sweep" / "sweep.json").read_text())
+    arms = summary["arms"]
+    assert arms["grpo"]["trials"] == arms["rloo"]["trials"] == 3  # identical effort in trials
+    for rec in arms.values():
+        assert rec["spent"]["launched_tokens"] <= 1500  # the total search budget is never exceeded
+        assert rec["complete"] + rec["pruned"] + rec["failed"] == 3
+        first = rec["trials_detail"][0]
+        assert first["params"]["optimizer.lr"] == 3.0e-4  # the arm's default is enqueued first
+        for t in rec["trials_detail"]:
+            # intermediate scores are reported at launched-token checkpoints, not optimizer steps
+            assert all(0 <= int(step) <= 600 for step in t["intermediate"])
+            assert len(t["intermediate"]) >= 1 or t["state"] == "FAIL"
+    states = [t["state"] for rec in arms.values() for t in rec["trials_detail"]]
+    pruned = [t for rec in arms.values() for t in rec["trials_detail"] if t["state"] == "PRUNED"]
+    assert pruned, states  # lr = 30 wrecks the policy and is pruned at a token checkpoint
+    assert all(t["pruned_at"] and t["pruned_at"] < 600 for t in pruned)
+
+    import duckdb
+
+    con = duckdb.connect(str(out / "sweep" / "results.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM trials").fetchone()[0] == 6
+    confirm_arms = {r[0] for r in con.execute("SELECT DISTINCT arm FROM runs").fetchall()}
+    seeds = {r[0] for r in con.execute("SELECT DISTINCT seed FROM runs").fetchall()}
+    con.close()
+    assert {"grpo", "rloo"} <= confirm_arms and seeds == {7}
+    assert any(a.endswith(".tuned") for a in confirm_arms) or all(
+        rec["best_params"] == rec["default_params"] for rec in arms.values()
+    )
+    html = (out / "sweep" / "report" / "index.html").read_text()
+    assert "Hyperparameter search: effort per arm" in html
