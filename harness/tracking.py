@@ -67,8 +67,13 @@ class Tracker:
         client = MlflowClient(tracking_uri=self.uri)
         exp = client.get_experiment_by_name(self.experiment)
         # artifacts go beside the experiment's results, never into the current directory's ./mlruns
-        exp_id = exp.experiment_id if exp else client.create_experiment(
-            self.experiment, artifact_location=(self.out / "mlartifacts").resolve().as_uri())
+        exp_id = (
+            exp.experiment_id
+            if exp
+            else client.create_experiment(
+                self.experiment, artifact_location=(self.out / "mlartifacts").resolve().as_uri()
+            )
+        )
         return client, exp_id
 
     def sync(

@@ -343,6 +343,26 @@ class Trainer:
         ]
         return torch.cat(parts, 0).cpu()
 
+    def _admit_update(self, batch: TrajectoryBatch, mask: torch.Tensor):
+        """Charge failed samples as discards and reserve the update: (accepted tokens, rows, reservation)."""
+
+        failed_tokens = sum(
+            e - s
+            for i in batch.failed.nonzero().flatten().tolist()
+            for k, s, e in batch.segments[i]
+            if k == "action"
+        )
+        if failed_tokens:
+            self.ledger.discard("failed", float(failed_tokens), int(batch.failed.sum()))
+        accepted = float(mask.sum())
+        rows_accepted = int((mask.sum(1) > 0).sum())
+        upd_res = self.ledger.reserve(
+            self._worst_case_update(rows_accepted, accepted), label=f"update {self.step_idx}"
+        )
+        if upd_res is None:  # pragma: no cover - the step's worst case was checked before launch
+            raise TrainingError("the update of an admitted batch no longer fits the budget")
+        return accepted, rows_accepted, upd_res
+
     def _update(
         self, batch: TrajectoryBatch, baseline_rewards, groups_launched: int
     ) -> dict[str, Any]:
@@ -371,23 +391,7 @@ class Trainer:
             self.ledger.discard(
                 "overlong_filter", float(mask0[filtered].sum()), int(filtered.sum())
             )
-        failed_tokens = sum(
-            e - s
-            for i in batch.failed.nonzero().flatten().tolist()
-            for k, s, e in batch.segments[i]
-            if k == "action"
-        )
-        if failed_tokens:
-            self.ledger.discard("failed", float(failed_tokens), int(batch.failed.sum()))
-        accepted = float(mask.sum())
-        rows_accepted = int((mask.sum(1) > 0).sum())
-        upd_res = self.ledger.reserve(
-            self._worst_case_update(rows_accepted, accepted), label=f"update {self.step_idx}"
-        )
-        if upd_res is None:
-            raise TrainingError(
-                "the update of an admitted batch no longer fits the budget"
-            )  # pragma: no cover
+        accepted, rows_accepted, upd_res = self._admit_update(batch, mask)
 
         self.model.train()
         opt_steps = 0
@@ -549,23 +553,7 @@ class Trainer:
         adv, ret = gae(token_rewards, old_v.double(), mask, a.gamma, a.lam, bootstrap)
         adv_w = whiten_population(adv, mask, cspec.whiten, batch.group_ids).float()
         ret = ret.float()
-        failed_tokens = sum(
-            e - s
-            for i in batch.failed.nonzero().flatten().tolist()
-            for k, s, e in batch.segments[i]
-            if k == "action"
-        )
-        if failed_tokens:
-            self.ledger.discard("failed", float(failed_tokens), int(batch.failed.sum()))
-        accepted = float(mask.sum())
-        rows_accepted = int((mask.sum(1) > 0).sum())
-        upd_res = self.ledger.reserve(
-            self._worst_case_update(rows_accepted, accepted), label=f"update {self.step_idx}"
-        )
-        if upd_res is None:
-            raise TrainingError(
-                "the update of an admitted batch no longer fits the budget"
-            )  # pragma: no cover
+        accepted, rows_accepted, upd_res = self._admit_update(batch, mask)
 
         self.model.train()
         self.critic.train()
