@@ -129,29 +129,3 @@ def token_logprobs(
         return lp, ent
     lp, ent = _ChunkedLogProb.apply(logits, targets, float(temperature), int(chunk), bool(entropy))
     return lp, (ent if entropy else None)
-
-
-def sequence_logprobs(
-    model_logits_fn,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    temperature: float = 1.0,
-    **kw,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-prob of every token given its prefix, aligned with ``input_ids``.
-
-    Args:
-        model_logits_fn: callable ``(input_ids, attention_mask) -> logits [B, T, V]``.
-        input_ids: ``[B, T]``; attention_mask: ``[B, T]``.
-
-    Returns:
-        ``(logprobs [B, T], entropy [B, T] or None)`` where position 0 is 0 (no prefix).
-    """
-
-    logits = model_logits_fn(input_ids, attention_mask)
-    lp, ent = token_logprobs(logits[:, :-1], input_ids[:, 1:], temperature, **kw)
-    pad = torch.zeros(input_ids.shape[0], 1, dtype=lp.dtype, device=lp.device)
-    lp = torch.cat([pad, lp], dim=1)
-    if ent is not None:
-        ent = torch.cat([pad, ent], dim=1)
-    return lp, ent

@@ -43,6 +43,27 @@ def _b(**parts: dict[str, Any]) -> Blanks:
 
 _PG_SEQ_MEAN = {"mode": "seq-mean-token-mean"}
 
+# classic RLHF PPO (TRL PPOTrainer defaults); ppo_turn differs only in the critic's granularity
+_PPO = dict(
+    weight={"eps_low": 0.2, "eps_high": 0.2},
+    advantage={
+        "estimator": "gae",
+        "gamma": 1.0,
+        "lam": 0.95,
+        "critic": {
+            "trunk": "separate",
+            "granularity": "token",
+            "bootstrap_truncated": True,
+            "whiten": "batch",
+            "value_clip": 0.2,
+            "vf_coef": 0.1,
+        },
+    },
+    normalization={"mode": "token-mean"},
+    regularizer={"reward_kl_coef": 0.05, "reward_kl_estimator": "k1"},
+    data={"epochs": 4, "minibatches": 1},
+)
+
 PRESETS: dict[str, Preset] = {}
 
 
@@ -225,25 +246,7 @@ for _p in [
     ),
     Preset(
         "ppo",
-        _b(
-            weight={"eps_low": 0.2, "eps_high": 0.2},
-            advantage={
-                "estimator": "gae",
-                "gamma": 1.0,
-                "lam": 0.95,
-                "critic": {
-                    "trunk": "separate",
-                    "granularity": "token",
-                    "bootstrap_truncated": True,
-                    "whiten": "batch",
-                    "value_clip": 0.2,
-                    "vf_coef": 0.1,
-                },
-            },
-            normalization={"mode": "token-mean"},
-            regularizer={"reward_kl_coef": 0.05, "reward_kl_estimator": "k1"},
-            data={"epochs": 4, "minibatches": 1},
-        ),
+        _b(**_PPO),
         "Classic RLHF PPO: separate token-level critic, GAE (gamma 1, lambda 0.95), clip 0.2, k1 KL in the reward (0.05), 4 epochs.",
         (
             "TRL PPOTrainer's defaults: lambda 0.95, value clip 0.2 relative to the old value, vf_coef 0.1, KL 0.05 in the reward.",
@@ -254,25 +257,7 @@ for _p in [
     ),
     Preset(
         "ppo_turn",
-        _b(
-            weight={"eps_low": 0.2, "eps_high": 0.2},
-            advantage={
-                "estimator": "gae",
-                "gamma": 1.0,
-                "lam": 0.95,
-                "critic": {
-                    "trunk": "separate",
-                    "granularity": "turn",
-                    "bootstrap_truncated": True,
-                    "whiten": "batch",
-                    "value_clip": 0.2,
-                    "vf_coef": 0.1,
-                },
-            },
-            normalization={"mode": "token-mean"},
-            regularizer={"reward_kl_coef": 0.05, "reward_kl_estimator": "k1"},
-            data={"epochs": 4, "minibatches": 1},
-        ),
+        _b(**deep_merge(_PPO, {"advantage": {"critic": {"granularity": "turn"}}})),
         "PPO with a turn-level critic for multi-turn tasks: one value per turn, skip-observation GAE across turns.",
         (
             "Values predicted at the first action token of each turn and held for the turn; observation tokens skipped.",

@@ -7,8 +7,6 @@ import copy
 import torch
 from torch import nn
 
-from algorithms.logprobs import token_logprobs
-
 
 class ValueModel(nn.Module):
     """``forward(tokens, attention_mask, hidden=None) -> values [B, T]`` at every position.
@@ -44,38 +42,6 @@ class ValueModel(nn.Module):
         if hidden is None:
             raise ValueError("a shared-trunk value head needs the policy's hidden states")
         return self.head(hidden.float()).squeeze(-1)
-
-
-def policy_forward(
-    model,
-    tokens,
-    attention_mask,
-    temperature=1.0,
-    *,
-    top_k=0,
-    top_p=1.0,
-    entropy=False,
-    want_hidden=False,
-):
-    """(logprobs [B, T], entropy [B, T] or None, last hidden state [B, T, H] or None) in one forward."""
-
-    dev = next(model.parameters()).device
-    tokens, attention_mask = tokens.to(dev), attention_mask.to(dev)
-    out = model(
-        input_ids=tokens,
-        attention_mask=attention_mask,
-        use_cache=False,
-        output_hidden_states=want_hidden,
-    )
-    lp, ent = token_logprobs(
-        out.logits[:, :-1], tokens[:, 1:], temperature, top_k=top_k, top_p=top_p, entropy=entropy
-    )
-    zero = torch.zeros(tokens.shape[0], 1, dtype=lp.dtype, device=lp.device)
-    lp = torch.cat([zero, lp], 1)
-    if ent is not None:
-        ent = torch.cat([zero, ent], 1)
-    hidden = out.hidden_states[-1] if want_hidden else None
-    return lp, ent, hidden
 
 
 def token_values(v_all: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -363,6 +363,18 @@ class Trainer:
             raise TrainingError("the update of an admitted batch no longer fits the budget")
         return accepted, rows_accepted, upd_res
 
+    def _commit_update(
+        self, reservation, opt_steps: int, accepted: float, rows_accepted: int
+    ) -> None:
+        self.ledger.commit(
+            reservation,
+            {
+                "optimizer_steps": float(opt_steps),
+                "accepted_tokens": accepted,
+                "rollouts_accepted": float(rows_accepted),
+            },
+        )
+
     def _update(
         self, batch: TrajectoryBatch, baseline_rewards, groups_launched: int
     ) -> dict[str, Any]:
@@ -443,14 +455,7 @@ class Trainer:
             for k, v in mb_metrics.items():
                 sums[k] = sums.get(k, 0.0) + v
         self.model.eval()
-        self.ledger.commit(
-            upd_res,
-            {
-                "optimizer_steps": float(opt_steps),
-                "accepted_tokens": accepted,
-                "rollouts_accepted": float(rows_accepted),
-            },
-        )
+        self._commit_update(upd_res, opt_steps, accepted, rows_accepted)
         rewards = batch.reward
         groups = torch.unique(batch.group_ids)
         trainable = sum(
@@ -502,7 +507,7 @@ class Trainer:
         )
         from algorithms.regularizers import kl_estimate
 
-        from .critic import policy_forward
+        from .policy import policy_forward
 
         b = self.blanks
         a, cspec = b.advantage, b.advantage.critic
@@ -645,14 +650,7 @@ class Trainer:
                 sums[k] = sums.get(k, 0.0) + v
         self.model.eval()
         self.critic.eval()
-        self.ledger.commit(
-            upd_res,
-            {
-                "optimizer_steps": float(opt_steps),
-                "accepted_tokens": accepted,
-                "rollouts_accepted": float(rows_accepted),
-            },
-        )
+        self._commit_update(upd_res, opt_steps, accepted, rows_accepted)
         rewards = batch.reward
         metrics = {k: v / max(1, n_mb) for k, v in sums.items()}
         metrics.update(
