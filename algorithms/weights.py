@@ -94,3 +94,37 @@ def truncated_is_weight(
     """TIS: min(pi_old / pi_behavior, C), detached. ``[B, T]``."""
 
     return torch.exp((old_logp - behavior_logp).detach().clamp(max=20.0)).clamp(max=cap)
+
+
+MISMATCH_RATIO_BAND = (0.5, 2.0)
+
+
+def mismatch_stats(
+    train_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """Trainer-recomputed vs rollout-engine log-probs on the sampled tokens.
+
+    Args:
+        train_logp: ``[B, T]`` log pi_train(a_t) recomputed by the trainer with the rollout weights.
+        engine_logp: ``[B, T]`` log pi_roll(a_t) reported by the engine that sampled a_t.
+        mask: ``[B, T]`` 1 on sampled (action) tokens.
+
+    Returns (empty when no token is masked in) with d_t = log pi_train - log pi_roll:
+        ``mismatch.logp_abs_mean`` / ``mismatch.logp_abs_max``: mean / max |d_t|;
+        ``mismatch.kl``: k3 estimate of KL(pi_roll || pi_train), mean of e^d - 1 - d (tokens are
+        samples of pi_roll, so it is unbiased and >= 0);
+        ``mismatch.ratio_out_frac``: share of tokens whose ratio e^d leaves [0.5, 2].
+    """
+
+    m = mask > 0
+    if not bool(m.any()):
+        return {}
+    d = (train_logp.double() - engine_logp.double())[m]
+    ratio = d.exp()
+    lo, hi = MISMATCH_RATIO_BAND
+    return {
+        "mismatch.logp_abs_mean": float(d.abs().mean()),
+        "mismatch.logp_abs_max": float(d.abs().max()),
+        "mismatch.kl": float((ratio - 1.0 - d).mean()),
+        "mismatch.ratio_out_frac": float(((ratio < lo) | (ratio > hi)).double().mean()),
+    }

@@ -270,7 +270,7 @@ def rollouts(
     from .contract import check_contract
     from .models import load_policy
     from .rollout.agent import run_episodes
-    from .rollout.engine import HFEngine, SamplingParams
+    from .rollout.engine import SamplingParams, make_engine
     from .tasks import make_task
     from .tasks.verify import VerifierGate
     from .warmstart import warm_start
@@ -292,7 +292,7 @@ def rollouts(
         )
     else:
         model, tok = load_policy(cfg.model, tasks)
-    engine = HFEngine(model, tok)
+    engine = make_engine(cfg.rollout, model, tok, seed=seed)
     r = cfg.rollout
     params = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
     G = group or r.group_size

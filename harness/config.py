@@ -103,8 +103,28 @@ class TaskConfig(_Cfg):
 # --------------------------------------------------------------------------- rollout
 
 
+class VLLMConfig(_Cfg):
+    """Options of the colocated vLLM engine (``rollout.backend: vllm``)."""
+
+    kv_cache_gib: int = Field(
+        1, ge=1, description="CPU: KV-cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE)."
+    )
+    gpu_memory_utilization: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="GPU: share of device memory vLLM may take (the trainer shares it).",
+    )
+    enforce_eager: bool = Field(True, description="No CUDA graphs / compilation: faster start-up.")
+
+
 class RolloutConfig(_Cfg):
-    backend: Literal["hf", "vllm"] = "hf"
+    backend: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="hf: transformers sampling loop; vllm: colocated vllm.LLM with weight sync after "
+        "every optimizer step (needs `make vllm`).",
+    )
+    vllm: VLLMConfig = VLLMConfig()
     temperature: float = Field(
         1.0, gt=0, le=10, description="Sampling temperature for training rollouts."
     )

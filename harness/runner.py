@@ -84,6 +84,7 @@ def execute_run(
     import torch
 
     from .models import load_pretrained
+    from .rollout.engine import make_engine
     from .tasks import make_task
     from .trainer import Trainer
 
@@ -106,7 +107,8 @@ def execute_run(
         ref.eval()
         for p in ref.parameters():
             p.requires_grad_(False)
-        trainer = Trainer(settings, task, model, tok, ref_model=ref)
+        engine = make_engine(settings.rollout, model, tok, seed=int(spec["seed"]))
+        trainer = Trainer(settings, task, model, tok, ref_model=ref, engine=engine)
         ckpt = run_dir / "checkpoint.pt"
         if ckpt.exists():
             trainer.load_state_dict(torch.load(ckpt, weights_only=False))

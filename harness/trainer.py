@@ -20,6 +20,7 @@ from algorithms.blanks import Blanks
 from algorithms.data import DynamicSampler, minibatches
 from algorithms.loss import compute_advantages, dpo_loss, policy_loss, sft_loss
 from algorithms.normalization import loss_weights
+from algorithms.weights import mismatch_stats
 from budgets.ledger import TIME_COUNTERS, Budget, Ledger
 
 from .errors import SixblanksError
@@ -313,9 +314,8 @@ class Trainer:
         self.ledger.add(
             {"device_seconds": dev, "wall_seconds": wall}, label=f"step {self.step_idx}"
         )
-        self.engine.load_weights(
-            None
-        )  # colocated HF engine shares the weights: sync = version bump
+        # sync the engine: a colocated HF engine shares the weights (a version bump); vLLM reloads
+        self.engine.load_weights(None)
         snap = self.ledger.snapshot(self.step_idx)
         metrics.update({f"ledger.{k}": v for k, v in snap.items() if k != "step"})
         self.result.steps.append(metrics)
@@ -476,6 +476,7 @@ class Trainer:
                 "optimizer_steps": float(opt_steps),
                 "grad_norm": float(sum(grad_norms) / max(1, len(grad_norms))),
                 "policy_version": float(self.engine.policy_version),
+                **mismatch_stats(old_logp, batch.behavior_logprobs, mask0),
             }
         )
         if "reward_kl" in info:
@@ -671,6 +672,7 @@ class Trainer:
                 "early_stop_epoch": float(early_stop["epoch"]) if early_stop else -1.0,
                 "early_stop_minibatch": float(early_stop["minibatch"]) if early_stop else -1.0,
                 "policy_version": float(self.engine.policy_version),
+                **mismatch_stats(old_logp, batch.behavior_logprobs, batch.action_mask),
             }
         )
         if early_stop:
@@ -995,6 +997,7 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
+        self.engine.load_weights(None)  # a vLLM engine still holds the initial weights
         self.optimizer.load_state_dict(state["optimizer"])
         if self.critic is not None and "critic" in state:
             self.critic.load_state_dict(state["critic"])

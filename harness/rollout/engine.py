@@ -228,3 +228,22 @@ class HFEngine(RolloutEngine):
                 )
             )
         return gens
+
+
+def make_engine(rollout_cfg, model, tokenizer, seed: int = 0) -> RolloutEngine:
+    """The engine ``rollout.backend`` names: ``hf`` (default) or ``vllm`` (colocated vllm.LLM)."""
+
+    if rollout_cfg.backend == "hf":
+        return HFEngine(model, tokenizer)
+    from .vllm_engine import VLLMEngine, import_vllm
+
+    import_vllm()  # a clear error, naming the set-up command, where vLLM is missing
+    limit = getattr(model.config, "max_position_embeddings", None) or 10**9
+    max_len = min(limit, rollout_cfg.max_prompt_tokens + rollout_cfg.max_new_tokens)
+    return VLLMEngine(
+        model,
+        tokenizer,
+        max_model_len=max_len,
+        seed=seed,
+        options=rollout_cfg.vllm.model_dump(),
+    )

@@ -1,0 +1,190 @@
+"""vLLM rollouts for real (run in .venv-vllm by `make test`; see conftest for how they are gated).
+
+Independent references: the trainer's own forward pass (``policy_logprobs``), the model's softmax for
+the sampled distribution, and the HF engine for greedy decoding.
+"""
+
+import json
+
+import pytest
+import torch
+
+from algorithms.weights import mismatch_stats
+from harness.config import TinyModelConfig, validate_mapping
+from harness.models import build_tiny_model, build_tokenizer
+from harness.policy import policy_logprobs
+from harness.rollout.engine import HFEngine, SamplingParams
+
+pytestmark = pytest.mark.vllm
+
+LOGPROB_TOL = 1e-4  # float32 on CPU: vLLM's kernels vs the transformers forward pass
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from harness.rollout.vllm_engine import VLLMEngine
+
+    tok = build_tokenizer("0123456789+-=")
+    model = build_tiny_model(TinyModelConfig(), tok, seed=0)
+    model.eval()
+    engine = VLLMEngine(model, tok, max_model_len=64, seed=0)
+    return model, tok, engine
+
+
+def _prompts(tok):
+    return [tok(t, add_special_tokens=False)["input_ids"] for t in ("12+3=", "7-5=", "40+2=")]
+
+
+def _recomputed(model, prompt, gen, temperature):
+    ids = torch.tensor([prompt + gen.token_ids])
+    lp, _ = policy_logprobs(model, ids, torch.ones_like(ids), temperature)
+    return lp[0, len(prompt) :]
+
+
+def _max_diff(model, prompts, result, temperature):
+    return max(
+        float((_recomputed(model, p, g, temperature) - torch.tensor(g.logprobs)).abs().max())
+        for p, gens in zip(prompts, result)
+        for g in gens
+    )
+
+
+def test_samples_n_per_prompt_with_stop_strings_and_processed_logprobs(tiny):
+    model, tok, engine = tiny
+    prompts = _prompts(tok)
+    params = SamplingParams(temperature=0.7, max_new_tokens=8, stop=("=", "+"))
+    out = engine.generate(prompts, params, n=4, generator=torch.Generator().manual_seed(0))
+    assert [len(r) for r in out] == [4, 4, 4]
+    reasons = set()
+    for gens in out:
+        for g in gens:
+            reasons.add(g.finish_reason)
+            texts = [tok.decode([t]) for t in g.token_ids]
+            if g.finish_reason == "stop":
+                assert texts[-1] in ("=", "+") and not {"=", "+"} & set(texts[:-1])
+            elif g.finish_reason == "length":
+                assert len(g.token_ids) == 8 and not {"=", "+"} & set(texts)
+            else:
+                assert g.token_ids[-1] == tok.eos_token_id
+    assert "stop" in reasons  # 2 of ~100 characters are stops: 12 samples of up to 8 tokens hit one
+    # log-probs are those of the temperature-0.7 distribution, as the trainer recomputes them
+    assert _max_diff(model, prompts, out, 0.7) < LOGPROB_TOL
+    # ... and not those of the raw (temperature-1) distribution, vLLM's default logprobs_mode
+    assert _max_diff(model, prompts, out, 1.0) > 0.05
+
+
+def test_samples_follow_the_tempered_softmax(tiny):
+    model, tok, engine = tiny
+    prompt = _prompts(tok)[0]
+    n = 3000
+    out = engine.generate([prompt], SamplingParams(temperature=0.7, max_new_tokens=1), n=n)
+    counts = torch.bincount(torch.tensor([g.token_ids[0] for g in out[0]]), minlength=len(tok))
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+    p = torch.softmax(logits / 0.7, -1)[: len(counts)]
+    tv = 0.5 * float((counts[: len(p)] / n - p).abs().sum())
+    assert tv < 0.12  # sampling noise of 3000 draws over ~100 tokens is ~0.07
+
+
+def test_seeded_generation_is_reproducible(tiny):
+    _model, tok, engine = tiny
+    params = SamplingParams(temperature=1.0, max_new_tokens=6)
+    a = engine.generate(_prompts(tok), params, n=2, generator=torch.Generator().manual_seed(5))
+    b = engine.generate(_prompts(tok), params, n=2, generator=torch.Generator().manual_seed(5))
+    c = engine.generate(_prompts(tok), params, n=2, generator=torch.Generator().manual_seed(6))
+    ids = [[g.token_ids for g in r] for r in a]
+    assert ids == [[g.token_ids for g in r] for r in b]
+    assert ids != [[g.token_ids for g in r] for r in c]
+
+
+def test_greedy_matches_the_hf_engine(tiny):
+    model, tok, engine = tiny
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    v = engine.generate(_prompts(tok), params)
+    h = HFEngine(model, tok).generate(_prompts(tok), params)
+    assert [r[0].token_ids for r in v] == [r[0].token_ids for r in h]
+
+
+def test_weight_sync_after_an_update_restores_the_match(tiny):
+    model, tok, engine = tiny
+    prompts = _prompts(tok)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6)
+    version = engine.policy_version
+    # one real optimizer step of the trainer-side model (maximise the log-prob of "999")
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    ids = torch.tensor([prompts[0] + tok("999", add_special_tokens=False)["input_ids"]])
+    lp, _ = policy_logprobs(model, ids, torch.ones_like(ids), 1.0)
+    (-lp.sum()).backward()
+    opt.step()
+    opt.zero_grad()
+
+    stale = engine.generate(prompts, params, n=4, generator=torch.Generator().manual_seed(1))
+    before = _max_diff(model, prompts, stale, 1.0)
+    assert before > 0.05  # the engine still samples from the pre-update weights
+
+    engine.load_weights(None)
+    assert engine.policy_version == version + 1
+    assert engine.sync_method == "collective_rpc('reload_weights')"
+    fresh = engine.generate(prompts, params, n=4, generator=torch.Generator().manual_seed(1))
+    after = _max_diff(model, prompts, fresh, 1.0)
+    assert after < LOGPROB_TOL, (before, after)
+
+    # the step metrics the trainer logs, computed on the same tokens
+    rec = torch.cat([_recomputed(model, p, g, 1.0) for p, r in zip(prompts, stale) for g in r])
+    eng = torch.cat([torch.tensor(g.logprobs) for r in stale for g in r])
+    m = mismatch_stats(rec[None], eng[None], torch.ones(1, len(rec)))
+    assert m["mismatch.logp_abs_max"] == pytest.approx(before, rel=1e-4)
+
+
+@pytest.mark.slow
+def test_grpo_run_with_vllm_backend_stores_mismatch_metrics(tmp_path):
+    from harness.orchestrator import Orchestrator
+    from harness.store import connect
+
+    cfg = validate_mapping(
+        {
+            "name": "vllm-grpo",
+            "task": {"name": "arithmetic", "eval_size": 16},
+            "rollout": {
+                "backend": "vllm",
+                "max_new_tokens": 6,
+                "prompts_per_step": 4,
+                "group_size": 4,
+            },
+            "warm_start": {"steps": 40, "num_demos": 300},
+            "budget": {"launched_tokens": 1000},
+            "eval": {"every": 500},
+            "seeds": [0],
+            # truncated IS against the engine's log-probs: the weight blank reads them
+            "arms": {"grpo": {"preset": "grpo", "blanks": {"weight": {"tis_cap": 2.0}}}},
+            "executor": {"workers": 1},
+        }
+    )
+    orch = Orchestrator(cfg, tmp_path / "exp", progress=False)
+    orch.run()
+    con = connect(tmp_path / "exp", read_only=True)
+    ((status, steps),) = con.sql("SELECT status, steps FROM runs").fetchall()
+    assert status == "finished" and steps >= 4
+    rows = con.sql(
+        "SELECT name, count(*), max(value) FROM metrics WHERE name LIKE 'mismatch.%' GROUP BY name"
+    ).fetchall()
+    got = {n: (c, v) for n, c, v in rows}
+    assert set(got) == {
+        "mismatch.logp_abs_mean",
+        "mismatch.logp_abs_max",
+        "mismatch.kl",
+        "mismatch.ratio_out_frac",
+    }
+    assert all(c == steps for c, _ in got.values())
+    # synced every step: the engine's log-probs stay within float32 noise of the trainer's
+    assert got["mismatch.logp_abs_max"][1] < 1e-3
+    assert got["mismatch.ratio_out_frac"][1] == 0.0
+    versions = [
+        v
+        for (v,) in con.sql(
+            "SELECT value FROM metrics WHERE name = 'policy_version' ORDER BY step"
+        ).fetchall()
+    ]
+    assert versions == list(range(len(versions)))
+    spec = json.loads(con.sql("SELECT spec FROM runs").fetchall()[0][0])
+    assert spec["rollout"]["backend"] == "vllm"
