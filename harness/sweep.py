@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from algorithms.presets import resolve
 from budgets.counters import COUNTERS
 
 from .config import ExperimentConfig, validate_mapping
-from .errors import ConfigError, SixblanksError
+from .errors import ConfigError
 from .runner import _settings_from_spec, _write_json
 
 
@@ -67,13 +68,8 @@ class Sweep:
     # ------------------------------------------------------------------ optuna plumbing
 
     def _storage(self):
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
-        if self.cfg.sweep.storage:
-            return self.cfg.sweep.storage
         self.out.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(self.out / "optuna.journal")))
+        return open_storage(self._storage_ref())
 
     def _sampler(self):
         import optuna
@@ -83,21 +79,8 @@ class Sweep:
             return optuna.samplers.RandomSampler(seed=sw.seed)
         return optuna.samplers.TPESampler(seed=sw.seed)
 
-    def _pruner(self):
-        import optuna
-
-        p = self.cfg.sweep.pruner
-        counter = next(iter(self.trial_budget))
-        if p == "median":
-            return optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)
-        if p == "successive_halving":
-            return optuna.pruners.SuccessiveHalvingPruner()
-        if p == "hyperband":
-            return optuna.pruners.HyperbandPruner(
-                min_resource=max(1, int(self.trial_budget[counter] / 8)),
-                max_resource=int(self.trial_budget[counter]),
-            )
-        return optuna.pruners.NopPruner()
+    def _pruner_ref(self) -> tuple[str, float]:
+        return (self.cfg.sweep.pruner, self.trial_budget[next(iter(self.trial_budget))])
 
     def _default_params(self, arm: str, base_spec: dict[str, Any]) -> dict[str, Any]:
         out = {}
@@ -134,60 +117,29 @@ class Sweep:
 
     # ------------------------------------------------------------------ the search
 
-    def _objective(self, arm: str, base_spec: dict[str, Any], warm: Path, used: dict[str, float]):
-        import optuna
+    def _trial_spec(self, base_spec: dict[str, Any], params: dict[str, Any], used) -> dict:
+        spec = self._apply(base_spec, params)
+        # checked inside the trial: its own ledger may not spend more than the search has left
+        spec["budget"] = {
+            k: min(v, self.total_budget.get(k, float("inf")) - used.get(k, 0.0))
+            for k, v in self.trial_budget.items()
+        }
+        counter = next(iter(spec["budget"]))
+        spec["eval"]["every"] = self.trial_budget[counter] / 4
+        spec["eval"]["counter"] = counter
+        return spec
 
-        from .models import load_pretrained
-        from .tasks import make_task
-        from .trainer import Trainer, TrainingError
+    def _storage_ref(self) -> tuple[str, str]:
+        """How a worker process opens the same storage: ("url", URL) or ("journal", path)."""
 
-        def objective(trial) -> float:
-            params = self._suggest(trial, arm)
-            spec = self._apply(base_spec, params)
-            # checked inside the trial: its own ledger may not spend more than the search has left
-            spec["budget"] = {
-                k: min(v, self.total_budget.get(k, float("inf")) - used.get(k, 0.0))
-                for k, v in self.trial_budget.items()
-            }
-            counter = next(iter(spec["budget"]))
-            spec["eval"]["every"] = self.trial_budget[counter] / 4
-            spec["eval"]["counter"] = counter
-            settings = _settings_from_spec(spec)
-            task = make_task(spec["task"]["name"], spec["task"]["params"])
-            settings.reward_range = task.reward_range
-            model, tok = load_pretrained(warm)
-            ref, _ = load_pretrained(warm)
-            trainer = Trainer(settings, task, model, tok, ref_model=ref)
-            seen = [0]
-
-            def on_step(tr, metrics):
-                trial.set_user_attr("counters", dict(tr.ledger.counters))
-                every = spec["eval"]["every"]
-                for ev in tr.result.evals[seen[0] :]:
-                    # pruning on the ledger resource: the score at each token checkpoint (aligned across trials)
-                    trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
-                seen[0] = len(tr.result.evals)
-                if trial.should_prune():
-                    trial.set_user_attr("pruned_at", tr.ledger.counters[counter])
-                    raise optuna.TrialPruned(
-                        f"pruned at {counter} = {tr.ledger.counters[counter]:g}"
-                    )
-
-            try:
-                res = trainer.train(on_step=on_step)
-            except (TrainingError, SixblanksError) as exc:
-                trial.set_user_attr("counters", dict(trainer.ledger.counters))
-                trial.set_user_attr("error", str(exc))
-                raise
-            trial.set_user_attr("counters", dict(trainer.ledger.counters))
-            return float(res.evals[-1]["score"])
-
-        return objective
+        if self.cfg.sweep.storage:
+            return ("url", self.cfg.sweep.storage)
+        return ("journal", str(self.out / "optuna.journal"))
 
     def run(self) -> dict[str, Any]:
         import optuna
-        from optuna.trial import TrialState
 
+        from .executors import make_executor
         from .orchestrator import Orchestrator
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -200,69 +152,101 @@ class Sweep:
             "trial_budget": self.trial_budget,
             "total_budget": self.total_budget,
         }
-        for arm in self.arms:
-            base_spec = next(s for s in specs if s["arm"] == arm)
-            study = optuna.create_study(
-                study_name=f"{self.cfg.name}:{arm}",
-                storage=storage,
-                direction="maximize",
-                sampler=self._sampler(),
-                pruner=self._pruner(),
-                load_if_exists=True,
-            )
-            # a trial interrupted by a kill is left RUNNING: count it as failed, with what it had spent
-            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-                study.tell(t.number, state=TrialState.FAIL)
-            if not study.trials:
-                study.enqueue_trial(self._default_params(arm, base_spec))
-            used = dict.fromkeys(COUNTERS, 0.0)
-            for t in study.trials:
-                for k, v in (t.user_attrs.get("counters") or {}).items():
-                    used[k] += v
-            stopped = None
-            while len(study.trials) < self.cfg.sweep.n_trials:
-                left = {k: self.total_budget[k] - used.get(k, 0.0) for k in self.total_budget}
-                if any(v <= 0 for v in left.values()):
-                    stopped = f"search budget exhausted after {len(study.trials)} trials"
-                    break
-                self.log(f"sweep {arm}: trial {len(study.trials) + 1}/{self.cfg.sweep.n_trials}")
-                study.optimize(
-                    self._objective(arm, base_spec, warm, used), n_trials=1, catch=(SixblanksError,)
-                )
-                last = study.trials[-1]
-                for k, v in (last.user_attrs.get("counters") or {}).items():
-                    used[k] += v
-            states = [t.state.name for t in study.trials]
-            complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
-            best = max(complete, key=lambda t: t.value) if complete else None
-            summary["arms"][arm] = {
-                "trials": len(study.trials),
-                "complete": states.count("COMPLETE"),
-                "pruned": states.count("PRUNED"),
-                "failed": states.count("FAIL"),
-                "spent": {k: used[k] for k in COUNTERS},
-                "best_params": best.params if best else None,
-                "best_value": best.value if best else None,
-                "default_params": self._default_params(arm, base_spec),
-                "stopped": stopped,
-                "trials_detail": [
-                    {
-                        "number": t.number,
-                        "state": t.state.name,
-                        "params": t.params,
-                        "value": t.value,
-                        "counters": t.user_attrs.get("counters"),
-                        "pruned_at": t.user_attrs.get("pruned_at"),
-                        "intermediate": {int(k): v for k, v in t.intermediate_values.items()},
-                    }
-                    for t in study.trials
-                ],
-            }
+        threads = max(1, os.cpu_count() or 1)
+        executor = make_executor(self.cfg.executor, 1, threads)
+        with executor.session() as call:  # trials run one at a time through the executor
+            for arm in self.arms:
+                self._search_arm(arm, specs, warm, storage, call, threads, summary)
         _write_json(self.out / "sweep.json", summary)
         summary["confirm"] = self.confirm(summary)
         self._store_trials(summary)
         _write_json(self.out / "sweep.json", summary)
         return summary
+
+    def _search_arm(self, arm, specs, warm, storage, call, threads, summary) -> None:
+        import optuna
+        from optuna.trial import TrialState
+
+        base_spec = next(s for s in specs if s["arm"] == arm)
+        study = optuna.create_study(
+            study_name=f"{self.cfg.name}:{arm}",
+            storage=storage,
+            direction="maximize",
+            sampler=self._sampler(),
+            pruner=make_pruner(*self._pruner_ref()),
+            load_if_exists=True,
+        )
+        # a trial interrupted by a kill is left RUNNING: count it as failed, with what it had spent
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study.tell(t.number, state=TrialState.FAIL)
+        if not study.trials:
+            study.enqueue_trial(self._default_params(arm, base_spec))
+        used = dict.fromkeys(COUNTERS, 0.0)
+        for t in study.trials:
+            for k, v in (t.user_attrs.get("counters") or {}).items():
+                used[k] += v
+        stopped = None
+        while len(study.trials) < self.cfg.sweep.n_trials:
+            left = {k: self.total_budget[k] - used.get(k, 0.0) for k in self.total_budget}
+            if any(v <= 0 for v in left.values()):
+                stopped = f"search budget exhausted after {len(study.trials)} trials"
+                break
+            self.log(f"sweep {arm}: trial {len(study.trials) + 1}/{self.cfg.sweep.n_trials}")
+            trial = study.ask()
+            params = self._suggest(trial, arm)
+            job = {
+                "spec": self._trial_spec(base_spec, params, used),
+                "warm": str(warm),
+                "storage": self._storage_ref(),
+                "pruner": self._pruner_ref(),
+                "study": study.study_name,
+                "trial_id": trial._trial_id,
+                "threads": threads,
+                "parent_pid": os.getpid() if self.cfg.executor.kind == "local" else None,
+            }
+            try:
+                out = call(run_trial, job)
+            except Exception as exc:  # noqa: BLE001 - a worker killed by the OS, a lost Ray node
+                out = {"state": "FAIL", "error": f"worker died: {type(exc).__name__}: {exc}"}
+            if out.get("error"):
+                trial.set_user_attr("error", out["error"])
+                self.log(f"sweep {arm}: trial {trial.number} failed: {out['error']}")
+            if out.get("counters"):
+                trial.set_user_attr("counters", out["counters"])
+            state = getattr(TrialState, out["state"])
+            study.tell(
+                trial, out.get("value") if state == TrialState.COMPLETE else None, state=state
+            )
+            for k, v in (out.get("counters") or {}).items():
+                used[k] += v
+        states = [t.state.name for t in study.trials]
+        complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+        best = max(complete, key=lambda t: t.value) if complete else None
+        summary["arms"][arm] = {
+            "trials": len(study.trials),
+            "complete": states.count("COMPLETE"),
+            "pruned": states.count("PRUNED"),
+            "failed": states.count("FAIL"),
+            "spent": {k: used[k] for k in COUNTERS},
+            "best_params": best.params if best else None,
+            "best_value": best.value if best else None,
+            "default_params": self._default_params(arm, base_spec),
+            "stopped": stopped,
+            "trials_detail": [
+                {
+                    "number": t.number,
+                    "state": t.state.name,
+                    "params": t.params,
+                    "value": t.value,
+                    "counters": t.user_attrs.get("counters"),
+                    "pruned_at": t.user_attrs.get("pruned_at"),
+                    "worker": t.user_attrs.get("worker"),
+                    "error": t.user_attrs.get("error"),
+                    "intermediate": {int(k): v for k, v in t.intermediate_values.items()},
+                }
+                for t in study.trials
+            ],
+        }
 
     def confirm(self, summary: dict[str, Any]) -> dict[str, Any]:
         """Re-run each arm at its defaults and at its best configuration on fresh seeds, matched budget."""
@@ -358,3 +342,121 @@ class Sweep:
             client.set_terminated(parent)
         except Exception as exc:  # noqa: BLE001 - the trials are in DuckDB and sweep.json regardless
             self.log(f"MLflow unreachable for the sweep: {exc}")
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+def open_storage(ref: tuple[str, str]):
+    """An Optuna storage from ``("journal", path)`` (safe for several local processes) or
+    ``("url", database URL)`` (for a cluster, where workers do not share a file system)."""
+
+    kind, where = ref
+    if kind == "url":
+        return where
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(where))
+
+
+def make_pruner(kind: str, max_resource: float):
+    """The same pruner in the sweep process and in every trial's worker."""
+
+    import optuna
+
+    if kind == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)
+    if kind == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    if kind == "hyperband":
+        return optuna.pruners.HyperbandPruner(
+            min_resource=max(1, int(max_resource / 8)), max_resource=int(max_resource)
+        )
+    return optuna.pruners.NopPruner()
+
+
+class _ParentGone(Exception):
+    pass
+
+
+def _worker_info() -> dict[str, Any]:
+    """Where a trial ran: the process, and the Ray task when it ran on Ray."""
+
+    info: dict[str, Any] = {"pid": os.getpid(), "ray_task": None}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            info["ray_task"] = ray.get_runtime_context().get_task_id()
+    except ImportError:
+        pass
+    return info
+
+
+def run_trial(job: dict[str, Any]) -> dict[str, Any]:
+    """One trial, in an executor's worker: train under the trial's budget, report the score at each
+    token checkpoint to the study's storage and stop when the pruner says so.
+
+    Returns {"state": COMPLETE | PRUNED | FAIL, "value", "counters", "error"}; the sweep process tells
+    the study. Never raises for a failing trial."""
+
+    import optuna
+    import torch
+
+    from .models import load_pretrained
+    from .rollout.engine import make_engine
+    from .tasks import make_task
+    from .trainer import Trainer
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    torch.set_num_threads(max(1, int(job["threads"])))
+    spec = job["spec"]
+    study = optuna.load_study(
+        study_name=job["study"],
+        storage=open_storage(tuple(job["storage"])),
+        pruner=make_pruner(*job["pruner"]),
+    )
+    trial = optuna.trial.Trial(study, job["trial_id"])
+    trial.set_user_attr("worker", _worker_info())
+    counter = next(iter(spec["budget"]))
+    every = spec["eval"]["every"]
+    trainer = None
+    try:
+        settings = _settings_from_spec(spec)
+        task = make_task(spec["task"]["name"], spec["task"]["params"])
+        settings.reward_range = task.reward_range
+        model, tok = load_pretrained(job["warm"])
+        ref, _ = load_pretrained(job["warm"])
+        engine = make_engine(settings.rollout, model, tok, seed=int(spec["seed"]))
+        trainer = Trainer(settings, task, model, tok, ref_model=ref, engine=engine)
+        seen = [0]
+
+        def on_step(tr, metrics):
+            if job.get("parent_pid") and os.getppid() != job["parent_pid"]:
+                raise _ParentGone("the sweep process is gone")
+            # spending so far, in the storage: a trial killed mid-way is still charged on resume
+            trial.set_user_attr("counters", dict(tr.ledger.counters))
+            for ev in tr.result.evals[seen[0] :]:
+                # pruning on the ledger resource: the score at each token checkpoint (aligned across trials)
+                trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
+            seen[0] = len(tr.result.evals)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"pruned at {counter} = {tr.ledger.counters[counter]:g}")
+
+        res = trainer.train(on_step=on_step)
+        return {
+            "state": "COMPLETE",
+            "value": float(res.evals[-1]["score"]),
+            "counters": dict(trainer.ledger.counters),
+        }
+    except optuna.TrialPruned:
+        counters = dict(trainer.ledger.counters)
+        trial.set_user_attr("pruned_at", counters[counter])
+        return {"state": "PRUNED", "counters": counters}
+    except Exception as exc:  # noqa: BLE001 - a failing trial is a FAIL, counted and reported
+        return {
+            "state": "FAIL",
+            "error": f"{type(exc).__name__}: {exc}",
+            "counters": dict(trainer.ledger.counters) if trainer is not None else None,
+        }

@@ -90,3 +90,41 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     )
     html = (out / "sweep" / "report" / "index.html").read_text()
     assert "Hyperparameter search: effort per arm" in html
+
+
+@pytest.mark.slow
+def test_sweep_trials_run_through_the_ray_executor_like_local(tmp_path):
+    """The same small sweep through the local pool and through Ray: trials run in executor workers
+    (Ray tasks for Ray), never in the sweep process, and give the same scores."""
+
+    pytest.importorskip("ray")
+    from harness.config import validate_mapping
+    from harness.sweep import Sweep
+
+    spec = json.loads(json.dumps(SPEC))
+    spec.update(
+        warm_start={"steps": 40, "num_demos": 300},
+        arms={"grpo": {"preset": "grpo"}},
+        budget={"launched_tokens": 300},
+        task={"name": "arithmetic", "eval_size": 16},
+    )
+    spec["sweep"].update(
+        n_trials=2,
+        pruner="none",
+        trial_budget={"launched_tokens": 300},
+        total_budget={"launched_tokens": 600},
+        space={"grpo": {"optimizer.lr": {"type": "categorical", "choices": [3.0e-4, 1.0e-3]}}},
+        confirm_seeds=[7],
+    )
+    results = {}
+    for kind in ("local", "ray"):
+        spec["executor"] = {"kind": kind, "num_cpus": 1}
+        summary = Sweep(validate_mapping(spec), tmp_path / kind).run()
+        rec = summary["arms"]["grpo"]
+        assert rec["complete"] == 2, rec
+        for t in rec["trials_detail"]:
+            assert t["worker"]["pid"] != os.getpid()  # not in the sweep process
+            assert (t["worker"]["ray_task"] is not None) == (kind == "ray")
+        assert not summary["confirm"]["failures"]
+        results[kind] = [(t["params"], t["value"]) for t in rec["trials_detail"]]
+    assert results["local"] == results["ray"]

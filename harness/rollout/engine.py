@@ -32,6 +32,8 @@ class SamplingParams:
     max_new_tokens: int = 16
     stop: tuple[str, ...] = ()
     """Generation of a sequence ends after a token whose text contains one of these."""
+    ignore_eos: bool = False
+    """Keep sampling past EOS (fixed-length generation, e.g. for throughput benchmarks)."""
 
     def scoring(self) -> tuple[float, int, float]:
         """(temperature, top_k, top_p) of the distribution log-probs refer to."""
@@ -196,7 +198,11 @@ class HFEngine(RolloutEngine):
             tokens[:, step] = torch.where(active, nxt, torch.full_like(nxt, pad))
             logps[:, step] = torch.where(active, lp, torch.zeros_like(lp))
             lengths += active.long()
-            is_eos = (nxt == eos) if eos is not None else torch.zeros_like(finished)
+            is_eos = (
+                (nxt == eos)
+                if eos is not None and not params.ignore_eos
+                else torch.zeros_like(finished)
+            )
             is_stop = stop_mask[nxt]
             reason = torch.where(active & is_eos, torch.full_like(reason, 2), reason)
             reason = torch.where(active & ~is_eos & is_stop, torch.full_like(reason, 1), reason)

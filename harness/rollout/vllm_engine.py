@@ -260,6 +260,7 @@ class VLLMEngine(RolloutEngine):
             max_tokens=params.max_new_tokens,
             stop=list(params.stop) or None,
             include_stop_str_in_output=True,
+            ignore_eos=params.ignore_eos,
             logprobs=0,
             seed=seed,
         )
