@@ -186,10 +186,32 @@ def compare_engines(label: str, model, tok, prompts: list[list[int]], args) -> N
     print(f"  HF engine:   {best['HF']:10.0f} tokens/s")
     print(f"  vLLM engine: {best['vLLM']:10.0f} tokens/s")
     print(f"  ratio vLLM / HF: {best['vLLM'] / best['HF']:6.2f}x")
+    # what the CPU allows: a decode step cannot beat the time of its matrix multiplies alone
+    ceiling = matmul_ceiling(model, len(prompts) * n)
+    print(
+        f"  matmul ceiling at {len(prompts) * n} sequences per decode step: {ceiling:.0f} tokens/s "
+        f"(the model's linear layers alone, timed here); vLLM reaches {best['vLLM'] / ceiling:.0%}, "
+        f"HF {best['HF'] / ceiling:.0%}; 2x HF would need {2 * best['HF'] / ceiling:.0%}"
+    )
     print(
         f"  vLLM vs trainer log-probs: max |diff| {mm['mismatch.logp_abs_max']:.2e}, "
         f"KL {mm['mismatch.kl']:.2e}, ratio outside [0.5, 2]: {mm['mismatch.ratio_out_frac']:.3f}"
     )
+
+
+def matmul_ceiling(model, batch: int, repeats: int = 5) -> float:
+    """tokens/s if a decode step of ``batch`` sequences cost only its linear layers' matmuls."""
+
+    weights = [m.weight.detach() for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    xs = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=w.dtype) for w in weights}
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            for w in weights:
+                xs[w.shape[1]] @ w.T
+            best = min(best, time.perf_counter() - t0)
+    return batch / best
 
 
 if __name__ == "__main__":
