@@ -136,6 +136,48 @@ def test_weight_sync_after_an_update_restores_the_match(tiny):
     assert m["mismatch.logp_abs_max"] == pytest.approx(before, rel=1e-4)
 
 
+def test_multi_turn_episodes_with_vllm_keep_the_trajectory_contract(tiny):
+    """guess_number through the agent loop: the task's stop string ends each turn in vLLM, and the
+    contract checks (log-probs within 1e-4 of the trainer's, masks, turn ids) pass."""
+
+    from harness.contract import check_contract
+    from harness.rollout.agent import run_episodes
+    from harness.tasks import make_task
+
+    model, tok, engine = tiny
+    engine.load_weights(None)  # whatever an earlier test did to the weights, sync them
+    task = make_task("guess_number")
+    batch = run_episodes(
+        engine,
+        tok,
+        task,
+        task.instances(list(range(6))),
+        2,
+        SamplingParams(temperature=0.8, max_new_tokens=4),
+        generator=torch.Generator().manual_seed(0),
+    )
+    report = check_contract(
+        batch,
+        model,
+        tok,
+        temperature=0.8,
+        reward_range=task.reward_range,
+        group_size=2,
+        policy_version=engine.policy_version,
+    )
+    assert report.passed, report.summary()
+    assert int(batch.n_turns.max()) > 1  # really multi-turn
+    stop_id = tok.convert_tokens_to_ids(task.stop)
+    stopped = 0
+    for b in range(batch.size):
+        actions = [(s, e) for kind, s, e in batch.segments[b] if kind == "action"]
+        for s_, e in actions[:-1]:  # a turn before the last ended at the stop string or at the limit
+            assert int(batch.tokens[b, e - 1]) == stop_id or e - s_ == 4
+            assert stop_id not in batch.tokens[b, s_ : e - 1].tolist()
+            stopped += int(batch.tokens[b, e - 1]) == stop_id
+    assert stopped > 0
+
+
 @pytest.mark.slow
 def test_grpo_run_with_vllm_backend_stores_mismatch_metrics(tmp_path):
     from harness.orchestrator import Orchestrator
