@@ -171,7 +171,9 @@ def test_multi_turn_episodes_with_vllm_keep_the_trajectory_contract(tiny):
     stopped = 0
     for b in range(batch.size):
         actions = [(s, e) for kind, s, e in batch.segments[b] if kind == "action"]
-        for s_, e in actions[:-1]:  # a turn before the last ended at the stop string or at the limit
+        for s_, e in actions[
+            :-1
+        ]:  # a turn before the last ended at the stop string or at the limit
             assert int(batch.tokens[b, e - 1]) == stop_id or e - s_ == 4
             assert stop_id not in batch.tokens[b, s_ : e - 1].tolist()
             stopped += int(batch.tokens[b, e - 1]) == stop_id
