@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +80,7 @@ class Orchestrator:
         from .tasks import make_task
         from .warmstart import warm_start, warm_start_key
 
+        self._check_backend()
         self.out.mkdir(parents=True, exist_ok=True)
         tasks = [make_task(t.name, t.params) for t in self.cfg.tasks or []]
         key = warm_start_key(self.cfg, tasks)
@@ -97,6 +99,19 @@ class Orchestrator:
             },
         )
         return self.specs
+
+    def _check_backend(self) -> None:
+        """Fail before the warm start, not in every run, where the rollout backend cannot work."""
+
+        if self.cfg.rollout.backend != "vllm" or self.cfg.executor.kind != "local":
+            return  # Ray: vLLM must be on the workers, which the runs check themselves
+        from .rollout.vllm_engine import INSTALL_HINT, vllm_available
+
+        if not vllm_available():
+            raise SixblanksError(
+                f"rollout.backend is 'vllm' but vLLM is not installed in {sys.executable}: "
+                f"{INSTALL_HINT}"
+            )
 
     def pending(self) -> list[dict[str, Any]]:
         return [

@@ -152,3 +152,20 @@ def test_backend_vllm_without_vllm_names_the_setup_command(tiny, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
     with pytest.raises(RolloutError, match="make vllm"):
         make_engine(RolloutConfig(backend="vllm"), model, tok)
+
+
+def test_an_experiment_with_backend_vllm_fails_before_the_warm_start_without_vllm(
+    tmp_path, monkeypatch
+):
+    from harness import orchestrator
+    from harness.config import validate_mapping
+    from harness.errors import SixblanksError
+    from harness.rollout import vllm_engine
+
+    monkeypatch.setattr(vllm_engine, "vllm_available", lambda: False)
+    cfg = validate_mapping(
+        {"rollout": {"backend": "vllm"}, "arms": {"grpo": {"preset": "grpo"}}, "seeds": [0]}
+    )
+    with pytest.raises(SixblanksError, match="make vllm"):
+        orchestrator.Orchestrator(cfg, tmp_path / "out", progress=False).run()
+    assert not (tmp_path / "out" / "warm_start").exists()

@@ -39,6 +39,17 @@ INSTALL_HINT = (
 )
 
 
+def vllm_available() -> bool:
+    """Whether vLLM is installed here (without importing it, which takes seconds)."""
+
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except ValueError:  # sys.modules["vllm"] is None
+        return False
+
+
 def import_vllm():
     """The ``vllm`` module, configured for a colocated in-process engine, or a clear error."""
 
