@@ -127,7 +127,7 @@ def _shutdown_cached() -> None:
 def _make_llm(model, tokenizer, max_model_len: int, seed: int, opts: dict[str, Any]):
     vllm = import_vllm()
     if next(model.parameters()).device.type == "cpu":
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(opts.get("kv_cache_gib", 1))))
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(opts.get("kv_cache_gib", 1)))
     key = json.dumps(
         {
             "config": model.config.to_dict(),
