@@ -66,6 +66,28 @@ def _settings_from_spec(spec: dict[str, Any]):
     )
 
 
+def build_trainer(spec: dict[str, Any], warm_dir: str | Path):
+    """The Trainer of one spec: the warm-start policy, a frozen reference copy, the rollout engine
+    ``rollout.backend`` names. Used by runs and by sweep trials alike."""
+
+    from .models import load_pretrained
+    from .rollout.engine import make_engine
+    from .tasks import make_task
+    from .trainer import Trainer
+
+    settings = _settings_from_spec(spec)
+    task = make_task(spec["task"]["name"], spec["task"].get("params") or {})
+    if settings.reward_range == (0.0, 1.0):
+        settings.reward_range = task.reward_range
+    model, tok = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+    ref, _ = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    engine = make_engine(settings.rollout, model, tok, seed=int(spec["seed"]))
+    return Trainer(settings, task, model, tok, ref_model=ref, engine=engine)
+
+
 def execute_run(
     spec: dict[str, Any],
     run_dir: str | Path,
@@ -83,11 +105,6 @@ def execute_run(
 
     import torch
 
-    from .models import load_pretrained
-    from .rollout.engine import make_engine
-    from .tasks import make_task
-    from .trainer import Trainer
-
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, threads))
@@ -98,17 +115,7 @@ def execute_run(
     started = status.get("started") or time.time()
     resumed_from = None
     try:
-        settings = _settings_from_spec(spec)
-        task = make_task(spec["task"]["name"], spec["task"].get("params") or {})
-        if settings.reward_range == (0.0, 1.0):
-            settings.reward_range = task.reward_range
-        model, tok = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
-        ref, _ = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
-        ref.eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        engine = make_engine(settings.rollout, model, tok, seed=int(spec["seed"]))
-        trainer = Trainer(settings, task, model, tok, ref_model=ref, engine=engine)
+        trainer = build_trainer(spec, warm_dir)
         ckpt = run_dir / "checkpoint.pt"
         if ckpt.exists():
             trainer.load_state_dict(torch.load(ckpt, weights_only=False))
@@ -143,7 +150,7 @@ def execute_run(
 
         rec_time = [0.0]
 
-        def on_step(tr: Trainer, metrics: dict[str, Any]) -> None:
+        def on_step(tr, metrics: dict[str, Any]) -> None:
             t_rec = time.perf_counter()
             lines = [{"type": "step", **metrics}]
             if tr.result.census and tr.result.census[-1]["step"] == metrics["step"]:

@@ -24,7 +24,7 @@ from budgets.counters import COUNTERS
 
 from .config import ExperimentConfig, validate_mapping
 from .errors import ConfigError
-from .runner import _settings_from_spec, _write_json
+from .runner import _write_json, build_trainer
 
 
 def _set_path(d: dict[str, Any], path: list[str], value: Any) -> None:
@@ -404,11 +404,6 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     import optuna
     import torch
 
-    from .models import load_pretrained
-    from .rollout.engine import make_engine
-    from .tasks import make_task
-    from .trainer import Trainer
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     torch.set_num_threads(max(1, int(job["threads"])))
     spec = job["spec"]
@@ -423,13 +418,7 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     every = spec["eval"]["every"]
     trainer = None
     try:
-        settings = _settings_from_spec(spec)
-        task = make_task(spec["task"]["name"], spec["task"]["params"])
-        settings.reward_range = task.reward_range
-        model, tok = load_pretrained(job["warm"])
-        ref, _ = load_pretrained(job["warm"])
-        engine = make_engine(settings.rollout, model, tok, seed=int(spec["seed"]))
-        trainer = Trainer(settings, task, model, tok, ref_model=ref, engine=engine)
+        trainer = build_trainer(spec, job["warm"])
         seen = [0]
 
         def on_step(tr, metrics):

@@ -63,6 +63,14 @@ class EngineStats:
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
+    def record(self, prompts: list[list[int]], n: int, result, seconds: float) -> None:
+        """Count one ``generate`` call: ``n`` samples of each prompt, ``result[i][j]`` Generations."""
+
+        self.seconds += seconds
+        self.calls += 1
+        self.prompt_tokens += n * sum(len(p) for p in prompts)
+        self.generated_tokens += sum(len(g.token_ids) for r in result for g in r)
+
 
 class RolloutEngine(ABC):
     """Generates continuations and reports the weights version that produced them."""
@@ -135,11 +143,9 @@ class HFEngine(RolloutEngine):
         t0 = time.perf_counter()
         for s in range(0, len(flat), self.batch_size):
             out += self._generate_batch(flat[s : s + self.batch_size], params, generator)
-        self.stats.seconds += time.perf_counter() - t0
-        self.stats.calls += 1
-        self.stats.prompt_tokens += sum(len(p) for p in flat)
-        self.stats.generated_tokens += sum(len(g.token_ids) for g in out)
-        return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+        result = [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+        self.stats.record(prompts, n, result, time.perf_counter() - t0)
+        return result
 
     def _generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, generator
@@ -241,9 +247,8 @@ def make_engine(rollout_cfg, model, tokenizer, seed: int = 0) -> RolloutEngine:
 
     if rollout_cfg.backend == "hf":
         return HFEngine(model, tokenizer)
-    from .vllm_engine import VLLMEngine, import_vllm
+    from .vllm_engine import VLLMEngine
 
-    import_vllm()  # a clear error, naming the set-up command, where vLLM is missing
     limit = getattr(model.config, "max_position_embeddings", None) or 10**9
     max_len = min(limit, rollout_cfg.max_prompt_tokens + rollout_cfg.max_new_tokens)
     return VLLMEngine(

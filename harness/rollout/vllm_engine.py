@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import shutil
 import sys
@@ -124,8 +125,7 @@ def _shutdown_cached() -> None:
         pass
 
 
-def _make_llm(model, tokenizer, max_model_len: int, seed: int, opts: dict[str, Any]):
-    vllm = import_vllm()
+def _make_llm(vllm, model, tokenizer, max_model_len: int, seed: int, opts: dict[str, Any]):
     if next(model.parameters()).device.type == "cpu":
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(opts.get("kv_cache_gib", 1)))
     key = json.dumps(
@@ -211,9 +211,10 @@ class VLLMEngine(RolloutEngine):
         self.sync_method: str | None = None
         self.sync_seconds = 0.0
         if llm is None:
-            import vllm
-
-            llm, reused = _make_llm(model, tokenizer, max_model_len, seed, dict(options or {}))
+            vllm = import_vllm()  # a clear error, naming the set-up command, where it is missing
+            llm, reused = _make_llm(
+                vllm, model, tokenizer, max_model_len, seed, dict(options or {})
+            )
             self.vllm_version = vllm.__version__
             self._sampling_cls = vllm.SamplingParams
             from vllm.inputs import TokensPrompt
@@ -308,7 +309,7 @@ class VLLMEngine(RolloutEngine):
             for comp in sorted(out.outputs, key=lambda c: c.index):
                 ids = list(comp.token_ids)
                 lps = [float(d[t].logprob) for d, t in zip(comp.logprobs or [], ids)]
-                if len(lps) != len(ids) or not all(map(_finite, lps)):
+                if len(lps) != len(ids) or not all(map(math.isfinite, lps)):
                     raise RolloutError(
                         f"vLLM returned {'non-finite' if len(lps) == len(ids) else 'missing'} "
                         f"log-probs for prompt {i} (policy version {self.policy_version}); "
@@ -323,12 +324,5 @@ class VLLMEngine(RolloutEngine):
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 gens.append(Generation(ids, lps, reason, text))
             result.append(gens)
-        self.stats.seconds += time.perf_counter() - t0
-        self.stats.calls += 1
-        self.stats.prompt_tokens += n * sum(len(p) for p in prompts)
-        self.stats.generated_tokens += sum(len(g.token_ids) for r in result for g in r)
+        self.stats.record(prompts, n, result, time.perf_counter() - t0)
         return result
-
-
-def _finite(x: float) -> bool:
-    return x == x and abs(x) != float("inf")
