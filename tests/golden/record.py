@@ -1,0 +1,117 @@
+"""Records the golden fixture: every preset's per-step metrics, evaluations and ledger on a tiny budget
+from a fixed initial policy, and the warm start's SFT losses.
+
+First recorded with the trainer as it stood before the training loop was split into collectors and
+objectives (commit 9deaf3b). ``tests/test_golden.py`` checks that the current code reproduces it
+(ledger counters exactly; scores and losses to 1e-6). Re-record only for a deliberate, explained
+change of the numbers:
+
+    .venv/bin/python tests/golden/record.py
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+GOLDEN_JSON = HERE / "presets.json"
+INITIAL_DIR = HERE / "initial"
+CONFIG = {
+    "arms": {"a": {"preset": "grpo"}},
+    "task": {"name": "arithmetic"},
+    "warm_start": {"steps": 150},
+    "rollout": {"max_new_tokens": 6, "prompts_per_step": 4, "group_size": 4},
+}
+BUDGET = {"launched_tokens": 800.0}
+EVAL_SIZE = 16
+
+
+def numbers(d: dict) -> dict:
+    """The numeric, reproducible entries of a metrics record (no measured times)."""
+
+    return {
+        k: float(v)
+        for k, v in d.items()
+        if isinstance(v, (int, float)) and "seconds" not in k and math.isfinite(float(v))
+    }
+
+
+def record_result(res, model) -> dict:
+    from harness.models import state_hash
+
+    led = res.ledger
+    return {
+        "steps": [numbers(m) for m in res.steps],
+        "evals": [
+            {"step": e["step"], "score": e["score"], "n": e["n"], "per_instance": e["per_instance"]}
+            for e in res.evals
+        ],
+        "census": [numbers(c) for c in res.census],
+        "counters": {k: v for k, v in led.counters.items() if "seconds" not in k},
+        "discarded_tokens": dict(led.discarded_by_reason),
+        "discarded_rollouts": dict(led.discarded_rollouts_by_reason),
+        "ended_because": res.ended_because,
+        "eval_cost": dict(res.eval_cost),
+        "policy_hash": state_hash(model),
+    }
+
+
+def main() -> None:
+    import torch
+
+    from algorithms.presets import PRESETS
+    from harness.config import validate_mapping
+    from harness.models import load_pretrained, save_policy
+    from harness.tasks import make_task
+    from harness.trainer import RunSettings, Trainer
+    from harness.warmstart import warm_start
+
+    torch.set_num_threads(1)
+    cfg = validate_mapping(CONFIG)
+    task = make_task("arithmetic")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        logs: list[str] = []
+        # the warm start logs its loss 5 times; record every step's loss through train_sft
+        import harness.warmstart as ws
+
+        losses: list[float] = []
+        real = ws.train_sft
+
+        def spy(*a, **k):
+            out = real(*a, **k)
+            losses.extend(out)
+            return out
+
+        ws.train_sft = spy
+        model, tok, info = warm_start(cfg, [task], tmp, log=logs.append)
+        ws.train_sft = real
+    save_policy(model, tok, INITIAL_DIR)
+    out = {"config": CONFIG, "budget": BUDGET, "eval_size": EVAL_SIZE}
+    out["warm_start"] = {"losses": losses, "policy_hash": info["policy_hash"]}
+    out["presets"] = {}
+    for name in sorted(PRESETS):
+        model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
+        settings = RunSettings(
+            blanks=PRESETS[name].blanks,
+            rollout=cfg.rollout,
+            optimizer=cfg.optimizer,
+            budget=dict(BUDGET),
+            seed=0,
+            eval_size=EVAL_SIZE,
+            name=name,
+        )
+        res = Trainer(settings, task, model, tok).train()
+        out["presets"][name] = record_result(res, model)
+        print(name, len(res.steps), "steps", res.evals[-1]["score"], flush=True)
+    GOLDEN_JSON.write_text(json.dumps(out, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
