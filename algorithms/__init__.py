@@ -2,7 +2,7 @@
 
 Pure torch, no I/O, no imports from the rest of the project. Public API::
 
-    from algorithms import resolve, compute_advantages, loss_weights, policy_loss
+    from sixblanks.algorithms import resolve, compute_advantages, loss_weights, policy_loss
 """
 
 from .advantages import ESTIMATORS, get_estimator, group_stats, whiten

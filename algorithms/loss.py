@@ -6,7 +6,7 @@
 shaping and filtering, KL in the reward); :func:`policy_loss` fills w, Z and the
 loss-side R. Both take plain tensors, so they can be used without the harness::
 
-    from algorithms import compute_advantages, policy_loss, loss_weights, resolve
+    from sixblanks.algorithms import compute_advantages, policy_loss, loss_weights, resolve
     blanks = resolve("grpo")
     adv, mask, _ = compute_advantages(blanks, rewards, mask, group_ids)
     w = loss_weights(mask, blanks.normalization.mode)
@@ -148,7 +148,7 @@ def policy_loss(
     Args:
         logp: ``[B, T]`` log pi_theta (requires grad). old_logp: ``[B, T]`` log pi_old (detached).
         advantages: ``[B, T]``. mask: ``[B, T]``.
-        weights: ``[B, T]`` Z weights from :func:`algorithms.normalization.loss_weights`, computed on the
+        weights: ``[B, T]`` Z weights from :func:`sixblanks.algorithms.normalization.loss_weights`, computed on the
             *whole* optimizer-step batch and sliced like the other tensors; summing this function's
             loss over micro-batches gives the full-batch loss.
         behavior_logp: ``[B, T]`` rollout-engine log-probs (truncated IS).

@@ -2,7 +2,7 @@
 
 Shapes: ``[B, T]`` per-token log-probs and masks, ``[B, T]`` advantages.
 Every surrogate here returns the per-token loss ``[B, T]`` (to be minimized);
-aggregation (the Z blank) is applied afterwards with :mod:`algorithms.normalization`.
+aggregation (the Z blank) is applied afterwards with :mod:`sixblanks.algorithms.normalization`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Ingest throughput: 1M metric rows into results.duckdb (target: at most 2 seconds on this machine).
 
 Builds a synthetic experiment directory (runs with events.jsonl written like real runs), then times
-`harness.store.ingest` end to end (parse events, Arrow tables, one transaction) and prints the figure.
+`sixblanks.harness.store.ingest` end to end (parse events, Arrow tables, one transaction) and prints the figure.
 
     .venv/bin/python benchmarks/ingest.py [--rows 1000000] [--runs 8]
 """
@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from budgets.counters import COUNTERS, DISCARD_REASONS
-from harness.store import connect, ingest
+from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
+from sixblanks.harness.store import connect, ingest
 
 
 def synth(out: Path, rows: int, runs: int, metrics_per_step: int = 40) -> list[str]:

@@ -27,8 +27,7 @@ def _rss() -> int:
 
 def child(method: str, B: int, T: int, V: int, backward: bool) -> None:
     import torch
-
-    from algorithms.logprobs import token_logprobs
+    from sixblanks.algorithms.logprobs import token_logprobs
 
     torch.manual_seed(0)
     logits = torch.empty(B, T, V).uniform_(-3, 3)

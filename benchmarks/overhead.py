@@ -17,14 +17,13 @@ import time
 from pathlib import Path
 
 import torch
-
-from harness.config import validate_mapping
-from harness.models import load_pretrained
-from harness.orchestrator import Orchestrator
-from harness.runner import _settings_from_spec, execute_run
-from harness.store import ingest
-from harness.tasks import make_task
-from harness.trainer import Trainer
+from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.models import load_pretrained
+from sixblanks.harness.orchestrator import Orchestrator
+from sixblanks.harness.runner import _settings_from_spec, execute_run
+from sixblanks.harness.store import ingest
+from sixblanks.harness.tasks import make_task
+from sixblanks.harness.trainer import Trainer
 
 
 def main() -> None:

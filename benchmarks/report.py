@@ -1,7 +1,7 @@
 """Report build time over 1000 synthetic runs (target: at most 10 seconds).
 
 Writes a synthetic results.duckdb (10 arms x 100 seeds, 6 evaluations and 50 ledger steps per run)
-with the real schema, then times `reports.build.build_report` and prints the figure.
+with the real schema, then times `sixblanks.reports.build.build_report` and prints the figure.
 
     .venv/bin/python benchmarks/report.py [--runs 1000]
 """
@@ -16,9 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from budgets.counters import COUNTERS, DISCARD_REASONS
-from harness.store import _insert, connect, ensure_schema
+from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
+from sixblanks.harness.store import _insert, connect, ensure_schema
 
 
 def synth(out: Path, n_runs: int, arms: int = 10, steps: int = 50) -> None:
@@ -113,7 +112,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=1000)
     args = ap.parse_args()
-    from reports.build import build_report
+    from sixblanks.reports.build import build_report
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)

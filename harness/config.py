@@ -13,10 +13,9 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from algorithms.blanks import Blanks
-from algorithms.presets import PRESETS, resolve
-from budgets.counters import COUNTERS
+from sixblanks.algorithms.blanks import Blanks
+from sixblanks.algorithms.presets import PRESETS, resolve
+from sixblanks.budgets.counters import COUNTERS
 
 from .errors import ConfigError, format_validation_error, unknown_name
 from .tasks.registry import check_task

@@ -1,6 +1,6 @@
 """Executors: run a list of (spec, run_dir, warm_dir) jobs, locally or on a Ray cluster.
 
-Both call :func:`harness.runner.execute_run` in a separate process per run; a run writes only inside
+Both call :func:`sixblanks.harness.runner.execute_run` in a separate process per run; a run writes only inside
 its own directory. ``run(jobs, tick)`` returns {run_id: error} for failed runs and calls ``tick()``
 periodically (progress) and ``tick(final=True)`` at the end.
 

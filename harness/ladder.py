@@ -28,9 +28,8 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from algorithms.blanks import deep_merge
-from algorithms.presets import resolve
+from sixblanks.algorithms.blanks import deep_merge
+from sixblanks.algorithms.presets import resolve
 
 from .config import ExperimentConfig
 from .contract import check_contract
@@ -218,8 +217,8 @@ class Ladder:
         ]
 
     def rung_frozen_batch(self) -> list[RungResult]:
-        from algorithms.loss import compute_advantages, policy_loss
-        from algorithms.normalization import loss_weights
+        from sixblanks.algorithms.loss import compute_advantages, policy_loss
+        from sixblanks.algorithms.normalization import loss_weights
 
         from .policy import policy_logprobs
 

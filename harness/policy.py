@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import torch
-
-from algorithms.logprobs import token_logprobs
+from sixblanks.algorithms.logprobs import token_logprobs
 
 
 def policy_forward(

@@ -42,7 +42,7 @@ def read_status(run_dir: Path) -> dict[str, Any]:
 
 
 def _settings_from_spec(spec: dict[str, Any]):
-    from algorithms.blanks import Blanks
+    from sixblanks.algorithms.blanks import Blanks
 
     from .config import OptimizerConfig, RolloutConfig
     from .trainer import RunSettings

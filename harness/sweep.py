@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from algorithms.blanks import deep_merge
-from algorithms.presets import resolve
-from budgets.counters import COUNTERS
+from sixblanks.algorithms.blanks import deep_merge
+from sixblanks.algorithms.presets import resolve
+from sixblanks.budgets.counters import COUNTERS
 
 from .config import ExperimentConfig, validate_mapping
 from .errors import ConfigError

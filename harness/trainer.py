@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from algorithms.blanks import Blanks
-from algorithms.data import DynamicSampler, minibatches
-from algorithms.loss import compute_advantages, dpo_loss, policy_loss, sft_loss
-from algorithms.normalization import loss_weights
-from algorithms.weights import mismatch_stats
-from budgets.ledger import TIME_COUNTERS, Budget, Ledger
+from sixblanks.algorithms.blanks import Blanks
+from sixblanks.algorithms.data import DynamicSampler, minibatches
+from sixblanks.algorithms.loss import compute_advantages, dpo_loss, policy_loss, sft_loss
+from sixblanks.algorithms.normalization import loss_weights
+from sixblanks.algorithms.weights import mismatch_stats
+from sixblanks.budgets.ledger import TIME_COUNTERS, Budget, Ledger
 
 from .errors import SixblanksError
 from .evaluate import evaluate
@@ -497,7 +496,7 @@ class Trainer:
         return used, vmask, boot
 
     def _update_gae(self, batch: TrajectoryBatch, groups_launched: int) -> dict[str, Any]:
-        from algorithms.critic import (
+        from sixblanks.algorithms.critic import (
             approx_kl,
             explained_variance,
             gae,
@@ -506,7 +505,7 @@ class Trainer:
             value_loss,
             whiten_population,
         )
-        from algorithms.regularizers import kl_estimate
+        from sixblanks.algorithms.regularizers import kl_estimate
 
         from .policy import policy_forward
 
@@ -685,7 +684,7 @@ class Trainer:
         return metrics
 
     def _extra_critic_update(self, batch, rows, old_v, ret, v_weights) -> None:
-        from algorithms.critic import value_loss
+        from sixblanks.algorithms.critic import value_loss
 
         cspec = self.blanks.advantage.critic
         self.critic_optimizer.zero_grad(set_to_none=True)

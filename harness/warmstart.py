@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from algorithms.logprobs import token_logprobs
+from sixblanks.algorithms.logprobs import token_logprobs
 
 from .models import load_policy, save_policy, state_hash
 from .rollout.agent import _Episode, _to_batch, encode_observation, state_key

@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
 def cli(capsys):
     """Run the sixblanks CLI in-process: returns (exit code, stdout, stderr)."""
 
-    from harness.cli import main
+    from sixblanks.harness.cli import main
 
     def _run(*args: str):
         code = 0

@@ -1,7 +1,7 @@
 """A planted fault for the ablation ladder: a task whose reward drifts between calls
 (like an environment whose version or hidden state changes under a fixed seed)."""
 
-from harness.tasks.builtin import Arithmetic
+from sixblanks.harness.tasks.builtin import Arithmetic
 
 CALLS = {"n": 0}
 

@@ -4,15 +4,19 @@ import math
 
 import pytest
 import torch
-
-from algorithms import advantages as A
-from algorithms.blanks import Blanks
-from algorithms.data import DynamicSampler, minibatches, overlong_filter_mask, overlong_penalty
-from algorithms.loss import compute_advantages, dpo_loss, policy_loss, sft_loss
-from algorithms.normalization import loss_weights
-from algorithms.presets import PRESETS, UnknownNameError, diff, get_preset, resolve
-from algorithms.regularizers import kl_estimate
-from algorithms.weights import (
+from sixblanks.algorithms import advantages as A
+from sixblanks.algorithms.blanks import Blanks
+from sixblanks.algorithms.data import (
+    DynamicSampler,
+    minibatches,
+    overlong_filter_mask,
+    overlong_penalty,
+)
+from sixblanks.algorithms.loss import compute_advantages, dpo_loss, policy_loss, sft_loss
+from sixblanks.algorithms.normalization import loss_weights
+from sixblanks.algorithms.presets import PRESETS, UnknownNameError, diff, get_preset, resolve
+from sixblanks.algorithms.regularizers import kl_estimate
+from sixblanks.algorithms.weights import (
     clip_surrogate,
     gspo_token_ratio,
     sapo_surrogate,

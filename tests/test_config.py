@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
-from harness.config import ExperimentConfig, load_config, resolved_dict
-from harness.errors import ConfigError
+from sixblanks.harness.config import ExperimentConfig, load_config, resolved_dict
+from sixblanks.harness.errors import ConfigError
 
 from .conftest import ROOT
 
@@ -265,11 +264,13 @@ def test_yaml_is_loaded_safely(cli, write_yaml, tmp_path):
 def test_debug_shows_traceback(write_yaml):
     path = write_yaml("arms: {a: {preset: nope}}\n")
     plain = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "validate", path], capture_output=True, text=True
+        [sys.executable, "-m", "sixblanks.harness.cli", "validate", path],
+        capture_output=True,
+        text=True,
     )
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     debug = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "--debug", "validate", path],
+        [sys.executable, "-m", "sixblanks.harness.cli", "--debug", "validate", path],
         capture_output=True,
         text=True,
     )
@@ -309,8 +310,8 @@ def test_schema_is_json_schema_of_the_config(cli, tmp_path):
 
 
 def test_not_built_error_exits_3_without_pretending(capsys):
-    from harness.cli import _not_built, main
-    from harness.errors import NotBuiltError
+    from sixblanks.harness.cli import _not_built, main
+    from sixblanks.harness.errors import NotBuiltError
 
     with pytest.raises(NotBuiltError) as info:
         _not_built("x", "a later issue")

@@ -5,8 +5,7 @@ import math
 
 import pytest
 import torch
-
-from algorithms.critic import (
+from sixblanks.algorithms.critic import (
     approx_kl,
     explained_variance,
     gae,
@@ -15,12 +14,12 @@ from algorithms.critic import (
     value_loss,
     whiten_population,
 )
-from algorithms.presets import get_preset, ppo_checklist, resolve
-from harness.config import validate_mapping
-from harness.critic import pool_values, token_values
-from harness.tasks import make_task
-from harness.trainer import RunSettings, Trainer
-from harness.warmstart import warm_start
+from sixblanks.algorithms.presets import get_preset, ppo_checklist, resolve
+from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.critic import pool_values, token_values
+from sixblanks.harness.tasks import make_task
+from sixblanks.harness.trainer import RunSettings, Trainer
+from sixblanks.harness.warmstart import warm_start
 
 D = torch.float64
 

@@ -30,9 +30,8 @@ def _close(a, b, path):
 @pytest.fixture(scope="module")
 def setup():
     import torch
-
-    from harness.config import validate_mapping
-    from harness.tasks import make_task
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.tasks import make_task
 
     torch.set_num_threads(1)
     return validate_mapping(CONFIG), make_task("arithmetic")
@@ -40,9 +39,9 @@ def setup():
 
 @pytest.mark.parametrize("preset", sorted(GOLDEN["presets"]))
 def test_preset_reproduces_the_golden_run(setup, preset):
-    from algorithms.presets import PRESETS
-    from harness.models import load_pretrained
-    from harness.trainer import RunSettings, Trainer
+    from sixblanks.algorithms.presets import PRESETS
+    from sixblanks.harness.models import load_pretrained
+    from sixblanks.harness.trainer import RunSettings, Trainer
 
     cfg, task = setup
     model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")

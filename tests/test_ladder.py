@@ -4,9 +4,8 @@ import json
 
 import pytest
 import torch
-
-from harness.config import validate_mapping
-from harness.ladder import Ladder, first_failure, paired_diff_ci
+from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.ladder import Ladder, first_failure, paired_diff_ci
 
 BASE = {
     "name": "ladder",
@@ -43,7 +42,7 @@ def test_paired_difference_interval_by_hand():
 
 
 def test_shifted_mask_stops_at_the_contract_rung(tmp_path, monkeypatch):
-    import harness.ladder as lad
+    import sixblanks.harness.ladder as lad
 
     real = lad.run_episodes
 
@@ -106,8 +105,8 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     assert con.execute("SELECT count(DISTINCT rung) FROM ladder").fetchone()[0] == 9
     con.close()
     # the report renders the ladder table
-    from harness.orchestrator import Orchestrator
-    from reports.build import build_report
+    from sixblanks.harness.orchestrator import Orchestrator
+    from sixblanks.reports.build import build_report
 
     Orchestrator(
         validate_mapping(json.loads(json.dumps(BASE)) | {"budget": {"launched_tokens": 600}}),

@@ -5,9 +5,8 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from budgets.counters import COUNTERS, DISCARD_REASONS
-from budgets.ledger import Budget, BudgetError, Ledger
+from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
+from sixblanks.budgets.ledger import Budget, BudgetError, Ledger
 
 
 def test_reserve_refuses_work_that_would_exceed_a_limit():

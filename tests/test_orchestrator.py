@@ -9,11 +9,10 @@ import sys
 import time
 
 import pytest
-
-from budgets.ledger import TIME_COUNTERS
-from harness.config import validate_mapping
-from harness.orchestrator import Orchestrator, build_specs
-from harness.runner import execute_run, read_status
+from sixblanks.budgets.ledger import TIME_COUNTERS
+from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.orchestrator import Orchestrator, build_specs
+from sixblanks.harness.runner import execute_run, read_status
 
 from .conftest import ROOT
 
@@ -61,7 +60,7 @@ def test_sigkill_at_a_random_point_then_resume_matches_an_uninterrupted_run(tmp_
     run_dir = tmp_path / "killed"
     kill_at = random.Random(os.getpid()).randint(2, ref["steps"] - 3)
     code = (
-        "import json,sys; from harness.runner import execute_run; "
+        "import json,sys; from sixblanks.harness.runner import execute_run; "
         f"execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], cwd=ROOT)
@@ -121,7 +120,7 @@ def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml):
 
 
 def test_under_consumption_is_flagged(tmp_path):
-    from harness.orchestrator import fairness_audit
+    from sixblanks.harness.orchestrator import fairness_audit
 
     cfg = _cfg()
     specs = build_specs(cfg, "k")

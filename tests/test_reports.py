@@ -8,11 +8,10 @@ import subprocess
 import numpy as np
 import pytest
 from scipy import stats as sps
-
-from harness.config import validate_mapping
-from harness.orchestrator import Orchestrator
-from reports import stats
-from reports.build import build_report
+from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.orchestrator import Orchestrator
+from sixblanks.reports import stats
+from sixblanks.reports.build import build_report
 
 
 def test_iqm_by_hand():

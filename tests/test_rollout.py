@@ -4,15 +4,14 @@ import math
 
 import pytest
 import torch
-
-from algorithms.logprobs import process_logits, token_logprobs
-from harness.config import ModelConfig
-from harness.contract import check_contract
-from harness.models import load_policy
-from harness.rollout.agent import run_episodes
-from harness.rollout.engine import HFEngine, SamplingParams
-from harness.tasks import Instance, Task, make_task
-from harness.tasks.verify import VerifierGate
+from sixblanks.algorithms.logprobs import process_logits, token_logprobs
+from sixblanks.harness.config import ModelConfig
+from sixblanks.harness.contract import check_contract
+from sixblanks.harness.models import load_policy
+from sixblanks.harness.rollout.agent import run_episodes
+from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
+from sixblanks.harness.tasks import Instance, Task, make_task
+from sixblanks.harness.tasks.verify import VerifierGate
 
 TASKS = ["arithmetic", "guess_number", "reasoning_gym:basic_arithmetic"]
 

@@ -8,11 +8,10 @@ import sys
 import time
 
 import pytest
-
-from harness.config import validate_mapping
-from harness.orchestrator import Orchestrator
-from harness.runner import execute_run, read_status
-from harness.store import SCHEMA, StoreBusy, connect, ingest
+from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.orchestrator import Orchestrator
+from sixblanks.harness.runner import execute_run, read_status
+from sixblanks.harness.store import SCHEMA, StoreBusy, connect, ingest
 
 from .conftest import ROOT
 
@@ -119,7 +118,7 @@ def test_partial_run_is_ingested_and_completed_on_resume_without_duplicates(tmp_
     spec = orch.prepare()[0]
     run_dir = tmp_path / "runs" / spec["run_id"]
     code = (
-        "import json,sys; from harness.runner import execute_run; "
+        "import json,sys; from sixblanks.harness.runner import execute_run; "
         f"execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {str(orch.warm_dir)!r}, threads=1)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], cwd=ROOT)

@@ -45,7 +45,7 @@ SPEC = {
 def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, write_yaml):
     path = write_yaml(yaml.safe_dump(SPEC))
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "harness.cli", "sweep", path, "--out", str(out)]
+    cmd = [sys.executable, "-m", "sixblanks.harness.cli", "sweep", path, "--out", str(out)]
     # interrupt the first attempt in the middle of the search
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = out / "sweep" / "optuna.journal"
@@ -98,8 +98,8 @@ def test_sweep_trials_run_through_the_ray_executor_like_local(tmp_path):
     (Ray tasks for Ray), never in the sweep process, and give the same scores."""
 
     pytest.importorskip("ray")
-    from harness.config import validate_mapping
-    from harness.sweep import Sweep
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.sweep import Sweep
 
     spec = json.loads(json.dumps(SPEC))
     spec.update(

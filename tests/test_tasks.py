@@ -4,10 +4,9 @@ import math
 import time
 
 import pytest
-
-from harness.tasks import EVAL_SEED_OFFSET, Instance, Task, make_task
-from harness.tasks.registry import TaskLoadError
-from harness.tasks.verify import VerifierFailure, VerifierGate
+from sixblanks.harness.tasks import EVAL_SEED_OFFSET, Instance, Task, make_task
+from sixblanks.harness.tasks.registry import TaskLoadError
+from sixblanks.harness.tasks.verify import VerifierFailure, VerifierGate
 
 
 def test_arithmetic_instances_are_deterministic_and_verified():

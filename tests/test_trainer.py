@@ -5,13 +5,12 @@ import math
 
 import pytest
 import torch
-
-from algorithms.presets import PRESETS
-from harness.config import validate_mapping
-from harness.models import state_hash
-from harness.tasks import make_task
-from harness.trainer import RunSettings, Trainer, TrainingError
-from harness.warmstart import warm_start
+from sixblanks.algorithms.presets import PRESETS
+from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.models import state_hash
+from sixblanks.harness.tasks import make_task
+from sixblanks.harness.trainer import RunSettings, Trainer, TrainingError
+from sixblanks.harness.warmstart import warm_start
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +31,7 @@ def initial(tmp_path_factory):
 def _settings(cfg, preset, budget=800.0, **over):
     blanks = cfg.resolved_blanks("a") if preset is None else PRESETS[preset].blanks
     if over:
-        from algorithms.presets import resolve
+        from sixblanks.algorithms.presets import resolve
 
         blanks = resolve(preset, over)
     return RunSettings(
@@ -90,7 +89,7 @@ def test_remax_pays_for_its_greedy_baseline(initial):
 
 
 def test_micro_batch_size_does_not_change_the_gradient(initial, monkeypatch):
-    from algorithms.presets import resolve
+    from sixblanks.algorithms.presets import resolve
 
     cfg, task, model0, tok = initial
     grads = {}
@@ -129,7 +128,7 @@ def test_micro_batch_size_does_not_change_the_gradient(initial, monkeypatch):
 
 
 def test_nan_loss_is_a_clear_error(initial, monkeypatch):
-    import harness.trainer as trainer_mod
+    import sixblanks.harness.trainer as trainer_mod
 
     cfg, task, model0, tok = initial
     real = trainer_mod.policy_loss
@@ -146,7 +145,7 @@ def test_nan_loss_is_a_clear_error(initial, monkeypatch):
 
 
 def test_non_finite_policy_is_a_clear_rollout_error(initial):
-    from harness.rollout.engine import RolloutError
+    from sixblanks.harness.rollout.engine import RolloutError
 
     cfg, task, model0, tok = initial
     model = copy.deepcopy(model0)

@@ -8,12 +8,11 @@ import json
 
 import pytest
 import torch
-
-from algorithms.weights import mismatch_stats
-from harness.config import TinyModelConfig, validate_mapping
-from harness.models import build_tiny_model, build_tokenizer
-from harness.policy import policy_logprobs
-from harness.rollout.engine import HFEngine, SamplingParams
+from sixblanks.algorithms.weights import mismatch_stats
+from sixblanks.harness.config import TinyModelConfig, validate_mapping
+from sixblanks.harness.models import build_tiny_model, build_tokenizer
+from sixblanks.harness.policy import policy_logprobs
+from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
 
 pytestmark = pytest.mark.vllm
 
@@ -22,7 +21,7 @@ LOGPROB_TOL = 1e-4  # float32 on CPU: vLLM's kernels vs the transformers forward
 
 @pytest.fixture(scope="module")
 def tiny():
-    from harness.rollout.vllm_engine import VLLMEngine
+    from sixblanks.harness.rollout.vllm_engine import VLLMEngine
 
     tok = build_tokenizer("0123456789+-=")
     model = build_tiny_model(TinyModelConfig(), tok, seed=0)
@@ -140,10 +139,10 @@ def test_multi_turn_episodes_with_vllm_keep_the_trajectory_contract(tiny):
     """guess_number through the agent loop: the task's stop string ends each turn in vLLM, and the
     contract checks (log-probs within 1e-4 of the trainer's, masks, turn ids) pass."""
 
-    from harness.contract import check_contract
-    from harness.rollout.agent import run_episodes
-    from harness.rollout.vllm_engine import VLLMEngine
-    from harness.tasks import make_task
+    from sixblanks.harness.contract import check_contract
+    from sixblanks.harness.rollout.agent import run_episodes
+    from sixblanks.harness.rollout.vllm_engine import VLLMEngine
+    from sixblanks.harness.tasks import make_task
 
     _, tok, _ = tiny
     # a fresh policy (earlier tests trained the shared one towards "999") and a longer context: the
@@ -187,8 +186,8 @@ def test_multi_turn_episodes_with_vllm_keep_the_trajectory_contract(tiny):
 
 @pytest.mark.slow
 def test_grpo_run_with_vllm_backend_stores_mismatch_metrics(tmp_path):
-    from harness.orchestrator import Orchestrator
-    from harness.store import connect
+    from sixblanks.harness.orchestrator import Orchestrator
+    from sixblanks.harness.store import connect
 
     cfg = validate_mapping(
         {

@@ -7,12 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from algorithms.weights import mismatch_stats
-from harness.config import RolloutConfig, TinyModelConfig
-from harness.models import build_tiny_model, build_tokenizer
-from harness.rollout.engine import RolloutError, SamplingParams, make_engine
-from harness.rollout.vllm_engine import VLLMEngine
+from sixblanks.algorithms.weights import mismatch_stats
+from sixblanks.harness.config import RolloutConfig, TinyModelConfig
+from sixblanks.harness.models import build_tiny_model, build_tokenizer
+from sixblanks.harness.rollout.engine import RolloutError, SamplingParams, make_engine
+from sixblanks.harness.rollout.vllm_engine import VLLMEngine
 
 
 def test_mismatch_stats_by_hand():
@@ -157,10 +156,10 @@ def test_backend_vllm_without_vllm_names_the_setup_command(tiny, monkeypatch):
 def test_an_experiment_with_backend_vllm_fails_before_the_warm_start_without_vllm(
     tmp_path, monkeypatch
 ):
-    from harness import orchestrator
-    from harness.config import validate_mapping
-    from harness.errors import SixblanksError
-    from harness.rollout import vllm_engine
+    from sixblanks.harness import orchestrator
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.errors import SixblanksError
+    from sixblanks.harness.rollout import vllm_engine
 
     monkeypatch.setattr(vllm_engine, "vllm_available", lambda: False)
     cfg = validate_mapping(

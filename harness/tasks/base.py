@@ -3,7 +3,7 @@
 A task makes deterministic instances from a seed and an environment for each
 instance with a Gymnasium-style ``reset(seed)`` / ``step(action)`` on text.
 Every reward comes from the task's verifier, and every verifier call goes
-through one choke point (:class:`harness.tasks.verify.VerifierGate`) so that it
+through one choke point (:class:`sixblanks.harness.tasks.verify.VerifierGate`) so that it
 can be counted, timed out and isolated from exceptions.
 """
 

@@ -38,7 +38,7 @@ def _import_class(path: str):
     if cls is None:
         raise TaskLoadError(f"module '{module_name}' has no class '{cls_name}'")
     if not (isinstance(cls, type) and issubclass(cls, Task)):
-        raise TaskLoadError(f"'{path}' is not a subclass of harness.tasks.Task")
+        raise TaskLoadError(f"'{path}' is not a subclass of sixblanks.harness.tasks.Task")
     return cls
 
 

@@ -42,7 +42,7 @@ def numbers(d: dict) -> dict:
 
 
 def record_result(res, model) -> dict:
-    from harness.models import state_hash
+    from sixblanks.harness.models import state_hash
 
     led = res.ledger
     return {
@@ -63,13 +63,12 @@ def record_result(res, model) -> dict:
 
 def main() -> None:
     import torch
-
-    from algorithms.presets import PRESETS
-    from harness.config import validate_mapping
-    from harness.models import load_pretrained, save_policy
-    from harness.tasks import make_task
-    from harness.trainer import RunSettings, Trainer
-    from harness.warmstart import warm_start
+    from sixblanks.algorithms.presets import PRESETS
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.models import load_pretrained, save_policy
+    from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.trainer import RunSettings, Trainer
+    from sixblanks.harness.warmstart import warm_start
 
     torch.set_num_threads(1)
     cfg = validate_mapping(CONFIG)
@@ -79,7 +78,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         logs: list[str] = []
         # the warm start logs its loss 5 times; record every step's loss through train_sft
-        import harness.warmstart as ws
+        import sixblanks.harness.warmstart as ws
 
         losses: list[float] = []
         real = ws.train_sft
