@@ -169,7 +169,7 @@ def execute_run(
 
         try:
             if not trainer.result.evals:
-                trainer._maybe_eval(force=True)
+                trainer.maybe_eval(force=True)
                 for ev in trainer.result.evals:
                     events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
                 events.flush()

@@ -27,6 +27,23 @@ def _close(a, b, path):
         assert a == b, f"{path}: {a!r} != golden {b!r}"
 
 
+def test_warm_start_through_the_loop_reproduces_the_golden_sft(tmp_path):
+    """The warm start trains through the run loop (SFT collector and objective) and reproduces the
+    separate SFT loop it replaced: every step's loss, and the resulting weights."""
+
+    import torch
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.warmstart import warm_start
+
+    torch.set_num_threads(1)
+    _, _, info = warm_start(validate_mapping(CONFIG), [make_task("arithmetic")], tmp_path)
+    want = GOLDEN["warm_start"]
+    _close(info["losses"], want["losses"], "warm_start.losses")
+    assert info["policy_hash"] == want["policy_hash"]
+    assert info["counters"]["optimizer_steps"] == len(want["losses"])
+
+
 @pytest.fixture(scope="module")
 def setup():
     import torch
@@ -41,7 +58,7 @@ def setup():
 def test_preset_reproduces_the_golden_run(setup, preset):
     from sixblanks.algorithms.presets import PRESETS
     from sixblanks.harness.models import load_pretrained
-    from sixblanks.harness.trainer import RunSettings, Trainer
+    from sixblanks.harness.training import RunSettings, Trainer
 
     cfg, task = setup
     model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
@@ -55,9 +72,19 @@ def test_preset_reproduces_the_golden_run(setup, preset):
         name=preset,
     )
     res = Trainer(settings, task, model, tok).train()
+    led = res.ledger
+    assert not led.check_invariants()
+    assert led.counters["launched_tokens"] <= BUDGET["launched_tokens"]
+    assert led.counters["launched_tokens"] == pytest.approx(
+        led.counters["accepted_tokens"] + led.counters["discarded_tokens"]
+    )
+    assert res.ended_because == "budget" and len(res.evals) >= 2
+    trained = [m for m in res.steps if not m.get("skipped")]
+    assert trained and all(math.isfinite(m["loss"]) and math.isfinite(m["kl"]) for m in trained)
     got = record_result(res, model)
     want = GOLDEN["presets"][preset]
     assert got["counters"] == want["counters"]  # exactly
     assert got["discarded_tokens"] == want["discarded_tokens"]
     assert got["discarded_rollouts"] == want["discarded_rollouts"]
     _close(got, want, preset)
+    assert got["policy_hash"] != GOLDEN["warm_start"]["policy_hash"], "the policy did not move"

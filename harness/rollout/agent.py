@@ -23,7 +23,7 @@ def state_key(observations: list[str]) -> int:
 
 
 @dataclass
-class _Episode:
+class Episode:
     instance: Instance
     group: int
     env: object
@@ -87,10 +87,10 @@ def run_episodes(
     params = SamplingParams(
         params.temperature, params.top_p, params.top_k, params.max_new_tokens, stop
     )
-    episodes: list[_Episode] = []
+    episodes: list[Episode] = []
     for gi, inst in enumerate(instances):
         for _ in range(group_size):
-            ep = _Episode(inst, group_offset + gi, None)
+            ep = Episode(inst, group_offset + gi, None)
             try:
                 ep.env = task.make_env(inst, gate)
                 obs, _ = ep.env.reset(seed=inst.seed)
@@ -149,10 +149,10 @@ def run_episodes(
         if on_turn is not None:
             on_turn(turn, len(active))
 
-    return _to_batch(episodes, tokenizer, engine.policy_version, task.name)
+    return episodes_to_batch(episodes, tokenizer, engine.policy_version, task.name)
 
 
-def _to_batch(episodes: list[_Episode], tokenizer, version: int, task_name: str) -> TrajectoryBatch:
+def episodes_to_batch(episodes: list[Episode], tokenizer, version: int, task_name: str) -> TrajectoryBatch:
     B = len(episodes)
     T = max(len(ep.tokens) for ep in episodes)
     K = max(1, max(max(len(ep.turn_rewards), len(ep.state_keys)) for ep in episodes))

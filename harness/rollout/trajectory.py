@@ -77,10 +77,18 @@ class TrajectoryBatch:
     def action_tokens(self) -> int:
         return int(self.action_mask.sum().item())
 
+    def row_action_tokens(self) -> torch.Tensor:
+        """Generated (action) tokens of each row ``[B]``, failed samples included."""
+
+        return torch.tensor(
+            [sum(e - s for k, s, e in segs if k == "action") for segs in self.segments],
+            dtype=torch.long,
+        )
+
     def launched_tokens(self) -> int:
         """Every generated token, including those of failed samples."""
 
-        return int(sum(sum(e - s for k, s, e in segs if k == "action") for segs in self.segments))
+        return int(self.row_action_tokens().sum())
 
     def prompt_tokens(self) -> int:
         return int(sum(sum(e - s for k, s, e in segs if k == "obs") for segs in self.segments))

@@ -1,6 +1,7 @@
 """Tasks and environments: one interface for single-turn tasks and multi-turn environments."""
 
-from .base import EVAL_SEED_OFFSET, Env, Instance, StepResult, Task, TaskParams
+from ..seeds import EVAL_SEED_OFFSET
+from .base import Env, Instance, StepResult, Task, TaskParams
 from .registry import check_task, make_task
 
 __all__ = [

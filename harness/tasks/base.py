@@ -14,8 +14,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-EVAL_SEED_OFFSET = 1_000_000_007
-"""Held-out instances use seeds from here on; training seeds stay below it."""
+from ..seeds import eval_seeds
 
 
 class TaskParams(BaseModel):
@@ -97,7 +96,7 @@ class Task:
     def eval_instances(self, n: int) -> list[Instance]:
         """The deterministic held-out set: seeds disjoint from every training seed."""
 
-        return self.instances([EVAL_SEED_OFFSET + i for i in range(n)])
+        return self.instances(eval_seeds(n))
 
     # ---- reward ---------------------------------------------------------------
 

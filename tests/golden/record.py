@@ -1,8 +1,9 @@
 """Records the golden fixture: every preset's per-step metrics, evaluations and ledger on a tiny budget
 from a fixed initial policy, and the warm start's SFT losses.
 
-First recorded with the trainer as it stood before the training loop was split into collectors and
-objectives (commit 9deaf3b). ``tests/test_golden.py`` checks that the current code reproduces it
+Recorded with the trainer as it stood before the training loop was split into collectors and
+objectives (commit 9deaf3b; its warm start logged every SFT loss through a spy on its own SFT loop,
+where the current one reports them in ``info["losses"]``). ``tests/test_golden.py`` checks that the current code reproduces it
 (ledger counters exactly; scores and losses to 1e-6). Re-record only for a deliberate, explained
 change of the numbers:
 
@@ -67,7 +68,7 @@ def main() -> None:
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.models import load_pretrained, save_policy
     from sixblanks.harness.tasks import make_task
-    from sixblanks.harness.trainer import RunSettings, Trainer
+    from sixblanks.harness.training import RunSettings, Trainer
     from sixblanks.harness.warmstart import warm_start
 
     torch.set_num_threads(1)
@@ -76,24 +77,10 @@ def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        logs: list[str] = []
-        # the warm start logs its loss 5 times; record every step's loss through train_sft
-        import sixblanks.harness.warmstart as ws
-
-        losses: list[float] = []
-        real = ws.train_sft
-
-        def spy(*a, **k):
-            out = real(*a, **k)
-            losses.extend(out)
-            return out
-
-        ws.train_sft = spy
-        model, tok, info = warm_start(cfg, [task], tmp, log=logs.append)
-        ws.train_sft = real
+        model, tok, info = warm_start(cfg, [task], tmp)
     save_policy(model, tok, INITIAL_DIR)
     out = {"config": CONFIG, "budget": BUDGET, "eval_size": EVAL_SIZE}
-    out["warm_start"] = {"losses": losses, "policy_hash": info["policy_hash"]}
+    out["warm_start"] = {"losses": info["losses"], "policy_hash": info["policy_hash"]}
     out["presets"] = {}
     for name in sorted(PRESETS):
         model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")

@@ -1,0 +1,35 @@
+"""Collectors: where a step's trajectories come from, charged to the budget as they are made.
+
+A collector has ``worst_case() -> cost``, ``collect() -> Collected | None`` and ``state_dict()``.
+A new source of data (a concurrent collector, a replay buffer, search) is a new file here.
+"""
+
+from __future__ import annotations
+
+from ..context import RunContext
+from .demonstrations import Demonstrations, demonstration_batch
+from .greedy import GreedyBaseline
+from .onpolicy import OnPolicyRounds
+from .pairs import PreferencePairs
+
+
+def make_collector(ctx: RunContext):
+    """The collector the data blank names (``data.source``)."""
+
+    source = ctx.blanks.data.source
+    if source == "demonstrations":
+        return Demonstrations(ctx)
+    if source == "preference_pairs":
+        return PreferencePairs(ctx)
+    greedy = GreedyBaseline(ctx) if ctx.blanks.advantage.estimator == "remax" else None
+    return OnPolicyRounds(ctx, greedy)
+
+
+__all__ = [
+    "Demonstrations",
+    "GreedyBaseline",
+    "OnPolicyRounds",
+    "PreferencePairs",
+    "demonstration_batch",
+    "make_collector",
+]

@@ -1,0 +1,111 @@
+"""Synchronous on-policy rounds: sample ``prompts_per_step`` instances, G episodes each, with the current
+policy; with dynamic sampling (DAPO), drop groups whose rewards are all equal and sample new rounds
+until the step's groups are filled or the round cap is hit. Every round is reserved at its worst case
+before launch and charged at its actual cost; dropped groups are discarded by reason; the census of
+each step says how many groups were launched, kept and dropped, and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sixblanks.algorithms.data import DynamicSampler
+
+from ...rollout.agent import run_episodes
+from ...rollout.trajectory import TrajectoryBatch
+from ..base import Collected, TrainingError
+from ..context import RunContext
+from .greedy import GreedyBaseline
+
+
+class OnPolicyRounds:
+    def __init__(self, ctx: RunContext, greedy: GreedyBaseline | None = None):
+        self.ctx = ctx
+        self.greedy = greedy
+        self.n_prompts = ctx.settings.rollout.prompts_per_step
+        self.group_counter = 0
+
+    def worst_round(self) -> dict[str, float]:
+        n = self.n_prompts * self.ctx.group_size
+        if self.greedy is not None:
+            n += self.greedy.rollouts(self.n_prompts)
+        return self.ctx.worst_rollouts(n)
+
+    def worst_case(self) -> dict[str, float]:
+        """One round: a step that cannot afford one round does not start."""
+
+        return self.worst_round()
+
+    def round(self) -> tuple[TrajectoryBatch, TrajectoryBatch | None] | None:
+        """Reserve, generate, commit one round. None: it would not fit."""
+
+        ctx = self.ctx
+        charge = ctx.meter.reserve(self.worst_round(), f"rollouts step {ctx.step}")
+        if charge is None:
+            return None
+        with charge:
+            calls0 = ctx.gate.stats.calls
+            instances = ctx.train_instances(self.n_prompts)
+            batch = run_episodes(
+                ctx.engine,
+                ctx.tokenizer,
+                ctx.task,
+                instances,
+                ctx.group_size,
+                ctx.params,
+                ctx.gate,
+                max_context_tokens=ctx.settings.rollout.max_prompt_tokens,
+                generator=ctx.gen,
+                group_offset=self.group_counter,
+            )
+            self.group_counter += self.n_prompts
+            greedy = self.greedy.run(instances) if self.greedy is not None else None
+            done = [batch] + ([greedy] if greedy is not None else [])
+            charge.actual = ctx.rollout_cost(done, ctx.gate.stats.calls - calls0)
+        if greedy is not None:
+            self.greedy.charge(greedy)
+        return batch, greedy
+
+    def collect(self) -> Collected | None:
+        ctx, d = self.ctx, self.ctx.blanks.data
+        rounds = d.max_sampling_rounds if d.dynamic_sampling else 1
+        sampler = DynamicSampler(self.n_prompts, rounds, d.dynamic_sampling)
+        kept, kept_greedy = [], []
+        while not sampler.done:
+            out = self.round()
+            if out is None:
+                break
+            batch, greedy = out
+            tokens = batch.row_action_tokens()
+            keep = set(sampler.add_round(batch.reward, batch.group_ids, tokens))
+            rows = [i for i, g in enumerate(batch.group_ids.tolist()) if g in keep]
+            dropped = [i for i in range(batch.size) if i not in set(rows)]
+            ctx.meter.discard("dynamic_sampling", float(tokens[dropped].sum()), len(dropped))
+            if rows:
+                kept.append(batch.select(rows))
+                if greedy is not None:  # the greedy rollout of each kept row's instance
+                    kept_greedy.append(greedy.select([i // ctx.group_size for i in rows]))
+        census = sampler.census
+        if census.cap_hit and d.dynamic_sampling and d.on_round_cap == "error":
+            raise TrainingError(
+                f"{ctx.settings.name}: dynamic sampling kept {census.groups_kept}/{self.n_prompts} "
+                f"groups after {census.rounds} rounds (data.max_sampling_rounds); set "
+                "data.on_round_cap: train_short to continue"
+            )
+        record = census.as_dict()
+        if not kept:
+            if census.rounds == 0:
+                return Collected(None, census=record, nothing_fit=True)
+            return Collected(None, {"skipped": 1.0, "trainable_group_frac": 0.0}, record)
+        return Collected(
+            TrajectoryBatch.concat(kept, ctx.pad_id),
+            {"sampling_rounds": float(census.rounds)},
+            record,
+            TrajectoryBatch.concat(kept_greedy, ctx.pad_id).reward if kept_greedy else None,
+            census.groups_launched,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"group_counter": self.group_counter}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.group_counter = state["group_counter"]

@@ -1,0 +1,143 @@
+"""What every collector and objective of one run shares: the models, the engine, the RNGs, the meter,
+and the few operations they all need (log-probs of the sampling distribution, an optimizer step,
+the cost of rollouts)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..policy import policy_logprobs
+from ..rollout.engine import RolloutEngine, SamplingParams
+from ..rollout.trajectory import TrajectoryBatch
+from ..seeds import train_seeds
+from ..tasks.base import Task
+from ..tasks.verify import VerifierGate
+from .base import RunSettings, TrainingError
+from .meter import Meter
+
+
+@dataclass
+class RunContext:
+    settings: RunSettings
+    task: Task
+    model: Any
+    tokenizer: Any
+    ref_model: Any
+    engine: RolloutEngine
+    gate: VerifierGate
+    meter: Meter
+    optimizer: torch.optim.Optimizer
+    rng: random.Random
+    gen: torch.Generator
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        r = self.settings.rollout
+        self.blanks = self.settings.blanks
+        self.device = next(self.model.parameters()).device
+        self.group_size = self.blanks.data.group_size or r.group_size
+        self.params = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
+        self.score_params = self.params.scoring()
+        self.turns = max(1, self.task.max_turns)
+        self.l_max = self.blanks.normalization.l_max or r.max_new_tokens * self.turns
+        self.pad_id = self.tokenizer.pad_token_id or 0
+
+    # ------------------------------------------------------------------ data and its cost
+
+    def train_instances(self, n: int):
+        return self.task.instances(train_seeds(self.rng, n))
+
+    def worst_rollouts(self, n: int) -> dict[str, float]:
+        """The most ``n`` episodes can cost: every turn at the generation and context limits."""
+
+        r = self.settings.rollout
+        return {
+            "launched_tokens": float(n * self.turns * r.max_new_tokens),
+            "prompt_tokens": float(n * self.turns * r.max_prompt_tokens),
+            "rollouts_launched": float(n),
+            "env_steps": float(n * self.turns),
+            "verifier_calls": float(n * self.turns),
+            "judge_calls": 0.0,
+        }
+
+    def rollout_cost(self, batches: list[TrajectoryBatch], verifier_calls: int) -> dict[str, float]:
+        """What episodes actually cost (``verifier_calls``: the gate's calls while they ran)."""
+
+        return {
+            "launched_tokens": float(sum(b.launched_tokens() for b in batches)),
+            "prompt_tokens": float(sum(b.prompt_tokens() for b in batches)),
+            "rollouts_launched": float(sum(b.size for b in batches)),
+            "env_steps": float(sum(int(b.n_turns.sum()) for b in batches)),
+            "verifier_calls": float(verifier_calls),
+        }
+
+    # ------------------------------------------------------------------ model passes
+
+    def logprobs(self, model, batch: TrajectoryBatch, entropy: bool = False, grad: bool = False):
+        """Log-probs ``[B, T]`` (and entropy) of the sampling distribution, i.e. after temperature,
+        top-k and top-p, as the engine sampled from."""
+
+        temp, top_k, top_p = self.score_params
+        with torch.enable_grad() if grad else torch.no_grad():
+            return policy_logprobs(
+                model,
+                batch.tokens,
+                batch.attention_mask,
+                temp,
+                top_k=top_k,
+                top_p=top_p,
+                entropy=entropy,
+            )
+
+    def batched_logprobs(self, model, batch: TrajectoryBatch) -> torch.Tensor:
+        """No-grad log-probs ``[B, T]`` on the CPU, in micro-batches."""
+
+        mb = self.settings.rollout.micro_batch_size
+        parts = [
+            self.logprobs(model, batch.select(list(range(s, min(batch.size, s + mb)))))[0]
+            for s in range(0, batch.size, mb)
+        ]
+        return torch.cat(parts, 0).cpu()
+
+    def clip_and_step(self) -> float:
+        """Clip the policy's gradient norm, apply the warm-up learning rate, step. Returns the norm."""
+
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        opt = self.settings.optimizer
+        gn = torch.nn.utils.clip_grad_norm_(params, opt.grad_clip or float("inf"))
+        if not torch.isfinite(gn):
+            raise TrainingError(
+                f"{self.settings.name}: gradient norm is {float(gn)} at step {self.step}"
+            )
+        warm = opt.warmup_steps
+        for group in self.optimizer.param_groups:
+            group["lr"] = opt.lr * (min(1.0, (self.step + 1) / warm) if warm else 1.0)
+        self.optimizer.step()
+        return float(gn)
+
+    # ------------------------------------------------------------------ checkpoint
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "rng_py": self.rng.getstate(),
+            "gen": self.gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "step_idx": self.step,
+            "engine_version": self.engine.policy_version,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.engine.load_weights(None)  # a vLLM engine still holds the initial weights
+        self.engine.policy_version = state["engine_version"]
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.setstate(state["rng_py"])
+        self.gen.set_state(state["gen"])
+        torch.set_rng_state(state["torch_rng"])
+        self.step = state["step_idx"]

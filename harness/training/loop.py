@@ -1,0 +1,298 @@
+"""One run, as a thin loop under its budget ledger:
+
+    collect -> admit -> update -> account -> evaluate -> checkpoint
+
+- collect: the collector makes the step's trajectories and charges them (:mod:`.collectors`);
+- admit: failed samples are discarded by reason, and the update is reserved at its worst case;
+- update: the objective's optimizer steps (:mod:`.objectives`), then the engine takes the weights;
+- account: the step's time is committed, the ledger is snapshotted into the step's metrics;
+- evaluate: held-out evaluation every ``eval_every`` of the budget's counter, charged to a ledger of
+  its own (counted apart from the training budget);
+- checkpoint: ``on_step`` (the runner writes events and checkpoints; ``state_dict`` resumes exactly).
+
+The run ends when the worst case of the next step would not fit in the budget.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from sixblanks.budgets.ledger import Budget, Ledger
+
+from ..evaluate import evaluate
+from ..rollout.engine import HFEngine, RolloutEngine
+from ..tasks.base import Task
+from ..tasks.verify import VerifierGate
+from .base import Collected, Prepared, RunResult, RunSettings, TrainingError
+from .collectors import make_collector
+from .context import RunContext
+from .meter import Charge, DeviceTimer, Meter
+from .objectives import make_objective
+
+
+def frozen_copy(model):
+    """A frozen copy of ``model`` (the reference policy where none is given)."""
+
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def add_costs(*costs: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for cost in costs:
+        for k, v in cost.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+class Trainer:
+    """The loop of one run. ``collector`` / ``objective``: factories of a RunContext; by default the
+    ones the blanks name (``data.source``, ``objective``, ``advantage.estimator``)."""
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        task: Task,
+        model,
+        tokenizer,
+        *,
+        ref_model=None,
+        engine: RolloutEngine | None = None,
+        ledger: Ledger | None = None,
+        log: Callable[[str], None] | None = None,
+        collector: Callable[[RunContext], Any] | None = None,
+        objective: Callable[[RunContext], Any] | None = None,
+    ):
+        ref = ref_model if ref_model is not None else frozen_copy(model)
+        engine = engine or HFEngine(model, tokenizer)
+        ledger = ledger or Ledger(Budget(dict(settings.budget)))
+        timer = DeviceTimer(next(model.parameters()).device)
+        rng = random.Random(settings.seed)
+        gen = torch.Generator().manual_seed(settings.seed)
+        torch.manual_seed(settings.seed)
+        o = settings.optimizer
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay
+        )
+        meter = Meter(ledger, timer)
+        self.ctx = RunContext(
+            settings,
+            task,
+            model,
+            tokenizer,
+            ref,
+            engine,
+            VerifierGate(task),
+            meter,
+            optimizer,
+            rng,
+            gen,
+        )
+        self.objective = (objective or make_objective)(self.ctx)
+        self.collector = (collector or make_collector)(self.ctx)
+        self.eval_meter = Meter(Ledger(), timer)
+        self.log = log or (lambda _m: None)
+        self.result = RunResult(ledger=ledger)
+        self.next_eval = 0.0
+        self.eval_counter = settings.eval_counter or next(iter(settings.budget), "launched_tokens")
+        limit = settings.budget.get(self.eval_counter)
+        self.eval_every = settings.eval_every or (limit / 4 if limit else None)
+
+    # the run's state, by the names the runner, ladder and sweep use
+    settings = property(lambda self: self.ctx.settings)
+    model = property(lambda self: self.ctx.model)
+    engine = property(lambda self: self.ctx.engine)
+    ledger = property(lambda self: self.ctx.meter.ledger)
+    step_idx = property(lambda self: self.ctx.step)
+
+    # ------------------------------------------------------------------ one step
+
+    def worst_update(self, rows: int, tokens: float) -> dict[str, float]:
+        d = self.ctx.blanks.data
+        return {
+            "optimizer_steps": float(d.epochs * d.minibatches),
+            "accepted_tokens": float(tokens),
+            "rollouts_accepted": float(rows),
+        }
+
+    def step(self) -> dict[str, Any] | None:
+        """Collect, admit, update, account. None: the budget cannot afford another step."""
+
+        ctx = self.ctx
+        if not ctx.meter.fits(add_costs(self.collector.worst_case(), self.worst_update(0, 0))):
+            return None
+        step = ctx.meter.reserve({}, f"step {ctx.step}", estimate_time=True)
+        with step:
+            collected: Collected = self.collector.collect()
+            if collected.census is not None:
+                self.result.census.append({"step": ctx.step, **collected.census})
+            if collected.nothing_fit:
+                step.cancel()
+                return None
+            metrics: dict[str, Any] = {"step": ctx.step, **collected.metrics}
+            if collected.batch is not None:
+                prepared = self.objective.prepare(collected)
+                with self.admit(prepared) as update:
+                    metrics.update(self.objective.update(prepared))
+                    update.actual["optimizer_steps"] = metrics["optimizer_steps"]
+            ctx.engine.load_weights(None)  # a colocated HF engine shares the weights; vLLM reloads
+        self.account(metrics, step)
+        return metrics
+
+    def admit(self, p: Prepared) -> Charge:
+        """Discard failed samples by reason and reserve the update (before any optimizer step)."""
+
+        failed = p.batch.failed
+        tokens = p.batch.row_action_tokens()
+        self.ctx.meter.discard("failed", float(tokens[failed].sum()), int(failed.sum()))
+        accepted, rows = float(p.mask.sum()), int((p.mask.sum(1) > 0).sum())
+        charge = self.ctx.meter.must_reserve(
+            self.worst_update(rows, accepted), f"update step {self.ctx.step}"
+        )
+        charge.actual = {"accepted_tokens": accepted, "rollouts_accepted": float(rows)}
+        return charge
+
+    def account(self, metrics: dict[str, Any], step: Charge) -> None:
+        meter = self.ctx.meter
+        meter.last_step_time = {"device_seconds": step.elapsed[0], "wall_seconds": step.elapsed[1]}
+        snap = meter.ledger.snapshot(self.ctx.step)
+        metrics.update({f"ledger.{k}": v for k, v in snap.items() if k != "step"})
+        self.result.steps.append(metrics)
+        self.ctx.step += 1
+
+    # ------------------------------------------------------------------ evaluation
+
+    def evaluate(self) -> dict[str, Any]:
+        """Held-out evaluation of the current policy, charged to the evaluation ledger."""
+
+        s, ctx = self.ctx.settings, self.ctx
+        charge = self.eval_meter.must_reserve(
+            ctx.worst_rollouts(s.eval_size * s.eval_samples), f"evaluation at step {ctx.step}"
+        )
+        with charge:
+            ev = evaluate(
+                ctx.engine,
+                ctx.tokenizer,
+                ctx.task,
+                s.eval_size,
+                max_new_tokens=s.rollout.max_new_tokens,
+                temperature=s.eval_temperature,
+                samples=s.eval_samples,
+                seed=s.seed,
+                max_context_tokens=s.rollout.max_prompt_tokens,
+            )
+            charge.actual = {
+                "launched_tokens": float(ev["generated_tokens"]),
+                "verifier_calls": float(ev["verifier_calls"]),
+                "rollouts_launched": float(ev["n"] * s.eval_samples),
+            }
+        self.result.eval_cost["generated_tokens"] += ev["generated_tokens"]
+        self.result.eval_cost["verifier_calls"] += ev["verifier_calls"]
+        record = {
+            "step": ctx.step,
+            "position": dict(self.ledger.counters),
+            **{k: ev[k] for k in ("score", "n", "success_rate", "per_instance")},
+        }
+        self.result.evals.append(record)
+        return record
+
+    def maybe_eval(self, force: bool = False) -> None:
+        """Evaluate when the budget's counter passed the next evaluation point (or ``force``)."""
+
+        if not self.ctx.settings.evaluate or (self.eval_every is None and not force):
+            return
+        value = self.ledger.counters[self.eval_counter]
+        if force or value >= self.next_eval:
+            rec = self.evaluate()
+            self.log(
+                f"{self.settings.name}: eval at {self.eval_counter}={value:g}: score {rec['score']:.3f}"
+            )
+            if self.eval_every:
+                while self.next_eval <= value:
+                    self.next_eval += self.eval_every
+
+    # ------------------------------------------------------------------ the loop
+
+    def train(
+        self,
+        max_steps: int | None = None,
+        evaluate_start: bool = True,
+        on_step: Callable[[Trainer, dict[str, Any]], None] | None = None,
+    ) -> RunResult:
+        """Train until the budget is spent (or ``max_steps``). ``on_step(trainer, metrics)`` runs after
+        each step and its evaluation (checkpoints, progress). A resumed trainer does not re-evaluate
+        the start."""
+
+        if evaluate_start and not self.result.evals:
+            self.maybe_eval(force=True)
+        while max_steps is None or self.step_idx < max_steps:
+            m = self.step()
+            if m is None:
+                self.result.ended_because = "budget"
+                break
+            for k in ("loss", "kl", "reward_mean"):
+                if k in m and isinstance(m[k], float) and math.isnan(m[k]):
+                    raise TrainingError(f"{self.settings.name}: {k} is NaN at step {m['step']}")
+            self.log(
+                f"{self.settings.name}: step {m['step']} reward {m.get('reward_mean', float('nan')):.3f} "
+                f"loss {m.get('loss', float('nan')):.4f} kl {m.get('kl', float('nan')):.4f} "
+                f"launched {self.ledger.counters['launched_tokens']:g}"
+            )
+            self.maybe_eval()
+            if on_step is not None:
+                on_step(self, m)
+        else:
+            self.result.ended_because = "max_steps"
+        if not self.result.evals or self.result.evals[-1]["step"] != self.step_idx:
+            self.maybe_eval(force=True)
+        problems = self.ledger.check_invariants()
+        if problems:
+            raise TrainingError(
+                f"{self.settings.name}: ledger invariants broken: {'; '.join(problems)}"
+            )
+        return self.result
+
+    # ------------------------------------------------------------------ checkpoint
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: weights, optimizers, RNG states, ledgers, results."""
+
+        r = self.result
+        return {
+            **self.ctx.state_dict(),
+            "meter": self.ctx.meter.state_dict(),
+            "eval_meter": self.eval_meter.state_dict(),
+            "collector": self.collector.state_dict(),
+            "objective": self.objective.state_dict(),
+            "next_eval": self.next_eval,
+            "result": {
+                "steps": r.steps,
+                "evals": r.evals,
+                "census": r.census,
+                "eval_cost": r.eval_cost,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ctx.load_state_dict(state)
+        self.objective.load_state_dict(state["objective"])
+        self.collector.load_state_dict(state["collector"])
+        self.ctx.meter.load_state_dict(state["meter"])
+        self.eval_meter.load_state_dict(state["eval_meter"])
+        self.next_eval = state["next_eval"]
+        r = state["result"]
+        self.result = RunResult(
+            steps=list(r["steps"]),
+            evals=list(r["evals"]),
+            census=list(r["census"]),
+            ledger=self.ledger,
+            eval_cost=dict(r["eval_cost"]),
+        )

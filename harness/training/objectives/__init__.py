@@ -1,0 +1,28 @@
+"""Objectives: how a collected batch becomes optimizer steps. Each has ``prepare(collected)`` (the
+no-grad passes), ``update(prepared)`` (through the shared minibatch routine, :mod:`.accumulate`) and
+``state_dict()``. An objective with a second trained model is a new file here."""
+
+from __future__ import annotations
+
+from ..context import RunContext
+from .actor_critic import ActorCritic
+from .dpo import DPO
+from .policy_gradient import PolicyGradient
+from .sft import SFT
+
+
+def make_objective(ctx: RunContext):
+    """The objective the blanks name: ``objective`` (pg, sft, dpo); pg with ``advantage.estimator:
+    gae`` is actor-critic."""
+
+    b = ctx.blanks
+    if b.objective == "sft":
+        return SFT(ctx)
+    if b.objective == "dpo":
+        return DPO(ctx)
+    if b.advantage.estimator == "gae":
+        return ActorCritic(ctx)
+    return PolicyGradient(ctx)
+
+
+__all__ = ["DPO", "SFT", "ActorCritic", "PolicyGradient", "make_objective"]

@@ -1,0 +1,267 @@
+"""The actor-critic objective: a value model, GAE advantages, and the template loss plus a value loss.
+
+prepare: pi_old and values in one no-grad pass (micro-batched; a shared trunk reuses the policy's
+hidden states), pi_ref, rewards placed on tokens (KL in the reward from pi_old), GAE with a bootstrap
+only where a limit cut the episode short, whitening.
+update: the policy loss and the (clipped) value loss per micro-batch; target-KL early stop before a
+step; a separate critic takes its own optimizer steps (``critic.updates_per_step``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from sixblanks.algorithms.critic import (
+    approx_kl,
+    explained_variance,
+    gae,
+    place_rewards,
+    target_kl_exceeded,
+    value_loss,
+    whiten_population,
+)
+from sixblanks.algorithms.loss import policy_loss
+from sixblanks.algorithms.normalization import loss_weights
+from sixblanks.algorithms.regularizers import kl_estimate
+from sixblanks.algorithms.weights import mismatch_stats
+
+from ...critic import ValueModel, pool_values, token_values
+from ...policy import policy_forward
+from ...rollout.trajectory import TrajectoryBatch
+from ..base import Collected, Prepared, TrainingError
+from ..context import RunContext
+from .accumulate import accumulate
+from .policy_gradient import batch_metrics
+
+
+class ActorCritic:
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.spec = ctx.blanks.advantage.critic
+        opt = ctx.settings.optimizer
+        self.shared = self.spec.trunk == "shared"
+        self.critic = ValueModel(ctx.model, self.spec.trunk).to(ctx.device)
+        self.critic_optimizer = None
+        if self.shared:
+            ctx.optimizer.add_param_group(
+                {"params": list(self.critic.head.parameters()), "lr": opt.lr}
+            )
+        else:
+            self.critic_optimizer = torch.optim.AdamW(
+                self.critic.parameters(),
+                lr=self.spec.lr or opt.lr,
+                betas=tuple(opt.betas),
+                weight_decay=opt.weight_decay,
+            )
+
+    def values(self, sub: TrajectoryBatch, hidden=None):
+        """(values at the declared granularity [B, T], value positions [B, T], bootstrap value [B])."""
+
+        dev = self.ctx.device
+        v_all = self.critic(sub.tokens.to(dev), sub.attention_mask.to(dev), hidden)
+        mask = sub.action_mask.to(dev)
+        v_tok, boot = token_values(v_all, mask)
+        used, vmask = pool_values(v_tok, mask, sub.turn_ids.to(dev), self.spec.granularity)
+        return used, vmask, boot
+
+    def forward(self, sub: TrajectoryBatch, entropy: bool = False):
+        temp, top_k, top_p = self.ctx.score_params
+        return policy_forward(
+            self.ctx.model,
+            sub.tokens,
+            sub.attention_mask,
+            temp,
+            top_k=top_k,
+            top_p=top_p,
+            entropy=entropy,
+            want_hidden=self.shared,
+        )
+
+    def prepare(self, collected: Collected) -> Prepared:
+        ctx, batch = self.ctx, collected.batch
+        b, a = ctx.blanks, ctx.blanks.advantage
+        ctx.model.eval()
+        self.critic.eval()
+        mb = ctx.settings.rollout.micro_batch_size
+        parts: list[list[torch.Tensor]] = [[], [], [], []]
+        critic_seconds = 0.0
+        with ctx.meter.must_reserve({}, f"pi_old and values step {ctx.step}"), torch.no_grad():
+            for s0 in range(0, batch.size, mb):
+                sub = batch.select(list(range(s0, min(batch.size, s0 + mb))))
+                lp, _, hid = self.forward(sub)
+                tc = time.perf_counter()
+                values = self.values(sub, hid)
+                critic_seconds += time.perf_counter() - tc
+                for part, x in zip(parts, (lp, *values)):
+                    part.append(x.cpu())
+        old_logp, old_v, vmask, boot = (torch.cat(x) for x in parts)
+        ref_logp = ctx.batched_logprobs(ctx.ref_model, batch)
+        mask = batch.action_mask.clone()
+        penalty, metrics = None, {}
+        reg = b.regularizer
+        if reg.reward_kl_coef > 0:
+            kl_tok = kl_estimate(old_logp, ref_logp, reg.reward_kl_estimator) * mask
+            penalty = reg.reward_kl_coef * kl_tok
+            metrics["reward_kl"] = float(kl_tok.sum(1).mean())
+        token_rewards = place_rewards(mask, batch.turn_ids, batch.turn_rewards, penalty)
+        # bootstrap only where a limit cut the episode short; never past the environment's terminal state
+        cut = ~batch.terminated & ~batch.failed
+        bootstrap = torch.where(
+            cut & torch.tensor(self.spec.bootstrap_truncated),
+            boot.double(),
+            torch.zeros_like(boot, dtype=torch.float64),
+        )
+        adv, ret = gae(token_rewards, old_v.double(), mask, a.gamma, a.lam, bootstrap)
+        adv_w = whiten_population(adv, mask, self.spec.whiten, batch.group_ids).float()
+        ret = ret.float()
+        metrics.update(
+            {
+                **batch_metrics(batch, adv_w, mask),
+                "explained_variance": explained_variance(old_v, ret, vmask),
+                "response_length": float(mask.sum(1).float().mean()),
+                "trainable_group_frac": 1.0,
+                "groups_launched": float(collected.groups_launched),
+                "critic_seconds": critic_seconds,
+                **mismatch_stats(old_logp, batch.behavior_logprobs, batch.action_mask),
+            }
+        )
+        tensors = {
+            "old_logp": old_logp,
+            "ref_logp": ref_logp,
+            "adv": adv_w,
+            "old_v": old_v,
+            "vmask": vmask,
+            "ret": ret,
+        }
+        return Prepared(batch, mask, batch.size, tensors, metrics, collected)
+
+    def update(self, p: Prepared) -> dict[str, Any]:
+        ctx, b = self.ctx, self.ctx.blanks
+        batch, mask, t, dev, spec = p.batch, p.mask, p.tensors, self.ctx.device, self.spec
+        current: dict[str, torch.Tensor] = {}
+        critic_time = [p.metrics["critic_seconds"]]
+
+        def weigh(rows: list[int]) -> dict[str, torch.Tensor] | None:
+            sub = mask[rows]
+            if float(sub.sum()) == 0:
+                return None
+            vm = t["vmask"][rows]
+            n = b.normalization
+            current["value"] = vm / vm.sum().clamp(min=1.0)  # the extra critic steps reuse it
+            return {
+                "loss": loss_weights(sub, n.mode, ctx.l_max, n.count_empty_rows),
+                "value": current["value"],
+            }
+
+        def value_part(sub, rows, hid, vw):
+            v_new, _, _ = self.values(sub, hid)
+            vl_tok, clipped = value_loss(
+                v_new, t["old_v"][rows].to(dev), t["ret"][rows].to(dev), spec.value_clip
+            )
+            return (vl_tok * vw).sum(), clipped
+
+        def micro_step(rows: list[int], w: dict[str, torch.Tensor], epoch: int) -> dict[str, float]:
+            sub, weights = batch.select(rows), w["loss"]
+            logp, ent, hid = self.forward(sub, entropy=True)
+            m_dev = mask[rows].to(dev)
+            pl, met = policy_loss(
+                b,
+                logp,
+                t["old_logp"][rows].to(dev),
+                t["adv"][rows].to(dev),
+                m_dev,
+                weights.to(dev),
+                behavior_logp=sub.behavior_logprobs.to(dev),
+                ref_logp=t["ref_logp"][rows].to(dev),
+                entropy=ent,
+            )
+            charge = ctx.meter.must_reserve({}, f"critic pass (update) step {ctx.step}")
+            with charge:
+                vw = w["value"].to(dev)
+                vl, vclipped = value_part(sub, rows, hid, vw)
+                total = pl + spec.vf_coef * vl
+                if not torch.isfinite(total):
+                    raise TrainingError(
+                        f"{ctx.settings.name}: loss is {float(total.detach())} at step {ctx.step} "
+                        f"(epoch {epoch}); policy {met.get('pg_loss')}, value {float(vl.detach())}"
+                    )
+                total.backward()
+            critic_time[0] += charge.elapsed[1]
+            kl = approx_kl(logp, t["old_logp"][rows].to(dev), m_dev) * float(weights.sum())
+            met.update(
+                value_loss=float(vl.detach()),
+                value_clip_frac=float((vclipped * vw).sum()),
+                approx_kl_num=kl,
+            )
+            return met
+
+        def before_step(epoch, n_mb, mbm, w):
+            kl_mb = mbm.pop("approx_kl_num") / max(float(w["loss"].sum()), 1e-12)
+            mbm["approx_kl"] = kl_mb
+            if target_kl_exceeded(kl_mb, b.weight.target_kl):
+                return {"epoch": epoch, "minibatch": n_mb, "approx_kl": kl_mb}
+            return None
+
+        def after_step(rows: list[int]) -> None:
+            if self.critic_optimizer is None:
+                return
+            self.step_critic()
+            for _ in range(spec.updates_per_step - 1):
+                self.critic_optimizer.zero_grad(set_to_none=True)
+                mb = ctx.settings.rollout.micro_batch_size
+                for s0 in range(0, len(rows), mb):
+                    r_idx = rows[s0 : s0 + mb]
+                    vw = current["value"][s0 : s0 + mb].to(dev)
+                    vl, _ = value_part(batch.select(r_idx), r_idx, None, vw)
+                    (spec.vf_coef * vl).backward()
+                self.step_critic()
+
+        ctx.model.train()
+        self.critic.train()
+        extra = (self.critic_optimizer,) if self.critic_optimizer is not None else ()
+        out = accumulate(
+            ctx,
+            p.units,
+            weigh,
+            micro_step,
+            optimizers=extra,
+            before_step=before_step,
+            after_step=after_step,
+        )
+        ctx.model.eval()
+        self.critic.eval()
+        stop = out.early_stop
+        metrics = {
+            **out.metrics,
+            **p.metrics,
+            "optimizer_steps": float(out.optimizer_steps),
+            "grad_norm": out.grad_norm,
+            "critic_seconds": critic_time[0],
+            "early_stop_epoch": float(stop["epoch"]) if stop else -1.0,
+            "early_stop_minibatch": float(stop["minibatch"]) if stop else -1.0,
+            "policy_version": float(ctx.engine.policy_version),
+        }
+        if stop:
+            metrics["early_stop_approx_kl"] = stop["approx_kl"]
+        return metrics
+
+    def step_critic(self) -> None:
+        torch.nn.utils.clip_grad_norm_(
+            self.critic.parameters(), self.ctx.settings.optimizer.grad_clip or float("inf")
+        )
+        self.critic_optimizer.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {
+            "critic": {k: v.detach().cpu().clone() for k, v in self.critic.state_dict().items()}
+        }
+        if self.critic_optimizer is not None:
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.critic.load_state_dict(state["critic"])
+        if self.critic_optimizer is not None:
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])

@@ -1,0 +1,132 @@
+"""The critic-free policy-gradient objective: the six blanks' template loss.
+
+prepare: pi_old (recomputed by the trainer) and pi_ref on the batch, then the A blank (with the
+reward-side mask and regularizer: overlong shaping and filtering, KL in the reward).
+update: the template loss (w, Z, loss-side R) over the data blank's epochs x minibatches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from sixblanks.algorithms.loss import compute_advantages, policy_loss
+from sixblanks.algorithms.normalization import loss_weights
+from sixblanks.algorithms.weights import mismatch_stats
+
+from ...rollout.trajectory import TrajectoryBatch
+from ..base import Collected, Prepared, TrainingError
+from ..context import RunContext
+from .accumulate import accumulate
+
+
+def batch_metrics(
+    batch: TrajectoryBatch, adv: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """Rewards, advantage size, lengths and failures of a trained batch."""
+
+    r = batch.reward
+    return {
+        "reward_mean": float(r.mean()),
+        "reward_std": float(r.std()) if r.numel() > 1 else 0.0,
+        "adv_abs_mean": float((adv.abs() * mask).sum() / mask.sum().clamp(min=1)),
+        "truncated_frac": float(batch.truncated.float().mean()),
+        "failed": float(batch.failed.sum()),
+    }
+
+
+def trainable_group_frac(batch: TrajectoryBatch) -> float:
+    """Share of the batch's prompt groups whose rewards are not all equal."""
+
+    groups = torch.unique(batch.group_ids).tolist()
+    varied = sum(1 for g in groups if torch.unique(batch.reward[batch.group_ids == g]).numel() > 1)
+    return varied / max(1, len(groups))
+
+
+class PolicyGradient:
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+
+    def prepare(self, collected: Collected) -> Prepared:
+        ctx, batch = self.ctx, collected.batch
+        ctx.model.eval()
+        old_logp = ctx.batched_logprobs(ctx.model, batch)  # pi_old: recomputed by the trainer
+        ref_logp = ctx.batched_logprobs(ctx.ref_model, batch)
+        mask0 = batch.action_mask.clone()
+        adv, mask, info = compute_advantages(
+            ctx.blanks,
+            batch.reward,
+            mask0,
+            batch.group_ids,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+            turn_rewards=batch.turn_rewards,
+            turn_ids=batch.turn_ids,
+            baseline_rewards=collected.baseline_rewards,
+            truncated=batch.truncated,
+            l_max=ctx.l_max,
+        )
+        filtered = (mask0.sum(1) > 0) & (mask.sum(1) == 0)
+        ctx.meter.discard("overlong_filter", float(mask0[filtered].sum()), int(filtered.sum()))
+        metrics = {
+            **batch_metrics(batch, adv, mask),
+            "response_length": float(mask0.sum(1).float().mean()),
+            "trainable_group_frac": trainable_group_frac(batch),
+            "groups_launched": float(collected.groups_launched),
+            **mismatch_stats(old_logp, batch.behavior_logprobs, mask0),
+        }
+        if "reward_kl" in info:
+            metrics["reward_kl"] = info["reward_kl"]
+        tensors = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv}
+        return Prepared(batch, mask, batch.size, tensors, metrics, collected)
+
+    def update(self, p: Prepared) -> dict[str, Any]:
+        ctx, b = self.ctx, self.ctx.blanks
+        batch, mask, t = p.batch, p.mask, p.tensors
+        dev = ctx.device
+
+        def weigh(rows: list[int]) -> torch.Tensor | None:
+            sub = mask[rows]
+            if float(sub.sum()) == 0:
+                return None
+            n = b.normalization
+            return loss_weights(sub, n.mode, ctx.l_max, n.count_empty_rows)
+
+        def micro_step(rows: list[int], weights: torch.Tensor, epoch: int) -> dict[str, float]:
+            sub = batch.select(rows)
+            logp, ent = ctx.logprobs(ctx.model, sub, entropy=True, grad=True)
+            loss, met = policy_loss(
+                b,
+                logp,
+                t["old_logp"][rows].to(dev),
+                t["adv"][rows].to(dev),
+                mask[rows].to(dev),
+                weights.to(dev),
+                behavior_logp=sub.behavior_logprobs.to(dev),
+                ref_logp=t["ref_logp"][rows].to(dev),
+                entropy=ent,
+            )
+            if not torch.isfinite(loss):
+                raise TrainingError(
+                    f"{ctx.settings.name}: loss is {float(loss.detach())} at step {ctx.step} "
+                    f"(epoch {epoch}); metrics {met}. Lower optimizer.lr or check the rewards."
+                )
+            loss.backward()
+            return met
+
+        ctx.model.train()
+        out = accumulate(ctx, p.units, weigh, micro_step)
+        ctx.model.eval()
+        return {
+            **out.metrics,
+            **p.metrics,
+            "optimizer_steps": float(out.optimizer_steps),
+            "grad_norm": out.grad_norm,
+            "policy_version": float(ctx.engine.policy_version),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
