@@ -83,6 +83,16 @@ class Prepared:
     collected: Collected | None = None
 
 
+class Stateless:
+    """A collector or objective with nothing to checkpoint."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
 class Collector(Protocol):
     def worst_case(self) -> dict[str, float]:
         """The most one ``collect()`` can cost (every counter it may charge)."""

@@ -4,17 +4,15 @@ are launched and discarded (as "dynamic_sampling": dropped by a data filter)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ...rollout.agent import run_episodes
 from ...rollout.engine import HFEngine
-from ..base import Collected
+from ..base import Collected, Stateless
 from ..context import RunContext
 
 
-class PreferencePairs:
+class PreferencePairs(Stateless):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self.n_prompts = ctx.settings.rollout.prompts_per_step
@@ -56,9 +54,3 @@ class PreferencePairs:
             return Collected(None, {"skipped": 1.0, "pairs": 0.0})
         pair_batch = batch.select(chosen + rejected)
         return Collected(pair_batch, {"reward_mean": float(batch.reward.mean())}, pairs=len(chosen))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

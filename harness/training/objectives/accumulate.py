@@ -35,6 +35,15 @@ class Pass:
     def grad_norm(self) -> float:
         return float(sum(self.grad_norms) / max(1, len(self.grad_norms)))
 
+    def summary(self) -> dict[str, float]:
+        """The averaged metrics, the mean gradient norm and the number of optimizer steps."""
+
+        return {
+            **self.metrics,
+            "grad_norm": self.grad_norm,
+            "optimizer_steps": float(self.optimizer_steps),
+        }
+
 
 def merge(into: dict[str, float], met: dict[str, float]) -> None:
     """Add micro-batch metrics (weighted sums); ``ratio_max`` is a maximum."""

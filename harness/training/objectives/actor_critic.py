@@ -234,10 +234,8 @@ class ActorCritic:
         self.critic.eval()
         stop = out.early_stop
         metrics = {
-            **out.metrics,
+            **out.summary(),
             **p.metrics,
-            "optimizer_steps": float(out.optimizer_steps),
-            "grad_norm": out.grad_norm,
             "critic_seconds": critic_time[0],
             "early_stop_epoch": float(stop["epoch"]) if stop else -1.0,
             "early_stop_minibatch": float(stop["minibatch"]) if stop else -1.0,

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 from sixblanks.algorithms.loss import dpo_loss
 
-from ..base import Collected, Prepared, TrainingError
+from ..base import Collected, Prepared, Stateless, TrainingError
 from ..context import RunContext
 from .accumulate import accumulate
 
 
-class DPO:
+class DPO(Stateless):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
 
@@ -62,16 +62,8 @@ class DPO:
         out = accumulate(ctx, p.units, weigh, micro_step)
         ctx.model.eval()
         return {
-            **out.metrics,
+            **out.summary(),
             **p.metrics,
             "pairs": float(k),
             "kl": kl_sum[0] / float(p.mask.sum()),
-            "grad_norm": out.grad_norm,
-            "optimizer_steps": float(out.optimizer_steps),
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

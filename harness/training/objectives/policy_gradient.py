@@ -15,7 +15,7 @@ from sixblanks.algorithms.normalization import loss_weights
 from sixblanks.algorithms.weights import mismatch_stats
 
 from ...rollout.trajectory import TrajectoryBatch
-from ..base import Collected, Prepared, TrainingError
+from ..base import Collected, Prepared, Stateless, TrainingError
 from ..context import RunContext
 from .accumulate import accumulate
 
@@ -43,7 +43,7 @@ def trainable_group_frac(batch: TrajectoryBatch) -> float:
     return varied / max(1, len(groups))
 
 
-class PolicyGradient:
+class PolicyGradient(Stateless):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
 
@@ -118,15 +118,7 @@ class PolicyGradient:
         out = accumulate(ctx, p.units, weigh, micro_step)
         ctx.model.eval()
         return {
-            **out.metrics,
+            **out.summary(),
             **p.metrics,
-            "optimizer_steps": float(out.optimizer_steps),
-            "grad_norm": out.grad_norm,
             "policy_version": float(ctx.engine.policy_version),
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

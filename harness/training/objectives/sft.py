@@ -10,12 +10,12 @@ import torch
 from sixblanks.algorithms.loss import sft_loss
 from sixblanks.algorithms.normalization import loss_weights
 
-from ..base import Collected, Prepared, TrainingError
+from ..base import Collected, Prepared, Stateless, TrainingError
 from ..context import RunContext
 from .accumulate import accumulate
 
 
-class SFT:
+class SFT(Stateless):
     def __init__(self, ctx: RunContext, kl_to_reference: bool = True):
         self.ctx = ctx
         self.kl_to_reference = kl_to_reference
@@ -53,14 +53,4 @@ class SFT:
         ctx.model.train()
         out = accumulate(ctx, p.units, weigh, micro_step)
         ctx.model.eval()
-        return {
-            **out.metrics,
-            "grad_norm": out.grad_norm,
-            "optimizer_steps": float(out.optimizer_steps),
-        }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        return out.summary()
