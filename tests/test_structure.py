@@ -1,0 +1,64 @@
+"""The training package's layout shows the design: a thin loop, and collectors and objectives each in
+a file of their own, short enough to read in one sitting."""
+
+from pathlib import Path
+
+TRAINING = Path(__file__).resolve().parents[1] / "harness" / "training"
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_the_loop_is_thin_and_every_collector_and_objective_is_short():
+    assert lines(TRAINING / "loop.py") <= 300
+    parts = sorted((TRAINING / "collectors").glob("*.py")) + sorted(
+        (TRAINING / "objectives").glob("*.py")
+    )
+    names = {p.stem for p in parts}
+    assert {"onpolicy", "greedy", "pairs", "demonstrations"} <= names
+    assert {"policy_gradient", "actor_critic", "sft", "dpo", "accumulate"} <= names
+    too_long = {p.name: lines(p) for p in parts if lines(p) > 300}
+    assert not too_long, too_long
+
+
+def test_every_preset_maps_to_a_collector_and_an_objective():
+    """Each preset's blanks name their collector and objective through the registries."""
+
+    from sixblanks.algorithms.presets import PRESETS
+    from sixblanks.harness.training.collectors import (
+        Demonstrations,
+        OnPolicyRounds,
+        PreferencePairs,
+    )
+    from sixblanks.harness.training.objectives import DPO, SFT, ActorCritic, PolicyGradient
+
+    def expected(b):
+        if b.objective == "sft":
+            return Demonstrations, SFT
+        if b.objective == "dpo":
+            return PreferencePairs, DPO
+        return OnPolicyRounds, ActorCritic if b.advantage.estimator == "gae" else PolicyGradient
+
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.models import load_pretrained
+    from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.training import RunSettings, Trainer
+
+    from tests.golden.record import CONFIG, INITIAL_DIR
+
+    cfg = validate_mapping(CONFIG)
+    model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
+    seen = set()
+    for name, preset in PRESETS.items():
+        s = RunSettings(preset.blanks, cfg.rollout, cfg.optimizer, {"launched_tokens": 10.0}, 0)
+        tr = Trainer(s, make_task("arithmetic"), model, tok, ref_model=model)
+        col, obj = expected(preset.blanks)
+        assert type(tr.collector) is col and type(tr.objective) is obj, name
+        seen.add((col, obj))
+        assert (
+            (tr.collector.greedy is not None) == (name == "remax")
+            if col is OnPolicyRounds
+            else True
+        )
+    assert len(seen) == 4
