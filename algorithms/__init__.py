@@ -3,6 +3,10 @@
 Pure torch, no I/O, no imports from the rest of the project. Public API::
 
     from sixblanks.algorithms import resolve, compute_advantages, loss_weights, policy_loss
+
+Each blank's named variants sit in a registry (``ESTIMATORS``, ``RATIOS``, ``TRUST_REGIONS``,
+``NORMALIZATIONS``, ``KL_ESTIMATORS``, ``OBJECTIVES``) that also records the spec fields each
+variant reads; ``applicable_fields(blanks)`` lists the fields that apply to a filling.
 """
 
 from .advantages import ESTIMATORS, get_estimator, group_stats, whiten
@@ -23,15 +27,24 @@ from .data import (
     overlong_filter_mask,
     overlong_penalty,
 )
+from .errors import UnknownNameError
+from .fields import applicable_fields
 from .logprobs import process_logits, token_logprobs
-from .loss import compute_advantages, dpo_loss, policy_loss, sft_loss
-from .normalization import aggregate, loss_weights
-from .presets import PRESETS, Preset, UnknownNameError, diff, get_preset, preset_names, resolve
-from .regularizers import kl_estimate
+from .loss import OBJECTIVES, compute_advantages, dpo_loss, policy_loss, sft_loss
+from .normalization import NORMALIZATIONS, aggregate, loss_weights
+from .presets import PRESETS, Preset, diff, get_preset, preset_names, resolve
+from .registry import Registry, Variant
+from .regularizers import KL_ESTIMATORS, kl_estimate
+from .weights import RATIOS, TRUST_REGIONS
 
 __all__ = [
     "ESTIMATORS",
+    "KL_ESTIMATORS",
+    "NORMALIZATIONS",
+    "OBJECTIVES",
     "PRESETS",
+    "RATIOS",
+    "TRUST_REGIONS",
     "AdvantageSpec",
     "Blanks",
     "DataSpec",
@@ -39,11 +52,14 @@ __all__ = [
     "MaskSpec",
     "NormalizationSpec",
     "Preset",
+    "Registry",
     "RegularizerSpec",
     "SamplingCensus",
     "UnknownNameError",
+    "Variant",
     "WeightSpec",
     "aggregate",
+    "applicable_fields",
     "compute_advantages",
     "diff",
     "dpo_loss",

@@ -3,6 +3,10 @@
 Shapes: ``B`` samples, ``T`` tokens, ``K`` turns. Outcome rewards are ``[B]``,
 masks ``[B, T]`` (1 on trained action tokens). Every estimator returns
 token-level advantages ``[B, T]`` (zero where the mask is zero), detached.
+
+``ESTIMATORS`` registers each estimator with the tensors it takes (``inputs``, named as in
+:data:`INPUTS`) and the ``advantage.*`` fields it reads; :func:`sixblanks.algorithms.loss.compute_advantages`
+passes exactly those, so an estimator cannot silently ignore a field (none takes ``**kwargs``).
 """
 
 from __future__ import annotations
@@ -10,6 +14,26 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
+from .critic import gae
+from .registry import Registry, Variant
+
+ESTIMATORS = Registry("advantage estimator")
+"""Name -> :class:`~sixblanks.algorithms.registry.Variant`: the A blank's estimators."""
+
+INPUTS: dict[str, str] = {
+    "rewards": "[B] outcome rewards (after shaping and sequence-level KL in the reward)",
+    "mask": "[B, T] action mask after the data filters",
+    "group_ids": "[B] prompt group of each sample (one group per sample when not given)",
+    "token_penalty": "[B, T] KL-in-reward penalty per token, times beta (None: no KL in the reward)",
+    "baseline_rewards": "[B] rewards of the greedy rollouts (remax)",
+    "turn_rewards": "[B, K] per-turn rewards",
+    "turn_ids": "[B, T] environment turn of each action token, -1 elsewhere",
+}
+"""The tensors ``compute_advantages`` can give an estimator, by name."""
+
+_R = ("rewards", "mask")
+_RG = ("rewards", "mask", "group_ids")
 
 
 def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -48,20 +72,23 @@ def broadcast(per_sample: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (per_sample.double()[:, None] * mask.double()).float()
 
 
-def outcome_return(rewards: torch.Tensor, mask: torch.Tensor, **_) -> torch.Tensor:
+@ESTIMATORS.register("return", inputs=_R)
+def outcome_return(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """A_i = R_i (no baseline)."""
 
     return broadcast(rewards, mask)
 
 
-def unit(rewards: torch.Tensor, mask: torch.Tensor, **_) -> torch.Tensor:
+@ESTIMATORS.register("unit", inputs=_R)
+def unit(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """A = 1 on every trained token (SFT in template form)."""
 
     return mask.float().clone()
 
 
+@ESTIMATORS.register("batch_mean", inputs=_RG)
 def batch_mean(
-    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor | None = None, **_
+    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor | None = None
 ) -> torch.Tensor:
     """A_i = R_i - mean R, the mean taken over the sample's group when groups exist, else the batch.
 
@@ -74,8 +101,9 @@ def batch_mean(
     return broadcast(rewards.double() - mean, mask)
 
 
+@ESTIMATORS.register("loo", inputs=_RG, reads=("advantage.singleton",))
 def leave_one_out(
-    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, singleton: str = "zero", **_
+    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, singleton: str = "zero"
 ) -> torch.Tensor:
     """RLOO: A_i = R_i - (1/(N-1)) sum_{j != i} R_j within the group.
 
@@ -91,6 +119,11 @@ def leave_one_out(
     return broadcast(adv, mask)
 
 
+@ESTIMATORS.register(
+    "group_norm",
+    inputs=_RG,
+    reads=("advantage.std_ddof", "advantage.std_eps", "advantage.singleton"),
+)
 def group_norm(
     rewards: torch.Tensor,
     mask: torch.Tensor,
@@ -98,7 +131,6 @@ def group_norm(
     std_ddof: int = 1,
     std_eps: float = 1e-6,
     singleton: str = "zero",
-    **_,
 ) -> torch.Tensor:
     """GRPO: A_i = (R_i - mean_g) / (std_g + eps), in float64.
 
@@ -115,8 +147,9 @@ def group_norm(
     return broadcast(adv, mask)
 
 
+@ESTIMATORS.register("group_mean", inputs=_RG, reads=("advantage.singleton",))
 def group_mean(
-    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, singleton: str = "zero", **_
+    rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, singleton: str = "zero"
 ):
     """Dr. GRPO: A_i = R_i - mean_g (no std)."""
 
@@ -166,13 +199,17 @@ def token_returns(
     return out
 
 
+@ESTIMATORS.register(
+    "reinforce_pp",
+    inputs=("rewards", "mask", "token_penalty"),
+    reads=("advantage.gamma", "advantage.whiten_eps"),
+)
 def reinforce_pp(
     rewards: torch.Tensor,
     mask: torch.Tensor,
     token_penalty: torch.Tensor | None = None,
     gamma: float = 1.0,
     whiten_eps: float = 1e-8,
-    **_,
 ) -> torch.Tensor:
     """REINFORCE++: r~_t = 1[t = last]·R - penalty_t; G_t = reward-to-go; whitened over all valid tokens.
 
@@ -189,55 +226,77 @@ def reinforce_pp(
     return whiten(token_returns(r, mask, gamma), mask, whiten_eps)
 
 
+@ESTIMATORS.register(
+    "reinforce_pp_baseline",
+    inputs=_RG,
+    reads=("advantage.whiten_eps", "advantage.singleton"),
+)
 def reinforce_pp_baseline(
     rewards: torch.Tensor,
     mask: torch.Tensor,
     group_ids: torch.Tensor,
     whiten_eps: float = 1e-8,
-    **_,
+    singleton: str = "zero",
 ) -> torch.Tensor:
-    """REINFORCE++-baseline: A' = R - mean_group R (no std), broadcast, then whitened over valid tokens."""
+    """REINFORCE++-baseline: A' = R - mean_group R (no std), broadcast, then whitened over valid tokens.
 
-    mean, _, _, equal = group_stats(rewards, group_ids)
+    ``singleton``: rule for a group of one, applied to A' before whitening: "zero" (A' = 0) or
+    "raw" (A' = R).
+    """
+
+    mean, _, count, equal = group_stats(rewards, group_ids)
     a = torch.where(equal, torch.zeros_like(mean), rewards.double() - mean)
+    if singleton == "raw":
+        a = torch.where(count == 1, rewards.double(), a)
     return whiten(broadcast(a, mask), mask, whiten_eps)
 
 
+@ESTIMATORS.register("remax", inputs=("rewards", "mask", "baseline_rewards"))
 def remax(
-    rewards: torch.Tensor, mask: torch.Tensor, baseline_rewards: torch.Tensor, **_
+    rewards: torch.Tensor, mask: torch.Tensor, baseline_rewards: torch.Tensor
 ) -> torch.Tensor:
     """ReMax: A_i = R_i - R(greedy_i), the greedy decode of the same instance and environment seed."""
 
     return broadcast(rewards.double() - baseline_rewards.double(), mask)
 
 
+@ESTIMATORS.register(
+    "turn_return",
+    inputs=("rewards", "mask", "turn_rewards", "turn_ids", "group_ids", "token_penalty"),
+    reads=("advantage.gamma", "advantage.turn_baseline"),
+)
 def turn_return(
     rewards: torch.Tensor,
     mask: torch.Tensor,
     turn_rewards: torch.Tensor,
     turn_ids: torch.Tensor,
     group_ids: torch.Tensor | None = None,
+    token_penalty: torch.Tensor | None = None,
     gamma: float = 1.0,
     turn_baseline: str = "group",
-    **_,
 ) -> torch.Tensor:
     """Turn-level returns: G_{i,k} = sum_{k' >= k} gamma^(k'-k) r_{i,k'}, broadcast to turn k's action tokens.
 
     Args:
         turn_rewards: ``[B, K]``; turn_ids: ``[B, T]`` (-1 off action tokens).
+        token_penalty: ``[B, T]`` per-token KL penalty already multiplied by beta (KL in the
+            reward): turn k's reward becomes r_{i,k} - sum of the penalties of turn k's action tokens.
         turn_baseline: "group": subtract the mean G at the same turn index over the group's samples
             that reached it (a turn reached by one sample only gets A = 0 there); "none": A = G.
     """
 
     r = turn_rewards.double()
     B, K = r.shape
+    valid_turns = torch.where(mask > 0, turn_ids, torch.full_like(turn_ids, -1))
+    if token_penalty is not None:
+        pen = token_penalty.double() * mask.double()
+        r = r - torch.stack([(pen * (valid_turns == k)).sum(1) for k in range(K)], dim=1)
     G = torch.zeros_like(r)
     running = torch.zeros(B, dtype=torch.float64)
     for k in range(K - 1, -1, -1):
         running = r[:, k] + gamma * running
         G[:, k] = running
     reached = torch.zeros(B, K, dtype=torch.bool)
-    valid_turns = torch.where(mask > 0, turn_ids, torch.full_like(turn_ids, -1))
     for k in range(K):
         reached[:, k] = (valid_turns == k).any(1)
     A = G.clone()
@@ -254,27 +313,29 @@ def turn_return(
     return out.float()
 
 
-ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
-    "unit": unit,
-    "return": outcome_return,
-    "batch_mean": batch_mean,
-    "loo": leave_one_out,
-    "group_norm": group_norm,
-    "group_mean": group_mean,
-    "reinforce_pp": reinforce_pp,
-    "reinforce_pp_baseline": reinforce_pp_baseline,
-    "remax": remax,
-    "turn_return": turn_return,
-}
+ESTIMATORS.add(
+    Variant(
+        "gae",
+        gae,
+        inputs=("token_rewards", "values", "mask", "bootstrap"),
+        reads=("advantage.gamma", "advantage.lam"),
+        # the critic trainer runs GAE: it reads the value model's spec, and it alone implements the
+        # target-KL early stop
+        applies=("advantage.critic", "weight.target_kl"),
+    )
+)
+"""gae (:func:`sixblanks.algorithms.critic.gae`) needs a value model and returns (advantages,
+returns); the harness's critic trainer runs it, :func:`compute_advantages` refuses it."""
 
-TOKEN_LEVEL = frozenset({"reinforce_pp", "turn_return", "gae"})
+TOKEN_LEVEL = frozenset(
+    name
+    for name, est in ESTIMATORS.items()
+    if {"token_penalty", "token_rewards"} & set(est.inputs or ())
+)
 """Estimators that take KL-in-reward per token; the others subtract it from the sequence reward."""
 
 
 def get_estimator(name: str) -> Callable[..., torch.Tensor]:
-    try:
-        return ESTIMATORS[name]
-    except KeyError:
-        from .presets import UnknownNameError
+    """The function of estimator ``name``; raises :class:`UnknownNameError` listing the valid names."""
 
-        raise UnknownNameError("advantage estimator", name, list(ESTIMATORS)) from None
+    return ESTIMATORS[name].fn

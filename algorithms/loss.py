@@ -15,24 +15,18 @@ loss-side R. Both take plain tensors, so they can be used without the harness::
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 
 from . import advantages as adv_mod
-from .blanks import Blanks
+from .blanks import Blanks, flatten
 from .data import overlong_filter_mask, overlong_penalty
 from .normalization import aggregate
+from .registry import Registry, Variant
 from .regularizers import kl_estimate
-from .weights import (
-    clip_surrogate,
-    gspo_token_ratio,
-    sapo_surrogate,
-    self_ratio,
-    sequence_ratio,
-    token_ratio,
-    truncated_is_weight,
-)
+from .weights import RATIOS, TRUST_REGIONS, truncated_is_weight
 
 
 def _as_blanks(blanks: Blanks | str) -> Blanks:
@@ -99,36 +93,41 @@ def compute_advantages(
         else:
             rewards = rewards - reg.reward_kl_coef * kl_tok.double().sum(1)
     info["shaped_rewards"] = rewards
-    name = a.estimator
-    if name == "gae":
-        raise ValueError(
-            "the 'gae' estimator needs a value model: use the critic trainer (ppo presets)"
-        )
-    fn = adv_mod.get_estimator(name)
-    if group_ids is None:
-        group_ids = torch.arange(rewards.shape[0])
-    kwargs = dict(
-        rewards=rewards,
-        mask=mask,
-        group_ids=group_ids,
-        std_ddof=a.std_ddof,
-        std_eps=a.std_eps,
-        singleton=a.singleton,
-        gamma=a.gamma,
-        whiten_eps=a.whiten_eps,
-        token_penalty=token_penalty,
-        turn_baseline=a.turn_baseline,
-    )
-    if name == "remax":
-        if baseline_rewards is None:
-            raise ValueError("remax needs baseline_rewards (the greedy rollouts' rewards)")
-        kwargs["baseline_rewards"] = baseline_rewards
-    if name == "turn_return":
-        if turn_rewards is None or turn_ids is None:
-            raise ValueError("turn_return needs turn_rewards and turn_ids")
-        kwargs.update(turn_rewards=turn_rewards, turn_ids=turn_ids)
-    adv = fn(**kwargs)
+    estimator = adv_mod.ESTIMATORS[a.estimator]
+    tensors = {
+        "rewards": rewards,
+        "mask": mask,
+        "group_ids": group_ids if group_ids is not None else torch.arange(rewards.shape[0]),
+        "token_penalty": token_penalty,
+        "baseline_rewards": baseline_rewards,
+        "turn_rewards": turn_rewards,
+        "turn_ids": turn_ids,
+    }
+    _check_inputs(estimator, tensors)
+    adv = estimator.call(tensors, flatten(b))  # exactly its declared inputs and advantage fields
     return adv.detach() * mask, mask, info
+
+
+def _check_inputs(estimator: Variant, tensors: dict[str, torch.Tensor | None]) -> None:
+    """Raise ValueError if ``estimator`` takes a tensor that is not given and has no default."""
+
+    absent = [name for name in estimator.inputs or () if name not in tensors]
+    if absent:  # gae: token rewards and values come from the value model
+        raise ValueError(
+            f"the '{estimator.name}' estimator needs a value model ({', '.join(absent)}): "
+            "use the critic trainer (ppo presets)"
+        )
+    params = inspect.signature(estimator.fn).parameters
+    missing = [
+        name
+        for name in estimator.inputs or ()
+        if tensors[name] is None and params[name].default is inspect.Parameter.empty
+    ]
+    if missing:
+        raise ValueError(
+            f"the '{estimator.name}' estimator needs "
+            + "; ".join(f"{name} ({adv_mod.INPUTS[name]})" for name in missing)
+        )
 
 
 def policy_loss(
@@ -161,30 +160,15 @@ def policy_loss(
 
     b = _as_blanks(blanks)
     w_spec = b.weight
+    fields = flatten(b)
     m = mask.to(logp.dtype)
     adv = advantages.detach().to(logp.dtype)
-    if w_spec.ratio == "none":
-        ratio = self_ratio(logp)
-    elif w_spec.ratio == "token":
-        ratio = token_ratio(logp, old_logp, clamp=w_spec.log_ratio_clamp)
-    elif w_spec.ratio == "sequence":
-        ratio = sequence_ratio(logp, old_logp, mask, clamp=w_spec.log_ratio_clamp)
-        # the sequence form needs one advantage per sequence: the mean over its trained tokens
-        adv = ((adv * m).sum(1) / m.sum(1).clamp(min=1.0))[:, None].expand_as(adv)
-    elif w_spec.ratio == "gspo_token":
-        ratio = gspo_token_ratio(logp, old_logp, mask, clamp=w_spec.log_ratio_clamp)
-    else:  # pragma: no cover - validated by the Blanks model
-        raise ValueError(f"unknown ratio {w_spec.ratio}")
-
-    clipped = torch.zeros_like(ratio)
-    if w_spec.trust_region == "clip":
-        tok_loss, clipped = clip_surrogate(
-            ratio, adv, w_spec.eps_low, w_spec.eps_high, w_spec.dual_clip_c
-        )
-    elif w_spec.trust_region == "sapo":
-        tok_loss = sapo_surrogate(ratio, adv, w_spec.tau_pos, w_spec.tau_neg)
-    else:
-        tok_loss = -adv * ratio
+    ratio, adv = RATIOS[w_spec.ratio].call(
+        {"logp": logp, "old_logp": old_logp, "adv": adv, "mask": mask}, fields
+    )
+    tok_loss, clipped = TRUST_REGIONS[w_spec.trust_region].call(
+        {"ratio": ratio, "adv": adv}, fields
+    )
     if w_spec.tis_cap is not None:
         if behavior_logp is None:
             raise ValueError("truncated IS (weight.tis_cap) needs behavior_logp")
@@ -251,3 +235,49 @@ def dpo_loss(
         "dpo_margin": float(h.detach().mean()),
         "dpo_accuracy": float((h.detach() > 0).float().mean()),
     }
+
+
+OBJECTIVES = Registry("objective")
+"""objective -> its loss, and the spec fields that apply to it. The harness binds each loss's
+arguments (``inputs`` None), so ``reads`` is empty and every field is in ``applies``."""
+
+OBJECTIVES.add(
+    Variant(
+        "pg",
+        policy_loss,
+        inputs=None,
+        applies=(
+            "mask.overlong_filter",  # compute_advantages
+            "weight.ratio",
+            "weight.trust_region",
+            "weight.tis_cap",
+            "advantage.estimator",
+            "normalization.mode",
+            "regularizer.reward_kl_coef",
+            "regularizer.loss_kl_coef",
+            "regularizer.loss_kl_estimator",  # also the logged kl metric when the coefficient is 0
+            "regularizer.entropy_coef",
+            "data.source",
+            "data.group_size",
+            "data.dynamic_sampling",
+            "data.epochs",
+            "data.minibatches",
+            "data.overlong_shaping.enabled",
+            "data.staleness",
+        ),
+    )
+)
+OBJECTIVES.add(Variant("sft", sft_loss, inputs=None, applies=("data.source", "data.group_size")))
+OBJECTIVES.add(
+    Variant(
+        "dpo",
+        dpo_loss,
+        inputs=None,
+        applies=(
+            "data.source",
+            "data.group_size",
+            "regularizer.dpo_beta",
+            "regularizer.dpo_label_smoothing",
+        ),
+    )
+)

@@ -7,11 +7,11 @@ placement, GSPO sequence vs token form.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
 from .blanks import Blanks, deep_merge, flatten
+from .errors import UnknownNameError  # lives in .errors; importable from here as before
 
 
 @dataclass(frozen=True)
@@ -21,20 +21,6 @@ class Preset:
     summary: str
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Which variant this preset implements, and why (one line per choice)."""
-
-
-class UnknownNameError(KeyError):
-    """A registry lookup failed; the message lists the valid names."""
-
-    def __init__(self, kind: str, name: str, valid: list[str]):
-        self.kind, self.name, self.valid = kind, name, sorted(valid)
-        close = difflib.get_close_matches(name, self.valid, n=1, cutoff=0.6)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        self.message = f"unknown {kind} '{name}'{hint} (valid: {', '.join(self.valid)})"
-        super().__init__(self.message)
-
-    def __str__(self) -> str:  # KeyError quotes its message otherwise
-        return self.message
 
 
 def _b(**parts: dict[str, Any]) -> Blanks:

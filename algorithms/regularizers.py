@@ -1,8 +1,40 @@
-"""The regularizer blank: KL to a frozen reference (k1/k2/k3) and entropy. Pure torch, ``[B, T]``."""
+"""The regularizer blank: KL to a frozen reference (k1/k2/k3) and entropy. Pure torch, ``[B, T]``.
+
+``KL_ESTIMATORS[name](d)`` maps the per-token log-ratio d = log pi - log pi_ref ``[B, T]`` to the
+per-token estimate ``[B, T]``; it dispatches ``regularizer.reward_kl_estimator`` and
+``regularizer.loss_kl_estimator``.
+"""
 
 from __future__ import annotations
 
 import torch
+
+from .registry import Registry
+
+KL_ESTIMATORS = Registry("KL estimator", inputs=("d",))
+"""k1 / k2 / k3 -> the per-token KL estimate from d = log pi - log pi_ref."""
+
+
+@KL_ESTIMATORS.register("k1")
+def k1(d: torch.Tensor) -> torch.Tensor:
+    """k1 = d: unbiased, can be negative; in the loss its expected gradient is 0."""
+
+    return d
+
+
+@KL_ESTIMATORS.register("k2")
+def k2(d: torch.Tensor) -> torch.Tensor:
+    """k2 = d^2/2: biased, >= 0; in the loss its gradient is the reverse KL's."""
+
+    return 0.5 * d * d
+
+
+@KL_ESTIMATORS.register("k3")
+def k3(d: torch.Tensor) -> torch.Tensor:
+    """k3 = exp(-d) - 1 + d: unbiased, >= 0, clamped to 10 as in verl; in the loss its gradient is
+    the forward KL's."""
+
+    return (torch.exp(-d) - 1.0 + d).clamp(max=10.0)
 
 
 def kl_estimate(
@@ -12,15 +44,7 @@ def kl_estimate(
 
     k1 = d (unbiased, can be negative); k2 = d^2/2 (gradient: reverse KL);
     k3 = exp(-d) - 1 + d (unbiased, >= 0; gradient: forward KL), clamped to 10 as in verl.
+    An unknown ``estimator`` raises :class:`~sixblanks.algorithms.errors.UnknownNameError`.
     """
 
-    d = (logp - ref_logp).clamp(-clamp, clamp)
-    if estimator == "k1":
-        return d
-    if estimator == "k2":
-        return 0.5 * d * d
-    if estimator == "k3":
-        return (torch.exp(-d) - 1.0 + d).clamp(max=10.0)
-    from .presets import UnknownNameError
-
-    raise UnknownNameError("KL estimator", estimator, ["k1", "k2", "k3"])
+    return KL_ESTIMATORS[estimator]((logp - ref_logp).clamp(-clamp, clamp))

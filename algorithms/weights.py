@@ -3,11 +3,27 @@
 Shapes: ``[B, T]`` per-token log-probs and masks, ``[B, T]`` advantages.
 Every surrogate here returns the per-token loss ``[B, T]`` (to be minimized);
 aggregation (the Z blank) is applied afterwards with :mod:`sixblanks.algorithms.normalization`.
+
+Two registries dispatch ``weight.ratio`` and ``weight.trust_region`` (see
+:mod:`sixblanks.algorithms.registry`):
+
+- ``RATIOS[name](logp, old_logp, adv, mask, **fields) -> (ratio [B, T], adv [B, T])``: the ratio
+  and the advantage it multiplies (the sequence form needs one advantage per sequence).
+- ``TRUST_REGIONS[name](ratio, adv, **fields) -> (loss [B, T], clipped [B, T])``: the per-token
+  surrogate loss and the indicator that the clipped branch is active (0 without a clip).
 """
 
 from __future__ import annotations
 
 import torch
+
+from .registry import Registry
+
+RATIOS = Registry("ratio", inputs=("logp", "old_logp", "adv", "mask"))
+"""weight.ratio -> the importance ratio, at its level."""
+
+TRUST_REGIONS = Registry("trust region", inputs=("ratio", "adv"))
+"""weight.trust_region -> the surrogate that bounds the update."""
 
 
 def log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, clamp: float = 20.0) -> torch.Tensor:
@@ -50,6 +66,44 @@ def gspo_token_ratio(logp, old_logp, mask, clamp: float = 10.0) -> torch.Tensor:
     return torch.exp(log_s[:, None] + logp - logp.detach())
 
 
+@RATIOS.register("none")
+def _no_ratio(logp, old_logp, adv, mask):
+    """w = 1: on-policy REINFORCE, no ratio to pi_old."""
+
+    return self_ratio(logp), adv
+
+
+@RATIOS.register("token", reads=("weight.log_ratio_clamp",))
+def _token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
+    """r_t per token."""
+
+    return token_ratio(logp, old_logp, clamp=log_ratio_clamp), adv
+
+
+@RATIOS.register("sequence", reads=("weight.log_ratio_clamp",))
+def _sequence_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
+    """GSPO s_i on every token, with one advantage per sequence: the mean over its trained tokens."""
+
+    m = mask.to(logp.dtype)
+    ratio = sequence_ratio(logp, old_logp, mask, clamp=log_ratio_clamp)
+    return ratio, ((adv * m).sum(1) / m.sum(1).clamp(min=1.0))[:, None].expand_as(adv)
+
+
+@RATIOS.register("gspo_token", reads=("weight.log_ratio_clamp",))
+def _gspo_token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
+    """GSPO-token s_{i,t}, with the token-level advantage."""
+
+    return gspo_token_ratio(logp, old_logp, mask, clamp=log_ratio_clamp), adv
+
+
+@TRUST_REGIONS.register("none")
+def _no_trust_region(ratio, adv):
+    """l = -A r."""
+
+    return -adv * ratio, torch.zeros_like(ratio)
+
+
+@TRUST_REGIONS.register("clip", reads=("weight.eps_low", "weight.eps_high", "weight.dual_clip_c"))
 def clip_surrogate(
     ratio: torch.Tensor,
     adv: torch.Tensor,
@@ -86,6 +140,13 @@ def sapo_surrogate(
     tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
     f = (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))
     return -f * adv
+
+
+@TRUST_REGIONS.register("sapo", reads=("weight.tau_pos", "weight.tau_neg"))
+def _sapo(ratio, adv, tau_pos, tau_neg):
+    """SAPO soft gate; nothing is clipped."""
+
+    return sapo_surrogate(ratio, adv, tau_pos, tau_neg), torch.zeros_like(ratio)
 
 
 def truncated_is_weight(

@@ -137,12 +137,22 @@ def explain(
         Path | None, typer.Option("--config", "-c", help="Resolve arm names from this file.")
     ] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the presets.")] = False,
+    all_: Annotated[
+        bool,
+        typer.Option("--all", help="Show every field, not only those that apply to a column."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """The six blanks of presets or arms side by side, differences highlighted."""
+    """The six blanks of presets or arms side by side, differences highlighted.
+
+    Only the fields that apply to at least one column are shown (a GRPO arm has no critic fields,
+    no SAPO temperatures, ...); --all shows every field.
+    """
 
     from sixblanks.algorithms.blanks import BLANK_NAMES, flatten
-    from sixblanks.algorithms.presets import PRESETS, UnknownNameError, get_preset, ppo_checklist
+    from sixblanks.algorithms.errors import UnknownNameError
+    from sixblanks.algorithms.fields import applicable_fields
+    from sixblanks.algorithms.presets import PRESETS, get_preset, ppo_checklist
 
     if list_ or not names:
         if as_json:
@@ -181,10 +191,13 @@ def explain(
         blank_objs[label] = blanks
     if problems:
         raise SixblanksError(problems)
-    keys = list(dict.fromkeys(k for c in columns.values() for k in c))
-    for c in columns.values():
-        for k in keys:
-            c.setdefault(k, None)
+    every = list(dict.fromkeys(k for c in columns.values() for k in c))
+    applies = {label: applicable_fields(b) for label, b in blank_objs.items()}
+    union = {k for fields in applies.values() for k in fields}
+    keys = every if all_ else [k for k in every if k in union]
+    hidden = len(every) - len(keys)
+    for label, c in columns.items():
+        columns[label] = {k: c.get(k) for k in keys}
     differing = {
         k for k in keys if len({json.dumps(c[k], default=str) for c in columns.values()}) > 1
     }
@@ -193,6 +206,7 @@ def explain(
         _dump_json(
             {
                 "blanks": columns,
+                "applies": applies,
                 "differs": sorted(differing),
                 "notes": notes,
                 "ppo_checklist": {k: dict(v) for k, v in checklists.items()},
@@ -213,11 +227,17 @@ def explain(
         table.add_row(
             blank if blank != last_blank else "",
             field,
-            *[str(c[key]) for c in columns.values()],
+            # a field shown for another column but not read by this one: "-" (unless --all)
+            *[
+                str(c[key]) if all_ or key in applies[label] else "[dim]-[/dim]"
+                for label, c in columns.items()
+            ],
             style=style,
         )
         last_blank = blank
     out.print(table)
+    if hidden:
+        _say(f"[dim]{hidden} fields that apply to no column are hidden (--all shows them)[/dim]")
     for label, lines in notes.items():
         for line in lines:
             _say(f"[dim]{label}:[/dim] {line}")

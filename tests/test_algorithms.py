@@ -127,6 +127,53 @@ def test_reinforce_pp_baseline_by_hand():
     assert adv[0, 2] == 0 and adv[1, 1:].eq(0).all()
 
 
+def test_reinforce_pp_baseline_honours_singleton_by_hand():
+    mask = t([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    rewards, groups = t([1.0, 0.0, 0.4]), torch.tensor([0, 0, 1])
+    raw = A.reinforce_pp_baseline(rewards, mask, groups, singleton="raw").double()
+    # raw: the singleton keeps A' = R = 0.4 before whitening -> tokens [.5, .5, -.5, .4, .4, .4]
+    vals = [0.5, 0.5, -0.5, 0.4, 0.4, 0.4]
+    mu = sum(vals) / 6
+    sd = math.sqrt(sum((x - mu) ** 2 for x in vals) / 6 + 1e-8)
+    want = t([[0.5, 0.5, 0], [-0.5, 0, 0], [0.4, 0.4, 0.4]])
+    want = torch.where(mask > 0, (want - mu) / sd, torch.zeros_like(want))
+    assert torch.allclose(raw, want, atol=1e-5)
+    # through compute_advantages: advantage.singleton reaches the estimator (it used to be dropped)
+    for rule, expect in (("raw", want), ("zero", A.reinforce_pp_baseline(rewards, mask, groups))):
+        blanks = resolve("reinforce_pp_baseline", {"advantage": {"singleton": rule}})
+        adv, _, _ = compute_advantages(blanks, rewards, mask, groups)
+        assert torch.allclose(adv.double(), expect.double(), atol=1e-5), rule
+    zero = A.reinforce_pp_baseline(rewards, mask, groups).double()
+    assert zero[2].eq(zero[2, 0]).all() and not torch.allclose(zero, raw, atol=1e-3)
+
+
+def test_turn_returns_take_kl_in_the_reward_per_turn():
+    # one sample, tokens: obs, a0, a0, obs, a1; KL penalties on action tokens go to their turn
+    turn_ids = torch.tensor([[-1, 0, 0, -1, 1]])
+    mask = (turn_ids >= 0).double()
+    old = t([[0.0, -1.0, -1.0, 0.0, -1.0]])
+    ref = t([[0.0, -1.5, -1.2, 5.0, -0.7]])  # k1 = old - ref = [., .5, .2, (obs), -.3]
+    blanks = resolve(
+        "grpo",
+        {
+            "advantage": {"estimator": "turn_return", "turn_baseline": "none", "gamma": 0.5},
+            "regularizer": {"reward_kl_coef": 0.1, "reward_kl_estimator": "k1"},
+        },
+    )
+    adv, _, _ = compute_advantages(
+        blanks,
+        t([1.0]),
+        mask,
+        old_logp=old,
+        ref_logp=ref,
+        turn_rewards=t([[0.0, 1.0]]),
+        turn_ids=turn_ids,
+    )
+    # turn rewards [0 - 0.1*(0.5+0.2), 1 - 0.1*(-0.3)] = [-0.07, 1.03]; G = [-0.07 + 0.5*1.03, 1.03]
+    g0, g1 = -0.07 + 0.5 * 1.03, 1.03
+    assert torch.allclose(adv.double(), t([[0, g0, g0, 0, g1]]), atol=1e-6)
+
+
 def test_turn_returns_by_hand():
     # two samples of one group, three turns each; tokens: obs, a0, a0, obs, a1, obs, a2
     turn_ids = torch.tensor([[-1, 0, 0, -1, 1, -1, 2]] * 2)

@@ -1,0 +1,73 @@
+"""Which spec fields apply to a filling of the blanks (what ``sixblanks explain`` shows).
+
+A field applies when the code that runs the blanks reads it. Choice fields pick a variant from a
+registry (``SWITCHES``), and each variant declares the fields it reads next to its function
+(``reads`` and ``applies`` in :mod:`sixblanks.algorithms.registry`); a few on/off fields switch
+others on (``WHEN_ON``). :func:`applicable_fields` follows these declarations from ``objective``.
+A GRPO arm, say, gets no ``advantage.critic.*`` (only the ``gae`` estimator reads them), no
+``weight.tau_*`` (only the ``sapo`` trust region) and no ``regularizer.dpo_*`` (only objective dpo).
+"""
+
+from __future__ import annotations
+
+from .advantages import ESTIMATORS
+from .blanks import Blanks, flatten
+from .loss import OBJECTIVES
+from .normalization import NORMALIZATIONS
+from .registry import Registry
+from .regularizers import KL_ESTIMATORS
+from .weights import RATIOS, TRUST_REGIONS
+
+SWITCHES: dict[str, Registry] = {
+    "objective": OBJECTIVES,
+    "weight.ratio": RATIOS,
+    "weight.trust_region": TRUST_REGIONS,
+    "advantage.estimator": ESTIMATORS,
+    "normalization.mode": NORMALIZATIONS,
+    "regularizer.reward_kl_estimator": KL_ESTIMATORS,
+    "regularizer.loss_kl_estimator": KL_ESTIMATORS,
+}
+"""Choice field -> the registry of its variants."""
+
+WHEN_ON: dict[str, tuple[str, ...]] = {
+    "data.dynamic_sampling": ("data.max_sampling_rounds", "data.on_round_cap"),
+    # the shaping's L_max is the generation budget, which is normalization.l_max when set
+    "data.overlong_shaping.enabled": (
+        "data.overlong_shaping.cache",
+        "data.overlong_shaping.factor",
+        "normalization.l_max",
+    ),
+    "regularizer.reward_kl_coef": ("regularizer.reward_kl_estimator",),
+}
+"""Fields that apply only while another field is on (True, or a coefficient > 0)."""
+
+
+def applicable_fields(blanks: Blanks) -> list[str]:
+    """Dotted paths of the fields of ``blanks`` that its variants read, in :func:`flatten` order.
+
+    A declared path that names a sub-spec (``advantage.critic``) covers all of its fields.
+    """
+
+    values = flatten(blanks)
+    found: set[str] = set()
+    todo = ["objective"]
+    while todo:
+        path = todo.pop()
+        covered = [k for k in values if k == path or k.startswith(path + ".")]
+        if not covered:
+            raise ValueError(f"a variant declares '{path}', which is not a field of the blanks")
+        for key in covered:
+            if key not in found:
+                found.add(key)
+                todo.extend(_switched_on(key, values[key]))
+    return [k for k in values if k in found]
+
+
+def _switched_on(path: str, value: object) -> tuple[str, ...]:
+    """The fields that the value of the field ``path`` makes applicable."""
+
+    if path in SWITCHES:
+        return SWITCHES[path][value].fields
+    if path in WHEN_ON and value:
+        return WHEN_ON[path]
+    return ()
