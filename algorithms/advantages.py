@@ -271,9 +271,9 @@ def turn_return(
     turn_rewards: torch.Tensor,
     turn_ids: torch.Tensor,
     group_ids: torch.Tensor | None = None,
-    token_penalty: torch.Tensor | None = None,
     gamma: float = 1.0,
     turn_baseline: str = "group",
+    token_penalty: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Turn-level returns: G_{i,k} = sum_{k' >= k} gamma^(k'-k) r_{i,k'}, broadcast to turn k's action tokens.
 
