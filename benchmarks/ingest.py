@@ -16,17 +16,19 @@ import time
 from pathlib import Path
 
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
+from sixblanks.harness.layout import ExperimentDir
 from sixblanks.harness.store import connect, ingest
 
 
 def synth(out: Path, rows: int, runs: int, metrics_per_step: int = 40) -> list[str]:
     rng = random.Random(0)
     steps_per_run = rows // (runs * metrics_per_step)
+    exp_dir = ExperimentDir(out)
     ids = []
     for r in range(runs):
         rid = f"run{r:04d}"
-        d = out / "runs" / rid
-        d.mkdir(parents=True)
+        rd = exp_dir.run(rid)
+        rd.path.mkdir(parents=True)
         spec = {
             "arm": f"arm{r % 4}",
             "preset": "grpo",
@@ -35,9 +37,9 @@ def synth(out: Path, rows: int, runs: int, metrics_per_step: int = 40) -> list[s
             "blanks": {},
             "budget": {"launched_tokens": 1e9},
         }
-        (d / "spec.json").write_text(json.dumps(spec))
-        (d / "status.json").write_text(json.dumps({"state": "finished"}))
-        with open(d / "events.jsonl", "w") as f:
+        rd.spec.write_text(json.dumps(spec))
+        rd.status.write_text(json.dumps({"state": "finished"}))
+        with open(rd.events, "w") as f:
             for s in range(steps_per_run):
                 ev = {"type": "step", "step": s}
                 ev.update({f"m{i}": rng.random() for i in range(metrics_per_step)})
@@ -45,7 +47,7 @@ def synth(out: Path, rows: int, runs: int, metrics_per_step: int = 40) -> list[s
                 ev.update({f"ledger.discarded_tokens.{x}": 0.0 for x in DISCARD_REASONS})
                 f.write(json.dumps(ev) + "\n")
         ids.append(rid)
-    (out / "experiment.json").write_text(
+    exp_dir.experiment.write_text(
         json.dumps({"config": {"name": "bench"}, "runs": ids, "warm_start": {}})
     )
     return ids

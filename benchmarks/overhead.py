@@ -11,19 +11,16 @@ Both run the same spec side by side in one process. Target: overhead <= 2%.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 from sixblanks.harness.config import validate_mapping
-from sixblanks.harness.models import load_pretrained
+from sixblanks.harness.layout import ExperimentDir
 from sixblanks.harness.orchestrator import Orchestrator
-from sixblanks.harness.runner import _settings_from_spec, execute_run
+from sixblanks.harness.runner import build_trainer, execute_run
 from sixblanks.harness.store import ingest
-from sixblanks.harness.tasks import make_task
-from sixblanks.harness.trainer import Trainer
 
 
 def main() -> None:
@@ -51,19 +48,16 @@ def main() -> None:
         specs = orch.prepare()
         warm = orch.warm_dir
 
-        # off: the same training loop, nothing recorded
-        model, tok = load_pretrained(warm)
-        ref, _ = load_pretrained(warm)
-        trainer = Trainer(
-            _settings_from_spec(specs[0]), make_task("arithmetic"), model, tok, ref_model=ref
-        )
+        # off: the same trainer as the run's (same builder), nothing recorded
+        trainer = build_trainer(specs[0], warm)
         t0 = time.perf_counter()
         trainer.train(evaluate_start=False)
         off = time.perf_counter() - t0
 
         # on: the orchestrated runs, then ingest + MLflow for all of them
+        exp_dir = ExperimentDir(out)
         results = [
-            execute_run(s, out / "runs" / s["run_id"], warm, threads=1, checkpoint_seconds=30.0)
+            execute_run(s, exp_dir.run(s["run_id"]).path, warm, threads=1, checkpoint_seconds=30.0)
             for s in specs
         ]
         t1 = time.perf_counter()
@@ -71,7 +65,7 @@ def main() -> None:
         t_ingest = time.perf_counter() - t1
         orch.track()
         store_and_track = time.perf_counter() - t1
-        r0 = json.loads((out / "runs" / specs[0]["run_id"] / "result.json").read_text())
+        r0 = exp_dir.run(specs[0]["run_id"]).read_result()
         on_train, rec = r0["train_seconds"], r0["recording_seconds"]
         per_run = store_and_track / len(results)
         print(f"one run, {args.budget:g} launched tokens, same spec and seed:")

@@ -17,13 +17,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
-from sixblanks.harness.store import _insert, connect, ensure_schema
+from sixblanks.harness.store import append_rows
 
 
 def synth(out: Path, n_runs: int, arms: int = 10, steps: int = 50) -> None:
     rng = np.random.default_rng(0)
-    con = connect(out)
-    ensure_schema(con)
     arm_names = [f"arm{i}" for i in range(arms)]
     cfg = {
         "name": "bench",
@@ -31,9 +29,7 @@ def synth(out: Path, n_runs: int, arms: int = 10, steps: int = 50) -> None:
         "budget": {"launched_tokens": 30000},
         "seeds": list(range(n_runs // arms)),
     }
-    _insert(
-        con, "experiments", [{"experiment_id": "bench", "name": "bench", "config": json.dumps(cfg)}]
-    )
+    experiments = [{"experiment_id": "bench", "name": "bench", "config": json.dumps(cfg)}]
     runs, evals, budgets, ledger, metrics = [], [], [], [], []
     for i in range(n_runs):
         rid, arm = f"r{i:05d}", arm_names[i % arms]
@@ -97,15 +93,17 @@ def synth(out: Path, n_runs: int, arms: int = 10, steps: int = 50) -> None:
                     "value": float(3 + rng.random()),
                 }
             )
-    for t, rows in (
-        ("runs", runs),
-        ("evals", evals),
-        ("budgets", budgets),
-        ("ledger", ledger),
-        ("metrics", metrics),
-    ):
-        _insert(con, t, pa.Table.from_pylist(rows))
-    con.close()
+    append_rows(
+        out,
+        {
+            "experiments": experiments,
+            "runs": pa.Table.from_pylist(runs),
+            "evals": pa.Table.from_pylist(evals),
+            "budgets": pa.Table.from_pylist(budgets),
+            "ledger": pa.Table.from_pylist(ledger),
+            "metrics": pa.Table.from_pylist(metrics),
+        },
+    )
 
 
 def main() -> None:

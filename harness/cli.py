@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import NotBuiltError, SixblanksError
+from .layout import ExperimentDir, read_json
 
 app = typer.Typer(
     name="sixblanks",
@@ -254,7 +255,7 @@ def explain(
 
 
 def default_out_dir(cfg) -> Path:
-    return Path("runs") / cfg.name
+    return ExperimentDir.default(cfg.name).path
 
 
 @app.command()
@@ -308,7 +309,7 @@ def rollouts(
     if warm:
         log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not (_STATE["quiet"] or as_json) else None
         model, tok, _info = warm_start(
-            cfg, tasks, (out_dir or default_out_dir(cfg)) / "warm_start", log=log
+            cfg, tasks, ExperimentDir(out_dir or default_out_dir(cfg)).warm_start, log=log
         )
     else:
         model, tok = load_policy(cfg.model, tasks)
@@ -416,13 +417,11 @@ def run(
     result = orch.run()
     _print_summary(result["summary"], cfg)
     report_path = build_report_or_fail(out_path)
-    orch.track(result["fairness"], artifacts=[out_path / "report"])
+    orch.track(result["fairness"], artifacts=[orch.dir.report])
     _say(f"report: {report_path}")
     flags = result["fairness"]["flags"]
     if flags:
-        _say(
-            f"[yellow]fairness audit: {len(flags)} flag(s)[/yellow] (see {out_path / 'fairness.json'})"
-        )
+        _say(f"[yellow]fairness audit: {len(flags)} flag(s)[/yellow] (see {orch.dir.fairness})")
         for f in flags[:10]:
             _say(f"  {f['arm']}: {f['item']}: {f['reason']}")
     if result["failures"]:
@@ -487,20 +486,13 @@ def status(
     import time as _time
 
     from .orchestrator import budget_fraction
-    from .runner import read_status
 
-    exp = directory / "experiment.json"
-    if not exp.exists():
-        from .errors import ConfigError
-
-        raise ConfigError(
-            f"{directory}: not an experiment directory (no experiment.json; run `sixblanks run` first)"
-        )
-    run_ids = json.loads(exp.read_text())["runs"]
+    exp_dir = _experiment_dir(directory, "run `sixblanks run` first")
+    run_ids = exp_dir.read_experiment()["runs"]
     rows = []
     now = _time.time()
     for rid in run_ids:
-        st = read_status(directory / "runs" / rid)
+        st = exp_dir.run(rid).read_status()
         frac = budget_fraction(st)
         eta = None
         if st.get("state") == "running" and frac > 0 and st.get("started"):
@@ -550,6 +542,20 @@ def status(
     out.print(table)
 
 
+def _experiment_dir(directory: Path, hint: str = "") -> ExperimentDir:
+    """``directory`` as an experiment directory; a ConfigError when it is not one."""
+
+    exp_dir = ExperimentDir(directory)
+    if not exp_dir.experiment.exists():
+        from .errors import ConfigError
+
+        name = exp_dir.experiment.name
+        raise ConfigError(
+            f"{directory}: not an experiment directory (no {name}" + (f"; {hint})" if hint else ")")
+        )
+    return exp_dir
+
+
 @app.command()
 def sync(directory: Annotated[Path, typer.Argument(help="Experiment output directory.")]) -> None:
     """Send runs that MLflow has not received yet (e.g. after the tracking server was unreachable)."""
@@ -557,24 +563,14 @@ def sync(directory: Annotated[Path, typer.Argument(help="Experiment output direc
     from .config import validate_mapping
     from .tracking import Tracker, tracking_uri
 
-    exp_path = directory / "experiment.json"
-    if not exp_path.exists():
-        from .errors import ConfigError
-
-        raise ConfigError(f"{directory}: not an experiment directory (no experiment.json)")
-    exp = json.loads(exp_path.read_text())
+    exp_dir = _experiment_dir(directory)
+    exp = exp_dir.read_experiment()
     cfg = validate_mapping(exp["config"] | {"tasks": exp["config"]["tasks"]})
-    fairness = (
-        json.loads((directory / "fairness.json").read_text())
-        if (directory / "fairness.json").exists()
-        else None
-    )
+    fairness = read_json(exp_dir.fairness)
     t = cfg.tracking
     state = Tracker(
         directory, tracking_uri(t.uri, directory), t.experiment or cfg.name, enabled=True
-    ).sync(
-        exp["runs"], fairness, [directory / "report"] if (directory / "report").exists() else None
-    )
+    ).sync(exp["runs"], fairness, [exp_dir.report] if exp_dir.report.exists() else None)
     if state.get("last_error"):
         raise SixblanksError(
             f"MLflow unreachable: {state['last_error']}; {len(state['pending'])} run(s) still pending"
@@ -591,7 +587,7 @@ def ui(
 
     import subprocess
 
-    db = directory / "mlflow.db"
+    db = ExperimentDir(directory).mlflow_db
     if not db.exists():
         from .errors import ConfigError
 
@@ -654,9 +650,8 @@ def ladder(
                 r.evidence,
             )
         out.print(table)
-        _say(
-            f"recorded in {out_path / 'results.duckdb'} (table ladder) and {out_path / 'ladder.json'}"
-        )
+        exp_dir = ExperimentDir(out_path)
+        _say(f"recorded in {exp_dir.results_db} (table ladder) and {exp_dir.ladder}")
     failed = first_failure(results)
     if failed is not None:
         raise LadderFailed(f"rung {failed.rung} ({failed.rung_name}) failed: {failed.evidence}")

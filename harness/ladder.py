@@ -18,8 +18,6 @@ paired bootstrap over the same held-out instances, so one seed already gives an 
 from __future__ import annotations
 
 import copy
-import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -35,12 +33,14 @@ from .config import ExperimentConfig
 from .contract import check_contract
 from .errors import SixblanksError
 from .evaluate import evaluate
+from .layout import ExperimentDir, write_json
 from .models import load_pretrained
 from .rollout.agent import run_episodes
 from .rollout.engine import HFEngine, RolloutError, SamplingParams
-from .runner import _settings_from_spec, _write_json
+from .runner import settings_from_spec
+from .seeds import TRAIN_SEED_RANGE
 from .tasks import make_task
-from .trainer import TRAIN_SEED_RANGE, Trainer, TrainingError
+from .training import Trainer, TrainingError
 
 RUNGS = [
     (1, "contract"),
@@ -143,7 +143,7 @@ class Ladder:
             ).model_dump(mode="json")
         if lr is not None:
             spec["optimizer"]["lr"] = lr
-        settings = _settings_from_spec(spec)
+        settings = settings_from_spec(spec)
         settings.reward_range = self.task.reward_range
         model, tok = self._policy()
         ref, _ = self._policy()
@@ -572,39 +572,13 @@ class Ladder:
         return self.results
 
     def save(self, seconds: float) -> None:
-        rows = [asdict(r) for r in self.results]
-        _write_json(self.out / "ladder.json", {"arm": self.arm, "seconds": seconds, "rungs": rows})
-        from .store import _insert, connect, ensure_schema
+        from .store import write_ladder
 
-        con = connect(self.out)
-        try:
-            ensure_schema(con)
-            con.execute(
-                "DELETE FROM ladder WHERE experiment_id = ? AND arm = ?", [self.cfg.name, self.arm]
-            )
-            _insert(
-                con,
-                "ladder",
-                [
-                    {
-                        "experiment_id": self.cfg.name,
-                        "arm": self.arm,
-                        "rung": r.rung,
-                        "rung_name": r.rung_name,
-                        "variant": r.variant,
-                        "status": r.status,
-                        "evidence": r.evidence,
-                        "ci_low": None if r.ci_low is None or math.isnan(r.ci_low) else r.ci_low,
-                        "ci_high": None
-                        if r.ci_high is None or math.isnan(r.ci_high)
-                        else r.ci_high,
-                        "detail": json.dumps(r.detail, default=str),
-                    }
-                    for r in self.results
-                ],
-            )
-        finally:
-            con.close()
+        rows = [asdict(r) for r in self.results]
+        write_json(
+            ExperimentDir(self.out).ladder, {"arm": self.arm, "seconds": seconds, "rungs": rows}
+        )
+        write_ladder(self.out, self.cfg.name, self.arm, rows)
 
 
 def first_failure(results: list[RungResult]) -> RungResult | None:

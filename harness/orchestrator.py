@@ -1,7 +1,8 @@
 """The orchestrator: experiment -> warm-start stage + one run spec per arm x task x seed -> executor.
 
-It is the only writer of the experiment-level files (fairness.json, summary.json; later the results
-store). Runs write only inside their own directories. Finished runs are skipped; unfinished ones
+It writes the experiment-level files (experiment.json, fairness.json, summary.json; see
+:mod:`sixblanks.harness.layout`) and has the store ingest the run directories. Runs write only
+inside their own directories. Finished runs are skipped; unfinished ones
 resume from their last checkpoint.
 """
 
@@ -17,7 +18,9 @@ from typing import Any
 
 from .config import ExperimentConfig
 from .errors import SixblanksError
-from .runner import CODE_VERSION, _write_json, read_status, spec_id
+from .layout import ExperimentDir, RunDir, write_json
+from .runner import spec_id
+from .version import CODE_VERSION
 
 
 class RunFailed(SixblanksError):
@@ -67,12 +70,13 @@ class Orchestrator:
     ):
         self.cfg = cfg
         self.out = Path(out_dir)
+        self.dir = ExperimentDir(out_dir)
         self.log = log or (lambda _m: None)
         self.progress = progress
 
     @property
     def runs_dir(self) -> Path:
-        return self.out / "runs"
+        return self.dir.runs
 
     def prepare(self):
         """Warm start (cached) and the run specs."""
@@ -84,16 +88,17 @@ class Orchestrator:
         self.out.mkdir(parents=True, exist_ok=True)
         tasks = [make_task(t.name, t.params) for t in self.cfg.tasks or []]
         key = warm_start_key(self.cfg, tasks)
-        _, _, info = warm_start(self.cfg, tasks, self.out / "warm_start", log=self.log)
-        self.warm_dir = self.out / "warm_start" / key
+        _, _, info = warm_start(self.cfg, tasks, self.dir.warm_start, log=self.log)
+        self.warm_dir = self.dir.warm_policy(key)
         self.warm_info = info
         self.specs = build_specs(self.cfg, key)
         from .config import resolved_dict
 
-        _write_json(
-            self.out / "experiment.json",
+        write_json(
+            self.dir.experiment,
             {
                 "config": resolved_dict(self.cfg),
+                "code_version": CODE_VERSION,
                 "warm_start": info,
                 "runs": [s["run_id"] for s in self.specs],
             },
@@ -117,7 +122,7 @@ class Orchestrator:
         return [
             s
             for s in self.specs
-            if read_status(self.runs_dir / s["run_id"]).get("state") != "finished"
+            if self.dir.run(s["run_id"]).read_status().get("state") != "finished"
         ]
 
     def run(self) -> dict[str, Any]:
@@ -134,7 +139,7 @@ class Orchestrator:
             workers = default_workers(len(todo), ex.workers) if ex.kind == "local" else len(todo)
             threads = max(1, (os.cpu_count() or 1) // max(1, min(workers, os.cpu_count() or 1)))
             executor = make_executor(ex, workers, threads)
-            jobs = [(s, str(self.runs_dir / s["run_id"]), str(self.warm_dir)) for s in todo]
+            jobs = [(s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir)) for s in todo]
             self.log(f"running {len(todo)} run(s) on the {ex.kind} executor ({workers} worker(s))")
             failures = executor.run(jobs, self._progress_callback(todo))
         audit = self.fairness()
@@ -153,8 +158,7 @@ class Orchestrator:
     def ingest(self, audit: dict[str, Any] | None = None) -> dict[str, int]:
         from .store import ingest
 
-        exp = json.loads((self.out / "experiment.json").read_text())
-        return ingest(self.out, exp, audit)
+        return ingest(self.out, self.dir.read_experiment(), audit)
 
     def tracker(self):
         from .tracking import Tracker, tracking_uri
@@ -202,7 +206,7 @@ class Orchestrator:
                     )
                 state["started"] = True
             for s in todo:
-                st = read_status(self.runs_dir / s["run_id"])
+                st = self.dir.run(s["run_id"]).read_status()
                 frac = budget_fraction(st)
                 last = st.get("last_eval")
                 info = st.get("state", "pending")
@@ -227,17 +231,15 @@ class Orchestrator:
 
     def fairness(self) -> dict[str, Any]:
         audit = fairness_audit(self.cfg, self.specs, self.runs_dir, self.warm_info)
-        _write_json(self.out / "fairness.json", audit)
+        write_json(self.dir.fairness, audit)
         return audit
 
     def summary(self, failures: dict[str, str]) -> list[dict[str, Any]]:
         rows = []
         for s in self.specs:
-            d = self.runs_dir / s["run_id"]
-            st = read_status(d)
-            res = {}
-            if (d / "result.json").exists():
-                res = json.loads((d / "result.json").read_text())
+            rd = self.dir.run(s["run_id"])
+            st = rd.read_status()
+            res = rd.read_result()
             rows.append(
                 {
                     "run_id": s["run_id"],
@@ -251,7 +253,7 @@ class Orchestrator:
                     "counters": res.get("counters") or st.get("counters"),
                 }
             )
-        _write_json(self.out / "summary.json", {"runs": rows, "written": time.time()})
+        write_json(self.dir.summary, {"runs": rows, "written": time.time()})
         return rows
 
 
@@ -317,7 +319,7 @@ def fairness_audit(
         # the experiment's own value of each item: the task's reward without arm-specific shaping
         reference.setdefault(s["task"]["name"], items_of(s, None))
         per_arm.setdefault(s["arm"], {"items": items, "runs": []})
-        st = read_status(runs_dir / s["run_id"])
+        st = RunDir(runs_dir / s["run_id"]).read_status()
         per_arm[s["arm"]]["runs"].append(
             {
                 "run_id": s["run_id"],

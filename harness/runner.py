@@ -1,12 +1,8 @@
 """One run, in its own directory: spec, events, checkpoint, status. Resumable after a kill.
 
-A run writes only inside ``run_dir``:
-
-    spec.json        the fully resolved spec (its content hash is the run id)
-    status.json      state (pending/running/finished/failed), step, counters, last eval, timings
-    events.jsonl     one line per step / evaluation / census record (rewritten from the checkpoint on resume)
-    checkpoint.pt    model, optimizers, RNG states, ledger, position (written atomically)
-    result.json      final counters, evaluations, consumption (finished runs only)
+A run writes only inside ``run_dir`` (its files: :class:`sixblanks.harness.layout.RunDir`): the
+spec, its status after every step, one event line per step / evaluation / census record (rewritten
+from the checkpoint on resume), the checkpoint (written atomically) and, once finished, the result.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-CODE_VERSION = "sixblanks-0.1"
+from .layout import RunDir, write_json, write_text
 
 
 def spec_id(spec: dict[str, Any]) -> str:
@@ -28,20 +24,7 @@ def spec_id(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
-
-
-def read_status(run_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run_dir / "status.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {"state": "pending"}
-
-
-def _settings_from_spec(spec: dict[str, Any]):
+def settings_from_spec(spec: dict[str, Any]):
     from sixblanks.algorithms.blanks import Blanks
 
     from .config import OptimizerConfig, RolloutConfig
@@ -75,7 +58,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path):
     from .tasks import make_task
     from .trainer import Trainer
 
-    settings = _settings_from_spec(spec)
+    settings = settings_from_spec(spec)
     task = make_task(spec["task"]["name"], spec["task"].get("params") or {})
     if settings.reward_range == (0.0, 1.0):
         settings.reward_range = task.reward_range
@@ -105,30 +88,29 @@ def execute_run(
 
     import torch
 
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    rd = RunDir(run_dir)
+    rd.path.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, threads))
-    spec_path = run_dir / "spec.json"
-    if not spec_path.exists():
-        _write_json(spec_path, spec)
-    status: dict[str, Any] = read_status(run_dir)
+    if not rd.spec.exists():
+        write_json(rd.spec, spec)
+    status: dict[str, Any] = rd.read_status()
     started = status.get("started") or time.time()
     resumed_from = None
     try:
         trainer = build_trainer(spec, warm_dir)
-        ckpt = run_dir / "checkpoint.pt"
+        ckpt = rd.checkpoint
         if ckpt.exists():
             trainer.load_state_dict(torch.load(ckpt, weights_only=False))
             resumed_from = trainer.step_idx
-        _rewrite_events(run_dir, trainer)
+        _rewrite_events(rd, trainer)
 
         def write_status(state: str, **extra: Any) -> None:
             last = trainer.result.evals[-1] if trainer.result.evals else None
-            _write_json(
-                run_dir / "status.json",
+            write_json(
+                rd.status,
                 {
                     "state": state,
-                    "run_id": run_dir.name,
+                    "run_id": rd.run_id,
                     "arm": spec["arm"],
                     "task": spec["task"]["name"],
                     "seed": spec["seed"],
@@ -144,7 +126,7 @@ def execute_run(
             )
 
         write_status("running")
-        events = open(run_dir / "events.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - closed below
+        events = open(rd.events, "a", encoding="utf-8")  # noqa: SIM115 - closed below
         seen_evals = [len(trainer.result.evals)]
         last_ckpt = [time.time()]
 
@@ -183,7 +165,7 @@ def execute_run(
         finally:
             events.close()
         summary = {
-            "run_id": run_dir.name,
+            "run_id": rd.run_id,
             "arm": spec["arm"],
             "preset": spec["preset"],
             "task": spec["task"]["name"],
@@ -204,13 +186,13 @@ def execute_run(
             "train_seconds": train_seconds,
             "recording_seconds": rec_time[0],
         }
-        _write_json(run_dir / "result.json", summary)
+        write_json(rd.result, summary)
         _save_checkpoint(trainer, ckpt)
         write_status("finished", finished=time.time())
         return summary
     except BaseException as exc:
         err = f"{type(exc).__name__}: {exc}"
-        status = read_status(run_dir)
+        status = rd.read_status()
         status.update(
             {
                 "state": "failed",
@@ -220,10 +202,10 @@ def execute_run(
                 "arm": spec["arm"],
                 "seed": spec["seed"],
                 "task": spec["task"]["name"],
-                "run_id": run_dir.name,
+                "run_id": rd.run_id,
             }
         )
-        _write_json(run_dir / "status.json", status)
+        write_json(rd.status, status)
         raise
 
 
@@ -235,8 +217,8 @@ def _save_checkpoint(trainer, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _rewrite_events(run_dir: Path, trainer) -> None:
-    """Make events.jsonl exactly the checkpoint's history: what a killed run wrote after its last
+def _rewrite_events(rd: RunDir, trainer) -> None:
+    """Make the events file exactly the checkpoint's history: what a killed run wrote after its last
     checkpoint is dropped and will be redone, so nothing is double counted."""
 
     lines = []
@@ -255,9 +237,7 @@ def _rewrite_events(run_dir: Path, trainer) -> None:
             lines.append({"type": "census", **census[m["step"]]})
     for e in evals[ei:]:
         lines.append({"type": "eval", **e})
-    tmp = run_dir / "events.jsonl.tmp"
-    tmp.write_text("".join(json.dumps(x, default=str) + "\n" for x in lines))
-    os.replace(tmp, run_dir / "events.jsonl")
+    write_text(rd.events, "".join(json.dumps(x, default=str) + "\n" for x in lines))
 
 
 def run_worker(args: tuple) -> dict[str, Any]:

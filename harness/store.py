@@ -1,14 +1,24 @@
 """The results store: ``results.duckdb`` in the experiment's output directory.
 
-Only the orchestrator writes it. Ingestion reads run directories and replaces every row of each
-ingested run in one transaction, so ingesting twice adds nothing and a resumed run's rows replace
-its partial ones. Bulk inserts go through Arrow. The tables are documented in docs/results-schema.md.
+This module alone writes it, from the process that owns the experiment (the CLI's orchestrator,
+ladder or sweep); runs write only their own directories. Every writer replaces a whole unit in one
+transaction, so writing it twice adds nothing:
+
+    ingest          the experiment's row, every row of each ingested run (a resumed run's rows
+                    replace its partial ones) and the fairness audit
+    write_ladder    the ladder rows of one experiment and arm
+    write_trials    the search trials of one experiment
+
+Bulk inserts go through Arrow. The tables are documented in docs/results-schema.md.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +26,7 @@ import pyarrow as pa
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
 
 from .errors import SixblanksError
-
-DB_NAME = "results.duckdb"
+from .layout import ExperimentDir, RunDir
 
 LEDGER_COLUMNS = list(COUNTERS)
 
@@ -62,7 +71,8 @@ def connect(out_dir: str | Path, read_only: bool = False):
 
     import duckdb
 
-    path = Path(out_dir) / DB_NAME
+    exp_dir = ExperimentDir(out_dir)
+    path = exp_dir.results_db
     if read_only and not path.exists():
         raise SixblanksError(f"{path}: no results store yet (run `sixblanks run` first)")
     try:
@@ -71,7 +81,7 @@ def connect(out_dir: str | Path, read_only: bool = False):
         if "lock" in str(exc).lower():
             raise StoreBusy(
                 f"{path} is being written by another process (the orchestrator); try again when it is done, "
-                f"or read the run directories under {Path(out_dir) / 'runs'}"
+                f"or read the run directories under {exp_dir.runs}"
             ) from None
         raise
 
@@ -95,37 +105,15 @@ def _insert(con, table: str, rows: list[dict[str, Any]] | pa.Table) -> None:
     con.unregister("_incoming")
 
 
-def _read_events(run_dir: Path) -> list[dict[str, Any]]:
-    import orjson
-
-    path = run_dir / "events.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_bytes().splitlines():
-        try:
-            out.append(orjson.loads(line))
-        except orjson.JSONDecodeError:
-            break  # a torn last line of a killed run: the rest is redone on resume
-    return out
-
-
 def run_tables(run_dir: Path) -> dict[str, Any]:
     """Rows of one run directory for every per-run table."""
 
-    spec = json.loads((run_dir / "spec.json").read_text())
-    status = (
-        json.loads((run_dir / "status.json").read_text())
-        if (run_dir / "status.json").exists()
-        else {}
-    )
-    result = (
-        json.loads((run_dir / "result.json").read_text())
-        if (run_dir / "result.json").exists()
-        else {}
-    )
-    events = _read_events(run_dir)
-    rid = run_dir.name
+    rd = RunDir(run_dir)
+    spec = rd.read_spec()
+    status = rd.read_status()
+    result = rd.read_result()
+    events = rd.read_events()
+    rid = rd.run_id
     state = status.get("state", "pending")
     db_status = {"finished": "finished", "failed": "failed", "running": "partial"}.get(state, state)
     steps = [e for e in events if e["type"] == "step"]
@@ -255,6 +243,32 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
 PER_RUN_TABLES = ("runs", "budgets", "ledger", "metrics", "evals", "discards")
 
 
+@contextmanager
+def _transaction(out_dir: str | Path) -> Iterator[Any]:
+    """A connection to the store with its schema, inside one transaction: committed when the block
+    ends, rolled back (nothing written) when it raises."""
+
+    con = connect(out_dir)
+    try:
+        ensure_schema(con)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            yield con
+        except BaseException:
+            try:
+                con.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001 - the original error matters, not the rollback's
+                pass
+            raise
+        con.execute("COMMIT")
+    finally:
+        con.close()
+
+
+def _counts(con) -> dict[str, int]:
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in SCHEMA}
+
+
 def ingest(
     out_dir: str | Path,
     experiment: dict[str, Any] | None = None,
@@ -263,16 +277,13 @@ def ingest(
 ) -> dict[str, int]:
     """Ingest run directories (all, or ``run_ids``) idempotently. Returns rows per table after ingest."""
 
-    out_dir = Path(out_dir)
-    exp = experiment or json.loads((out_dir / "experiment.json").read_text())
+    exp_dir = ExperimentDir(out_dir)
+    exp = experiment or exp_dir.read_experiment()
     cfg = exp["config"]
     exp_id = cfg["name"]
     info = exp.get("warm_start", {})
     ids = run_ids if run_ids is not None else exp.get("runs", [])
-    con = connect(out_dir)
-    try:
-        ensure_schema(con)
-        con.execute("BEGIN TRANSACTION")
+    with _transaction(out_dir) as con:
         con.execute("DELETE FROM experiments WHERE experiment_id = ?", [exp_id])
         _insert(
             con,
@@ -291,10 +302,10 @@ def ingest(
             ],
         )
         for rid in ids:
-            run_dir = out_dir / "runs" / rid
-            if not (run_dir / "spec.json").exists():
+            rd = exp_dir.run(rid)
+            if not rd.exists():
                 continue
-            tables = run_tables(run_dir)
+            tables = run_tables(rd.path)
             tables["runs"][0]["experiment_id"] = exp_id
             tables["runs"][0]["initial_policy_hash"] = info.get("policy_hash")
             for t in PER_RUN_TABLES:
@@ -349,13 +360,92 @@ def ingest(
                         }
                     )
             _insert(con, "fairness", rows)
-        con.execute("COMMIT")
-        return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in SCHEMA}
-    except BaseException:
-        try:
-            con.execute("ROLLBACK")
-        except Exception:  # noqa: BLE001
-            pass
-        raise
-    finally:
-        con.close()
+        return _counts(con)
+
+
+LADDER_FIELDS = (
+    "rung",
+    "rung_name",
+    "variant",
+    "status",
+    "evidence",
+    "ci_low",
+    "ci_high",
+    "detail",
+)
+TRIAL_FIELDS = (
+    "arm",
+    "trial",
+    "state",
+    "params",
+    "value",
+    "launched_tokens",
+    "device_seconds",
+    "pruned_at",
+    "run_id",
+)
+
+
+def _finite_or_null(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _fields(row: dict[str, Any], fields: tuple[str, ...], what: str) -> dict[str, Any]:
+    extra = set(row) - set(fields)
+    if extra:
+        raise ValueError(f"{what} row: unknown field(s) {sorted(extra)}; the fields are {fields}")
+    return {f: row.get(f) for f in fields}
+
+
+def write_ladder(
+    out_dir: str | Path, experiment_id: str, arm: str, rows: list[dict[str, Any]]
+) -> int:
+    """Replace the ladder rows of ``experiment_id`` and ``arm`` with ``rows``, in one transaction.
+
+    Each row has the fields of LADDER_FIELDS (missing ones are NULL): ``detail`` any JSON-able
+    value, ``ci_low``/``ci_high`` NULL where not finite. Other arms and experiments are untouched;
+    writing the same rows twice leaves the same table. Returns the rows written."""
+
+    out = []
+    for row in rows:
+        r = _fields(row, LADDER_FIELDS, "ladder")
+        r["ci_low"], r["ci_high"] = _finite_or_null(r["ci_low"]), _finite_or_null(r["ci_high"])
+        r["detail"] = json.dumps(r["detail"], default=str)
+        out.append({"experiment_id": experiment_id, "arm": arm, **r})
+    with _transaction(out_dir) as con:
+        con.execute("DELETE FROM ladder WHERE experiment_id = ? AND arm = ?", [experiment_id, arm])
+        _insert(con, "ladder", out)
+    return len(out)
+
+
+def write_trials(out_dir: str | Path, experiment_id: str, rows: list[dict[str, Any]]) -> int:
+    """Replace every search trial of ``experiment_id`` with ``rows``, in one transaction.
+
+    Each row has the fields of TRIAL_FIELDS (missing ones are NULL): ``params`` a JSON-able
+    mapping, ``value`` NULL where not finite. Writing the same rows twice leaves the same table.
+    Returns the rows written."""
+
+    out = []
+    for row in rows:
+        r = _fields(row, TRIAL_FIELDS, "trials")
+        r["params"] = json.dumps(r["params"], default=str)
+        r["value"] = _finite_or_null(r["value"])
+        out.append({"experiment_id": experiment_id, **r})
+    with _transaction(out_dir) as con:
+        con.execute("DELETE FROM trials WHERE experiment_id = ?", [experiment_id])
+        _insert(con, "trials", out)
+    return len(out)
+
+
+def append_rows(out_dir: str | Path, tables: dict[str, list[dict[str, Any]] | pa.Table]) -> None:
+    """Append rows to tables as they are, in one transaction, replacing nothing.
+
+    For synthetic stores (benchmarks, tests of readers); an experiment's own rows are written by
+    ``ingest``, ``write_ladder`` and ``write_trials``."""
+
+    unknown = set(tables) - set(SCHEMA)
+    if unknown:
+        raise ValueError(f"unknown table(s) {sorted(unknown)}; the tables are {list(SCHEMA)}")
+    with _transaction(out_dir) as con:
+        for table, rows in tables.items():
+            _insert(con, table, rows)

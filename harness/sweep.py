@@ -4,8 +4,9 @@ arm's search ledger (the total is never exceeded: each trial's own budget is cla
 pruning on the ledger resource (intermediate scores reported at launched-token checkpoints); then the
 best configuration of each arm is confirmed on fresh seeds under the experiment's matched budget.
 
-Everything lives in ``OUT/sweep/``: the Optuna journal (or ``sweep.storage``), the trials, the
-confirmation runs, results.duckdb (table ``trials``) and the report.
+Everything lives in ``OUT/sweep/`` (:class:`~sixblanks.harness.layout.SweepDir`): the Optuna journal
+(or ``sweep.storage``), the trials, the confirmation runs, the results store (table ``trials``) and
+the report.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from sixblanks.budgets.counters import COUNTERS
 
 from .config import ExperimentConfig, validate_mapping
 from .errors import ConfigError
-from .runner import _write_json, build_trainer
+from .layout import ExperimentDir, write_json
+from .runner import build_trainer
 
 
 def _set_path(d: dict[str, Any], path: list[str], value: Any) -> None:
@@ -44,7 +46,8 @@ class Sweep:
         self, cfg: ExperimentConfig, out_dir: str | Path, log: Callable[[str], None] | None = None
     ):
         self.cfg = cfg
-        self.out = Path(out_dir) / "sweep"
+        self.dir = ExperimentDir(out_dir).sweep
+        self.out = self.dir.path
         self.log = log or (lambda _m: None)
         sw = cfg.sweep
         if not sw.space:
@@ -134,7 +137,7 @@ class Sweep:
 
         if self.cfg.sweep.storage:
             return ("url", self.cfg.sweep.storage)
-        return ("journal", str(self.out / "optuna.journal"))
+        return ("journal", str(self.dir.optuna_journal))
 
     def run(self) -> dict[str, Any]:
         import optuna
@@ -157,10 +160,10 @@ class Sweep:
         with executor.session() as call:  # trials run one at a time through the executor
             for arm in self.arms:
                 self._search_arm(arm, specs, warm, storage, call, threads, summary)
-        _write_json(self.out / "sweep.json", summary)
+        write_json(self.dir.sweep_summary, summary)
         summary["confirm"] = self.confirm(summary)
         self._store_trials(summary)
-        _write_json(self.out / "sweep.json", summary)
+        write_json(self.dir.sweep_summary, summary)
         return summary
 
     def _search_arm(self, arm, specs, warm, storage, call, threads, summary) -> None:
@@ -200,6 +203,7 @@ class Sweep:
                 "storage": self._storage_ref(),
                 "pruner": self._pruner_ref(),
                 "study": study.study_name,
+                # Optuna has no public trial id; the worker re-attaches to the asked trial by it
                 "trial_id": trial._trial_id,
                 "threads": threads,
                 "parent_pid": os.getpid() if self.cfg.executor.kind == "local" else None,
@@ -275,33 +279,25 @@ class Sweep:
         return {"failures": res["failures"], "runs": len(res["summary"])}
 
     def _store_trials(self, summary: dict[str, Any]) -> None:
-        from .store import _insert, connect, ensure_schema
+        from .store import write_trials
 
-        con = connect(self.out)
-        try:
-            ensure_schema(con)
-            con.execute("DELETE FROM trials WHERE experiment_id = ?", [self.cfg.name])
-            rows = []
-            for arm, rec in summary["arms"].items():
-                for t in rec["trials_detail"]:
-                    c = t["counters"] or {}
-                    rows.append(
-                        {
-                            "experiment_id": self.cfg.name,
-                            "arm": arm,
-                            "trial": t["number"],
-                            "state": t["state"],
-                            "params": json.dumps(t["params"]),
-                            "value": t["value"],
-                            "launched_tokens": c.get("launched_tokens"),
-                            "device_seconds": c.get("device_seconds"),
-                            "pruned_at": t["pruned_at"],
-                            "run_id": None,
-                        }
-                    )
-            _insert(con, "trials", rows)
-        finally:
-            con.close()
+        rows = []
+        for arm, rec in summary["arms"].items():
+            for t in rec["trials_detail"]:
+                c = t["counters"] or {}
+                rows.append(
+                    {
+                        "arm": arm,
+                        "trial": t["number"],
+                        "state": t["state"],
+                        "params": t["params"],
+                        "value": t["value"],
+                        "launched_tokens": c.get("launched_tokens"),
+                        "device_seconds": c.get("device_seconds"),
+                        "pruned_at": t["pruned_at"],
+                    }
+                )
+        write_trials(self.out, self.cfg.name, rows)
         self._track_trials(summary)
 
     def _track_trials(self, summary: dict[str, Any]) -> None:
@@ -315,7 +311,7 @@ class Sweep:
                 tracking_uri(self.cfg.tracking.uri, self.out),
                 (self.cfg.tracking.experiment or self.cfg.name) + "-sweep",
             )
-            client, exp_id = tr._client()
+            client, exp_id = tr.client()
             parent = client.create_run(
                 exp_id,
                 run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}",

@@ -4,7 +4,7 @@ One parent run per experiment invocation, one nested run per arm x task x seed. 
 flattened blanks and config; metrics are the per-step metrics and every ledger counter (so curves
 can be drawn against tokens); tags name the preset, seed, code version and fairness flags.
 
-What was sent is recorded in ``OUT/mlflow_sync.json``; ``sixblanks sync OUT`` sends what is missing.
+What was sent is recorded in ``OUT/mlflow_sync.json`` (:class:`~sixblanks.harness.layout.ExperimentDir`); ``sixblanks sync OUT`` sends what is missing.
 Re-sending a run first deletes its earlier (possibly partial) MLflow run, so nothing is duplicated.
 """
 
@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .runner import CODE_VERSION, _write_json
+from .layout import ExperimentDir, read_json, write_json
+from .version import CODE_VERSION
 
 PARAM_MAX = 6000
 KEY_MAX = 250
@@ -26,7 +27,7 @@ def tracking_uri(cfg_uri: str | None, out_dir: Path) -> str:
     return (
         cfg_uri
         or os.environ.get("MLFLOW_TRACKING_URI")
-        or f"sqlite:///{(out_dir / 'mlflow.db').resolve()}"
+        or f"sqlite:///{ExperimentDir(out_dir).mlflow_db.resolve()}"
     )
 
 
@@ -41,19 +42,19 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         out[prefix[:KEY_MAX]] = text
 
 
-def _sync_state(out_dir: Path) -> dict[str, Any]:
-    p = out_dir / "mlflow_sync.json"
-    if p.exists():
-        return json.loads(p.read_text())
-    return {"synced": {}, "pending": [], "errors": {}}
+def _sync_state(exp_dir: ExperimentDir) -> dict[str, Any]:
+    return read_json(exp_dir.mlflow_sync) or {"synced": {}, "pending": [], "errors": {}}
 
 
 class Tracker:
     def __init__(self, out_dir: str | Path, uri: str, experiment: str, enabled: bool = True):
-        self.out = Path(out_dir)
+        self.dir = ExperimentDir(out_dir)
         self.uri, self.experiment, self.enabled = uri, experiment, enabled
 
-    def _client(self):
+    def client(self):
+        """An MLflow client for the tracking URI and the id of this tracker's MLflow experiment
+        (created, with its artifacts under OUT, when missing)."""
+
         # fail fast on an unreachable server instead of retrying for minutes
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
@@ -71,7 +72,7 @@ class Tracker:
             exp.experiment_id
             if exp
             else client.create_experiment(
-                self.experiment, artifact_location=(self.out / "mlartifacts").resolve().as_uri()
+                self.experiment, artifact_location=self.dir.mlflow_artifacts.resolve().as_uri()
             )
         )
         return client, exp_id
@@ -84,12 +85,12 @@ class Tracker:
     ) -> dict[str, Any]:
         """Send every run of ``run_ids`` not yet synced (finished ones are marked synced)."""
 
-        state = _sync_state(self.out)
+        state = _sync_state(self.dir)
         if not self.enabled:
             return state
         todo = [r for r in run_ids if state["synced"].get(r) not in ("finished", "failed")]
         try:
-            client, exp_id = self._client()
+            client, exp_id = self.client()
             parent_id = state.get("parent_run_id")
             parent_ok = False
             if parent_id:
@@ -105,7 +106,7 @@ class Tracker:
                 )
                 parent_id = parent.info.run_id
                 state["parent_run_id"] = parent_id
-                exp_json = self.out / "experiment.json"
+                exp_json = self.dir.experiment
                 if exp_json.exists():
                     client.log_artifact(parent_id, str(exp_json))
             flagged = {f["arm"] for f in (fairness or {}).get("flags", [])}
@@ -129,21 +130,15 @@ class Tracker:
                 set(state.get("pending", [])) | {r for r in todo if r not in state["synced"]}
             )
             state["last_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        _write_json(self.out / "mlflow_sync.json", state)
+        write_json(self.dir.mlflow_sync, state)
         return state
 
     def _send_run(self, client, exp_id: str, parent_id: str, rid: str, flagged: set[str]) -> str:
         from mlflow.entities import Metric, Param
 
-        from .store import _read_events
-
-        run_dir = self.out / "runs" / rid
-        spec = json.loads((run_dir / "spec.json").read_text())
-        status = (
-            json.loads((run_dir / "status.json").read_text())
-            if (run_dir / "status.json").exists()
-            else {}
-        )
+        rd = self.dir.run(rid)
+        spec = rd.read_spec()
+        status = rd.read_status()
         # replace an earlier (partial) upload of the same run
         for old in client.search_runs([exp_id], filter_string=f"tags.`sixblanks.run_id` = '{rid}'"):
             client.delete_run(old.info.run_id)
@@ -176,7 +171,7 @@ class Tracker:
             client.log_batch(run_id, params=plist[i : i + 100])
         metrics: list[Metric] = []
         ts = int(time.time() * 1000)
-        for e in _read_events(run_dir):
+        for e in rd.read_events():
             step = int(e.get("step", 0))
             if e["type"] == "step":
                 for k, v in e.items():
@@ -190,7 +185,7 @@ class Tracker:
                     )
         for i in range(0, len(metrics), 1000):
             client.log_batch(run_id, metrics=metrics[i : i + 1000])
-        client.log_artifact(run_id, str(run_dir / "spec.json"))
+        client.log_artifact(run_id, str(rd.spec))
         state = status.get("state", "pending")
         if state in ("finished", "failed"):
             client.set_terminated(run_id, "FINISHED" if state == "finished" else "FAILED")

@@ -11,8 +11,9 @@ import time
 import pytest
 from sixblanks.budgets.ledger import TIME_COUNTERS
 from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.layout import read_status
 from sixblanks.harness.orchestrator import Orchestrator, build_specs
-from sixblanks.harness.runner import execute_run, read_status
+from sixblanks.harness.runner import execute_run
 
 from .conftest import ROOT
 

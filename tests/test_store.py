@@ -9,9 +9,17 @@ import time
 
 import pytest
 from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.layout import RunDir, read_status, write_json
 from sixblanks.harness.orchestrator import Orchestrator
-from sixblanks.harness.runner import execute_run, read_status
-from sixblanks.harness.store import SCHEMA, StoreBusy, connect, ingest
+from sixblanks.harness.runner import execute_run
+from sixblanks.harness.store import (
+    SCHEMA,
+    StoreBusy,
+    connect,
+    ingest,
+    write_ladder,
+    write_trials,
+)
 
 from .conftest import ROOT
 
@@ -189,3 +197,87 @@ def test_reader_gets_a_clear_message_while_the_writer_holds_the_store(experiment
     finally:
         holder.kill()
         holder.wait()
+
+
+def _rows(out, sql):
+    con = connect(out, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_ladder_writer_replaces_only_its_experiments_and_arms_rows(tmp_path):
+    rung = {
+        "rung": 5,
+        "rung_name": "advantage",
+        "variant": "a",
+        "status": "pass",
+        "evidence": "score 0.1 -> 0.2",
+        "ci_low": float("nan"),  # a one-instance interval
+        "ci_high": 0.25,
+        "detail": {"engine": "HFEngine", "scores": [1, 0]},
+    }
+    assert (
+        write_ladder(tmp_path, "exp", "grpo", [rung, rung | {"variant": "b", "ci_low": -0.1}]) == 2
+    )
+    write_ladder(tmp_path, "exp", "dapo", [rung])
+    write_ladder(tmp_path, "other", "grpo", [rung])
+    for _ in range(2):  # a second ladder of (exp, grpo) replaces its rows, twice the same
+        write_ladder(tmp_path, "exp", "grpo", [rung | {"variant": "c", "ci_low": -0.5}])
+    rows = _rows(
+        tmp_path, "SELECT experiment_id, arm, variant, ci_low, ci_high FROM ladder ORDER BY ALL"
+    )
+    assert rows == [
+        ("exp", "dapo", "a", None, 0.25),
+        ("exp", "grpo", "c", -0.5, 0.25),
+        ("other", "grpo", "a", None, 0.25),
+    ]
+    details = _rows(tmp_path, "SELECT DISTINCT detail FROM ladder")
+    assert [json.loads(d) for (d,) in details] == [{"engine": "HFEngine", "scores": [1, 0]}]
+    with pytest.raises(ValueError, match="unknown field"):
+        write_ladder(tmp_path, "exp", "grpo", [rung | {"colour": "red"}])
+    assert len(_rows(tmp_path, "SELECT * FROM ladder")) == 3
+
+
+def test_trials_writer_is_idempotent_and_one_transaction(tmp_path):
+    def trial(n, **kw):
+        return {
+            "arm": "grpo",
+            "trial": n,
+            "state": "COMPLETE",
+            "params": {"optimizer.lr": 1e-3 * (n + 1)},
+            "value": 0.5 + n,
+            "launched_tokens": 600.0,
+            "device_seconds": 2.0,
+        } | kw
+
+    rows = [trial(0), trial(1, state="PRUNED", value=None, pruned_at=300.0)]
+    assert write_trials(tmp_path, "exp", rows) == 2
+    write_trials(tmp_path, "other", [trial(0, arm="rloo")])
+    write_trials(tmp_path, "exp", rows)
+    got = _rows(
+        tmp_path,
+        "SELECT experiment_id, arm, trial, state, params, value, pruned_at FROM trials ORDER BY ALL",
+    )
+    assert [(e, a, t, s, json.loads(p), v, pr) for e, a, t, s, p, v, pr in got] == [
+        ("exp", "grpo", 0, "COMPLETE", {"optimizer.lr": 1e-3}, 0.5, None),
+        ("exp", "grpo", 1, "PRUNED", {"optimizer.lr": 2e-3}, None, 300.0),
+        ("other", "rloo", 0, "COMPLETE", {"optimizer.lr": 1e-3}, 0.5, None),
+    ]
+    # a row the table refuses (trial is a number): the delete before it is rolled back too
+    with pytest.raises(Exception, match="(?i)convert|conversion"):
+        write_trials(tmp_path, "exp", [trial(0), trial(1, trial="x")])
+    assert len(_rows(tmp_path, "SELECT * FROM trials WHERE experiment_id = 'exp'")) == 2
+
+
+def test_run_directory_reads_survive_a_killed_run(tmp_path):
+    rd = RunDir(tmp_path / "r")
+    assert read_status(rd.path) == {"state": "pending"} and rd.read_events() == []
+    assert rd.read_result() == {} and not rd.exists()
+    rd.path.mkdir()
+    rd.events.write_bytes(b'{"type": "step", "step": 0}\n{"type": "step", "step": 1}\n{"type": "st')
+    assert [e["step"] for e in rd.read_events()] == [0, 1]  # the torn last line is dropped
+    write_json(rd.status, {"state": "running", "step": 1})
+    assert read_status(rd.path) == {"state": "running", "step": 1}
+    assert sorted(p.name for p in rd.path.iterdir()) == ["events.jsonl", "status.json"]  # no .tmp

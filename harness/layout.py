@@ -1,0 +1,250 @@
+"""Where things live on disk: the one owner of every file name of an experiment and of its runs.
+
+    OUT/                        ExperimentDir (default: runs/<experiment name>)
+      experiment.json           the resolved config, the warm-start info, the run ids   orchestrator
+      fairness.json             the fairness audit                                      orchestrator
+      summary.json              one row per run of the last `sixblanks run`             orchestrator
+      results.duckdb            the results store                                       harness.store only
+      mlflow_sync.json          what MLflow has received                                tracking
+      mlflow.db                 the default MLflow tracking store                       tracking
+      mlartifacts/              MLflow artifacts                                        tracking
+      warm_start/<key>/         the cached warm-start policy of each warm-start key     warmstart
+      runs/<run_id>/            RunDir: one run (below)                                 runner
+      ladder.json               the last ablation ladder                                ladder
+      report/                   the comparison report                                   reports
+      sweep/                    SweepDir: an ExperimentDir of its own (the confirmation runs, their
+                                store and report) plus
+        sweep.json              trials and effort per arm                               sweep
+        optuna.journal          the Optuna storage (unless sweep.storage names one)     sweep
+
+    OUT/runs/<run_id>/          RunDir; a run writes only here
+      spec.json                 the fully resolved spec (its content hash is the run id)
+      status.json               state (pending/running/finished/failed), step, counters, last eval, timings
+      events.jsonl              one line per step / evaluation / census record
+      checkpoint.pt             model, optimizers, RNG states, ledger, position
+      result.json               final counters, evaluations, consumption (finished runs only)
+
+JSON files are written atomically (``write_json``): a reader never sees a torn file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+EXPERIMENTS_ROOT = "runs"
+"""Where ``sixblanks run`` puts an experiment without ``--out``: ``runs/<name>``."""
+
+# experiment output directory
+EXPERIMENT_JSON = "experiment.json"
+FAIRNESS_JSON = "fairness.json"
+SUMMARY_JSON = "summary.json"
+RESULTS_DB = "results.duckdb"
+MLFLOW_SYNC_JSON = "mlflow_sync.json"
+MLFLOW_DB = "mlflow.db"
+MLFLOW_ARTIFACTS = "mlartifacts"
+WARM_START = "warm_start"
+RUNS = "runs"
+LADDER_JSON = "ladder.json"
+REPORT = "report"
+SWEEP = "sweep"
+SWEEP_JSON = "sweep.json"
+OPTUNA_JOURNAL = "optuna.journal"
+
+# run directory
+SPEC_JSON = "spec.json"
+STATUS_JSON = "status.json"
+EVENTS_JSONL = "events.jsonl"
+CHECKPOINT = "checkpoint.pt"
+RESULT_JSON = "result.json"
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` atomically: a temporary file beside ``path``, then a rename."""
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON atomically (indented; non-JSON values as ``str``)."""
+
+    write_text(Path(path), json.dumps(data, indent=2, default=str))
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    """The JSON in ``path``, or ``default`` when there is no such file."""
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return default
+    return json.loads(text)
+
+
+class RunDir:
+    """One run's directory (``OUT/runs/<run_id>``); its name is the run id."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def spec(self) -> Path:
+        return self.path / SPEC_JSON
+
+    @property
+    def status(self) -> Path:
+        return self.path / STATUS_JSON
+
+    @property
+    def events(self) -> Path:
+        return self.path / EVENTS_JSONL
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / CHECKPOINT
+
+    @property
+    def result(self) -> Path:
+        return self.path / RESULT_JSON
+
+    def exists(self) -> bool:
+        """Whether a run was started here (its spec is written first)."""
+
+        return self.spec.exists()
+
+    def read_spec(self) -> dict[str, Any]:
+        return json.loads(self.spec.read_text(encoding="utf-8"))
+
+    def read_status(self) -> dict[str, Any]:
+        """status.json; ``{"state": "pending"}`` when the run has not started (or it is unreadable)."""
+
+        try:
+            return json.loads(self.status.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return {"state": "pending"}
+
+    def read_result(self) -> dict[str, Any]:
+        """result.json; ``{}`` until the run has finished."""
+
+        return read_json(self.result, {})
+
+    def read_events(self) -> list[dict[str, Any]]:
+        """The records of events.jsonl, up to a torn last line of a killed run (redone on resume)."""
+
+        import orjson
+
+        if not self.events.exists():
+            return []
+        out = []
+        for line in self.events.read_bytes().splitlines():
+            try:
+                out.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                break
+        return out
+
+
+def read_status(run_dir: str | Path) -> dict[str, Any]:
+    """The status of the run in ``run_dir`` (see :meth:`RunDir.read_status`)."""
+
+    return RunDir(run_dir).read_status()
+
+
+class ExperimentDir:
+    """An experiment's output directory (``OUT``)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r})"
+
+    @classmethod
+    def default(cls, name: str) -> ExperimentDir:
+        """Where an experiment goes without ``--out``: ``runs/<name>`` under the current directory."""
+
+        return cls(Path(EXPERIMENTS_ROOT) / name)
+
+    @property
+    def experiment(self) -> Path:
+        return self.path / EXPERIMENT_JSON
+
+    @property
+    def fairness(self) -> Path:
+        return self.path / FAIRNESS_JSON
+
+    @property
+    def summary(self) -> Path:
+        return self.path / SUMMARY_JSON
+
+    @property
+    def results_db(self) -> Path:
+        return self.path / RESULTS_DB
+
+    @property
+    def mlflow_sync(self) -> Path:
+        return self.path / MLFLOW_SYNC_JSON
+
+    @property
+    def mlflow_db(self) -> Path:
+        return self.path / MLFLOW_DB
+
+    @property
+    def mlflow_artifacts(self) -> Path:
+        return self.path / MLFLOW_ARTIFACTS
+
+    @property
+    def warm_start(self) -> Path:
+        """The warm-start cache: one directory per warm-start key."""
+
+        return self.path / WARM_START
+
+    def warm_policy(self, key: str) -> Path:
+        """The cached warm-start policy of ``key`` (as ``warmstart.warm_start`` writes it)."""
+
+        return self.warm_start / key
+
+    @property
+    def runs(self) -> Path:
+        return self.path / RUNS
+
+    def run(self, run_id: str) -> RunDir:
+        return RunDir(self.runs / run_id)
+
+    @property
+    def ladder(self) -> Path:
+        return self.path / LADDER_JSON
+
+    @property
+    def report(self) -> Path:
+        return self.path / REPORT
+
+    @property
+    def sweep(self) -> SweepDir:
+        return SweepDir(self.path / SWEEP)
+
+    def read_experiment(self) -> dict[str, Any]:
+        return json.loads(self.experiment.read_text(encoding="utf-8"))
+
+
+class SweepDir(ExperimentDir):
+    """``OUT/sweep``: the confirmation runs' experiment directory, plus the search's own files."""
+
+    @property
+    def sweep_summary(self) -> Path:
+        return self.path / SWEEP_JSON
+
+    @property
+    def optuna_journal(self) -> Path:
+        return self.path / OPTUNA_JOURNAL
