@@ -36,11 +36,11 @@ from .evaluate import evaluate
 from .layout import ExperimentDir, write_json
 from .models import load_pretrained
 from .rollout.agent import run_episodes
-from .rollout.engine import HFEngine, RolloutError, SamplingParams
-from .runner import settings_from_spec
+from .rollout.engine import RolloutError, SamplingParams, make_engine
+from .runner import build_trainer
 from .seeds import TRAIN_SEED_RANGE
 from .tasks import make_task
-from .training import Trainer, TrainingError
+from .training import TrainingError
 
 RUNGS = [
     (1, "contract"),
@@ -123,6 +123,11 @@ class Ladder:
         )
         return model, tok
 
+    def _engine(self, model, tok):
+        """The rollout engine ``rollout.backend`` names (hf or vllm), as runs get it."""
+
+        return make_engine(self.cfg.rollout, model, tok, seed=self.seeds[0])
+
     def _train(
         self,
         blanks_over: dict[str, Any] | None = None,
@@ -143,15 +148,19 @@ class Ladder:
             ).model_dump(mode="json")
         if lr is not None:
             spec["optimizer"]["lr"] = lr
-        settings = settings_from_spec(spec)
-        settings.reward_range = self.task.reward_range
-        model, tok = self._policy()
-        ref, _ = self._policy()
-        trainer = Trainer(settings, self.task, model, tok, ref_model=ref)
+        # as a run builds it: the configured engine, a frozen reference, the declared reward range
+        trainer = build_trainer(spec, self.warm)
+        engine = _engine_name(trainer.engine)
         try:
             res = trainer.train()
         except (TrainingError, RolloutError) as exc:
-            return {"error": str(exc), "diverged": True, "scores": None, "grad_norm": None}
+            return {
+                "error": str(exc),
+                "diverged": True,
+                "scores": None,
+                "grad_norm": None,
+                "engine": engine,
+            }
         grad = [m["grad_norm"] for m in res.steps if "grad_norm" in m]
         return {
             "scores": res.evals[-1]["per_instance"],
@@ -163,13 +172,14 @@ class Ladder:
             "trainable": [m.get("trainable_group_frac") for m in res.steps],
             "counters": dict(res.ledger.counters),
             "diverged": False,
+            "engine": engine,
         }
 
     # ------------------------------------------------------------------ rungs
 
     def rung_contract(self) -> list[RungResult]:
         model, tok = self._policy()
-        engine = HFEngine(model, tok)
+        engine = self._engine(model, tok)
         r = self.cfg.rollout
         params = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
         rng = np.random.default_rng(self.seeds[0])
@@ -198,11 +208,10 @@ class Ladder:
             group_size=G,
             policy_version=engine.policy_version,
         )
+        detail = {**rep.to_dict(), "engine": _engine_name(engine)}
         if rep.passed:
             return [
-                RungResult(
-                    1, "contract", "fresh rollouts", "pass", rep.summary(), detail=rep.to_dict()
-                )
+                RungResult(1, "contract", "fresh rollouts", "pass", rep.summary(), detail=detail)
             ]
         fails = "; ".join(f"{f.name}: {f.detail}" for f in rep.failures)
         return [
@@ -212,7 +221,7 @@ class Ladder:
                 "fresh rollouts",
                 "fail",
                 f"trajectory contract broken: {fails}",
-                detail=rep.to_dict(),
+                detail=detail,
             )
         ]
 
@@ -223,7 +232,7 @@ class Ladder:
         from .policy import policy_logprobs
 
         model, tok = self._policy()
-        engine = HFEngine(model, tok)
+        engine = self._engine(model, tok)
         r = self.cfg.rollout
         blanks = resolve(self.spec["preset"], self.spec["blanks"])
         G = blanks.data.group_size or r.group_size
@@ -286,6 +295,7 @@ class Ladder:
             "loss": [l1, l2, l3],
             "grad_rel_diff_repeat": rep_diff,
             "grad_rel_diff_split": split_diff,
+            "engine": _engine_name(engine),
         }
         ok = (
             abs(l1 - l2) <= 1e-6 * max(1, abs(l1))
@@ -310,7 +320,7 @@ class Ladder:
 
     def rung_no_update_eval(self) -> list[RungResult]:
         model, tok = self._policy()
-        engine = HFEngine(model, tok)
+        engine = self._engine(model, tok)
         r = self.cfg.rollout
         n = int(self.spec["eval"].get("size") or self.spec["task"]["eval_size"])
         runs = []
@@ -331,7 +341,12 @@ class Ladder:
             runs.append(ev)
         scores = [e["score"] for e in runs]
         changed = sum(a != b for a, b in zip(runs[0]["per_instance"], runs[1]["per_instance"]))
-        detail = {"scores": scores, "instances_changed": changed, "n": n}
+        detail = {
+            "scores": scores,
+            "instances_changed": changed,
+            "n": n,
+            "engine": _engine_name(engine),
+        }
         if len(set(scores)) == 1 and changed == 0:
             return [
                 RungResult(
@@ -367,7 +382,7 @@ class Ladder:
                     "short run",
                     "inconclusive",
                     f"difficulty histogram {hist}; the short run diverged: {out['error']}",
-                    detail={"hist": hist},
+                    detail={"hist": hist, "engine": out["engine"]},
                 )
             ]
         tr = [t for t in out["trainable"] if t is not None]
@@ -378,6 +393,7 @@ class Ladder:
             "trainable_start": start,
             "trainable_mean": mean,
             "trainable": tr,
+            "engine": out["engine"],
         }
         ev = f"difficulty histogram {hist}; trainable-group fraction {start:.2f} at the start, {mean:.2f} over the run"
         if mean == 0.0:
@@ -419,7 +435,7 @@ class Ladder:
                         label,
                         "fail" if label == nominal_key else "inconclusive",
                         f"diverged: {o['error']}",
-                        detail={"diverged": True},
+                        detail={"diverged": True, "engine": o["engine"]},
                     )
                 )
                 continue
@@ -558,10 +574,15 @@ class Ladder:
 
     # ------------------------------------------------------------------ the walk
 
-    def run(self, all_rungs: bool = False) -> list[RungResult]:
+    def run(self, all_rungs: bool = False, until: int | None = None) -> list[RungResult]:
+        """Walk the rungs in order (up to rung ``until``), stopping at the first failing one unless
+        ``all_rungs``; records the results (ladder.json, the store's ladder table) and returns them."""
+
         self.prepare()
         t0 = time.time()
         for rung, name in RUNGS:
+            if until is not None and rung > until:
+                break
             self.log(f"ladder: rung {rung} ({name})")
             res = getattr(self, f"rung_{name}")()
             self.results += res
@@ -579,6 +600,12 @@ class Ladder:
             ExperimentDir(self.out).ladder, {"arm": self.arm, "seconds": seconds, "rungs": rows}
         )
         write_ladder(self.out, self.cfg.name, self.arm, rows)
+
+
+def _engine_name(engine) -> str:
+    """The engine class that sampled a rung's rollouts (HFEngine, VLLMEngine), for its evidence."""
+
+    return type(engine).__name__
 
 
 def first_failure(results: list[RungResult]) -> RungResult | None:

@@ -64,6 +64,7 @@ def test_drifting_environment_stops_at_the_no_update_rung(tmp_path):
     fail = first_failure(results)
     assert fail.rung == 3 and [r.status for r in results] == ["pass", "pass", "fail"]
     assert "environment drift" in fail.evidence
+    assert [r.detail["engine"] for r in results] == ["HFEngine"] * 3  # rollout.backend: hf
 
 
 @pytest.mark.slow
@@ -99,6 +100,7 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     assert not [r for r in rows if r["status"] == "fail"]
     assert {r["rung"] for r in rows} == set(range(1, 10))
     assert next(r for r in rows if r["rung"] == 9)["status"] == "inconclusive"
+    assert {r["detail"]["engine"] for r in rows if r["rung"] <= 8} == {"HFEngine"}
     import duckdb
 
     con = duckdb.connect(str(tmp_path / "good" / "results.duckdb"), read_only=True)
@@ -115,3 +117,27 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     ).ingest()
     html = build_report(tmp_path / "good", resamples=200).read_text()
     assert "Ablation ladder" in html and "asynchrony" in html
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_ladder_of_a_vllm_arm_samples_with_vllm(tmp_path):
+    """The ladder builds its engines as runs do: rollout.backend vllm means vLLM in every rung
+    (contract, frozen batch, repeated evaluation, and the short training run of rung 4)."""
+
+    from sixblanks.harness.store import connect
+
+    cfg = _cfg(
+        task={"name": "arithmetic", "eval_size": 8},
+        rollout={"backend": "vllm"},
+        warm_start={"steps": 40, "num_demos": 300},
+        ladder={"budget": {"launched_tokens": 150}},
+    )
+    results = Ladder(cfg, tmp_path).run(until=4)
+    assert [r.rung for r in results] == [1, 2, 3, 4], [(r.rung, r.evidence) for r in results]
+    assert [r.status for r in results][:3] == ["pass"] * 3, [r.evidence for r in results]
+    assert [r.detail["engine"] for r in results] == ["VLLMEngine"] * 4
+    con = connect(tmp_path, read_only=True)
+    stored = [json.loads(d)["engine"] for (d,) in con.sql("SELECT detail FROM ladder").fetchall()]
+    con.close()
+    assert stored == ["VLLMEngine"] * 4
