@@ -319,9 +319,8 @@ ESTIMATORS.add(
         gae,
         inputs=("token_rewards", "values", "mask", "bootstrap"),
         reads=("advantage.gamma", "advantage.lam"),
-        # the critic trainer runs GAE: it reads the value model's spec, and it alone implements the
-        # target-KL early stop
-        applies=("advantage.critic", "weight.target_kl"),
+        # the actor-critic objective runs GAE: it reads the value model's spec
+        applies=("advantage.critic",),
     )
 )
 """gae (:func:`sixblanks.algorithms.critic.gae`) needs a value model and returns (advantages,

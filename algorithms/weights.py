@@ -66,6 +66,10 @@ def gspo_token_ratio(logp, old_logp, mask, clamp: float = 10.0) -> torch.Tensor:
     return torch.exp(log_s[:, None] + logp - logp.detach())
 
 
+KL_STOP = ("weight.target_kl",)
+"""With a ratio to pi_old, the training loop's minibatch routine stops the epochs at a target KL."""
+
+
 @RATIOS.register("none")
 def _no_ratio(logp, old_logp, adv, mask):
     """w = 1: on-policy REINFORCE, no ratio to pi_old."""
@@ -73,14 +77,14 @@ def _no_ratio(logp, old_logp, adv, mask):
     return self_ratio(logp), adv
 
 
-@RATIOS.register("token", reads=("weight.log_ratio_clamp",))
+@RATIOS.register("token", reads=("weight.log_ratio_clamp",), applies=KL_STOP)
 def _token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     """r_t per token."""
 
     return token_ratio(logp, old_logp, clamp=log_ratio_clamp), adv
 
 
-@RATIOS.register("sequence", reads=("weight.log_ratio_clamp",))
+@RATIOS.register("sequence", reads=("weight.log_ratio_clamp",), applies=KL_STOP)
 def _sequence_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     """GSPO s_i on every token, with one advantage per sequence: the mean over its trained tokens."""
 
@@ -89,7 +93,7 @@ def _sequence_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     return ratio, ((adv * m).sum(1) / m.sum(1).clamp(min=1.0))[:, None].expand_as(adv)
 
 
-@RATIOS.register("gspo_token", reads=("weight.log_ratio_clamp",))
+@RATIOS.register("gspo_token", reads=("weight.log_ratio_clamp",), applies=KL_STOP)
 def _gspo_token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     """GSPO-token s_{i,t}, with the token-level advantage."""
 

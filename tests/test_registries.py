@@ -188,7 +188,6 @@ def test_grpo_shows_no_critic_sapo_dpo_or_reward_kl_fields():
         "advantage.whiten_eps",
         "weight.tau_pos",
         "weight.tau_neg",
-        "weight.target_kl",
         "regularizer.dpo_beta",
         "regularizer.dpo_label_smoothing",
         "regularizer.reward_kl_estimator",  # its coefficient is 0
@@ -206,8 +205,10 @@ def test_grpo_shows_no_critic_sapo_dpo_or_reward_kl_fields():
         "normalization.count_empty_rows",
         "regularizer.loss_kl_coef",
         "regularizer.loss_kl_estimator",
+        "weight.target_kl",  # any arm with a ratio to pi_old can stop its epochs at a target KL
     ):
         assert present in f, present
+    assert "weight.target_kl" not in _fields("reinforce")  # w = 1: no ratio, one pass
 
 
 def test_sapo_shows_its_temperatures_and_no_clip():
@@ -257,7 +258,7 @@ def test_applicable_fields_keep_the_flatten_order():
 
 
 # Alternative values for the fields the algorithms functions read (the data fields are read by the
-# harness's loop, the critic fields and target_kl by its critic trainer).
+# harness's loop, the critic fields by its actor-critic objective, target_kl by its minibatch routine).
 ALTERNATIVES = {
     "weight.eps_low": 0.05,
     "weight.eps_high": 0.07,

@@ -152,7 +152,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 def test_report_renders_in_headless_chromium(experiment, tmp_path):
     # `make test` installs Chromium (Makefile, SYSDEPS_STAMP): missing, this fails rather than skips
-    assert CHROMIUM, "headless Chromium is not installed: run `make test` (it apt-installs chromium)"
+    assert CHROMIUM, (
+        "headless Chromium is not installed: run `make test` (it apt-installs chromium)"
+    )
     index = build_report(experiment, resamples=200)
     shot = tmp_path / "shot.png"
     subprocess.run(

@@ -138,3 +138,24 @@ def test_dynamic_sampling_round_cap_error(initial):
     )  # near-greedy: groups are all-equal
     with pytest.raises(TrainingError, match="dynamic sampling kept"):
         Trainer(s, task, copy.deepcopy(model0), tok).train(evaluate_start=False)
+
+
+def test_target_kl_stops_the_epochs_of_a_critic_free_arm(initial):
+    """weight.target_kl is read by the shared minibatch routine: a GRPO arm with 4 epochs stops after
+    its first step once the approx KL to pi_old passes 1.5 x target_kl; a loose target never stops."""
+
+    cfg, task, model0, tok = initial
+    runs = {}
+    for target in (1e-9, 1e3):
+        s = _settings(cfg, "grpo", budget=1e9, data={"epochs": 4}, weight={"target_kl": target})
+        res = Trainer(s, task, copy.deepcopy(model0), tok).train(max_steps=3, evaluate_start=False)
+        runs[target] = [m for m in res.steps if not m.get("skipped")]
+    # a batch whose groups all have equal rewards has A = 0: no gradient, the policy stays pi_old
+    tight = [m for m in runs[1e-9] if m["adv_abs_mean"] > 0]
+    loose = runs[1e3]
+    assert tight and loose
+    for m in tight:  # epoch 0 is on pi_old (approx KL 0); the check after the first step stops it
+        assert m["early_stop_epoch"] == 1 and m["optimizer_steps"] == 1
+        assert m["early_stop_approx_kl"] > 1.5e-9
+    for m in loose:
+        assert m["early_stop_epoch"] == -1 and m["optimizer_steps"] == 4

@@ -152,7 +152,9 @@ def run_episodes(
     return episodes_to_batch(episodes, tokenizer, engine.policy_version, task.name)
 
 
-def episodes_to_batch(episodes: list[Episode], tokenizer, version: int, task_name: str) -> TrajectoryBatch:
+def episodes_to_batch(
+    episodes: list[Episode], tokenizer, version: int, task_name: str
+) -> TrajectoryBatch:
     B = len(episodes)
     T = max(len(ep.tokens) for ep in episodes)
     K = max(1, max(max(len(ep.turn_rewards), len(ep.state_keys)) for ep in episodes))

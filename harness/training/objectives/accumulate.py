@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from sixblanks.algorithms.critic import target_kl_exceeded
 from sixblanks.algorithms.data import minibatches
 
 from ..context import RunContext
@@ -34,6 +35,18 @@ class Pass:
     @property
     def grad_norm(self) -> float:
         return float(sum(self.grad_norms) / max(1, len(self.grad_norms)))
+
+    def early_stop_metrics(self) -> dict[str, float]:
+        """Where the target-KL rule stopped the epochs (-1: it did not)."""
+
+        stop = self.early_stop
+        out = {
+            "early_stop_epoch": float(stop["epoch"]) if stop else -1.0,
+            "early_stop_minibatch": float(stop["minibatch"]) if stop else -1.0,
+        }
+        if stop:
+            out["early_stop_approx_kl"] = stop["approx_kl"]
+        return out
 
     def summary(self) -> dict[str, float]:
         """The averaged metrics, the mean gradient norm and the number of optimizer steps."""
@@ -59,18 +72,19 @@ def accumulate(
     micro_step: MicroStep,
     *,
     optimizers: tuple[torch.optim.Optimizer, ...] = (),
-    before_step: Callable[[int, int, dict[str, float], Weights], dict | None] | None = None,
     after_step: Callable[[list[int]], None] | None = None,
 ) -> Pass:
     """Run the data blank's epochs x minibatches over ``units`` and step the policy after each.
+
+    Target KL (``weight.target_kl``): where micro-steps report ``approx_kl_num`` (their approx KL to
+    pi_old times their share of the loss weights), the minibatch's approx KL is checked before its
+    step, and the epochs stop once it exceeds 1.5 x target_kl.
 
     Args:
         weigh: loss weights of a minibatch's units (``[n, T]``, ``[n]``, or a dict of such), or None
             to skip the minibatch.
         micro_step: loss and backward of one micro-batch.
         optimizers: further optimizers zeroed with the policy's (a separate critic).
-        before_step: (epoch, minibatch, metrics, weights) -> an early-stop record to stop before
-            this step (target KL), or None.
         after_step: runs after each policy step with the minibatch's units (critic steps).
     """
 
@@ -93,10 +107,12 @@ def accumulate(
                 else weights[part]
             )
             merge(mbm, micro_step(rows[part], w, epoch))
-        if before_step is not None:
-            stop = before_step(epoch, n_mb, mbm, weights)
-            if stop is not None:
-                out.early_stop = stop
+        if "approx_kl_num" in mbm:
+            w = weights["loss"] if isinstance(weights, dict) else weights
+            kl_mb = mbm.pop("approx_kl_num") / max(float(w.sum()), 1e-12)
+            mbm["approx_kl"] = kl_mb
+            if target_kl_exceeded(kl_mb, ctx.blanks.weight.target_kl):
+                out.early_stop = {"epoch": epoch, "minibatch": n_mb, "approx_kl": kl_mb}
                 ctx.optimizer.zero_grad(set_to_none=True)
                 break
         out.grad_norms.append(ctx.clip_and_step())

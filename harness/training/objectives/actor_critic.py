@@ -18,7 +18,6 @@ from sixblanks.algorithms.critic import (
     explained_variance,
     gae,
     place_rewards,
-    target_kl_exceeded,
     value_loss,
     whiten_population,
 )
@@ -197,13 +196,6 @@ class ActorCritic:
             )
             return met
 
-        def before_step(epoch, n_mb, mbm, w):
-            kl_mb = mbm.pop("approx_kl_num") / max(float(w["loss"].sum()), 1e-12)
-            mbm["approx_kl"] = kl_mb
-            if target_kl_exceeded(kl_mb, b.weight.target_kl):
-                return {"epoch": epoch, "minibatch": n_mb, "approx_kl": kl_mb}
-            return None
-
         def after_step(rows: list[int]) -> None:
             if self.critic_optimizer is None:
                 return
@@ -227,23 +219,17 @@ class ActorCritic:
             weigh,
             micro_step,
             optimizers=extra,
-            before_step=before_step,
             after_step=after_step,
         )
         ctx.model.eval()
         self.critic.eval()
-        stop = out.early_stop
-        metrics = {
+        return {
             **out.summary(),
+            **out.early_stop_metrics(),
             **p.metrics,
             "critic_seconds": critic_time[0],
-            "early_stop_epoch": float(stop["epoch"]) if stop else -1.0,
-            "early_stop_minibatch": float(stop["minibatch"]) if stop else -1.0,
             "policy_version": float(ctx.engine.policy_version),
         }
-        if stop:
-            metrics["early_stop_approx_kl"] = stop["approx_kl"]
-        return metrics
 
     def step_critic(self) -> None:
         torch.nn.utils.clip_grad_norm_(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from sixblanks.algorithms.critic import approx_kl
 from sixblanks.algorithms.loss import compute_advantages, policy_loss
 from sixblanks.algorithms.normalization import loss_weights
 from sixblanks.algorithms.weights import mismatch_stats
@@ -84,6 +85,7 @@ class PolicyGradient(Stateless):
         ctx, b = self.ctx, self.ctx.blanks
         batch, mask, t = p.batch, p.mask, p.tensors
         dev = ctx.device
+        target_kl = b.weight.target_kl
 
         def weigh(rows: list[int]) -> torch.Tensor | None:
             sub = mask[rows]
@@ -112,6 +114,11 @@ class PolicyGradient(Stateless):
                     f"(epoch {epoch}); metrics {met}. Lower optimizer.lr or check the rewards."
                 )
             loss.backward()
+            if target_kl is not None:  # the routine stops the epochs past 1.5 x target_kl
+                old = t["old_logp"][rows].to(dev)
+                met["approx_kl_num"] = approx_kl(logp, old, mask[rows].to(dev)) * float(
+                    weights.sum()
+                )
             return met
 
         ctx.model.train()
@@ -119,6 +126,7 @@ class PolicyGradient(Stateless):
         ctx.model.eval()
         return {
             **out.summary(),
+            **(out.early_stop_metrics() if target_kl is not None else {}),
             **p.metrics,
             "policy_version": float(ctx.engine.policy_version),
         }
