@@ -17,7 +17,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from .errors import NotBuiltError, SixblanksError
+from .errors import SixblanksError
 from .layout import ExperimentDir, read_json
 
 app = typer.Typer(
@@ -383,13 +383,6 @@ def rollouts(
             out.print(f"contract {res.name}: {mark} {res.detail}")
     if not report_.passed:
         raise typer.Exit(1)
-
-
-# --------------------------------------------------------------------------- not built yet
-
-
-def _not_built(command: str, issue: str) -> None:
-    raise NotBuiltError(f"'sixblanks {command}' is not built yet ({issue}); nothing was done")
 
 
 @app.command()

@@ -27,12 +27,6 @@ class ConfigError(SixblanksError):
     exit_code = 2
 
 
-class NotBuiltError(SixblanksError):
-    """A command whose machinery does not exist yet (exit code 3): it never pretends to succeed."""
-
-    exit_code = 3
-
-
 def suggest(name: str, valid: Iterable[str]) -> str:
     """'; did you mean 'x'?' when a close match exists, else ''."""
 

@@ -9,6 +9,7 @@
       mlflow.db                 the default MLflow tracking store                       tracking
       mlartifacts/              MLflow artifacts                                        tracking
       warm_start/<key>/         the cached warm-start policy of each warm-start key     warmstart
+        warm_start.json         its info: key, policy hash, SFT losses, demonstration ledger
       runs/<run_id>/            RunDir: one run (below)                                 runner
       ladder.json               the last ablation ladder                                ladder
       report/                   the comparison report                                   reports
@@ -46,6 +47,7 @@ MLFLOW_SYNC_JSON = "mlflow_sync.json"
 MLFLOW_DB = "mlflow.db"
 MLFLOW_ARTIFACTS = "mlartifacts"
 WARM_START = "warm_start"
+WARM_START_JSON = "warm_start.json"
 RUNS = "runs"
 LADDER_JSON = "ladder.json"
 REPORT = "report"

@@ -28,7 +28,7 @@ def settings_from_spec(spec: dict[str, Any]):
     from sixblanks.algorithms.blanks import Blanks
 
     from .config import OptimizerConfig, RolloutConfig
-    from .trainer import RunSettings
+    from .training import RunSettings
 
     ev = spec["eval"]
     return RunSettings(
@@ -56,7 +56,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path):
     from .models import load_pretrained
     from .rollout.engine import make_engine
     from .tasks import make_task
-    from .trainer import Trainer
+    from .training import Trainer
 
     settings = settings_from_spec(spec)
     task = make_task(spec["task"]["name"], spec["task"].get("params") or {})

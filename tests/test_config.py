@@ -309,16 +309,6 @@ def test_schema_is_json_schema_of_the_config(cli, tmp_path):
     assert "arms" in schema["required"]
 
 
-def test_not_built_error_exits_3_without_pretending(capsys):
-    from sixblanks.harness.cli import _not_built, main
-    from sixblanks.harness.errors import NotBuiltError
-
-    with pytest.raises(NotBuiltError) as info:
-        _not_built("x", "a later issue")
-    assert info.value.exit_code == 3 and "not built yet" in str(info.value)
-    assert callable(main)
-
-
 def test_config_error_lists_problems():
     with pytest.raises(ConfigError) as info:
         load_config("/nonexistent/dir/x.yaml")

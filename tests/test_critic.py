@@ -18,7 +18,7 @@ from sixblanks.algorithms.presets import get_preset, ppo_checklist, resolve
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.critic import pool_values, token_values
 from sixblanks.harness.tasks import make_task
-from sixblanks.harness.trainer import RunSettings, Trainer
+from sixblanks.harness.training import RunSettings, Trainer
 from sixblanks.harness.warmstart import warm_start
 
 D = torch.float64

@@ -62,3 +62,21 @@ def test_every_preset_maps_to_a_collector_and_an_objective():
             else True
         )
     assert len(seen) == 4
+
+
+def test_no_module_imports_another_modules_underscore_names():
+    """Ruff's PLC2701 misses relative imports inside one package; this scan covers them too."""
+
+    import ast
+
+    root = TRAINING.parents[1]
+    found = []
+    for folder in ("harness", "algorithms", "budgets", "reports", "benchmarks"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom):
+                    private = [a.name for a in node.names if a.name.startswith("_")]
+                    private = [n for n in private if not n.startswith("__")]
+                    if private:
+                        found.append(f"{path.relative_to(root)}:{node.lineno}: {private}")
+    assert not found, "\n".join(found)
