@@ -34,6 +34,10 @@ _STATE: dict[str, bool] = {"debug": False, "quiet": False}
 
 ConfigArg = Annotated[Path, typer.Argument(help="Experiment YAML file.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="Experiment output directory; default runs/<name>."),
+]
 
 
 @app.callback()
@@ -277,23 +281,18 @@ def rollouts(
             help="Use the warm-start policy (built and cached if missing).",
         ),
     ] = True,
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Experiment output directory (warm-start cache).")
-    ] = None,
+    out_dir: OutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Sample episodes with the configured policy, show them, and run the contract checks (exit 1 if one fails)."""
 
-    import torch
     from rich.text import Text
 
     from .config import load_config
-    from .contract import check_contract
+    from .contract import sample_and_check
     from .models import load_policy
-    from .rollout.agent import run_episodes
-    from .rollout.engine import SamplingParams, make_engine
+    from .rollout.engine import make_engine
     from .tasks import make_task
-    from .tasks.verify import VerifierGate
     from .warmstart import warm_start
 
     cfg = load_config(config)
@@ -315,30 +314,17 @@ def rollouts(
         model, tok = load_policy(cfg.model, tasks)
     engine = make_engine(cfg.rollout, model, tok, seed=seed)
     r = cfg.rollout
-    params = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
     G = group or r.group_size
-    gate = VerifierGate(the_task)
-    batch = run_episodes(
+    batch, report_ = sample_and_check(
         engine,
+        model,
         tok,
         the_task,
         the_task.instances(list(range(seed * 100_000, seed * 100_000 + n))),
         G,
-        params,
-        gate,
-        max_context_tokens=r.max_prompt_tokens,
-        generator=torch.Generator().manual_seed(seed),
-    )
-    report_ = check_contract(
-        batch,
-        model,
-        tok,
-        temperature=r.temperature,
-        top_k=r.top_k,
-        top_p=r.top_p,
+        r,
+        seed=seed,
         reward_range=tcfg.reward_range or the_task.reward_range,
-        group_size=G,
-        policy_version=engine.policy_version,
     )
     if as_json:
         episodes = []
@@ -388,9 +374,7 @@ def rollouts(
 @app.command()
 def run(
     config: ConfigArg = Path("experiments.yaml"),
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Output directory; default runs/<name>.")
-    ] = None,
+    out_dir: OutOpt = None,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="No live progress bars.")
     ] = False,
@@ -612,9 +596,7 @@ def ladder(
     all_: Annotated[
         bool, typer.Option("--all", help="Do not stop at the first failing rung.")
     ] = False,
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Output directory; default runs/<name>.")
-    ] = None,
+    out_dir: OutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Walk the ablation ladder for one arm, one axis at a time; stop at the first failing rung."""
@@ -653,9 +635,7 @@ def ladder(
 @app.command()
 def sweep(
     config: ConfigArg = Path("experiments.yaml"),
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Output directory; default runs/<name>.")
-    ] = None,
+    out_dir: OutOpt = None,
 ) -> None:
     """Hyperparameter search per arm under a fixed search budget, then confirmation on fresh seeds."""
 

@@ -331,3 +331,46 @@ def check_contract(
         check_version(batch, policy_version),
     ]
     return ContractReport(results)
+
+
+def sample_and_check(
+    engine,
+    model,
+    tokenizer,
+    task,
+    instances: list,
+    group_size: int,
+    rollout,
+    *,
+    seed: int,
+    reward_range: tuple[float, float],
+) -> tuple[TrajectoryBatch, ContractReport]:
+    """Fresh episodes (``group_size`` per instance, the rollout's sampling settings, generator seeded
+    by ``seed``) from ``engine``, and the contract checked on them against ``model``."""
+
+    from .rollout.agent import run_episodes
+    from .rollout.engine import SamplingParams
+
+    r = rollout
+    batch = run_episodes(
+        engine,
+        tokenizer,
+        task,
+        instances,
+        group_size,
+        SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens),
+        max_context_tokens=r.max_prompt_tokens,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    report = check_contract(
+        batch,
+        model,
+        tokenizer,
+        temperature=r.temperature,
+        top_k=r.top_k,
+        top_p=r.top_p,
+        reward_range=reward_range,
+        group_size=group_size,
+        policy_version=engine.policy_version,
+    )
+    return batch, report

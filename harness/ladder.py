@@ -30,7 +30,7 @@ from sixblanks.algorithms.blanks import deep_merge
 from sixblanks.algorithms.presets import resolve
 
 from .config import ExperimentConfig
-from .contract import check_contract
+from .contract import sample_and_check
 from .errors import SixblanksError
 from .evaluate import evaluate
 from .layout import ExperimentDir, write_json
@@ -181,32 +181,21 @@ class Ladder:
         model, tok = self._policy()
         engine = self._engine(model, tok)
         r = self.cfg.rollout
-        params = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
         rng = np.random.default_rng(self.seeds[0])
         instances = self.task.instances(
             [int(x) for x in rng.integers(0, TRAIN_SEED_RANGE, r.prompts_per_step)]
         )
         G = resolve(self.spec["preset"]).data.group_size or r.group_size
-        batch = run_episodes(
+        _, rep = sample_and_check(
             engine,
+            model,
             tok,
             self.task,
             instances,
             G,
-            params,
-            max_context_tokens=r.max_prompt_tokens,
-            generator=torch.Generator().manual_seed(self.seeds[0]),
-        )
-        rep = check_contract(
-            batch,
-            model,
-            tok,
-            temperature=r.temperature,
-            top_k=r.top_k,
-            top_p=r.top_p,
+            r,
+            seed=self.seeds[0],
             reward_range=self.task.reward_range,
-            group_size=G,
-            policy_version=engine.policy_version,
         )
         detail = {**rep.to_dict(), "engine": _engine_name(engine)}
         if rep.passed:
@@ -499,21 +488,30 @@ class Ladder:
             )
         return results
 
+    def _vary(
+        self, rung: int, name: str, blank: str, field: str, values: list, label: str
+    ) -> list[RungResult]:
+        """One field of one blank varied over ``values``, everything else at the arm's setting."""
+
+        nominal = self.spec["blanks"][blank][field]
+        key = f"{label}={nominal} (nominal)"
+        variants: dict[str, dict[str, Any]] = {key: {}}
+        for value in values:
+            if value != nominal:
+                variants[f"{label}={value}"] = {"blanks_over": {blank: {field: value}}}
+        return self._compare(rung, name, variants, key)
+
     def rung_advantage(self) -> list[RungResult]:
-        nominal = self.spec["blanks"]["advantage"]["estimator"]
-        variants = {f"advantage={nominal} (nominal)": {}}
-        for est in self.cfg.ladder.advantage_variants:
-            if est != nominal:
-                variants[f"advantage={est}"] = {"blanks_over": {"advantage": {"estimator": est}}}
-        return self._compare(5, "advantage", variants, f"advantage={nominal} (nominal)")
+        lad = self.cfg.ladder
+        return self._vary(
+            5, "advantage", "advantage", "estimator", lad.advantage_variants, "advantage"
+        )
 
     def rung_normalization(self) -> list[RungResult]:
-        nominal = self.spec["blanks"]["normalization"]["mode"]
-        variants = {f"Z={nominal} (nominal)": {}}
-        for mode in self.cfg.ladder.normalization_variants:
-            if mode != nominal:
-                variants[f"Z={mode}"] = {"blanks_over": {"normalization": {"mode": mode}}}
-        return self._compare(6, "normalization", variants, f"Z={nominal} (nominal)")
+        lad = self.cfg.ladder
+        return self._vary(
+            6, "normalization", "normalization", "mode", lad.normalization_variants, "Z"
+        )
 
     def rung_clip_kl_lr(self) -> list[RungResult]:
         lad = self.cfg.ladder

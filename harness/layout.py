@@ -87,14 +87,18 @@ def read_json(path: Path, default: Any = None) -> Any:
     return json.loads(text)
 
 
-class RunDir:
-    """One run's directory (``OUT/runs/<run_id>``); its name is the run id."""
+class Directory:
+    """A directory of the layout, by its path."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
     def __repr__(self) -> str:
-        return f"RunDir({str(self.path)!r})"
+        return f"{type(self).__name__}({str(self.path)!r})"
+
+
+class RunDir(Directory):
+    """One run's directory (``OUT/runs/<run_id>``); its name is the run id."""
 
     @property
     def run_id(self) -> str:
@@ -163,14 +167,8 @@ def read_status(run_dir: str | Path) -> dict[str, Any]:
     return RunDir(run_dir).read_status()
 
 
-class ExperimentDir:
+class ExperimentDir(Directory):
     """An experiment's output directory (``OUT``)."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.path)!r})"
 
     @classmethod
     def default(cls, name: str) -> ExperimentDir:

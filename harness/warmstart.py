@@ -40,24 +40,21 @@ def train_sft(
     tokenizer,
     task: Task,
     demos: TrajectoryBatch,
-    *,
-    steps: int,
-    batch_size: int,
-    lr: float,
+    ws,
     rollout,
-    seed: int = 0,
     progress: Callable[[int, float], None] | None = None,
 ):
-    """``steps`` SFT steps on minibatches drawn from ``demos``: AdamW (no weight decay), gradient
-    norm clipped at 1, on the unprocessed distribution (temperature 1). Returns the trainer's result
-    (``steps[i]["loss"]``, the ledger of demonstration tokens)."""
+    """``ws.steps`` SFT steps (``ws``: the WarmStartConfig) on minibatches of ``ws.batch_size`` drawn
+    from ``demos``: AdamW at ``ws.lr`` (no weight decay), gradient norm clipped at 1, on the
+    unprocessed distribution (temperature 1; ``rollout`` gives the context and micro-batch sizes).
+    Returns the trainer's result (``steps[i]["loss"]``, the ledger of demonstration tokens)."""
 
     settings = RunSettings(
         blanks=get_preset("sft").blanks,
         rollout=rollout.model_copy(update={"temperature": 1.0, "top_p": 1.0, "top_k": 0}),
-        optimizer=OptimizerConfig(lr=lr, weight_decay=0.0, grad_clip=1.0, warmup_steps=0),
-        budget={"optimizer_steps": float(steps)},
-        seed=seed,
+        optimizer=OptimizerConfig(lr=ws.lr, weight_decay=0.0, grad_clip=1.0, warmup_steps=0),
+        budget={"optimizer_steps": float(ws.steps)},
+        seed=ws.seed,
         evaluate=False,
         name="warm start",
     )
@@ -67,7 +64,7 @@ def train_sft(
         model,
         tokenizer,
         ref_model=model,  # unused: the warm start measures no KL to a reference
-        collector=lambda ctx: Demonstrations(ctx, demos, batch_size, seed),
+        collector=lambda ctx: Demonstrations(ctx, demos, ws.batch_size, ws.seed),
         objective=lambda ctx: SFT(ctx, kl_to_reference=False),
     )
 
@@ -128,18 +125,8 @@ def warm_start(
                 if log and (step % every == 0 or step == cfg.warm_start.steps - 1):
                     log(f"warm start: SFT step {step + 1}/{cfg.warm_start.steps} loss {loss:.4f}")
 
-            result = train_sft(
-                model,
-                tok,
-                next(t for t in tasks if t.has_oracle),
-                demo,
-                steps=ws.steps,
-                batch_size=ws.batch_size,
-                lr=ws.lr,
-                rollout=cfg.rollout,
-                seed=ws.seed,
-                progress=progress,
-            )
+            task = next(t for t in tasks if t.has_oracle)
+            result = train_sft(model, tok, task, demo, ws, cfg.rollout, progress)
             losses = [m["loss"] for m in result.steps]
             counters = {k: v for k, v in result.ledger.counters.items() if v}
     info: dict[str, Any] = {

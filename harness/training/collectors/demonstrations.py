@@ -86,12 +86,9 @@ class Demonstrations:
             "rollouts_launched": float(self.n),
         }
 
-    def collect(self) -> Collected | None:
-        ctx = self.ctx
-        charge = ctx.meter.reserve(self.worst_case(), f"demonstrations step {ctx.step}")
-        if charge is None:
-            return Collected(None, nothing_fit=True)
-        with charge:
+    def collect(self) -> Collected:
+        ctx = self.ctx  # one reservation: the loop checked that the step's worst case fits
+        with ctx.meter.must_reserve(self.worst_case(), f"demonstrations step {ctx.step}") as charge:
             if self.pool is None:
                 seeds = train_seeds(ctx.rng, self.n)
                 batch = demonstration_batch(ctx.task, ctx.tokenizer, seeds)

@@ -21,12 +21,11 @@ class PreferencePairs(Stateless):
     def worst_case(self) -> dict[str, float]:
         return self.ctx.worst_rollouts(self.n_prompts * self.group_size)
 
-    def collect(self) -> Collected | None:
-        ctx = self.ctx
-        charge = ctx.meter.reserve(self.worst_case(), f"preference rollouts step {ctx.step}")
-        if charge is None:
-            return Collected(None, nothing_fit=True)
-        with charge:
+    def collect(self) -> Collected:
+        ctx = self.ctx  # one reservation: the loop checked that the step's worst case fits
+        with ctx.meter.must_reserve(
+            self.worst_case(), f"preference rollouts step {ctx.step}"
+        ) as charge:
             calls0 = ctx.gate.stats.calls
             batch = run_episodes(
                 HFEngine(ctx.ref_model, ctx.tokenizer),
