@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +27,30 @@ from .runner import run_worker
 Job = tuple[dict[str, Any], str, str]
 
 
+def exit_with_parent(parent_pid: int, every: float = 1.0) -> None:
+    """Worker initializer: end this worker once its parent is gone (a killed ``sixblanks run`` or
+    sweep). An orphaned pool worker would otherwise wait for work forever; a run it was doing resumes
+    from its checkpoint next time, as after any kill."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
+def local_pool(workers: int) -> cf.ProcessPoolExecutor:
+    """Spawned worker processes (torch threads are not forked) that end with this process."""
+
+    return cf.ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=mp.get_context("spawn"),
+        initializer=exit_with_parent,
+        initargs=(os.getpid(),),
+    )
+
+
 class LocalExecutor:
     """Worker processes on this machine (spawned, so torch threads are not forked)."""
 
@@ -33,8 +59,7 @@ class LocalExecutor:
 
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
         failures: dict[str, str] = {}
-        ctx = mp.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
+        with local_pool(self.workers) as pool:
             futures = {
                 pool.submit(run_worker, (spec, rd, wd, self.threads, self.ckpt)): Path(rd).name
                 for spec, rd, wd in jobs
@@ -55,8 +80,7 @@ class LocalExecutor:
 
     @contextmanager
     def session(self) -> Iterator[Callable[..., Any]]:
-        ctx = mp.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        with local_pool(1) as pool:
             yield lambda fn, *args: pool.submit(fn, *args).result()
 
 

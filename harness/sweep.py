@@ -206,7 +206,6 @@ class Sweep:
                 # Optuna has no public trial id; the worker re-attaches to the asked trial by it
                 "trial_id": trial._trial_id,
                 "threads": threads,
-                "parent_pid": os.getpid() if self.cfg.executor.kind == "local" else None,
             }
             try:
                 out = call(run_trial, job)
@@ -372,10 +371,6 @@ def make_pruner(kind: str, max_resource: float):
     return optuna.pruners.NopPruner()
 
 
-class _ParentGone(Exception):
-    pass
-
-
 def _worker_info() -> dict[str, Any]:
     """Where a trial ran: the process, and the Ray task when it ran on Ray."""
 
@@ -418,8 +413,6 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
         seen = [0]
 
         def on_step(tr, metrics):
-            if job.get("parent_pid") and os.getppid() != job["parent_pid"]:
-                raise _ParentGone("the sweep process is gone")
             # spending so far, in the storage: a trial killed mid-way is still charged on resume
             trial.set_user_attr("counters", dict(tr.ledger.counters))
             for ev in tr.result.evals[seen[0] :]:

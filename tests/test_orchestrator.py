@@ -170,3 +170,31 @@ def test_ray_executor_gives_the_same_results_as_local(tmp_path):
     assert not local["failures"] and not ray_res["failures"]
     by_arm = lambda rows: {r["arm"]: (r["final_score"], _untimed(r["counters"])) for r in rows}  # noqa: E731
     assert by_arm(local["summary"]) == by_arm(ray_res["summary"])
+
+
+def test_local_workers_end_when_the_orchestrator_is_killed(tmp_path):
+    """A killed `sixblanks run` or sweep leaves no worker process waiting for work forever."""
+
+    code = (
+        "import os, time; from sixblanks.harness.executors import local_pool\n"
+        "pool = local_pool(1)\n"
+        "print(pool.submit(os.getpid).result(), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    worker = int(proc.stdout.readline())
+    os.kill(worker, 0)  # alive while its parent is
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        raise AssertionError("the pool worker outlived its killed parent")
