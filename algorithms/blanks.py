@@ -258,6 +258,12 @@ class Blanks(_Spec):
             raise ValueError(
                 "weight.trust_region: ratio 'none' (w = 1) has no trust region; set trust_region: none"
             )
+        source = {"pg": "rollouts", "sft": "demonstrations", "dpo": "preference_pairs"}
+        if self.data.source != source[self.objective]:
+            raise ValueError(
+                f"data.source: objective '{self.objective}' trains on '{source[self.objective]}', "
+                f"not '{self.data.source}'"
+            )
         if self.advantage.estimator == "gae" and self.objective != "pg":
             raise ValueError("advantage.estimator: 'gae' needs objective 'pg'")
         if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none":

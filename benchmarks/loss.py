@@ -27,6 +27,7 @@ def _rss() -> int:
 
 def child(method: str, B: int, T: int, V: int, backward: bool) -> None:
     import torch
+
     from sixblanks.algorithms.logprobs import token_logprobs
 
     torch.manual_seed(0)

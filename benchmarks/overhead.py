@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import ExperimentDir
 from sixblanks.harness.orchestrator import Orchestrator

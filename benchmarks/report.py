@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
 from sixblanks.harness.store import append_rows
 

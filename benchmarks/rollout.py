@@ -19,6 +19,7 @@ import argparse
 import time
 
 import torch
+
 from sixblanks.harness.config import ModelConfig
 from sixblanks.harness.models import load_policy
 from sixblanks.harness.rollout.agent import run_episodes

@@ -69,10 +69,17 @@ class Ledger:
         return limit - self.counters[counter] - self.reserved[counter]
 
     def fits(self, amounts: dict[str, float]) -> bool:
-        """Whether work of this worst-case cost can be launched without exceeding any limit."""
+        """Whether work of this worst-case cost can be launched without exceeding any limit.
+
+        Only the counters in ``amounts`` are checked: work that declares no cost on a counter does
+        not spend it. (A measured time counter may already stand past its limit; work admitted
+        before that, such as the rest of a training step, is not refused for it.)
+        """
 
         self._check(amounts)
-        return all(amounts.get(k, 0.0) <= self.remaining(k) + 1e-9 for k in self.budget.limits)
+        return all(
+            v <= self.remaining(k) + 1e-9 for k, v in amounts.items() if k in self.budget.limits
+        )
 
     def exhausted(self) -> bool:
         return any(self.remaining(k) <= 0 for k in self.budget.limits)

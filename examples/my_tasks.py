@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 
 from pydantic import Field
+
 from sixblanks.harness.tasks import Instance, Task, TaskParams
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
 from sixblanks.algorithms.blanks import Blanks
 from sixblanks.algorithms.presets import PRESETS, resolve
 from sixblanks.budgets.counters import COUNTERS

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from sixblanks.algorithms.blanks import deep_merge
 from sixblanks.algorithms.presets import resolve
 

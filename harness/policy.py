@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from sixblanks.algorithms.logprobs import token_logprobs
 
 

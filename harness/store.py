@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
 
 from .errors import SixblanksError

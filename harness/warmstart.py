@@ -84,6 +84,8 @@ def warm_start_key(cfg, tasks: list[Task]) -> str:
         "tasks": [{"name": t.name, "params": t.params.model_dump(mode="json")} for t in tasks],
         "warm_start": cfg.warm_start.model_dump(mode="json"),
         "max_context": cfg.rollout.max_prompt_tokens,
+        # micro-batches below warm_start.batch_size change the float summation order
+        "micro_batch": min(cfg.rollout.micro_batch_size, cfg.warm_start.batch_size),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 

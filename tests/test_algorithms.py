@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from sixblanks.algorithms import advantages as A
 from sixblanks.algorithms.blanks import Blanks
 from sixblanks.algorithms.data import (

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from sixblanks.harness.config import ExperimentConfig, load_config, resolved_dict
 from sixblanks.harness.errors import ConfigError
 

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+
 from sixblanks.algorithms.critic import (
     approx_kl,
     explained_variance,

@@ -32,6 +32,7 @@ def test_warm_start_through_the_loop_reproduces_the_golden_sft(tmp_path):
     separate SFT loop it replaced: every step's loss, and the resulting weights."""
 
     import torch
+
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.tasks import make_task
     from sixblanks.harness.warmstart import warm_start
@@ -47,6 +48,7 @@ def test_warm_start_through_the_loop_reproduces_the_golden_sft(tmp_path):
 @pytest.fixture(scope="module")
 def setup():
     import torch
+
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.tasks import make_task
 
@@ -88,3 +90,65 @@ def test_preset_reproduces_the_golden_run(setup, preset):
     assert got["discarded_rollouts"] == want["discarded_rollouts"]
     _close(got, want, preset)
     assert got["policy_hash"] != GOLDEN["warm_start"]["policy_hash"], "the policy did not move"
+
+
+class Killed(Exception):
+    pass
+
+
+def _trainer(setup, preset):
+    from sixblanks.algorithms.presets import PRESETS
+    from sixblanks.harness.models import load_pretrained
+    from sixblanks.harness.training import RunSettings, Trainer
+
+    cfg, task = setup
+    model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
+    settings = RunSettings(
+        blanks=PRESETS[preset].blanks,
+        rollout=cfg.rollout,
+        optimizer=cfg.optimizer,
+        budget=dict(BUDGET),
+        seed=0,
+        eval_size=EVAL_SIZE,
+        name=preset,
+    )
+    return Trainer(settings, task, model, tok)
+
+
+@pytest.mark.parametrize("preset", ["dapo", "ppo", "sft", "dpo", "remax"])
+def test_a_run_killed_and_resumed_from_its_checkpoint_reproduces_the_golden_run(setup, preset):
+    """The checkpoint holds everything (collector, objective, critic, RNGs, both ledgers, the next
+    evaluation point): killed after step 3 and resumed, each kind of run ends exactly as uninterrupted."""
+
+    import io
+
+    import torch
+
+    saved = io.BytesIO()
+
+    def kill(tr, metrics):
+        if tr.step_idx == 3:
+            torch.save(tr.state_dict(), saved)
+            raise Killed
+
+    with pytest.raises(Killed):
+        _trainer(setup, preset).train(on_step=kill)
+    resumed = _trainer(setup, preset)
+    saved.seek(0)
+    resumed.load_state_dict(torch.load(saved, weights_only=False))
+    res = resumed.train(evaluate_start=False)
+    _close(record_result(res, resumed.model), GOLDEN["presets"][preset], f"{preset} resumed")
+
+
+def test_a_time_budget_ends_the_run_cleanly(setup):
+    """Time is checked when a step is admitted; the work inside an admitted step is never refused
+    for the time it measures, so the last step finishes and the run ends on its budget."""
+
+    from dataclasses import replace
+
+    tr = _trainer(setup, "ppo")
+    tr.ctx.settings = replace(tr.ctx.settings, budget={"device_seconds": 3.0})
+    tr.ctx.meter.ledger.budget.limits = {"device_seconds": 3.0}
+    res = tr.train(evaluate_start=False)
+    assert res.ended_because == "budget" and len(res.steps) >= 2
+    assert not res.ledger.check_invariants()

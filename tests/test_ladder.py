@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.ladder import Ladder, first_failure, paired_diff_ci
 

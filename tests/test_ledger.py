@@ -5,6 +5,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
 from sixblanks.budgets.ledger import Budget, BudgetError, Ledger
 
@@ -86,3 +87,15 @@ def test_invariants_hold_for_any_sequence_of_work(operations, limit, reason):
         led.counters["launched_tokens"],
         abs_tol=1e-6,
     )
+
+
+def test_fits_checks_the_counters_asked_for():
+    """A measured time counter past its limit refuses new time-estimated work, not the token-only
+    work of a step admitted before (its time is measured, not reserved)."""
+
+    led = Ledger(Budget({"launched_tokens": 100, "device_seconds": 10}))
+    led.add({"device_seconds": 12.0})  # measured: time may overrun
+    assert led.fits({"launched_tokens": 50})
+    assert not led.fits({"launched_tokens": 50, "device_seconds": 0.0})
+    assert led.reserve({"launched_tokens": 50}) is not None
+    assert led.reserve({"device_seconds": 0.0}) is None

@@ -2,6 +2,7 @@
 charges count their time once; every optimizer step of every objective runs under a reservation."""
 
 import pytest
+
 from sixblanks.budgets.ledger import Budget, Ledger
 from sixblanks.harness.training.meter import Meter
 
@@ -73,6 +74,30 @@ def test_time_limits_reserve_an_estimate_from_the_previous_step():
     assert meter.fits({}) and meter.fits({"device_seconds": 5.0}, estimate_time=False) is not False
 
 
+def test_work_inside_an_admitted_step_is_not_refused_for_measured_time():
+    """Time is checked at the step's admission (an estimate, 1.2 x the last step); the measured
+    time the step's own work commits may pass the estimate without refusing the rest of the step."""
+
+    meter = Meter(Ledger(Budget({"device_seconds": 10.0, "launched_tokens": 1000.0})), FakeTimer())
+    meter.ledger.add({"device_seconds": 7.0})
+    meter.last_step_time = {"device_seconds": 2.0}
+    assert meter.fits({"launched_tokens": 100})  # 2.4 s estimated of 3 s left
+    step = meter.reserve({}, "step 9", estimate_time=True)
+    with step:
+        rollouts = meter.reserve({"launched_tokens": 100}, "rollouts step 9")
+        with rollouts:
+            meter.timer.t += 1.0
+            rollouts.actual = {"launched_tokens": 80}
+        # 8 s committed + 2.4 s reserved > 10 s: the update is still admitted with its step
+        update = meter.must_reserve({"launched_tokens": 0, "optimizer_steps": 1}, "update step 9")
+        with update:
+            meter.timer.t += 1.5
+    led = meter.ledger
+    assert led.counters["device_seconds"] == 9.5 and led.reserved["device_seconds"] == 0
+    meter.last_step_time = {"device_seconds": step.elapsed[0]}
+    assert not meter.fits({"launched_tokens": 100})  # the next step: 3 s estimated, 0.5 s left
+
+
 @pytest.mark.parametrize("preset", ["grpo", "ppo", "sft", "dpo"])
 def test_every_optimizer_step_runs_under_a_reservation_of_its_update(preset, monkeypatch):
     """Rollouts, demonstrations and pairs are charged before the update, and the update (optimizer
@@ -84,7 +109,6 @@ def test_every_optimizer_step_runs_under_a_reservation_of_its_update(preset, mon
     from sixblanks.harness.tasks import make_task
     from sixblanks.harness.training import RunSettings, Trainer
     from sixblanks.harness.training.context import RunContext
-
     from tests.golden.record import CONFIG, INITIAL_DIR
 
     seen = []

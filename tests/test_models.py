@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from sixblanks.harness.config import ModelConfig, TinyModelConfig
 from sixblanks.harness.models import (
     ModelError,

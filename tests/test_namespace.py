@@ -37,3 +37,19 @@ def test_every_project_import_is_namespaced():
                 if words[1].split(".")[0] in ("harness", "algorithms", "budgets", "reports"):
                     bare.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not bare, "imports outside the sixblanks namespace:\n" + "\n".join(bare)
+
+
+def test_every_subpackage_is_in_the_distribution():
+    """An editable install finds subpackages on its own; a wheel holds only the listed ones."""
+
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        "sixblanks." + ".".join(init.parent.relative_to(ROOT).parts)
+        for root in ("harness", "algorithms", "budgets", "reports")
+        for init in (ROOT / root).rglob("__init__.py")
+    }
+    assert listed == found, f"missing: {sorted(found - listed)}; stale: {sorted(listed - found)}"

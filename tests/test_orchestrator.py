@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+
 from sixblanks.budgets.ledger import TIME_COUNTERS
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import read_status

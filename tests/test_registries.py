@@ -5,6 +5,7 @@ import typing
 
 import pytest
 import torch
+
 from sixblanks.algorithms import (
     ESTIMATORS,
     KL_ESTIMATORS,

@@ -8,6 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 from scipy import stats as sps
+
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.orchestrator import Orchestrator
 from sixblanks.reports import stats

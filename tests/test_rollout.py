@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from sixblanks.algorithms.logprobs import process_logits, token_logprobs
 from sixblanks.harness.config import ModelConfig
 from sixblanks.harness.contract import check_contract

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import RunDir, read_status, write_json
 from sixblanks.harness.orchestrator import Orchestrator

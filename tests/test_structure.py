@@ -44,7 +44,6 @@ def test_every_preset_maps_to_a_collector_and_an_objective():
     from sixblanks.harness.models import load_pretrained
     from sixblanks.harness.tasks import make_task
     from sixblanks.harness.training import RunSettings, Trainer
-
     from tests.golden.record import CONFIG, INITIAL_DIR
 
     cfg = validate_mapping(CONFIG)

@@ -4,6 +4,7 @@ import math
 import time
 
 import pytest
+
 from sixblanks.harness.tasks import EVAL_SEED_OFFSET, Instance, Task, make_task
 from sixblanks.harness.tasks.registry import TaskLoadError
 from sixblanks.harness.tasks.verify import VerifierFailure, VerifierGate

@@ -4,13 +4,13 @@ import copy
 
 import pytest
 import torch
+
 from sixblanks.algorithms.presets import PRESETS
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.models import load_pretrained
 from sixblanks.harness.tasks import make_task
 from sixblanks.harness.training import RunSettings, Trainer, TrainingError
 from sixblanks.harness.training.context import RunContext
-
 from tests.golden.record import CONFIG, INITIAL_DIR
 
 

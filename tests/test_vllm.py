@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+
 from sixblanks.algorithms.weights import mismatch_stats
 from sixblanks.harness.config import TinyModelConfig, validate_mapping
 from sixblanks.harness.models import build_tiny_model, build_tokenizer

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from sixblanks.algorithms.weights import mismatch_stats
 from sixblanks.harness.config import RolloutConfig, TinyModelConfig
 from sixblanks.harness.models import build_tiny_model, build_tokenizer

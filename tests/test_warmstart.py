@@ -3,6 +3,7 @@
 import json
 
 import torch
+
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.evaluate import evaluate
 from sixblanks.harness.models import load_policy, state_hash

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
+
 from sixblanks.algorithms.logprobs import process_logits
 
 from ..errors import SixblanksError

@@ -3,7 +3,8 @@ from) and objectives (:mod:`.objectives`: how a batch becomes optimizer steps), 
 budget one way (:mod:`.meter`)."""
 
 from .base import Collected, Prepared, RunResult, RunSettings, TrainingError
-from .loop import Trainer, frozen_copy
+from .context import frozen_copy
+from .loop import Trainer
 from .meter import DeviceTimer, Meter
 
 __all__ = [

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+
 from sixblanks.algorithms.blanks import Blanks
 from sixblanks.budgets.ledger import Ledger
 
@@ -80,7 +81,6 @@ class Prepared:
     """What the minibatches split: rows, or pairs for DPO."""
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
-    collected: Collected | None = None
 
 
 class Stateless:
@@ -95,10 +95,11 @@ class Stateless:
 
 class Collector(Protocol):
     def worst_case(self) -> dict[str, float]:
-        """The most one ``collect()`` can cost (every counter it may charge)."""
+        """The most one ``collect()`` can cost (every counter it may charge, at least
+        ``launched_tokens`` and ``rollouts_launched``)."""
 
-    def collect(self) -> Collected | None:
-        """One step's data, charged to the budget. None: the budget has no room for any of it."""
+    def collect(self) -> Collected:
+        """One step's data, charged to the budget (``nothing_fit``: no room for any of it)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 

@@ -4,6 +4,7 @@ the cost of rollouts)."""
 
 from __future__ import annotations
 
+import copy
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,16 @@ from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
 from .base import RunSettings, TrainingError
 from .meter import Meter
+
+
+def frozen_copy(model):
+    """A frozen copy of ``model`` (the reference policy where none is given)."""
+
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
 
 
 @dataclass

@@ -15,13 +15,13 @@ The run ends when the worst case of the next step would not fit in the budget.
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
 from sixblanks.budgets.ledger import Budget, Ledger
 
 from ..evaluate import evaluate
@@ -30,27 +30,9 @@ from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
 from .base import Collected, Prepared, RunResult, RunSettings, TrainingError
 from .collectors import make_collector
-from .context import RunContext
-from .meter import Charge, DeviceTimer, Meter
+from .context import RunContext, frozen_copy
+from .meter import Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
-
-
-def frozen_copy(model):
-    """A frozen copy of ``model`` (the reference policy where none is given)."""
-
-    ref = copy.deepcopy(model)
-    ref.eval()
-    for p in ref.parameters():
-        p.requires_grad_(False)
-    return ref
-
-
-def add_costs(*costs: dict[str, float]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for cost in costs:
-        for k, v in cost.items():
-            out[k] = out.get(k, 0.0) + v
-    return out
 
 
 class Trainer:
@@ -127,7 +109,9 @@ class Trainer:
         """Collect, admit, update, account. None: the budget cannot afford another step."""
 
         ctx = self.ctx
-        if not ctx.meter.fits(add_costs(self.collector.worst_case(), self.worst_update(0, 0))):
+        worst = self.collector.worst_case()  # it accepts at most what it launches
+        update = self.worst_update(worst["rollouts_launched"], worst["launched_tokens"])
+        if not ctx.meter.fits(add_costs(worst, update)):
             return None
         step = ctx.meter.reserve({}, f"step {ctx.step}", estimate_time=True)
         with step:

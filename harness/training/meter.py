@@ -9,7 +9,11 @@ ledger of its own, apart from the training budget).
         charge.actual = {"launched_tokens": ...}       # committed on exit (released on an exception)
 
 Charges nest: each commits its own device and wall seconds (its time minus that of the charges
-inside it), so the ledger's time is the sum of the work's, counted once, labelled by kind.
+inside it), so the ledger's time is the sum of the work's, counted once, labelled by kind. Time is
+checked when a step is admitted (its charge reserves an estimate of the step's time); the charges
+inside the step reserve counts only, so measured time never refuses work already admitted. The
+nesting is one stack: charges of one thread, strictly nested (a concurrent collector needs a meter
+of its own, or a lock and per-thread stacks).
 """
 
 from __future__ import annotations
@@ -18,10 +22,19 @@ import time
 from typing import Any
 
 import torch
+
 from sixblanks.budgets.ledger import TIME_COUNTERS, Ledger, Reservation
 
 TIME_ESTIMATE_FACTOR = 1.2
 """A limited time counter reserves this multiple of the previous step's measured time."""
+
+
+def add_costs(*costs: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for cost in costs:
+        for k, v in cost.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
 
 
 class DeviceTimer:
@@ -39,7 +52,8 @@ class DeviceTimer:
 
 
 class Charge:
-    """Reserved work. ``with charge:`` measures it; ``actual`` is committed on a clean exit."""
+    """Reserved work. ``with charge:`` measures it; ``actual`` is committed on a clean exit. On an
+    exception or :meth:`cancel` the reservation is released and only the time spent is recorded."""
 
     def __init__(self, meter: Meter, reservation: Reservation, label: str):
         self.meter, self.reservation, self.label = meter, reservation, label
@@ -60,16 +74,14 @@ class Charge:
         if m.open:  # the enclosing charge does not count this block's time again
             outer = m.open[-1]
             outer.inner_time = tuple(a + b for a, b in zip(outer.inner_time, self.elapsed))
-        if exc_type is not None or self.cancelled:
-            m.ledger.release(self.reservation)
-            return False
         own = [max(0.0, e - i) for e, i in zip(self.elapsed, self.inner_time)]
-        cost = {**self.actual, "device_seconds": own[0], "wall_seconds": own[1]}
-        m.ledger.commit(self.reservation, cost)
+        spent = {"device_seconds": own[0], "wall_seconds": own[1]}  # time is spent either way
+        done = exc_type is None and not self.cancelled
+        m.ledger.commit(self.reservation, {**self.actual, **spent} if done else spent)
         return False
 
     def cancel(self) -> None:
-        """Nothing was launched after all: the reservation is released, nothing is committed."""
+        """Nothing was launched after all: the reservation is released (the time is recorded)."""
 
         self.cancelled = True
 

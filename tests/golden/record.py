@@ -64,6 +64,7 @@ def record_result(res, model) -> dict:
 
 def main() -> None:
     import torch
+
     from sixblanks.algorithms.presets import PRESETS
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.models import load_pretrained, save_policy

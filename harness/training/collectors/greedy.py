@@ -15,11 +15,6 @@ class GreedyBaseline:
         self.ctx = ctx
         self.params = SamplingParams(0.0, 1.0, 0, ctx.settings.rollout.max_new_tokens)
 
-    def rollouts(self, n_prompts: int) -> int:
-        """Episodes it adds to a round of ``n_prompts`` instances."""
-
-        return n_prompts
-
     def run(self, instances) -> TrajectoryBatch:
         ctx = self.ctx
         return run_episodes(

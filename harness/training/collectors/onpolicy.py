@@ -24,22 +24,17 @@ class OnPolicyRounds:
         self.n_prompts = ctx.settings.rollout.prompts_per_step
         self.group_counter = 0
 
-    def worst_round(self) -> dict[str, float]:
-        n = self.n_prompts * self.ctx.group_size
-        if self.greedy is not None:
-            n += self.greedy.rollouts(self.n_prompts)
-        return self.ctx.worst_rollouts(n)
-
     def worst_case(self) -> dict[str, float]:
-        """One round: a step that cannot afford one round does not start."""
+        """One round (with its greedy rollouts): a step that cannot afford one does not start."""
 
-        return self.worst_round()
+        n = self.n_prompts * (self.ctx.group_size + (1 if self.greedy is not None else 0))
+        return self.ctx.worst_rollouts(n)
 
     def round(self) -> tuple[TrajectoryBatch, TrajectoryBatch | None] | None:
         """Reserve, generate, commit one round. None: it would not fit."""
 
         ctx = self.ctx
-        charge = ctx.meter.reserve(self.worst_round(), f"rollouts step {ctx.step}")
+        charge = ctx.meter.reserve(self.worst_case(), f"rollouts step {ctx.step}")
         if charge is None:
             return None
         with charge:
@@ -65,7 +60,7 @@ class OnPolicyRounds:
             self.greedy.charge(greedy)
         return batch, greedy
 
-    def collect(self) -> Collected | None:
+    def collect(self) -> Collected:
         ctx, d = self.ctx, self.ctx.blanks.data
         rounds = d.max_sampling_rounds if d.dynamic_sampling else 1
         sampler = DynamicSampler(self.n_prompts, rounds, d.dynamic_sampling)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from sixblanks.algorithms.critic import target_kl_exceeded
 from sixblanks.algorithms.data import minibatches
 

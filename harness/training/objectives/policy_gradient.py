@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from sixblanks.algorithms.critic import approx_kl
 from sixblanks.algorithms.loss import compute_advantages, policy_loss
 from sixblanks.algorithms.normalization import loss_weights
@@ -79,7 +80,7 @@ class PolicyGradient(Stateless):
         if "reward_kl" in info:
             metrics["reward_kl"] = info["reward_kl"]
         tensors = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv}
-        return Prepared(batch, mask, batch.size, tensors, metrics, collected)
+        return Prepared(batch, mask, batch.size, tensors, metrics)
 
     def update(self, p: Prepared) -> dict[str, Any]:
         ctx, b = self.ctx, self.ctx.blanks

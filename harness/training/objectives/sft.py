@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from sixblanks.algorithms.loss import sft_loss
 from sixblanks.algorithms.normalization import loss_weights
 
@@ -25,7 +26,7 @@ class SFT(Stateless):
         tensors = {}
         if self.kl_to_reference:
             tensors["ref_logp"] = self.ctx.batched_logprobs(self.ctx.ref_model, batch)
-        return Prepared(batch, batch.action_mask, batch.size, tensors, {}, collected)
+        return Prepared(batch, batch.action_mask, batch.size, tensors, {})
 
     def update(self, p: Prepared) -> dict[str, Any]:
         ctx, n = self.ctx, self.ctx.blanks.normalization
