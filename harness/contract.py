@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from .rollout.agent import encode_observation, state_key
+from .rollout.agent import encode_observation, run_episodes, state_key
+from .rollout.engine import SamplingParams
 from .rollout.trajectory import TrajectoryBatch
 
 
@@ -347,9 +348,6 @@ def sample_and_check(
 ) -> tuple[TrajectoryBatch, ContractReport]:
     """Fresh episodes (``group_size`` per instance, the rollout's sampling settings, generator seeded
     by ``seed``) from ``engine``, and the contract checked on them against ``model``."""
-
-    from .rollout.agent import run_episodes
-    from .rollout.engine import SamplingParams
 
     r = rollout
     batch = run_episodes(

@@ -43,16 +43,16 @@ def test_paired_difference_interval_by_hand():
 
 
 def test_shifted_mask_stops_at_the_contract_rung(tmp_path, monkeypatch):
-    import sixblanks.harness.ladder as lad
+    import sixblanks.harness.contract as contract
 
-    real = lad.run_episodes
+    real = contract.run_episodes
 
     def shifted(*args, **kwargs):
         batch = real(*args, **kwargs)
         batch.action_mask = torch.cat([batch.action_mask[:, 1:], torch.zeros(batch.size, 1)], 1)
         return batch
 
-    monkeypatch.setattr(lad, "run_episodes", shifted)
+    monkeypatch.setattr(contract, "run_episodes", shifted)
     results = Ladder(_cfg(), tmp_path).run()
     fail = first_failure(results)
     assert fail.rung == 1 and [r.rung for r in results] == [1]
