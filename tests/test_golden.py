@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tests.golden.record import BUDGET, CONFIG, EVAL_SIZE, GOLDEN_JSON, INITIAL_DIR, record_result
+from tests.golden.record import BUDGET, CONFIG, GOLDEN_JSON, golden_trainer, record_result
 
 GOLDEN = json.loads(GOLDEN_JSON.read_text())
 
@@ -58,22 +58,8 @@ def setup():
 
 @pytest.mark.parametrize("preset", sorted(GOLDEN["presets"]))
 def test_preset_reproduces_the_golden_run(setup, preset):
-    from sixblanks.algorithms.presets import PRESETS
-    from sixblanks.harness.models import load_pretrained
-    from sixblanks.harness.training import RunSettings, Trainer
-
-    cfg, task = setup
-    model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
-    settings = RunSettings(
-        blanks=PRESETS[preset].blanks,
-        rollout=cfg.rollout,
-        optimizer=cfg.optimizer,
-        budget=dict(BUDGET),
-        seed=0,
-        eval_size=EVAL_SIZE,
-        name=preset,
-    )
-    res = Trainer(settings, task, model, tok).train()
+    trainer = golden_trainer(preset, *setup)
+    res = trainer.train()
     led = res.ledger
     assert not led.check_invariants()
     assert led.counters["launched_tokens"] <= BUDGET["launched_tokens"]
@@ -83,7 +69,7 @@ def test_preset_reproduces_the_golden_run(setup, preset):
     assert res.ended_because == "budget" and len(res.evals) >= 2
     trained = [m for m in res.steps if not m.get("skipped")]
     assert trained and all(math.isfinite(m["loss"]) and math.isfinite(m["kl"]) for m in trained)
-    got = record_result(res, model)
+    got = record_result(res, trainer.model)
     want = GOLDEN["presets"][preset]
     assert got["counters"] == want["counters"]  # exactly
     assert got["discarded_tokens"] == want["discarded_tokens"]
@@ -94,25 +80,6 @@ def test_preset_reproduces_the_golden_run(setup, preset):
 
 class Killed(Exception):
     pass
-
-
-def _trainer(setup, preset):
-    from sixblanks.algorithms.presets import PRESETS
-    from sixblanks.harness.models import load_pretrained
-    from sixblanks.harness.training import RunSettings, Trainer
-
-    cfg, task = setup
-    model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
-    settings = RunSettings(
-        blanks=PRESETS[preset].blanks,
-        rollout=cfg.rollout,
-        optimizer=cfg.optimizer,
-        budget=dict(BUDGET),
-        seed=0,
-        eval_size=EVAL_SIZE,
-        name=preset,
-    )
-    return Trainer(settings, task, model, tok)
 
 
 @pytest.mark.parametrize("preset", ["dapo", "ppo", "sft", "dpo", "remax"])
@@ -132,8 +99,8 @@ def test_a_run_killed_and_resumed_from_its_checkpoint_reproduces_the_golden_run(
             raise Killed
 
     with pytest.raises(Killed):
-        _trainer(setup, preset).train(on_step=kill)
-    resumed = _trainer(setup, preset)
+        golden_trainer(preset, *setup).train(on_step=kill)
+    resumed = golden_trainer(preset, *setup)
     saved.seek(0)
     resumed.load_state_dict(torch.load(saved, weights_only=False))
     res = resumed.train(evaluate_start=False)
@@ -146,7 +113,7 @@ def test_a_time_budget_ends_the_run_cleanly(setup):
 
     from dataclasses import replace
 
-    tr = _trainer(setup, "ppo")
+    tr = golden_trainer("ppo", *setup)
     tr.ctx.settings = replace(tr.ctx.settings, budget={"device_seconds": 3.0})
     tr.ctx.meter.ledger.budget.limits = {"device_seconds": 3.0}
     res = tr.train(evaluate_start=False)

@@ -62,14 +62,36 @@ def record_result(res, model) -> dict:
     }
 
 
+def golden_trainer(preset: str, cfg=None, task=None):
+    """The trainer of ``preset``'s golden run, from the stored initial policy."""
+
+    from sixblanks.algorithms.presets import PRESETS
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.models import load_pretrained
+    from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.training import RunSettings, Trainer
+
+    cfg = cfg or validate_mapping(CONFIG)
+    model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
+    settings = RunSettings(
+        blanks=PRESETS[preset].blanks,
+        rollout=cfg.rollout,
+        optimizer=cfg.optimizer,
+        budget=dict(BUDGET),
+        seed=0,
+        eval_size=EVAL_SIZE,
+        name=preset,
+    )
+    return Trainer(settings, task or make_task("arithmetic"), model, tok)
+
+
 def main() -> None:
     import torch
 
     from sixblanks.algorithms.presets import PRESETS
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.models import load_pretrained, save_policy
+    from sixblanks.harness.models import save_policy
     from sixblanks.harness.tasks import make_task
-    from sixblanks.harness.training import RunSettings, Trainer
     from sixblanks.harness.warmstart import warm_start
 
     torch.set_num_threads(1)
@@ -84,18 +106,9 @@ def main() -> None:
     out["warm_start"] = {"losses": info["losses"], "policy_hash": info["policy_hash"]}
     out["presets"] = {}
     for name in sorted(PRESETS):
-        model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
-        settings = RunSettings(
-            blanks=PRESETS[name].blanks,
-            rollout=cfg.rollout,
-            optimizer=cfg.optimizer,
-            budget=dict(BUDGET),
-            seed=0,
-            eval_size=EVAL_SIZE,
-            name=name,
-        )
-        res = Trainer(settings, task, model, tok).train()
-        out["presets"][name] = record_result(res, model)
+        trainer = golden_trainer(name, cfg, task)
+        res = trainer.train()
+        out["presets"][name] = record_result(res, trainer.model)
         print(name, len(res.steps), "steps", res.evals[-1]["score"], flush=True)
     GOLDEN_JSON.write_text(json.dumps(out, indent=1, sort_keys=True))
 
