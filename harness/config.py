@@ -438,6 +438,7 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
                     resolve(preset, over)
                 except ValidationError as exc:
                     problems += format_validation_error(exc, Blanks, prefix=("arms", arm, "blanks"))
+    problems += _model_and_eval_problems(data)
     ladder = data.get("ladder")
     if (
         isinstance(ladder, dict)
@@ -450,6 +451,36 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
         for arm in sweep["space"]:
             if arm not in arms:
                 problems.append(f"sweep.space.{arm}: {unknown_name('arm', str(arm), arms)}")
+    return problems
+
+
+def _model_and_eval_problems(data: dict[str, Any]) -> list[str]:
+    """What would otherwise fail only inside the runs: an unknown evaluation counter, a model
+    directory or GGUF file that is not there."""
+
+    problems: list[str] = []
+    ev = data.get("eval")
+    counter = ev.get("counter") if isinstance(ev, dict) else None
+    if isinstance(counter, str) and counter not in COUNTERS:
+        problems.append(f"eval.counter: {unknown_name('counter', counter, COUNTERS)}")
+    model = data.get("model")
+    model = model if isinstance(model, dict) else {}
+    path, gguf = model.get("path"), model.get("gguf")
+    if isinstance(path, str) and not Path(path).is_dir():
+        problems.append(
+            f"model.path: {path!r} is not a directory (a local Hugging Face model directory, "
+            "relative to the current directory)"
+        )
+    if isinstance(gguf, str):
+        from .models import ModelError, resolve_gguf
+
+        try:
+            found = resolve_gguf(gguf)
+        except ModelError as exc:
+            problems.append(f"model.gguf: {exc}")
+        else:
+            if not found.is_file():
+                problems.append(f"model.gguf: {gguf!r}: no such file")
     return problems
 
 

@@ -314,3 +314,38 @@ def test_config_error_lists_problems():
     with pytest.raises(ConfigError) as info:
         load_config("/nonexistent/dir/x.yaml")
     assert info.value.exit_code == 2
+
+
+def test_validate_catches_what_would_fail_inside_every_run(tmp_path, cli, write_yaml):
+    """An unknown eval.counter, a missing model directory or GGUF file: exit 2 at validate, with
+    the key path, before any warm start."""
+
+    path = write_yaml(
+        "arms: {a: {preset: grpo}}\n"
+        "eval: {counter: launched_tokenz}\n"
+        f"model: {{path: {tmp_path / 'no_model'}}}\n"
+    )
+    code, _, err = cli("validate", path)
+    assert code == 2
+    assert "eval.counter: unknown counter 'launched_tokenz'; did you mean 'launched_tokens'" in err
+    assert "model.path:" in err and "is not a directory" in err
+    code, _, err = cli(
+        "validate",
+        write_yaml(
+            f"arms: {{a: {{preset: grpo}}}}\nmodel: {{gguf: {tmp_path / 'x.gguf'}}}\n", "g.yaml"
+        ),
+    )
+    assert code == 2 and "model.gguf:" in err and "no such file" in err
+    code, _, err = cli(
+        "validate",
+        write_yaml(
+            "arms: {a: {preset: grpo}}\nmodel: {gguf: 'package:no_such_pkg_abc'}\n", "p.yaml"
+        ),
+    )
+    assert code == 2 and "model.gguf: package 'no_such_pkg_abc' is not installed" in err
+    (tmp_path / "m").mkdir()
+    ok = write_yaml(
+        f"arms: {{a: {{preset: grpo}}}}\nmodel: {{path: {tmp_path / 'm'}}}\neval: {{counter: optimizer_steps}}\n",
+        "ok.yaml",
+    )
+    assert cli("validate", ok)[0] == 0
