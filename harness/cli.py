@@ -378,9 +378,17 @@ def run(
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="No live progress bars.")
     ] = False,
+    reuse_finished: Annotated[
+        bool,
+        typer.Option(
+            "--reuse-finished",
+            help="Reuse finished runs made by other code (otherwise a code change reruns them); "
+            "the audit and the report flag them.",
+        ),
+    ] = False,
 ) -> None:
-    """Run every arm x task x seed of the experiment under its matched budget (skips finished runs,
-    resumes unfinished ones)."""
+    """Run every arm x task x seed of the experiment under its matched budget (skips finished runs
+    of the same code, resumes unfinished ones)."""
 
     from .config import load_config
     from .orchestrator import Orchestrator, RunFailed
@@ -390,7 +398,13 @@ def run(
     _say(f"[green]valid[/green]: {config}  ->  {out_path}")
     _say(_plan_table(cfg))
     log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not _STATE["quiet"] else None
-    orch = Orchestrator(cfg, out_path, log=log, progress=not (no_progress or _STATE["quiet"]))
+    orch = Orchestrator(
+        cfg,
+        out_path,
+        log=log,
+        progress=not (no_progress or _STATE["quiet"]),
+        reuse_finished=reuse_finished,
+    )
     result = orch.run()
     _print_summary(result["summary"], cfg)
     report_path = build_report_or_fail(out_path)

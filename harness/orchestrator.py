@@ -20,16 +20,20 @@ from .config import ExperimentConfig
 from .errors import SixblanksError
 from .layout import ExperimentDir, RunDir, write_json
 from .runner import spec_id
-from .version import CODE_VERSION
+from .version import CODE_VERSION, code_fingerprint
 
 
 class RunFailed(SixblanksError):
     exit_code = 1
 
 
-def build_specs(cfg: ExperimentConfig, warm_key: str) -> list[dict[str, Any]]:
-    """One fully resolved spec per arm x task x seed."""
+def build_specs(
+    cfg: ExperimentConfig, warm_key: str, code: str | None = None
+) -> list[dict[str, Any]]:
+    """One fully resolved spec per arm x task x seed; ``code``: the code fingerprint (default: of
+    the code running now), part of every run id."""
 
+    code = code or code_fingerprint()
     specs = []
     for arm in cfg.arms:
         blanks = cfg.resolved_blanks(arm).model_dump(mode="json")
@@ -48,7 +52,7 @@ def build_specs(cfg: ExperimentConfig, warm_key: str) -> list[dict[str, Any]]:
                     "eval": cfg.eval.model_dump(mode="json"),
                     "model": cfg.model.model_dump(mode="json"),
                     "warm_start_key": warm_key,
-                    "code_version": CODE_VERSION,
+                    "code_version": code,
                 }
                 spec["run_id"] = spec_id(spec)
                 specs.append(spec)
@@ -67,12 +71,14 @@ class Orchestrator:
         out_dir: str | Path,
         log: Callable[[str], None] | None = None,
         progress: bool = True,
+        reuse_finished: bool = False,
     ):
         self.cfg = cfg
         self.out = Path(out_dir)
         self.dir = ExperimentDir(out_dir)
         self.log = log or (lambda _m: None)
         self.progress = progress
+        self.reuse_finished = reuse_finished
 
     @property
     def runs_dir(self) -> Path:
@@ -92,13 +98,15 @@ class Orchestrator:
         self.warm_dir = self.dir.warm_policy(key)
         self.warm_info = info
         self.specs = build_specs(self.cfg, key)
+        if self.reuse_finished:
+            self.specs = self.reuse(self.specs)
         from .config import resolved_dict
 
         write_json(
             self.dir.experiment,
             {
                 "config": resolved_dict(self.cfg),
-                "code_version": CODE_VERSION,
+                "code_version": code_fingerprint(),
                 "warm_start": info,
                 "runs": [s["run_id"] for s in self.specs],
             },
@@ -117,6 +125,31 @@ class Orchestrator:
                 f"rollout.backend is 'vllm' but vLLM is not installed in {sys.executable}: "
                 f"{INSTALL_HINT}"
             )
+
+    def reuse(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Finished runs of other code for specs that are otherwise the same: their specs replace
+        the new ones (the audit then flags them as run by other code)."""
+
+        def same(spec: dict[str, Any]) -> str:
+            return spec_id({k: v for k, v in spec.items() if k not in ("run_id", "code_version")})
+
+        finished = {}
+        if self.runs_dir.exists():
+            for d in sorted(self.runs_dir.iterdir()):
+                run = self.dir.run(d.name)
+                if run.read_status().get("state") == "finished" and run.spec.exists():
+                    finished.setdefault(same(run.read_spec()), run.read_spec())
+        out = []
+        for spec in specs:
+            old = finished.get(same(spec))
+            if old is not None and old["run_id"] != spec["run_id"]:
+                if self.dir.run(spec["run_id"]).read_status().get("state") != "finished":
+                    self.log(
+                        f"reusing {old['run_id']} ({old['code_version']}) for {spec['run_id']}"
+                    )
+                    spec = old
+            out.append(spec)
+        return out
 
     def pending(self) -> list[dict[str, Any]]:
         return [
@@ -283,8 +316,9 @@ def fairness_audit(
 ) -> dict[str, Any]:
     """What the chapter says to hold constant, per arm, and each arm's consumption; flags differences.
 
-    An arm is flagged when it differs from the first arm on a held-constant item, or when a run
-    consumed less than 90% of the matched budget on a budgeted counter.
+    An arm is flagged when it differs from the first arm on a held-constant item, when a run
+    consumed less than 90% of the matched budget on a budgeted counter, or when a run was made by
+    other code than the code running now (reused with ``--reuse-finished``).
     """
 
     def items_of(s: dict[str, Any], shaping: Any) -> dict[str, Any]:
@@ -327,8 +361,10 @@ def fairness_audit(
                 "task": s["task"]["name"],
                 "state": st.get("state"),
                 "counters": st.get("counters"),
+                "code_version": s.get("code_version"),
             }
         )
+    code = code_fingerprint()
     flags = []
     for arm, rec in per_arm.items():
         ref = reference[rec["runs"][0]["task"]]
@@ -346,6 +382,16 @@ def fairness_audit(
                     }
                 )
         for run in rec["runs"]:
+            if run["code_version"] != code:
+                flags.append(
+                    {
+                        "arm": arm,
+                        "item": "code",
+                        "run_id": run["run_id"],
+                        "reason": f"run by other code ({run['code_version']}; now {code}), "
+                        "reused on request (--reuse-finished)",
+                    }
+                )
             counters = run["counters"] or {}
             for counter, limit in cfg.budget.items():
                 used = counters.get(counter, 0.0)

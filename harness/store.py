@@ -296,7 +296,7 @@ def ingest(
                     "config": json.dumps(cfg),
                     "warm_start_key": info.get("key"),
                     "initial_policy_hash": info.get("policy_hash"),
-                    "warm_start_score": info.get("score"),
+                    "warm_start_score": None,  # set below from the runs' step-0 evaluations
                     "code_version": exp.get("code_version"),
                     "ingested_at": time.time(),
                 }
@@ -312,6 +312,13 @@ def ingest(
             for t in PER_RUN_TABLES:
                 con.execute(f"DELETE FROM {t} WHERE run_id = ?", [rid])
                 _insert(con, t, tables[t])
+        # the warm start's held-out score: every run evaluates it first, at step 0
+        con.execute(
+            "UPDATE experiments SET warm_start_score = (SELECT avg(e.score) FROM evals e "
+            "JOIN runs r USING (run_id) WHERE r.experiment_id = ? AND e.step = 0) "
+            "WHERE experiment_id = ?",
+            [exp_id, exp_id],
+        )
         if fairness is not None:
             con.execute("DELETE FROM fairness WHERE experiment_id = ?", [exp_id])
             rows = []
@@ -347,12 +354,12 @@ def ingest(
                         }
                     )
             for f in fairness["flags"]:
-                if f["item"] == "consumption":
+                if f["item"] not in fairness["held_constant"]:  # per-run flags: consumption, code
                     rows.append(
                         {
                             "experiment_id": exp_id,
                             "arm": f["arm"],
-                            "item": "consumption",
+                            "item": f["item"],
                             "flagged": True,
                             "reason": f["reason"],
                             "value": None,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .layout import ExperimentDir, read_json, write_json
-from .version import CODE_VERSION
+from .version import code_fingerprint
 
 PARAM_MAX = 6000
 KEY_MAX = 250
@@ -102,7 +102,10 @@ class Tracker:
                 parent = client.create_run(
                     exp_id,
                     run_name=f"{self.experiment} {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                    tags={"sixblanks.kind": "experiment", "sixblanks.code_version": CODE_VERSION},
+                    tags={
+                        "sixblanks.kind": "experiment",
+                        "sixblanks.code_version": code_fingerprint(),
+                    },
                 )
                 parent_id = parent.info.run_id
                 state["parent_run_id"] = parent_id
@@ -149,7 +152,7 @@ class Tracker:
             "preset": spec["preset"],
             "seed": str(spec["seed"]),
             "task": spec["task"]["name"],
-            "sixblanks.code_version": CODE_VERSION,
+            "sixblanks.code_version": str(spec.get("code_version")),
             "sixblanks.status": status.get("state", "pending"),
             "fairness.flagged": str(spec["arm"] in flagged).lower(),
         }

@@ -29,10 +29,7 @@ from .tasks.base import Task
 from .training import RunSettings, Trainer
 from .training.collectors import Demonstrations, demonstration_batch
 from .training.objectives import SFT
-
-SFT_CODE_VERSION = "sft-v1"
-"""Bumped when the warm start's numbers change (training through the run loop left them bit for
-bit as they were: tests/test_golden.py)."""
+from .version import code_fingerprint
 
 
 def train_sft(
@@ -79,7 +76,7 @@ def warm_start_key(cfg, tasks: list[Task]) -> str:
     """Content hash of everything the warm-start policy depends on."""
 
     payload = {
-        "code": SFT_CODE_VERSION,
+        "code": code_fingerprint(),  # any change to the source or the libraries rebuilds it
         "model": cfg.model.model_dump(mode="json"),
         "tasks": [{"name": t.name, "params": t.params.model_dump(mode="json")} for t in tasks],
         "warm_start": cfg.warm_start.model_dump(mode="json"),

@@ -119,6 +119,69 @@ def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml):
     code, stdout, _ = cli("status", str(out), "--json")
     rows = json.loads(stdout)
     assert {r["state"] for r in rows} == {"finished"} and all(r["last_eval"] for r in rows)
+    from sixblanks.harness.store import connect
+
+    con = connect(out, read_only=True)
+    code_version, warm_score = con.execute(
+        "SELECT code_version, warm_start_score FROM experiments"
+    ).fetchone()
+    step0 = con.execute("SELECT avg(score) FROM evals WHERE step = 0").fetchone()[0]
+    con.close()
+    assert code_version.startswith("sixblanks-") and "+" in code_version
+    assert warm_score == pytest.approx(step0)
+
+
+def test_a_code_change_reruns_unless_reuse_is_asked_and_then_flags(tmp_path, monkeypatch):
+    """Runs are tied to the code that made them: after a code change nothing is skipped as
+    finished; --reuse-finished reuses the old runs, and the audit flags each as run by other code."""
+
+    import sixblanks.harness.orchestrator as orch_mod
+    from sixblanks.harness.store import connect
+
+    cfg = _cfg(seeds=[0], arms={"grpo": {"preset": "grpo"}}, budget={"launched_tokens": 300})
+    out = tmp_path / "out"
+    first = Orchestrator(cfg, out, progress=False)
+    first.run()
+    old_ids = [s["run_id"] for s in first.specs]
+    monkeypatch.setattr(orch_mod, "code_fingerprint", lambda: "sixblanks-0.2+edited000000")
+    again = Orchestrator(cfg, out, progress=False)
+    again.prepare()
+    assert {s["run_id"] for s in again.pending()} == {s["run_id"] for s in again.specs}
+    assert not set(old_ids) & {s["run_id"] for s in again.specs}
+    reused = Orchestrator(cfg, out, progress=False, reuse_finished=True)
+    reused.prepare()
+    assert [s["run_id"] for s in reused.specs] == old_ids and reused.pending() == []
+    audit = reused.fairness()
+    flags = [f for f in audit["flags"] if f["item"] == "code"]
+    assert [f["run_id"] for f in flags] == old_ids and "edited000000" in flags[0]["reason"]
+    reused.ingest(audit)
+    con = connect(out, read_only=True)
+    rows = con.execute("SELECT run_id FROM fairness WHERE item = 'code' AND flagged").fetchall()
+    con.close()
+    assert [r[0] for r in rows] == old_ids
+
+
+def test_editing_an_algorithm_file_changes_the_run_ids(tmp_path):
+    import shutil
+
+    from sixblanks.harness.version import fingerprint, library_versions, source_roots
+
+    copy = tmp_path / "src"
+    for root in source_roots():
+        shutil.copytree(root, copy / root.name, ignore=shutil.ignore_patterns("__pycache__"))
+    roots = [copy / r.name for r in source_roots()]
+    libs = library_versions()
+    before = fingerprint(roots, libs)
+    assert before == fingerprint(source_roots(), libs)  # the same source, the same fingerprint
+    adv = copy / "algorithms" / "advantages.py"
+    adv.write_text(adv.read_text().replace("1e-6", "1e-5", 1))
+    after = fingerprint(roots, libs)
+    assert after != before
+    assert fingerprint(roots, {**libs, "torch": "0.0.1"}) != after  # and the library versions
+    a, b = build_specs(_cfg(), "k", code=before), build_specs(_cfg(), "k", code=after)
+    assert len({s["run_id"] for s in a}) == 4 and not {s["run_id"] for s in a} & {
+        s["run_id"] for s in b
+    }
 
 
 def test_under_consumption_is_flagged(tmp_path):
