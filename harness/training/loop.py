@@ -110,8 +110,8 @@ class Trainer:
 
         ctx = self.ctx
         worst = self.collector.worst_case()  # it accepts at most what it launches
-        update = self.worst_update(worst["rollouts_launched"], worst["launched_tokens"])
-        if not ctx.meter.fits(add_costs(worst, update)):
+        bound = self.worst_update(worst["rollouts_launched"], worst["launched_tokens"])
+        if not ctx.meter.fits(add_costs(worst, bound)):
             return None
         step = ctx.meter.reserve({}, f"step {ctx.step}", estimate_time=True)
         with step:
