@@ -51,6 +51,11 @@ SCHEMA: dict[str, str] = {
         launched_tokens DOUBLE, accepted_tokens DOUBLE, device_seconds DOUBLE, verifier_calls DOUBLE,
         position JSON, detail JSON""",
     "discards": "run_id VARCHAR, step BIGINT, reason VARCHAR, rollouts DOUBLE, tokens DOUBLE",
+    "census": """
+        run_id VARCHAR, step BIGINT, rounds BIGINT, prompts_sampled BIGINT, groups_launched BIGINT,
+        groups_kept BIGINT, dropped_all_correct BIGINT, dropped_all_wrong BIGINT,
+        dropped_zero_variance BIGINT, dropped_surplus BIGINT, responses_launched BIGINT,
+        responses_accepted BIGINT, tokens_launched BIGINT, tokens_accepted BIGINT, cap_hit BOOLEAN""",
     "fairness": """
         experiment_id VARCHAR, arm VARCHAR, item VARCHAR, flagged BOOLEAN, reason VARCHAR, value JSON,
         reference JSON, run_id VARCHAR""",
@@ -231,6 +236,14 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
         "finished_at": status.get("finished"),
         "final_score": final,
     }
+    census = [
+        {
+            "run_id": rid,
+            **{k: c[k] for k in CENSUS_COLUMNS},
+            **{f"dropped_{v}": int(c["groups_dropped"].get(v, 0)) for v in CENSUS_VERDICTS},
+        }
+        for c in (e for e in events if e["type"] == "census")
+    ]
     return {
         "runs": [run_row],
         "budgets": budgets,
@@ -238,10 +251,26 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
         "metrics": metrics,
         "evals": eval_rows,
         "discards": discards,
+        "census": census,
     }
 
 
-PER_RUN_TABLES = ("runs", "budgets", "ledger", "metrics", "evals", "discards")
+CENSUS_COLUMNS = (
+    "step",
+    "rounds",
+    "prompts_sampled",
+    "groups_launched",
+    "groups_kept",
+    "responses_launched",
+    "responses_accepted",
+    "tokens_launched",
+    "tokens_accepted",
+    "cap_hit",
+)
+CENSUS_VERDICTS = ("all_correct", "all_wrong", "zero_variance", "surplus")
+"""Why a launched group was dropped (``SamplingCensus.groups_dropped``)."""
+
+PER_RUN_TABLES = ("runs", "budgets", "ledger", "metrics", "evals", "discards", "census")
 
 
 @contextmanager

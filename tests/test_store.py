@@ -82,6 +82,18 @@ def test_every_table_is_queryable(experiment):
     assert (
         total == dapo_discards[0][1]
     )  # per-step discards add up to the ledger's cumulative counter
+    # the census: every launched group is kept or dropped by a verdict, and the groups dapo dropped
+    # account for its dynamic-sampling discards exactly
+    census = q(
+        "SELECT arm, sum(groups_launched), sum(groups_kept + dropped_all_correct + dropped_all_wrong"
+        " + dropped_zero_variance + dropped_surplus), sum(tokens_launched - tokens_accepted),"
+        " count(*) FROM census JOIN runs USING (run_id) GROUP BY arm ORDER BY arm"
+    )
+    steps = dict(q("SELECT arm, steps FROM runs"))
+    for arm, launched, accounted, _, n in census:
+        assert launched == accounted and n == steps[arm]
+    assert census[0][0] == "dapo" and census[0][3] == dapo_discards[0][1]
+    assert census[1][3] == 0  # grpo keeps every group
     assert (
         q("SELECT count(*) FROM fairness WHERE flagged AND arm = 'dapo' AND item = 'reward'")[0][0]
         == 1
