@@ -49,7 +49,8 @@ SCHEMA: dict[str, str] = {
     "evals": """
         run_id VARCHAR, step BIGINT, split VARCHAR, score DOUBLE, n BIGINT, success_rate DOUBLE,
         launched_tokens DOUBLE, accepted_tokens DOUBLE, device_seconds DOUBLE, verifier_calls DOUBLE,
-        position JSON, detail JSON""",
+        position JSON, detail JSON, eval_generated_tokens DOUBLE, eval_verifier_calls DOUBLE,
+        eval_device_seconds DOUBLE, eval_wall_seconds DOUBLE""",
     "discards": "run_id VARCHAR, step BIGINT, reason VARCHAR, rollouts DOUBLE, tokens DOUBLE",
     "census": """
         run_id VARCHAR, step BIGINT, rounds BIGINT, prompts_sampled BIGINT, groups_launched BIGINT,
@@ -93,8 +94,13 @@ def connect(out_dir: str | Path, read_only: bool = False):
 
 
 def ensure_schema(con) -> None:
+    """Create the tables; a store made by an earlier version gains the columns added since."""
+
     for table, cols in SCHEMA.items():
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({cols})")
+        for col in cols.split(","):
+            name, kind = col.split()[:2]
+            con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind}")
 
 
 def _insert(con, table: str, rows: list[dict[str, Any]] | pa.Table) -> None:
@@ -188,6 +194,7 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
     eval_rows = []
     for e in evals:
         pos = e.get("position", {})
+        cost = e.get("cost") or {}
         eval_rows.append(
             {
                 "run_id": rid,
@@ -202,6 +209,8 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
                 "verifier_calls": float(pos.get("verifier_calls", 0.0)),
                 "position": json.dumps(pos),
                 "detail": json.dumps({spec["task"]["name"]: e.get("per_instance")}),
+                # what the evaluation itself cost (counted apart from the training budget)
+                **{f"eval_{k}": cost.get(k) for k in EVAL_COST},
             }
         )
     last_counters = result.get("counters") or status.get("counters") or {}
@@ -254,6 +263,9 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
         "census": census,
     }
 
+
+EVAL_COST = ("generated_tokens", "verifier_calls", "device_seconds", "wall_seconds")
+"""The cost of one evaluation, as the loop records it (``cost`` of each eval record)."""
 
 CENSUS_COLUMNS = (
     "step",

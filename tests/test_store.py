@@ -17,6 +17,7 @@ from sixblanks.harness.store import (
     SCHEMA,
     StoreBusy,
     connect,
+    ensure_schema,
     ingest,
     write_ladder,
     write_trials,
@@ -71,6 +72,11 @@ def test_every_table_is_queryable(experiment):
         assert q(f"SELECT consumed FROM budgets WHERE run_id = '{rid}'")[0][0] == last <= 900
     assert q("SELECT count(DISTINCT name) FROM metrics")[0][0] > 10
     assert q("SELECT min(step), count(*) FROM evals WHERE split = 'heldout'")[0][1] >= 4
+    # each evaluation's own cost: greedy, one sample per instance, one verifier call each
+    for n, calls, tokens, secs in q(
+        "SELECT n, eval_verifier_calls, eval_generated_tokens, eval_device_seconds FROM evals"
+    ):
+        assert calls == n and n <= tokens <= n * 6 and secs > 0
     dapo_discards = q(
         "SELECT reason, sum(tokens) FROM discards JOIN runs USING (run_id) WHERE arm = 'dapo' GROUP BY reason"
     )
@@ -294,3 +300,30 @@ def test_run_directory_reads_survive_a_killed_run(tmp_path):
     write_json(rd.status, {"state": "running", "step": 1})
     assert read_status(rd.path) == {"state": "running", "step": 1}
     assert sorted(p.name for p in rd.path.iterdir()) == ["events.jsonl", "status.json"]  # no .tmp
+
+
+def test_a_store_of_an_earlier_version_gains_the_new_columns(tmp_path, experiment):
+    """Ingesting into a results.duckdb made before the eval-cost columns existed adds them."""
+
+    import duckdb
+
+    out, _ = experiment
+    old = tmp_path / "old"
+    old.mkdir()
+    con = duckdb.connect(str(old / "results.duckdb"))
+    con.execute(
+        "CREATE TABLE evals (run_id VARCHAR, step BIGINT, split VARCHAR, score DOUBLE, n BIGINT, "
+        "success_rate DOUBLE, launched_tokens DOUBLE, accepted_tokens DOUBLE, "
+        "device_seconds DOUBLE, verifier_calls DOUBLE, position JSON, detail JSON)"
+    )
+    con.close()
+    con = connect(old)
+    ensure_schema(con)
+    cols = [r[0] for r in con.execute("DESCRIBE evals").fetchall()]
+    con.close()
+    assert cols[-4:] == [
+        "eval_generated_tokens",
+        "eval_verifier_calls",
+        "eval_device_seconds",
+        "eval_wall_seconds",
+    ]

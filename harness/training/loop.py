@@ -184,6 +184,12 @@ class Trainer:
             "step": ctx.step,
             "position": dict(self.ledger.counters),
             **{k: ev[k] for k in ("score", "n", "success_rate", "per_instance")},
+            "cost": {
+                "generated_tokens": float(ev["generated_tokens"]),
+                "verifier_calls": float(ev["verifier_calls"]),
+                "device_seconds": charge.elapsed[0],
+                "wall_seconds": charge.elapsed[1],
+            },
         }
         self.result.evals.append(record)
         return record
