@@ -34,6 +34,10 @@ _STATE: dict[str, bool] = {"debug": False, "quiet": False}
 
 ConfigArg = Annotated[Path, typer.Argument(help="Experiment YAML file.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+ArmOpt = Annotated[
+    str | None, typer.Option("--arm", help="Arm to debug (default: ladder.arm or the first).")
+]
+AllRungsOpt = Annotated[bool, typer.Option("--all", help="Do not stop at the first failing rung.")]
 OutOpt = Annotated[
     Path | None,
     typer.Option("--out", help="Experiment output directory; default runs/<name>."),
@@ -604,12 +608,8 @@ def ui(
 @app.command()
 def ladder(
     config: ConfigArg = Path("experiments.yaml"),
-    arm: Annotated[
-        str | None, typer.Option("--arm", help="Arm to debug (default: ladder.arm or the first).")
-    ] = None,
-    all_: Annotated[
-        bool, typer.Option("--all", help="Do not stop at the first failing rung.")
-    ] = False,
+    arm: ArmOpt = None,
+    all_: AllRungsOpt = False,
     out_dir: OutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -17,6 +17,7 @@ import torch
 from sixblanks.algorithms.logprobs import process_logits
 
 from ..errors import SixblanksError
+from ..tasks.verify import CallStats
 
 
 class RolloutError(SixblanksError):
@@ -56,11 +57,9 @@ class Generation:
 
 
 @dataclass
-class EngineStats:
+class EngineStats(CallStats):
     generated_tokens: int = 0
     prompt_tokens: int = 0
-    calls: int = 0
-    seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
     def record(self, prompts: list[list[int]], n: int, result, seconds: float) -> None:

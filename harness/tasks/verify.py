@@ -22,11 +22,17 @@ class VerifierFailure(RuntimeError):
 
 
 @dataclass
-class VerifierStats:
+class CallStats:
+    """What a counted choke point records: its calls and their time."""
+
     calls: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class VerifierStats(CallStats):
     failures: int = 0
     timeouts: int = 0
-    seconds: float = 0.0
     reasons: dict[str, int] = field(default_factory=dict)
 
 
