@@ -138,16 +138,18 @@ class Orchestrator:
             for d in sorted(self.runs_dir.iterdir()):
                 run = self.dir.run(d.name)
                 if run.read_status().get("state") == "finished" and run.spec.exists():
-                    finished.setdefault(same(run.read_spec()), run.read_spec())
+                    found = run.read_spec()
+                    finished.setdefault(same(found), found)
         out = []
         for spec in specs:
             old = finished.get(same(spec))
-            if old is not None and old["run_id"] != spec["run_id"]:
-                if self.dir.run(spec["run_id"]).read_status().get("state") != "finished":
-                    self.log(
-                        f"reusing {old['run_id']} ({old['code_version']}) for {spec['run_id']}"
-                    )
-                    spec = old
+            if (
+                old is not None
+                and old["run_id"] != spec["run_id"]
+                and (self.dir.run(spec["run_id"]).read_status().get("state") != "finished")
+            ):
+                self.log(f"reusing {old['run_id']} ({old['code_version']}) for {spec['run_id']}")
+                spec = old
             out.append(spec)
         return out
 
