@@ -57,6 +57,9 @@ class SamplingCensus:
     rounds: int = 0
     prompts_sampled: int = 0
     groups_launched: int = 0
+    groups_varied: int = 0
+    """Launched groups whose rewards are not all equal, counted before any filtering (the
+    trainable-group fraction is groups_varied / groups_launched, for every arm)."""
     groups_kept: int = 0
     groups_dropped: dict[str, int] = field(
         default_factory=lambda: {"all_correct": 0, "all_wrong": 0, "zero_variance": 0, "surplus": 0}
@@ -69,6 +72,12 @@ class SamplingCensus:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def trainable_group_frac(self) -> float | None:
+        """Share of launched groups with unequal rewards (None before any group was launched)."""
+
+        return self.groups_varied / self.groups_launched if self.groups_launched else None
 
     def balanced(self) -> bool:
         return self.groups_launched == self.groups_kept + sum(self.groups_dropped.values()) and (
@@ -105,12 +114,11 @@ class DynamicSampler:
         c.groups_launched += len(groups)
         c.responses_launched += int(group_ids.numel())
         c.tokens_launched += int(tokens_per_sample.sum())
-        verdicts = (
-            group_verdicts(rewards, group_ids) if self.enabled else dict.fromkeys(groups, "keep")
-        )
+        verdicts = group_verdicts(rewards, group_ids)
+        c.groups_varied += sum(verdicts[g] == "keep" for g in groups)
         kept_now = []
         for g in groups:
-            v = verdicts[g]
+            v = verdicts[g] if self.enabled else "keep"
             if v != "keep":
                 c.groups_dropped[v] += 1
             elif len(self.kept) >= self.target:

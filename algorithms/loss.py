@@ -154,8 +154,10 @@ def policy_loss(
         ref_logp: ``[B, T]`` reference log-probs (KL in the loss). entropy: ``[B, T]`` (entropy bonus).
 
     Returns:
-        ``(loss, metrics)``; metrics hold weighted sums (pg_loss, kl, entropy, clip_frac) so they too
-        add up over micro-batches.
+        ``(loss, metrics)``; pg_loss, kl and entropy are Z-weighted sums, so they add up over
+        micro-batches; the ratio diagnostics are plain counts over action tokens (``action_tokens``,
+        ``clip_count``, ``ratio_sum``) and extremes (``ratio_max``, ``ratio_min``), whatever Z is:
+        ``clip_frac = clip_count / action_tokens`` and ``ratio_mean = ratio_sum / action_tokens``.
     """
 
     b = _as_blanks(blanks)
@@ -178,12 +180,14 @@ def policy_loss(
     total = pg
     reg = b.regularizer
     metrics: dict[str, float] = {"pg_loss": float(pg.detach())}
-    with torch.no_grad():
-        metrics["clip_frac"] = float((clipped * m * weights).sum())
-        metrics["ratio_mean"] = float((ratio.detach() * m * weights).sum())
-        metrics["ratio_max"] = (
-            float(ratio.detach().masked_fill(m == 0, 0).max()) if m.numel() else 1.0
-        )
+    with torch.no_grad():  # plain counts over action tokens, whatever Z weighs them by
+        on = m > 0
+        r = ratio.detach().expand_as(m)
+        metrics["action_tokens"] = float(on.sum())
+        metrics["clip_count"] = float((clipped.expand_as(m) * on).sum())
+        metrics["ratio_sum"] = float((r * on).sum())
+        metrics["ratio_max"] = float(r[on].max()) if bool(on.any()) else 1.0
+        metrics["ratio_min"] = float(r[on].min()) if bool(on.any()) else 1.0
     if ref_logp is not None:
         kl_tok = kl_estimate(logp, ref_logp.detach(), reg.loss_kl_estimator) * m
         kl = aggregate(kl_tok, weights)

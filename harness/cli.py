@@ -503,6 +503,7 @@ def status(
                 "counters": st.get("counters"),
                 "limits": st.get("limits"),
                 "last_eval": st.get("last_eval"),
+                "time_overshoot_bound": st.get("time_overshoot_bound"),
                 "eta_seconds": eta,
                 "error": st.get("error"),
             }
@@ -515,11 +516,7 @@ def status(
         table.add_column(col)
     for r in rows:
         lim = r["limits"] or {}
-        used = (
-            ", ".join(f"{k} {r['counters'].get(k, 0):g}/{v:g}" for k, v in lim.items())
-            if r["counters"]
-            else "-"
-        )
+        used = ", ".join(_used(r, k, v) for k, v in lim.items()) if r["counters"] else "-"
         ev = f"{r['last_eval']['score']:.3f}" if r["last_eval"] else "-"
         eta = f"{r['eta_seconds']:.0f}s" if r["eta_seconds"] is not None else "-"
         state = r["state"] + (f" ({r['error'][:50]})" if r.get("error") else "")
@@ -535,6 +532,15 @@ def status(
             eta,
         )
     out.print(table)
+
+
+def _used(row: dict[str, Any], counter: str, limit: float) -> str:
+    """``counter used/limit``; a time limit can be passed by at most one step and its checkpoint:
+    the bound measured so far is shown beside it."""
+
+    bound = row["time_overshoot_bound"] or {}
+    extra = f" (+<={bound[counter]:.1f}s)" if counter in bound else ""
+    return f"{counter} {row['counters'].get(counter, 0):g}/{limit:g}{extra}"
 
 
 def _experiment_dir(directory: Path, hint: str = "") -> ExperimentDir:

@@ -179,7 +179,14 @@ class EvalConfig(_Cfg):
         None, gt=0, description="Instances per evaluation; None: each task's eval_size."
     )
     temperature: float = Field(0.0, ge=0, description="0: greedy decoding.")
-    samples: int = Field(1, ge=1, description="Samples per instance (pass@1 averaged).")
+    samples: int = Field(
+        1, ge=1, description="Samples per instance: pass@1 averaged, and pass@k for k = samples."
+    )
+    split: Literal["test", "validation"] = Field(
+        "test",
+        description="Held-out split scored: 'test' for reports (the default); the sweep's trials and "
+        "the ladder use 'validation', disjoint from test, so selection never sees the reported instances.",
+    )
 
 
 class ArmConfig(_Cfg):

@@ -42,6 +42,7 @@ def settings_from_spec(spec: dict[str, Any]):
         eval_size=int(ev.get("size") or spec["task"].get("eval_size", 64)),
         eval_temperature=float(ev.get("temperature", 0.0)),
         eval_samples=int(ev.get("samples", 1)),
+        eval_split=ev.get("split", "test"),
         reward_range=tuple(spec["task"]["reward_range"])
         if spec["task"].get("reward_range")
         else (0.0, 1.0),
@@ -118,6 +119,9 @@ def execute_run(
                     "counters": dict(trainer.ledger.counters),
                     "limits": dict(trainer.ledger.budget.limits),
                     "last_eval": {"score": last["score"], "step": last["step"]} if last else None,
+                    # a time limit is exceeded by at most this (one step and its checkpoint)
+                    "time_overshoot_bound": dict(trainer.ctx.meter.overshoot_bound),
+                    "time_by_kind": trainer.ctx.meter.time_by_kind,
                     "started": started,
                     "updated": time.time(),
                     "resumed_from": resumed_from,
@@ -176,12 +180,14 @@ def execute_run(
             "discarded_by_reason": dict(trainer.ledger.discarded_by_reason),
             "limits": dict(trainer.ledger.budget.limits),
             "evals": [
-                {k: e[k] for k in ("step", "score", "n", "success_rate")}
+                {k: e.get(k) for k in ("step", "score", "n", "split", "success_rate", "pass_at")}
                 | {"position": e["position"]}
                 for e in result.evals
             ],
             "final_score": result.evals[-1]["score"] if result.evals else None,
             "eval_cost": result.eval_cost,
+            "time_overshoot_bound": dict(trainer.ctx.meter.overshoot_bound),
+            "time_by_kind": trainer.ctx.meter.time_by_kind,
             "resumed_from": resumed_from,
             "train_seconds": train_seconds,
             "recording_seconds": rec_time[0],
@@ -212,9 +218,12 @@ def execute_run(
 def _save_checkpoint(trainer, path: Path) -> None:
     import torch
 
-    tmp = path.with_suffix(".tmp")
-    torch.save(trainer.state_dict(), tmp)
-    os.replace(tmp, path)
+    # charged with its own label; its time reaches the ledger of the next checkpoint (a kill loses
+    # the time since the last one anyway)
+    with trainer.ctx.meter.charge(f"checkpoint step {trainer.step_idx}"):
+        tmp = path.with_suffix(".tmp")
+        torch.save(trainer.state_dict(), tmp)
+        os.replace(tmp, path)
 
 
 def _rewrite_events(rd: RunDir, trainer) -> None:

@@ -50,11 +50,12 @@ SCHEMA: dict[str, str] = {
         run_id VARCHAR, step BIGINT, split VARCHAR, score DOUBLE, n BIGINT, success_rate DOUBLE,
         launched_tokens DOUBLE, accepted_tokens DOUBLE, device_seconds DOUBLE, verifier_calls DOUBLE,
         position JSON, detail JSON, eval_generated_tokens DOUBLE, eval_verifier_calls DOUBLE,
-        eval_device_seconds DOUBLE, eval_wall_seconds DOUBLE""",
+        eval_device_seconds DOUBLE, eval_wall_seconds DOUBLE, env_steps DOUBLE, wall_seconds DOUBLE,
+        pass_at JSON""",
     "discards": "run_id VARCHAR, step BIGINT, reason VARCHAR, rollouts DOUBLE, tokens DOUBLE",
     "census": """
         run_id VARCHAR, step BIGINT, rounds BIGINT, prompts_sampled BIGINT, groups_launched BIGINT,
-        groups_kept BIGINT, dropped_all_correct BIGINT, dropped_all_wrong BIGINT,
+        groups_varied BIGINT, groups_kept BIGINT, dropped_all_correct BIGINT, dropped_all_wrong BIGINT,
         dropped_zero_variance BIGINT, dropped_surplus BIGINT, responses_launched BIGINT,
         responses_accepted BIGINT, tokens_launched BIGINT, tokens_accepted BIGINT, cap_hit BOOLEAN""",
     "fairness": """
@@ -62,7 +63,7 @@ SCHEMA: dict[str, str] = {
         reference JSON, run_id VARCHAR""",
     "trials": """
         experiment_id VARCHAR, arm VARCHAR, trial BIGINT, state VARCHAR, params JSON, value DOUBLE,
-        launched_tokens DOUBLE, device_seconds DOUBLE, pruned_at DOUBLE, run_id VARCHAR""",
+        launched_tokens DOUBLE, device_seconds DOUBLE, pruned_at DOUBLE, run_id VARCHAR, split VARCHAR""",
     "ladder": """
         experiment_id VARCHAR, arm VARCHAR, rung BIGINT, rung_name VARCHAR, variant VARCHAR, status VARCHAR,
         evidence VARCHAR, ci_low DOUBLE, ci_high DOUBLE, detail JSON""",
@@ -199,7 +200,7 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
             {
                 "run_id": rid,
                 "step": int(e["step"]),
-                "split": "heldout",
+                "split": e.get("split", "test"),
                 "score": float(e["score"]),
                 "n": int(e["n"]),
                 "success_rate": float(e.get("success_rate", e["score"])),
@@ -207,6 +208,9 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
                 "accepted_tokens": float(pos.get("accepted_tokens", 0.0)),
                 "device_seconds": float(pos.get("device_seconds", 0.0)),
                 "verifier_calls": float(pos.get("verifier_calls", 0.0)),
+                "env_steps": float(pos.get("env_steps", 0.0)),
+                "wall_seconds": float(pos.get("wall_seconds", 0.0)),
+                "pass_at": json.dumps(e.get("pass_at") or {"1": float(e["score"])}),
                 "position": json.dumps(pos),
                 "detail": json.dumps({spec["task"]["name"]: e.get("per_instance")}),
                 # what the evaluation itself cost (counted apart from the training budget)
@@ -248,7 +252,7 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
     census = [
         {
             "run_id": rid,
-            **{k: c[k] for k in CENSUS_COLUMNS},
+            **{k: c.get(k) for k in CENSUS_COLUMNS},
             **{f"dropped_{v}": int(c["groups_dropped"].get(v, 0)) for v in CENSUS_VERDICTS},
         }
         for c in (e for e in events if e["type"] == "census")
@@ -272,6 +276,7 @@ CENSUS_COLUMNS = (
     "rounds",
     "prompts_sampled",
     "groups_launched",
+    "groups_varied",
     "groups_kept",
     "responses_launched",
     "responses_accepted",
@@ -432,6 +437,7 @@ TRIAL_FIELDS = (
     "device_seconds",
     "pruned_at",
     "run_id",
+    "split",
 )
 
 

@@ -130,6 +130,8 @@ class Sweep:
         counter = next(iter(spec["budget"]))
         spec["eval"]["every"] = self.trial_budget[counter] / 4
         spec["eval"]["counter"] = counter
+        # trials are chosen on the validation split; confirmation runs and reports score test
+        spec["eval"]["split"] = "validation"
         return spec
 
     def _storage_ref(self) -> tuple[str, str]:
@@ -244,6 +246,8 @@ class Sweep:
                     "counters": t.user_attrs.get("counters"),
                     "pruned_at": t.user_attrs.get("pruned_at"),
                     "worker": t.user_attrs.get("worker"),
+                    "split": t.user_attrs.get("split"),
+                    "eval_seed_range": t.user_attrs.get("eval_seed_range"),
                     "error": t.user_attrs.get("error"),
                     "intermediate": {int(k): v for k, v in t.intermediate_values.items()},
                 }
@@ -272,6 +276,7 @@ class Sweep:
             arms[f"{arm}.tuned"] = tuned
         data["arms"] = arms
         data["seeds"] = list(self.cfg.sweep.confirm_seeds)
+        data["eval"]["split"] = "test"  # never the validation instances the trials were chosen on
         cfg = validate_mapping(data)
         self.confirm_cfg = cfg
         res = Orchestrator(cfg, self.out, log=self.log, progress=False).run()
@@ -294,6 +299,7 @@ class Sweep:
                         "launched_tokens": c.get("launched_tokens"),
                         "device_seconds": c.get("device_seconds"),
                         "pruned_at": t["pruned_at"],
+                        "split": t.get("split"),
                     }
                 )
         write_trials(self.out, self.cfg.name, rows)
@@ -405,6 +411,7 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     )
     trial = optuna.trial.Trial(study, job["trial_id"])
     trial.set_user_attr("worker", _worker_info())
+    trial.set_user_attr("split", spec["eval"]["split"])  # what the trial is selected on
     counter = next(iter(spec["budget"]))
     every = spec["eval"]["every"]
     trainer = None
@@ -418,6 +425,8 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
             for ev in tr.result.evals[seen[0] :]:
                 # pruning on the ledger resource: the score at each token checkpoint (aligned across trials)
                 trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
+            if tr.result.evals:  # the held-out instances it is selected on (seed range)
+                trial.set_user_attr("eval_seed_range", tr.result.evals[-1]["seed_range"])
             seen[0] = len(tr.result.evals)
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned at {counter} = {tr.ledger.counters[counter]:g}")

@@ -464,6 +464,11 @@ def test_dynamic_sampling_census_accounts_for_every_group():
     assert c.groups_dropped == {"all_correct": 1, "all_wrong": 1, "zero_variance": 1, "surplus": 0}
     assert c.responses_launched == 12 and c.responses_accepted == 6
     assert c.tokens_launched == 36 and c.tokens_accepted == 18 and c.balanced() and not c.cap_hit
+    # the trainable-group fraction counts launched groups before filtering: g2, g3, g5 of 6
+    assert c.groups_varied == 3 and c.trainable_group_frac == 0.5
+    off = DynamicSampler(target_groups=3, max_rounds=1, enabled=False)  # no filtering: same count
+    off.add_round(*rounds[0], torch.full((6,), 3))
+    assert off.census.groups_kept == 3 and off.census.trainable_group_frac == 1 / 3
     capped = DynamicSampler(target_groups=2, max_rounds=2)
     for _ in range(2):
         capped.add_round(t([1, 1, 1, 0, 1, 0]), torch.tensor([0, 0, 1, 1, 2, 2]), torch.ones(6))
@@ -477,6 +482,42 @@ def test_dynamic_sampling_census_accounts_for_every_group():
     while not starved.done:
         starved.add_round(t([1, 1]), torch.tensor([0, 0]), torch.ones(2))
     assert starved.census.cap_hit and starved.census.groups_kept == 0 and starved.census.balanced()
+
+
+def test_ratio_and_clip_diagnostics_are_plain_means_over_action_tokens():
+    # constant-Z (dr_grpo) weights are far from uniform; the diagnostics must not be weighted by them
+    blanks = resolve("dr_grpo")
+    mask = t([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    old = torch.zeros(2, 3, dtype=D)
+    logp = t([[math.log(1.5), 0.0, 5.0], [math.log(0.5), 0.0, 0.0]]).requires_grad_()
+    adv = t([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
+    w = loss_weights(mask, "constant", l_max=8)
+    _, met = policy_loss(blanks, logp, old, adv, mask, w)
+    # ratios on the 3 action tokens: 1.5, 1.0, 0.5 (the masked 5.0 is not one of them)
+    assert met["action_tokens"] == 3 and math.isclose(met["ratio_sum"], 3.0)
+    assert math.isclose(met["ratio_max"], 1.5) and math.isclose(met["ratio_min"], 0.5)
+    # eps 0.2: 1.5 with A > 0 is clipped, 0.5 with A < 0 is clipped, 1.0 is not
+    assert met["clip_count"] == 2
+    from sixblanks.harness.training.objectives.accumulate import finish, merge
+
+    total: dict[str, float] = {}
+    merge(total, met)
+    merge(
+        total,
+        {
+            **met,
+            "action_tokens": 1.0,
+            "clip_count": 0.0,
+            "ratio_sum": 1.0,
+            "ratio_max": 1.0,
+            "ratio_min": 1.0,
+            "pg_loss": 0.0,
+        },
+    )
+    out = finish(total, n_minibatches=2)
+    assert math.isclose(out["ratio_mean"], 4.0 / 4) and math.isclose(out["clip_frac"], 2 / 4)
+    assert out["ratio_max"] == 1.5 and out["ratio_min"] == 0.5
+    assert math.isclose(out["pg_loss"], met["pg_loss"] / 2)
 
 
 def test_minibatches_cover_each_sample_once_per_epoch():

@@ -71,7 +71,7 @@ def test_every_table_is_queryable(experiment):
         assert n == steps and last == result["counters"]["launched_tokens"]
         assert q(f"SELECT consumed FROM budgets WHERE run_id = '{rid}'")[0][0] == last <= 900
     assert q("SELECT count(DISTINCT name) FROM metrics")[0][0] > 10
-    assert q("SELECT min(step), count(*) FROM evals WHERE split = 'heldout'")[0][1] >= 4
+    assert q("SELECT min(step), count(*) FROM evals WHERE split = 'test'")[0][1] >= 4
     # each evaluation's own cost: greedy, one sample per instance, one verifier call each
     for n, calls, tokens, secs in q(
         "SELECT n, eval_verifier_calls, eval_generated_tokens, eval_device_seconds FROM evals"
@@ -321,9 +321,12 @@ def test_a_store_of_an_earlier_version_gains_the_new_columns(tmp_path, experimen
     ensure_schema(con)
     cols = [r[0] for r in con.execute("DESCRIBE evals").fetchall()]
     con.close()
-    assert cols[-4:] == [
+    assert cols[-7:] == [
         "eval_generated_tokens",
         "eval_verifier_calls",
         "eval_device_seconds",
         "eval_wall_seconds",
+        "env_steps",
+        "wall_seconds",
+        "pass_at",
     ]

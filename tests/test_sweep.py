@@ -90,6 +90,19 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     )
     html = (out / "sweep" / "report" / "index.html").read_text()
     assert "Hyperparameter search: effort per arm" in html
+    # honest selection: trials are scored on validation instances, confirmation runs on test ones
+    trial_ranges = {
+        tuple(t["eval_seed_range"]) for rec in arms.values() for t in rec["trials_detail"]
+    }
+    assert {t["split"] for rec in arms.values() for t in rec["trials_detail"]} == {"validation"}
+    confirm = []
+    for events in (out / "sweep" / "runs").glob("*/events.jsonl"):
+        confirm += [json.loads(x) for x in events.read_text().splitlines() if '"type": "eval"' in x]
+    assert confirm and {e["split"] for e in confirm} == {"test"}
+    confirm_ranges = {tuple(e["seed_range"]) for e in confirm}
+    for lo, hi in trial_ranges:
+        for clo, chi in confirm_ranges:
+            assert hi <= clo or chi <= lo  # disjoint seed ranges: no instance is shared
 
 
 @pytest.mark.slow

@@ -5,6 +5,12 @@ import time
 
 import pytest
 
+from sixblanks.harness.seeds import (
+    DEMO_SEED_BASE,
+    DEMO_SEEDS_PER_TASK,
+    TRAIN_SEED_RANGE,
+    eval_seeds,
+)
 from sixblanks.harness.tasks import EVAL_SEED_OFFSET, Instance, Task, make_task
 from sixblanks.harness.tasks.registry import TaskLoadError
 from sixblanks.harness.tasks.verify import VerifierFailure, VerifierGate
@@ -31,6 +37,29 @@ def test_eval_set_is_deterministic_and_disjoint_from_training():
     e1, e2 = t.eval_instances(16), t.eval_instances(16)
     assert [i.prompt for i in e1] == [i.prompt for i in e2]
     assert all(i.seed >= EVAL_SEED_OFFSET for i in e1)
+    # two held-out splits: validation (what the sweep and the ladder select on) and test (reports)
+    val = t.eval_instances(16, "validation")
+    assert [i.seed for i in e1] == [i.seed for i in t.eval_instances(16, "test")]
+    assert not set(eval_seeds(10**6, "validation")) & set(eval_seeds(10**6, "test"))
+    assert [i.seed for i in val] == eval_seeds(16, "validation")
+    assert min(i.seed for i in val) > DEMO_SEED_BASE + 10 * DEMO_SEEDS_PER_TASK > TRAIN_SEED_RANGE
+    with pytest.raises(ValueError, match="valid: test, validation"):
+        t.eval_instances(4, "train")
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    import itertools
+    import math
+
+    from sixblanks.harness.evaluate import pass_at_k
+
+    # by hand: 4 samples, 1 correct, k = 2: 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(4, 1, 2) == 0.5 and pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 3, 2) == 1.0
+    # a second method: the share of k-subsets of the n samples that hold a success
+    for n, c, k in [(5, 2, 3), (8, 1, 4), (6, 3, 1)]:
+        outcomes = [1] * c + [0] * (n - c)
+        subsets = list(itertools.combinations(outcomes, k))
+        assert math.isclose(pass_at_k(n, c, k), sum(any(s) for s in subsets) / len(subsets))
 
 
 def _play(env, actions):

@@ -93,10 +93,12 @@ class Task:
     def instances(self, seeds: list[int]) -> list[Instance]:
         return [self.make_instance(s) for s in seeds]
 
-    def eval_instances(self, n: int) -> list[Instance]:
-        """The deterministic held-out set: seeds disjoint from every training seed."""
+    def eval_instances(self, n: int, split: str = "test") -> list[Instance]:
+        """The deterministic held-out set of ``split`` ("test": what reports score; "validation":
+        what the sweep and the ladder select on): seeds disjoint from every training seed and from
+        the other split."""
 
-        return self.instances(eval_seeds(n))
+        return self.instances(eval_seeds(n, split))
 
     # ---- reward ---------------------------------------------------------------
 

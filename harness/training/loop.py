@@ -31,7 +31,7 @@ from ..tasks.verify import VerifierGate
 from .base import Collected, Prepared, RunResult, RunSettings, TrainingError
 from .collectors import make_collector
 from .context import RunContext, frozen_copy
-from .meter import Charge, DeviceTimer, Meter, add_costs
+from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
 
 
@@ -111,9 +111,9 @@ class Trainer:
         ctx = self.ctx
         worst = self.collector.worst_case()  # it accepts at most what it launches
         bound = self.worst_update(worst["rollouts_launched"], worst["launched_tokens"])
-        if not ctx.meter.fits(add_costs(worst, bound)):
+        if not ctx.meter.fits(add_costs(worst, bound), time_of=UNIT_KINDS):
             return None
-        step = ctx.meter.reserve({}, f"step {ctx.step}", estimate_time=True)
+        step = ctx.meter.charge(f"step {ctx.step}")
         with step:
             collected: Collected = self.collector.collect()
             if collected.census is not None:
@@ -127,8 +127,9 @@ class Trainer:
                 with self.admit(prepared) as update:
                     metrics.update(self.objective.update(prepared))
                     update.actual["optimizer_steps"] = metrics["optimizer_steps"]
-            ctx.engine.load_weights(None)  # a colocated HF engine shares the weights; vLLM reloads
-        self.account(metrics, step)
+            with ctx.meter.charge(f"sync step {ctx.step}"):
+                ctx.engine.load_weights(None)  # a colocated HF engine shares them; vLLM reloads
+        self.account(metrics)
         return metrics
 
     def admit(self, p: Prepared) -> Charge:
@@ -144,9 +145,8 @@ class Trainer:
         charge.actual = {"accepted_tokens": accepted, "rollouts_accepted": float(rows)}
         return charge
 
-    def account(self, metrics: dict[str, Any], step: Charge) -> None:
+    def account(self, metrics: dict[str, Any]) -> None:
         meter = self.ctx.meter
-        meter.last_step_time = {"device_seconds": step.elapsed[0], "wall_seconds": step.elapsed[1]}
         snap = meter.ledger.snapshot(self.ctx.step)
         metrics.update({f"ledger.{k}": v for k, v in snap.items() if k != "step"})
         self.result.steps.append(metrics)
@@ -172,6 +172,7 @@ class Trainer:
                 samples=s.eval_samples,
                 seed=s.seed,
                 max_context_tokens=s.rollout.max_prompt_tokens,
+                split=s.eval_split,
             )
             charge.actual = {
                 "launched_tokens": float(ev["generated_tokens"]),
@@ -183,7 +184,18 @@ class Trainer:
         record = {
             "step": ctx.step,
             "position": dict(self.ledger.counters),
-            **{k: ev[k] for k in ("score", "n", "success_rate", "per_instance")},
+            **{
+                k: ev[k]
+                for k in (
+                    "score",
+                    "n",
+                    "split",
+                    "seed_range",
+                    "success_rate",
+                    "pass_at",
+                    "per_instance",
+                )
+            },
             "cost": {
                 "generated_tokens": float(ev["generated_tokens"]),
                 "verifier_calls": float(ev["verifier_calls"]),

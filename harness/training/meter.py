@@ -9,11 +9,17 @@ ledger of its own, apart from the training budget).
         charge.actual = {"launched_tokens": ...}       # committed on exit (released on an exception)
 
 Charges nest: each commits its own device and wall seconds (its time minus that of the charges
-inside it), so the ledger's time is the sum of the work's, counted once, labelled by kind. Time is
-checked when a step is admitted (its charge reserves an estimate of the step's time); the charges
-inside the step reserve counts only, so measured time never refuses work already admitted. The
-nesting is one stack: charges of one thread, strictly nested (a concurrent collector needs a meter
-of its own, or a lock and per-thread stacks).
+inside it), so the ledger's time is the sum of the work's, counted once, labelled by kind.
+
+Time limits. Time cannot be known before the work runs, so a limited time counter is guarded by
+estimates: a charge made with ``time_of=(kinds...)`` also reserves TIME_ESTIMATE_FACTOR x the longest
+unit of each of those kinds measured so far. A step is admitted, and each rollout round launched,
+only when the round, the update, the weight sync and a checkpoint after it fit (UNIT_KINDS). The
+exact worst case, stated in README and ``status``: a run exceeds a time limit by at most the time of
+the rest of its last step after its last check, plus a checkpoint: never more than one training step
+and its checkpoint (``Meter.overshoot_bound``, the longest seen; the first step has no estimate
+yet). The nesting is one stack: charges of one thread, strictly nested (a concurrent collector needs
+a meter of its own, or a lock and per-thread stacks).
 """
 
 from __future__ import annotations
@@ -26,7 +32,12 @@ import torch
 from sixblanks.budgets.ledger import TIME_COUNTERS, Ledger, Reservation
 
 TIME_ESTIMATE_FACTOR = 1.2
-"""A limited time counter reserves this multiple of the previous step's measured time."""
+"""A gated unit reserves this multiple of the longest unit of its kinds measured so far."""
+
+
+UNIT_KINDS = ("rollouts", "demonstrations", "pairs", "update", "sync", "checkpoint")
+"""The kinds of work whose time a step's admission and each rollout round reserve (one unit each):
+whatever a step may still do after the check."""
 
 
 def add_costs(*costs: dict[str, float]) -> dict[str, float]:
@@ -38,7 +49,8 @@ def add_costs(*costs: dict[str, float]) -> dict[str, float]:
 
 
 class DeviceTimer:
-    """Device-seconds: process CPU time on CPU; synchronized elapsed time on CUDA (per device)."""
+    """Device-seconds (``now``): process CPU time on CPU; synchronized elapsed time on CUDA (per
+    device). Wall-seconds (``wall``): elapsed time."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
@@ -50,27 +62,30 @@ class DeviceTimer:
             return time.perf_counter()
         return time.process_time()
 
+    def wall(self) -> float:
+        return time.perf_counter()
+
 
 class Charge:
     """Reserved work. ``with charge:`` measures it; ``actual`` is committed on a clean exit. On an
     exception or :meth:`cancel` the reservation is released and only the time spent is recorded."""
 
-    def __init__(self, meter: Meter, reservation: Reservation, label: str):
-        self.meter, self.reservation, self.label = meter, reservation, label
+    def __init__(self, meter: Meter, reservation: Reservation, label: str, kind: str):
+        self.meter, self.reservation, self.label, self.kind = meter, reservation, label, kind
         self.actual: dict[str, float] = {}
         self.inner_time = (0.0, 0.0)
         self.elapsed = (0.0, 0.0)
         self.cancelled = False
 
     def __enter__(self) -> Charge:
-        self.t0 = (self.meter.timer.now(), time.perf_counter())
+        self.t0 = (self.meter.timer.now(), self.meter.timer.wall())
         self.meter.open.append(self)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         m = self.meter
         m.open.remove(self)
-        self.elapsed = (m.timer.now() - self.t0[0], time.perf_counter() - self.t0[1])
+        self.elapsed = (m.timer.now() - self.t0[0], m.timer.wall() - self.t0[1])
         if m.open:  # the enclosing charge does not count this block's time again
             outer = m.open[-1]
             outer.inner_time = tuple(a + b for a, b in zip(outer.inner_time, self.elapsed))
@@ -78,6 +93,7 @@ class Charge:
         spent = {"device_seconds": own[0], "wall_seconds": own[1]}  # time is spent either way
         done = exc_type is None and not self.cancelled
         m.ledger.commit(self.reservation, {**self.actual, **spent} if done else spent)
+        m.measured(self, own)
         return False
 
     def cancel(self) -> None:
@@ -92,26 +108,69 @@ class Meter:
     def __init__(self, ledger: Ledger, timer: DeviceTimer):
         self.ledger, self.timer = ledger, timer
         self.open: list[Charge] = []
-        self.last_step_time: dict[str, float] = {}
+        self.unit_time: dict[str, dict[str, float]] = {}
+        """kind -> the longest single unit of that kind so far (its elapsed device/wall seconds)"""
+        self.time_by_kind: dict[str, dict[str, float]] = {}
+        """kind -> own device/wall seconds committed by charges of that kind (the time's labels)"""
+        self.overshoot_bound: dict[str, float] = {k: 0.0 for k in TIME_COUNTERS}
+        """The longest step (with its checkpoint) so far: what a time limit can be exceeded by."""
+        self.last_step: dict[str, float] = {k: 0.0 for k in TIME_COUNTERS}
 
-    def limited(self, amounts: dict[str, float], estimate_time: bool = False) -> dict[str, float]:
-        """The limited counters of ``amounts``; with ``estimate_time``, limited time counters get
-        :data:`TIME_ESTIMATE_FACTOR` times the previous step's time (0 before the first step)."""
+    def estimate(self, kinds: tuple[str, ...]) -> dict[str, float]:
+        """TIME_ESTIMATE_FACTOR x the sum over ``kinds`` of the longest unit of each kind."""
+
+        return {
+            k: TIME_ESTIMATE_FACTOR
+            * sum(self.unit_time.get(kind, {}).get(k, 0.0) for kind in kinds)
+            for k in TIME_COUNTERS
+        }
+
+    def limited(self, amounts: dict[str, float], time_of: tuple[str, ...] = ()) -> dict[str, float]:
+        """The limited counters of ``amounts``; with ``time_of``, limited time counters get the
+        estimate of one unit of each of those kinds."""
 
         out = dict(amounts)
-        if estimate_time:
-            for k in TIME_COUNTERS:
-                out[k] = self.last_step_time.get(k, 0.0) * TIME_ESTIMATE_FACTOR
+        if time_of:
+            out.update(self.estimate(time_of))
         return {k: float(v) for k, v in out.items() if k in self.ledger.budget.limits}
 
-    def fits(self, amounts: dict[str, float], estimate_time: bool = True) -> bool:
-        return self.ledger.fits(self.limited(amounts, estimate_time))
+    def fits(self, amounts: dict[str, float], time_of: tuple[str, ...] = ()) -> bool:
+        return self.ledger.fits(self.limited(amounts, time_of))
 
     def reserve(
-        self, amounts: dict[str, float], label: str, estimate_time: bool = False
+        self,
+        amounts: dict[str, float],
+        label: str,
+        time_of: tuple[str, ...] = (),
+        kind: str | None = None,
     ) -> Charge | None:
-        res = self.ledger.reserve(self.limited(amounts, estimate_time), label=label)
-        return None if res is None else Charge(self, res, label)
+        """Reserve ``amounts`` (and, with ``time_of``, the time estimate of those kinds of work).
+        ``kind`` (default: the label's first word) labels the charge's time and its unit length."""
+
+        res = self.ledger.reserve(self.limited(amounts, time_of), label=label)
+        if res is None:
+            return None
+        return Charge(self, res, label, kind or label.split()[0])
+
+    def measured(self, charge: Charge, own: list[float]) -> None:
+        """Record a finished charge's unit length and its own time under its kind."""
+
+        elapsed = dict(zip(("device_seconds", "wall_seconds"), charge.elapsed))
+        unit = self.unit_time.setdefault(charge.kind, {k: 0.0 for k in TIME_COUNTERS})
+        tot = self.time_by_kind.setdefault(charge.kind, {k: 0.0 for k in TIME_COUNTERS})
+        for (k, e), o in zip(elapsed.items(), own):
+            unit[k] = max(unit[k], e)
+            tot[k] += o
+            if charge.kind == "step":
+                self.last_step[k] = e
+                self.overshoot_bound[k] = max(self.overshoot_bound[k], e)
+            elif charge.kind == "checkpoint":  # a checkpoint follows its step unchecked
+                self.overshoot_bound[k] = max(self.overshoot_bound[k], self.last_step[k] + e)
+
+    def charge(self, label: str) -> Charge:
+        """A charge of time only (weight sync, checkpoint, critic pass): labelled, never refused."""
+
+        return self.must_reserve({}, label)
 
     def must_reserve(self, amounts: dict[str, float], label: str) -> Charge:
         """A reservation whose worst case was checked before the step began."""
@@ -128,8 +187,17 @@ class Meter:
             self.ledger.discard(reason, float(tokens), float(rollouts))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"ledger": self.ledger.state_dict(), "last_step_time": dict(self.last_step_time)}
+        return {
+            "ledger": self.ledger.state_dict(),
+            "unit_time": self.unit_time,
+            "time_by_kind": self.time_by_kind,
+            "overshoot_bound": self.overshoot_bound,
+            "last_step": self.last_step,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.ledger = Ledger.from_state(state["ledger"])
-        self.last_step_time = dict(state["last_step_time"])
+        self.unit_time = {k: dict(v) for k, v in state.get("unit_time", {}).items()}
+        self.time_by_kind = {k: dict(v) for k, v in state.get("time_by_kind", {}).items()}
+        self.overshoot_bound.update(state.get("overshoot_bound", {}))
+        self.last_step.update(state.get("last_step", {}))

@@ -4,7 +4,12 @@ from a fixed initial policy, and the warm start's SFT losses.
 Recorded with the trainer as it stood before the training loop was split into collectors and
 objectives (commit 9deaf3b; its warm start logged every SFT loss through a spy on its own SFT loop,
 where the current one reports them in ``info["losses"]``). ``tests/test_golden.py`` checks that the current code reproduces it
-(ledger counters exactly; scores and losses to 1e-6). Re-record only for a deliberate, explained
+(ledger counters exactly; scores and losses to 1e-6). Re-recorded once (issue 16), for diagnostics
+only: the trainable-group fraction is measured by the collector on every launched group before
+dynamic sampling filters any (all arms, critic ones included; the census gains ``groups_varied``),
+and the ratio/clip diagnostics are plain means over action tokens (``ratio_min`` added,
+``ratio_max`` the maximum over the whole update); ledgers, evaluations, losses and final weights were
+unchanged (the warm start's block was kept as recorded). Re-record only for a deliberate, explained
 change of the numbers:
 
     .venv/bin/python tests/golden/record.py

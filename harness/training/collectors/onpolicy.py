@@ -14,6 +14,7 @@ from ...rollout.agent import run_episodes
 from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected, TrainingError
 from ..context import RunContext
+from ..meter import UNIT_KINDS
 from .greedy import GreedyBaseline
 
 
@@ -34,7 +35,8 @@ class OnPolicyRounds:
         """Reserve, generate, commit one round. None: it would not fit."""
 
         ctx = self.ctx
-        charge = ctx.meter.reserve(self.worst_case(), f"rollouts step {ctx.step}")
+        # a round is launched only when it, the update, the weight sync and a checkpoint fit
+        charge = ctx.meter.reserve(self.worst_case(), f"rollouts step {ctx.step}", UNIT_KINDS)
         if charge is None:
             return None
         with charge:
@@ -87,13 +89,18 @@ class OnPolicyRounds:
                 "data.on_round_cap: train_short to continue"
             )
         record = census.as_dict()
+        if not kept and census.rounds == 0:
+            return Collected(None, census=record, nothing_fit=True)
+        # measured on every launched group, before dynamic sampling drops any (one sample per
+        # prompt has no group to compare: no value)
+        metrics = {"sampling_rounds": float(census.rounds)}
+        if ctx.group_size > 1:
+            metrics["trainable_group_frac"] = census.trainable_group_frac
         if not kept:
-            if census.rounds == 0:
-                return Collected(None, census=record, nothing_fit=True)
-            return Collected(None, {"skipped": 1.0, "trainable_group_frac": 0.0}, record)
+            return Collected(None, {"skipped": 1.0, **metrics}, record)
         return Collected(
             TrajectoryBatch.concat(kept, ctx.pad_id),
-            {"sampling_rounds": float(census.rounds)},
+            metrics,
             record,
             TrajectoryBatch.concat(kept_greedy, ctx.pad_id).reward if kept_greedy else None,
             census.groups_launched,

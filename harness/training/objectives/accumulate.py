@@ -29,7 +29,7 @@ MicroStep = Callable[[list[int], Weights, int], dict[str, float]]
 class Pass:
     optimizer_steps: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
-    """Metrics averaged over the minibatches that stepped."""
+    """The pass's metrics (:func:`finish`): token means, extremes, minibatch averages."""
     grad_norms: list[float] = field(default_factory=list)
     early_stop: dict[str, Any] | None = None
 
@@ -59,11 +59,43 @@ class Pass:
         }
 
 
+PLAIN_MEANS = {
+    "clip_frac": ("clip_count", "action_tokens"),
+    "ratio_mean": ("ratio_sum", "action_tokens"),
+    "value_clip_frac": ("value_clip_count", "value_tokens"),
+}
+"""Metrics that are plain means over tokens: (numerator count, denominator count), both summed over
+every micro-batch, minibatch and epoch of the pass."""
+
+
 def merge(into: dict[str, float], met: dict[str, float]) -> None:
-    """Add micro-batch metrics (weighted sums); ``ratio_max`` is a maximum."""
+    """Add metrics up: sums, except ``*_max`` (a maximum) and ``*_min`` (a minimum)."""
 
     for k, v in met.items():
-        into[k] = max(into.get(k, 0.0), v) if k == "ratio_max" else into.get(k, 0.0) + v
+        if k not in into:
+            into[k] = v
+        elif k.endswith("_max"):
+            into[k] = max(into[k], v)
+        elif k.endswith("_min"):
+            into[k] = min(into[k], v)
+        else:
+            into[k] += v
+
+
+def finish(sums: dict[str, float], n_minibatches: int) -> dict[str, float]:
+    """A pass's metrics: plain means over tokens (:data:`PLAIN_MEANS`), extremes over the whole
+    pass, everything else (Z-weighted minibatch losses) averaged over its minibatches."""
+
+    sums = dict(sums)
+    out = {}
+    for name, (num, den) in PLAIN_MEANS.items():
+        if den in sums:
+            out[name] = sums.pop(num, 0.0) / max(sums[den], 1.0)
+    for den in {d for _, d in PLAIN_MEANS.values()}:
+        sums.pop(den, None)
+    for k, v in sums.items():
+        out[k] = v if k.endswith(("_max", "_min")) else v / max(1, n_minibatches)
+    return out
 
 
 def accumulate(
@@ -121,11 +153,6 @@ def accumulate(
             after_step(rows)
         out.optimizer_steps += 1
         n_mb += 1
-        merge_sum(sums, mbm)
-    out.metrics = {k: v / max(1, n_mb) for k, v in sums.items()}
+        merge(sums, mbm)
+    out.metrics = finish(sums, n_mb)
     return out
-
-
-def merge_sum(into: dict[str, float], met: dict[str, float]) -> None:
-    for k, v in met.items():
-        into[k] = into.get(k, 0.0) + v

@@ -122,7 +122,6 @@ class ActorCritic:
                 **batch_metrics(batch, adv_w, mask),
                 "explained_variance": explained_variance(old_v, ret, vmask),
                 "response_length": float(mask.sum(1).float().mean()),
-                "trainable_group_frac": 1.0,
                 "groups_launched": float(collected.groups_launched),
                 "critic_seconds": critic_seconds,
                 **mismatch_stats(old_logp, batch.behavior_logprobs, batch.action_mask),
@@ -192,7 +191,8 @@ class ActorCritic:
             kl = approx_kl(logp, t["old_logp"][rows].to(dev), m_dev) * float(weights.sum())
             met.update(
                 value_loss=float(vl.detach()),
-                value_clip_frac=float((vclipped * vw).sum()),
+                value_clip_count=float((vclipped * (vw > 0)).sum()),
+                value_tokens=float((vw > 0).sum()),
                 approx_kl_num=kl,
             )
             return met

@@ -37,14 +37,6 @@ def batch_metrics(
     }
 
 
-def trainable_group_frac(batch: TrajectoryBatch) -> float:
-    """Share of the batch's prompt groups whose rewards are not all equal."""
-
-    groups = torch.unique(batch.group_ids).tolist()
-    varied = sum(1 for g in groups if torch.unique(batch.reward[batch.group_ids == g]).numel() > 1)
-    return varied / max(1, len(groups))
-
-
 class PolicyGradient(Stateless):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
@@ -73,7 +65,6 @@ class PolicyGradient(Stateless):
         metrics = {
             **batch_metrics(batch, adv, mask),
             "response_length": float(mask0.sum(1).float().mean()),
-            "trainable_group_frac": trainable_group_frac(batch),
             "groups_launched": float(collected.groups_launched),
             **mismatch_stats(old_logp, batch.behavior_logprobs, mask0),
         }
