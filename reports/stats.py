@@ -1,5 +1,7 @@
-"""Honest statistics for few seeds: IQM, stratified bootstrap intervals, probability of improvement,
-area under the learning curve. Vectorised numpy/scipy (rliable's definitions, without rliable)."""
+"""Honest statistics for few seeds: IQM, stratified bootstrap intervals (tasks are the strata),
+probability of improvement within each task and averaged over tasks, per-task min-max
+normalization, area under the learning curve, and mean curves with the number of runs behind each
+point. Vectorised numpy/scipy (rliable's definitions, without rliable)."""
 
 from __future__ import annotations
 
@@ -58,6 +60,42 @@ def stratified_bootstrap_ci(
     return point, float(low), float(high)
 
 
+def stratified_bootstrap_ci_strata(
+    strata: list[np.ndarray],
+    statistic: str = "mean",
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``stratified_bootstrap_ci`` over per-task score lists that may differ in length (a run
+    failed on one task): each task's scores are resampled with replacement within that task, and
+    the statistic is computed over all resampled scores together.
+
+    With equal lengths this is exactly ``stratified_bootstrap_ci`` on the ``[runs, tasks]`` matrix
+    (same draws). Empty strata are left out; with one score in every stratum there is no interval.
+    """
+
+    parts = [np.asarray(s, dtype=float).ravel() for s in strata]
+    parts = [s for s in parts if len(s)]
+    if not parts:
+        return float("nan"), float("nan"), float("nan")
+    if len({len(s) for s in parts}) == 1:
+        return stratified_bootstrap_ci(
+            np.column_stack(parts), statistic, resamples, confidence, seed
+        )
+    fn = STATISTICS[statistic]
+    point = float(fn(np.concatenate(parts)[None, :])[0])
+    if max(len(s) for s in parts) < 2:
+        return point, float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    resampled = np.concatenate(
+        [s[rng.integers(0, len(s), size=(resamples, len(s)))] for s in parts], axis=1
+    )
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(fn(resampled), [alpha, 1 - alpha])
+    return point, float(low), float(high)
+
+
 def stratified_bootstrap_ci_loop(scores, statistic="mean", resamples=2000, confidence=0.95, seed=0):
     """The same estimator written as a plain loop (a second method to check the vectorised one)."""
 
@@ -85,6 +123,43 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
     return float(u / (len(x) * len(y)))
 
 
+def probability_of_improvement_by_task(
+    x: dict[str, np.ndarray], y: dict[str, np.ndarray]
+) -> tuple[float, dict[str, float]]:
+    """rliable's P(X > Y) over tasks: computed within each task, then averaged over the tasks that
+    both X and Y have scores on (never pooled across tasks, where a task's scale would decide).
+
+    Returns (the average, {task: P within that task}); nan where no task is shared."""
+
+    per = {
+        t: probability_of_improvement(x[t], y[t])
+        for t in x
+        if t in y and np.size(x[t]) and np.size(y[t])
+    }
+    return (float(np.mean(list(per.values()))) if per else float("nan")), per
+
+
+def task_ranges(scores: dict[str, np.ndarray]) -> dict[str, tuple[float, float]] | None:
+    """Per-task (min, max) for min-max normalization, or None where every task's scores already lie
+    in [0, 1] (built-in task rewards do: their raw scores are comparable across tasks)."""
+
+    arrays = {t: np.asarray(v, dtype=float).ravel() for t, v in scores.items()}
+    arrays = {t: v[~np.isnan(v)] for t, v in arrays.items()}
+    if all(len(v) == 0 or (v.min() >= 0 and v.max() <= 1) for v in arrays.values()):
+        return None
+    return {
+        t: (float(v.min()), float(v.max())) if len(v) else (0.0, 1.0) for t, v in arrays.items()
+    }
+
+
+def normalize(x: np.ndarray | float, lo: float, hi: float) -> np.ndarray | float:
+    """(x - lo) / (hi - lo); 0 where the task's scores do not vary (hi == lo)."""
+
+    x = np.asarray(x, dtype=float)
+    out = np.zeros_like(x) if hi == lo else (x - lo) / (hi - lo)
+    return float(out) if out.ndim == 0 else out
+
+
 def curve_auc(xs: np.ndarray, ys: np.ndarray) -> float:
     """Area under a learning curve (score vs a budget counter), normalised by the x-range: the
     average score over the budget spent. A single point gives that point's score."""
@@ -99,35 +174,60 @@ def curve_auc(xs: np.ndarray, ys: np.ndarray) -> float:
     return float(np.sum((xs[1:] - xs[:-1]) * (ys[1:] + ys[:-1]) / 2) / (xs[-1] - xs[0]))
 
 
+def curve_matrix(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> np.ndarray:
+    """``[curves, grid]``: each curve interpolated on ``grid``, NaN outside its own x-range."""
+
+    mat = np.full((len(curves), len(grid)), np.nan)
+    for i, (x, y) in enumerate(curves):
+        if len(x):
+            order = np.argsort(x)
+            x, y = np.asarray(x, dtype=float)[order], np.asarray(y, dtype=float)[order]
+            inside = (grid >= x[0]) & (grid <= x[-1])
+            mat[i, inside] = np.interp(grid[inside], x, y)
+    return mat
+
+
 def band(
     curves: list[tuple[np.ndarray, np.ndarray]],
     grid: np.ndarray,
     resamples: int = 500,
     seed: int = 0,
+    strata: list[str] | None = None,
 ):
-    """Mean and 95% bootstrap band across seeds of curves interpolated on ``grid`` (NaN past a curve's end)."""
+    """Mean and 95% bootstrap band across seeds of curves interpolated on ``grid`` (NaN past a curve's end).
+
+    Past the end of the shortest curve the mean is over fewer curves: callers draw only where
+    ``runs_covering`` counts all of them, or mark the rest. ``strata`` (one label per curve, e.g.
+    its task) resamples curves within each label, as ``stratified_bootstrap_ci`` does."""
 
     if not curves:
         nan = np.full(len(grid), np.nan)
         return nan, nan, nan
-    mat = np.full((len(curves), len(grid)), np.nan)
-    for i, (x, y) in enumerate(curves):
-        if len(x):
-            order = np.argsort(x)
-            x, y = np.asarray(x)[order], np.asarray(y)[order]
-            inside = (grid >= x[0]) & (grid <= x[-1])
-            mat[i, inside] = np.interp(grid[inside], x, y)
+    mat = curve_matrix(curves, grid)
     import warnings
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(mat, axis=0)
-    if len(curves) < 2:
+    if len(curves) < 2 or resamples < 1:
         return mean, mean * np.nan, mean * np.nan
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(curves), size=(resamples, len(curves)))
+    if strata is None:
+        idx = rng.integers(0, len(curves), size=(resamples, len(curves)))
+    else:
+        labels = np.asarray(strata)
+        groups = [np.flatnonzero(labels == t) for t in dict.fromkeys(strata)]
+        idx = np.concatenate(
+            [g[rng.integers(0, len(g), size=(resamples, len(g)))] for g in groups], axis=1
+        )
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         boots = np.nanmean(mat[idx], axis=1)
         lo, hi = np.nanquantile(boots, [0.025, 0.975], axis=0)
     return mean, lo, hi
+
+
+def runs_covering(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> np.ndarray:
+    """How many curves reach each grid point (a curve covers [its first x, its last x])."""
+
+    return (~np.isnan(curve_matrix(curves, grid))).sum(axis=0)

@@ -61,6 +61,57 @@ def test_curve_auc_by_hand():
     assert stats.curve_auc([5], [0.4]) == 0.4
 
 
+def test_stratified_bootstrap_over_strata_of_unequal_size():
+    # a run failed on task B: 3 scores on A, 2 on B. Each task's scores are resampled within the task
+    strata = [np.array([0.1, 0.5, 0.9]), np.array([2.0, 3.0])]
+    p, lo, hi = stats.stratified_bootstrap_ci_strata(strata, "mean", resamples=300, seed=5)
+    assert p == pytest.approx((0.1 + 0.5 + 0.9 + 2.0 + 3.0) / 5)
+    # the same draws as a plain loop
+    rng = np.random.default_rng(5)
+    idx = [rng.integers(0, len(s), size=(300, len(s))) for s in strata]
+    vals = [np.mean(np.concatenate([s[i[r]] for s, i in zip(strata, idx)])) for r in range(300)]
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(vals, [0.025, 0.975])))
+    # constant within each task: every resample holds three 0s and two 10s, so no spread at all
+    assert stats.stratified_bootstrap_ci_strata([np.zeros(3), np.full(2, 10.0)]) == (4.0, 4.0, 4.0)
+    # equal sizes: exactly the [runs, tasks] matrix estimator
+    rng = np.random.default_rng(1)
+    mat = rng.random((4, 3))
+    for stat in ("mean", "iqm"):
+        assert stats.stratified_bootstrap_ci_strata(
+            list(mat.T), stat, 200, seed=2
+        ) == stats.stratified_bootstrap_ci(mat, stat, 200, seed=2)
+    assert math.isnan(stats.stratified_bootstrap_ci_strata([[0.3], [0.5]])[1])  # one seed per task
+
+
+def test_probability_of_improvement_by_task_by_hand():
+    x = {"t1": [5.0, 6.0], "t2": [0.0, 1.0], "t3": [9.0]}
+    y = {"t1": [1.0, 2.0], "t2": [0.0, 1.0]}  # t3 has no baseline score: left out
+    avg, per = stats.probability_of_improvement_by_task(x, y)
+    # t2: pairs (0,0) tie, (0,1) loss, (1,0) win, (1,1) tie -> (1 + 2 * 0.5) / 4
+    assert per == {"t1": 1.0, "t2": 0.5} and avg == 0.75
+    assert math.isnan(stats.probability_of_improvement_by_task({"a": [1.0]}, {"b": [1.0]})[0])
+
+
+def test_task_ranges_and_normalize():
+    assert stats.task_ranges({"a": [0.0, 1.0], "b": [0.2, 0.4]}) is None  # all in [0, 1]: raw
+    r = stats.task_ranges({"a": [0.0, 1.0], "b": [20.0, 40.0, 30.0]})
+    assert r == {"a": (0.0, 1.0), "b": (20.0, 40.0)}
+    assert stats.normalize(np.array([20.0, 30.0, 40.0]), *r["b"]) == pytest.approx([0, 0.5, 1])
+    assert stats.normalize(7.0, 7.0, 7.0) == 0.0  # a task whose scores do not vary
+
+
+def test_band_with_strata_and_runs_covering():
+    grid = np.array([0.0, 1.0, 2.0])
+    curves = [
+        (np.array([0.0, 2.0]), np.array([0.0, 0.0])),
+        (np.array([0.0, 1.0]), np.array([10.0, 10.0])),
+    ]
+    assert stats.runs_covering(curves, grid).tolist() == [2, 2, 1]
+    # one curve per task: resampling within tasks never changes the mean, so the band is a line
+    mean, lo, hi = stats.band(curves, grid, resamples=50, strata=["a", "b"])
+    assert mean.tolist() == [5.0, 5.0, 0.0] and lo.tolist() == mean.tolist() == hi.tolist()
+
+
 SPEC = {
     "name": "<script>alert('x')</script> & co",
     "task": {"name": "arithmetic", "eval_size": 16},
@@ -87,7 +138,7 @@ def test_report_files_self_contained_and_escaped(experiment):
         "<script>alert" not in text
         and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; co" in text
     )
-    assert text.count("data:image/png;base64,") == 4
+    assert text.count("data:image/png;base64,") == 5  # one task: no per-task curves
     assert "http://" not in text and "https://" not in text  # nothing to fetch
     rep = index.parent
     for f in (
@@ -97,6 +148,7 @@ def test_report_files_self_contained_and_escaped(experiment):
         "score_vs_cost.png",
         "census.png",
         "final_scores.png",
+        "sampling_census.png",
     ):
         assert (rep / f).exists(), f
     import polars as pl

@@ -1,0 +1,595 @@
+"""The report's statistics and tables: per arm and per arm x task scores, the dynamic-sampling
+census, evaluation cost, the six blanks (with inert differences), the fairness audit, budgets and
+search effort. Each ``*_blocks`` function returns render blocks (see render.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from . import stats
+from .render import Block, Cell, Heading, Para, Table
+
+if TYPE_CHECKING:
+    from .build import Data
+
+STATS = ("mean", "median", "iqm")
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def ci(r: dict[str, Any], key: str) -> str:
+    if key not in r:
+        return "no finished run"
+    if math.isnan(r.get(f"{key}_lo", float("nan"))):
+        return f"{fmt(r[key])} (one seed: no interval)"
+    return f"{fmt(r[key])} [{fmt(r[key + '_lo'])}, {fmt(r[key + '_hi'])}]"
+
+
+# ----------------------------------------------------------------------------- scores
+
+
+def _pass_at(pass_json: str | None) -> dict[int, float]:
+    try:
+        return {int(k): float(v) for k, v in json.loads(pass_json or "{}").items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def run_scores(d: Data) -> pl.DataFrame:
+    """One row per run: first and last evaluation of the score split (raw and, where tasks are
+    normalized, normalized), area under its curve against launched tokens, pass@k of the last."""
+
+    ev = d.scored.sort("run_id", "step")
+    start = ev.filter(pl.col("step") == 0).select(
+        "run_id", pl.col("score").alias("start_score"), pl.col("nscore").alias("start_norm")
+    )
+    last = ev.group_by("run_id").last()
+    auc = [
+        (rid, stats.curve_auc(g["launched_tokens"].to_numpy(), g["nscore"].to_numpy()))
+        for (rid,), g in ev.group_by(["run_id"])
+    ]
+    ks = sorted({k for p in last["pass_at"].to_list() for k in _pass_at(p)})
+    pass_cols = {
+        f"pass@{k}": [_pass_at(p).get(k) for p in last["pass_at"].to_list()] for k in ks if k > 1
+    }
+    if pass_cols:
+        pass_cols = {
+            "pass@1": [
+                _pass_at(p).get(1, s) for p, s in last.select("pass_at", "score").iter_rows()
+            ]
+        } | pass_cols
+    last = last.select(
+        "run_id",
+        pl.col("score").alias("final_score"),
+        pl.col("nscore").alias("final_norm"),
+        pl.col("step").alias("final_step"),
+    ).with_columns(**{k: pl.Series(v, dtype=pl.Float64) for k, v in pass_cols.items()})
+    return (
+        d.runs.select("run_id", "arm", "preset", "task", "seed", "status")
+        .with_columns(pl.lit(d.split).alias("split"))
+        .join(start, on="run_id", how="left")
+        .join(last, on="run_id", how="left")
+        .join(
+            pl.DataFrame(auc, schema={"run_id": pl.Utf8, "auc_launched": pl.Float64}, orient="row"),
+            on="run_id",
+            how="left",
+        )
+        .sort("arm", "task", "seed")
+    )
+
+
+def _interval_stats(
+    row: dict[str, Any],
+    strata: list[np.ndarray],
+    gains: list[np.ndarray],
+    resamples: int,
+    seed: int,
+) -> None:
+    for stat in STATS:
+        p, lo, hi = stats.stratified_bootstrap_ci_strata(strata, stat, resamples, seed=seed)
+        row[stat], row[f"{stat}_lo"], row[f"{stat}_hi"] = p, lo, hi
+    g, glo, ghi = stats.stratified_bootstrap_ci_strata(gains, "mean", resamples, seed=seed)
+    row["gain"], row["gain_lo"], row["gain_hi"] = g, glo, ghi
+
+
+def arm_table(
+    d: Data, resamples: int = 2000, seed: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], pl.DataFrame]:
+    """Per-arm statistics at the matched budget (over runs x tasks, task-stratified), per arm x
+    task statistics (raw scores; only for several tasks), and the per-run scores table."""
+
+    scores = run_scores(d)
+    finished = scores.filter((pl.col("status") == "finished") & pl.col("final_score").is_not_null())
+    pass_cols = [c for c in scores.columns if c.startswith("pass@")]
+
+    def by_task(arm: str, col: str = "final_score") -> dict[str, np.ndarray]:
+        f = finished.filter(pl.col("arm") == arm)
+        return {t: f.filter(pl.col("task") == t)[col].drop_nulls().to_numpy() for t in d.tasks}
+
+    base = by_task(d.baseline) if d.baseline else {}
+    rows, task_rows = [], []
+    for arm in d.arms:
+        all_runs = scores.filter(pl.col("arm") == arm)
+        f = finished.filter(pl.col("arm") == arm)
+        row: dict[str, Any] = {
+            "arm": arm,
+            "preset": all_runs["preset"][0],
+            "runs": all_runs.height,
+            "finished": f.height,
+            "split": d.split,
+        }
+        mine = by_task(arm)
+        p_avg, p_task = (
+            stats.probability_of_improvement_by_task(mine, base)
+            if arm != d.baseline and base
+            else (None, {})
+        )
+        if f.height:
+            gain = f.filter(pl.col("start_norm").is_not_null())
+            _interval_stats(
+                row,
+                [f.filter(pl.col("task") == t)["final_norm"].to_numpy() for t in d.tasks],
+                [
+                    (g["final_norm"] - g["start_norm"]).to_numpy()
+                    for t in d.tasks
+                    for g in [gain.filter(pl.col("task") == t)]
+                ],
+                resamples,
+                seed,
+            )
+            row["p_improve"] = None if p_avg is None or math.isnan(p_avg) else p_avg
+            row["p_improve_by_task"] = p_task
+            row["auc_launched"] = float(f["auc_launched"].mean())
+            row["seeds"] = f.height
+            row.update({c: f[c].mean() for c in pass_cols})
+        rows.append(row)
+        if len(d.tasks) < 2:
+            continue
+        for t in d.tasks:
+            ft = f.filter(pl.col("task") == t)
+            trow: dict[str, Any] = {
+                "arm": arm,
+                "task": t,
+                "runs": all_runs.filter(pl.col("task") == t).height,
+                "finished": ft.height,
+                "split": d.split,
+            }
+            if ft.height:
+                g = ft.filter(pl.col("start_score").is_not_null())
+                _interval_stats(
+                    trow,
+                    [ft["final_score"].to_numpy()],
+                    [(g["final_score"] - g["start_score"]).to_numpy()],
+                    resamples,
+                    seed,
+                )
+                trow["p_improve"] = p_task.get(t)
+                trow.update({c: ft[c].mean() for c in pass_cols})
+            task_rows.append(trow)
+    return rows, task_rows, scores
+
+
+def scores_blocks(
+    d: Data, rows: list[dict[str, Any]], task_rows: list[dict[str, Any]]
+) -> list[Block]:
+    sl = d.score_label
+    pass_cols = sorted(
+        {k for r in rows for k in r if k.startswith("pass@")}, key=lambda k: int(k[5:])
+    )
+    several = len(d.tasks) > 1
+    unit = " (normalized per task)" if d.ranges else ""
+    header = [
+        "arm",
+        "preset",
+        "finished/runs",
+        f"final score{unit}, mean [95% CI] ({sl})",
+        "median",
+        "IQM" + (" over runs x tasks" if several else ""),
+        f"gain over warm start ({sl})",
+        f"P(improve over {d.baseline})" + (" averaged over tasks" if several else ""),
+        f"AUC vs launched tokens ({sl})",
+        *[f"{k} ({sl})" for k in pass_cols],
+    ]
+    table = Table(
+        header,
+        [
+            [
+                r["arm"],
+                r["preset"],
+                f"{r['finished']}/{r['runs']}",
+                *[ci(r, k) for k in (*STATS, "gain")],
+                fmt(r.get("p_improve")),
+                fmt(r.get("auc_launched")),
+                *[fmt(r.get(k)) for k in pass_cols],
+            ]
+            for r in rows
+        ],
+    )
+    blocks: list[Block] = [Heading("Arms at the matched budget"), table]
+    if several:
+        blocks += [
+            Heading("Per task"),
+            Para(
+                f"Each arm on each task, raw scores of the {sl}; P(improvement) over "
+                f"{d.baseline} within the task (the arm table averages these).",
+                "caption",
+            ),
+            Table(
+                [
+                    "arm",
+                    "task",
+                    "finished/runs",
+                    f"final score, mean [95% CI] ({sl})",
+                    "IQM",
+                    f"gain over warm start ({sl})",
+                    f"P(improve over {d.baseline}) on this task",
+                    *[f"{k} ({sl})" for k in pass_cols],
+                ],
+                [
+                    [
+                        r["arm"],
+                        r["task"],
+                        f"{r['finished']}/{r['runs']}",
+                        ci(r, "mean"),
+                        ci(r, "iqm"),
+                        ci(r, "gain"),
+                        fmt(r.get("p_improve")),
+                        *[fmt(r.get(k)) for k in pass_cols],
+                    ]
+                    for r in task_rows
+                ],
+            ),
+        ]
+    return blocks
+
+
+# ----------------------------------------------------------------------------- diagnostics
+
+VERDICTS = ("all_correct", "all_wrong", "zero_variance", "surplus")
+
+
+def census_blocks(d: Data) -> list[Block]:
+    """Per arm: groups launched over training and the share kept or dropped by each verdict."""
+
+    if d.census.height == 0:
+        return []
+    c = d.census.join(d.runs.select("run_id", "arm"), on="run_id")
+    agg = c.group_by("arm").agg(
+        pl.col("run_id").n_unique().alias("runs"),
+        pl.col("groups_launched").sum(),
+        pl.col("groups_kept").sum(),
+        *[pl.col(f"dropped_{v}").sum() for v in VERDICTS],
+    )
+    by_arm = {r["arm"]: r for r in agg.iter_rows(named=True)}
+
+    def share(n: Any, total: Any) -> str:
+        return f"{n} ({100 * n / total:.0f}%)" if total else str(n)
+
+    return [
+        Heading("Dynamic-sampling census"),
+        Para(
+            "Training groups launched per arm (all seeds) and what became of them: kept for the "
+            "gradient, or dropped as all correct, all wrong, zero variance or surplus beyond the "
+            "step's quota. An arm without dynamic sampling keeps every group.",
+            "caption",
+        ),
+        Table(
+            ["arm", "runs", "groups launched", "kept", *[f"dropped: {v}" for v in VERDICTS]],
+            [
+                [
+                    a,
+                    str(r["runs"]),
+                    str(r["groups_launched"]),
+                    *[
+                        share(r[k], r["groups_launched"])
+                        for k in ("groups_kept", *[f"dropped_{v}" for v in VERDICTS])
+                    ],
+                ]
+                for a in d.arms
+                if (r := by_arm.get(a))
+            ],
+        ),
+    ]
+
+
+EVAL_COST = (
+    ("eval_generated_tokens", "generated tokens", 0),
+    ("eval_verifier_calls", "verifier calls", 0),
+    ("eval_device_seconds", "device-seconds", 2),
+    ("eval_wall_seconds", "wall-seconds", 2),
+)
+
+
+def eval_cost_blocks(d: Data) -> list[Block]:
+    if d.evals.height == 0:
+        return []
+    ev = d.evals.join(d.runs.select("run_id", "arm"), on="run_id")
+    train = d.ledger_last.join(d.runs.select("run_id", "arm"), on="run_id")
+    rows = []
+    for arm in d.arms:
+        e = ev.filter(pl.col("arm") == arm)
+        runs = max(e["run_id"].n_unique(), 1)
+        splits = ", ".join(
+            f"{n} {s}" for s, n in e.group_by("split").len().sort("split").iter_rows()
+        )
+        cells = [arm, splits or "0"]
+        for col, _, digits in EVAL_COST:
+            v = e[col]
+            cells.append(
+                "—"
+                if v.null_count() == v.len()
+                else f"{fmt(float(v.sum()), digits)} ({fmt(float(v.sum()) / runs, digits)})"
+            )
+        lt = train.filter(pl.col("arm") == arm)["launched_tokens"]
+        cells.append(fmt(float(lt.sum()), 0) if lt.len() else "—")
+        rows.append(cells)
+    return [
+        Heading("Evaluation cost"),
+        Para(
+            "What the evaluations themselves cost, all runs of the arm together (per run in "
+            "parentheses), by split. Evaluation is counted apart from the training budget; the "
+            "training launched tokens are shown for scale.",
+            "caption",
+        ),
+        Table(
+            [
+                "arm",
+                "evaluations",
+                *[f"eval {label}" for _, label, _ in EVAL_COST],
+                "training launched tokens",
+            ],
+            rows,
+        ),
+    ]
+
+
+# ----------------------------------------------------------------------------- blanks, fairness
+
+
+def flat_blanks(d: Data) -> tuple[list[str], dict[str, dict[str, Any]], set[str]]:
+    def flatten(prefix, v, out):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                flatten(f"{prefix}.{k}" if prefix else k, x, out)
+        else:
+            out[prefix] = v
+
+    first = dict(
+        d.runs.group_by("arm", maintain_order=True).agg(pl.col("blanks").first()).iter_rows()
+    )
+    cols: dict[str, dict[str, Any]] = {}
+    for arm in d.arms:
+        out: dict[str, Any] = {}
+        flatten("", json.loads(first[arm] or "{}"), out)
+        cols[arm] = out
+    keys = list(dict.fromkeys(k for c in cols.values() for k in c))
+    differing = {k for k in keys if len({json.dumps(c.get(k)) for c in cols.values()}) > 1}
+    return keys, cols, differing
+
+
+def inert_notes(d: Data, field: str) -> dict[str, list[str]]:
+    """{arm: notes} of the inert rows that apply to ``field``: their blank is the field's path or
+    a prefix of it (``data.dynamic_sampling`` covers ``data.dynamic_sampling.enabled``)."""
+
+    out: dict[str, list[str]] = {}
+    for arm, blank, note in d.inert.select("arm", "blank", "note").iter_rows():
+        if blank and (field == blank or field.startswith(blank + ".")):
+            out.setdefault(arm, []).append(str(note))
+    return out
+
+
+def blanks_blocks(d: Data) -> list[Block]:
+    keys, cols, differing = flat_blanks(d)
+    rows, row_cls, used = [], [], set()
+    for k in keys:
+        notes = inert_notes(d, k) if k in differing else {}
+        cells: list[Cell | str] = [Cell(k, mark="≠" if k in differing else "")]
+        for arm, c in cols.items():
+            n = notes.get(arm)
+            cells.append(
+                Cell(json.dumps(c.get(k)), "inert", "inert: " + "; ".join(n))
+                if n
+                else json.dumps(c.get(k))
+            )
+            used |= {(arm, note) for note in n or []}
+        rows.append(cells)
+        row_cls.append("diff" if k in differing else "")
+    blocks: list[Block] = [
+        Heading("The six blanks"),
+        Para(
+            "Rows that differ between arms are highlighted (≠ in Markdown); a differing field that "
+            "never acted in an arm's runs carries that arm's inert note.",
+            "caption",
+        ),
+        Table(["field", *cols], rows, row_cls),
+    ]
+    rest = [
+        f"{arm}: {blank}: {note}"
+        for arm, blank, note in d.inert.select("arm", "blank", "note").iter_rows()
+        if (arm, str(note)) not in used
+    ]
+    if rest:
+        blocks.append(
+            Para("Other inert notes (on fields equal across arms): " + "; ".join(rest), "caption")
+        )
+    return blocks
+
+
+def compact(v: Any) -> str:
+    """A held-constant value in one short line: scalars as they are (hash prefixes stay whole),
+    mappings as key=value lists (nested keys joined with dots), lists in brackets."""
+
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, dict):
+        if not v:
+            return "{}"
+        flat: dict[str, Any] = {}
+
+        def walk(prefix: str, x: Any) -> None:
+            if isinstance(x, dict) and x:
+                for k, y in x.items():
+                    walk(f"{prefix}.{k}" if prefix else str(k), y)
+            else:
+                flat[prefix] = x
+
+        walk("", v)
+        return ", ".join(f"{k}={compact(x)}" for k, x in flat.items())
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(compact(x) for x in v) + "]"
+    return str(v)
+
+
+def _parse(s: str | None) -> Any:
+    if s is None:
+        return None
+    try:
+        return json.loads(s)
+    except ValueError:
+        return s
+
+
+def fairness_blocks(d: Data) -> list[Block]:
+    """One column per arm, one row per held-constant item (whatever items the store holds); a flagged
+    cell is highlighted with its reason beside it. Per-run flags (consumption, code) follow."""
+
+    f = d.fairness
+    per_arm = f.filter(pl.col("run_id").is_null())
+    per_run = f.filter(pl.col("run_id").is_not_null() & pl.col("flagged"))
+    arms = [a for a in d.arms if a in set(per_arm["arm"].to_list())]
+    arms += [a for a in dict.fromkeys(per_arm["arm"].to_list()) if a not in arms]
+    cell = {
+        (a, i): (fl, r, v, ref)
+        for a, i, fl, r, v, ref in per_arm.select(
+            "arm", "item", "flagged", "reason", "value", "reference"
+        ).iter_rows()
+    }
+    blocks: list[Block] = [Heading("Fairness audit")]
+    if per_arm.height:
+        rows, row_cls = [], []
+        for item in dict.fromkeys(per_arm["item"].to_list()):
+            cells: list[Cell | str] = [item]
+            values, refs = set(), []
+            for a in arms:
+                fl, reason, value, ref = cell.get((a, item), (False, None, None, None))
+                values.add(json.dumps(_parse(value), sort_keys=True))
+                text = compact(_parse(value)) if (a, item) in cell else "(not audited)"
+                cells.append(
+                    Cell(text, "flag", str(reason or "flagged"), "⚠") if fl else Cell(text)
+                )
+                if fl and ref is not None:
+                    refs.append(compact(_parse(ref)))
+            cells.append(", ".join(dict.fromkeys(refs)) if refs else "")
+            rows.append(cells)
+            row_cls.append("diff" if len(values) > 1 else "")
+        blocks += [
+            Para(
+                "What must be held constant across arms, the value of each arm in its cell. A flagged "
+                "cell (⚠ in Markdown) differs from the experiment's value (last column), its reason "
+                "beside it; rows whose values differ at all are highlighted.",
+                "caption",
+            ),
+            Table(["item", *arms, "experiment's value (where flagged)"], rows, row_cls),
+        ]
+    if per_run.height:
+        blocks.append(Para("Flags of single runs (consumption, code):", "caption"))
+        blocks.append(
+            Table(
+                ["arm", "item", "run", "reason"],
+                [
+                    [a, i, str(rid), Cell(str(r), "flag", mark="⚠")]
+                    for a, i, r, rid in per_run.select(
+                        "arm", "item", "reason", "run_id"
+                    ).iter_rows()
+                ],
+            )
+        )
+    if not f.filter(pl.col("flagged")).height:
+        blocks.append(
+            Para(
+                "No arm differs on a held-constant item; every run consumed at least 90% of the matched budget."
+            )
+        )
+    return blocks
+
+
+# ----------------------------------------------------------------------------- budgets, search
+
+
+def budget_blocks(d: Data) -> list[Block]:
+    b = d.budgets.join(d.runs.select("run_id", "arm", "task", "seed", "status"), on="run_id").sort(
+        "arm", "task", "seed"
+    )
+    rows = [
+        [
+            rid,
+            arm,
+            str(task),
+            str(seed),
+            status,
+            counter,
+            f"{limit:g}",
+            f"{consumed:g} ({100 * consumed / limit:.0f}%)" if limit else f"{consumed:g}",
+        ]
+        for rid, counter, limit, consumed, arm, task, seed, status in b.select(
+            "run_id", "counter", "limit_value", "consumed", "arm", "task", "seed", "status"
+        ).iter_rows()
+    ]
+    return [
+        Heading("Planned vs consumed budget per run"),
+        Table(["run", "arm", "task", "seed", "status", "counter", "planned", "consumed"], rows),
+    ]
+
+
+def search_blocks(d: Data) -> list[Block]:
+    if d.trials.height == 0:
+        return []
+    eff = d.trials.group_by("arm", maintain_order=True).agg(
+        pl.len().alias("n"),
+        (pl.col("state") == "COMPLETE").sum().alias("c"),
+        (pl.col("state") == "PRUNED").sum().alias("p"),
+        (pl.col("state") == "FAIL").sum().alias("f"),
+        pl.col("launched_tokens").sum().alias("tok"),
+        (pl.col("device_seconds").sum() / 3600).alias("dh"),
+        pl.col("value").max().alias("best"),
+    )
+    return [
+        Heading("Hyperparameter search: effort per arm"),
+        Para(
+            "Arms named ARM.tuned above run the best trial's configuration, ARM the defaults, both on "
+            "fresh seeds under the matched budget and scored on the test split; trials were chosen "
+            "on the validation split.",
+            "caption",
+        ),
+        Table(
+            [
+                "arm",
+                "trials",
+                "complete",
+                "pruned",
+                "failed",
+                "launched tokens",
+                "device-hours",
+                "best value (validation split)",
+            ],
+            [
+                [arm, str(n), str(c), str(p), str(f), fmt(tok, 0), fmt(dh, 4), fmt(best)]
+                for arm, n, c, p, f, tok, dh, best in eff.iter_rows()
+            ],
+        ),
+    ]

@@ -1,0 +1,396 @@
+"""The report over planted stores whose answers are known: two tasks, two arms, three seeds.
+
+Final test-split scores (warm start 0.4 on t1, 0.5 on t2):
+
+    task t1:  A = 0.7, 0.9, 1.0    B = 0.1, 0.2, 0.3    A beats B in every pair: P = 1
+    task t2:  A = 0.4, 0.5, 0.6    B = 0.4, 0.5, 0.6    a tie in distribution:   P = 1/2
+
+so P(A improves over B) averaged over tasks is 0.75, whereas pooling the six scores of each arm
+would give 31.5 / 36 = 0.875. A validation evaluation of 0 at the end of every run must not touch
+any of these numbers.
+"""
+
+import json
+import re
+
+import duckdb
+import numpy as np
+import pytest
+
+from sixblanks.harness.store import append_rows
+from sixblanks.reports import plots, stats
+from sixblanks.reports.build import build_report, load
+
+FINAL = {
+    ("A", "t1"): [0.7, 0.9, 1.0],
+    ("B", "t1"): [0.1, 0.2, 0.3],
+    ("A", "t2"): [0.4, 0.5, 0.6],
+    ("B", "t2"): [0.4, 0.5, 0.6],
+}
+WARM = {"t1": 0.4, "t2": 0.5}
+BLANKS = {
+    "A": {
+        "weight": {"ratio": "token", "clip_high": 0.28},
+        "data": {"dynamic_sampling": {"enabled": True, "rounds": 3}},
+    },
+    "B": {
+        "weight": {"ratio": "token", "clip_high": 0.2},
+        "data": {"dynamic_sampling": {"enabled": False, "rounds": 3}},
+    },
+}
+CLIP_NOTE = "never acted: clip fraction 0 and every ratio 1"
+DS_NOTE = "no group was ever dropped"
+R = 200  # bootstrap resamples: few, the tests compare against the same draws
+
+
+def plant(out, scale=None, inert=True, old=False):
+    """Write the planted store into ``out``. ``scale`` multiplies a task's scores (tasks of
+    different scale); ``old`` drops what a store of an earlier version lacks."""
+
+    scale = scale or {}
+    cfg = {
+        "name": "planted",
+        "arms": {"B": {"preset": "grpo"}, "A": {"preset": "dapo"}},
+        "tasks": [{"name": "t1"}, {"name": "t2"}],
+        "seeds": [0, 1, 2],
+        "budget": {"launched_tokens": 100},
+    }
+    t: dict[str, list] = {
+        k: [] for k in ("runs", "evals", "budgets", "ledger", "metrics", "census")
+    }
+    for (arm, task), finals in FINAL.items():
+        k = scale.get(task, 1.0)
+        for seed, final in enumerate(finals):
+            rid = f"{arm}-{task}-{seed}"
+            t["runs"].append(
+                {
+                    "run_id": rid,
+                    "experiment_id": "planted",
+                    "arm": arm,
+                    "preset": cfg["arms"][arm]["preset"],
+                    "task": task,
+                    "seed": seed,
+                    "status": "finished",
+                    "blanks": json.dumps(BLANKS[arm]),
+                    "steps": 10,
+                    "final_score": final * k,
+                }
+            )
+            t["budgets"].append(
+                {
+                    "run_id": rid,
+                    "counter": "launched_tokens",
+                    "limit_value": 100.0,
+                    "consumed": 100.0,
+                }
+            )
+            mid = (WARM[task] + final) / 2
+            for step, score, split in (
+                (0, WARM[task], "test"),
+                (5, mid, "test"),
+                (10, final, "test"),
+                (10, 0.0, "validation"),
+            ):
+                pos = {"launched_tokens": 10.0 * step, "env_steps": step, "wall_seconds": step / 10}
+                t["evals"].append(
+                    {
+                        "run_id": rid,
+                        "step": step,
+                        "split": split,
+                        "score": score * k,
+                        "n": 8,
+                        "launched_tokens": 10.0 * step,
+                        "accepted_tokens": 10.0 * step,
+                        "device_seconds": step / 100,
+                        "verifier_calls": 8.0 * step,
+                        "env_steps": float(step),
+                        "wall_seconds": step / 10,
+                        "position": json.dumps(pos),
+                        "pass_at": json.dumps({"1": score, "4": score + 0.1}),
+                        "eval_generated_tokens": 10.0,
+                        "eval_verifier_calls": 8.0,
+                        "eval_device_seconds": 0.5,
+                        "eval_wall_seconds": 1.0,
+                    }
+                )
+            for step in range(10):
+                t["ledger"].append(
+                    {
+                        "run_id": rid,
+                        "step": step,
+                        "launched_tokens": 10.0 * (step + 1),
+                        "accepted_tokens": 10.0 * (step + 1),
+                        "env_steps": step + 1.0,
+                        "wall_seconds": (step + 1) / 10,
+                    }
+                )
+                t["metrics"].append(
+                    {"run_id": rid, "step": step, "name": "trainable_group_frac", "value": 0.5}
+                )
+                # A drops half its groups: 2 all correct, 1 all wrong, 1 surplus of 8; B keeps all 4
+                drops = (2, 1, 0, 1) if arm == "A" else (0, 0, 0, 0)
+                t["census"].append(
+                    {
+                        "run_id": rid,
+                        "step": step,
+                        "groups_launched": 8 if arm == "A" else 4,
+                        "groups_kept": 4,
+                        "dropped_all_correct": drops[0],
+                        "dropped_all_wrong": drops[1],
+                        "dropped_zero_variance": drops[2],
+                        "dropped_surplus": drops[3],
+                        "tokens_launched": 10,
+                    }
+                )
+    reward_a = {"verifier": "t1", "shaping": {"overlong": {"cache": 4, "factor": 1.0}}}
+    fair = []
+    for arm in ("B", "A"):
+        for item, value in (
+            ("initial_policy", "e558509167"),
+            ("chat_template", "9f3c2a"),
+            ("reward", reward_a if arm == "A" else {"verifier": "t1", "shaping": None}),
+            ("sampling", {"temperature": 1.0, "top_p": 1.0}),
+        ):
+            flagged = arm == "A" and item == "reward"
+            fair.append(
+                {
+                    "experiment_id": "planted",
+                    "arm": arm,
+                    "item": item,
+                    "flagged": flagged,
+                    "reason": "differs from the experiment's held-constant value"
+                    if flagged
+                    else None,
+                    "value": json.dumps(value),
+                    "reference": json.dumps({"verifier": "t1", "shaping": None})
+                    if flagged
+                    else None,
+                    "run_id": None,
+                }
+            )
+    fair.append(
+        {
+            "experiment_id": "planted",
+            "arm": "A",
+            "item": "consumption",
+            "flagged": True,
+            "reason": "consumed 80 of 100 launched_tokens (< 90% of the matched budget)",
+            "run_id": "A-t1-0",
+        }
+    )
+    t["fairness"] = fair
+    t["experiments"] = [{"experiment_id": "planted", "name": "planted", "config": json.dumps(cfg)}]
+    append_rows(out, t)
+    con = duckdb.connect(str(out / "results.duckdb"))
+    if inert:
+        # written by the orchestrator in the lead's part of issue 16; created here for the fixture
+        con.execute(
+            "CREATE TABLE inert (experiment_id VARCHAR, arm VARCHAR, blank VARCHAR, note VARCHAR)"
+        )
+        con.executemany(
+            "INSERT INTO inert VALUES ('planted', ?, ?, ?)",
+            [["A", "weight.clip_high", CLIP_NOTE], ["A", "data.dynamic_sampling", DS_NOTE]],
+        )
+    if old:  # a store written before the split, positions, pass@k, costs and census existed
+        con.execute("UPDATE evals SET split = 'heldout' WHERE split = 'test'")
+        con.execute("DELETE FROM evals WHERE split = 'validation'")
+        for c in (
+            "env_steps",
+            "wall_seconds",
+            "pass_at",
+            "eval_generated_tokens",
+            "eval_verifier_calls",
+            "eval_device_seconds",
+            "eval_wall_seconds",
+        ):
+            con.execute(f"ALTER TABLE evals DROP COLUMN {c}")
+        con.execute("DROP TABLE census")
+    con.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    out = plant(tmp_path_factory.mktemp("planted"))
+    index = build_report(out, baseline="B", resamples=R)
+    rep = index.parent
+    return {
+        "out": out,
+        "html": index.read_text(),
+        "md": (rep / "report.md").read_text(),
+        "arms": {r["arm"]: r for r in json.loads((rep / "arms.json").read_text())},
+        "tasks": {(r["arm"], r["task"]): r for r in json.loads((rep / "tasks.json").read_text())},
+    }
+
+
+def _pairs_loop(x, y):
+    """P(X > Y) + 1/2 P(X = Y) as a plain double loop."""
+    return sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in x for b in y) / (len(x) * len(y))
+
+
+def test_probability_of_improvement_is_per_task_then_averaged(planted):
+    a = planted["arms"]["A"]
+    assert a["p_improve_by_task"] == pytest.approx({"t1": 1.0, "t2": 0.5})
+    assert a["p_improve"] == pytest.approx(0.75)
+    pooled = _pairs_loop(FINAL["A", "t1"] + FINAL["A", "t2"], FINAL["B", "t1"] + FINAL["B", "t2"])
+    assert pooled == pytest.approx(31.5 / 36) and a["p_improve"] != pytest.approx(pooled)
+    assert planted["arms"]["B"]["p_improve"] is None  # the baseline
+    assert planted["tasks"]["A", "t1"]["p_improve"] == pytest.approx(1.0)
+    assert planted["tasks"]["A", "t2"]["p_improve"] == pytest.approx(0.5)
+
+
+def test_aggregate_point_estimates_by_hand(planted):
+    a = planted["arms"]["A"]
+    scores = FINAL["A", "t1"] + FINAL["A", "t2"]
+    assert a["mean"] == pytest.approx(sum(scores) / 6)  # 4.1 / 6
+    # IQM of 6 scores drops one from each end: (0.5 + 0.6 + 0.7 + 0.9) / 4
+    assert a["iqm"] == pytest.approx(0.675)
+    gains = [s - WARM["t1"] for s in FINAL["A", "t1"]] + [s - WARM["t2"] for s in FINAL["A", "t2"]]
+    assert a["gain"] == pytest.approx(sum(gains) / 6)
+    assert a["pass@4"] == pytest.approx(sum(scores) / 6 + 0.1)  # final pass@4 = score + 0.1
+    assert a["split"] == "test" and a["finished"] == 6 and a["runs"] == 6
+
+
+def test_intervals_resample_seeds_within_tasks(planted):
+    a = planted["arms"]["A"]
+    mat = np.column_stack([FINAL["A", "t1"], FINAL["A", "t2"]])  # [seeds, tasks]
+    for stat in ("mean", "iqm"):
+        lo, hi = stats.stratified_bootstrap_ci_loop(mat, stat, resamples=R, seed=0)
+        assert (a[f"{stat}_lo"], a[f"{stat}_hi"]) == pytest.approx((lo, hi))
+    gains = np.column_stack(
+        [np.array(FINAL["A", t]) - WARM[t] for t in ("t1", "t2")]
+    )  # the gain, stratified the same way
+    lo, hi = stats.stratified_bootstrap_ci_loop(gains, "mean", resamples=R, seed=0)
+    assert (a["gain_lo"], a["gain_hi"]) == pytest.approx((lo, hi))
+    # per task rows: one stratum, raw scores
+    t1 = planted["tasks"]["A", "t1"]
+    assert t1["mean"] == pytest.approx(2.6 / 3)
+    lo, hi = stats.stratified_bootstrap_ci_loop(np.array(FINAL["A", "t1"]), "mean", R, seed=0)
+    assert (t1["mean_lo"], t1["mean_hi"]) == pytest.approx((lo, hi))
+
+
+def test_report_shows_per_task_rows_splits_and_pass_at_k(planted):
+    html, md = planted["html"], planted["md"]
+    assert set(planted["tasks"]) == {("A", "t1"), ("A", "t2"), ("B", "t1"), ("B", "t2")}
+    assert "Per task" in html and "| A | t1 | 3/3 |" in md and "| B | t2 | 3/3 |" in md
+    for text in (html, md):
+        assert "final score, mean [95% CI] (test split)" in text
+        assert "gain over warm start (test split)" in text
+        assert "pass@1 (test split)" in text and "pass@4 (test split)" in text
+        assert "P(improve over B) averaged over tasks" in text
+        assert "in [0, 1]: raw scores, not normalized" in text
+    assert "| A | dapo | 6/6 | 0.683 [" in md  # arm order: the config's (B first), then stats
+
+
+def test_report_images_include_per_task_curves_and_the_sampling_census(planted):
+    rep = planted["out"] / "report"
+    for name in ("task_curves.png", "sampling_census.png", "score_vs_cost.png"):
+        assert (rep / name).exists(), name
+        assert f"]({name})" in planted["md"]
+    assert planted["html"].count("data:image/png;base64,") == 6
+
+
+def test_census_table_and_fractions(planted):
+    md = planted["md"]
+    # A: 6 runs x 10 steps x 8 groups launched; half kept, a quarter all correct, ...
+    assert "| A | 6 | 480 | 240 (50%) | 120 (25%) | 60 (12%) | 0 (0%) | 60 (12%) |" in md
+    assert "| B | 6 | 240 | 240 (100%) | 0 (0%) |" in md
+    d = load(planted["out"], "B")
+    a = d.census.join(d.runs.select("run_id", "arm"), on="run_id")
+    grid, fr = plots.census_fractions(a.filter(a["arm"] == "A"))
+    assert grid[0] == 10 and grid[-1] == 100  # launched tokens after the first and last step
+    assert fr["kept"] == pytest.approx(np.full(len(grid), 0.5))
+    assert fr["dropped: all correct"] == pytest.approx(np.full(len(grid), 0.25))
+
+
+def test_evaluation_cost_per_arm_counted_apart(planted):
+    # per run: 3 test and 1 validation evaluation, each 10 tokens, 8 calls, 0.5 device-s, 1 wall-s
+    assert (
+        "| A | 18 test, 6 validation | 240 (40) | 192 (32) | 12.00 (2.00) | 24.00 (4.00) | 600 |"
+        in (planted["md"])
+    )
+
+
+def test_fairness_audit_as_an_item_by_arm_table(planted):
+    md, html = planted["md"], planted["html"]
+    assert "| item | B | A | experiment's value (where flagged) |" in md
+    assert "| initial_policy | e558509167 | e558509167 |  |" in md  # hash prefixes as they are
+    assert "| chat_template | 9f3c2a | 9f3c2a |  |" in md  # a new item renders without code
+    assert (
+        "| reward | verifier=t1, shaping=— | ⚠ verifier=t1, shaping.overlong.cache=4, "
+        "shaping.overlong.factor=1 — differs from the experiment's held-constant value | "
+        "verifier=t1, shaping=— |" in md
+    )
+    row = re.search(r"<tr class='diff'><td>reward</td>(.*?)</tr>", html).group(1)
+    cells = re.findall(r"<td( class='flag')?>(.*?)</td>", row)
+    assert [bool(c[0]) for c in cells] == [False, True, False]  # only the arm that differs
+    assert "differs from the experiment" in cells[1][1]
+    assert "<tr><td>sampling</td>" in html  # equal rows are not highlighted
+    assert "| A | consumption | A-t1-0 | ⚠ consumed 80 of 100" in md
+
+
+def test_inert_notes_beside_differing_blanks(planted):
+    md, html = planted["md"], planted["html"]
+    assert f"| ≠ weight.clip_high | 0.2 | 0.28 — inert: {CLIP_NOTE} |" in md
+    # the note's blank is a prefix of the field
+    assert f"| ≠ data.dynamic_sampling.enabled | false | true — inert: {DS_NOTE} |" in md
+    assert "| data.dynamic_sampling.rounds | 3 | 3 |" in md  # equal fields carry no note
+    assert f"<td class='inert'>0.28<span class='note'>inert: {CLIP_NOTE}</span></td>" in html
+
+
+def test_scores_normalized_per_task_when_tasks_differ_in_scale(tmp_path):
+    out = plant(tmp_path, scale={"t2": 100.0})
+    build_report(out, baseline="B", resamples=R, with_plots=False)
+    arms = {r["arm"]: r for r in json.loads((out / "report" / "arms.json").read_text())}
+    tasks = {
+        (r["arm"], r["task"]): r for r in json.loads((out / "report" / "tasks.json").read_text())
+    }
+    # min-max over every test-split evaluation of the task's runs: t1 [0.1, 1.0], t2 [40, 60]
+    norm = [(s - 0.1) / 0.9 for s in FINAL["A", "t1"]] + [
+        (100 * s - 40) / 20 for s in FINAL["A", "t2"]
+    ]
+    assert arms["A"]["mean"] == pytest.approx(sum(norm) / 6)
+    assert arms["A"]["p_improve"] == pytest.approx(0.75)  # within-task order is unchanged
+    assert tasks["A", "t2"]["mean"] == pytest.approx(50.0)  # per-task rows stay raw
+    md = (out / "report" / "report.md").read_text()
+    assert "min-max normalized" in md and "t2: [40, 60]" in md and "(normalized per task)" in md
+
+
+def test_older_store_heldout_split_without_new_tables_or_columns(tmp_path):
+    out = plant(tmp_path, inert=False, old=True)
+    d = load(out, "B")
+    assert d.split == "heldout"
+    # positions on the env-steps and wall-clock axes come from the counters recorded with each eval
+    last = d.evals.filter(d.evals["step"] == 10)
+    assert set(last["env_steps"].to_list()) == {10.0} and set(last["wall_seconds"]) == {1.0}
+    md = (build_report(out, baseline="B", resamples=R).parent / "report.md").read_text()
+    assert "final score, mean [95% CI] (heldout split)" in md
+    assert "pass@" not in md and "inert" not in md.replace("inert note", "")
+    assert "| A | 18 heldout | — | — | — | — | 600 |" in md
+    assert "Dynamic-sampling census" not in md
+
+
+def test_curves_end_where_the_shortest_run_ends():
+    # two runs of one arm: the first ends at 100, the second goes on to 200 and jumps to 1.0.
+    # Averaging whatever runs remain would end the curve at 1.0 while the final mean is 0.6.
+    runs = [
+        (np.array([0.0, 50.0, 100.0]), np.array([0.2, 0.2, 0.2])),
+        (np.array([0.0, 50.0, 100.0, 200.0]), np.array([0.2, 0.2, 0.2, 1.0])),
+    ]
+    c = plots.curve(runs, resamples=50)
+    assert c.grid[c.full].max() == 100.0 and 100.0 in c.grid
+    assert c.mean[c.full][-1] == pytest.approx(0.2)  # both runs at 100
+    assert (c.covering[c.grid > 100] == 1).all()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    assert plots.draw(ax, c, "C0", "A")  # a dotted part exists
+    solid = next(ln for ln in ax.lines if ln.get_label() == "A (2 runs)")
+    x, y = solid.get_xdata(), solid.get_ydata()
+    assert x[~np.isnan(y)].max() == 100.0 and y[~np.isnan(y)][-1] == pytest.approx(0.2)
+    dotted = next(ln for ln in ax.lines if ln.get_linestyle() == ":")
+    assert np.nanmax(dotted.get_xdata()[~np.isnan(dotted.get_ydata())]) == 200.0
+    plt.close(fig)
