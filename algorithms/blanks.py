@@ -266,6 +266,13 @@ class Blanks(_Spec):
             )
         if self.advantage.estimator == "gae" and self.objective != "pg":
             raise ValueError("advantage.estimator: 'gae' needs objective 'pg'")
+        if self.advantage.estimator == "gae" and (
+            self.data.overlong_shaping.enabled or self.mask.overlong_filter
+        ):
+            raise ValueError(
+                "data.overlong_shaping / mask.overlong_filter: not implemented for the critic "
+                "(advantage.estimator 'gae'); its rewards and mask would ignore them"
+            )
         if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none":
             raise ValueError(
                 "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance ratio; weight.ratio is 'none'"

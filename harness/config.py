@@ -189,12 +189,30 @@ class EvalConfig(_Cfg):
     )
 
 
+class RolloutOverride(_Cfg):
+    """Rollout settings an arm may change (the fairness audit flags the difference). The group size
+    is the data blank's (``blanks: {data: {group_size: G}}``)."""
+
+    temperature: float | None = Field(None, gt=0, le=10)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    max_new_tokens: int | None = Field(None, gt=0)
+    prompts_per_step: int | None = Field(None, ge=1)
+
+
 class ArmConfig(_Cfg):
     preset: str = Field(description="A preset name: sixblanks explain --list.")
     blanks: dict[str, Any] = Field(
         default_factory=dict, description="Overrides of any blank field."
     )
     optimizer: OptimizerOverride = OptimizerOverride()
+    rollout: RolloutOverride = RolloutOverride()
+    search_budget: dict[str, float] | None = Field(
+        None,
+        description="What tuning this arm's settings cost (ledger counters summed over its search "
+        "trials); set by `sixblanks sweep` on its tuned arms. None: not tuned. The audit flags arms "
+        "that differ.",
+    )
 
 
 class ExecutorConfig(_Cfg):
@@ -345,6 +363,10 @@ class ExperimentConfig(_Cfg):
 
     def resolved_blanks(self, arm: str) -> Blanks:
         return resolve(self.arms[arm].preset, self.arms[arm].blanks)
+
+    def rollout_for(self, arm: str) -> RolloutConfig:
+        over = self.arms[arm].rollout.model_dump(exclude_none=True)
+        return self.rollout.model_copy(update=over)
 
     def optimizer_for(self, arm: str) -> OptimizerConfig:
         over = self.arms[arm].optimizer.model_dump(exclude_none=True)

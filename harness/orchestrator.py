@@ -8,7 +8,6 @@ resume from their last checkpoint.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -18,9 +17,9 @@ from typing import Any
 
 from .config import ExperimentConfig
 from .errors import SixblanksError
-from .layout import ExperimentDir, RunDir, write_json
+from .layout import ExperimentDir, write_json
 from .runner import spec_id
-from .version import CODE_VERSION, code_fingerprint
+from .version import code_fingerprint
 
 
 class RunFailed(SixblanksError):
@@ -47,7 +46,7 @@ def build_specs(
                     "task": task.model_dump(mode="json"),
                     "blanks": blanks,
                     "optimizer": cfg.optimizer_for(arm).model_dump(mode="json"),
-                    "rollout": cfg.rollout.model_dump(mode="json"),
+                    "rollout": cfg.rollout_for(arm).model_dump(mode="json"),
                     "budget": dict(cfg.budget),
                     "eval": cfg.eval.model_dump(mode="json"),
                     "model": cfg.model.model_dump(mode="json"),
@@ -94,9 +93,11 @@ class Orchestrator:
         self.out.mkdir(parents=True, exist_ok=True)
         tasks = [make_task(t.name, t.params) for t in self.cfg.tasks or []]
         key = warm_start_key(self.cfg, tasks)
-        _, _, info = warm_start(self.cfg, tasks, self.dir.warm_start, log=self.log)
+        _, tok, info = warm_start(self.cfg, tasks, self.dir.warm_start, log=self.log)
         self.warm_dir = self.dir.warm_policy(key)
-        self.warm_info = info
+        from .audit import tokenizer_identity
+
+        self.warm_info = {**info, "tokenizer": tokenizer_identity(tok)}
         self.specs = build_specs(self.cfg, key)
         if self.reuse_finished:
             self.specs = self.reuse(self.specs)
@@ -265,6 +266,8 @@ class Orchestrator:
     # ------------------------------------------------------------------ audit and summary
 
     def fairness(self) -> dict[str, Any]:
+        from .audit import fairness_audit
+
         audit = fairness_audit(self.cfg, self.specs, self.runs_dir, self.warm_info)
         write_json(self.dir.fairness, audit)
         return audit
@@ -298,126 +301,3 @@ def budget_fraction(status: dict[str, Any]) -> float:
     if not limits:
         return 0.0
     return max(min(1.0, counters.get(k, 0.0) / v) for k, v in limits.items())
-
-
-HELD_CONSTANT = (
-    "initial_policy",
-    "tokenizer",
-    "task",
-    "reward",
-    "sampling",
-    "limits",
-    "evaluation",
-    "budget",
-    "search_budget",
-)
-
-
-def fairness_audit(
-    cfg: ExperimentConfig, specs: list[dict[str, Any]], runs_dir: Path, warm_info: dict[str, Any]
-) -> dict[str, Any]:
-    """What the chapter says to hold constant, per arm, and each arm's consumption; flags differences.
-
-    An arm is flagged when it differs from the first arm on a held-constant item, when a run
-    consumed less than 90% of the matched budget on a budgeted counter, or when a run was made by
-    other code than the code running now (reused with ``--reuse-finished``).
-    """
-
-    def items_of(s: dict[str, Any], shaping: Any) -> dict[str, Any]:
-        return {
-            "initial_policy": warm_info.get("policy_hash"),
-            "tokenizer": warm_info.get("key"),
-            "task": {
-                "name": s["task"]["name"],
-                "params": s["task"]["params"],
-                "env_version": CODE_VERSION,
-            },
-            "reward": {"verifier": s["task"]["name"], "overlong_shaping": shaping},
-            "sampling": {k: s["rollout"][k] for k in ("backend", "temperature", "top_p", "top_k")},
-            "limits": {k: s["rollout"][k] for k in ("max_new_tokens", "max_prompt_tokens")},
-            "evaluation": {
-                "eval": s["eval"],
-                "eval_size": s["task"]["eval_size"],
-                "seeds": cfg.seeds,
-            },
-            "budget": s["budget"],
-            "search_budget": cfg.sweep.total_budget or None,
-        }
-
-    per_arm: dict[str, dict[str, Any]] = {}
-    reference: dict[str, dict[str, Any]] = {}
-    for s in specs:
-        b = s["blanks"]
-        shaping = (
-            b["data"]["overlong_shaping"] if b["data"]["overlong_shaping"]["enabled"] else None
-        )
-        items = items_of(s, shaping)
-        # the experiment's own value of each item: the task's reward without arm-specific shaping
-        reference.setdefault(s["task"]["name"], items_of(s, None))
-        per_arm.setdefault(s["arm"], {"items": items, "runs": []})
-        st = RunDir(runs_dir / s["run_id"]).read_status()
-        per_arm[s["arm"]]["runs"].append(
-            {
-                "run_id": s["run_id"],
-                "seed": s["seed"],
-                "task": s["task"]["name"],
-                "state": st.get("state"),
-                "counters": st.get("counters"),
-                "code_version": s.get("code_version"),
-            }
-        )
-    code = code_fingerprint()
-    flags = []
-    for arm, rec in per_arm.items():
-        ref = reference[rec["runs"][0]["task"]]
-        for item in HELD_CONSTANT:
-            if json.dumps(rec["items"][item], sort_keys=True, default=str) != json.dumps(
-                ref[item], sort_keys=True, default=str
-            ):
-                flags.append(
-                    {
-                        "arm": arm,
-                        "item": item,
-                        "reason": "differs from the experiment's held-constant value",
-                        "value": rec["items"][item],
-                        "reference": ref[item],
-                    }
-                )
-        for run in rec["runs"]:
-            if run["code_version"] != code:
-                flags.append(
-                    {
-                        "arm": arm,
-                        "item": "code",
-                        "run_id": run["run_id"],
-                        "reason": f"run by other code ({run['code_version']}; now {code}), "
-                        "reused on request (--reuse-finished)",
-                    }
-                )
-            counters = run["counters"] or {}
-            for counter, limit in cfg.budget.items():
-                used = counters.get(counter, 0.0)
-                if run["state"] == "finished" and used < 0.9 * limit:
-                    flags.append(
-                        {
-                            "arm": arm,
-                            "item": "consumption",
-                            "run_id": run["run_id"],
-                            "reason": f"consumed {used:g} of {limit:g} {counter} (< 90% of the matched budget)",
-                        }
-                    )
-                if run["state"] != "finished":
-                    flags.append(
-                        {
-                            "arm": arm,
-                            "item": "consumption",
-                            "run_id": run["run_id"],
-                            "reason": f"run is {run['state']}: consumption not final",
-                        }
-                    )
-    return {
-        "held_constant": HELD_CONSTANT,
-        "arms": per_arm,
-        "flags": flags,
-        "flagged_arms": sorted({f["arm"] for f in flags}),
-    }

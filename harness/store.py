@@ -61,6 +61,7 @@ SCHEMA: dict[str, str] = {
     "fairness": """
         experiment_id VARCHAR, arm VARCHAR, item VARCHAR, flagged BOOLEAN, reason VARCHAR, value JSON,
         reference JSON, run_id VARCHAR""",
+    "inert": "experiment_id VARCHAR, arm VARCHAR, blank VARCHAR, note VARCHAR",
     "trials": """
         experiment_id VARCHAR, arm VARCHAR, trial BIGINT, state VARCHAR, params JSON, value DOUBLE,
         launched_tokens DOUBLE, device_seconds DOUBLE, pruned_at DOUBLE, run_id VARCHAR, split VARCHAR""",
@@ -367,54 +368,53 @@ def ingest(
         )
         if fairness is not None:
             con.execute("DELETE FROM fairness WHERE experiment_id = ?", [exp_id])
-            rows = []
-            flagged = {(f["arm"], f["item"]) for f in fairness["flags"]}
-            for arm, rec in fairness["arms"].items():
-                for item in fairness["held_constant"]:
-                    reason = next(
-                        (
-                            f["reason"]
-                            for f in fairness["flags"]
-                            if f["arm"] == arm and f["item"] == item
-                        ),
-                        None,
-                    )
-                    ref = next(
-                        (
-                            f.get("reference")
-                            for f in fairness["flags"]
-                            if f["arm"] == arm and f["item"] == item
-                        ),
-                        None,
-                    )
-                    rows.append(
-                        {
-                            "experiment_id": exp_id,
-                            "arm": arm,
-                            "item": item,
-                            "flagged": (arm, item) in flagged,
-                            "reason": reason,
-                            "value": json.dumps(rec["items"][item], default=str),
-                            "reference": json.dumps(ref, default=str) if ref is not None else None,
-                            "run_id": None,
-                        }
-                    )
-            for f in fairness["flags"]:
-                if f["item"] not in fairness["held_constant"]:  # per-run flags: consumption, code
-                    rows.append(
-                        {
-                            "experiment_id": exp_id,
-                            "arm": f["arm"],
-                            "item": f["item"],
-                            "flagged": True,
-                            "reason": f["reason"],
-                            "value": None,
-                            "reference": None,
-                            "run_id": f.get("run_id"),
-                        }
-                    )
-            _insert(con, "fairness", rows)
+            con.execute("DELETE FROM inert WHERE experiment_id = ?", [exp_id])
+            _insert(con, "fairness", fairness_rows(exp_id, fairness))
+            _insert(
+                con,
+                "inert",
+                [{"experiment_id": exp_id, **r} for r in fairness.get("inert", [])],
+            )
         return _counts(con)
+
+
+def fairness_rows(exp_id: str, fairness: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per arm x held-constant item (its value; flagged with the reason and the experiment's
+    value where it differs), then one per per-run flag (consumption, code)."""
+
+    flags = {(f["arm"], f["item"]): f for f in fairness["flags"]}
+    rows = []
+    for arm, rec in fairness["arms"].items():
+        for item in fairness["held_constant"]:
+            f = flags.get((arm, item))
+            ref = f.get("reference") if f else None
+            rows.append(
+                {
+                    "experiment_id": exp_id,
+                    "arm": arm,
+                    "item": item,
+                    "flagged": f is not None,
+                    "reason": f["reason"] if f else None,
+                    "value": json.dumps(rec["items"][item], default=str),
+                    "reference": json.dumps(ref, default=str) if ref is not None else None,
+                    "run_id": None,
+                }
+            )
+    for f in fairness["flags"]:
+        if f["item"] not in fairness["held_constant"]:  # per-run flags: consumption, code
+            rows.append(
+                {
+                    "experiment_id": exp_id,
+                    "arm": f["arm"],
+                    "item": f["item"],
+                    "flagged": True,
+                    "reason": f["reason"],
+                    "value": None,
+                    "reference": None,
+                    "run_id": f.get("run_id"),
+                }
+            )
+    return rows
 
 
 LADDER_FIELDS = (

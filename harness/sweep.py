@@ -23,7 +23,7 @@ from sixblanks.algorithms.blanks import deep_merge
 from sixblanks.algorithms.presets import resolve
 from sixblanks.budgets.counters import COUNTERS
 
-from .config import ExperimentConfig, validate_mapping
+from .config import ExperimentConfig, RolloutOverride, validate_mapping
 from .errors import ConfigError
 from .layout import ExperimentDir, write_json
 from .runner import build_trainer
@@ -270,9 +270,17 @@ class Sweep:
             tuned = copy.deepcopy(base)
             for path, value in rec["best_params"].items():
                 parts = path.split(".")
-                if parts[0] == "rollout":
-                    continue  # rollout settings are shared by all arms; not tunable per arm here
+                if parts == ["rollout", "group_size"]:  # an arm's group size is its data blank's
+                    parts = ["blanks", "data", "group_size"]
+                elif parts[0] == "rollout" and parts[1] not in RolloutOverride.model_fields:
+                    self.log(f"{arm}: {path} is shared by all arms; the tuned arm keeps the default")
+                    continue
                 _set_path(tuned, parts, value)
+            # what the tuning cost, for the audit: the tuned arm is flagged against untuned ones
+            tuned["search_budget"] = {
+                k: sum((t["counters"] or {}).get(k, 0.0) for t in rec["trials_detail"])
+                for k in self.total_budget
+            }
             arms[f"{arm}.tuned"] = tuned
         data["arms"] = arms
         data["seeds"] = list(self.cfg.sweep.confirm_seeds)

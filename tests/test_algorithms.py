@@ -580,3 +580,10 @@ def test_explain_cli_json(cli):
     assert set(data["blanks"]) == {"grpo", "dapo"} and "weight.eps_high" in data["differs"]
     code, _, err = cli("explain", "grpoo")
     assert code == 1 and "did you mean 'grpo'" in err
+
+
+def test_critic_arms_refuse_overlong_shaping_they_would_ignore():
+    for over in ({"data": {"overlong_shaping": {"enabled": True}}}, {"mask": {"overlong_filter": True}}):
+        with pytest.raises(ValueError, match="not implemented for the critic"):
+            resolve("ppo", over)
+    assert resolve("grpo", {"data": {"overlong_shaping": {"enabled": True}}}).data.overlong_shaping.enabled

@@ -135,6 +135,7 @@ def test_a_code_change_reruns_unless_reuse_is_asked_and_then_flags(tmp_path, mon
     """Runs are tied to the code that made them: after a code change nothing is skipped as
     finished; --reuse-finished reuses the old runs, and the audit flags each as run by other code."""
 
+    import sixblanks.harness.audit as audit_mod
     import sixblanks.harness.orchestrator as orch_mod
     from sixblanks.harness.store import connect
 
@@ -143,7 +144,8 @@ def test_a_code_change_reruns_unless_reuse_is_asked_and_then_flags(tmp_path, mon
     first = Orchestrator(cfg, out, progress=False)
     first.run()
     old_ids = [s["run_id"] for s in first.specs]
-    monkeypatch.setattr(orch_mod, "code_fingerprint", lambda: "sixblanks-0.2+edited000000")
+    for mod in (orch_mod, audit_mod):
+        monkeypatch.setattr(mod, "code_fingerprint", lambda: "sixblanks-0.2+edited000000")
     again = Orchestrator(cfg, out, progress=False)
     again.prepare()
     assert {s["run_id"] for s in again.pending()} == {s["run_id"] for s in again.specs}
@@ -185,7 +187,7 @@ def test_editing_an_algorithm_file_changes_the_run_ids(tmp_path):
 
 
 def test_under_consumption_is_flagged(tmp_path):
-    from sixblanks.harness.orchestrator import fairness_audit
+    from sixblanks.harness.audit import fairness_audit
 
     cfg = _cfg()
     specs = build_specs(cfg, "k")

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from sixblanks.harness.audit import HELD_CONSTANT
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import RunDir, read_status, write_json
 from sixblanks.harness.orchestrator import Orchestrator
@@ -107,7 +108,30 @@ def test_every_table_is_queryable(experiment):
     assert (
         q("SELECT count(*) FROM trials")[0][0] == 0 and q("SELECT count(*) FROM ladder")[0][0] == 0
     )
+    # the measured audit: one row per arm x item, each a value (a hash, not a proxy)
+    items = dict(q("SELECT item, value FROM fairness WHERE arm = 'grpo' AND run_id IS NULL"))
+    assert set(items) == set(HELD_CONSTANT)
+    assert len(json.loads(items["tokenizer"])["vocab_merges"]) == 16
+    assert json.loads(items["global_batch"])["measured"]["unique_prompts"] > 0
+    # one on-policy update per batch: every ratio is 1, so DAPO's clip-higher never acted, in
+    # either arm; the inert table says so, and the report prints it beside the difference
+    assert q("SELECT max(value), min(value) FROM metrics WHERE name IN ('ratio_max', 'ratio_min')")[
+        0
+    ] == (
+        1.0,
+        1.0,
+    )
+    inert = q("SELECT arm, blank, note FROM inert ORDER BY arm")
+    assert [(a, b) for a, b, _ in inert if b == "weight.eps_high"] == [
+        ("dapo", "weight.eps_high"),
+        ("grpo", "weight.eps_high"),
+    ]
+    assert all("every importance ratio was 1" in n for _, b, n in inert if b == "weight.eps_high")
     con.close()
+    from sixblanks.reports.build import build_report
+
+    html = build_report(out, resamples=50).read_text()
+    assert "never acted: every importance ratio was 1" in html
 
 
 def test_ingesting_twice_changes_nothing(experiment):

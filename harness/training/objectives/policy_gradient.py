@@ -68,8 +68,14 @@ class PolicyGradient(Stateless):
             "groups_launched": float(collected.groups_launched),
             **mismatch_stats(old_logp, batch.behavior_logprobs, mask0),
         }
+        # every shaping term of the reward is logged (the audit lists them; a term that never
+        # changed a reward is reported as inert)
         if "reward_kl" in info:
             metrics["reward_kl"] = info["reward_kl"]
+        if "overlong_penalty" in info:
+            pen = info["overlong_penalty"]
+            metrics["overlong_penalty_mean"] = float(pen.mean())
+            metrics["overlong_penalty_frac"] = float((pen != 0).double().mean())
         tensors = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv}
         return Prepared(batch, mask, batch.size, tensors, metrics)
 

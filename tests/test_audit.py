@@ -1,0 +1,217 @@
+"""The fairness audit measures each held-constant item and flags exactly the planted difference; inert
+differences are found from what the runs did."""
+
+import copy
+import json
+
+import pytest
+
+from sixblanks.algorithms.blanks import flatten
+from sixblanks.algorithms.presets import resolve
+from sixblanks.harness.audit import (
+    HELD_CONSTANT,
+    fairness_audit,
+    inert_differences,
+    inert_note,
+    tokenizer_identity,
+)
+from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.models import build_tokenizer
+from sixblanks.harness.orchestrator import build_specs
+
+BASE = {
+    "name": "audit",
+    "task": {"name": "arithmetic", "params": {"digits": 1}, "eval_size": 16},
+    "rollout": {"max_new_tokens": 6, "prompts_per_step": 4, "group_size": 4},
+    "budget": {"launched_tokens": 1000},
+    "seeds": [0],
+    "arms": {"a": {"preset": "grpo"}, "b": {"preset": "grpo"}},
+}
+
+
+@pytest.fixture(scope="module")
+def warm_info():
+    return {
+        "policy_hash": "p0",
+        "key": "k",
+        "tokenizer": tokenizer_identity(build_tokenizer("0123")),
+    }
+
+
+def _audit(tmp_path, warm_info, arm_b=None, plant=None):
+    data = copy.deepcopy(BASE)
+    if arm_b:
+        data["arms"]["b"] = {"preset": "grpo", **arm_b}
+    cfg = validate_mapping(data)
+    specs = build_specs(cfg, "k")
+    for s in specs:
+        if plant and s["arm"] == "b":
+            plant(s)
+    return fairness_audit(cfg, specs, tmp_path, warm_info)
+
+
+def _flagged(audit):
+    return {(f["arm"], f["item"]) for f in audit["flags"] if f["item"] in HELD_CONSTANT}
+
+
+def test_identical_arms_are_not_flagged_and_items_are_measured(tmp_path, warm_info):
+    audit = _audit(tmp_path, warm_info)
+    assert _flagged(audit) == set()
+    items = audit["arms"]["a"]["items"]
+    tok = items["tokenizer"]
+    assert (
+        len(tok["vocab_merges"]) == 16
+        and tok["vocab_size"] > 4
+        and "eos_token" in tok["special_tokens"]
+    )
+    assert tok["chat_template"] is None and tok["chat_template_applied"] == "none"
+    assert (
+        items["task"]["params"]["digits"] == 1 and items["task"]["params"]["operands"] == 2
+    )  # defaults
+    assert len(items["task"]["source"]) == 16 and items["reward"]["shaping"] == {}
+    assert items["global_batch"] | {} == {
+        "prompts_per_step": 4,
+        "samples_per_prompt": 4,
+        "updates_per_batch": 1,
+        "epochs": 1,
+        "minibatches": 1,
+        "measured": {"unique_prompts": None, "optimizer_steps_per_1k_accepted_tokens": None},
+    }
+    assert items["evaluation"]["split"] == "test" and items["search_budget"] is None
+
+
+def test_tokenizer_identity_is_by_content():
+    a, b = build_tokenizer("0123"), build_tokenizer("0123")
+    assert tokenizer_identity(a) == tokenizer_identity(b)
+    assert (
+        tokenizer_identity(build_tokenizer("0123é"))["vocab_merges"]
+        != tokenizer_identity(a)["vocab_merges"]
+    )
+    b.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert tokenizer_identity(b)["chat_template"] != tokenizer_identity(a)["chat_template"] is None
+
+
+@pytest.mark.parametrize(
+    ("arm_b", "plant", "item"),
+    [
+        # a different chat template applied by one arm's rollouts
+        (None, lambda s: s["rollout"].update(chat_template="other.jinja"), "tokenizer"),
+        # a task parameter
+        (None, lambda s: s["task"]["params"].update(operands=3), "task"),
+        # KL-in-reward shaping (rloo, reinforce_pp, ppo put their KL there)
+        ({"blanks": {"regularizer": {"reward_kl_coef": 0.05}}}, None, "reward"),
+        # DAPO's overlong shaping
+        ({"blanks": {"data": {"overlong_shaping": {"enabled": True}}}}, None, "reward"),
+        # a different group size (the data blank's)
+        ({"blanks": {"data": {"group_size": 8}}}, None, "global_batch"),
+        # several updates per batch
+        ({"blanks": {"data": {"minibatches": 2}}}, None, "global_batch"),
+        # an arm-level rollout override
+        ({"rollout": {"temperature": 0.7}}, None, "sampling"),
+        ({"rollout": {"max_new_tokens": 8}}, None, "limits"),
+        # a tuned arm against an untuned one
+        ({"search_budget": {"launched_tokens": 5000.0}}, None, "search_budget"),
+    ],
+)
+def test_each_planted_difference_flags_exactly_its_item(tmp_path, warm_info, arm_b, plant, item):
+    audit = _audit(tmp_path, warm_info, arm_b, plant)
+    flagged = _flagged(audit)
+    if arm_b == {"rollout": {"max_new_tokens": 8}}:
+        # the token limit per turn also bounds the evaluation's responses: both items say so
+        assert flagged == {("b", "limits"), ("b", "evaluation")}
+    else:
+        assert flagged == {("b", item)}
+    flag = next(f for f in audit["flags"] if f["item"] == item)
+    assert flag["value"] != flag["reference"] and flag["reason"]
+    if item == "reward":
+        assert "shaped" in flag["reason"] and flag["reference"]["shaping"] == {}
+
+
+def test_measured_batch_figures_are_compared(tmp_path, warm_info):
+    """Unique prompts consumed and optimizer steps per accepted token come from the runs."""
+
+    cfg = validate_mapping(BASE)
+    specs = build_specs(cfg, "k")
+    for s in specs:
+        d = tmp_path / s["run_id"]
+        d.mkdir()
+        accepted, prompts = (1000.0, [4, 4]) if s["arm"] == "a" else (1000.0, [4, 4, 4, 4])
+        (d / "status.json").write_text(
+            json.dumps(
+                {
+                    "state": "finished",
+                    "counters": {
+                        "launched_tokens": 1000,
+                        "accepted_tokens": accepted,
+                        "optimizer_steps": 2,
+                    },
+                }
+            )
+        )
+        (d / "events.jsonl").write_text(
+            "".join(json.dumps({"type": "census", "prompts_sampled": p}) + "\n" for p in prompts)
+        )
+    audit = fairness_audit(cfg, specs, tmp_path, warm_info)
+    measured = audit["arms"]["b"]["items"]["global_batch"]["measured"]
+    assert measured == {"unique_prompts": 16, "optimizer_steps_per_1k_accepted_tokens": 2.0}
+    assert _flagged(audit) == {("b", "global_batch")}  # 16 vs 8 prompts: beyond 10%
+
+
+def _blanks(preset, over=None):
+    return flatten(resolve(preset, over or {}))
+
+
+ACTIVE = {
+    "steps": 4.0,
+    "updates": 4.0,
+    "ratio_max": 1.3,
+    "ratio_min": 0.8,
+    "clip_frac": 0.05,
+    "early_stops": 0.0,
+    "groups_dropped": 3.0,
+    "overlong_penalized": 0.2,
+    "overlong_filtered": 0.0,
+}
+
+
+def test_inert_rules_by_hand():
+    on_policy = {**ACTIVE, "ratio_max": 1.0, "ratio_min": 1.0, "clip_frac": 0.0}
+    dapo = _blanks("dapo")
+    assert "every importance ratio was 1" in inert_note("weight.eps_high", dapo, on_policy)
+    assert inert_note("weight.eps_high", dapo, ACTIVE) is None
+    assert "clip fraction 0" in inert_note("weight.eps_high", dapo, {**ACTIVE, "clip_frac": 0.0})
+    assert inert_note("weight.ratio", _blanks("gspo"), on_policy) is None  # acts even at r = 1
+    sapo = _blanks("sapo")
+    assert "every importance ratio was 1" in inert_note("weight.tau_pos", sapo, on_policy)
+    # a KL estimator that differs, under a zero coefficient
+    assert "coefficient 0" in inert_note("regularizer.loss_kl_estimator", dapo, ACTIVE)
+    assert inert_note("regularizer.loss_kl_estimator", _blanks("grpo"), ACTIVE) is None
+    # dynamic sampling that never dropped a group; overlong shaping that never penalized
+    assert "dropped no group" in inert_note(
+        "data.dynamic_sampling", dapo, {**ACTIVE, "groups_dropped": 0.0}
+    )
+    assert (
+        inert_note("data.dynamic_sampling", _blanks("grpo"), {**ACTIVE, "groups_dropped": 0.0})
+        is None
+    )
+    assert "overlong zone" in inert_note(
+        "data.overlong_shaping.enabled", dapo, {**ACTIVE, "overlong_penalized": 0.0}
+    )
+    assert "target-KL stop never fired" in inert_note(
+        "weight.target_kl", _blanks("grpo", {"weight": {"target_kl": 0.02}}), ACTIVE
+    )
+
+
+def test_inert_differences_only_for_fields_that_differ(tmp_path):
+    cfg = validate_mapping(BASE | {"arms": {"a": {"preset": "grpo"}, "b": {"preset": "dapo"}}})
+    specs = build_specs(cfg, "k")
+    for s in specs:  # one on-policy update per batch: every ratio 1
+        d = tmp_path / s["run_id"]
+        d.mkdir()
+        step = {"type": "step", "step": 0, "ratio_max": 1.0, "ratio_min": 1.0, "clip_frac": 0.0}
+        census = {"type": "census", "groups_dropped": {"all_correct": 1, "surplus": 2}}
+        (d / "events.jsonl").write_text(json.dumps(step) + "\n" + json.dumps(census) + "\n")
+    notes = {(n["arm"], n["blank"]) for n in inert_differences(cfg, specs, tmp_path)}
+    assert ("a", "weight.eps_high") in notes and ("b", "weight.eps_high") in notes
+    assert ("b", "data.dynamic_sampling") not in notes  # it dropped a group
+    assert not {b for _, b in notes} & {"weight.eps_low", "data.epochs"}  # equal in both arms
