@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import render, stats
+from . import diagnostics, render, stats
 from .tables import (
     arm_table,
     blanks_blocks,
@@ -149,6 +149,7 @@ class Data:
     ladder: pl.DataFrame = field(default_factory=pl.DataFrame)
     census: pl.DataFrame = field(default_factory=pl.DataFrame)
     inert: pl.DataFrame = field(default_factory=pl.DataFrame)
+    diagnostics: pl.DataFrame = field(default_factory=pl.DataFrame)
     split: str | None = None
     tasks: list[str] = field(default_factory=list)
     arms: list[str] = field(default_factory=list)
@@ -193,6 +194,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         inert = _table(con, "inert", INERT, "ORDER BY rowid")
         trials = _table(con, "trials", TRIALS, "ORDER BY arm, trial")
         ladder = _table(con, "ladder", LADDER, "ORDER BY arm, rung")
+        diag = diagnostics.query(con)
     finally:
         con.close()
     arms_cfg = list(config.get("arms", {}))
@@ -251,6 +253,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         ladder=ladder,
         census=census,
         inert=inert,
+        diagnostics=diag,
         split=split,
         tasks=tasks,
         arms=arms,
@@ -378,6 +381,7 @@ def build_report(
     for name in ("sampling_census.png", "census.png", "training_curves.png"):
         blocks += image(name)
     blocks += eval_cost_blocks(d)
+    blocks += diagnostics.diagnostics_blocks(d)
     blocks += blanks_blocks(d)
     blocks += fairness_blocks(d)
     blocks += budget_blocks(d)

@@ -132,6 +132,17 @@ def test_every_table_is_queryable(experiment):
 
     html = build_report(out, resamples=50).read_text()
     assert "never acted: every importance ratio was 1" in html
+    # the diagnostics table: DAPO's trainable-group fraction, measured before its filtering, is
+    # the mean of the metric over its steps (and below 1: it had groups to drop)
+    con = connect(out, read_only=True)
+    tgf = con.execute(
+        "SELECT avg(value) FROM metrics JOIN runs USING (run_id) "
+        "WHERE arm = 'dapo' AND name = 'trainable_group_frac'"
+    ).fetchone()[0]
+    con.close()
+    row = html[html.index("Training diagnostics") :]
+    row = row[row.index("<td>dapo</td>") :]
+    assert 0 < tgf < 1 and row.startswith(f"<td>dapo</td><td>{tgf:.3f}</td>")
 
 
 def test_ingesting_twice_changes_nothing(experiment):

@@ -1,0 +1,72 @@
+"""What the arms' updates did: the trainable-group fraction (measured on launched groups, before
+any filtering), the clip fraction and the importance ratios' range (plain means over action
+tokens), KL and the reward-shaping terms; one row per arm, over every step of every seed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from .render import Block, Cell, Heading, Para, Table
+
+if TYPE_CHECKING:
+    from .build import Data
+
+METRICS = (
+    ("trainable_group_frac", "trainable-group fraction", "mean"),
+    ("clip_frac", "clip fraction", "mean"),
+    ("ratio_min", "ratio min", "min"),
+    ("ratio_max", "ratio max", "max"),
+    ("kl", "KL to reference (loss)", "mean"),
+    ("reward_kl", "KL in the reward", "mean"),
+    ("overlong_penalty_frac", "share overlong-penalized", "mean"),
+)
+NAMES = tuple(m[0] for m in METRICS)
+
+
+def query(con) -> pl.DataFrame:
+    """Per arm and metric: mean, min and max over every step of every run."""
+
+    names = ", ".join(f"'{n}'" for n in NAMES)
+    return con.sql(
+        "SELECT r.arm, m.name, avg(m.value) AS mean, min(m.value) AS min, max(m.value) AS max, "
+        f"count(*) AS n FROM metrics m JOIN runs r USING (run_id) WHERE m.name IN ({names}) "
+        "GROUP BY r.arm, m.name"
+    ).pl()
+
+
+def diagnostics_blocks(d: Data) -> list[Block]:
+    if d.diagnostics.height == 0:
+        return []
+    vals = {(r["arm"], r["name"]): r for r in d.diagnostics.iter_rows(named=True)}
+    shown = [m for m in METRICS if any((a, m[0]) in vals for a in d.arms)]
+    inert = {}
+    for r in d.inert.iter_rows(named=True):
+        if r["blank"] and r["blank"].startswith("weight."):
+            inert.setdefault(r["arm"], r["note"])
+
+    def cell(arm: str, name: str, how: str) -> Cell | str:
+        r = vals.get((arm, name))
+        if r is None:
+            return "—"
+        text = f"{r[how]:.3f}"
+        if name == "clip_frac" and r["max"] == 0 and arm in inert:
+            return Cell(text, "inert", inert[arm], "(never acted) ")
+        return text
+
+    return [
+        Heading("Training diagnostics"),
+        Para(
+            "Per arm, over every step of every seed: the trainable-group fraction (launched groups "
+            "whose rewards are not all equal, counted before dynamic sampling drops any), the clip "
+            "fraction and the importance ratios' range (plain means and extremes over action "
+            "tokens, whatever the loss normalization), KL and the reward-shaping terms. A clip "
+            "fraction of 0 with every ratio at 1 means the trust region never acted.",
+            "caption",
+        ),
+        Table(
+            ["arm", *[m[1] for m in shown]],
+            [[a, *[cell(a, n, how) for n, _, how in shown]] for a in d.arms],
+        ),
+    ]
