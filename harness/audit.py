@@ -114,6 +114,28 @@ def _task_and_reward(name: str, params_json: str) -> tuple[dict[str, Any], dict[
     return ident, verifier
 
 
+def judge_identity(judge: dict[str, Any]) -> dict[str, Any]:
+    """A judge in the reward: how it is used, and its callable's source or its model's files."""
+
+    out = {k: judge.get(k) for k in ("kind", "use", "max_calls_per_verify")}
+    if judge["kind"] == "callable":
+        from .tasks.judge import JudgeError, import_callable
+
+        out["callable"] = judge["callable"]
+        try:
+            out["source"] = _source_hash(import_callable(judge["callable"]))
+        except JudgeError as exc:
+            out["source"] = f"unavailable: {exc}"
+    else:
+        root = Path(judge["path"])
+        files = sorted(p for p in root.glob("*") if p.is_file()) if root.is_dir() else []
+        out["model"] = content_hash(
+            {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+        )
+        out["prompt"] = content_hash(judge["prompt"])
+    return out
+
+
 def task_identity(task: dict[str, Any]) -> dict[str, Any]:
     """Name, resolved parameters and source hash of a task spec ``{"name", "params"}``."""
 
@@ -150,6 +172,9 @@ def spec_items(
     from .tasks import make_task
 
     max_turns = make_task(spec["task"]["name"], spec["task"].get("params")).max_turns
+    judge = spec["task"].get("judge")
+    if judge:
+        verifier = {**verifier, "judge": judge_identity(judge)}
     return {
         "initial_policy": warm_info.get("policy_hash"),
         "tokenizer": {

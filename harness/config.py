@@ -82,6 +82,42 @@ class ModelConfig(_Cfg):
 # --------------------------------------------------------------------------- tasks
 
 
+class JudgeConfig(_Cfg):
+    """A judge in the reward (harness/tasks/judge.py): every call counted as ``judge_calls``."""
+
+    kind: Literal["callable", "model"] = Field(
+        "callable", description="callable: a user function; model: a local HF causal LM."
+    )
+    callable: str | None = Field(
+        None,
+        description="kind callable: 'module:function', called as function(prompt, response, data).",
+    )
+    path: str | None = Field(None, description="kind model: a local Hugging Face model directory.")
+    prompt: str = Field(
+        "Question: {prompt}\nAnswer: {response}\nIs the answer correct? Answer yes or no:",
+        description="kind model: the question, with {prompt} and {response}.",
+    )
+    yes: str = Field(" yes", description="kind model: the word whose probability is the score.")
+    no: str = Field(" no", description="kind model: the word it is weighed against.")
+    use: Literal["replace", "add", "task"] = Field(
+        "replace",
+        description="replace: the judge's score is the reward; add: added to the verifier's; task: "
+        "the task's verify calls self.judge itself.",
+    )
+    max_calls_per_verify: int = Field(
+        1, ge=1, description="Judge calls one verification may make (what a rollout reserves)."
+    )
+    timeout_s: float | None = Field(30.0, gt=0, description="A longer call fails the sample.")
+
+    @model_validator(mode="after")
+    def _source(self) -> JudgeConfig:
+        if self.kind == "callable" and not self.callable:
+            raise ValueError("callable: kind 'callable' needs callable: 'module:function'")
+        if self.kind == "model" and not self.path:
+            raise ValueError("path: kind 'model' needs path: a local model directory")
+        return self
+
+
 class TaskConfig(_Cfg):
     name: str = Field(
         "arithmetic",
@@ -93,6 +129,9 @@ class TaskConfig(_Cfg):
     eval_size: int = Field(64, gt=0, description="Held-out evaluation instances (deterministic).")
     reward_range: tuple[float, float] | None = Field(
         None, description="Declared reward range; None: the task's own."
+    )
+    judge: JudgeConfig | None = Field(
+        None, description="A judge in the reward (counted as judge_calls, which may be budgeted)."
     )
 
     @property
@@ -448,6 +487,20 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
         if isinstance(name, str) and isinstance(params, dict):
             for sub, msg in check_task(name, params):
                 problems.append(f"{where}.{sub}: {msg}")
+        judge = t.get("judge")
+        if isinstance(judge, dict) and judge.get("kind", "callable") == "callable":
+            if isinstance(judge.get("callable"), str):
+                from .tasks.judge import JudgeError, import_callable
+
+                try:
+                    import_callable(judge["callable"])
+                except JudgeError as exc:
+                    problems.append(f"{where}.judge.callable: {str(exc).split(': ', 1)[1]}")
+        elif isinstance(judge, dict) and isinstance(judge.get("path"), str):
+            if not Path(judge["path"]).is_dir():
+                problems.append(
+                    f"{where}.judge.path: {judge['path']!r} is not a local model directory"
+                )
     arms = data.get("arms")
     if isinstance(arms, dict):
         for arm, spec in arms.items():

@@ -29,7 +29,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Mean outcome reward over ``n`` held-out instances of ``split`` (greedy when temperature is 0).
 
-    Returns ``{"score", "n", "split", "seed_range", "success_rate", "pass_at", "failed", "verifier_calls",
+    Returns ``{"score", "n", "split", "seed_range", "success_rate", "pass_at", "failed", "verifier_calls", "judge_calls",
     "generated_tokens", "per_instance"}``; ``score`` is the mean reward of one sample (pass@1 for a
     0/1 reward, averaged over ``samples``), ``pass_at`` maps k to the unbiased pass@k estimate
     (success: reward > 0) for k = 1 and k = ``samples``. Evaluation cost is reported here so
@@ -37,6 +37,7 @@ def evaluate(
     """
 
     gate = VerifierGate(task)
+    judged0 = gate.counts()[1]  # the task's judge counts across training and evaluation
     instances = task.eval_instances(n, split)
     seeds = eval_seeds(n, split)
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
@@ -67,6 +68,7 @@ def evaluate(
         },
         "failed": int(batch.failed.sum()),
         "verifier_calls": gate.stats.calls,
+        "judge_calls": gate.counts()[1] - judged0,
         "generated_tokens": batch.launched_tokens(),
         "per_instance": per.tolist(),
     }

@@ -57,10 +57,13 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path):
     from .models import load_pretrained
     from .rollout.engine import make_engine
     from .tasks import make_task
+    from .tasks.judge import attach_judge
     from .training import Trainer
 
     settings = settings_from_spec(spec)
-    task = make_task(spec["task"]["name"], spec["task"].get("params") or {})
+    task = attach_judge(
+        make_task(spec["task"]["name"], spec["task"].get("params") or {}), spec["task"].get("judge")
+    )
     if settings.reward_range == (0.0, 1.0):
         settings.reward_range = task.reward_range
     model, tok = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])

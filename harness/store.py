@@ -51,7 +51,7 @@ SCHEMA: dict[str, str] = {
         launched_tokens DOUBLE, accepted_tokens DOUBLE, device_seconds DOUBLE, verifier_calls DOUBLE,
         position JSON, detail JSON, eval_generated_tokens DOUBLE, eval_verifier_calls DOUBLE,
         eval_device_seconds DOUBLE, eval_wall_seconds DOUBLE, env_steps DOUBLE, wall_seconds DOUBLE,
-        pass_at JSON""",
+        pass_at JSON, eval_judge_calls DOUBLE""",
     "discards": "run_id VARCHAR, step BIGINT, reason VARCHAR, rollouts DOUBLE, tokens DOUBLE",
     "census": """
         run_id VARCHAR, step BIGINT, rounds BIGINT, prompts_sampled BIGINT, groups_launched BIGINT,
@@ -269,7 +269,7 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
     }
 
 
-EVAL_COST = ("generated_tokens", "verifier_calls", "device_seconds", "wall_seconds")
+EVAL_COST = ("generated_tokens", "verifier_calls", "device_seconds", "wall_seconds", "judge_calls")
 """The cost of one evaluation, as the loop records it (``cost`` of each eval record)."""
 
 CENSUS_COLUMNS = (

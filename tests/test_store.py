@@ -356,7 +356,7 @@ def test_a_store_of_an_earlier_version_gains_the_new_columns(tmp_path, experimen
     ensure_schema(con)
     cols = [r[0] for r in con.execute("DESCRIBE evals").fetchall()]
     con.close()
-    assert cols[-7:] == [
+    assert cols[-8:] == [
         "eval_generated_tokens",
         "eval_verifier_calls",
         "eval_device_seconds",
@@ -364,4 +364,5 @@ def test_a_store_of_an_earlier_version_gains_the_new_columns(tmp_path, experimen
         "env_steps",
         "wall_seconds",
         "pass_at",
+        "eval_judge_calls",
     ]

@@ -102,6 +102,10 @@ class Task:
 
     # ---- reward ---------------------------------------------------------------
 
+    judge: Any = None
+    """The task's judge (a counted ``JudgeGate``, harness/tasks/judge.py) when ``task.judge`` is
+    configured; a task whose reward needs one calls ``self.judge(instance, response)`` in verify."""
+
     def verify(self, instance: Instance, response: str) -> float:
         raise NotImplementedError
 

@@ -49,35 +49,43 @@ class VerifierGate:
         self.task = task
         self.timeout_s = timeout_s
         self.stats = VerifierStats()
-        self._pool: cf.ThreadPoolExecutor | None = None
+        self._pool: list[cf.ThreadPoolExecutor | None] = [None]
 
     def _fail(self, kind: str, reason: str) -> VerifierFailure:
         self.stats.failures += 1
         self.stats.reasons[kind] = self.stats.reasons.get(kind, 0) + 1
         return VerifierFailure(reason)
 
+    @property
+    def judge(self):
+        """The task's judge gate (harness/tasks/judge.py), or None."""
+
+        return getattr(self.task, "judge", None)
+
+    def counts(self) -> tuple[int, int]:
+        """(verifier calls, judge calls) so far."""
+
+        return self.stats.calls, self.judge.stats.calls if self.judge is not None else 0
+
     def __call__(self, instance: Instance, response: str) -> float:
         self.stats.calls += 1
+        judge = self.judge
+        if judge is not None:
+            judge.begin_verify()
+        if judge is not None and judge.use == "replace":
+            return judge(instance, response)  # the judge's score is the reward
         t0 = time.perf_counter()
         try:
-            if self.timeout_s is None:
-                reward = self.task.verify(instance, response)
-            else:
-                if self._pool is None:
-                    self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="verifier")
-                future = self._pool.submit(self.task.verify, instance, response)
-                try:
-                    reward = future.result(timeout=self.timeout_s)
-                except cf.TimeoutError:
-                    self.stats.timeouts += 1
-                    # abandon the hung worker; later calls get a fresh one
-                    self._pool.shutdown(wait=False, cancel_futures=True)
-                    self._pool = None
-                    raise self._fail(
-                        "timeout",
-                        f"verifier of task '{self.task.name}' timed out after {self.timeout_s:g}s",
-                    ) from None
-        except VerifierFailure:
+            reward = call_with_timeout(
+                self.task.verify, (instance, response), self.timeout_s, self._pool
+            )
+        except TimeoutError:
+            self.stats.timeouts += 1
+            raise self._fail(
+                "timeout",
+                f"verifier of task '{self.task.name}' timed out after {self.timeout_s:g}s",
+            ) from None
+        except VerifierFailure:  # a judge the task called failed: counted by the judge
             raise
         except Exception as exc:  # noqa: BLE001 - any verifier bug becomes a failed sample
             raise self._fail(
@@ -93,4 +101,25 @@ class VerifierGate:
             ) from None
         if not math.isfinite(value):
             raise self._fail("non_finite", f"verifier of task '{self.task.name}' returned {value}")
+        if judge is not None and judge.use == "add":
+            value += judge(instance, response)
         return value
+
+
+def call_with_timeout(fn, args: tuple, timeout_s: float | None, pool: list):
+    """``fn(*args)``, abandoned after ``timeout_s`` (TimeoutError); None: inline, no thread.
+
+    ``pool`` holds the one worker thread of the caller (``[executor or None]``); a hung call's
+    worker is abandoned and the next call gets a fresh one."""
+
+    if timeout_s is None:
+        return fn(*args)
+    if pool[0] is None:
+        pool[0] = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="verifier")
+    future = pool[0].submit(fn, *args)
+    try:
+        return future.result(timeout=timeout_s)
+    except cf.TimeoutError:
+        pool[0].shutdown(wait=False, cancel_futures=True)
+        pool[0] = None
+        raise TimeoutError(f"no result after {timeout_s:g}s") from None

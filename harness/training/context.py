@@ -72,18 +72,28 @@ class RunContext:
             "rollouts_launched": float(n),
             "env_steps": float(n * self.turns),
             "verifier_calls": float(n * self.turns),
-            "judge_calls": 0.0,
+            "judge_calls": float(n * self.turns * self.judge_calls_per_verify),
         }
 
-    def rollout_cost(self, batches: list[TrajectoryBatch], verifier_calls: int) -> dict[str, float]:
-        """What episodes actually cost (``verifier_calls``: the gate's calls while they ran)."""
+    @property
+    def judge_calls_per_verify(self) -> int:
+        judge = self.gate.judge
+        return judge.max_calls_per_verify if judge is not None else 0
 
+    def rollout_cost(
+        self, batches: list[TrajectoryBatch], since: tuple[int, int]
+    ) -> dict[str, float]:
+        """What episodes actually cost; ``since``: the gate's (verifier, judge) calls before they
+        ran (:meth:`VerifierGate.counts`)."""
+
+        verifier, judge = self.gate.counts()
         return {
             "launched_tokens": float(sum(b.launched_tokens() for b in batches)),
             "prompt_tokens": float(sum(b.prompt_tokens() for b in batches)),
             "rollouts_launched": float(sum(b.size for b in batches)),
             "env_steps": float(sum(int(b.n_turns.sum()) for b in batches)),
-            "verifier_calls": float(verifier_calls),
+            "verifier_calls": float(verifier - since[0]),
+            "judge_calls": float(judge - since[1]),
         }
 
     # ------------------------------------------------------------------ model passes

@@ -177,10 +177,15 @@ class Trainer:
             charge.actual = {
                 "launched_tokens": float(ev["generated_tokens"]),
                 "verifier_calls": float(ev["verifier_calls"]),
+                "judge_calls": float(ev["judge_calls"]),
                 "rollouts_launched": float(ev["n"] * s.eval_samples),
             }
         self.result.eval_cost["generated_tokens"] += ev["generated_tokens"]
         self.result.eval_cost["verifier_calls"] += ev["verifier_calls"]
+        if ev["judge_calls"]:
+            self.result.eval_cost["judge_calls"] = (
+                self.result.eval_cost.get("judge_calls", 0.0) + ev["judge_calls"]
+            )
         record = {
             "step": ctx.step,
             "position": dict(self.ledger.counters),
@@ -199,6 +204,7 @@ class Trainer:
             "cost": {
                 "generated_tokens": float(ev["generated_tokens"]),
                 "verifier_calls": float(ev["verifier_calls"]),
+                "judge_calls": float(ev["judge_calls"]),
                 "device_seconds": charge.elapsed[0],
                 "wall_seconds": charge.elapsed[1],
             },

@@ -40,7 +40,7 @@ class OnPolicyRounds:
         if charge is None:
             return None
         with charge:
-            calls0 = ctx.gate.stats.calls
+            calls0 = ctx.gate.counts()
             instances = ctx.train_instances(self.n_prompts)
             batch = run_episodes(
                 ctx.engine,
@@ -57,7 +57,7 @@ class OnPolicyRounds:
             self.group_counter += self.n_prompts
             greedy = self.greedy.run(instances) if self.greedy is not None else None
             done = [batch] + ([greedy] if greedy is not None else [])
-            charge.actual = ctx.rollout_cost(done, ctx.gate.stats.calls - calls0)
+            charge.actual = ctx.rollout_cost(done, calls0)
         if greedy is not None:
             self.greedy.charge(greedy)
         return batch, greedy

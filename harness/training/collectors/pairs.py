@@ -26,7 +26,7 @@ class PreferencePairs(Stateless):
         with ctx.meter.must_reserve(
             self.worst_case(), f"preference rollouts step {ctx.step}"
         ) as charge:
-            calls0 = ctx.gate.stats.calls
+            calls0 = ctx.gate.counts()
             batch = run_episodes(
                 HFEngine(ctx.ref_model, ctx.tokenizer),
                 ctx.tokenizer,
@@ -38,7 +38,7 @@ class PreferencePairs(Stateless):
                 max_context_tokens=ctx.settings.rollout.max_prompt_tokens,
                 generator=ctx.gen,
             )
-            charge.actual = ctx.rollout_cost([batch], ctx.gate.stats.calls - calls0)
+            charge.actual = ctx.rollout_cost([batch], calls0)
         chosen, rejected = [], []
         for g in torch.unique(batch.group_ids).tolist():
             rows = (batch.group_ids == g).nonzero().flatten()
