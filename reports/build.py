@@ -23,13 +23,12 @@ import numpy as np
 import polars as pl
 
 from . import diagnostics, render, stats
+from .audit_tables import blanks_blocks, fairness_blocks
 from .tables import (
     arm_table,
-    blanks_blocks,
     budget_blocks,
     census_blocks,
     eval_cost_blocks,
-    fairness_blocks,
     fmt,
     scores_blocks,
     search_blocks,

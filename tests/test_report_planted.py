@@ -180,17 +180,15 @@ def plant(out, scale=None, inert=True, old=False):
     )
     t["fairness"] = fair
     t["experiments"] = [{"experiment_id": "planted", "name": "planted", "config": json.dumps(cfg)}]
+    if inert:
+        t["inert"] = [
+            {"experiment_id": "planted", "arm": "A", "blank": b, "note": n}
+            for b, n in (("weight.clip_high", CLIP_NOTE), ("data.dynamic_sampling", DS_NOTE))
+        ]
     append_rows(out, t)
     con = duckdb.connect(str(out / "results.duckdb"))
-    if inert:
-        # written by the orchestrator in the lead's part of issue 16; created here for the fixture
-        con.execute(
-            "CREATE TABLE inert (experiment_id VARCHAR, arm VARCHAR, blank VARCHAR, note VARCHAR)"
-        )
-        con.executemany(
-            "INSERT INTO inert VALUES ('planted', ?, ?, ?)",
-            [["A", "weight.clip_high", CLIP_NOTE], ["A", "data.dynamic_sampling", DS_NOTE]],
-        )
+    if old:
+        con.execute("DROP TABLE inert")  # a store from before the inert table
     if old:  # a store written before the split, positions, pass@k, costs and census existed
         con.execute("UPDATE evals SET split = 'heldout' WHERE split = 'test'")
         con.execute("DELETE FROM evals WHERE split = 'validation'")
