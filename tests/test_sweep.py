@@ -82,6 +82,23 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     con = duckdb.connect(str(out / "sweep" / "results.duckdb"), read_only=True)
     assert con.execute("SELECT count(*) FROM trials").fetchone()[0] == 6
     confirm_arms = {r[0] for r in con.execute("SELECT DISTINCT arm FROM runs").fetchall()}
+    # the audit flags a tuned arm's search budget against the untuned arms (what tuning cost)
+    flagged = {
+        r[0]
+        for r in con.execute(
+            "SELECT arm FROM fairness WHERE item = 'search_budget' AND flagged"
+        ).fetchall()
+    }
+    assert flagged == {a for a in confirm_arms if a.endswith(".tuned")}
+    for arm, value in con.execute(
+        "SELECT arm, value FROM fairness WHERE item = 'search_budget' AND run_id IS NULL"
+    ).fetchall():
+        spent = json.loads(value)
+        if arm.endswith(".tuned"):
+            trials = arms[arm.removesuffix(".tuned")]["trials_detail"]
+            assert spent["launched_tokens"] == sum(t["counters"]["launched_tokens"] for t in trials)
+        else:
+            assert spent is None
     seeds = {r[0] for r in con.execute("SELECT DISTINCT seed FROM runs").fetchall()}
     con.close()
     assert {"grpo", "rloo"} <= confirm_arms and seeds == {7}
