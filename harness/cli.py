@@ -622,7 +622,7 @@ def ladder(
     """Walk the ablation ladder for one arm, one axis at a time; stop at the first failing rung."""
 
     from .config import load_config
-    from .ladder import Ladder, LadderFailed, first_failure
+    from .ladder import VERDICT, Ladder, LadderFailed, first_failure
 
     cfg = load_config(config)
     out_path = out_dir or default_out_dir(cfg)
@@ -637,12 +637,15 @@ def ladder(
         for col in ("rung", "variant", "status", "evidence"):
             table.add_column(col)
         colors = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
-        for r in results:
+        for r in results:  # each rung's rows, then its one verdict row (bold, closing the section)
+            is_verdict = r.variant == VERDICT
             table.add_row(
                 f"{r.rung} {r.rung_name}",
                 r.variant,
                 f"[{colors[r.status]}]{r.status}[/]",
                 r.evidence,
+                style="bold" if is_verdict else None,
+                end_section=is_verdict,
             )
         out.print(table)
         exp_dir = ExperimentDir(out_path)

@@ -458,8 +458,10 @@ def write_ladder(
     """Replace the ladder rows of ``experiment_id`` and ``arm`` with ``rows``, in one transaction.
 
     Each row has the fields of LADDER_FIELDS (missing ones are NULL): ``detail`` any JSON-able
-    value, ``ci_low``/``ci_high`` NULL where not finite. Other arms and experiments are untouched;
-    writing the same rows twice leaves the same table. Returns the rows written."""
+    value, ``ci_low``/``ci_high`` NULL where not finite. Each rung's rows end with its one verdict
+    row (``variant = 'verdict'``: the rung's pass / fail / inconclusive and a short reason as
+    ``evidence``). Other arms and experiments are untouched; writing the same rows twice leaves the
+    same table. Returns the rows written."""
 
     out = []
     for row in rows:

@@ -1,12 +1,22 @@
-"""The ablation ladder stops at the rung that explains a planted fault, with evidence naming it."""
+"""The ablation ladder stops at the rung that explains a planted fault, with evidence naming it;
+every rung gives one verdict, passes only on evidence that could have failed it, and every
+evaluation the ladder makes scores the validation split."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from sixblanks.harness.config import validate_mapping
-from sixblanks.harness.ladder import Ladder, first_failure, paired_diff_ci
+from sixblanks.harness.ladder import (
+    MARGIN,
+    VERDICT,
+    Ladder,
+    first_failure,
+    paired_diff_ci,
+    verdicts,
+)
 
 BASE = {
     "name": "ladder",
@@ -42,7 +52,20 @@ def test_paired_difference_interval_by_hand():
     assert d == 0.0 and lo < 0 < hi
 
 
-def test_shifted_mask_stops_at_the_contract_rung(tmp_path, monkeypatch):
+def _one_verdict_per_rung(rows):
+    """Each rung's rows end with exactly one verdict row; returns {rung: verdict row}."""
+
+    out = {}
+    for rung in dict.fromkeys(r["rung"] for r in rows):
+        mine = [r for r in rows if r["rung"] == rung]
+        assert [r["variant"] for r in mine].count(VERDICT) == 1 and mine[-1]["variant"] == VERDICT
+        out[rung] = mine[-1]
+    return out
+
+
+def test_shifted_mask_stops_at_the_contract_rung(tmp_path, monkeypatch, cli, write_yaml):
+    import yaml
+
     import sixblanks.harness.contract as contract
 
     real = contract.run_episodes
@@ -53,19 +76,308 @@ def test_shifted_mask_stops_at_the_contract_rung(tmp_path, monkeypatch):
         return batch
 
     monkeypatch.setattr(contract, "run_episodes", shifted)
-    results = Ladder(_cfg(), tmp_path).run()
-    fail = first_failure(results)
-    assert fail.rung == 1 and [r.rung for r in results] == [1]
-    assert "masks: sample 0, token" in fail.evidence and "action_mask is 1" in fail.evidence
+    path = write_yaml(yaml.safe_dump(json.loads(json.dumps(BASE))))
+    code, out, err = cli("ladder", path, "--out", str(tmp_path))
+    # the CLI prints the verdict row and exits 1 with the verdict's reason
+    assert code == 1 and VERDICT in out
+    assert "rung 1 (contract) failed: trajectory contract broken: masks" in err
+    rows = json.loads((tmp_path / "ladder.json").read_text())["rungs"]
+    assert [(r["rung"], r["variant"], r["status"]) for r in rows] == [
+        (1, "fresh rollouts", "fail"),
+        (1, VERDICT, "fail"),
+    ]
+    assert (
+        "masks: sample 0, token" in rows[0]["evidence"]
+        and "action_mask is 1" in rows[0]["evidence"]
+    )
 
 
-def test_drifting_environment_stops_at_the_no_update_rung(tmp_path):
+def test_drifting_environment_stops_at_the_no_update_rung(tmp_path, monkeypatch):
+    """Also: one verdict per rung that ran, in the results, ladder.json and the store; rung 3's
+    evaluations score the validation split."""
+
+    import sixblanks.harness.ladder_rungs as rungs
+    from sixblanks.harness.store import connect
+
+    real, splits = rungs.evaluate, []
+
+    def recording(*args, **kwargs):
+        splits.append(kwargs.get("split", "test"))  # evaluate's default is test
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rungs, "evaluate", recording)
     cfg = _cfg(task={"name": "tests.drift_task:DriftingArithmetic", "eval_size": 64})
-    results = Ladder(cfg, tmp_path).run()
+    ladder = Ladder(cfg, tmp_path)
+    results = ladder.run()
     fail = first_failure(results)
-    assert fail.rung == 3 and [r.status for r in results] == ["pass", "pass", "fail"]
-    assert "environment drift" in fail.evidence
-    assert [r.detail["engine"] for r in results] == ["HFEngine"] * 3  # rollout.backend: hf
+    assert fail.rung == 3 and fail.variant == VERDICT and "environment drift" in fail.evidence
+    assert [(r.rung, r.status) for r in verdicts(results)] == [
+        (1, "pass"),
+        (2, "pass"),
+        (3, "fail"),
+    ]
+    rows = [r for r in results if r.variant != VERDICT]
+    assert [r.status for r in rows] == ["pass", "pass", "fail"]
+    assert "environment drift" in rows[2].evidence
+    assert [r.detail["engine"] for r in rows] == ["HFEngine"] * 3  # rollout.backend: hf
+    # every evaluation the ladder made, and the spec its short runs are built from: validation
+    assert splits == ["validation"] * 3 and rows[2].detail["split"] == "validation"
+    assert ladder.spec["eval"]["split"] == "validation"
+    stored = json.loads((tmp_path / "ladder.json").read_text())["rungs"]
+    assert {k: v["status"] for k, v in _one_verdict_per_rung(stored).items()} == {
+        1: "pass",
+        2: "pass",
+        3: "fail",
+    }
+    con = connect(tmp_path, read_only=True)
+    db = con.sql(
+        "SELECT rung, status FROM ladder WHERE variant = 'verdict' ORDER BY rung"
+    ).fetchall()
+    con.close()
+    assert db == [(1, "pass"), (2, "pass"), (3, "fail")]
+
+
+# ---------------------------------------------------------------- rung 3 on planted evaluations
+
+
+class _Engine:
+    """Stands in for a rollout engine: counts weight loads (each one a new policy version)."""
+
+    policy_version = 0
+
+    def load_weights(self, state_dict=None):
+        self.policy_version += 1
+
+
+def _bare_ladder(tmp_path, monkeypatch, eval_size=4):
+    """A ladder whose set-up (warm start) is skipped: the parts a planted rung needs."""
+
+    from sixblanks.harness.tasks import make_task
+
+    ladder = Ladder(_cfg(), tmp_path)
+    ladder.spec = {"eval": {"size": eval_size}, "task": {"eval_size": eval_size}}
+    ladder.task = make_task("arithmetic")  # reward range [0, 1]
+    model = SimpleNamespace(state_dict=lambda: {})
+    monkeypatch.setattr(ladder, "_policy", lambda: (model, None))
+    monkeypatch.setattr(ladder, "_engine", lambda m, t: _Engine())
+    return ladder
+
+
+def _planted_evaluations(monkeypatch, planted):
+    """evaluate() answers the i-th call with planted[i]; records (split, engine version) per call."""
+
+    import sixblanks.harness.ladder_rungs as rungs
+
+    calls = []
+
+    def fake(engine, tok, task, n, **kw):
+        calls.append((kw.get("split", "test"), engine.policy_version))
+        per = planted[len(calls) - 1]
+        assert n == len(per)
+        return {
+            "per_instance": per,
+            "score": sum(per) / n,
+            "n": n,
+            "split": kw.get("split", "test"),
+        }
+
+    monkeypatch.setattr(rungs, "evaluate", fake)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "planted, status, phrase, changed",
+    [
+        # every instance at the reward floor: a changed but still wrong answer scores 0 again
+        (
+            [[0.0] * 4] * 3,
+            "inconclusive",
+            "scored 0 (the reward floor) in all 3 evaluations",
+            (0, 0),
+        ),
+        # every instance at the ceiling: the mirror image
+        (
+            [[1.0] * 4] * 3,
+            "inconclusive",
+            "scored 1 (the reward ceiling) in all 3 evaluations",
+            (0, 0),
+        ),
+        # repeats agree; after the version bump instances 0 and 1 swap: the mean stays 0.5, so only
+        # a per-instance comparison after the bump can see it
+        (
+            [[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]],
+            "fail",
+            "engine drift (same weights, new version): 0 of 4 instances changed between the 2 repeats, "
+            "2 after the engine version bump",
+            (0, 2),
+        ),
+        # a repeat differs on instance 3
+        (
+            [[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 1.0], [1.0, 0.0, 1.0, 1.0]],
+            "fail",
+            "environment drift: 1 of 4 instances changed between the 2 repeats, 0 after",
+            (1, 0),
+        ),
+        # mixed outcomes, identical everywhere: evidence that could have failed, so a pass
+        (
+            [[1.0, 0.0, 1.0, 0.0]] * 3,
+            "pass",
+            "no instance changed across 3 evaluations, before and after the version bump "
+            "(2 of 4 validation instances above the floor)",
+            (0, 0),
+        ),
+    ],
+)
+def test_no_update_rung_compares_every_instance_across_every_evaluation(
+    tmp_path, monkeypatch, planted, status, phrase, changed
+):
+    ladder = _bare_ladder(tmp_path, monkeypatch)
+    calls = _planted_evaluations(monkeypatch, planted)
+    row, verdict = ladder.rung_no_update_eval()
+    # two evaluations at version 0, the third after the bump; all on the validation split
+    assert calls == [("validation", 0), ("validation", 0), ("validation", 1)]
+    assert row.detail["split"] == "validation"
+    assert verdict.variant == VERDICT and (row.status, verdict.status) == (status, status)
+    assert phrase in verdict.evidence, verdict.evidence
+    assert (row.detail["changed_between_repeats"], row.detail["changed_after_bump"]) == changed
+    assert row.detail["scores"] == [sum(p) / 4 for p in planted]
+
+
+# ---------------------------------------------------------------- rungs 5-8 on planted short runs
+
+
+def _run(final, start):
+    """A planted short run: per-instance final and warm-start scores."""
+
+    return {
+        "scores": final,
+        "start": start,
+        "final": sum(final) / len(final),
+        "start_score": sum(start) / len(start),
+        "grad_norm": None,
+        "grad_norm_max": None,
+        "trainable": [],
+        "diverged": False,
+        "engine": "HFEngine",
+        "split": "validation",
+    }
+
+
+def test_compare_on_all_zero_scores_is_inconclusive_in_every_row_and_the_verdict(
+    tmp_path, monkeypatch
+):
+    ladder = Ladder(_cfg(), tmp_path)
+    zero = [0.0] * 8
+    monkeypatch.setattr(ladder, "_train", lambda seed, **kw: _run(zero, zero))
+    key = "Z=seq-mean-token-mean (nominal)"
+    rows = ladder._compare(
+        6,
+        "normalization",
+        {key: {}, "Z=token-mean": {"blanks_over": {}}, "Z=constant": {"blanks_over": {}}},
+        key,
+    )
+    assert [r.variant for r in rows] == [key, "Z=token-mean", "Z=constant", VERDICT]
+    assert [r.status for r in rows] == ["inconclusive"] * 4
+    # the interval is [0, 0], of width 0: it says the runs did not tell the settings apart
+    assert (rows[1].ci_low, rows[1].ci_high) == (0.0, 0.0)
+    assert (
+        "every score is 0.000 for both: the runs cannot tell the settings apart" in rows[1].evidence
+    )
+    assert rows[-1].evidence == (
+        "every score of every run is 0.000, before and after training: the runs cannot tell the "
+        "settings apart"
+    )
+    assert rows[-1].detail == {"split": "validation", "n": 8}
+    assert first_failure(rows) is None
+
+
+def _fake_build_trainer(monkeypatch, by_estimator):
+    """build_trainer that records each spec and trains nothing: its evaluations are planted per
+    advantage estimator as (start, final) per-instance scores."""
+
+    import sixblanks.harness.ladder as ladder_mod
+
+    specs = []
+
+    def build(spec, warm):
+        specs.append(spec)
+        start, final = by_estimator[spec["blanks"]["advantage"]["estimator"]]
+        split = spec["eval"]["split"]
+        evals = [
+            {"per_instance": p, "score": sum(p) / len(p), "split": split} for p in (start, final)
+        ]
+        res = SimpleNamespace(steps=[], evals=evals, ledger=SimpleNamespace(counters={}))
+        return SimpleNamespace(engine=_Engine(), train=lambda: res)
+
+    monkeypatch.setattr(ladder_mod, "build_trainer", build)
+    return specs
+
+
+def _spec_ladder(tmp_path):
+    """A ladder with a real resolved run spec (eval split 'test', as the experiment has it) and no
+    warm start."""
+
+    from sixblanks.harness.orchestrator import build_specs
+
+    cfg = _cfg()
+    ladder = Ladder(cfg, tmp_path)
+    ladder.spec = build_specs(cfg, "warm", code="test")[0]
+    ladder.warm = tmp_path
+    return ladder
+
+
+def test_a_clear_win_fails_the_rung_with_a_verdict_naming_the_variant(tmp_path, monkeypatch):
+    from sixblanks.harness.runner import settings_from_spec
+
+    zero = [0.0] * 8
+    specs = _fake_build_trainer(
+        monkeypatch,
+        {
+            "group_norm": (zero, zero),  # the nominal: learns nothing
+            "loo": (
+                zero,
+                [1.0] * 6 + [0.0] * 2,
+            ),  # solves 6 of 8 more: +0.75 on every resample mean
+        },
+    )
+    ladder = _spec_ladder(tmp_path)
+    assert ladder.spec["eval"]["split"] == "test"
+    rows = ladder.rung_advantage()
+    assert [(r.variant, r.status) for r in rows] == [
+        ("advantage=group_norm (nominal)", "inconclusive"),  # unchanged from its warm start
+        ("advantage=loo", "fail"),
+        (VERDICT, "fail"),
+    ]
+    v = rows[-1]
+    assert v.evidence.startswith(
+        "advantage=loo beats the nominal advantage=group_norm (nominal) by +0.750 ["
+    )
+    assert v.evidence.endswith("] on the same 8 validation instances")
+    assert v.ci_low > MARGIN and v.detail["best"] == "advantage=loo"
+    assert first_failure(rows) is v
+    # the short runs were built to evaluate on validation, whatever the experiment's eval split says
+    assert [s["eval"]["split"] for s in specs] == ["validation", "validation"]
+    assert {settings_from_spec(s).eval_split for s in specs} == {"validation"}
+    assert ladder.spec["eval"]["split"] == "test"  # the ladder's own copy is not what it changed
+
+
+def test_a_variant_the_interval_shows_worse_passes_the_rung(tmp_path, monkeypatch):
+    """A pass needs an interval that could have failed: the nominal gains on all 8 instances, the
+    variant on 4 of them, so (variant - nominal) is 0 on four instances and -1 on four: -0.5, and no
+    resample mean exceeds 0."""
+
+    zero = [0.0] * 8
+    _fake_build_trainer(
+        monkeypatch,
+        {"group_norm": (zero, [1.0] * 8), "loo": (zero, [1.0] * 4 + [0.0] * 4)},
+    )
+    rows = _spec_ladder(tmp_path).rung_advantage()
+    assert [r.status for r in rows] == ["pass", "pass", "pass"]
+    assert rows[1].evidence.startswith("vs nominal -0.500 [") and rows[1].ci_high <= 0.0
+    assert rows[-1].evidence.startswith(
+        "no setting beats the nominal advantage=group_norm (nominal) by more than 0.05 on the same "
+        "8 validation instances"
+    )
 
 
 @pytest.mark.slow
@@ -83,9 +395,8 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     assert fail is not None and fail.rung == 7, [
         (r.rung, r.variant, r.status, r.evidence) for r in results
     ]
-    assert "lr=3 (nominal)" in fail.variant and (
-        "lr=0.0003" in fail.evidence or "diverged" in fail.evidence
-    )
+    assert fail.variant == VERDICT and "lr=3 (nominal)" in fail.evidence
+    assert "lr=0.0003" in fail.evidence or "diverged" in fail.evidence
     assert all(r.status != "fail" for r in results if r.rung < 7)
 
     # the default arm passes every rung it can run (asynchrony is not built: inconclusive)
@@ -100,8 +411,10 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     ]
     assert not [r for r in rows if r["status"] == "fail"]
     assert {r["rung"] for r in rows} == set(range(1, 10))
-    assert next(r for r in rows if r["rung"] == 9)["status"] == "inconclusive"
-    assert {r["detail"]["engine"] for r in rows if r["rung"] <= 8} == {"HFEngine"}
+    assert _one_verdict_per_rung(rows)[9]["status"] == "inconclusive"
+    assert set(_one_verdict_per_rung(rows)) == set(range(1, 10))
+    settings = [r for r in rows if r["variant"] != VERDICT]
+    assert {r["detail"]["engine"] for r in settings if r["rung"] <= 8} == {"HFEngine"}
     import duckdb
 
     con = duckdb.connect(str(tmp_path / "good" / "results.duckdb"), read_only=True)
@@ -128,17 +441,22 @@ def test_ladder_of_a_vllm_arm_samples_with_vllm(tmp_path):
 
     from sixblanks.harness.store import connect
 
+    # BASE's warm start: a 40-step one scores 0 on every instance, where rung 3 can only be
+    # inconclusive (with hf, this warm start solves 6 of these 16 validation instances)
     cfg = _cfg(
-        task={"name": "arithmetic", "eval_size": 8},
+        task={"name": "arithmetic", "eval_size": 16},
         rollout={"backend": "vllm"},
-        warm_start={"steps": 40, "num_demos": 300},
         ladder={"budget": {"launched_tokens": 150}},
     )
     results = Ladder(cfg, tmp_path).run(until=4)
-    assert [r.rung for r in results] == [1, 2, 3, 4], [(r.rung, r.evidence) for r in results]
-    assert [r.status for r in results][:3] == ["pass"] * 3, [r.evidence for r in results]
-    assert [r.detail["engine"] for r in results] == ["VLLMEngine"] * 4
+    rows = [r for r in results if r.variant != VERDICT]
+    assert [r.rung for r in rows] == [1, 2, 3, 4], [(r.rung, r.evidence) for r in results]
+    assert [r.status for r in rows][:3] == ["pass"] * 3, [r.evidence for r in results]
+    assert [r.detail["engine"] for r in rows] == ["VLLMEngine"] * 4
     con = connect(tmp_path, read_only=True)
-    stored = [json.loads(d)["engine"] for (d,) in con.sql("SELECT detail FROM ladder").fetchall()]
+    stored = [
+        json.loads(d)["engine"]
+        for (d,) in con.sql("SELECT detail FROM ladder WHERE variant <> 'verdict'").fetchall()
+    ]
     con.close()
     assert stored == ["VLLMEngine"] * 4

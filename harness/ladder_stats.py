@@ -1,0 +1,310 @@
+"""What the ablation ladder's evidence can show: pure judgments over per-instance scores.
+
+Every rung ends in exactly one verdict row (``variant == "verdict"``): pass, fail or inconclusive and
+a short reason. A rung passes only on evidence that could have failed it:
+
+- rung 3 (no update): a policy that scores the reward floor (or the ceiling) on every instance cannot
+  show drift, since a response that changes but stays wrong (right) scores the same: inconclusive;
+- rungs 5-8 (one axis varied): a variant is compared with the nominal setting on the same validation
+  instances by a paired bootstrap interval of (variant - nominal). It fails the rung when the lower
+  bound exceeds MARGIN, passes it when the upper bound stays at or under MARGIN, and is inconclusive
+  otherwise, and whenever both runs give the same score on every instance (an interval of width 0
+  that only says the runs did not tell the settings apart).
+
+Each row keeps its measurements in ``detail``; ``split`` names the held-out split they were scored on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+MARGIN = 0.05
+"""A variant fails a rung when its paired interval over the nominal lies above this; it passes one
+when the interval's upper bound does not exceed it."""
+SPLIT = "validation"
+"""The held-out split every ladder evaluation scores: selection never sees the test instances."""
+VERDICT = "verdict"
+"""The ``variant`` of a rung's one verdict row."""
+
+
+@dataclass
+class RungResult:
+    rung: int
+    rung_name: str
+    variant: str  # a setting, or VERDICT for the rung's one verdict row
+    status: str  # pass / fail / inconclusive
+    evidence: str
+    ci_low: float | None = None
+    ci_high: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def verdict(
+    rung: int,
+    name: str,
+    status: str,
+    reason: str,
+    ci: tuple[float, float] | None = None,
+    **detail: Any,
+) -> RungResult:
+    """The verdict row of a rung."""
+
+    lo, hi = ci or (None, None)
+    return RungResult(rung, name, VERDICT, status, reason, lo, hi, detail=detail)
+
+
+def verdicts(results: list[RungResult]) -> list[RungResult]:
+    return [r for r in results if r.variant == VERDICT]
+
+
+def first_failure(results: list[RungResult]) -> RungResult | None:
+    """The verdict row of the first failing rung, or None."""
+
+    return next((r for r in verdicts(results) if r.status == "fail"), None)
+
+
+def paired_diff_ci(
+    a: list[float], b: list[float], resamples: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
+    """Mean of a - b over paired instances with a 95% bootstrap interval."""
+
+    d = np.asarray(a, float) - np.asarray(b, float)
+    if len(d) < 2:
+        return float(d.mean()) if len(d) else float("nan"), float("nan"), float("nan")
+    idx = np.random.default_rng(seed).integers(0, len(d), size=(resamples, len(d)))
+    boots = d[idx].mean(1)
+    lo, hi = np.quantile(boots, [0.025, 0.975])
+    return float(d.mean()), float(lo), float(hi)
+
+
+# ---------------------------------------------------------------- rung 3: no update
+
+
+def judge_no_update(
+    per_instance: list[list[float]], bump_at: int, reward_range: tuple[float, float]
+) -> tuple[str, str, str, dict[str, Any]]:
+    """Per-instance scores of one unchanged policy evaluated repeatedly on the same instances; the
+    evaluations from index ``bump_at`` on follow an engine version bump (same weights).
+
+    Compares every instance across every evaluation: the repeats among themselves, and each one after
+    the bump with the last one before it. Returns (status, row evidence, verdict reason, detail)."""
+
+    pre, post = per_instance[:bump_at], per_instance[bump_at:]
+    k, n = len(per_instance), len(per_instance[0])
+    scores = [round(float(np.mean(p)), 6) if p else float("nan") for p in per_instance]
+    detail: dict[str, Any] = {"scores": scores, "n": n, "evaluations": k, "bump_at": bump_at}
+    if any(len(p) != n for p in per_instance):
+        sizes = [len(p) for p in per_instance]
+        reason = f"the evaluations scored different numbers of instances {sizes}"
+        return "fail", "environment drift: " + reason, reason, detail
+    repeat = [i for i in range(n) if any(p[i] != pre[0][i] for p in pre[1:])]
+    bumped = [i for i in range(n) if any(p[i] != pre[-1][i] for p in post)]
+    changed = sorted(set(repeat) | set(bumped))
+    lo, hi = reward_range
+    floor = sum(all(p[i] == lo for p in per_instance) for i in range(n))
+    ceiling = sum(all(p[i] == hi for p in per_instance) for i in range(n))
+    detail |= {
+        "instances_changed": len(changed),
+        "changed_between_repeats": len(repeat),
+        "changed_after_bump": len(bumped),
+        "changed_instances": changed[:20],
+        "at_floor": floor,
+        "at_ceiling": ceiling,
+    }
+    where = f"{len(repeat)} of {n} instances changed between the {len(pre)} repeats, {len(bumped)} after the engine version bump"
+    if changed:
+        what = "environment drift" if repeat else "engine drift (same weights, new version)"
+        ev = f"{what}: the same policy on the same {n} validation seeds scored {scores} ({where})"
+        return "fail", ev, f"{what}: {where}", detail
+    for count, value, end, stays in (
+        (floor, lo, "floor", "wrong"),
+        (ceiling, hi, "ceiling", "right"),
+    ):
+        if count == n:
+            reason = (
+                f"every one of the {n} validation instances scored {value:g} (the reward {end}) in all "
+                f"{k} evaluations: a response that changed but stayed {stays} scores the same, so drift "
+                "could not show"
+            )
+            return "inconclusive", reason + f" (scores {scores})", reason, detail
+    ev = (
+        f"identical per-instance scores on all {n} validation instances across {k} evaluations "
+        f"(repeats and after an engine version bump), scores {scores}; {n - floor} of {n} instances "
+        f"above the reward floor, {n - ceiling} below the ceiling"
+    )
+    reason = (
+        f"no instance changed across {k} evaluations, before and after the version bump "
+        f"({n - floor} of {n} validation instances above the floor)"
+    )
+    return "pass", ev, reason, detail
+
+
+# ---------------------------------------------------------------- rungs 5-8: one axis varied
+
+
+def _identical(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(x == y for x, y in zip(a, b))
+
+
+def _same_everywhere(a: list[float], b: list[float]) -> str:
+    """Why identical per-instance scores a, b tell nothing: one phrase."""
+
+    values = set(a) | set(b)
+    if len(values) == 1:
+        return f"every score is {next(iter(values)):.3f}"
+    return "the same score on every instance"
+
+
+def _run_summary(o: dict[str, Any]) -> str:
+    d, lo, hi = o["gain"]
+    gn = (
+        f" grad norm mean {o['grad_norm']:.3g} max {o['grad_norm_max']:.3g}"
+        if o.get("grad_norm")
+        else ""
+    )
+    return f"score {o['start_score']:.3f} -> {o['final']:.3f} (gain {d:+.3f} [{lo:+.3f}, {hi:+.3f}]){gn}"
+
+
+def _row_detail(o: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in o.items() if k not in ("scores", "start", "trainable")}
+
+
+def _judge_nominal(rung: int, name: str, key: str, o: dict[str, Any]) -> RungResult:
+    """The nominal run against its own warm start (the reference the variants are compared with)."""
+
+    d, lo, hi = o["gain"]
+    summary = _run_summary(o)
+    if _identical(o["scores"], o["start"]):
+        status, why = (
+            "inconclusive",
+            f"unchanged from the warm start ({_same_everywhere(o['scores'], o['start'])})",
+        )
+    elif lo > 0:
+        status, why = "pass", "a measurable gain over the warm start"
+    else:
+        status, why = "inconclusive", "no gain over the warm start that the interval can show"
+    return RungResult(rung, name, key, status, f"{why}: {summary}", lo, hi, detail=_row_detail(o))
+
+
+def _judge_variant(
+    rung: int, name: str, label: str, o: dict[str, Any], nominal: dict[str, Any]
+) -> RungResult:
+    """One variant against the nominal setting on the same instances (nominal not diverged)."""
+
+    if o.get("diverged"):
+        return RungResult(
+            rung,
+            name,
+            label,
+            "pass",
+            f"diverged ({o['error']}) while the nominal setting did not: no better than it",
+            detail=_row_detail(o),
+        )
+    d, lo, hi = paired_diff_ci(o["scores"], nominal["scores"])
+    vs = f"vs nominal {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    detail = _row_detail(o) | {"vs_nominal": [d, lo, hi]}
+    if _identical(o["scores"], nominal["scores"]):
+        status = "inconclusive"
+        why = f"{_same_everywhere(o['scores'], nominal['scores'])} for both: the runs cannot tell the settings apart"
+    elif not np.isfinite(lo):
+        status, why = "inconclusive", f"{vs}: too few instances for an interval"
+    elif lo > MARGIN:
+        status, why = "fail", f"beats the nominal by {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    elif hi <= MARGIN:
+        status, why = "pass", f"{vs}: does not beat it by more than {MARGIN:g}"
+    else:
+        status, why = "inconclusive", f"{vs}: the interval reaches past the margin {MARGIN:g}"
+    return RungResult(rung, name, label, status, f"{why}; {_run_summary(o)}", lo, hi, detail=detail)
+
+
+def _judge_after_divergence(
+    rung: int, name: str, label: str, o: dict[str, Any], is_nominal: bool, any_live: bool
+) -> RungResult:
+    """A row of a rung whose nominal setting diverged: a setting that trains on is the evidence."""
+
+    if o.get("diverged"):
+        status = "fail" if is_nominal and any_live else "inconclusive"
+        return RungResult(
+            rung, name, label, status, f"diverged: {o['error']}", detail=_row_detail(o)
+        )
+    _, lo, hi = o["gain"]
+    ev = f"does not diverge where the nominal does: {_run_summary(o)}"
+    return RungResult(rung, name, label, "fail", ev, lo, hi, detail=_row_detail(o))
+
+
+def judge_compare(
+    rung: int, name: str, outs: dict[str, dict[str, Any]], nominal_key: str
+) -> list[RungResult]:
+    """Rows and the verdict of a rung that varies one axis. ``outs`` maps each setting's label to its
+    short run (``scores``/``start``: per-instance final and warm-start scores on the validation
+    split, ``final``/``start_score`` their means; or ``diverged`` with ``error``).
+
+    The nominal row judges the nominal run against its warm start; each variant row judges that
+    variant against the nominal; the verdict judges the rung."""
+
+    outs = {  # each finished run with its gain over the warm start (mean, interval)
+        k: o if o.get("diverged") else o | {"gain": paired_diff_ci(o["scores"], o["start"])}
+        for k, o in outs.items()
+    }
+    nominal = outs[nominal_key]
+    others = {k: o for k, o in outs.items() if k != nominal_key}
+    live = {k: o for k, o in outs.items() if not o.get("diverged")}
+    n = len(next(iter(live.values()), {}).get("scores") or [])
+    held = "/".join(sorted({str(o.get("split") or SPLIT) for o in outs.values()}))
+    split = {"split": held, "n": n}
+
+    if nominal.get("diverged"):
+        rows = [
+            _judge_after_divergence(rung, name, k, o, k == nominal_key, bool(live))
+            for k, o in outs.items()
+        ]
+        if not live:
+            reason = f"every setting of this rung diverged ({nominal['error']}): the cause lies elsewhere"
+            return rows + [verdict(rung, name, "inconclusive", reason, **split)]
+        best = max(live, key=lambda k: live[k]["final"])
+        reason = (
+            f"the nominal {nominal_key} diverged ({nominal['error']}); {best} does not and reaches "
+            f"{live[best]['final']:.3f} on {n} {held} instances"
+        )
+        return rows + [verdict(rung, name, "fail", reason, **split, best=best)]
+
+    rows = [_judge_nominal(rung, name, nominal_key, nominal)]
+    rows += [_judge_variant(rung, name, k, o, nominal) for k, o in others.items()]
+    by = {r.variant: r for r in rows}
+    fails = [k for k in others if by[k].status == "fail"]
+    if fails:
+        best = max(fails, key=lambda k: by[k].detail["vs_nominal"][0])
+        d, lo, hi = by[best].detail["vs_nominal"]
+        reason = (
+            f"{best} beats the nominal {nominal_key} by {d:+.3f} [{lo:+.3f}, {hi:+.3f}] on the same "
+            f"{n} {held} instances"
+        )
+        return rows + [verdict(rung, name, "fail", reason, (lo, hi), **split, best=best)]
+    if not others:
+        reason = "no variant of this axis is configured (ladder section): nothing to compare"
+        return rows + [verdict(rung, name, "inconclusive", reason, **split)]
+    if all(o["gain"][0] <= 0 for o in live.values()):
+        values = {v for o in live.values() for v in [*o["scores"], *o["start"]]}
+        what = (
+            f"every score of every run is {next(iter(values)):.3f}, before and after training"
+            if len(values) == 1
+            else "no setting improves on the warm start within the rung budget"
+        )
+        reason = f"{what}: the runs cannot tell the settings apart"
+        return rows + [verdict(rung, name, "inconclusive", reason, **split)]
+    unsure = [r for r in rows[1:] if r.status != "pass"]
+    if unsure:
+        reason = "cannot tell: " + "; ".join(
+            f"{r.variant}: {r.evidence.split(';')[0]}" for r in unsure
+        )
+        return rows + [verdict(rung, name, "inconclusive", reason, **split)]
+    top = max((r.ci_high for r in rows[1:] if r.ci_high is not None), default=None)
+    bound = f" (largest upper bound {top:+.3f})" if top is not None else ""
+    reason = (
+        f"no setting beats the nominal {nominal_key} by more than {MARGIN:g} on the same {n} "
+        f"{held} instances{bound}"
+    )
+    return rows + [verdict(rung, name, "pass", reason, **split)]
