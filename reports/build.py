@@ -192,7 +192,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         fairness = _table(con, "fairness", FAIRNESS, "ORDER BY rowid")
         inert = _table(con, "inert", INERT, "ORDER BY rowid")
         trials = _table(con, "trials", TRIALS, "ORDER BY arm, trial")
-        ladder = _table(con, "ladder", LADDER, "ORDER BY arm, rung")
+        ladder = _table(con, "ladder", LADDER, "ORDER BY arm, rung, variant = 'verdict', rowid")
         diag = diagnostics.query(con)
     finally:
         con.close()
@@ -345,6 +345,8 @@ def tail_blocks(d: Data) -> list[render.Block]:
                     ]
                     for arm, rung, rname, variant, status, evidence in d.ladder.iter_rows()
                 ],
+                # each rung's one verdict line closes its rows, in bold
+                ["verdict" if v == "verdict" else "" for v in d.ladder["variant"].to_list()],
             ),
         ]
     return blocks

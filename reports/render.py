@@ -18,7 +18,7 @@ CSS = (
     "td,th{border:1px solid #ccc;padding:3px 8px;vertical-align:top}th{background:#f3f3f3}"
     "tr.diff td{background:#fff3c4}td.flag{background:#f8c9c4 !important}.flag{color:#b00}"
     "td.inert{background:#e4ecf7 !important}.note{display:block;font-size:11px;color:#555}"
-    "p.caption{color:#444;font-size:13px}img{max-width:100%}"
+    "p.caption{color:#444;font-size:13px}img{max-width:100%}tr.verdict td{font-weight:bold}"
 )
 
 

@@ -431,6 +431,7 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     ).ingest()
     html = build_report(tmp_path / "good", resamples=200).read_text()
     assert "Ablation ladder" in html and "asynchrony" in html
+    assert html.count("<tr class='verdict'>") == 9  # one verdict line per rung, in bold
 
 
 @pytest.mark.vllm
