@@ -146,11 +146,27 @@ def sapo_surrogate(
     return -f * adv
 
 
+SAPO_GATED_BELOW = 0.5
+"""SAPO's clip fraction: the share of tokens whose soft gate passes less than this share of the
+gradient (weight 4 p (1 - p) r < 0.5), its counterpart of a hard clip's zero gradient."""
+
+
+def sapo_gate_weight(ratio: torch.Tensor, adv: torch.Tensor, tau_pos: float, tau_neg: float):
+    """The gradient weight of SAPO's gate per token, ``4 p (1 - p) r``; 1 at r = 1. ``[B, T]``."""
+
+    tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
+    p = torch.sigmoid(tau * (ratio - 1.0))
+    return 4.0 * p * (1.0 - p) * ratio
+
+
 @TRUST_REGIONS.register("sapo", reads=("weight.tau_pos", "weight.tau_neg"))
 def _sapo(ratio, adv, tau_pos, tau_neg):
-    """SAPO soft gate; nothing is clipped."""
+    """SAPO soft gate; nothing is clipped hard: the indicator marks the tokens whose gate passes
+    less than half the gradient (:data:`SAPO_GATED_BELOW`)."""
 
-    return sapo_surrogate(ratio, adv, tau_pos, tau_neg), torch.zeros_like(ratio)
+    with torch.no_grad():
+        gated = sapo_gate_weight(ratio.detach(), adv, tau_pos, tau_neg) < SAPO_GATED_BELOW
+    return sapo_surrogate(ratio, adv, tau_pos, tau_neg), gated.to(ratio.dtype)
 
 
 def truncated_is_weight(

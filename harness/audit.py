@@ -470,6 +470,13 @@ def inert_note(field: str, blanks: dict[str, Any], act: dict[str, float]) -> str
                 "never acted: every importance ratio was 1 and the clip fraction 0 "
                 "(one on-policy update per batch)"
             )
+        if field in CLIP_FIELDS and blanks["weight.trust_region"] != "clip":
+            return f"not used: trust region '{blanks['weight.trust_region']}' has no clip"
+        if (
+            field in ("weight.tau_pos", "weight.tau_neg")
+            and blanks["weight.trust_region"] != "sapo"
+        ):
+            return f"not used: trust region '{blanks['weight.trust_region']}' has no soft gate"
         if field in CLIP_FIELDS and act["updates"] and act["clip_frac"] == 0:
             return "never acted: clip fraction 0 in every update"
     for kind in ("loss_kl", "reward_kl"):

@@ -273,7 +273,9 @@ class Sweep:
                 if parts == ["rollout", "group_size"]:  # an arm's group size is its data blank's
                     parts = ["blanks", "data", "group_size"]
                 elif parts[0] == "rollout" and parts[1] not in RolloutOverride.model_fields:
-                    self.log(f"{arm}: {path} is shared by all arms; the tuned arm keeps the default")
+                    self.log(
+                        f"{arm}: {path} is shared by all arms; the tuned arm keeps the default"
+                    )
                     continue
                 _set_path(tuned, parts, value)
             # what the tuning cost, for the audit: the tuned arm is flagged against untuned ones

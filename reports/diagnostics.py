@@ -43,7 +43,7 @@ def diagnostics_blocks(d: Data) -> list[Block]:
     shown = [m for m in METRICS if any((a, m[0]) in vals for a in d.arms)]
     inert = {}
     for r in d.inert.iter_rows(named=True):
-        if r["blank"] and r["blank"].startswith("weight."):
+        if (r["blank"] or "").startswith("weight.") and (r["note"] or "").startswith("never acted"):
             inert.setdefault(r["arm"], r["note"])
 
     def cell(arm: str, name: str, how: str) -> Cell | str:
@@ -61,7 +61,8 @@ def diagnostics_blocks(d: Data) -> list[Block]:
             "Per arm, over every step of every seed: the trainable-group fraction (launched groups "
             "whose rewards are not all equal, counted before dynamic sampling drops any), the clip "
             "fraction and the importance ratios' range (plain means and extremes over action "
-            "tokens, whatever the loss normalization), KL and the reward-shaping terms. A clip "
+            "tokens, whatever the loss normalization; SAPO's clip fraction: tokens whose soft gate "
+            "passes less than half the gradient), KL and the reward-shaping terms. A clip "
             "fraction of 0 with every ratio at 1 means the trust region never acted.",
             "caption",
         ),

@@ -583,7 +583,30 @@ def test_explain_cli_json(cli):
 
 
 def test_critic_arms_refuse_overlong_shaping_they_would_ignore():
-    for over in ({"data": {"overlong_shaping": {"enabled": True}}}, {"mask": {"overlong_filter": True}}):
+    for over in (
+        {"data": {"overlong_shaping": {"enabled": True}}},
+        {"mask": {"overlong_filter": True}},
+    ):
         with pytest.raises(ValueError, match="not implemented for the critic"):
             resolve("ppo", over)
-    assert resolve("grpo", {"data": {"overlong_shaping": {"enabled": True}}}).data.overlong_shaping.enabled
+    assert resolve(
+        "grpo", {"data": {"overlong_shaping": {"enabled": True}}}
+    ).data.overlong_shaping.enabled
+
+
+def test_sapo_clip_fraction_counts_tokens_whose_gate_passes_under_half_the_gradient():
+    from sixblanks.algorithms.weights import TRUST_REGIONS, sapo_gate_weight
+
+    ratio = t([[1.0, 3.0, 6.0, 0.2]])
+    adv = t([[1.0, 1.0, 1.0, -1.0]])
+    w = sapo_gate_weight(ratio, adv, 1.0, 1.05)
+    # a second method: the gradient of f(r) = (4/tau) sigmoid(tau (r - 1)) with respect to log r
+    logr = ratio.log().requires_grad_()
+    tau = torch.where(adv > 0, t(1.0), t(1.05))
+    ((4 / tau) * torch.sigmoid(tau * (logr.exp() - 1))).sum().backward()
+    assert torch.allclose(w, logr.grad) and math.isclose(float(w[0, 0]), 1.0)
+    _, gated = TRUST_REGIONS["sapo"].call(
+        {"ratio": ratio, "adv": adv}, {"weight.tau_pos": 1.0, "weight.tau_neg": 1.05}
+    )
+    # by hand: 1.0 -> 1; 3.0 -> 4 s(2)(1 - s(2)) 3 = 1.26; 6.0 -> 0.159; 0.2 (A < 0) -> 0.168
+    assert gated.tolist() == [[0.0, 0.0, 1.0, 1.0]]

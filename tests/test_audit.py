@@ -183,6 +183,11 @@ def test_inert_rules_by_hand():
     assert inert_note("weight.ratio", _blanks("gspo"), on_policy) is None  # acts even at r = 1
     sapo = _blanks("sapo")
     assert "every importance ratio was 1" in inert_note("weight.tau_pos", sapo, on_policy)
+    # a clip bound under a soft gate, a gate temperature under a clip: not used at all
+    assert (
+        inert_note("weight.eps_high", sapo, ACTIVE) == "not used: trust region 'sapo' has no clip"
+    )
+    assert "no soft gate" in inert_note("weight.tau_pos", dapo, ACTIVE)
     # a KL estimator that differs, under a zero coefficient
     assert "coefficient 0" in inert_note("regularizer.loss_kl_estimator", dapo, ACTIVE)
     assert inert_note("regularizer.loss_kl_estimator", _blanks("grpo"), ACTIVE) is None
