@@ -228,8 +228,17 @@ class DataSpec(_Spec):
     overlong_shaping: OverlongShaping = Field(
         OverlongShaping(), description="DAPO length penalty added to R before A."
     )
-    staleness: int = Field(
-        0, ge=0, description="Max policy versions a sample may lag (0: synchronous)."
+    staleness: int | None = Field(
+        None,
+        ge=0,
+        description="Bounded staleness: drop samples more than K policy versions behind the trainer "
+        "(discard reason 'staleness'); None: no bound.",
+    )
+    lag: int = Field(
+        0,
+        ge=0,
+        description="Deterministic lag: sample each batch with the policy of k versions earlier (a "
+        "ring of weight snapshots, reproducible from the seed); 0: synchronous.",
     )
 
 
@@ -273,6 +282,13 @@ class Blanks(_Spec):
                 "data.overlong_shaping / mask.overlong_filter: not implemented for the critic "
                 "(advantage.estimator 'gae'); its rewards and mask would ignore them"
             )
+        if self.data.staleness is not None and self.data.lag > self.data.staleness:
+            raise ValueError(
+                f"data.lag: {self.data.lag} versions exceeds data.staleness {self.data.staleness}: "
+                "every sample would be dropped as stale"
+            )
+        if self.data.lag and self.data.source != "rollouts":
+            raise ValueError("data.lag: only online rollouts (data.source 'rollouts') can lag")
         if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none":
             raise ValueError(
                 "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance ratio; weight.ratio is 'none'"

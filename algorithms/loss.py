@@ -268,6 +268,7 @@ OBJECTIVES.add(
             "data.minibatches",
             "data.overlong_shaping.enabled",
             "data.staleness",
+            "data.lag",
         ),
     )
 )

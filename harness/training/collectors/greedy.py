@@ -15,10 +15,12 @@ class GreedyBaseline:
         self.ctx = ctx
         self.params = SamplingParams(0.0, 1.0, 0, ctx.settings.rollout.max_new_tokens)
 
-    def run(self, instances) -> TrajectoryBatch:
+    def run(self, instances, engine=None) -> TrajectoryBatch:
+        """Greedy rollouts of ``instances`` with ``engine`` (default: the current policy's)."""
+
         ctx = self.ctx
         return run_episodes(
-            ctx.engine,
+            engine or ctx.engine,
             ctx.tokenizer,
             ctx.task,
             instances,

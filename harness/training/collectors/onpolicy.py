@@ -16,6 +16,7 @@ from ..base import Collected, TrainingError
 from ..context import RunContext
 from ..meter import UNIT_KINDS
 from .greedy import GreedyBaseline
+from .lagged import LaggedPolicy, drop_stale
 
 
 class OnPolicyRounds:
@@ -24,6 +25,9 @@ class OnPolicyRounds:
         self.greedy = greedy
         self.n_prompts = ctx.settings.rollout.prompts_per_step
         self.group_counter = 0
+        lag = ctx.blanks.data.lag
+        self.lagged = LaggedPolicy(ctx, lag) if lag else None
+        self.engine = ctx.engine  # the behaviour policy's engine of the current step
 
     def worst_case(self) -> dict[str, float]:
         """One round (with its greedy rollouts): a step that cannot afford one does not start."""
@@ -43,7 +47,7 @@ class OnPolicyRounds:
             calls0 = ctx.gate.counts()
             instances = ctx.train_instances(self.n_prompts)
             batch = run_episodes(
-                ctx.engine,
+                self.engine,
                 ctx.tokenizer,
                 ctx.task,
                 instances,
@@ -55,7 +59,7 @@ class OnPolicyRounds:
                 group_offset=self.group_counter,
             )
             self.group_counter += self.n_prompts
-            greedy = self.greedy.run(instances) if self.greedy is not None else None
+            greedy = self.greedy.run(instances, self.engine) if self.greedy is not None else None
             done = [batch] + ([greedy] if greedy is not None else [])
             charge.actual = ctx.rollout_cost(done, calls0)
         if greedy is not None:
@@ -64,6 +68,8 @@ class OnPolicyRounds:
 
     def collect(self) -> Collected:
         ctx, d = self.ctx, self.ctx.blanks.data
+        self.engine = self.lagged.engine_for_step() if self.lagged is not None else ctx.engine
+        lag_metrics: dict[str, float] = {}
         rounds = d.max_sampling_rounds if d.dynamic_sampling else 1
         sampler = DynamicSampler(self.n_prompts, rounds, d.dynamic_sampling)
         kept, kept_greedy = [], []
@@ -72,6 +78,14 @@ class OnPolicyRounds:
             if out is None:
                 break
             batch, greedy = out
+            if self.lagged is not None or d.staleness is not None:
+                keep, lag_metrics = drop_stale(ctx, batch)
+                if not keep:
+                    continue
+                if len(keep) < batch.size:  # whole groups (one round, one version): i // G holds
+                    batch = batch.select(keep)
+                    if greedy is not None:
+                        greedy = greedy.select(sorted({i // ctx.group_size for i in keep}))
             tokens = batch.row_action_tokens()
             keep = set(sampler.add_round(batch.reward, batch.group_ids, tokens))
             rows = [i for i, g in enumerate(batch.group_ids.tolist()) if g in keep]
@@ -93,7 +107,7 @@ class OnPolicyRounds:
             return Collected(None, census=record, nothing_fit=True)
         # measured on every launched group, before dynamic sampling drops any (one sample per
         # prompt has no group to compare: no value)
-        metrics = {"sampling_rounds": float(census.rounds)}
+        metrics = {"sampling_rounds": float(census.rounds), **lag_metrics}
         if ctx.group_size > 1:
             metrics["trainable_group_frac"] = census.trainable_group_frac
         if not kept:
@@ -107,7 +121,12 @@ class OnPolicyRounds:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"group_counter": self.group_counter}
+        state: dict[str, Any] = {"group_counter": self.group_counter}
+        if self.lagged is not None:
+            state["lagged"] = self.lagged.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.group_counter = state["group_counter"]
+        if self.lagged is not None:
+            self.lagged.load_state_dict(state["lagged"])
