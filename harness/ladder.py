@@ -9,7 +9,7 @@
     6 normalization    loss normalization varied
     7 clip_kl_lr       clipping, KL and learning rate varied (gradient norms reported)
     8 critic           value credit (a critic preset) added
-    9 asynchrony       only after synchronous parity
+    9 asynchrony       the arm's lag (data.lag) against its synchronous setting; fails when lag loses
 
 Each rung is a small experiment under the same ledger machinery (a budget per rung). It gives rows
 (one per setting it tried) and exactly one verdict row (``variant == "verdict"``: pass, fail or
@@ -330,14 +330,22 @@ class Ladder:
         )
 
     def rung_asynchrony(self) -> list[RungResult]:
-        reason = (
-            "not built: sixblanks has no asynchronous / off-policy training yet, so there is nothing "
-            "to compare against synchronous parity"
-        )
-        return [
-            RungResult(9, "asynchrony", "-", "inconclusive", reason),
-            verdict(9, "asynchrony", "inconclusive", reason),
-        ]
+        """The arm's lagged setting against its synchronous one (``data.lag: 0``) at the matched
+        budget, paired on the same instances: the rung fails when asynchrony loses."""
+
+        lag = self.spec["blanks"]["data"].get("lag", 0)
+        if not lag:
+            reason = (
+                "not applicable: the arm is synchronous (data.lag 0), there is no asynchronous "
+                "setting to compare with synchronous parity"
+            )
+            return [
+                RungResult(9, "asynchrony", "synchronous arm", "inconclusive", reason),
+                verdict(9, "asynchrony", "inconclusive", reason),
+            ]
+        key = f"lag={lag} (nominal)"
+        sync = {"blanks_over": {"data": {"lag": 0}}}
+        return self._compare(9, "asynchrony", {key: {}, "lag=0 (synchronous)": sync}, key)
 
     # ------------------------------------------------------------------ the walk
 

@@ -380,6 +380,42 @@ def test_a_variant_the_interval_shows_worse_passes_the_rung(tmp_path, monkeypatc
     )
 
 
+def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, monkeypatch):
+    """A lagged arm (data.lag 4, no staleness bound) that the synchronous setting beats on 6 of 8
+    instances fails rung 9; a synchronous arm has nothing to compare."""
+
+    import sixblanks.harness.ladder as ladder_mod
+
+    zero = [0.0] * 8
+    specs = []
+
+    def build(spec, warm):
+        specs.append(spec)
+        lag = spec["blanks"]["data"]["lag"]
+        final = zero if lag else [1.0] * 6 + [0.0] * 2  # the planted fault: the lag learns nothing
+        evals = [
+            {"per_instance": p, "score": sum(p) / 8, "split": "validation"} for p in (zero, final)
+        ]
+        res = SimpleNamespace(steps=[], evals=evals, ledger=SimpleNamespace(counters={}))
+        return SimpleNamespace(engine=_Engine(), train=lambda: res)
+
+    monkeypatch.setattr(ladder_mod, "build_trainer", build)
+    ladder = _spec_ladder(tmp_path)
+    assert [r.status for r in ladder.rung_asynchrony()] == ["inconclusive", "inconclusive"]
+    ladder.spec["blanks"]["data"]["lag"] = 4
+    rows = ladder.rung_asynchrony()
+    assert [(r.variant, r.status) for r in rows] == [
+        ("lag=4 (nominal)", "inconclusive"),
+        ("lag=0 (synchronous)", "fail"),
+        (VERDICT, "fail"),
+    ]
+    assert rows[-1].evidence.startswith(
+        "lag=0 (synchronous) beats the nominal lag=4 (nominal) by +0.750"
+    )
+    assert [s["blanks"]["data"]["lag"] for s in specs] == [4, 0]  # the same arm, lag removed
+    assert first_failure(rows) is rows[-1]
+
+
 @pytest.mark.slow
 def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     tmp_path, cli, write_yaml
