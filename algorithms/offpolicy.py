@@ -1,0 +1,432 @@
+"""Off-policy corrections for asynchronous training: V-trace, IS weights and masks, ratio gates,
+DIS (SAO), bounded staleness and lag statistics. Pure torch (FORMULAS §19, §20, §21).
+
+Conventions (``[B, T]`` unless stated), as in :mod:`sixblanks.algorithms.critic`:
+
+- ``mask`` is 1 on action tokens (a 0/1 tensor). The steps of the token-level MDP are the masked
+  positions of each row, in order; observation tokens (mask 0) are skipped, so gamma counts action
+  tokens and values and the trace chain are carried across observations unchanged.
+- ``values[:, t]`` is V of the state in which action token t is generated; ``rewards[:, t]`` is the
+  reward received after token t.
+- Log-probs are of the sampled token. ``behavior`` / ``roll`` is the policy that sampled it (the
+  rollout engine, possibly several versions behind); ``old`` / ``train`` the trainer's recomputation.
+- Every returned weight, mask, target and advantage is detached; quantities are computed in float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .regularizers import kl_estimate
+
+LOG_RATIO_CLAMP = 20.0
+"""Log-ratios are clamped to ±20 before an exp that returns a value (verl's clamp)."""
+
+
+def _rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bool mask ``[B, T]``, action tokens per row as float64 ``[B]``)."""
+
+    m = mask > 0
+    return m, m.sum(1).to(torch.float64)
+
+
+def _log_diff(a: torch.Tensor, b: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """a - b in float64, detached, 0 off the mask (so NaN padding never leaks). ``[B, T]``."""
+
+    d = a.detach().double() - b.detach().double()
+    return torch.where(m, d, torch.zeros_like(d))
+
+
+def _log_bound(x: float) -> float:
+    """log x, with -inf for x <= 0 (a ratio bound at or below 0 excludes nothing)."""
+
+    return math.log(x) if x > 0 else -math.inf
+
+
+def quantiles(x: torch.Tensor, qs: tuple[float, ...]) -> list[float]:
+    """Quantiles of a 1-D tensor ``[N]`` with linear interpolation (numpy's default, like
+    ``torch.quantile`` but with no size limit). NaN for every q when N = 0."""
+
+    n = x.numel()
+    if n == 0:
+        return [float("nan")] * len(qs)
+    s = x.detach().double().flatten().sort().values
+    out = []
+    for q in qs:
+        pos = q * (n - 1)
+        lo = math.floor(pos)
+        hi = min(lo + 1, n - 1)
+        out.append(float(s[lo] + (pos - lo) * (s[hi] - s[lo])))
+    return out
+
+
+def vtrace(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap: torch.Tensor | None,
+    log_rhos: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    rho_bar_pg: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018; FORMULAS §19).
+
+    With pi/mu = exp(log_rhos) at step s (the target policy over the behaviour policy that sampled
+    the token), s+ the next action token of the row and x_{s+} its state:
+
+        rho_s = min(rho_bar, pi/mu),  c_s = lam min(c_bar, pi/mu)
+        delta_s = rho_s (r_s + gamma V(x_{s+}) - V(x_s))
+        v_s = V(x_s) + delta_s + gamma c_s (v_{s+} - V(x_{s+}))
+        pg_s = min(rho_bar_pg, pi/mu) (r_s + gamma v_{s+} - V(x_s))
+
+    After a row's last action token, V(x_T) = v_T = ``bootstrap`` (``[B]``; None means 0). Each row
+    is one episode: pass bootstrap 0 for a terminal end (the discount is 0 there) and V of the next
+    state for a time-limit cut, as with :func:`sixblanks.algorithms.critic.gae`. The advantage uses
+    v_{s+}, as in the paper and IMPALA (rlax instead mixes lam into that bootstrap:
+    lam v_{s+} + (1 - lam) V(x_{s+})). On-policy (log_rhos = 0, bars >= 1), v_s are the GAE(lam)
+    returns and pg_s = delta_s + gamma A_{s+} = A_s + gamma (1 - lam) A_{s+}, with delta the one-step
+    TD error and A the GAE(lam) advantages (0 after the last step): A_s itself only at lam = 1; at
+    lam = 0 the two-step advantage delta_s + gamma delta_{s+}.
+
+    Args:
+        rewards, values, log_rhos, mask: ``[B, T]``; log_rhos = log pi - log mu on the sampled tokens.
+        bootstrap: ``[B]`` or None.
+
+    Returns:
+        ``(vs [B, T], pg_advantages [B, T])``, detached, zero off the mask, in ``values.dtype``.
+
+    Raises:
+        ValueError: ``rho_bar < c_bar`` (the trace would weigh a step more than its correction).
+    """
+
+    if rho_bar < c_bar:
+        raise ValueError(f"V-trace needs rho_bar >= c_bar, got rho_bar={rho_bar}, c_bar={c_bar}")
+    m = mask > 0
+    r = rewards.detach().double()
+    v = values.detach().double()
+    B, T = r.shape
+    pi_mu = torch.exp(torch.where(m, log_rhos.detach().double(), torch.zeros_like(r)))
+    rho = pi_mu.clamp(max=rho_bar)
+    c = lam * pi_mu.clamp(max=c_bar)
+    rho_pg = pi_mu.clamp(max=rho_bar_pg)
+    if bootstrap is None:
+        next_v = torch.zeros(B, dtype=torch.float64)
+    else:
+        next_v = bootstrap.detach().double().clone()
+    next_vs = next_v.clone()  # v_T = V(x_T)
+    vs = torch.zeros_like(r)
+    pg = torch.zeros_like(r)
+    zero = torch.zeros(B, dtype=torch.float64)
+    for t in range(T - 1, -1, -1):
+        mt = m[:, t]
+        delta = rho[:, t] * (r[:, t] + gamma * next_v - v[:, t])
+        vs_t = v[:, t] + delta + gamma * c[:, t] * (next_vs - next_v)
+        pg_t = rho_pg[:, t] * (r[:, t] + gamma * next_vs - v[:, t])
+        vs[:, t] = torch.where(mt, vs_t, zero)
+        pg[:, t] = torch.where(mt, pg_t, zero)
+        next_v = torch.where(mt, v[:, t], next_v)
+        next_vs = torch.where(mt, vs_t, next_vs)
+    return vs.to(values.dtype), pg.to(values.dtype)
+
+
+def sequence_log_is(
+    old_logp: torch.Tensor, behavior_logp: torch.Tensor, mask: torch.Tensor, normalize: bool = False
+) -> torch.Tensor:
+    """Sequence log IS ratio ``[B]``: sum_t m_t (old - behavior), or with ``normalize`` the mean over
+    the row's action tokens (log of the per-token geometric mean). 0 for a row with no token."""
+
+    m, n = _rows(mask)
+    s = _log_diff(old_logp, behavior_logp, m).sum(1)
+    return s / n.clamp(min=1.0) if normalize else s
+
+
+def sequence_is_weight(
+    old_logp: torch.Tensor,
+    behavior_logp: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+    normalize: bool = False,
+) -> torch.Tensor:
+    """Truncated sequence IS weight ``[B]``: min(exp(sum_t m_t (log pi_old - log pi_behav)), cap).
+
+    With ``normalize`` the exponent is the mean over the row's action tokens instead, i.e. the
+    per-token geometric mean of the ratio (GSPO's length-normalized form). TRL's sequence modes sum
+    the log-differences without length normalization (``normalize=False``); the product over a long
+    response is high-variance. Detached; a row with no action token gets min(1, cap).
+
+    Args:
+        old_logp, behavior_logp, mask: ``[B, T]``.
+        cap: C > 0.
+
+    Returns:
+        ``[B]`` in ``old_logp.dtype``.
+    """
+
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    log_w = sequence_log_is(old_logp, behavior_logp, mask, normalize)
+    return torch.exp(log_w.clamp(max=math.log(cap))).to(old_logp.dtype)
+
+
+def is_mask(
+    old_logp: torch.Tensor,
+    behavior_logp: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+    level: str = "token",
+    normalize: bool = False,
+) -> torch.Tensor:
+    """The mask form of IS truncation ``[B, T]``: drop instead of capping the weight.
+
+    ``level="token"``: m_t 1[pi_old/pi_behav <= cap] per token. ``level="sequence"``: every token of
+    a row whose sequence ratio (the one of :func:`sequence_is_weight`, summed unless ``normalize``)
+    exceeds ``cap`` is dropped. A ratio equal to ``cap`` is kept (compared in log space). Multiply
+    the ratio by this mask for a weight that is the ratio on kept tokens and 0 elsewhere.
+
+    Args:
+        old_logp, behavior_logp, mask: ``[B, T]``.
+
+    Returns:
+        The new mask ``[B, T]``, detached, in ``mask.dtype``.
+    """
+
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    m = mask > 0
+    log_cap = math.log(cap)
+    if level == "token":
+        keep = _log_diff(old_logp, behavior_logp, m) <= log_cap
+    elif level == "sequence":
+        keep = (sequence_log_is(old_logp, behavior_logp, mask, normalize) <= log_cap)[:, None]
+    else:
+        raise ValueError(f"unknown IS level '{level}' (valid: token, sequence)")
+    return (m & keep).to(mask.dtype)
+
+
+def ratio_gate(
+    train_logp: torch.Tensor,
+    roll_logp: torch.Tensor,
+    mask: torch.Tensor,
+    low: float,
+    high: float,
+    level: str = "token",
+    metric: str = "ratio",
+    mode: str = "mask",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Train/rollout mismatch gate (IcePop-style; AReaL ``rejection_sampling``; FORMULAS §20).
+
+    With d_t = log pi_train - log pi_roll on the sampled tokens:
+
+    - ``level="token", metric="ratio"``: keep m_t 1[low <= e^{d_t} <= high];
+    - ``level="sequence", metric="ratio"``: keep a whole row iff low <= exp(mean_t d_t) <= high
+      (the geometric mean of its token ratios);
+    - ``metric="kl"``: k3 = e^{d} - 1 - d, the estimate of KL(pi_roll || pi_train) on tokens sampled
+      from pi_roll (clamped to 10, as in :func:`~sixblanks.algorithms.regularizers.kl_estimate`);
+      per token, or its mean over the row's action tokens at sequence level. Only ``high``
+      applies: drop when KL > high.
+
+    ``mode="mask"`` returns the new mask (``mask.dtype``). ``mode="clamp"`` (ratio metric only, as in
+    AReaL) returns the detached weights ``[B, T]``: the token (or sequence) ratio clamped into
+    [low, high], zero off the mask; the mask itself is unchanged. Whether dropped tokens stay in Z
+    is the caller's choice: aggregate over the original mask to keep them (contributing 0) or over
+    the returned one to drop them.
+
+    Args:
+        train_logp, roll_logp, mask: ``[B, T]``.
+        low, high: ratio bounds (low may be 0); for ``metric="kl"`` ``high`` is the KL threshold.
+
+    Returns:
+        ``(mask_or_weight [B, T], info)``; info (floats): ``masked_frac`` (share of action tokens
+        dropped; 0 in clamp mode), ``clamped_frac`` (share of action tokens whose weight was clamped;
+        0 in mask mode), ``log_ratio_p1/p50/p99`` (token d_t before any truncation), and at
+        sequence level ``seq_log_ratio_p1/p50/p99`` (ratio metric) or ``kl_mean``/``kl_max`` of the
+        gated KL statistic (kl metric). Percentiles are NaN without action tokens.
+    """
+
+    if level not in ("token", "sequence"):
+        raise ValueError(f"unknown gate level '{level}' (valid: token, sequence)")
+    if metric not in ("ratio", "kl"):
+        raise ValueError(f"unknown gate metric '{metric}' (valid: ratio, kl)")
+    if mode not in ("mask", "clamp"):
+        raise ValueError(f"unknown gate mode '{mode}' (valid: mask, clamp)")
+    if mode == "clamp" and metric != "ratio":
+        raise ValueError("mode='clamp' clamps an importance ratio: it needs metric='ratio'")
+    if metric == "ratio" and low > high:
+        raise ValueError(f"low ({low}) must be <= high ({high})")
+
+    m, n = _rows(mask)
+    d = _log_diff(train_logp, roll_logp, m)
+    info: dict[str, float] = {}
+    p1, p50, p99 = quantiles(d[m], (0.01, 0.5, 0.99))
+    info.update(log_ratio_p1=p1, log_ratio_p50=p50, log_ratio_p99=p99)
+
+    lo, hi = _log_bound(low), _log_bound(high)
+    if metric == "kl":
+        kl = torch.where(
+            m, kl_estimate(roll_logp.detach().double(), train_logp.detach().double(), "k3"), 0.0
+        )
+        if level == "sequence":
+            stat = kl.sum(1) / n.clamp(min=1.0)
+            inside = (stat <= high)[:, None]
+            stat = stat[n > 0]
+        else:
+            inside = kl <= high
+            stat = kl[m]
+        info["kl_mean"] = float(stat.mean()) if stat.numel() else float("nan")
+        info["kl_max"] = float(stat.max()) if stat.numel() else float("nan")
+        log_r = d
+    elif level == "sequence":
+        seq = d.sum(1) / n.clamp(min=1.0)
+        q1, q50, q99 = quantiles(seq[n > 0], (0.01, 0.5, 0.99))
+        info.update(seq_log_ratio_p1=q1, seq_log_ratio_p50=q50, seq_log_ratio_p99=q99)
+        inside = ((seq >= lo) & (seq <= hi))[:, None]
+        log_r = seq[:, None].expand_as(d)
+    else:
+        inside = (d >= lo) & (d <= hi)
+        log_r = d
+
+    out_tok = m & ~inside
+    total = max(float(n.sum()), 1.0)
+    frac = float(out_tok.sum()) / total
+    if mode == "mask":
+        info.update(masked_frac=frac, clamped_frac=0.0)
+        return (m & inside).to(mask.dtype), info
+    info.update(masked_frac=0.0, clamped_frac=frac)
+    w = torch.exp(log_r.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(min=max(low, 0.0), max=high)
+    return torch.where(m, w, torch.zeros_like(w)).to(train_logp.dtype), info
+
+
+def dis(
+    logp: torch.Tensor,
+    rollout_logp: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAO's DIS band (FORMULAS §21): rho_t = pi_theta/pi_roll (no pi_old); keep the tokens with
+    1 - eps_low < rho_t < 1 + eps_high, STRICT inequalities, compared in log space.
+
+    Both tails are masked whatever the advantage's sign (unlike PPO's clip, which passes the
+    gradient of an A < 0 token above the band). A lower bound 1 - eps_low <= 0 excludes nothing.
+
+    Args:
+        logp: ``[B, T]`` log pi_theta of the sampled tokens (may carry a gradient; not used here).
+        rollout_logp, mask: ``[B, T]``.
+
+    Returns:
+        ``(keep [B, T] in mask.dtype, rho [B, T])``, both detached; rho's log is clamped to ±20 (a
+        token that far out is outside any practical band) and rho is 1 off the mask.
+    """
+
+    if eps_low < 0 or eps_high < 0:
+        raise ValueError(f"DIS needs eps_low, eps_high >= 0, got {eps_low}, {eps_high}")
+    m = mask > 0
+    d = _log_diff(logp, rollout_logp, m)
+    inside = (d > _log_bound(1.0 - eps_low)) & (d < math.log(1.0 + eps_high))
+    rho = torch.exp(d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    return (m & inside).to(mask.dtype), rho.to(logp.dtype)
+
+
+def dis_loss_terms(
+    logp: torch.Tensor,
+    rollout_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+) -> torch.Tensor:
+    """SAO per-token loss ``[B, T]`` (to minimize): l_t = -sg[f(rho_t)] A_t log pi_theta(a_t),
+    f(rho) = rho inside the strict DIS band (:func:`dis`), else 0.
+
+    Its gradient is d l_t / d log pi = -1[band] rho_t A_t, i.e. ascent direction
+    1[1-eps_low < rho < 1+eps_high] rho_t A_t ∇log pi. f and A are detached; rejected and
+    off-mask tokens give 0 (value and gradient). Aggregate with the Z blank afterwards.
+
+    Args:
+        logp: ``[B, T]`` log pi_theta (with gradient); rollout_logp, adv, mask: ``[B, T]``.
+    """
+
+    keep, rho = dis(logp, rollout_logp, mask, eps_low, eps_high)
+    k = keep > 0
+    a = torch.where(k, adv.detach(), torch.zeros_like(logp))
+    f = torch.where(k, rho, torch.zeros_like(rho)).to(logp.dtype)
+    return torch.where(k, -f * a * logp, torch.zeros_like(logp))
+
+
+def within_staleness(versions_behind: torch.Tensor, max_staleness: int) -> torch.Tensor:
+    """AReaL bounded staleness at consumption: keep a sample iff versions_behind <= eta.
+
+    Args:
+        versions_behind: ``[B]`` integer, trainer version minus the version that generated the
+            sample (>= 0).
+        max_staleness: eta >= 0; 0 is synchronous (only samples of the current version).
+
+    Returns:
+        bool ``[B]``.
+
+    Raises:
+        ValueError: eta < 0, or a sample ahead of the trainer (a version-counter bug).
+    """
+
+    if max_staleness < 0:
+        raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+    if versions_behind.numel() and bool((versions_behind < 0).any()):
+        raise ValueError("a sample is ahead of the trainer (versions_behind < 0)")
+    return versions_behind <= max_staleness
+
+
+def staleness_capacity(eta: int, version: int, batch_size: int, accepted: int, running: int) -> int:
+    """Rollouts that may still be started (AReaL; FORMULAS §20): (eta + i + 1) B - (accepted + running).
+
+    Equivalent to admitting the next rollout iff floor((N_r - 1)/B) <= i + eta with N_r = accepted +
+    running + 1 the count including it. <= 0 means start none. ``accepted`` counts all accepted
+    trajectories so far (consumed ones included; subtract rejected ones), ``running`` those in
+    flight; restore both on resume.
+    """
+
+    return (eta + version + 1) * batch_size - (accepted + running)
+
+
+def lag_stats(
+    behavior_logp: torch.Tensor,
+    current_logp: torch.Tensor,
+    mask: torch.Tensor,
+    versions_behind: torch.Tensor,
+) -> dict:
+    """How far the behaviour policy lags the current one on the sampled tokens.
+
+    Per sample: kl_i = mean over its action tokens of k3 = e^{d} - 1 - d, d = log pi_current -
+    log pi_behav, the unbiased estimate of KL(pi_behav || pi_current) from tokens sampled by
+    pi_behav (k3 clamped to 10, as in :func:`~sixblanks.algorithms.regularizers.kl_estimate`).
+
+    Args:
+        behavior_logp, current_logp, mask: ``[B, T]``.
+        versions_behind: ``[B]``.
+
+    Returns:
+        ``{"kl": [B] float64 tensor (0 for a row without action tokens), "versions_behind_mean",
+        "versions_behind_max", "kl_mean", "kl_p50", "kl_p90", "kl_max"}``; the KL summaries (floats)
+        are over the rows with action tokens, per sample (not token-weighted), NaN if none.
+    """
+
+    m, n = _rows(mask)
+    k = kl_estimate(behavior_logp.detach().double(), current_logp.detach().double(), "k3")
+    kl = torch.where(m, k, torch.zeros_like(k)).sum(1) / n.clamp(min=1.0)
+    vb = versions_behind.detach().double()
+    has = kl[n > 0]
+    p50, p90 = quantiles(has, (0.5, 0.9))
+    nan = float("nan")
+    return {
+        "kl": kl,
+        "versions_behind_mean": float(vb.mean()) if vb.numel() else nan,
+        "versions_behind_max": float(vb.max()) if vb.numel() else nan,
+        "kl_mean": float(has.mean()) if has.numel() else nan,
+        "kl_p50": p50,
+        "kl_p90": p90,
+        "kl_max": float(has.max()) if has.numel() else nan,
+    }
