@@ -34,20 +34,41 @@ class MaskSpec(_Spec):
     )
 
 
+class GateSpec(_Spec):
+    """A ratio/KL gate between pi_old (recomputed by the trainer) and the behaviour policy that
+    sampled (FORMULAS §20): a mask (tokens or sequences outside the band leave the gradient and Z,
+    discard reason 'masking') or a clamp (the IS weight clamped into the band)."""
+
+    level: Literal["token", "sequence"] = Field(
+        "token",
+        description="token: per token; sequence: on the sequence's geometric-mean ratio or mean KL.",
+    )
+    metric: Literal["ratio", "kl"] = Field(
+        "ratio", description="ratio: pi_old/pi_behavior in [low, high]; kl: k3 KL <= high."
+    )
+    mode: Literal["mask", "clamp"] = Field(
+        "mask",
+        description="mask: drop what is outside; clamp: weight by the ratio clamped into [low, high].",
+    )
+    low: float = Field(0.5, ge=0, description="Lower bound of the ratio (ignored for kl).")
+    high: float = Field(2.0, gt=0, description="Upper bound of the ratio, or of the KL.")
+
+
 class WeightSpec(_Spec):
     """w: importance ratio, its level and its trust region."""
 
-    ratio: Literal["none", "token", "sequence", "gspo_token"] = Field(
+    ratio: Literal["none", "token", "sequence", "gspo_token", "behavior"] = Field(
         "token",
         description=(
             "none: w = 1 (pure on-policy REINFORCE, no ratio); token: r_t = pi/pi_old per token; "
             "sequence: GSPO s_i = exp(mean_t log r_t) (geometric mean); gspo_token: the "
-            "stop-gradient token form of GSPO."
+            "stop-gradient token form of GSPO; behavior: rho_t = pi/pi_rollout (SAO's DIS, no pi_old)."
         ),
     )
-    trust_region: Literal["none", "clip", "sapo"] = Field(
+    trust_region: Literal["none", "clip", "sapo", "dis"] = Field(
         "clip",
-        description="clip: PPO min(rA, clip(r)A); sapo: soft gate (4/tau) sigmoid(tau(r-1)); none: rA.",
+        description="clip: PPO min(rA, clip(r)A); sapo: soft gate (4/tau) sigmoid(tau(r-1)); dis: "
+        "SAO's band 1-eps_low < rho < 1+eps_high (strict), tokens outside it masked; none: rA.",
     )
     eps_low: float = Field(0.2, gt=0, description="Lower clip range: r >= 1 - eps_low.")
     eps_high: float = Field(
@@ -66,6 +87,18 @@ class WeightSpec(_Spec):
         None,
         gt=0,
         description="Truncated importance sampling: multiply by min(pi_old/pi_behavior, C), detached. None: off.",
+    )
+    tis_form: Literal["token", "sequence", "token_mask", "sequence_mask"] = Field(
+        "token",
+        description="How tis_cap acts: token: weight min(ratio_t, C); sequence: weight "
+        "min(prod_t ratio_t, C) per sequence (summed log-differences, as TRL); token_mask / "
+        "sequence_mask: drop the tokens (sequences) whose ratio exceeds C instead (discard reason "
+        "'masking').",
+    )
+    gate: GateSpec | None = Field(
+        None,
+        description="A ratio/KL gate between the trainer's pi_old and the rollout engine's "
+        "behaviour policy (IcePop-style); None: off.",
     )
     log_ratio_clamp: float = Field(
         20.0, gt=0, description="Clamp on log r before exp (verl: 20; GSPO: 10)."
@@ -263,6 +296,16 @@ class Blanks(_Spec):
             raise ValueError(
                 "weight.dual_clip_c: dual clip applies to trust_region 'clip', not 'sapo'"
             )
+        if w.trust_region == "dis" and w.ratio != "behavior":
+            raise ValueError(
+                "weight.trust_region: 'dis' bands pi_theta/pi_rollout; set weight.ratio: behavior"
+            )
+        if w.tis_form != "token" and w.tis_cap is None:
+            raise ValueError(f"weight.tis_form: '{w.tis_form}' needs weight.tis_cap (the cap C)")
+        if w.gate is not None and w.gate.mode == "clamp" and w.gate.metric == "kl":
+            raise ValueError("weight.gate: a KL gate can only mask (mode: mask), not clamp")
+        if w.gate is not None and w.gate.metric == "ratio" and w.gate.low >= w.gate.high:
+            raise ValueError("weight.gate: low must be below high")
         if w.ratio == "none" and w.trust_region != "none":
             raise ValueError(
                 "weight.trust_region: ratio 'none' (w = 1) has no trust region; set trust_region: none"

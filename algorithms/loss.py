@@ -24,6 +24,7 @@ from . import advantages as adv_mod
 from .blanks import Blanks, flatten
 from .data import overlong_filter_mask, overlong_penalty
 from .normalization import aggregate
+from .offpolicy import dis, is_mask, ratio_gate, sequence_is_weight
 from .registry import Registry, Variant
 from .regularizers import kl_estimate
 from .weights import RATIOS, TRUST_REGIONS, truncated_is_weight
@@ -130,6 +131,76 @@ def _check_inputs(estimator: Variant, tensors: dict[str, torch.Tensor | None]) -
         )
 
 
+def behavior_weight(
+    blanks: Blanks,
+    old_logp: torch.Tensor,
+    behavior_logp: torch.Tensor | None,
+    mask: torch.Tensor,
+) -> torch.Tensor | float:
+    """The detached per-token weight of the off-policy corrections that weigh (FORMULAS §20): truncated
+    IS in its token or sequence form (``weight.tis_cap``, ``weight.tis_form``) and a gate in clamp mode
+    (``weight.gate``). ``[B, T]``, or 1.0 when none applies."""
+
+    w_spec, out = blanks.weight, 1.0
+    if w_spec.tis_cap is not None and w_spec.tis_form == "token":
+        out = out * truncated_is_weight(old_logp, behavior_logp, w_spec.tis_cap)
+    elif w_spec.tis_cap is not None and w_spec.tis_form == "sequence":
+        out = out * sequence_is_weight(old_logp, behavior_logp, mask, w_spec.tis_cap)[:, None]
+    g = w_spec.gate
+    if g is not None and g.mode == "clamp":
+        out = (
+            out
+            * ratio_gate(old_logp, behavior_logp, mask, g.low, g.high, g.level, g.metric, "clamp")[
+                0
+            ]
+        )
+    return out.to(old_logp.dtype) if isinstance(out, torch.Tensor) else out
+
+
+def behavior_mask(
+    blanks: Blanks, old_logp: torch.Tensor, behavior_logp: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, tuple[float, int]], dict[str, float]]:
+    """The off-policy corrections that mask, applied once per batch before Z is computed (so the
+    tokens they drop leave the gradient and Z): truncated IS in a mask form, a gate in mask mode
+    (reason ``masking``) and SAO's DIS band at the batch's start (reason ``dis``: pi_theta is pi_old
+    then; the loss keeps enforcing the band as pi_theta moves).
+
+    Args: ``[B, T]`` log-probs of pi_old (recomputed by the trainer) and of the behaviour policy, and
+    the mask. Returns (the mask ``[B, T]``, {reason: (tokens dropped, rows left with none)}, metrics).
+    """
+
+    w_spec, metrics = blanks.weight, {}
+    dropped: dict[str, tuple[float, int]] = {}
+
+    def drop(reason: str, before: torch.Tensor, after: torch.Tensor) -> None:
+        tokens, rows = dropped.get(reason, (0.0, 0))
+        gone = (before.sum(1) > 0) & (after.sum(1) == 0)
+        dropped[reason] = (tokens + float(before.sum() - after.sum()), rows + int(gone.sum()))
+
+    m = mask
+    if w_spec.tis_cap is not None and w_spec.tis_form.endswith("_mask"):
+        level = w_spec.tis_form.removesuffix("_mask")
+        after = m * is_mask(old_logp, behavior_logp, m, w_spec.tis_cap, level).to(m.dtype)
+        drop("masking", m, after)
+        m = after
+    g = w_spec.gate
+    if g is not None:
+        gated, info = ratio_gate(
+            old_logp, behavior_logp, m, g.low, g.high, g.level, g.metric, g.mode
+        )
+        metrics.update({f"gate.{k}": float(v) for k, v in info.items()})
+        if g.mode == "mask":
+            after = gated.to(m.dtype)
+            drop("masking", m, after)
+            m = after
+    if w_spec.trust_region == "dis":
+        keep, _ = dis(old_logp, behavior_logp, m, w_spec.eps_low, w_spec.eps_high)
+        after = m * keep.to(m.dtype)
+        drop("dis", m, after)
+        m = after
+    return m, dropped, metrics
+
+
 def policy_loss(
     blanks: Blanks | str,
     logp: torch.Tensor,
@@ -165,16 +236,19 @@ def policy_loss(
     fields = flatten(b)
     m = mask.to(logp.dtype)
     adv = advantages.detach().to(logp.dtype)
-    ratio, adv = RATIOS[w_spec.ratio].call(
-        {"logp": logp, "old_logp": old_logp, "adv": adv, "mask": mask}, fields
-    )
+    if behavior_logp is None and (
+        w_spec.ratio == "behavior" or w_spec.tis_cap is not None or w_spec.gate is not None
+    ):
+        raise ValueError(
+            "weight.ratio 'behavior', weight.tis_cap and weight.gate need behavior_logp "
+            "(the rollout engine's log-probs)"
+        )
+    inputs = {"logp": logp, "old_logp": old_logp, "adv": adv, "mask": mask}
+    ratio, adv = RATIOS[w_spec.ratio].call({**inputs, "behavior_logp": behavior_logp}, fields)
     tok_loss, clipped = TRUST_REGIONS[w_spec.trust_region].call(
         {"ratio": ratio, "adv": adv}, fields
     )
-    if w_spec.tis_cap is not None:
-        if behavior_logp is None:
-            raise ValueError("truncated IS (weight.tis_cap) needs behavior_logp")
-        tok_loss = tok_loss * truncated_is_weight(old_logp, behavior_logp, w_spec.tis_cap)
+    tok_loss = tok_loss * behavior_weight(b, old_logp, behavior_logp, mask)
     weights = weights.to(logp.dtype)
     pg = aggregate(tok_loss * m, weights)
     total = pg

@@ -100,6 +100,18 @@ def _gspo_token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     return gspo_token_ratio(logp, old_logp, mask, clamp=log_ratio_clamp), adv
 
 
+@RATIOS.register(
+    "behavior",
+    inputs=("logp", "behavior_logp", "adv", "mask"),
+    reads=("weight.log_ratio_clamp",),
+)
+def _behavior_ratio(logp, behavior_logp, adv, mask, log_ratio_clamp):
+    """rho_t = pi_theta / pi_rollout per token, against the rollout engine's log-probs (no pi_old):
+    SAO's DIS ratio (FORMULAS §21)."""
+
+    return token_ratio(logp, behavior_logp, clamp=log_ratio_clamp), adv
+
+
 @TRUST_REGIONS.register("none")
 def _no_trust_region(ratio, adv):
     """l = -A r."""
@@ -167,6 +179,18 @@ def _sapo(ratio, adv, tau_pos, tau_neg):
     with torch.no_grad():
         gated = sapo_gate_weight(ratio.detach(), adv, tau_pos, tau_neg) < SAPO_GATED_BELOW
     return sapo_surrogate(ratio, adv, tau_pos, tau_neg), gated.to(ratio.dtype)
+
+
+@TRUST_REGIONS.register("dis", reads=("weight.eps_low", "weight.eps_high"))
+def dis_surrogate(ratio, adv, eps_low, eps_high):
+    """SAO's DIS (FORMULAS §21): a token passes only when 1 - eps_low < rho < 1 + eps_high (strict),
+    both tails masked for either advantage sign. l = -1[band] rho A, whose gradient is
+    1[band] rho A grad log pi = sg[f(rho)] A grad log pi. ``clipped``: the tokens outside the band
+    (counted, and discarded as reason ``dis`` by the trainer)."""
+
+    r = ratio.detach()
+    keep = (r > 1.0 - eps_low) & (r < 1.0 + eps_high)
+    return -adv * ratio * keep.to(ratio.dtype), (~keep).to(ratio.dtype)
 
 
 def truncated_is_weight(

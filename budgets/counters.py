@@ -27,9 +27,12 @@ DISCARD_REASONS: tuple[str, ...] = (
     "masking",
     "failed",
     "baseline",
+    "dis",
 )
 """Why launched tokens did not enter a gradient. "failed": a task or verifier failure; "baseline":
-ReMax's greedy rollouts (a cost of the estimator, never trained on)."""
+ReMax's greedy rollouts (a cost of the estimator, never trained on); "staleness": samples past the
+bounded-staleness limit; "masking": tokens an off-policy gate or a masked truncated-IS form dropped;
+"dis": tokens outside SAO's DIS band."""
 
 
 def counter_names() -> list[str]:

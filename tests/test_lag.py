@@ -109,3 +109,79 @@ def test_bounded_staleness_discards_rows_behind_the_bound_by_reason():
 def test_a_lag_beyond_the_staleness_bound_is_refused():
     with pytest.raises(ValueError, match="every sample would be dropped as stale"):
         resolve("grpo", {"data": {"lag": 3, "staleness": 2}})
+
+
+# ----------------------------------------------------------------------------- the controls, wired
+
+
+def t(x):
+    return torch.tensor(x, dtype=torch.float64)
+
+
+def test_dis_passes_gradient_only_inside_the_band_and_weighs_it_by_rho():
+    from sixblanks.algorithms.loss import policy_loss
+    from sixblanks.algorithms.normalization import loss_weights
+
+    b = resolve(
+        "dr_grpo",  # no KL term
+        {"weight": {"ratio": "behavior", "trust_region": "dis", "eps_low": 0.3, "eps_high": 0.5}},
+    )
+    behavior = t([[0.0, 0.0, 0.0, 0.0]])
+    logp = t([[math.log(1.2), math.log(0.6), math.log(1.6), math.log(0.9)]]).requires_grad_()
+    adv = t([[1.0, 1.0, -1.0, -2.0]])
+    mask = torch.ones(1, 4, dtype=torch.float64)
+    w = loss_weights(mask, "token-mean")
+    # pi_old is not used by DIS: any value gives the same loss
+    loss, met = policy_loss(b, logp, t([[5.0] * 4]), adv, mask, w, behavior_logp=behavior)
+    (g,) = torch.autograd.grad(loss, logp)
+    # rho = 1.2 (in), 0.6 (below 0.7: out), 1.6 (above 1.5: out), 0.9 (in); grad = -rho A / 4
+    assert torch.allclose(g, t([[-1.2 * 1.0 / 4, 0.0, 0.0, -0.9 * -2.0 / 4]]))
+    assert met["clip_count"] == 2  # the tokens outside the band
+    with pytest.raises(ValueError, match="set weight.ratio: behavior"):
+        resolve("grpo", {"weight": {"trust_region": "dis"}})
+
+
+def test_truncated_is_forms_and_the_gate_by_hand():
+    from sixblanks.algorithms.loss import behavior_mask, behavior_weight
+
+    old = t([[math.log(3.0), 0.0, math.log(0.5)], [math.log(1.5), math.log(1.5), 0.0]])
+    beh = torch.zeros(2, 3, dtype=torch.float64)
+    mask = t([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    seq = resolve("grpo", {"weight": {"tis_cap": 2.0, "tis_form": "sequence"}})
+    # per sequence: min(3 * 1 * 0.5, 2) = 1.5; min(1.5 * 1.5, 2) = 2
+    assert torch.allclose(behavior_weight(seq, old, beh, mask), t([[1.5], [2.0]]))
+    tok = resolve("grpo", {"weight": {"tis_cap": 2.0}})
+    assert torch.allclose(
+        behavior_weight(tok, old, beh, mask), t([[2.0, 1.0, 0.5], [1.5, 1.5, 1.0]])
+    )
+    masked = resolve("grpo", {"weight": {"tis_cap": 2.0, "tis_form": "token_mask"}})
+    m, dropped, _ = behavior_mask(masked, old, beh, mask)
+    assert m.tolist() == [[0.0, 1.0, 1.0], [1.0, 1.0, 0.0]] and dropped == {"masking": (1.0, 0)}
+    gate = resolve("grpo", {"weight": {"gate": {"low": 0.6, "high": 2.0}}})
+    m, dropped, met = behavior_mask(gate, old, beh, mask)
+    # ratios 3 and 0.5 are outside [0.6, 2]: row 0 keeps one token
+    assert m.tolist() == [[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]] and dropped == {"masking": (2.0, 0)}
+    assert met["gate.masked_frac"] == 2 / 5
+    with pytest.raises(ValueError, match="needs weight.tis_cap"):
+        resolve("grpo", {"weight": {"tis_form": "sequence_mask"}})
+
+
+def test_a_lagged_run_with_a_gate_and_dis_discards_by_reason_and_balances_its_ledger():
+    gated = _trainer({"data": {"lag": 3}, "weight": {"gate": {"low": 0.9, "high": 1.1}}})
+    res = gated.train()
+    led = res.ledger
+    assert led.discarded_by_reason["masking"] > 0 and not led.check_invariants()
+    assert any("gate.masked_frac" in m for m in res.steps)
+    assert {"lag.kl_p50", "lag.kl_p90", "lag.kl_max"} <= set(res.steps[-1])
+    sao = _trainer(
+        {
+            "data": {"lag": 3},
+            "weight": {"ratio": "behavior", "trust_region": "dis", "eps_low": 0.1, "eps_high": 0.1},
+        }
+    )
+    res = sao.train()
+    led = res.ledger
+    assert led.discarded_by_reason["dis"] > 0 and not led.check_invariants()
+    assert led.counters["launched_tokens"] == pytest.approx(
+        led.counters["accepted_tokens"] + led.counters["discarded_tokens"]
+    )

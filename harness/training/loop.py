@@ -34,6 +34,9 @@ from .context import RunContext, frozen_copy
 from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
 
+EVAL_RECORD = ("score", "n", "split", "seed_range", "success_rate", "pass_at", "per_instance")
+"""What an evaluation record keeps of :func:`evaluate`'s result (besides its position and cost)."""
+
 
 class Trainer:
     """The loop of one run. ``collector`` / ``objective``: factories of a RunContext; by default the
@@ -180,31 +183,16 @@ class Trainer:
                 "judge_calls": float(ev["judge_calls"]),
                 "rollouts_launched": float(ev["n"] * s.eval_samples),
             }
-        self.result.eval_cost["generated_tokens"] += ev["generated_tokens"]
-        self.result.eval_cost["verifier_calls"] += ev["verifier_calls"]
-        if ev["judge_calls"]:
-            self.result.eval_cost["judge_calls"] = (
-                self.result.eval_cost.get("judge_calls", 0.0) + ev["judge_calls"]
-            )
+        cost = {k: float(ev[k]) for k in ("generated_tokens", "verifier_calls", "judge_calls")}
+        for k, v in cost.items():  # judge calls only where a judge is configured
+            if v or k != "judge_calls":
+                self.result.eval_cost[k] = self.result.eval_cost.get(k, 0.0) + v
         record = {
             "step": ctx.step,
             "position": dict(self.ledger.counters),
-            **{
-                k: ev[k]
-                for k in (
-                    "score",
-                    "n",
-                    "split",
-                    "seed_range",
-                    "success_rate",
-                    "pass_at",
-                    "per_instance",
-                )
-            },
+            **{k: ev[k] for k in EVAL_RECORD},
             "cost": {
-                "generated_tokens": float(ev["generated_tokens"]),
-                "verifier_calls": float(ev["verifier_calls"]),
-                "judge_calls": float(ev["judge_calls"]),
+                **cost,
                 "device_seconds": charge.elapsed[0],
                 "wall_seconds": charge.elapsed[1],
             },

@@ -10,7 +10,8 @@ dynamic sampling filters any (all arms, critic ones included; the census gains `
 and the ratio/clip diagnostics are plain means over action tokens (``ratio_min`` added,
 ``ratio_max`` the maximum over the whole update); ledgers, evaluations, losses and final weights were
 unchanged (the warm start's block was kept as recorded); and once more when the overlong penalty
-was logged (``overlong_penalty_mean``/``_frac`` added to DAPO's steps, nothing else). Re-record only for a deliberate, explained
+was logged (``overlong_penalty_mean``/``_frac`` added to DAPO's steps, nothing else); the discard
+reason ``dis`` (SAO) was added to every preset's discards as 0 by hand. Re-record only for a deliberate, explained
 change of the numbers:
 
     .venv/bin/python tests/golden/record.py

@@ -33,6 +33,7 @@ from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected, Prepared, TrainingError
 from ..context import RunContext
 from .accumulate import accumulate
+from .offpolicy import off_policy
 from .policy_gradient import batch_metrics
 
 
@@ -99,7 +100,7 @@ class ActorCritic:
                     part.append(x.cpu())
         old_logp, old_v, vmask, boot = (torch.cat(x) for x in parts)
         ref_logp = ctx.batched_logprobs(ctx.ref_model, batch)
-        mask = batch.action_mask.clone()
+        mask = batch.action_mask.clone()  # the episode's steps: rewards, GAE and whitening
         penalty, metrics = None, {}
         reg = b.regularizer
         if reg.reward_kl_coef > 0:
@@ -117,6 +118,10 @@ class ActorCritic:
         adv, ret = gae(token_rewards, old_v.double(), mask, a.gamma, a.lam, bootstrap)
         adv_w = whiten_population(adv, mask, self.spec.whiten, batch.group_ids).float()
         ret = ret.float()
+        # the off-policy corrections that mask act on the policy's tokens only (the critic still
+        # learns every step's value)
+        mask, off = off_policy(ctx, old_logp, batch, mask)
+        metrics.update(off)
         metrics.update(
             {
                 **batch_metrics(batch, adv_w, mask),

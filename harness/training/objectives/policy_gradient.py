@@ -20,6 +20,7 @@ from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected, Prepared, Stateless, TrainingError
 from ..context import RunContext
 from .accumulate import accumulate
+from .offpolicy import off_policy
 
 
 def batch_metrics(
@@ -62,7 +63,9 @@ class PolicyGradient(Stateless):
         )
         filtered = (mask0.sum(1) > 0) & (mask.sum(1) == 0)
         ctx.meter.discard("overlong_filter", float(mask0[filtered].sum()), int(filtered.sum()))
+        mask, off = off_policy(ctx, old_logp, batch, mask)
         metrics = {
+            **off,
             **batch_metrics(batch, adv, mask),
             "response_length": float(mask0.sum(1).float().mean()),
             "groups_launched": float(collected.groups_launched),

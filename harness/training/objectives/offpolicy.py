@@ -1,0 +1,33 @@
+"""What every policy objective does with off-policy data before its update: the corrections that mask
+(truncated IS in a mask form, a gate in mask mode, SAO's DIS band; their tokens leave the gradient
+and Z and are discarded by reason) and the lag measured per sample (versions behind and the actual
+divergence, the k3 KL between the behaviour and the current policy on the sampled tokens)."""
+
+from __future__ import annotations
+
+import torch
+
+from sixblanks.algorithms.loss import behavior_mask
+from sixblanks.algorithms.offpolicy import lag_stats
+
+from ...rollout.trajectory import TrajectoryBatch
+from ..context import RunContext
+
+
+def off_policy(
+    ctx: RunContext, old_logp: torch.Tensor, batch: TrajectoryBatch, mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """(the mask after the masking corrections ``[B, T]``, their metrics and the lag's)."""
+
+    d, w = ctx.blanks.data, ctx.blanks.weight
+    metrics: dict[str, float] = {}
+    if w.gate is not None or w.trust_region == "dis" or w.tis_form.endswith("_mask"):
+        mask, dropped, metrics = behavior_mask(ctx.blanks, old_logp, batch.behavior_logprobs, mask)
+        for reason, (tokens, rows) in dropped.items():
+            ctx.meter.discard(reason, tokens, rows)
+            metrics[f"dropped.{reason}_tokens"] = tokens
+    if d.lag or d.staleness is not None:
+        behind = (ctx.engine.policy_version - batch.policy_version).clamp(min=0)
+        stats = lag_stats(batch.behavior_logprobs, old_logp, batch.action_mask, behind)
+        metrics.update({f"lag.{k}": float(v) for k, v in stats.items() if k.startswith("kl_")})
+    return mask, metrics
