@@ -139,6 +139,17 @@ class CriticSpec(_Spec):
     updates_per_step: int = Field(
         1, ge=1, description="Critic optimizer steps per policy step (SAO: 2)."
     )
+    targets: Literal["gae", "vtrace"] = Field(
+        "gae",
+        description="gae: GAE(lambda) advantages and returns; vtrace: V-trace targets and policy "
+        "advantages (Espeholt et al. 2018) with rho = pi_old/pi_behaviour clipped at rho_bar, c_bar, "
+        "rho_bar_pg, for data sampled by a lagged or asynchronous behaviour policy.",
+    )
+    rho_bar: float = Field(1.0, gt=0, description="V-trace: clip of rho in the TD errors.")
+    c_bar: float = Field(1.0, gt=0, description="V-trace: clip of the traces c (<= rho_bar).")
+    rho_bar_pg: float = Field(
+        1.0, gt=0, description="V-trace: clip of rho in the policy advantage."
+    )
 
 
 class AdvantageSpec(_Spec):
@@ -316,6 +327,9 @@ class Blanks(_Spec):
                 f"data.source: objective '{self.objective}' trains on '{source[self.objective]}', "
                 f"not '{self.data.source}'"
             )
+        c = self.advantage.critic
+        if c.targets == "vtrace" and c.rho_bar < c.c_bar:
+            raise ValueError("advantage.critic.c_bar: V-trace needs c_bar <= rho_bar")
         if self.advantage.estimator == "gae" and self.objective != "pg":
             raise ValueError("advantage.estimator: 'gae' needs objective 'pg'")
         if self.advantage.estimator == "gae" and (

@@ -185,3 +185,25 @@ def test_a_lagged_run_with_a_gate_and_dis_discards_by_reason_and_balances_its_le
     assert led.counters["launched_tokens"] == pytest.approx(
         led.counters["accepted_tokens"] + led.counters["discarded_tokens"]
     )
+
+
+def test_vtrace_targets_match_gae_on_policy_and_run_on_lagged_data():
+    """On-policy (rho = 1 up to the engine's rounding) at lambda = 1, V-trace's targets are the GAE
+    returns and its policy advantages the GAE advantages; on lagged data it trains."""
+
+    over = {"advantage": {"lam": 1.0, "critic": {"targets": "vtrace"}}}
+    prepared = {}
+    for name, o in (("vtrace", over), ("gae", {"advantage": {"lam": 1.0}})):
+        tr = _trainer(o, preset="ppo")
+        prepared[name] = tr.objective.prepare(tr.collector.collect())
+    v, g = prepared["vtrace"].tensors, prepared["gae"].tensors
+    assert torch.allclose(v["ret"], g["ret"], atol=1e-4) and torch.allclose(
+        v["adv"], g["adv"], atol=1e-3
+    )
+    lagged = _trainer({**over, "data": {"lag": 2}}, preset="ppo")
+    res = lagged.train()
+    assert (
+        all(math.isfinite(m["value_loss"]) for m in res.steps) and not res.ledger.check_invariants()
+    )
+    with pytest.raises(ValueError, match="c_bar <= rho_bar"):
+        resolve("ppo", {"advantage": {"critic": {"targets": "vtrace", "rho_bar": 0.5}}})

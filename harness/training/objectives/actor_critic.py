@@ -24,6 +24,7 @@ from sixblanks.algorithms.critic import (
 )
 from sixblanks.algorithms.loss import policy_loss
 from sixblanks.algorithms.normalization import loss_weights
+from sixblanks.algorithms.offpolicy import vtrace
 from sixblanks.algorithms.regularizers import kl_estimate
 from sixblanks.algorithms.weights import mismatch_stats
 
@@ -115,7 +116,15 @@ class ActorCritic:
             boot.double(),
             torch.zeros_like(boot, dtype=torch.float64),
         )
-        adv, ret = gae(token_rewards, old_v.double(), mask, a.gamma, a.lam, bootstrap)
+        if self.spec.targets == "vtrace":  # off-policy targets: rho = pi_old / pi_behaviour
+            log_rhos = (old_logp - batch.behavior_logprobs).double()
+            c = self.spec
+            ret, adv = vtrace(
+                token_rewards, old_v.double(), bootstrap, log_rhos, mask, a.gamma, a.lam,
+                c.rho_bar, c.c_bar, c.rho_bar_pg,
+            )  # fmt: skip
+        else:
+            adv, ret = gae(token_rewards, old_v.double(), mask, a.gamma, a.lam, bootstrap)
         adv_w = whiten_population(adv, mask, self.spec.whiten, batch.group_ids).float()
         ret = ret.float()
         # the off-policy corrections that mask act on the policy's tokens only (the critic still
