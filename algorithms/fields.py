@@ -38,8 +38,15 @@ WHEN_ON: dict[str, tuple[str, ...]] = {
         "normalization.l_max",
     ),
     "regularizer.reward_kl_coef": ("regularizer.reward_kl_estimator",),
+    "weight.tis_cap": ("weight.tis_form",),
 }
 """Fields that apply only while another field is on (True, or a coefficient > 0)."""
+
+ONLY_WHEN: dict[str, tuple[str, object]] = {
+    f"advantage.critic.{k}": ("advantage.critic.targets", "vtrace")
+    for k in ("rho_bar", "c_bar", "rho_bar_pg")
+}
+"""Fields of a sub-spec that apply only when another field has a given value (V-trace's clips)."""
 
 
 def applicable_fields(blanks: Blanks) -> list[str]:
@@ -60,7 +67,11 @@ def applicable_fields(blanks: Blanks) -> list[str]:
             if key not in found:
                 found.add(key)
                 todo.extend(_switched_on(key, values[key]))
-    return [k for k in values if k in found]
+    return [
+        k
+        for k in values
+        if k in found and (k not in ONLY_WHEN or values[ONLY_WHEN[k][0]] == ONLY_WHEN[k][1])
+    ]
 
 
 def _switched_on(path: str, value: object) -> tuple[str, ...]:

@@ -329,6 +329,7 @@ OBJECTIVES.add(
             "weight.ratio",
             "weight.trust_region",
             "weight.tis_cap",
+            "weight.gate",
             "advantage.estimator",
             "normalization.mode",
             "regularizer.reward_kl_coef",

@@ -221,7 +221,11 @@ def test_sapo_shows_its_temperatures_and_no_clip():
 def test_ppo_shows_the_critic_and_gae_fields():
     f = _fields("ppo")
     critic = [k for k in flatten(get_preset("ppo").blanks) if k.startswith("advantage.critic.")]
-    assert len(critic) == 8 and set(critic) <= set(f)
+    vtrace_clips = {f"advantage.critic.{k}" for k in ("rho_bar", "c_bar", "rho_bar_pg")}
+    assert len(critic) == 12 and set(critic) - vtrace_clips <= set(f)
+    assert not vtrace_clips & set(f)  # only with targets: vtrace
+    vtrace = applicable_fields(resolve("ppo", {"advantage": {"critic": {"targets": "vtrace"}}}))
+    assert vtrace_clips <= set(vtrace)
     for present in ("advantage.gamma", "advantage.lam", "weight.target_kl", "weight.dual_clip_c"):
         assert present in f
     assert "regularizer.reward_kl_estimator" in f  # KL 0.05 in the reward
