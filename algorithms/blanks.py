@@ -113,9 +113,12 @@ class WeightSpec(_Spec):
 class CriticSpec(_Spec):
     """The value model of the 'gae' estimator (a second model, paid for in the same budget)."""
 
-    trunk: Literal["separate", "shared"] = Field(
+    trunk: Literal["separate", "shared", "frozen_attention"] = Field(
         "separate",
-        description="separate: a value head on a copy of the policy architecture; shared: on the policy's trunk.",
+        description="separate: a value head on a copy of the policy architecture; shared: on the "
+        "policy's trunk; frozen_attention: a copy whose attention, embeddings and norms are frozen "
+        "and whose MLP projections train (SAO's frozen attention with trainable MoE projections, "
+        "stood in for by the dense MLPs of a small model).",
     )
     granularity: Literal["token", "turn", "sequence"] = Field(
         "token",
@@ -138,6 +141,13 @@ class CriticSpec(_Spec):
     )
     updates_per_step: int = Field(
         1, ge=1, description="Critic optimizer steps per policy step (SAO: 2)."
+    )
+    policy_lambda_alpha: float | None = Field(
+        None,
+        gt=0,
+        description="SAO: the policy's advantages use a per-sample lambda = 1 - 1/(alpha l), l the "
+        "sample's response length in action tokens, while the critic's returns keep advantage.lam; "
+        "None: one lambda for both.",
     )
     targets: Literal["gae", "vtrace"] = Field(
         "gae",
@@ -328,6 +338,11 @@ class Blanks(_Spec):
                 f"not '{self.data.source}'"
             )
         c = self.advantage.critic
+        if c.targets == "vtrace" and c.policy_lambda_alpha is not None:
+            raise ValueError(
+                "advantage.critic.policy_lambda_alpha: SAO's length-adaptive lambda is for GAE "
+                "targets, not vtrace"
+            )
         if c.targets == "vtrace" and c.rho_bar < c.c_bar:
             raise ValueError("advantage.critic.c_bar: V-trace needs c_bar <= rho_bar")
         if self.advantage.estimator == "gae" and self.objective != "pg":

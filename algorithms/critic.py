@@ -19,10 +19,12 @@ def gae(
     values: torch.Tensor,
     mask: torch.Tensor,
     gamma: float = 1.0,
-    lam: float = 1.0,
+    lam: float | torch.Tensor = 1.0,
     bootstrap: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized advantage estimation over action tokens (Schulman et al. 2016), skipping observations.
+
+    ``lam`` is one number or one per sample (``[B]``, SAO's length-adaptive lambda).
 
     For an action token t whose next action token is t+:  delta_t = r_t + gamma V_{t+} - V_t,
     A_t = delta_t + gamma lam A_{t+}. After the last action token the next value is ``bootstrap``
@@ -38,6 +40,8 @@ def gae(
         bootstrap.double().clone() if bootstrap is not None else torch.zeros(B, dtype=torch.float64)
     )
     next_a = torch.zeros(B, dtype=torch.float64)
+    if isinstance(lam, torch.Tensor):
+        lam = lam.double()
     adv = torch.zeros_like(r)
     for t in range(T - 1, -1, -1):
         mt = m[:, t]
@@ -152,3 +156,13 @@ def target_kl_exceeded(kl: float, target_kl: float | None, factor: float = 1.5) 
     """Early stop rule: stop the update epochs once approx_kl > factor * target_kl."""
 
     return target_kl is not None and kl > factor * target_kl
+
+
+def sao_policy_lambda(mask: torch.Tensor, alpha: float) -> torch.Tensor:
+    """SAO's per-sample lambda for the policy's GAE: 1 - 1/(alpha l), l the number of action tokens
+    of the sample (FORMULAS §21); a sample without any gets 0. ``[B]`` from the mask ``[B, T]``."""
+
+    length = (mask > 0).sum(1).double()
+    return torch.where(
+        length > 0, 1.0 - 1.0 / (alpha * length.clamp(min=1.0)), torch.zeros_like(length)
+    )

@@ -252,6 +252,41 @@ for _p in [
         ),
     ),
     Preset(
+        "sao",
+        _b(
+            weight={"ratio": "behavior", "trust_region": "dis", "eps_low": 0.3, "eps_high": 5.0},
+            advantage={
+                "estimator": "gae",
+                "gamma": 1.0,
+                "lam": 1.0,
+                "critic": {
+                    "trunk": "frozen_attention",
+                    "granularity": "token",
+                    "bootstrap_truncated": True,
+                    "whiten": "batch",
+                    "value_clip": None,
+                    "vf_coef": 0.1,
+                    "updates_per_step": 2,
+                    "policy_lambda_alpha": 1.5,
+                },
+            },
+            normalization={"mode": "token-mean"},
+            data={"group_size": 1},
+        ),
+        "SAO (Hou et al. 2026): one rollout per prompt, critic + skip-observation token GAE "
+        "(policy lambda 1 - 1/(1.5 l), critic lambda 1), DIS band 0.7 < pi/pi_rollout < 6.0 "
+        "(math eps 0.3/5.0), 2 critic updates per actor update, no KL or entropy.",
+        (
+            "From secondary sources (FORMULAS §21): whether f(rho) is detached and whether rejected "
+            "tokens stay in Z are unstated; here f is detached and tokens outside the band at the "
+            "batch's start leave Z (discard reason 'dis').",
+            "The critic's frozen attention with trainable MoE projections is stood in for by a copy of "
+            "the policy whose attention, embeddings and norms are frozen and whose MLPs train.",
+            "Synchronous here: one rollout per prompt, consumed by the next update; with data.lag the "
+            "rollouts come from older weights and DIS masks what drifted out of the band.",
+        ),
+    ),
+    Preset(
         "dpo",
         _b(
             objective="dpo",

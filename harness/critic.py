@@ -16,18 +16,20 @@ class ValueModel(nn.Module):
 
     Args:
         policy: a transformers causal LM; its trunk (``base_model``) is copied for ``trunk="separate"``.
-        trunk: "separate" (own copy, initialized from the policy, i.e. from SFT) or "shared" (the
-            caller passes the policy's last hidden states).
+        trunk: "separate" (own copy, initialized from the policy, i.e. from SFT), "frozen_attention"
+            (own copy with only its MLP projections trainable) or "shared" (the caller passes the
+            policy's last hidden states).
     """
 
     def __init__(self, policy, trunk: str = "separate"):
         super().__init__()
         self.trunk = trunk
         hidden = policy.config.hidden_size
-        self.backbone = copy.deepcopy(policy.base_model) if trunk == "separate" else None
+        self.backbone = copy.deepcopy(policy.base_model) if trunk != "shared" else None
         if self.backbone is not None:
-            for p in self.backbone.parameters():
-                p.requires_grad_(True)
+            for name, p in self.backbone.named_parameters():
+                # frozen_attention: only the MLP projections train (SAO's stand-in, see the blanks)
+                p.requires_grad_(trunk == "separate" or ".mlp." in name)
         self.head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)

@@ -207,3 +207,34 @@ def test_vtrace_targets_match_gae_on_policy_and_run_on_lagged_data():
     )
     with pytest.raises(ValueError, match="c_bar <= rho_bar"):
         resolve("ppo", {"advantage": {"critic": {"targets": "vtrace", "rho_bar": 0.5}}})
+
+
+def test_sao_policy_lambda_and_gae_with_one_lambda_per_sample():
+    from sixblanks.algorithms.critic import gae, sao_policy_lambda
+
+    mask = t([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    lam = sao_policy_lambda(mask, 1.5)
+    # 1 - 1/(1.5 * 2) = 2/3; 1 - 1/(1.5 * 4) = 5/6; no action token: 0
+    assert torch.allclose(lam, t([2 / 3, 5 / 6, 0.0]))
+    g = torch.Generator().manual_seed(0)
+    r, v = (
+        torch.rand(3, 4, generator=g, dtype=torch.float64),
+        torch.rand(3, 4, generator=g, dtype=torch.float64),
+    )
+    adv, _ = gae(r, v, mask, 0.9, lam)
+    for i in range(3):  # a second method: each row with its own scalar lambda
+        row, _ = gae(r[i : i + 1], v[i : i + 1], mask[i : i + 1], 0.9, float(lam[i]))
+        assert torch.allclose(adv[i], row[0])
+
+
+def test_the_sao_preset_trains_its_mlp_only_critic_and_masks_outside_the_dis_band():
+    tr = _trainer({"data": {"lag": 2}}, preset="sao", budget={"launched_tokens": 400.0})
+    critic = tr.objective.critic
+    before = {n: p.detach().clone() for n, p in critic.backbone.named_parameters()}
+    res = tr.train()
+    moved = {n for n, p in critic.backbone.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and all(".mlp." in n for n in moved)  # attention, embeddings and norms frozen
+    assert all(m.get("optimizer_steps") for m in res.steps if not m.get("skipped"))
+    led = res.ledger
+    assert led.counters["rollouts_launched"] == 4 * len(res.steps)  # one rollout per prompt
+    assert not led.check_invariants() and "dis" in led.discarded_by_reason

@@ -222,7 +222,7 @@ def test_ppo_shows_the_critic_and_gae_fields():
     f = _fields("ppo")
     critic = [k for k in flatten(get_preset("ppo").blanks) if k.startswith("advantage.critic.")]
     vtrace_clips = {f"advantage.critic.{k}" for k in ("rho_bar", "c_bar", "rho_bar_pg")}
-    assert len(critic) == 12 and set(critic) - vtrace_clips <= set(f)
+    assert len(critic) == 13 and set(critic) - vtrace_clips <= set(f)
     assert not vtrace_clips & set(f)  # only with targets: vtrace
     vtrace = applicable_fields(resolve("ppo", {"advantage": {"critic": {"targets": "vtrace"}}}))
     assert vtrace_clips <= set(vtrace)

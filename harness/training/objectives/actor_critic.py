@@ -19,6 +19,7 @@ from sixblanks.algorithms.critic import (
     explained_variance,
     gae,
     place_rewards,
+    sao_policy_lambda,
     value_loss,
     whiten_population,
 )
@@ -52,7 +53,7 @@ class ActorCritic:
             )
         else:
             self.critic_optimizer = torch.optim.AdamW(
-                self.critic.parameters(),
+                [p for p in self.critic.parameters() if p.requires_grad],
                 lr=self.spec.lr or opt.lr,
                 betas=tuple(opt.betas),
                 weight_decay=opt.weight_decay,
@@ -125,6 +126,9 @@ class ActorCritic:
             )  # fmt: skip
         else:
             adv, ret = gae(token_rewards, old_v.double(), mask, a.gamma, a.lam, bootstrap)
+        if self.spec.policy_lambda_alpha is not None:  # SAO: the policy's lambda follows the length
+            lam = sao_policy_lambda(mask, self.spec.policy_lambda_alpha)
+            adv, _ = gae(token_rewards, old_v.double(), mask, a.gamma, lam, bootstrap)
         adv_w = whiten_population(adv, mask, self.spec.whiten, batch.group_ids).float()
         ret = ret.float()
         # the off-policy corrections that mask act on the policy's tokens only (the critic still
