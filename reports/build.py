@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import diagnostics, render, stats
+from . import diagnostics, lag, render, stats
 from .audit_tables import blanks_blocks, fairness_blocks
 from .tables import (
     arm_table,
@@ -149,6 +149,7 @@ class Data:
     census: pl.DataFrame = field(default_factory=pl.DataFrame)
     inert: pl.DataFrame = field(default_factory=pl.DataFrame)
     diagnostics: pl.DataFrame = field(default_factory=pl.DataFrame)
+    lag: pl.DataFrame = field(default_factory=pl.DataFrame)
     split: str | None = None
     tasks: list[str] = field(default_factory=list)
     arms: list[str] = field(default_factory=list)
@@ -194,6 +195,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         trials = _table(con, "trials", TRIALS, "ORDER BY arm, trial")
         ladder = _table(con, "ladder", LADDER, "ORDER BY arm, rung, variant = 'verdict', rowid")
         diag = diagnostics.query(con)
+        lags = lag.query(con)
     finally:
         con.close()
     arms_cfg = list(config.get("arms", {}))
@@ -253,6 +255,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         census=census,
         inert=inert,
         diagnostics=diag,
+        lag=lags,
         split=split,
         tasks=tasks,
         arms=arms,
@@ -365,6 +368,9 @@ def build_report(
     scores.write_csv(rep / "scores.csv")
     scores.write_parquet(rep / "scores.parquet")
     images = plots.plots(d, rows, scores) if with_plots and rows else {}
+    lag_png = lag.lag_figure(d, rows) if with_plots and rows else None
+    if lag_png:
+        images["lag.png"] = lag_png
     for name, (_, png) in images.items():
         (rep / name).write_bytes(png)
 
@@ -379,7 +385,7 @@ def build_report(
     for name in ("final_scores.png", "score_vs_cost.png", "task_curves.png"):
         blocks += image(name)
     blocks += census_blocks(d)
-    for name in ("sampling_census.png", "census.png", "training_curves.png"):
+    for name in ("sampling_census.png", "census.png", "training_curves.png", "lag.png"):
         blocks += image(name)
     blocks += eval_cost_blocks(d)
     blocks += diagnostics.diagnostics_blocks(d)

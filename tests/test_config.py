@@ -29,6 +29,17 @@ def test_default_experiment_validates_and_prints_plan(cli):
     assert "24 runs: 8 arms x 1 task(s) x 3 seeds" in out
 
 
+def test_the_example_experiments_validate(cli):
+    """Every shipped experiment file is valid (the lag ablation of experiments/async.yaml among them)."""
+
+    files = sorted((ROOT / "experiments").glob("*.yaml"))
+    assert [f.name for f in files] == ["async.yaml"]
+    for f in files:
+        code, out, err = cli("validate", str(f))
+        assert code == 0, f"{f.name}: {err}"
+    assert "grpo_lag4_tis" in out and "12 runs: 6 arms x 1 task(s) x 2 seeds" in out
+
+
 def test_plan_is_arm_x_task_x_seed(write_yaml):
     cfg = load_config(
         write_yaml("""

@@ -392,3 +392,43 @@ def test_curves_end_where_the_shortest_run_ends():
     dotted = next(ln for ln in ax.lines if ln.get_linestyle() == ":")
     assert np.nanmax(dotted.get_xdata()[~np.isnan(dotted.get_ydata())]) == 200.0
     plt.close(fig)
+
+
+def test_lagged_arms_get_the_lag_figure(tmp_path):
+    """An arm sampling from older weights (data.lag) puts score-against-lag and the behaviour
+    policy's distance over training in the report; without lag there is no such figure."""
+
+    import duckdb
+
+    from sixblanks.reports import lag
+
+    out = plant(tmp_path)
+    con = duckdb.connect(str(out / "results.duckdb"))
+    con.execute(
+        "UPDATE runs SET blanks = ? WHERE arm = 'A'",
+        [json.dumps({**BLANKS["A"], "data": {**BLANKS["A"]["data"], "lag": 2}})],
+    )
+    rows = con.execute(
+        "SELECT run_id, step FROM ledger JOIN runs USING (run_id) WHERE arm = 'A'"
+    ).fetchall()
+    con.executemany(
+        "INSERT INTO metrics VALUES (?, ?, ?, ?)",
+        [
+            [rid, step, name, v]
+            for rid, step in rows
+            for name, v in (
+                ("lag.versions_behind", min(step, 2)),
+                ("lag.kl_p50", 0.01),
+                ("lag.kl_p90", 0.03),
+            )
+        ],
+    )
+    con.close()
+    d = load(out, baseline="B")
+    assert lag.arm_lags(d) == {"A": 2, "B": 0}
+    assert set(d.lag["name"].unique()) == {"lag.versions_behind", "lag.kl_p50", "lag.kl_p90"}
+    html = build_report(out, baseline="B", resamples=R).read_text()
+    assert "score against lag" in html and (out / "report" / "lag.png").exists()
+    (tmp_path / "plain").mkdir()
+    build_report(plant(tmp_path / "plain"), baseline="B", resamples=R)
+    assert not (tmp_path / "plain" / "report" / "lag.png").exists()

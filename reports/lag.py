@@ -1,0 +1,92 @@
+"""Lag in the report: the final score against each arm's lag (``data.lag``), and how far the
+behaviour policy was from the trained one over training (versions behind; the per-sample k3 KL's
+median and 90th percentile), for experiments whose arms sample from older weights."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+if TYPE_CHECKING:
+    from .build import Data
+
+NAMES = ("lag.versions_behind", "lag.kl_p50", "lag.kl_p90")
+
+
+def query(con) -> pl.DataFrame:
+    """Per run and step: the lag metrics and the launched tokens at that step."""
+
+    names = ", ".join(f"'{n}'" for n in NAMES)
+    return con.sql(
+        "SELECT m.run_id, m.step, m.name, m.value, l.launched_tokens FROM metrics m JOIN ledger l "
+        f"ON m.run_id = l.run_id AND m.step = l.step WHERE m.name IN ({names})"
+    ).pl()
+
+
+def arm_lags(d: Data) -> dict[str, int]:
+    """Each arm's data.lag, from its runs' resolved blanks (0 where absent)."""
+
+    out: dict[str, int] = {}
+    for arm, blanks in d.runs.select("arm", "blanks").iter_rows():
+        data = (json.loads(blanks) if isinstance(blanks, str) else blanks or {}).get("data", {})
+        out.setdefault(arm, int(data.get("lag") or 0))
+    return out
+
+
+def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
+    """(title, PNG) of score vs lag and the divergence over training; None without lagged arms."""
+
+    lags = arm_lags(d)
+    if not any(lags.values()) and d.lag.height == 0:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .plots import _fig_png
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    ax = axes[0]
+    for r in rows:
+        lag = lags.get(r["arm"], 0)
+        if r.get("mean") is None:
+            continue
+        lo, hi = r.get("mean_lo"), r.get("mean_hi")
+        err = None
+        if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
+            err = [[r["mean"] - lo], [hi - r["mean"]]]
+        ax.errorbar([lag], [r["mean"]], yerr=err, fmt="o", capsize=3)
+        ax.annotate(
+            r["arm"], (lag, r["mean"]), textcoords="offset points", xytext=(5, 3), fontsize=8
+        )
+    ax.set_xlabel("lag (policy versions behind, data.lag)")
+    ax.set_ylabel(f"final score ({d.score_label})")
+    ax.set_title("score against lag")
+    ev = d.lag.join(d.runs.select("run_id", "arm"), on="run_id")
+    for ax, names, label in (
+        (axes[1], ("lag.versions_behind",), "versions behind"),
+        (axes[2], ("lag.kl_p50", "lag.kl_p90"), "per-sample KL(behaviour || current)"),
+    ):
+        for arm in d.arms:
+            for name in names:
+                sub = ev.filter((pl.col("arm") == arm) & (pl.col("name") == name))
+                if sub.height == 0:
+                    continue
+                by_step = sub.group_by("step").agg(
+                    pl.col("value").mean(), pl.col("launched_tokens").mean()
+                )
+                by_step = by_step.sort("step")
+                style = "--" if name.endswith("p90") else "-"
+                tag = f" {name.rsplit('_', 1)[-1]}" if len(names) > 1 else ""
+                ax.plot(by_step["launched_tokens"], by_step["value"], style, label=f"{arm}{tag}")
+        ax.set_xlabel("launched tokens")
+        ax.set_title(label)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return "Lag: score against lag, and the behaviour policy's distance over training", _fig_png(
+        fig
+    )
