@@ -321,6 +321,21 @@ class Blanks(_Spec):
             raise ValueError(
                 "weight.trust_region: 'dis' bands pi_theta/pi_rollout; set weight.ratio: behavior"
             )
+        if w.tis_cap is not None and w.ratio == "behavior":
+            raise ValueError(
+                "weight.tis_cap: ratio 'behavior' already weighs against the behaviour policy; "
+                "truncated IS on top would correct twice"
+            )
+        if (
+            w.tis_cap is not None
+            and not w.tis_form.endswith("_mask")
+            and w.gate is not None
+            and w.gate.mode == "clamp"
+        ):
+            raise ValueError(
+                "weight.gate: a clamping gate and truncated IS both weigh by pi_old/pi_behaviour; "
+                "use one (or a masking gate, or a mask form of tis)"
+            )
         if w.tis_form != "token" and w.tis_cap is None:
             raise ValueError(f"weight.tis_form: '{w.tis_form}' needs weight.tis_cap (the cap C)")
         if w.gate is not None and w.gate.mode == "clamp" and w.gate.metric == "kl":

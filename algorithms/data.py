@@ -134,6 +134,14 @@ class DynamicSampler:
             c.cap_hit = True
         return kept_now
 
+    def add_empty_round(self) -> None:
+        """A round whose every sample was dropped before the verdicts (e.g. as stale): it counts
+        toward ``max_rounds``, so such rounds cannot go on until the budget is gone."""
+
+        self.census.rounds += 1
+        if self.census.rounds >= self.max_rounds and len(self.kept) < self.target:
+            self.census.cap_hit = True
+
 
 def minibatches(
     n: int, num_minibatches: int, epochs: int, generator: torch.Generator | None = None

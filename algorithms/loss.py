@@ -260,8 +260,9 @@ def policy_loss(
         metrics["action_tokens"] = float(on.sum())
         metrics["clip_count"] = float((clipped.expand_as(m) * on).sum())
         metrics["ratio_sum"] = float((r * on).sum())
-        metrics["ratio_max"] = float(r[on].max()) if bool(on.any()) else 1.0
-        metrics["ratio_min"] = float(r[on].min()) if bool(on.any()) else 1.0
+        if bool(on.any()):  # extremes of the tokens there are (none: nothing to widen the range)
+            metrics["ratio_max"] = float(r[on].max())
+            metrics["ratio_min"] = float(r[on].min())
     if ref_logp is not None:
         kl_tok = kl_estimate(logp, ref_logp.detach(), reg.loss_kl_estimator) * m
         kl = aggregate(kl_tok, weights)

@@ -14,8 +14,8 @@ blanks in which arms differ but that never acted during their runs.
     global_batch     prompts per step, samples per prompt, updates per batch (epochs x minibatches),
                      and, measured over the arm's finished runs, unique prompts consumed and optimizer
                      steps per 1000 accepted tokens (flagged past 10% relative difference)
-    evaluation       the evaluation scaffold: split, size, samples, temperature, schedule, token limit,
-                     seeds
+    evaluation       the evaluation scaffold: split, size, samples, temperature, schedule, seeds (its
+                     token limit is the arm's max_new_tokens, audited under limits)
     budget           the limits
     search_budget    what tuning the arm cost (``arms.<arm>.search_budget``; None: not tuned)
 
@@ -208,7 +208,6 @@ def spec_items(
                 for k in ("split", "every", "counter", "temperature", "samples")
             },
             "size": spec["eval"].get("size") or spec["task"].get("eval_size"),
-            "max_new_tokens": r["max_new_tokens"],
             "seeds": list(cfg.seeds),
         },
         "budget": spec["budget"],
@@ -253,10 +252,14 @@ def _differs(item: str, value: Any, ref: Any) -> bool:
     return canon(value) != canon(ref)
 
 
-def _per_task(values: dict[str, Any]) -> Any:
-    """One task: its value; several: {task: value}."""
+PER_TASK = ("task", "reward", "limits", "evaluation")
+"""Items whose value depends on the task (the others are the arm's, whatever the task)."""
 
-    return next(iter(values.values())) if len(values) == 1 else values
+
+def _per_task(item: str, values: dict[str, Any]) -> Any:
+    """One task, or an item that does not depend on it: the value; else {task: value}."""
+
+    return values if len(values) > 1 and item in PER_TASK else next(iter(values.values()))
 
 
 def fairness_audit(
@@ -297,18 +300,17 @@ def fairness_audit(
         )
     reference: dict[str, Any] = {}
     for item in HELD_CONSTANT:
-        reference[item] = _per_task({t: v[item] for t, v in reference_tasks.items()})
+        reference[item] = _per_task(item, {t: v[item] for t, v in reference_tasks.items()})
     first_arm = next(iter(per_arm), None)
     for arm, rec in per_arm.items():
         rec["items"] = {
-            item: _per_task({t: v[item] for t, v in task_values[arm].items()})
+            item: _per_task(item, {t: v[item] for t, v in task_values[arm].items()})
             for item in HELD_CONSTANT
         }
-        gb = rec["items"]["global_batch"]
+        # the measured batch figures: over every run of the arm, all tasks together
         measured = measured_batch(rec["runs"])
-        if isinstance(gb, dict) and "prompts_per_step" in gb:
-            gb["measured"] = measured
-        if arm == first_arm and isinstance(reference["global_batch"], dict):
+        rec["items"]["global_batch"] = {**rec["items"]["global_batch"], "measured": measured}
+        if arm == first_arm:
             reference["global_batch"] = {**reference["global_batch"], "measured": measured}
     code = code_fingerprint()
     flags = []
@@ -346,7 +348,7 @@ def _reason(item: str, value: Any, ref: Any) -> str:
             != json.dumps(ref.get(k), sort_keys=True, default=str)
         )
         if item == "global_batch" and keys == ["measured"]:
-            m, r = value["measured"], ref["measured"]
+            m, r = value["measured"], ref.get("measured") or {}
             return "measured: " + ", ".join(
                 f"{k} {m[k]:.4g} vs {r[k]:.4g}"
                 for k in m
@@ -470,7 +472,8 @@ def inert_note(field: str, blanks: dict[str, Any], act: dict[str, float]) -> str
                 "never acted: every importance ratio was 1 and the clip fraction 0 "
                 "(one on-policy update per batch)"
             )
-        if field in CLIP_FIELDS and blanks["weight.trust_region"] != "clip":
+        uses_eps = ("clip", "dis") if field != "weight.dual_clip_c" else ("clip",)
+        if field in CLIP_FIELDS and blanks["weight.trust_region"] not in uses_eps:
             return f"not used: trust region '{blanks['weight.trust_region']}' has no clip"
         if (
             field in ("weight.tau_pos", "weight.tau_neg")

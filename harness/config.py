@@ -227,6 +227,15 @@ class EvalConfig(_Cfg):
         "the ladder use 'validation', disjoint from test, so selection never sees the reported instances.",
     )
 
+    @model_validator(mode="after")
+    def _samples(self) -> EvalConfig:
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(
+                "samples: several samples per instance need eval.temperature > 0 (greedy samples are "
+                "identical: pass@k would equal pass@1 at k times the cost)"
+            )
+        return self
+
 
 class RolloutOverride(_Cfg):
     """Rollout settings an arm may change (the fairness audit flags the difference). The group size

@@ -96,6 +96,8 @@ class Ladder:
         self.cfg = cfg
         self.out = Path(out_dir)
         self.arm = arm or cfg.ladder.arm or next(iter(cfg.arms))
+        if self.arm in cfg.arms:  # the arm's sampling settings (its rollout overrides)
+            self.rollout = cfg.rollout_for(self.arm)
         if self.arm not in cfg.arms:
             from .errors import ConfigError, unknown_name
 
@@ -130,7 +132,7 @@ class Ladder:
     def _engine(self, model, tok):
         """The rollout engine ``rollout.backend`` names (hf or vllm), as runs get it."""
 
-        return make_engine(self.cfg.rollout, model, tok, seed=self.seeds[0])
+        return make_engine(self.rollout, model, tok, seed=self.seeds[0])
 
     def _train(
         self,
@@ -187,21 +189,21 @@ class Ladder:
 
     def rung_contract(self) -> list[RungResult]:
         model, tok = self._policy()
-        G = resolve(self.spec["preset"]).data.group_size or self.cfg.rollout.group_size
+        G = self.spec["blanks"]["data"].get("group_size") or self.rollout.group_size
         engine = self._engine(model, tok)
-        return contract_rung(engine, model, tok, self.task, self.cfg.rollout, G, self.seeds[0])
+        return contract_rung(engine, model, tok, self.task, self.rollout, G, self.seeds[0])
 
     def rung_frozen_batch(self) -> list[RungResult]:
         model, tok = self._policy()
         blanks = resolve(self.spec["preset"], self.spec["blanks"])
         engine = self._engine(model, tok)
-        return frozen_batch_rung(engine, model, tok, self.task, self.cfg.rollout, blanks)
+        return frozen_batch_rung(engine, model, tok, self.task, self.rollout, blanks)
 
     def rung_no_update_eval(self) -> list[RungResult]:
         model, tok = self._policy()
         n = int(self.spec["eval"].get("size") or self.spec["task"]["eval_size"])
         engine = self._engine(model, tok)
-        return no_update_rung(engine, model, tok, self.task, n, self.cfg.rollout)
+        return no_update_rung(engine, model, tok, self.task, n, self.rollout)
 
     def rung_curriculum(self) -> list[RungResult]:
         diffs = [self.task.make_instance(s).difficulty for s in range(200)]

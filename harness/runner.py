@@ -136,6 +136,7 @@ def execute_run(
         events = open(rd.events, "a", encoding="utf-8")  # noqa: SIM115 - closed below
         seen_evals = [len(trainer.result.evals)]
         last_ckpt = [time.time()]
+        saved_at = [None]  # the step of the latest checkpoint: a run's end saves at most one more
 
         rec_time = [0.0]
 
@@ -152,7 +153,7 @@ def execute_run(
             events.flush()
             if time.time() - last_ckpt[0] >= checkpoint_seconds:
                 _save_checkpoint(tr, ckpt)
-                last_ckpt[0] = time.time()
+                last_ckpt[0], saved_at[0] = time.time(), tr.step_idx
             write_status("running")
             rec_time[0] += time.perf_counter() - t_rec
 
@@ -171,6 +172,10 @@ def execute_run(
                 events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
         finally:
             events.close()
+        # the final state, saved (and charged) before the result is written, so that the result's
+        # counters include it; one checkpoint after the last step at most (the time bound's)
+        if saved_at[0] != trainer.step_idx:
+            _save_checkpoint(trainer, ckpt)
         summary = {
             "run_id": rd.run_id,
             "arm": spec["arm"],
@@ -196,7 +201,6 @@ def execute_run(
             "recording_seconds": rec_time[0],
         }
         write_json(rd.result, summary)
-        _save_checkpoint(trainer, ckpt)
         write_status("finished", finished=time.time())
         return summary
     except BaseException as exc:

@@ -518,6 +518,9 @@ def test_ratio_and_clip_diagnostics_are_plain_means_over_action_tokens():
     assert math.isclose(out["ratio_mean"], 4.0 / 4) and math.isclose(out["clip_frac"], 2 / 4)
     assert out["ratio_max"] == 1.5 and out["ratio_min"] == 0.5
     assert math.isclose(out["pg_loss"], met["pg_loss"] / 2)
+    # a micro-batch without action tokens reports no extremes (its 1.0 would widen the range)
+    _, empty = policy_loss(blanks, logp, old, adv, torch.zeros_like(mask), w)
+    assert "ratio_max" not in empty and "ratio_min" not in empty and empty["action_tokens"] == 0
 
 
 def test_minibatches_cover_each_sample_once_per_epoch():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sixblanks.harness.config import ExperimentConfig, load_config, resolved_dict
+from sixblanks.harness.config import ExperimentConfig, load_config, resolved_dict, validate_mapping
 from sixblanks.harness.errors import ConfigError
 
 from .conftest import ROOT
@@ -38,6 +38,15 @@ def test_the_example_experiments_validate(cli):
         code, out, err = cli("validate", str(f))
         assert code == 0, f"{f.name}: {err}"
     assert "grpo_lag4_tis" in out and "12 runs: 6 arms x 1 task(s) x 2 seeds" in out
+
+
+def test_several_eval_samples_need_a_temperature():
+    with pytest.raises(ConfigError, match="need eval.temperature > 0"):
+        validate_mapping({"arms": {"a": {"preset": "grpo"}}, "eval": {"samples": 4}})
+    cfg = validate_mapping(
+        {"arms": {"a": {"preset": "grpo"}}, "eval": {"samples": 4, "temperature": 1.0}}
+    )
+    assert cfg.eval.samples == 4
 
 
 def test_plan_is_arm_x_task_x_seed(write_yaml):

@@ -238,3 +238,25 @@ def test_the_sao_preset_trains_its_mlp_only_critic_and_masks_outside_the_dis_ban
     led = res.ledger
     assert led.counters["rollouts_launched"] == 4 * len(res.steps)  # one rollout per prompt
     assert not led.check_invariants() and "dis" in led.discarded_by_reason
+
+
+def test_corrections_that_would_weigh_twice_are_refused():
+    with pytest.raises(ValueError, match="would correct twice"):
+        resolve("sao", {"weight": {"tis_cap": 2.0}})
+    with pytest.raises(ValueError, match="use one"):
+        resolve("grpo", {"weight": {"tis_cap": 2.0, "gate": {"mode": "clamp"}}})
+    # a masking gate with TIS, or a mask form of TIS with a clamping gate, is one weight each
+    resolve("grpo", {"weight": {"tis_cap": 2.0, "gate": {"mode": "mask"}}})
+    resolve(
+        "grpo", {"weight": {"tis_cap": 2.0, "tis_form": "token_mask", "gate": {"mode": "clamp"}}}
+    )
+
+
+def test_a_round_dropped_whole_still_counts_toward_the_round_cap():
+    from sixblanks.algorithms.data import DynamicSampler
+
+    sampler = DynamicSampler(target_groups=2, max_rounds=2)
+    sampler.add_empty_round()
+    assert not sampler.done and sampler.census.rounds == 1
+    sampler.add_empty_round()
+    assert sampler.done and sampler.census.cap_hit and sampler.census.balanced()

@@ -81,6 +81,7 @@ class OnPolicyRounds:
             if self.lagged is not None or d.staleness is not None:
                 keep, lag_metrics = drop_stale(ctx, batch)
                 if not keep:
+                    sampler.add_empty_round()
                     continue
                 if len(keep) < batch.size:  # whole groups (one round, one version): i // G holds
                     batch = batch.select(keep)

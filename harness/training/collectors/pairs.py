@@ -23,9 +23,7 @@ class PreferencePairs(Stateless):
 
     def collect(self) -> Collected:
         ctx = self.ctx  # one reservation: the loop checked that the step's worst case fits
-        with ctx.meter.must_reserve(
-            self.worst_case(), f"preference rollouts step {ctx.step}"
-        ) as charge:
+        with ctx.meter.must_reserve(self.worst_case(), f"pairs step {ctx.step}") as charge:
             calls0 = ctx.gate.counts()
             batch = run_episodes(
                 HFEngine(ctx.ref_model, ctx.tokenizer),
