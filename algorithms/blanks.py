@@ -257,6 +257,20 @@ class OverlongShaping(_Spec):
     factor: float = Field(1.0, gt=0, description="Penalty at L_max.")
 
 
+class ReplaySpec(_Spec):
+    """A replay buffer of prompt groups (FORMULAS §20's seventh control): each step trains on its
+    fresh groups plus ``per_step`` groups drawn from the buffer, each group at most ``reuse`` more
+    times; beyond ``capacity`` groups the buffer evicts. Replayed tokens are counted apart
+    (``replayed_tokens``), never launched or accepted again."""
+
+    capacity: int = Field(32, ge=1, description="Groups the buffer keeps.")
+    reuse: int = Field(1, ge=1, description="Times a group may be replayed after its first use.")
+    per_step: int = Field(4, ge=1, description="Groups replayed into each step's batch.")
+    eviction: Literal["fifo", "random"] = Field(
+        "fifo", description="Which group leaves a full buffer: the oldest, or one at random."
+    )
+
+
 class DataSpec(_Spec):
     """(i): which samples, how many per prompt, how often reused."""
 
@@ -287,6 +301,9 @@ class DataSpec(_Spec):
         ge=0,
         description="Bounded staleness: drop samples more than K policy versions behind the trainer "
         "(discard reason 'staleness'); None: no bound.",
+    )
+    replay: ReplaySpec | None = Field(
+        None, description="A replay buffer of past groups (off-policy reuse); None: single use."
     )
     lag: int = Field(
         0,
@@ -373,6 +390,13 @@ class Blanks(_Spec):
             raise ValueError(
                 f"data.lag: {self.data.lag} versions exceeds data.staleness {self.data.staleness}: "
                 "every sample would be dropped as stale"
+            )
+        if self.data.replay is not None and (
+            self.data.source != "rollouts" or self.advantage.estimator == "remax"
+        ):
+            raise ValueError(
+                "data.replay: only online rollouts can be replayed, and not with ReMax (a replayed "
+                "group has no greedy baseline)"
             )
         if self.data.lag and self.data.source != "rollouts":
             raise ValueError("data.lag: only online rollouts (data.source 'rollouts') can lag")

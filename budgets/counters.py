@@ -9,6 +9,7 @@ COUNTERS: dict[str, str] = {
     "prompt_tokens": "tokens of prompts and observations fed to the policy for training rollouts",
     "launched_tokens": "every token sampled for training, including those later discarded",
     "accepted_tokens": "tokens that entered a gradient",
+    "replayed_tokens": "tokens trained on again from a replay buffer (launched and accepted once)",
     "discarded_tokens": "launched tokens that did not enter a gradient (sum over reasons)",
     "rollouts_launched": "episodes started for training",
     "rollouts_accepted": "episodes that entered a gradient",

@@ -153,11 +153,19 @@ class RunDir(Directory):
         if not self.events.exists():
             return []
         out = []
-        for line in self.events.read_bytes().splitlines():
+        lines = self.events.read_bytes().splitlines()
+        for i, line in enumerate(lines):
             try:
                 out.append(orjson.loads(line))
             except orjson.JSONDecodeError:
-                break
+                try:  # NaN / Infinity (a metric such as explained variance can be NaN): json reads them
+                    out.append(json.loads(line))
+                except ValueError:
+                    if i == len(lines) - 1:
+                        break  # the torn last line of a killed run
+                    raise ValueError(
+                        f"{self.events}: line {i + 1} of {len(lines)} is not JSON: {line[:80]!r}"
+                    ) from None
         return out
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from .lag import arm_labels
 from .render import Block, Cell, Heading, Para, Table
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ METRICS = (
     ("kl", "KL to reference (loss)", "mean"),
     ("reward_kl", "KL in the reward", "mean"),
     ("overlong_penalty_frac", "share overlong-penalized", "mean"),
+    ("replay.groups", "groups replayed per step", "mean"),
 )
 NAMES = tuple(m[0] for m in METRICS)
 
@@ -41,6 +43,7 @@ def diagnostics_blocks(d: Data) -> list[Block]:
         return []
     vals = {(r["arm"], r["name"]): r for r in d.diagnostics.iter_rows(named=True)}
     shown = [m for m in METRICS if any((a, m[0]) in vals for a in d.arms)]
+    labels = arm_labels(d)
     inert = {}
     for r in d.inert.iter_rows(named=True):
         if (r["blank"] or "").startswith("weight.") and (r["note"] or "").startswith("never acted"):
@@ -61,13 +64,17 @@ def diagnostics_blocks(d: Data) -> list[Block]:
             "Per arm, over every step of every seed: the trainable-group fraction (launched groups "
             "whose rewards are not all equal, counted before dynamic sampling drops any), the clip "
             "fraction and the importance ratios' range (plain means and extremes over action "
-            "tokens, whatever the loss normalization; SAPO's clip fraction: tokens whose soft gate "
+            "tokens, whatever the loss normalization; 'off-policy data' says how an arm reuses or "
+            "lags its samples; SAPO's clip fraction: tokens whose soft gate "
             "passes less than half the gradient), KL and the reward-shaping terms. A clip "
             "fraction of 0 with every ratio at 1 means the trust region never acted.",
             "caption",
         ),
         Table(
-            ["arm", *[m[1] for m in shown]],
-            [[a, *[cell(a, n, how) for n, _, how in shown]] for a in d.arms],
+            ["arm", "off-policy data", *[m[1] for m in shown]],
+            [
+                [a, labels.get(a) or "no (single use)", *[cell(a, n, how) for n, _, how in shown]]
+                for a in d.arms
+            ],
         ),
     ]

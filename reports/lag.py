@@ -26,6 +26,38 @@ def query(con) -> pl.DataFrame:
     ).pl()
 
 
+def off_policy_label(blanks: dict[str, Any]) -> str:
+    """How an arm's data is off-policy, in words ("" for single-use synchronous data)."""
+
+    data, weight = blanks.get("data") or {}, blanks.get("weight") or {}
+    parts = []
+    if data.get("lag"):
+        parts.append(f"lag {data['lag']}")
+    if data.get("replay"):
+        r = data["replay"]
+        parts.append(f"replay (capacity {r.get('capacity')}, reuse {r.get('reuse')})")
+    if data.get("staleness") is not None:
+        parts.append(f"staleness <= {data['staleness']}")
+    if (data.get("epochs") or 1) * (data.get("minibatches") or 1) > 1:
+        parts.append(
+            f"{data.get('epochs') or 1} x {data.get('minibatches') or 1} updates per batch"
+        )
+    if parts and weight.get("tis_cap") is not None:
+        parts.append(f"TIS C={weight['tis_cap']} ({weight.get('tis_form', 'token')})")
+    return "; ".join(parts)
+
+
+def arm_labels(d: Data) -> dict[str, str]:
+    """Each arm's off-policy label, from its runs' resolved blanks."""
+
+    out: dict[str, str] = {}
+    for arm, blanks in d.runs.select("arm", "blanks").iter_rows():
+        out.setdefault(
+            arm, off_policy_label(json.loads(blanks) if isinstance(blanks, str) else blanks or {})
+        )
+    return out
+
+
 def arm_lags(d: Data) -> dict[str, int]:
     """Each arm's data.lag, from its runs' resolved blanks (0 where absent)."""
 

@@ -260,3 +260,71 @@ def test_a_round_dropped_whole_still_counts_toward_the_round_cap():
     assert not sampler.done and sampler.census.rounds == 1
     sampler.add_empty_round()
     assert sampler.done and sampler.census.cap_hit and sampler.census.balanced()
+
+
+# ----------------------------------------------------------------------------- the replay buffer
+
+REPLAY = {
+    "data": {"replay": {"capacity": 6, "reuse": 1, "per_step": 2}},
+    "weight": {"tis_cap": 2.0},
+}
+
+
+def test_the_replay_buffer_draws_counts_uses_and_evicts_by_hand():
+    from types import SimpleNamespace
+
+    from sixblanks.harness.training.collectors.replay import ReplayBuffer
+
+    tr = _trainer(REPLAY)
+    fresh = tr.collector.round()[0]  # 4 groups of 4
+    buf = ReplayBuffer(tr.ctx)
+    buf.spec = SimpleNamespace(capacity=6, reuse=2, per_step=3, eviction="fifo")
+    assert buf.draw() is None and buf.add(fresh) == 0 and len(buf.groups) == 4
+    again = fresh.select(list(range(16)))
+    again.group_ids = again.group_ids + 100
+    assert buf.add(again) == 2  # 8 groups > capacity 6: the two oldest leave
+    assert [int(g["batch"].group_ids[0]) for g in buf.groups][:2] == [
+        int(fresh.group_ids[8]),
+        int(fresh.group_ids[12]),
+    ]
+    drawn = buf.draw()
+    assert drawn.size == 12 and len(set(drawn.group_ids.tolist())) == 3  # whole groups
+    assert sorted(g["uses"] for g in buf.groups) == [0, 0, 0, 1, 1, 1]
+    for _ in range(3):
+        buf.draw()
+    assert all(g["uses"] < 2 for g in buf.groups) and len(buf.groups) < 6  # used up: gone
+
+
+def test_replayed_groups_train_again_without_being_launched_or_accepted_again():
+    tr = _trainer(REPLAY)
+    res = tr.train()
+    led = res.ledger
+    c = led.counters
+    assert c["replayed_tokens"] > 0 and not led.check_invariants()
+    # launched = accepted + discarded counts each token once, however often it was trained on
+    assert c["launched_tokens"] == pytest.approx(c["accepted_tokens"] + c["discarded_tokens"])
+    replayed = [m.get("replay.groups", 0.0) for m in res.steps]
+    assert replayed[0] == 0 and all(r == 2 for r in replayed[1:])  # 2 groups per step once filled
+    # reuse 1: every group is replayed at most once, so replayed tokens <= accepted tokens
+    assert c["replayed_tokens"] <= c["accepted_tokens"]
+    # resumable: the buffer is in the checkpoint
+    whole = record_result(res, tr.model)
+    saved = io.BytesIO()
+
+    class Killed(Exception):
+        pass
+
+    def kill(t, metrics):
+        if t.step_idx == 3:
+            torch.save(t.state_dict(), saved)
+            raise Killed
+
+    with pytest.raises(Killed):
+        _trainer(REPLAY).train(on_step=kill)
+    resumed = _trainer(REPLAY)
+    saved.seek(0)
+    resumed.load_state_dict(torch.load(saved, weights_only=False))
+    got = record_result(resumed.train(evaluate_start=False), resumed.model)
+    assert got["policy_hash"] == whole["policy_hash"] and got["counters"] == whole["counters"]
+    with pytest.raises(ValueError, match="not with ReMax"):
+        resolve("remax", {"data": {"replay": {}}})

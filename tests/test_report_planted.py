@@ -426,6 +426,14 @@ def test_lagged_arms_get_the_lag_figure(tmp_path):
     con.close()
     d = load(out, baseline="B")
     assert lag.arm_lags(d) == {"A": 2, "B": 0}
+    assert lag.arm_labels(d) == {"A": "lag 2", "B": ""}
+    label = lag.off_policy_label(
+        {
+            "data": {"replay": {"capacity": 6, "reuse": 1}, "minibatches": 4},
+            "weight": {"tis_cap": 2.0},
+        }
+    )
+    assert label == "replay (capacity 6, reuse 1); 1 x 4 updates per batch; TIS C=2.0 (token)"
     assert set(d.lag["name"].unique()) == {"lag.versions_behind", "lag.kl_p50", "lag.kl_p90"}
     html = build_report(out, baseline="B", resamples=R).read_text()
     assert "score against lag" in html and (out / "report" / "lag.png").exists()

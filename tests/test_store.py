@@ -1,6 +1,7 @@
 """Results store (DuckDB) and MLflow: every table, idempotent ingest, partial runs, unreachable tracking."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -142,7 +143,9 @@ def test_every_table_is_queryable(experiment):
     con.close()
     row = html[html.index("Training diagnostics") :]
     row = row[row.index("<td>dapo</td>") :]
-    assert 0 < tgf < 1 and row.startswith(f"<td>dapo</td><td>{tgf:.3f}</td>")
+    assert 0 < tgf < 1 and row.startswith(
+        f"<td>dapo</td><td>no (single use)</td><td>{tgf:.3f}</td>"
+    )
 
 
 def test_ingesting_twice_changes_nothing(experiment):
@@ -332,6 +335,15 @@ def test_run_directory_reads_survive_a_killed_run(tmp_path):
     rd.path.mkdir()
     rd.events.write_bytes(b'{"type": "step", "step": 0}\n{"type": "step", "step": 1}\n{"type": "st')
     assert [e["step"] for e in rd.read_events()] == [0, 1]  # the torn last line is dropped
+    # a NaN metric (explained variance of constant returns) is read, and so is all that follows it
+    rd.events.write_bytes(
+        b'{"type": "step", "step": 0, "explained_variance": NaN}\n{"type": "step", "step": 1}\n'
+    )
+    events = rd.read_events()
+    assert [e["step"] for e in events] == [0, 1] and math.isnan(events[0]["explained_variance"])
+    rd.events.write_bytes(b'{"type": "step", "step": 0}\n{"type": bad\n{"type": "step", "step": 2}\n')
+    with pytest.raises(ValueError, match="line 2 of 3 is not JSON"):
+        rd.read_events()  # a corrupt line in the middle is an error, never a silent truncation
     write_json(rd.status, {"state": "running", "step": 1})
     assert read_status(rd.path) == {"state": "running", "step": 1}
     assert sorted(p.name for p in rd.path.iterdir()) == ["events.jsonl", "status.json"]  # no .tmp

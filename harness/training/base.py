@@ -70,6 +70,8 @@ class Collected:
     """Preference pairs: rows ``[0, pairs)`` are chosen, ``[pairs, 2 pairs)`` rejected."""
     nothing_fit: bool = False
     """The budget had no room for any of the step's data: the run ends."""
+    replayed_rows: int = 0
+    """The batch's last rows come from a replay buffer: launched and accounted for before."""
 
 
 @dataclass

@@ -127,7 +127,7 @@ class Trainer:
             metrics: dict[str, Any] = {"step": ctx.step, **collected.metrics}
             if collected.batch is not None:
                 prepared = self.objective.prepare(collected)
-                with self.admit(prepared) as update:
+                with self.admit(prepared, collected.replayed_rows) as update:
                     metrics.update(self.objective.update(prepared))
                     update.actual["optimizer_steps"] = metrics["optimizer_steps"]
             with ctx.meter.charge(f"sync step {ctx.step}"):
@@ -135,17 +135,23 @@ class Trainer:
         self.account(metrics)
         return metrics
 
-    def admit(self, p: Prepared) -> Charge:
-        """Discard failed samples by reason and reserve the update (before any optimizer step)."""
+    def admit(self, p: Prepared, replayed_rows: int = 0) -> Charge:
+        """Discard failed samples by reason and reserve the update (before any optimizer step);
+        the last ``replayed_rows`` rows were accounted for when fresh: ``replayed_tokens`` only."""
 
-        failed = p.batch.failed
-        tokens = p.batch.row_action_tokens()
+        fresh = p.batch.size - replayed_rows
+        failed = p.batch.failed[:fresh]
+        tokens = p.batch.row_action_tokens()[:fresh]
         self.ctx.meter.discard("failed", float(tokens[failed].sum()), int(failed.sum()))
-        accepted, rows = float(p.mask.sum()), int((p.mask.sum(1) > 0).sum())
+        m = p.mask[:fresh]
+        accepted, rows = float(m.sum()), int((m.sum(1) > 0).sum())
+        actual = {"accepted_tokens": accepted, "rollouts_accepted": float(rows)}
+        if replayed_rows:
+            actual["replayed_tokens"] = float(p.mask[fresh:].sum())
         charge = self.ctx.meter.must_reserve(
-            self.worst_update(rows, accepted), f"update step {self.ctx.step}"
+            {**self.worst_update(rows, accepted), **actual}, f"update step {self.ctx.step}"
         )
-        charge.actual = {"accepted_tokens": accepted, "rollouts_accepted": float(rows)}
+        charge.actual = actual
         return charge
 
     def account(self, metrics: dict[str, Any]) -> None:

@@ -11,7 +11,8 @@ and the ratio/clip diagnostics are plain means over action tokens (``ratio_min``
 ``ratio_max`` the maximum over the whole update); ledgers, evaluations, losses and final weights were
 unchanged (the warm start's block was kept as recorded); and once more when the overlong penalty
 was logged (``overlong_penalty_mean``/``_frac`` added to DAPO's steps, nothing else); the discard
-reason ``dis`` (SAO) was added to every preset's discards as 0 by hand. Re-record only for a deliberate, explained
+reason ``dis`` (SAO) and the counter ``replayed_tokens`` (replay buffers) were added to every preset
+as 0 by hand. Re-record only for a deliberate, explained
 change of the numbers:
 
     .venv/bin/python tests/golden/record.py

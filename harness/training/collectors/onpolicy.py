@@ -17,6 +17,7 @@ from ..context import RunContext
 from ..meter import UNIT_KINDS
 from .greedy import GreedyBaseline
 from .lagged import LaggedPolicy, drop_stale
+from .replay import ReplayBuffer
 
 
 class OnPolicyRounds:
@@ -27,13 +28,17 @@ class OnPolicyRounds:
         self.group_counter = 0
         lag = ctx.blanks.data.lag
         self.lagged = LaggedPolicy(ctx, lag) if lag else None
+        self.replay = ReplayBuffer(ctx) if ctx.blanks.data.replay is not None else None
         self.engine = ctx.engine  # the behaviour policy's engine of the current step
 
     def worst_case(self) -> dict[str, float]:
         """One round (with its greedy rollouts): a step that cannot afford one does not start."""
 
         n = self.n_prompts * (self.ctx.group_size + (1 if self.greedy is not None else 0))
-        return self.ctx.worst_rollouts(n)
+        worst = self.ctx.worst_rollouts(n)
+        if self.replay is not None:
+            worst["replayed_tokens"] = self.replay.worst_case_tokens()
+        return worst
 
     def round(self) -> tuple[TrajectoryBatch, TrajectoryBatch | None] | None:
         """Reserve, generate, commit one round. None: it would not fit."""
@@ -113,21 +118,35 @@ class OnPolicyRounds:
             metrics["trainable_group_frac"] = census.trainable_group_frac
         if not kept:
             return Collected(None, {"skipped": 1.0, **metrics}, record)
+        batch, replayed = TrajectoryBatch.concat(kept, ctx.pad_id), 0
+        if self.replay is not None:  # past groups ride along, after the fresh rows
+            old = self.replay.draw()
+            metrics["replay.evicted"] = float(self.replay.add(batch))
+            metrics["replay.buffer_groups"] = float(len(self.replay.groups))
+            if old is not None:
+                replayed = old.size
+                metrics["replay.groups"] = float(len(set(old.group_ids.tolist())))
+                batch = TrajectoryBatch.concat([batch, old], ctx.pad_id)
         return Collected(
-            TrajectoryBatch.concat(kept, ctx.pad_id),
+            batch,
             metrics,
             record,
             TrajectoryBatch.concat(kept_greedy, ctx.pad_id).reward if kept_greedy else None,
             census.groups_launched,
+            replayed_rows=replayed,
         )
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"group_counter": self.group_counter}
         if self.lagged is not None:
             state["lagged"] = self.lagged.state_dict()
+        if self.replay is not None:
+            state["replay"] = self.replay.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.group_counter = state["group_counter"]
         if self.lagged is not None:
             self.lagged.load_state_dict(state["lagged"])
+        if self.replay is not None:
+            self.replay.load_state_dict(state["replay"])

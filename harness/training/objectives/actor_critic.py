@@ -133,7 +133,7 @@ class ActorCritic:
         ret = ret.float()
         # the off-policy corrections that mask act on the policy's tokens only (the critic still
         # learns every step's value)
-        mask, off = off_policy(ctx, old_logp, batch, mask)
+        mask, off = off_policy(ctx, old_logp, batch, mask, collected.replayed_rows)
         metrics.update(off)
         metrics.update(
             {

@@ -15,17 +15,31 @@ from ..context import RunContext
 
 
 def off_policy(
-    ctx: RunContext, old_logp: torch.Tensor, batch: TrajectoryBatch, mask: torch.Tensor
+    ctx: RunContext,
+    old_logp: torch.Tensor,
+    batch: TrajectoryBatch,
+    mask: torch.Tensor,
+    replayed_rows: int = 0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """(the mask after the masking corrections ``[B, T]``, their metrics and the lag's)."""
+    """(the mask after the masking corrections ``[B, T]``, their metrics and the lag's). Only the
+    fresh rows' drops are discarded: the last ``replayed_rows`` were accounted for when fresh."""
 
     d, w = ctx.blanks.data, ctx.blanks.weight
     metrics: dict[str, float] = {}
     if w.gate is not None or w.trust_region == "dis" or w.tis_form.endswith("_mask"):
-        mask, dropped, metrics = behavior_mask(ctx.blanks, old_logp, batch.behavior_logprobs, mask)
-        for reason, (tokens, rows) in dropped.items():
-            ctx.meter.discard(reason, tokens, rows)
-            metrics[f"dropped.{reason}_tokens"] = tokens
+        fresh = batch.size - replayed_rows
+        parts = []
+        for rows in (slice(0, fresh), slice(fresh, batch.size)):
+            m, dropped, met = behavior_mask(
+                ctx.blanks, old_logp[rows], batch.behavior_logprobs[rows], mask[rows]
+            )
+            parts.append(m)
+            if rows.start == 0:
+                metrics = met
+                for reason, (tokens, n) in dropped.items():
+                    ctx.meter.discard(reason, tokens, n)
+                    metrics[f"dropped.{reason}_tokens"] = tokens
+        mask = torch.cat(parts)
     if d.lag or d.staleness is not None:
         behind = (ctx.engine.policy_version - batch.policy_version).clamp(min=0)
         stats = lag_stats(batch.behavior_logprobs, old_logp, batch.action_mask, behind)

@@ -62,8 +62,9 @@ class PolicyGradient(Stateless):
             l_max=ctx.l_max,
         )
         filtered = (mask0.sum(1) > 0) & (mask.sum(1) == 0)
+        filtered[batch.size - collected.replayed_rows :] = False  # replayed: accounted for before
         ctx.meter.discard("overlong_filter", float(mask0[filtered].sum()), int(filtered.sum()))
-        mask, off = off_policy(ctx, old_logp, batch, mask)
+        mask, off = off_policy(ctx, old_logp, batch, mask, collected.replayed_rows)
         metrics = {
             **off,
             **batch_metrics(batch, adv, mask),
