@@ -1,6 +1,6 @@
 """The fairness audit: each item of the chapter's "hold constant or account for" list, measured per
-arm as a value or a content hash (never a proxy), differences flagged; and the inert differences:
-blanks in which arms differ but that never acted during their runs.
+arm as a value or a content hash (never a proxy), differences flagged; with the inert differences
+(blanks in which arms differ but that never acted during their runs, harness/inert.py).
 
     initial_policy   content hash of the initial weights
     tokenizer        hashes of the vocabulary+merges and of the whole tokenizer, special tokens, the
@@ -31,9 +31,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sixblanks.algorithms.blanks import Blanks, flatten
+from sixblanks.algorithms.blanks import Blanks
 
 from .config import ExperimentConfig
+from .inert import inert_differences
 from .layout import RunDir
 from .version import code_fingerprint
 
@@ -52,8 +53,6 @@ HELD_CONSTANT = (
 MEASURED_TOLERANCE = 0.10
 """Measured batch figures (unique prompts, optimizer steps per accepted token) differ when they are
 more than this far apart, relative to the experiment's value."""
-RATIO_ONE = 1e-6
-"""An importance ratio within this of 1 counts as 1 (on-policy recomputation is exact up to this)."""
 
 
 def content_hash(obj: Any) -> str:
@@ -333,7 +332,7 @@ def fairness_audit(
         "arms": per_arm,
         "flags": flags,
         "flagged_arms": sorted({f["arm"] for f in flags}),
-        "inert": inert_differences(cfg, specs, runs_dir),
+        "inert": inert_differences(specs, runs_dir),
     }
 
 
@@ -398,132 +397,3 @@ def _run_flags(
                     }
                 )
     return flags
-
-
-# ----------------------------------------------------------------------------- inert differences
-
-CLIP_FIELDS = ("weight.eps_low", "weight.eps_high", "weight.dual_clip_c")
-TRUST_REGION_FIELDS = (
-    "weight.trust_region",
-    *CLIP_FIELDS,
-    "weight.tau_pos",
-    "weight.tau_neg",
-    "weight.log_ratio_clamp",
-)
-"""Fields that act only through a ratio away from 1 (at r = 1 every trust region's gradient weight is
-1). The ratio's kind (token or sequence) changes the gradient even at r = 1, so it is not here."""
-
-
-def _activity(runs_dir: Path, run_ids: list[str]) -> dict[str, float]:
-    """What acted in an arm's runs, from their step metrics, census and discards."""
-
-    act = {
-        "steps": 0.0,
-        "updates": 0.0,
-        "ratio_max": 1.0,
-        "ratio_min": 1.0,
-        "clip_frac": 0.0,
-        "early_stops": 0.0,
-        "groups_dropped": 0.0,
-        "overlong_penalized": 0.0,
-        "overlong_filtered": 0.0,
-    }
-    for rid in run_ids:
-        rd = RunDir(runs_dir / rid)
-        if not rd.events.exists():
-            continue
-        for e in rd.read_events():
-            if e.get("type") == "census":
-                act["groups_dropped"] += sum(
-                    v for k, v in (e.get("groups_dropped") or {}).items() if k != "surplus"
-                )
-            if e.get("type") != "step":
-                continue
-            act["steps"] += 1
-            if "ratio_max" in e:
-                act["updates"] += 1
-                act["ratio_max"] = max(act["ratio_max"], e["ratio_max"])
-                act["ratio_min"] = min(act["ratio_min"], e.get("ratio_min", 1.0))
-                act["clip_frac"] = max(act["clip_frac"], e.get("clip_frac", 0.0))
-            act["early_stops"] += float(e.get("early_stop_epoch", -1.0) >= 0)
-            act["overlong_penalized"] += e.get("overlong_penalty_frac", 0.0)
-        res = rd.read_result()
-        act["overlong_filtered"] += (res.get("discarded_by_reason") or {}).get(
-            "overlong_filter", 0.0
-        )
-    return act
-
-
-def inert_note(field: str, blanks: dict[str, Any], act: dict[str, float]) -> str | None:
-    """Why ``field`` never acted in runs with ``act`` (None: it did, or it cannot be told)."""
-
-    if not act.get("steps"):
-        return None  # no step recorded: nothing can be told
-    every_ratio_one = act["updates"] > 0 and (
-        act["ratio_max"] <= 1 + RATIO_ONE and act["ratio_min"] >= 1 - RATIO_ONE
-    )
-    if field.startswith("weight.") and blanks["weight.ratio"] != "none":
-        if field == "weight.target_kl":
-            if blanks[field] is not None and act["updates"] and not act["early_stops"]:
-                return "never acted: the target-KL stop never fired"
-            return None
-        if every_ratio_one and field in TRUST_REGION_FIELDS:
-            return (
-                "never acted: every importance ratio was 1 and the clip fraction 0 "
-                "(one on-policy update per batch)"
-            )
-        uses_eps = ("clip", "dis") if field != "weight.dual_clip_c" else ("clip",)
-        if field in CLIP_FIELDS and blanks["weight.trust_region"] not in uses_eps:
-            return f"not used: trust region '{blanks['weight.trust_region']}' has no clip"
-        if (
-            field in ("weight.tau_pos", "weight.tau_neg")
-            and blanks["weight.trust_region"] != "sapo"
-        ):
-            return f"not used: trust region '{blanks['weight.trust_region']}' has no soft gate"
-        if field in CLIP_FIELDS and act["updates"] and act["clip_frac"] == 0:
-            return "never acted: clip fraction 0 in every update"
-    for kind in ("loss_kl", "reward_kl"):
-        if field.startswith(f"regularizer.{kind}_") and field != f"regularizer.{kind}_coef":
-            if not blanks[f"regularizer.{kind}_coef"]:
-                return f"never acted: the KL term ({kind.replace('_', ' ')}) has coefficient 0"
-    if field.startswith("data.") and field.split(".")[1] in (
-        "dynamic_sampling",
-        "max_sampling_rounds",
-        "on_round_cap",
-    ):
-        if blanks["data.dynamic_sampling"] and not act["groups_dropped"]:
-            return "never acted: dynamic sampling dropped no group"
-    if field.startswith("data.overlong_shaping.") and blanks["data.overlong_shaping.enabled"]:
-        if not act["overlong_penalized"]:
-            return "never acted: no response reached the overlong zone (penalty 0 throughout)"
-    if field == "mask.overlong_filter" and blanks[field] and not act["overlong_filtered"]:
-        return "never acted: no response was truncated"
-    return None
-
-
-def inert_differences(
-    cfg: ExperimentConfig, specs: list[dict[str, Any]], runs_dir: Path
-) -> list[dict[str, str]]:
-    """For each blank field in which the arms differ, the arms in whose runs it never acted:
-    ``[{"arm", "blank", "note"}]``."""
-
-    flat: dict[str, dict[str, Any]] = {}
-    runs: dict[str, list[str]] = {}
-    for s in specs:
-        flat.setdefault(s["arm"], flatten(Blanks.model_validate(s["blanks"])))
-        runs.setdefault(s["arm"], []).append(s["run_id"])
-    if len(flat) < 2:
-        return []
-    fields = sorted(
-        k
-        for k in next(iter(flat.values()))
-        if len({json.dumps(f.get(k), default=str) for f in flat.values()}) > 1
-    )
-    out = []
-    for arm, blanks in flat.items():
-        act = _activity(runs_dir, runs[arm])
-        for field in fields:
-            note = inert_note(field, blanks, act)
-            if note:
-                out.append({"arm": arm, "blank": field, "note": note})
-    return out

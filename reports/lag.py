@@ -79,7 +79,7 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plots import _fig_png
+    from .plots import fig_png
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     ax = axes[0]
@@ -119,6 +119,4 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
         ax.set_title(label)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    return "Lag: score against lag, and the behaviour policy's distance over training", _fig_png(
-        fig
-    )
+    return "Lag: score against lag, and the behaviour policy's distance over training", fig_png(fig)

@@ -72,7 +72,7 @@ def draw(ax, c: Curve, color, label: str, band: bool = True) -> bool:
     return bool(partial.any())
 
 
-def _fig_png(fig) -> bytes:
+def fig_png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     import matplotlib.pyplot as plt
@@ -168,7 +168,7 @@ def plots(
             "stratified bootstrap band; x: final score (mean over runs at their ends)"
         )
         fig.tight_layout()
-        out["score_vs_cost.png"] = ("Score against cost", _fig_png(fig))
+        out["score_vs_cost.png"] = ("Score against cost", fig_png(fig))
 
     if len(d.tasks) > 1 and ev.height:
         fig, axes = plt.subplots(1, len(d.tasks), figsize=(5 * len(d.tasks), 4), squeeze=False)
@@ -195,7 +195,7 @@ def plots(
             ax.set_xlabel("launched tokens")
             ax.set_ylabel(f"score ({sl}, raw)")
             ax.grid(alpha=0.3)
-        out["task_curves.png"] = ("Per task: score against launched tokens", _fig_png(fig))
+        out["task_curves.png"] = ("Per task: score against launched tokens", fig_png(fig))
 
     census = sampling_census_png(d, arms)
     if census:
@@ -227,7 +227,7 @@ def plots(
     ax.set_title("budget census: launched = accepted + discarded (by reason)")
     ax.legend(fontsize=8)
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
-    out["census.png"] = ("Budget census", _fig_png(fig))
+    out["census.png"] = ("Budget census", fig_png(fig))
 
     cur = d.curves.join(d.runs.select("run_id", "arm"), on="run_id")
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
@@ -249,7 +249,7 @@ def plots(
         ax.set_xlabel("launched tokens")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    out["training_curves.png"] = ("Training", _fig_png(fig))
+    out["training_curves.png"] = ("Training", fig_png(fig))
 
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(arms) + 1.5))
     for i, r in enumerate(rows):
@@ -269,7 +269,7 @@ def plots(
     ax.invert_yaxis()
     ax.set_xlabel(f"final {ylabel}: mean, 95% stratified bootstrap CI; dots: runs")
     ax.grid(alpha=0.3, axis="x")
-    out["final_scores.png"] = ("Final scores", _fig_png(fig))
+    out["final_scores.png"] = ("Final scores", fig_png(fig))
     return out
 
 
@@ -347,4 +347,4 @@ def sampling_census_png(d: Data, arms: list[str]) -> bytes | None:
         "dynamic-sampling census: what became of each step's launched groups (mean over runs)",
         y=1.03,
     )
-    return _fig_png(fig)
+    return fig_png(fig)

@@ -8,14 +8,9 @@ import pytest
 
 from sixblanks.algorithms.blanks import flatten
 from sixblanks.algorithms.presets import resolve
-from sixblanks.harness.audit import (
-    HELD_CONSTANT,
-    fairness_audit,
-    inert_differences,
-    inert_note,
-    tokenizer_identity,
-)
+from sixblanks.harness.audit import HELD_CONSTANT, fairness_audit, tokenizer_identity
 from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.inert import inert_differences, inert_note
 from sixblanks.harness.models import build_tokenizer
 from sixblanks.harness.orchestrator import build_specs
 
@@ -212,7 +207,7 @@ def test_inert_differences_only_for_fields_that_differ(tmp_path):
         step = {"type": "step", "step": 0, "ratio_max": 1.0, "ratio_min": 1.0, "clip_frac": 0.0}
         census = {"type": "census", "groups_dropped": {"all_correct": 1, "surplus": 2}}
         (d / "events.jsonl").write_text(json.dumps(step) + "\n" + json.dumps(census) + "\n")
-    notes = {(n["arm"], n["blank"]) for n in inert_differences(cfg, specs, tmp_path)}
+    notes = {(n["arm"], n["blank"]) for n in inert_differences(specs, tmp_path)}
     assert ("a", "weight.eps_high") in notes and ("b", "weight.eps_high") in notes
     assert ("b", "data.dynamic_sampling") not in notes  # it dropped a group
     assert not {b for _, b in notes} & {"weight.eps_low", "data.epochs"}  # equal in both arms

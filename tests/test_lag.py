@@ -63,15 +63,14 @@ def test_a_lagged_run_samples_k_versions_back_and_is_reproducible():
     assert not ra.ledger.check_invariants()
 
 
-def test_a_lagged_run_killed_and_resumed_ends_as_uninterrupted():
-    """The ring of snapshots is in the checkpoint: the resumed run samples with the same old weights."""
+class Killed(Exception):
+    pass
 
-    whole = _trainer(LAG2)
-    want = record_result(whole.train(), whole.model)
+
+def _killed_and_resumed(over) -> dict:
+    """The record of a run of ``over`` killed after step 3 and resumed from its checkpoint."""
+
     saved = io.BytesIO()
-
-    class Killed(Exception):
-        pass
 
     def kill(tr, metrics):
         if tr.step_idx == 3:
@@ -79,11 +78,19 @@ def test_a_lagged_run_killed_and_resumed_ends_as_uninterrupted():
             raise Killed
 
     with pytest.raises(Killed):
-        _trainer(LAG2).train(on_step=kill)
-    resumed = _trainer(LAG2)
+        _trainer(over).train(on_step=kill)
+    resumed = _trainer(over)
     saved.seek(0)
     resumed.load_state_dict(torch.load(saved, weights_only=False))
-    got = record_result(resumed.train(evaluate_start=False), resumed.model)
+    return record_result(resumed.train(evaluate_start=False), resumed.model)
+
+
+def test_a_lagged_run_killed_and_resumed_ends_as_uninterrupted():
+    """The ring of snapshots is in the checkpoint: the resumed run samples with the same old weights."""
+
+    whole = _trainer(LAG2)
+    want = record_result(whole.train(), whole.model)
+    got = _killed_and_resumed(LAG2)
     assert got["policy_hash"] == want["policy_hash"] and got["counters"] == want["counters"]
 
 
@@ -308,23 +315,7 @@ def test_replayed_groups_train_again_without_being_launched_or_accepted_again():
     # reuse 1: every group is replayed at most once, so replayed tokens <= accepted tokens
     assert c["replayed_tokens"] <= c["accepted_tokens"]
     # resumable: the buffer is in the checkpoint
-    whole = record_result(res, tr.model)
-    saved = io.BytesIO()
-
-    class Killed(Exception):
-        pass
-
-    def kill(t, metrics):
-        if t.step_idx == 3:
-            torch.save(t.state_dict(), saved)
-            raise Killed
-
-    with pytest.raises(Killed):
-        _trainer(REPLAY).train(on_step=kill)
-    resumed = _trainer(REPLAY)
-    saved.seek(0)
-    resumed.load_state_dict(torch.load(saved, weights_only=False))
-    got = record_result(resumed.train(evaluate_start=False), resumed.model)
+    whole, got = record_result(res, tr.model), _killed_and_resumed(REPLAY)
     assert got["policy_hash"] == whole["policy_hash"] and got["counters"] == whole["counters"]
     with pytest.raises(ValueError, match="not with ReMax"):
         resolve("remax", {"data": {"replay": {}}})

@@ -341,7 +341,9 @@ def test_run_directory_reads_survive_a_killed_run(tmp_path):
     )
     events = rd.read_events()
     assert [e["step"] for e in events] == [0, 1] and math.isnan(events[0]["explained_variance"])
-    rd.events.write_bytes(b'{"type": "step", "step": 0}\n{"type": bad\n{"type": "step", "step": 2}\n')
+    rd.events.write_bytes(
+        b'{"type": "step", "step": 0}\n{"type": bad\n{"type": "step", "step": 2}\n'
+    )
     with pytest.raises(ValueError, match="line 2 of 3 is not JSON"):
         rd.read_events()  # a corrupt line in the middle is an error, never a silent truncation
     write_json(rd.status, {"state": "running", "step": 1})
