@@ -302,6 +302,12 @@ class DataSpec(_Spec):
         description="Bounded staleness: drop samples more than K policy versions behind the trainer "
         "(discard reason 'staleness'); None: no bound.",
     )
+    broadcast_every: int = Field(
+        1,
+        ge=1,
+        description="The behaviour policy receives new weights every n policy versions (a version: "
+        "the weights after a step's update), so samples come from the last broadcast; 1: every step.",
+    )
     replay: ReplaySpec | None = Field(
         None, description="A replay buffer of past groups (off-policy reuse); None: single use."
     )
@@ -398,7 +404,7 @@ class Blanks(_Spec):
                 "data.replay: only online rollouts can be replayed, and not with ReMax (a replayed "
                 "group has no greedy baseline)"
             )
-        if self.data.lag and self.data.source != "rollouts":
+        if (self.data.lag or self.data.broadcast_every > 1) and self.data.source != "rollouts":
             raise ValueError("data.lag: only online rollouts (data.source 'rollouts') can lag")
         if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none":
             raise ValueError(

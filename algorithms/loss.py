@@ -345,6 +345,7 @@ OBJECTIVES.add(
             "data.overlong_shaping.enabled",
             "data.staleness",
             "data.lag",
+            "data.broadcast_every",
             "data.replay",
         ),
     )

@@ -319,3 +319,16 @@ def test_replayed_groups_train_again_without_being_launched_or_accepted_again():
     assert got["policy_hash"] == whole["policy_hash"] and got["counters"] == whole["counters"]
     with pytest.raises(ValueError, match="not with ReMax"):
         resolve("remax", {"data": {"replay": {}}})
+
+
+def test_broadcast_every_n_versions_samples_from_the_last_broadcast():
+    """broadcast_every 3: versions 0, 0, 0, 3, 3, 3, 6 ...; with lag 1 on top: max(0, v - 1)
+    rounded down to a multiple of 3."""
+
+    res = _trainer({"data": {"broadcast_every": 3}, "weight": {"tis_cap": 2.0}}).train()
+    behind = [m["lag.versions_behind"] for m in res.steps]
+    assert behind == [v % 3 for v in range(len(res.steps))] and len(behind) >= 6
+    res = _trainer({"data": {"broadcast_every": 3, "lag": 1}}).train()
+    sampled = [v - m["lag.versions_behind"] for v, m in enumerate(res.steps)]
+    assert sampled == [max(0, v - 1) // 3 * 3 for v in range(len(res.steps))]
+    assert not res.ledger.check_invariants()

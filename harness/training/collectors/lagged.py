@@ -1,4 +1,5 @@
-"""Deterministic lag (``data.lag: k``): each batch is sampled with the policy of k versions earlier.
+"""Deterministic lag (``data.lag: k``): each batch is sampled with the policy of k versions earlier;
+with ``data.broadcast_every: n`` the behaviour policy gets new weights only every n versions.
 
 A ring keeps CPU snapshots of the last k + 1 policy versions (a version is the weights after a
 step's sync); a frozen copy of the policy, loaded with the snapshot of version ``max(0, v - k)``
@@ -26,27 +27,29 @@ def snapshot(model) -> dict[str, torch.Tensor]:
 class LaggedPolicy:
     """The behaviour policy k versions behind the trainer, with its own HF engine."""
 
-    def __init__(self, ctx: RunContext, lag: int):
+    def __init__(self, ctx: RunContext, lag: int, every: int = 1):
         if ctx.settings.rollout.backend != "hf":
             raise TrainingError(
                 f"{ctx.settings.name}: data.lag needs rollout.backend 'hf' (a vLLM engine holds "
                 "one weight version; a lagged vLLM collector comes with the concurrent collector)"
             )
-        self.ctx, self.lag = ctx, lag
+        self.ctx, self.lag, self.every = ctx, lag, every
         self.model = frozen_copy(ctx.model)
         self.engine = HFEngine(self.model, ctx.tokenizer)
         self.ring: dict[int, dict[str, torch.Tensor]] = {}
         self.loaded: int | None = None
 
     def engine_for_step(self) -> HFEngine:
-        """The engine that samples this step: weights of version max(oldest kept, v - lag)."""
+        """The engine that samples this step: weights of version max(0, v - lag), rounded down to
+        the last broadcast (a multiple of ``data.broadcast_every``)."""
 
         v = self.ctx.engine.policy_version
         if v not in self.ring:
             self.ring[v] = snapshot(self.ctx.model)
-        for old in [u for u in self.ring if u < v - self.lag]:
+        target = max(0, v - self.lag)
+        target = max(min(self.ring), target - target % self.every)
+        for old in [u for u in self.ring if u < target]:
             del self.ring[old]
-        target = max(min(self.ring), v - self.lag)
         if self.loaded != target:
             self.model.load_state_dict(self.ring[target])
             self.loaded = target

@@ -26,8 +26,9 @@ class OnPolicyRounds:
         self.greedy = greedy
         self.n_prompts = ctx.settings.rollout.prompts_per_step
         self.group_counter = 0
-        lag = ctx.blanks.data.lag
-        self.lagged = LaggedPolicy(ctx, lag) if lag else None
+        d = ctx.blanks.data
+        lagged = d.lag or d.broadcast_every > 1
+        self.lagged = LaggedPolicy(ctx, d.lag, d.broadcast_every) if lagged else None
         self.replay = ReplayBuffer(ctx) if ctx.blanks.data.replay is not None else None
         self.engine = ctx.engine  # the behaviour policy's engine of the current step
 
