@@ -141,3 +141,26 @@ def test_validate_names_a_judge_that_cannot_be_imported(cli, write_yaml):
         "validate", write_yaml("arms: {a: {preset: grpo}}\ntask: {judge: {kind: model}}\n")
     )
     assert code == 2 and "task.judge" in err and "path" in err
+
+
+class SlowAskingTask(type(make_task("arithmetic"))):
+    """verify asks the judge; for the response "slow" only after 0.4 s (past the gate's timeout)."""
+
+    def verify(self, instance, response):
+        if response == "slow":
+            time.sleep(0.4)
+        return self.judge(instance, response)
+
+
+def test_a_verifier_abandoned_on_timeout_cannot_call_the_judge_later():
+    task = attach_judge(
+        SlowAskingTask(),
+        JudgeConfig(callable="tests.test_judge:exact_judge", use="task").model_dump(),
+    )
+    inst = task.make_instance(2)
+    gate = VerifierGate(task, timeout_s=0.2)
+    with pytest.raises(VerifierFailure, match="timed out"):
+        gate(inst, "slow")
+    assert gate(inst, str(inst.data["answer"])) == 0.75 and gate.counts() == (2, 1)
+    time.sleep(0.5)  # the abandoned verifier wakes up and asks the judge: refused, not counted
+    assert gate.counts() == (2, 1) and task.judge.stats.reasons == {"abandoned": 1}

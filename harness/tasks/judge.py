@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import Instance
-from .verify import CallStats, VerifierFailure, call_with_timeout
+from .verify import VERIFICATION, CallStats, VerifierFailure, call_with_timeout
 
 JudgeFn = Callable[[Instance, str], float]
 
@@ -62,9 +62,15 @@ class JudgeGate:
         self.stats = JudgeStats()
         self._pool: list = [None]
         self._in_verify = 0
+        self._verification = 0
 
-    def begin_verify(self) -> None:
+    def begin_verify(self) -> int:
+        """A new verification starts: its call count restarts; returns its id (calls made for an
+        earlier one, e.g. by a verifier abandoned on timeout, are refused)."""
+
         self._in_verify = 0
+        self._verification += 1
+        return self._verification
 
     def _fail(self, kind: str, reason: str) -> JudgeFailure:
         self.stats.failures += 1
@@ -72,6 +78,13 @@ class JudgeGate:
         return JudgeFailure(reason)
 
     def __call__(self, instance: Instance, response: str) -> float:
+        caller = VERIFICATION.get()
+        if caller is not None and caller != self._verification:
+            self.stats.reasons["abandoned"] = self.stats.reasons.get("abandoned", 0) + 1
+            raise JudgeFailure(
+                f"judge '{self.name}' called for verification {caller}, abandoned (now at "
+                f"{self._verification}): not counted"
+            )
         self._in_verify += 1
         if self._in_verify > self.max_calls_per_verify:
             # past what the rollout reserved: refused, so the judge_calls budget holds

@@ -8,6 +8,7 @@ agent loop can mark that sample failed instead of crashing the run.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextvars
 import math
 import time
 from dataclasses import dataclass, field
@@ -70,14 +71,15 @@ class VerifierGate:
     def __call__(self, instance: Instance, response: str) -> float:
         self.stats.calls += 1
         judge = self.judge
+        verification = None
         if judge is not None:
-            judge.begin_verify()
+            verification = judge.begin_verify()
         if judge is not None and judge.use == "replace":
             return judge(instance, response)  # the judge's score is the reward
         t0 = time.perf_counter()
         try:
             reward = call_with_timeout(
-                self.task.verify, (instance, response), self.timeout_s, self._pool
+                self.task.verify, (instance, response), self.timeout_s, self._pool, verification
             )
         except TimeoutError:
             self.stats.timeouts += 1
@@ -106,17 +108,29 @@ class VerifierGate:
         return value
 
 
-def call_with_timeout(fn, args: tuple, timeout_s: float | None, pool: list):
+VERIFICATION: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "sixblanks_verification", default=None
+)
+"""The verification a verifier's code runs for: a judge refuses calls from one it has moved past (a
+verifier abandoned on timeout whose thread goes on), so they never land in a later round's count."""
+
+
+def call_with_timeout(
+    fn, args: tuple, timeout_s: float | None, pool: list, verification: int | None = None
+):
     """``fn(*args)``, abandoned after ``timeout_s`` (TimeoutError); None: inline, no thread.
 
     ``pool`` holds the one worker thread of the caller (``[executor or None]``); a hung call's
-    worker is abandoned and the next call gets a fresh one."""
+    worker is abandoned and the next call gets a fresh one. ``fn`` runs with :data:`VERIFICATION`
+    set to ``verification``."""
 
+    ctx = contextvars.copy_context()
+    ctx.run(VERIFICATION.set, verification)
     if timeout_s is None:
-        return fn(*args)
+        return ctx.run(fn, *args)
     if pool[0] is None:
         pool[0] = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="verifier")
-    future = pool[0].submit(fn, *args)
+    future = pool[0].submit(ctx.run, fn, *args)
     try:
         return future.result(timeout=timeout_s)
     except cf.TimeoutError:
