@@ -271,6 +271,23 @@ class ReplaySpec(_Spec):
     )
 
 
+class ConcurrentSpec(_Spec):
+    """A concurrent collector (FORMULAS §19): rollouts run beside the trainer in another process
+    (or a Ray actor) with an engine of its own, on the weights last broadcast to it, while the
+    trainer updates. Up to ``queue`` rounds are launched ahead, each reserved on the budget before
+    launch; the trainer consumes them in order as they are ready."""
+
+    queue: int = Field(
+        2, ge=1, description="Rounds launched ahead of the trainer (the bounded queue's size)."
+    )
+    backend: Literal["process", "ray"] = Field(
+        "process", description="process: a child process on this machine; ray: a Ray actor."
+    )
+    restarts: int = Field(
+        3, ge=0, description="Times a dead collector is restarted before the run fails."
+    )
+
+
 class DataSpec(_Spec):
     """(i): which samples, how many per prompt, how often reused."""
 
@@ -316,6 +333,11 @@ class DataSpec(_Spec):
         ge=0,
         description="Deterministic lag: sample each batch with the policy of k versions earlier (a "
         "ring of weight snapshots, reproducible from the seed); 0: synchronous.",
+    )
+    concurrent: ConcurrentSpec | None = Field(
+        None,
+        description="Asynchronous training: a concurrent collector (its own process and engine) "
+        "samples ahead of the trainer; None: rollouts run in the trainer's process.",
     )
 
 
@@ -403,6 +425,14 @@ class Blanks(_Spec):
             raise ValueError(
                 "data.replay: only online rollouts can be replayed, and not with ReMax (a replayed "
                 "group has no greedy baseline)"
+            )
+        if self.data.concurrent is not None and (
+            self.data.source != "rollouts" or self.advantage.estimator == "remax" or self.data.lag
+        ):
+            raise ValueError(
+                "data.concurrent: only online rollouts can be collected concurrently, not with "
+                "ReMax (its greedy baseline runs in the trainer) nor with data.lag (the "
+                "deterministic, same-process way to lag: use one of the two)"
             )
         if (self.data.lag or self.data.broadcast_every > 1) and self.data.source != "rollouts":
             raise ValueError("data.lag: only online rollouts (data.source 'rollouts') can lag")

@@ -29,11 +29,14 @@ DISCARD_REASONS: tuple[str, ...] = (
     "failed",
     "baseline",
     "dis",
+    "unconsumed",
 )
 """Why launched tokens did not enter a gradient. "failed": a task or verifier failure; "baseline":
 ReMax's greedy rollouts (a cost of the estimator, never trained on); "staleness": samples past the
 bounded-staleness limit; "masking": tokens an off-policy gate or a masked truncated-IS form dropped;
-"dis": tokens outside SAO's DIS band."""
+"dis": tokens outside SAO's DIS band; "unconsumed": rounds a concurrent collector launched that
+were never trained on (still queued when the run ended, or made after the checkpoint a killed
+trainer resumed from)."""
 
 
 def counter_names() -> list[str]:

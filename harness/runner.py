@@ -50,9 +50,10 @@ def settings_from_spec(spec: dict[str, Any]):
     )
 
 
-def build_trainer(spec: dict[str, Any], warm_dir: str | Path):
+def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Path | None = None):
     """The Trainer of one spec: the warm-start policy, a frozen reference copy, the rollout engine
-    ``rollout.backend`` names. Used by runs and by sweep trials alike."""
+    ``rollout.backend`` names. Used by runs and by sweep trials alike. ``work_dir``: the run's
+    directory (a concurrent collector spools its rounds there)."""
 
     from .models import load_pretrained
     from .rollout.engine import make_engine
@@ -61,6 +62,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path):
     from .training import Trainer
 
     settings = settings_from_spec(spec)
+    settings.work_dir = str(work_dir) if work_dir is not None else None
     task = attach_judge(
         make_task(spec["task"]["name"], spec["task"].get("params") or {}), spec["task"].get("judge")
     )
@@ -101,7 +103,7 @@ def execute_run(
     started = status.get("started") or time.time()
     resumed_from = None
     try:
-        trainer = build_trainer(spec, warm_dir)
+        trainer = build_trainer(spec, warm_dir, rd.path)
         ckpt = rd.checkpoint
         if ckpt.exists():
             trainer.load_state_dict(torch.load(ckpt, weights_only=False))

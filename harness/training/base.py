@@ -42,6 +42,9 @@ class RunSettings:
     name: str = "run"
     evaluate: bool = True
     """False: no held-out evaluation at all (the warm start)."""
+    work_dir: str | None = None
+    """The run's directory: a concurrent collector spools its rounds under ``work_dir/spool``
+    (None: a temporary directory, so a killed run cannot recover them)."""
 
 
 @dataclass
@@ -107,6 +110,14 @@ class Collector(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def update_bound(collector, worst: dict[str, float]) -> tuple[float, float]:
+    """The most rows and tokens the next update can accept: what the collector may hand it (its
+    ``update_bound()`` where its worst case no longer counts rounds launched ahead)."""
+
+    bound = getattr(collector, "update_bound", None)
+    return bound() if bound is not None else (worst["rollouts_launched"], worst["launched_tokens"])
 
 
 class Objective(Protocol):

@@ -31,6 +31,22 @@ def frozen_copy(model):
     return ref
 
 
+def rollout_cost(
+    batches: list[TrajectoryBatch], gate: VerifierGate, since: tuple[int, int]
+) -> dict[str, float]:
+    """What episodes actually cost; ``since``: the gate's (verifier, judge) calls before they ran."""
+
+    verifier, judge = gate.counts()
+    return {
+        "launched_tokens": float(sum(b.launched_tokens() for b in batches)),
+        "prompt_tokens": float(sum(b.prompt_tokens() for b in batches)),
+        "rollouts_launched": float(sum(b.size for b in batches)),
+        "env_steps": float(sum(int(b.n_turns.sum()) for b in batches)),
+        "verifier_calls": float(verifier - since[0]),
+        "judge_calls": float(judge - since[1]),
+    }
+
+
 @dataclass
 class RunContext:
     settings: RunSettings
@@ -86,15 +102,7 @@ class RunContext:
         """What episodes actually cost; ``since``: the gate's (verifier, judge) calls before they
         ran (:meth:`VerifierGate.counts`)."""
 
-        verifier, judge = self.gate.counts()
-        return {
-            "launched_tokens": float(sum(b.launched_tokens() for b in batches)),
-            "prompt_tokens": float(sum(b.prompt_tokens() for b in batches)),
-            "rollouts_launched": float(sum(b.size for b in batches)),
-            "env_steps": float(sum(int(b.n_turns.sum()) for b in batches)),
-            "verifier_calls": float(verifier - since[0]),
-            "judge_calls": float(judge - since[1]),
-        }
+        return rollout_cost(batches, self.gate, since)
 
     # ------------------------------------------------------------------ model passes
 

@@ -28,7 +28,7 @@ from ..evaluate import evaluate
 from ..rollout.engine import HFEngine, RolloutEngine
 from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
-from .base import Collected, Prepared, RunResult, RunSettings, TrainingError
+from .base import Collected, Prepared, RunResult, RunSettings, TrainingError, update_bound
 from .collectors import make_collector
 from .context import RunContext, frozen_copy
 from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
@@ -113,7 +113,7 @@ class Trainer:
 
         ctx = self.ctx
         worst = self.collector.worst_case()  # it accepts at most what it launches
-        bound = self.worst_update(worst["rollouts_launched"], worst["launched_tokens"])
+        bound = self.worst_update(*update_bound(self.collector, worst))
         if not ctx.meter.fits(add_costs(worst, bound), time_of=UNIT_KINDS):
             return None
         step = ctx.meter.charge(f"step {ctx.step}")
@@ -235,11 +235,27 @@ class Trainer:
 
         if evaluate_start and not self.result.evals:
             self.maybe_eval(force=True)
+        close = getattr(self.collector, "close", lambda drain: None)  # a concurrent collector
+        try:
+            self.result.ended_because = self._steps(max_steps, on_step)
+        except BaseException:
+            close(drain=False)  # killed, not counted: a resume recounts from the checkpoint
+            raise
+        close(drain=True)  # rounds still launched ahead: counted as launched and discarded
+        if not self.result.evals or self.result.evals[-1]["step"] != self.step_idx:
+            self.maybe_eval(force=True)
+        problems = self.ledger.check_invariants()
+        if problems:
+            raise TrainingError(
+                f"{self.settings.name}: ledger invariants broken: {'; '.join(problems)}"
+            )
+        return self.result
+
+    def _steps(self, max_steps: int | None, on_step) -> str:
         while max_steps is None or self.step_idx < max_steps:
             m = self.step()
             if m is None:
-                self.result.ended_because = "budget"
-                break
+                return "budget"
             for k in ("loss", "kl", "reward_mean"):
                 if k in m and isinstance(m[k], float) and math.isnan(m[k]):
                     raise TrainingError(f"{self.settings.name}: {k} is NaN at step {m['step']}")
@@ -251,16 +267,7 @@ class Trainer:
             self.maybe_eval()
             if on_step is not None:
                 on_step(self, m)
-        else:
-            self.result.ended_because = "max_steps"
-        if not self.result.evals or self.result.evals[-1]["step"] != self.step_idx:
-            self.maybe_eval(force=True)
-        problems = self.ledger.check_invariants()
-        if problems:
-            raise TrainingError(
-                f"{self.settings.name}: ledger invariants broken: {'; '.join(problems)}"
-            )
-        return self.result
+        return "max_steps"
 
     # ------------------------------------------------------------------ checkpoint
 
@@ -275,12 +282,7 @@ class Trainer:
             "collector": self.collector.state_dict(),
             "objective": self.objective.state_dict(),
             "next_eval": self.next_eval,
-            "result": {
-                "steps": r.steps,
-                "evals": r.evals,
-                "census": r.census,
-                "eval_cost": r.eval_cost,
-            },
+            "result": {k: getattr(r, k) for k in ("steps", "evals", "census", "eval_cost")},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -291,10 +293,5 @@ class Trainer:
         self.eval_meter.load_state_dict(state["eval_meter"])
         self.next_eval = state["next_eval"]
         r = state["result"]
-        self.result = RunResult(
-            steps=list(r["steps"]),
-            evals=list(r["evals"]),
-            census=list(r["census"]),
-            ledger=self.ledger,
-            eval_cost=dict(r["eval_cost"]),
-        )
+        self.result = RunResult(list(r["steps"]), list(r["evals"]), list(r["census"]), self.ledger)
+        self.result.eval_cost = dict(r["eval_cost"])

@@ -18,8 +18,9 @@ only when the round, the update, the weight sync and a checkpoint after it fit (
 exact worst case, stated in README and ``status``: a run exceeds a time limit by at most the time of
 the rest of its last step after its last check, plus a checkpoint: never more than one training step
 and its checkpoint (``Meter.overshoot_bound``, the longest seen; the first step has no estimate
-yet). The nesting is one stack: charges of one thread, strictly nested (a concurrent collector needs
-a meter of its own, or a lock and per-thread stacks).
+yet). The nesting is one stack: charges of one thread, strictly nested. A concurrent collector
+measures its rounds in its own process and the trainer commits them (``record``): its device time
+adds to the trainer's; its wall time overlaps the trainer's and is not added again.
 """
 
 from __future__ import annotations
@@ -166,6 +167,16 @@ class Meter:
                 self.overshoot_bound[k] = max(self.overshoot_bound[k], e)
             elif charge.kind == "checkpoint":  # a checkpoint follows its step unchecked
                 self.overshoot_bound[k] = max(self.overshoot_bound[k], self.last_step[k] + e)
+
+    def record(self, kind: str, device: float, wall: float) -> None:
+        """Time measured elsewhere (a concurrent collector's process) and committed with its work:
+        its unit length and its label, as a charge of ``kind`` would record them."""
+
+        unit = self.unit_time.setdefault(kind, {c: 0.0 for c in TIME_COUNTERS})
+        unit["device_seconds"] = max(unit["device_seconds"], device)
+        unit["wall_seconds"] = max(unit["wall_seconds"], wall)
+        tot = self.time_by_kind.setdefault(kind, {c: 0.0 for c in TIME_COUNTERS})
+        tot["device_seconds"] += device  # its wall time overlaps the trainer's: not committed
 
     def charge(self, label: str) -> Charge:
         """A charge of time only (weight sync, checkpoint, critic pass): labelled, never refused."""

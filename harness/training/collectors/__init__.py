@@ -21,6 +21,10 @@ def make_collector(ctx: RunContext):
         return Demonstrations(ctx)
     if source == "preference_pairs":
         return PreferencePairs(ctx)
+    if ctx.blanks.data.concurrent is not None:
+        from .concurrent import ConcurrentRounds
+
+        return ConcurrentRounds(ctx)
     greedy = GreedyBaseline(ctx) if ctx.blanks.advantage.estimator == "remax" else None
     return OnPolicyRounds(ctx, greedy)
 

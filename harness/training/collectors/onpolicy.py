@@ -84,7 +84,7 @@ class OnPolicyRounds:
             if out is None:
                 break
             batch, greedy = out
-            if self.lagged is not None or d.staleness is not None:
+            if self.lagged is not None or d.staleness is not None or d.concurrent is not None:
                 keep, lag_metrics = drop_stale(ctx, batch)
                 if not keep:
                     sampler.add_empty_round()

@@ -1,0 +1,295 @@
+"""Asynchronous training (``data.concurrent``): a concurrent collector samples ahead of the trainer.
+
+Up to ``queue`` rounds are launched ahead. Each is a *permit*: its worst case is reserved on the
+budget before the request goes out. The collector (:mod:`.worker`: another process or a Ray actor,
+its own engine) samples it with the weights last broadcast and spools it to disk; the trainer
+consumes rounds in order, commits each one's measured cost (tokens, episodes, environment steps,
+verifier and judge calls, the collector's device time including loading weights) and tops the
+queue up. The collector's wall time overlaps the trainer's and is not added: ``wall_seconds`` stays
+the run's elapsed time, of which the trainer's waiting is ``async.wait_seconds``.
+
+Weights go out every ``data.broadcast_every`` versions (a file each, charged as ``broadcast``);
+samples carry the version that made them, so ``lag.versions_behind``, ``data.staleness`` and the
+off-policy corrections work as with ``data.lag``.
+
+Nothing is lost or counted twice: every spool file is counted once, when consumed or, when it never
+can be (still queued at the end; made after the checkpoint a killed trainer resumed from, by
+weights the resumed run never had), as launched and discarded (``unconsumed``). A dead collector is
+restarted (``restarts`` times): rounds it spooled are used, the rest launched again. A resumed
+trainer replays the rounds its checkpoint had launched and the collector finished.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...seeds import train_seeds
+from ..base import TrainingError
+from ..context import RunContext
+from .onpolicy import OnPolicyRounds
+from .transport import ProcessWorker, RayWorker
+from .worker import collector_init, save_atomic, spooled_rounds, wait_for_exit
+
+POLL_SECONDS = 0.2
+
+
+class ConcurrentRounds(OnPolicyRounds):
+    def __init__(self, ctx: RunContext):
+        super().__init__(ctx)
+        self.spec = ctx.blanks.data.concurrent
+        self.every = ctx.blanks.data.broadcast_every
+        work = ctx.settings.work_dir
+        self.tmp = None if work else tempfile.mkdtemp(prefix="sixblanks-spool-")
+        self.spool = Path(work or self.tmp) / "spool"
+        self.spool.mkdir(parents=True, exist_ok=True)
+        self.next_round = 0  # rounds requested so far
+        self.next_consume = 0  # rounds before this one are consumed (or discarded)
+        self.requests: dict[int, dict[str, Any]] = {}  # launched, not yet consumed
+        self.permits: dict[int, Any] = {}  # round -> its reservation on this process's ledger
+        self.ready: dict[int, str] = {}  # round -> its spool file, done and not yet consumed
+        self.counted: set[str] = set()  # spool files whose cost is in the ledger
+        self.broadcast_version: int | None = None
+        self.restarts = 0
+        self.incarnation = 0
+        self.worker = None
+        self.resumed = False
+        self.wait_seconds = 0.0
+
+    def worst_case(self) -> dict[str, float]:
+        """Nothing new while a round is launched ahead (its permit is already reserved)."""
+
+        return {} if self.requests else super().worst_case()
+
+    def update_bound(self) -> tuple[float, float]:
+        worst = super().worst_case()
+        return worst["rollouts_launched"], worst["launched_tokens"]
+
+    def _reserve(self, r: int, time_estimate: bool = True):
+        meter = self.ctx.meter
+        amounts = meter.limited(super().worst_case(), ("rollouts",) if time_estimate else ())
+        return meter.ledger.reserve(amounts, label=f"rollouts round {r}")
+
+    def _commit(self, r: int, rec: dict[str, Any], name: str) -> None:
+        meter = self.ctx.meter
+        res = self.permits.pop(r, None)
+        if res is None:  # a file no permit stands for: reserve it now (it was launched)
+            res = self._reserve(r, time_estimate=False)
+            if res is None:
+                raise TrainingError(
+                    f"{self.ctx.settings.name}: spooled round {r} ({name}) does not fit the budget"
+                )
+        meter.ledger.commit(res, {**rec["cost"], "device_seconds": float(rec["device_seconds"])})
+        b = float(rec.get("broadcast_seconds", 0.0))
+        meter.record("rollouts", float(rec["device_seconds"]) - b, float(rec["wall_seconds"]))
+        if b:
+            meter.record("broadcast", b, 0.0)
+        self.counted.add(name)
+
+    def _discard(self, r: int, name: str) -> None:
+        """Count a spooled round that will never be trained on: launched, and discarded."""
+
+        rec = torch.load(self.spool / name, weights_only=False)
+        self._commit(r, rec, name)
+        batch = rec["batch"]
+        self.ctx.meter.discard("unconsumed", float(batch.row_action_tokens().sum()), batch.size)
+
+    def _weights_file(self, v: int) -> Path:
+        return self.spool / f"weights-{v:06d}.pt"
+
+    def broadcast(self) -> None:
+        """Write the current weights for the collector (charged as ``broadcast``)."""
+
+        ctx, v = self.ctx, self.ctx.engine.policy_version
+        with ctx.meter.charge(f"broadcast version {v}"):
+            state = {k: t.detach().cpu() for k, t in ctx.model.state_dict().items()}
+            save_atomic(state, self._weights_file(v))
+        old = self.broadcast_version
+        self.broadcast_version = v
+        if self.worker is not None:
+            self.worker.broadcast(v, str(self._weights_file(v)))
+        for f in self.spool.glob("weights-*.pt"):  # keep the last two versions
+            if f.name not in {self._weights_file(v).name, self._weights_file(old or v).name}:
+                f.unlink(missing_ok=True)
+
+    def _start(self) -> None:
+        v = self.broadcast_version
+        if v is None or not self._weights_file(v).exists():
+            self.broadcast()
+        v = self.broadcast_version
+        try:
+            cls = RayWorker if self.spec.backend == "ray" else ProcessWorker
+            self.incarnation += 1
+            init = collector_init(self.ctx, self.spool, f"w{os.getpid()}x{self.incarnation}")
+            self.worker = cls(init, (v, str(self._weights_file(v))))
+        except Exception as exc:  # pickling the task or the model, starting Ray
+            raise TrainingError(
+                f"{self.ctx.settings.name}: data.concurrent: could not start the collector "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
+        if self.worker.pid is not None:
+            (self.spool / "worker.pid").write_text(str(self.worker.pid))
+        for r in sorted(self.requests):
+            if r not in self.ready:
+                self.worker.send(self.requests[r])
+
+    def _restart(self, why: str) -> None:
+        self.restarts += 1
+        if self.restarts > self.spec.restarts:
+            raise TrainingError(
+                f"{self.ctx.settings.name}: the concurrent collector {why}, "
+                f"{self.restarts} times (data.concurrent.restarts: {self.spec.restarts})"
+            )
+        self.worker.stop(kill=True)
+        for r, names in spooled_rounds(
+            self.spool, self.counted
+        ).items():  # spooled before it died: done, not lost
+            if r in self.requests and r not in self.ready:
+                self.ready[r] = names[0]
+        self._start()
+
+    def _recover(self) -> None:
+        """After a trainer's resume: wait for the old collector, then count or replay its spool."""
+
+        wait_for_exit(self.spool / "worker.pid")  # it finishes its round, sees its trainer gone
+        for r in sorted(self.requests):
+            res = self._reserve(r, time_estimate=False)
+            if res is None:
+                raise TrainingError(f"{self.ctx.settings.name}: resumed round {r} does not fit")
+            self.permits[r] = res
+        version = self.ctx.engine.policy_version
+        for r, names in sorted(spooled_rounds(self.spool, self.counted).items()):
+            for name in names:
+                rec_version = torch.load(self.spool / name, weights_only=False)["version"]
+                if r in self.requests and r not in self.ready and rec_version <= version:
+                    self.ready[r] = name  # replayed from disk
+                else:  # weights the resumed run never had, or a second copy: counted, dropped
+                    self._discard(r, name)
+
+    def begin(self) -> None:
+        self.wait_seconds = 0.0
+        if self.worker is None:
+            if self.resumed:
+                self._recover()
+            self._start()
+        v = self.ctx.engine.policy_version
+        if v % self.every == 0 and v != self.broadcast_version:
+            self.broadcast()
+        self.top_up()
+        while (msg := self.worker.poll(0.0)) is not None:  # what is ready now, without waiting
+            self._message(msg)
+
+    def top_up(self) -> None:
+        """Launch rounds until ``queue`` are ahead or the budget has no room for one more."""
+
+        ctx = self.ctx
+        while len(self.requests) < self.spec.queue:
+            r = self.next_round
+            res = self._reserve(r)
+            if res is None:
+                return
+            n = self.n_prompts
+            req = {
+                "round": r,
+                "seeds": train_seeds(ctx.rng, n),
+                "group_offset": self.group_counter,
+                "gen_seed": ctx.settings.seed * 1_000_003 + r,
+            }
+            self.group_counter += n
+            self.requests[r], self.permits[r] = req, res
+            self.next_round += 1
+            self.worker.send(req)
+
+    def _message(self, msg: tuple[str, int, str]) -> None:
+        kind, got, detail = msg
+        if kind == "error":
+            raise TrainingError(
+                f"{self.ctx.settings.name}: the concurrent collector failed on round {got}:\n{detail}"
+            )
+        if got in self.requests:
+            self.ready[got] = detail
+
+    def _wait(self, r: int) -> str:
+        w0 = time.perf_counter()
+        while r not in self.ready:
+            msg = self.worker.poll(POLL_SECONDS)
+            if msg is None:
+                if not self.worker.alive():
+                    self._restart(f"died (exit code {self.worker.exitcode})")
+                continue
+            self._message(msg)
+        self.wait_seconds += time.perf_counter() - w0
+        return self.ready.pop(r)
+
+    def round(self):
+        r = self.next_consume
+        if r not in self.requests:
+            return None  # nothing launched ahead and no room to launch: the budget is spent
+        name = self._wait(r)
+        rec = torch.load(self.spool / name, weights_only=False)
+        self._commit(r, rec, name)
+        del self.requests[r]
+        self.next_consume += 1
+        self.top_up()
+        return rec["batch"], None
+
+    def collect(self):
+        self.begin()
+        ahead = len(self.ready)
+        out = super().collect()
+        out.metrics.update(
+            {
+                "async.wait_seconds": self.wait_seconds,
+                "async.rounds_ready": float(ahead),
+                "async.restarts": float(self.restarts),
+            }
+        )
+        return out
+
+    def close(self, drain: bool = True) -> None:
+        """The end of the run: rounds still launched are finished and counted as launched and
+        discarded (``drain``); the collector stops. Without ``drain`` (the run failed) it is
+        killed and its permits released: a resume recounts from the checkpoint."""
+
+        if self.worker is None:
+            return
+        try:
+            if drain:
+                for r in sorted(self.requests):
+                    self._discard(r, self._wait(r))
+                    del self.requests[r]
+                    self.next_consume = r + 1
+        finally:
+            self.worker.stop(kill=not drain)
+            self.worker = None
+            for res in self.permits.values():
+                self.ctx.meter.ledger.release(res)
+            self.permits.clear()
+            if self.tmp is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "next_round": self.next_round,
+            "next_consume": self.next_consume,
+            "requests": dict(self.requests),
+            "counted": sorted(self.counted),
+            "broadcast_version": self.broadcast_version,
+            "restarts": self.restarts,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.next_round, self.next_consume = state["next_round"], state["next_consume"]
+        self.requests = {int(r): q for r, q in state["requests"].items()}
+        self.counted = set(state["counted"])
+        self.broadcast_version = state["broadcast_version"]
+        self.restarts = state["restarts"]
+        self.resumed = True

@@ -1,0 +1,130 @@
+"""How the trainer talks to its concurrent collector (:mod:`.worker`): a child process with three
+queues (rounds, weights, reports), or a Ray actor. Both send requests, broadcast weight files, poll
+for reports (``("done", round, spool file)`` or ``("error", round, traceback)``) and stop."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from typing import Any
+
+from .worker import CollectorCore, process_main
+
+
+class ProcessWorker:
+    """A collector in a child process (spawned: a fresh interpreter, one torch thread)."""
+
+    def __init__(self, init: dict[str, Any], weights: tuple[int, str]):
+        import torch.multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.rounds_q, self.weights_q, self.done_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
+        self.weights_q.put(weights)
+        # vLLM starts processes of its own, which a daemonic process may not
+        daemon = init["rollout"].backend != "vllm"
+        self.proc = ctx.Process(
+            target=process_main,
+            args=(init, self.rounds_q, self.weights_q, self.done_q, os.getpid()),
+            daemon=daemon,
+            name=f"sixblanks-collector-{init['worker']}",
+        )
+        self.proc.start()
+        self.pid = self.proc.pid
+
+    def send(self, req: dict[str, Any]) -> None:
+        self.rounds_q.put(req)
+
+    def broadcast(self, version: int, path: str) -> None:
+        self.weights_q.put((version, path))
+
+    def poll(self, timeout: float) -> tuple[str, int, str] | None:
+        """The next message (("done", round, file) or ("error", round, traceback)), or None."""
+
+        try:
+            return self.done_q.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.proc.exitcode
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc.is_alive() and not kill:
+            self.rounds_q.put(None)
+            self.proc.join(timeout=30)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=10)
+        for q in (self.rounds_q, self.weights_q, self.done_q):
+            q.cancel_join_thread()
+            q.close()
+
+
+class RayWorker:
+    """A collector as a Ray actor (one CPU, or one GPU where the model is on CUDA). The spool must
+    be a directory the actor can write and the trainer read (one machine, or shared storage)."""
+
+    def __init__(self, init: dict[str, Any], weights: tuple[int, str]):
+        import ray
+
+        self.ray = ray
+        self.started_ray = not ray.is_initialized()
+        if self.started_ray:
+            ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False)
+        gpus = 1 if str(init.get("device", "cpu")).startswith("cuda") else 0
+        actor = ray.remote(num_cpus=1, num_gpus=gpus)(_RayCollector)
+        self.actor = actor.remote(init)
+        self.pending: dict[Any, int] = {}
+        self.actor.load.remote(*weights)
+        self.pid = None
+
+    def send(self, req: dict[str, Any]) -> None:
+        self.pending[self.actor.round.remote(req)] = int(req["round"])
+
+    def broadcast(self, version: int, path: str) -> None:
+        self.actor.load.remote(version, path)
+
+    def poll(self, timeout: float) -> tuple[str, int, str] | None:
+        if not self.pending:
+            time.sleep(min(timeout, 0.05))
+            return None
+        done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=timeout)
+        if not done:
+            return None
+        r = self.pending.pop(done[0])
+        try:
+            return ("done", r, self.ray.get(done[0]))
+        except self.ray.exceptions.RayActorError:
+            self.dead = True
+            return None
+        except Exception as exc:  # noqa: BLE001 - a task error, reported to the trainer
+            return ("error", r, f"{type(exc).__name__}: {exc}")
+
+    dead = False
+    exitcode = None
+
+    def alive(self) -> bool:
+        return not self.dead
+
+    def stop(self, kill: bool = False) -> None:
+        try:
+            self.ray.kill(self.actor)
+        finally:
+            if self.started_ray:
+                self.ray.shutdown()
+
+
+class _RayCollector:
+    def __init__(self, init: dict[str, Any]):
+        self.core = CollectorCore(init)
+
+    def load(self, version: int, path: str) -> None:
+        self.core.load(version, path)
+
+    def round(self, req: dict[str, Any]) -> str:
+        return self.core.round(req)

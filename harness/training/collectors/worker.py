@@ -1,0 +1,207 @@
+"""The collector side of asynchronous training (``data.concurrent``): a process of its own (or a
+Ray actor) with its own copy of the policy and its own engine (``rollout.backend``: HF or vLLM).
+
+It takes round requests (instance seeds, group offset, a generator seed), samples each round with
+the newest weights it has been sent, and writes the round to the spool *before* it reports it done:
+
+    spool/round-000012.<worker>.pt   {"round", "worker", "version", "batch", "cost",
+                                      "device_seconds", "wall_seconds", "broadcast_seconds"}
+
+so a round that finished is never lost, whichever process dies next (the trainer counts each spool
+file exactly once: :mod:`.concurrent`). A round killed before it finishes leaves nothing and is
+launched again. Weights arrive as files (``spool/weights-<version>.pt``): before each round the
+process backend loads the newest one sent; the Ray actor loads them in the order they were sent.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...rollout.agent import run_episodes
+from ...rollout.engine import SamplingParams, make_engine
+from ...tasks.verify import VerifierGate
+from ..context import frozen_copy, rollout_cost
+
+
+def round_file(r: int, worker: str) -> str:
+    return f"round-{r:06d}.{worker}.pt"
+
+
+def parse_round_file(name: str) -> tuple[int, str] | None:
+    """(round, worker) of a spool file name, or None for anything else."""
+
+    parts = name.split(".")
+    if len(parts) != 3 or not parts[0].startswith("round-") or parts[2] != "pt":
+        return None
+    return int(parts[0][len("round-") :]), parts[1]
+
+
+def spooled_rounds(spool: Path, counted: set[str]) -> dict[int, list[str]]:
+    """Round -> its spool files not yet counted, oldest first."""
+
+    out: dict[int, list[str]] = {}
+    for f in sorted(spool.glob("round-*.pt"), key=lambda p: p.stat().st_mtime):
+        parsed = parse_round_file(f.name)
+        if parsed is not None and f.name not in counted:
+            out.setdefault(parsed[0], []).append(f.name)
+    return out
+
+
+def wait_for_exit(pid_file: Path, timeout: float = 120.0) -> None:
+    """Wait for the collector a killed trainer left behind (its pid in ``pid_file``) to finish its
+    round and exit; after ``timeout`` seconds it is killed."""
+
+    if not pid_file.exists():
+        return
+    pid, t0 = int(pid_file.read_text() or 0), time.monotonic()
+    while pid and _alive(pid):
+        if time.monotonic() - t0 > timeout:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+
+
+def collector_init(ctx, spool: Path, worker: str) -> dict[str, Any]:
+    """What a collector is started with (:class:`CollectorCore`), from the trainer's context."""
+
+    cpu = ctx.device.type == "cpu"
+    return {
+        "model": frozen_copy(ctx.model) if cpu else ctx.model,
+        "tokenizer": ctx.tokenizer,
+        "task": ctx.task,
+        "rollout": ctx.settings.rollout,
+        "group_size": ctx.group_size,
+        "max_context_tokens": ctx.settings.rollout.max_prompt_tokens,
+        "seed": ctx.settings.seed,
+        "spool": str(spool),
+        "worker": worker,
+        "device": str(ctx.device),
+    }
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+class CollectorCore:
+    """What the collector does, whatever runs it. ``init``: model (architecture; weights come from
+    the broadcast files), tokenizer, task, rollout config, group_size, max_context_tokens, seed,
+    spool (a directory), worker (a name unique to this incarnation)."""
+
+    def __init__(self, init: dict[str, Any]):
+        torch.set_num_threads(int(init.get("threads", 1)))
+        self.init = init
+        self.model = init["model"]
+        self.model.eval()
+        r = init["rollout"]
+        self.params = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
+        self.engine = make_engine(r, self.model, init["tokenizer"], seed=int(init["seed"]))
+        self.gate = VerifierGate(init["task"])
+        self.spool = Path(init["spool"])
+        self.version: int | None = None
+        self.broadcast_seconds = 0.0  # loading weights since the last round: charged with it
+
+    def load(self, version: int, path: str) -> None:
+        """Take the weights of ``version`` (a file the trainer wrote)."""
+
+        t0 = time.process_time()
+        state = torch.load(path, weights_only=True)
+        self.model.load_state_dict(state)
+        self.engine.load_weights(None)  # a vLLM engine reloads from the model; HF shares it
+        self.engine.policy_version = self.version = int(version)
+        self.broadcast_seconds += time.process_time() - t0
+
+    def round(self, req: dict[str, Any]) -> str:
+        """Sample one round, spool it, return its file name."""
+
+        if self.version is None:
+            raise RuntimeError("the collector has no weights yet (no broadcast received)")
+        t0, w0 = time.process_time(), time.perf_counter()
+        init, task = self.init, self.init["task"]
+        calls0 = self.gate.counts()
+        batch = run_episodes(
+            self.engine,
+            init["tokenizer"],
+            task,
+            task.instances(list(req["seeds"])),
+            int(init["group_size"]),
+            self.params,
+            self.gate,
+            max_context_tokens=int(init["max_context_tokens"]),
+            generator=torch.Generator().manual_seed(int(req["gen_seed"])),
+            group_offset=int(req["group_offset"]),
+        )
+        name = round_file(int(req["round"]), init["worker"])
+        record = {
+            "round": int(req["round"]),
+            "worker": init["worker"],
+            "version": self.version,
+            "batch": batch,
+            "cost": rollout_cost([batch], self.gate, calls0),
+            "device_seconds": time.process_time() - t0 + self.broadcast_seconds,
+            "wall_seconds": time.perf_counter() - w0,
+            "broadcast_seconds": self.broadcast_seconds,
+        }
+        save_atomic(record, self.spool / name)
+        self.broadcast_seconds = 0.0
+        return name
+
+
+def process_main(init, rounds_q, weights_q, done_q, parent_pid: int) -> None:
+    """The collector process: newest weights, next round, spool, report; it exits when asked
+    (a None request) or when the trainer that started it is gone."""
+
+    try:
+        core = CollectorCore(init)
+    except BaseException:  # noqa: BLE001 - reported to the trainer
+        done_q.put(("error", -1, traceback.format_exc(limit=8)))
+        return
+
+    def newest_weights() -> None:
+        latest = None
+        while True:
+            try:
+                latest = weights_q.get_nowait()
+            except queue.Empty:
+                break
+        if latest is not None:
+            core.load(*latest)
+
+    while True:
+        if os.getppid() != parent_pid:
+            return
+        try:
+            newest_weights()
+            req = rounds_q.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if req is None:
+            return
+        try:
+            newest_weights()
+            done_q.put(("done", int(req["round"]), core.round(req)))
+        except BaseException:  # noqa: BLE001 - reported to the trainer
+            done_q.put(("error", int(req["round"]), traceback.format_exc(limit=8)))
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not reaped) is gone for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
