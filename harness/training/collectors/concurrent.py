@@ -45,10 +45,8 @@ class ConcurrentRounds(OnPolicyRounds):
         super().__init__(ctx)
         self.spec = ctx.blanks.data.concurrent
         self.every = ctx.blanks.data.broadcast_every
-        work = ctx.settings.work_dir
-        self.tmp = None if work else tempfile.mkdtemp(prefix="sixblanks-spool-")
-        self.spool = Path(work or self.tmp) / "spool"
-        self.spool.mkdir(parents=True, exist_ok=True)
+        self.tmp: str | None = None
+        self.spool = Path()  # under settings.work_dir, set when the collector starts
         self.next_round = 0  # rounds requested so far
         self.next_consume = 0  # rounds before this one are consumed (or discarded)
         self.requests: dict[int, dict[str, Any]] = {}  # launched, not yet consumed
@@ -175,6 +173,10 @@ class ConcurrentRounds(OnPolicyRounds):
     def begin(self) -> None:
         self.wait_seconds = 0.0
         if self.worker is None:
+            work = self.ctx.settings.work_dir
+            self.tmp = None if work else tempfile.mkdtemp(prefix="sixblanks-spool-")
+            self.spool = Path(work or self.tmp) / "spool"
+            self.spool.mkdir(parents=True, exist_ok=True)
             if self.resumed:
                 self._recover()
             self._start()

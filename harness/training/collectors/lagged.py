@@ -75,6 +75,8 @@ def drop_stale(ctx: RunContext, batch) -> tuple[list[int], dict[str, float]]:
     }
     bound = ctx.blanks.data.staleness
     stale = behind > bound if bound is not None else torch.zeros_like(behind, dtype=torch.bool)
+    if bool((~stale).any()):  # what is kept: never more than the bound behind
+        metrics["lag.kept_behind_max"] = float(behind[~stale].max())
     if bool(stale.any()):
         tokens = batch.row_action_tokens()
         ctx.meter.discard("staleness", float(tokens[stale].sum()), int(stale.sum()))

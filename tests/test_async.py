@@ -1,0 +1,172 @@
+"""Asynchronous training with a concurrent collector (data.concurrent): rounds sampled ahead in a
+process of its own, each reserved before launch and spooled before it is reported; every spooled
+round is counted exactly once, whichever process is killed."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from sixblanks.algorithms.presets import resolve
+from sixblanks.harness.layout import RunDir, read_status
+from sixblanks.harness.runner import execute_run
+
+from .conftest import ROOT
+from .test_lag import _trainer
+
+ASYNC = {"data": {"concurrent": {"queue": 3}}, "weight": {"tis_cap": 2.0}}
+PER_ROUND = 16  # prompts_per_step 4 x group_size 4
+
+
+def spool_totals(spool) -> dict[str, float]:
+    """What the spooled rounds launched, recomputed from their trajectories (a second method: the
+    ledger's counts come from the costs the collector reported)."""
+
+    tot = dict.fromkeys(
+        ("launched_tokens", "prompt_tokens", "rollouts_launched", "env_steps", "verifier_calls"),
+        0.0,
+    )
+    for f in sorted(spool.glob("round-*.pt")):
+        rec = torch.load(f, weights_only=False)
+        b = rec["batch"]
+        tot["launched_tokens"] += float(b.action_mask.sum())
+        tot["prompt_tokens"] += float(b.prompt_tokens())
+        tot["rollouts_launched"] += b.size
+        tot["env_steps"] += float(b.n_turns.sum())
+        tot["verifier_calls"] += float(b.n_turns.sum())  # one verification per turn here
+    return tot
+
+
+def assert_counted_once(counters, discarded_rollouts, spool):
+    """Every non-time counter equals what the spooled rounds launched, and what was launched was
+    either accepted or discarded by reason."""
+
+    for k, v in spool_totals(spool).items():
+        assert counters[k] == pytest.approx(v), k
+    assert counters["accepted_tokens"] + counters["discarded_tokens"] == pytest.approx(
+        counters["launched_tokens"]
+    )
+    rejected = sum(discarded_rollouts.values())
+    assert counters["rollouts_accepted"] + rejected == pytest.approx(counters["rollouts_launched"])
+
+
+def test_rounds_still_queued_at_the_end_are_launched_and_discarded(tmp_path):
+    tr = _trainer({**ASYNC, "data": {"concurrent": {"queue": 3}, "staleness": 1}})
+    tr.ctx.settings.work_dir = str(tmp_path)
+    res = tr.train(max_steps=5)
+    led = res.ledger
+    assert not led.check_invariants() and tr.collector.worker is None  # stopped
+    # three rounds were launched ahead when the run stopped: finished, counted, never trained on
+    assert led.discarded_rollouts_by_reason["unconsumed"] == 3 * PER_ROUND
+    assert_counted_once(led.counters, led.discarded_rollouts_by_reason, tmp_path / "spool")
+    files = {f.name for f in (tmp_path / "spool").glob("round-*.pt")}
+    assert tr.collector.counted == files and len(files) >= 5 + 3
+    # sampled ahead, so behind the trainer; the bound drops what is more than 1 version behind
+    launched = [m["lag.versions_behind_max"] for m in res.steps]
+    kept = [m["lag.kept_behind_max"] for m in res.steps if "lag.kept_behind_max" in m]
+    assert max(launched) == 3 and kept and max(kept) <= 1
+    assert led.discarded_rollouts_by_reason["staleness"] > 0
+    kinds = tr.ctx.meter.time_by_kind
+    assert kinds["broadcast"]["device_seconds"] > 0 and kinds["rollouts"]["device_seconds"] > 0
+
+
+def test_a_killed_collector_is_restarted_and_nothing_is_lost_or_counted_twice(tmp_path):
+    killed = []
+
+    def kill(tr, m):
+        if m["step"] == 2:
+            os.kill(tr.collector.worker.pid, signal.SIGKILL)
+            killed.append(tr.collector.worker.pid)
+
+    tr = _trainer(ASYNC, budget={"launched_tokens": 500.0})
+    tr.ctx.settings.work_dir = str(tmp_path)
+    res = tr.train(on_step=kill)
+    assert killed and res.steps[-1]["async.restarts"] == 1.0
+    led = res.ledger
+    assert not led.check_invariants() and res.ended_because == "budget"
+    assert_counted_once(led.counters, led.discarded_rollouts_by_reason, tmp_path / "spool")
+    files = {f.name for f in (tmp_path / "spool").glob("round-*.pt")}
+    assert tr.collector.counted == files
+    assert len({f.split(".")[1] for f in files}) == 2  # rounds of both collectors were used
+
+
+def test_a_dead_collector_past_its_restarts_fails_the_run_clearly(tmp_path):
+    def kill(tr, m):
+        os.kill(tr.collector.worker.pid, signal.SIGKILL)
+
+    tr = _trainer({**ASYNC, "data": {"concurrent": {"queue": 1, "restarts": 0}}})
+    from sixblanks.harness.training import TrainingError
+
+    with pytest.raises(TrainingError, match=r"concurrent collector died .*restarts: 0"):
+        tr.train(on_step=kill)
+    assert tr.collector.worker is None  # stopped, not left running
+
+
+def test_concurrent_collection_is_refused_with_lag_or_remax():
+    with pytest.raises(ValueError, match="data.concurrent"):
+        resolve("grpo", {"data": {"concurrent": {}, "lag": 1}})
+    with pytest.raises(ValueError, match="data.concurrent"):
+        resolve("remax", {"data": {"concurrent": {}}})
+
+
+TINY = {
+    "name": "tiny-async",
+    "task": {"name": "arithmetic", "eval_size": 16},
+    "rollout": {"max_new_tokens": 6, "prompts_per_step": 4, "group_size": 4},
+    "warm_start": {"steps": 40, "num_demos": 300},
+    "budget": {"launched_tokens": 1500},
+    "eval": {"every": 600},
+    "seeds": [0],
+    "arms": {"async": {"preset": "grpo", "blanks": ASYNC}},
+    "tracking": {"mlflow": False},
+}
+
+
+def test_a_killed_trainer_resumes_and_counts_every_spooled_round_once(tmp_path):
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.orchestrator import Orchestrator
+
+    orch = Orchestrator(validate_mapping(TINY), tmp_path / "exp", progress=False)
+    spec = orch.prepare()[0]
+    warm = str(orch.warm_dir)
+    run_dir = tmp_path / "run"
+    code = (
+        "import json,sys; from sixblanks.harness.runner import execute_run\n"
+        "if __name__ == '__main__':\n"
+        f"    execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
+    )
+    script = tmp_path / "run.py"
+    script.write_text(code)
+    proc = subprocess.Popen([sys.executable, str(script), json.dumps(spec)], cwd=ROOT)
+    deadline = time.time() + 180
+    while time.time() < deadline and proc.poll() is None:
+        if (read_status(run_dir).get("step") or 0) >= 4:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    rd = RunDir(run_dir)
+    shutil.copy(rd.checkpoint, tmp_path / "at_kill.pt")
+    at_kill = torch.load(tmp_path / "at_kill.pt", weights_only=False)["collector"]
+    left = {f.name for f in (run_dir / "spool").glob("round-*.pt")} - set(at_kill["counted"])
+
+    resumed = execute_run(spec, run_dir, warm, threads=1)
+    assert resumed["resumed_from"] is not None and resumed["ended_because"] == "budget"
+    counters = resumed["counters"]
+    discarded = torch.load(rd.checkpoint, weights_only=False)["meter"]["ledger"]
+    assert_counted_once(counters, discarded["discarded_rollouts_by_reason"], run_dir / "spool")
+    final = torch.load(rd.checkpoint, weights_only=False)["collector"]
+    files = {f.name for f in (run_dir / "spool").glob("round-*.pt")}
+    # the rounds the killed trainer's collector spooled after the checkpoint are counted too:
+    # replayed, or launched and discarded
+    assert left and left <= set(final["counted"]) and set(final["counted"]) == files
+    assert counters["launched_tokens"] <= 1500
+    events = [json.loads(x) for x in rd.events.read_text().splitlines()]
+    assert [e["step"] for e in events if e["type"] == "step"] == list(range(resumed["steps"]))
