@@ -9,7 +9,8 @@
     6 normalization    loss normalization varied
     7 clip_kl_lr       clipping, KL and learning rate varied (gradient norms reported)
     8 critic           value credit (a critic preset) added
-    9 asynchrony       the arm's lag (data.lag) against its synchronous setting; fails when lag loses
+    9 asynchrony       the arm's lag (data.lag or data.concurrent) against its synchronous setting;
+                       fails when asynchrony loses
 
 Each rung is a small experiment under the same ledger machinery (a budget per rung). It gives rows
 (one per setting it tried) and exactly one verdict row (``variant == "verdict"``: pass, fail or
@@ -171,6 +172,8 @@ class Ladder:
                 "split": SPLIT,
             }
         grad = [m["grad_norm"] for m in res.steps if "grad_norm" in m]
+        behind = [m["lag.versions_behind"] for m in res.steps if "lag.versions_behind" in m]
+        kl = [m["mismatch.kl"] for m in res.steps if "mismatch.kl" in m]
         return {
             "scores": res.evals[-1]["per_instance"],
             "start": res.evals[0]["per_instance"],
@@ -180,6 +183,9 @@ class Ladder:
             "grad_norm_max": float(np.max(grad)) if grad else None,
             "trainable": [m.get("trainable_group_frac") for m in res.steps],
             "counters": dict(res.ledger.counters),
+            # how far behind its samples were: versions, and the behaviour-to-current k3 KL
+            "versions_behind": float(np.mean(behind)) if behind else 0.0,
+            "behavior_kl": float(np.mean(kl)) if kl else None,
             "diverged": False,
             "engine": engine,
             "split": res.evals[-1].get("split"),
@@ -311,6 +317,12 @@ class Ladder:
                 variants[f"loss_kl={kl:g}"] = {"blanks_over": {"regularizer": {"loss_kl_coef": kl}}}
         return self._compare(7, "clip_kl_lr", variants, key)
 
+    def _async_data(self) -> dict[str, Any]:
+        """The arm's asynchrony (one axis at a time: a critic preset keeps the arm's lag)."""
+
+        d = self.spec["blanks"]["data"]
+        return {k: d[k] for k in ASYNC_FIELDS if k in d}
+
     def rung_critic(self) -> list[RungResult]:
         if resolve(self.spec["preset"]).advantage.estimator == "gae":
             reason = "not applicable: the arm already uses a value model, there is no critic to add"
@@ -325,28 +337,31 @@ class Ladder:
             {
                 key: {},
                 f"+critic ({self.cfg.ladder.critic_preset})": {
-                    "preset": self.cfg.ladder.critic_preset
+                    "preset": self.cfg.ladder.critic_preset,
+                    "blanks_over": {"data": self._async_data()},
                 },
             },
             key,
         )
 
     def rung_asynchrony(self) -> list[RungResult]:
-        """The arm's lagged setting against its synchronous one (``data.lag: 0``) at the matched
-        budget, paired on the same instances: the rung fails when asynchrony loses."""
+        """The arm's asynchronous setting (``data.lag``, or a concurrent collector) against its
+        synchronous one at the matched budget, paired on the same instances: the rung fails when
+        asynchrony loses."""
 
-        lag = self.spec["blanks"]["data"].get("lag", 0)
-        if not lag:
+        d = self.spec["blanks"]["data"]
+        lag, conc = d.get("lag", 0), d.get("concurrent")
+        if not lag and conc is None:
             reason = (
-                "not applicable: the arm is synchronous (data.lag 0), there is no asynchronous "
-                "setting to compare with synchronous parity"
+                "not applicable: the arm is synchronous (data.lag 0, no data.concurrent), there "
+                "is no asynchronous setting to compare with synchronous parity"
             )
             return [
                 RungResult(9, "asynchrony", "synchronous arm", "inconclusive", reason),
                 verdict(9, "asynchrony", "inconclusive", reason),
             ]
-        key = f"lag={lag} (nominal)"
-        sync = {"blanks_over": {"data": {"lag": 0}}}
+        key = f"lag={lag} (nominal)" if lag else f"concurrent queue={conc['queue']} (nominal)"
+        sync = {"blanks_over": {"data": {"lag": 0, "concurrent": None, "broadcast_every": 1}}}
         return self._compare(9, "asynchrony", {key: {}, "lag=0 (synchronous)": sync}, key)
 
     # ------------------------------------------------------------------ the walk
@@ -380,6 +395,10 @@ class Ladder:
             ExperimentDir(self.out).ladder, {"arm": self.arm, "seconds": seconds, "rungs": rows}
         )
         write_ladder(self.out, self.cfg.name, self.arm, rows)
+
+
+ASYNC_FIELDS = ("lag", "concurrent", "broadcast_every", "staleness")
+"""The data blank's fields that make an arm asynchronous; rung 9 varies them, the others keep them."""
 
 
 class LadderFailed(SixblanksError):

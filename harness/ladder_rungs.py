@@ -120,7 +120,14 @@ def frozen_batch_rung(engine, model, tok, task, rollout, blanks) -> list[RungRes
             sub = batch.select(rows)
             lp, _ = policy_logprobs(model, sub.tokens, sub.attention_mask, r.temperature)
             loss, _ = policy_loss(
-                blanks, lp, old[rows], adv[rows], mask[rows], w[rows], ref_logp=old[rows]
+                blanks,
+                lp,
+                old[rows],
+                adv[rows],
+                mask[rows],
+                w[rows],
+                ref_logp=old[rows],
+                behavior_logp=batch.behavior_logprobs[rows],  # off-policy corrections need it
             )
             loss.backward()
             total += float(loss.detach())

@@ -435,7 +435,7 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     assert "lr=0.0003" in fail.evidence or "diverged" in fail.evidence
     assert all(r.status != "fail" for r in results if r.rung < 7)
 
-    # the default arm passes every rung it can run (asynchrony is not built: inconclusive)
+    # the default arm passes every rung it can run (it is synchronous: rung 9 is inconclusive)
     path = write_yaml(yaml.safe_dump(json.loads(json.dumps(BASE))))
     code, out, err = cli("ladder", path, "--out", str(tmp_path / "good"), "--json")
     assert code == 0, err
@@ -497,3 +497,71 @@ def test_ladder_of_a_vllm_arm_samples_with_vllm(tmp_path):
     ]
     con.close()
     assert stored == ["VLLMEngine"] * 4
+
+
+# a lag far beyond what the arm's off-policy gate tolerates, and no staleness bound: every sample
+# comes from the initial policy, and the gate lets only a biased few through
+LAGGED_PPO = {
+    "preset": "ppo",
+    "blanks": {
+        "data": {"lag": 32},
+        "weight": {"gate": {"level": "sequence", "metric": "kl", "high": 0.001}},
+    },
+}
+
+
+@pytest.mark.slow
+def test_a_lag_that_diverges_without_a_staleness_bound_stops_the_ladder_at_rung_9(
+    tmp_path, cli, write_yaml
+):
+    """`sixblanks ladder --arm` on a lagged arm runs rung 9 for real: both settings train under the
+    rung budget and the synchronous one wins on the same validation instances."""
+
+    import yaml
+
+    data = json.loads(json.dumps(BASE))
+    data["task"]["eval_size"] = 128
+    data["arms"] = {"grpo": {"preset": "grpo"}, "ppo_lag32": LAGGED_PPO}
+    data["ladder"] = {
+        "budget": {"launched_tokens": 4000},
+        **{k: [] for k in ("advantage_variants", "normalization_variants", "clip_variants")},
+        "kl_variants": [],
+        "lr_factors": [1.0],
+    }
+    path = write_yaml(yaml.safe_dump(data))
+    code, out, err = cli("ladder", path, "--arm", "ppo_lag32", "--out", str(tmp_path), "--json")
+    assert code == 1 and "rung 9 (asynchrony) failed" in err
+    rows = json.loads(out)
+    verdicts = _one_verdict_per_rung(rows)
+    assert set(verdicts) == set(range(1, 10))  # it walked every rung, and stopped at the last
+    assert [r for r, v in verdicts.items() if v["status"] == "fail"] == [9]
+    nominal, sync = (r for r in rows if r["rung"] == 9 and r["variant"] != VERDICT)
+    assert nominal["variant"] == "lag=32 (nominal)" and sync["variant"] == "lag=0 (synchronous)"
+    # really lagged: its samples were behind and measurably off the current policy; the
+    # synchronous setting sampled on-policy
+    assert nominal["detail"]["versions_behind"] > 10 and nominal["detail"]["behavior_kl"] > 1e-3
+    assert sync["detail"]["versions_behind"] == 0 and sync["detail"]["behavior_kl"] < 1e-6
+    assert sync["status"] == "fail" and sync["ci_low"] > 0.05
+    assert verdicts[9]["evidence"].startswith("lag=0 (synchronous) beats the nominal lag=32")
+
+
+def test_rung_9_runs_a_concurrent_arm_against_its_synchronous_setting(tmp_path):
+    """An arm with a concurrent collector: rung 9 trains it for real (rounds sampled ahead in a
+    process of its own) and its synchronous setting (no collector, no lag), paired."""
+
+    data = json.loads(json.dumps(BASE))
+    data["arms"] = {"async": {"preset": "grpo", "blanks": {"data": {"concurrent": {"queue": 2}}}}}
+    data["ladder"] = {"budget": {"launched_tokens": 600}}
+    ladder = Ladder(validate_mapping(data), tmp_path)
+    ladder.prepare()
+    rows = ladder.rung_asynchrony()
+    nominal, sync, final = rows
+    assert (nominal.variant, sync.variant, final.variant) == (
+        "concurrent queue=2 (nominal)",
+        "lag=0 (synchronous)",
+        VERDICT,
+    )
+    # sampled ahead by the collector: behind the trainer; the synchronous setting never is
+    assert nominal.detail["versions_behind"] > 0.5 and sync.detail["versions_behind"] == 0
+    assert nominal.detail["counters"]["launched_tokens"] <= 600
+    assert sync.detail["counters"]["launched_tokens"] <= 600
