@@ -1,4 +1,5 @@
-"""Lag in the report: the final score against each arm's lag (``data.lag``), and how far the
+"""Lag in the report: the final score against each arm's lag (``data.lag``, or measured for a
+concurrent collector), and how far the
 behaviour policy was from the trained one over training (versions behind; the per-sample k3 KL's
 median and 90th percentile), for experiments whose arms sample from older weights."""
 
@@ -33,6 +34,9 @@ def off_policy_label(blanks: dict[str, Any]) -> str:
     parts = []
     if data.get("lag"):
         parts.append(f"lag {data['lag']}")
+    if data.get("concurrent") is not None:
+        c = data["concurrent"]
+        parts.append(f"concurrent collector (queue {c.get('queue')}, {c.get('backend')})")
     if data.get("replay"):
         r = data["replay"]
         parts.append(f"replay (capacity {r.get('capacity')}, reuse {r.get('reuse')})")
@@ -58,13 +62,21 @@ def arm_labels(d: Data) -> dict[str, str]:
     return out
 
 
-def arm_lags(d: Data) -> dict[str, int]:
-    """Each arm's data.lag, from its runs' resolved blanks (0 where absent)."""
+def arm_lags(d: Data) -> dict[str, float]:
+    """Each arm's lag: its data.lag (0 where absent), or for an arm with a concurrent collector,
+    whose lag the scheduler decides, the mean versions behind measured over its runs' steps."""
 
-    out: dict[str, int] = {}
+    out: dict[str, float] = {}
+    measured = d.lag.filter(pl.col("name") == "lag.versions_behind").join(
+        d.runs.select("run_id", "arm"), on="run_id"
+    )
     for arm, blanks in d.runs.select("arm", "blanks").iter_rows():
         data = (json.loads(blanks) if isinstance(blanks, str) else blanks or {}).get("data", {})
-        out.setdefault(arm, int(data.get("lag") or 0))
+        if data.get("concurrent") is not None:
+            sub = measured.filter(pl.col("arm") == arm)["value"]
+            out.setdefault(arm, float(sub.mean()) if len(sub) else 0.0)
+        else:
+            out.setdefault(arm, float(data.get("lag") or 0))
     return out
 
 
@@ -95,7 +107,7 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
         ax.annotate(
             r["arm"], (lag, r["mean"]), textcoords="offset points", xytext=(5, 3), fontsize=8
         )
-    ax.set_xlabel("lag (policy versions behind, data.lag)")
+    ax.set_xlabel("lag (versions behind: data.lag; measured mean for concurrent arms)")
     ax.set_ylabel(f"final score ({d.score_label})")
     ax.set_title("score against lag")
     ev = d.lag.join(d.runs.select("run_id", "arm"), on="run_id")

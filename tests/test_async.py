@@ -170,3 +170,30 @@ def test_a_killed_trainer_resumes_and_counts_every_spooled_round_once(tmp_path):
     assert counters["launched_tokens"] <= 1500
     events = [json.loads(x) for x in rd.events.read_text().splitlines()]
     assert [e["step"] for e in events if e["type"] == "step"] == list(range(resumed["steps"]))
+
+
+def test_a_ray_actor_collector_killed_mid_run_is_restarted(tmp_path):
+    """backend: ray: the collector is a Ray actor (a local cluster here, shut down after); killed
+    (ray.kill), it is restarted and every spooled round is still counted once."""
+
+    import ray
+
+    killed = []
+
+    def kill(tr, m):
+        if m["step"] == 2:
+            ray.kill(tr.collector.worker.actor)
+            killed.append(m["step"])
+
+    tr = _trainer(
+        {**ASYNC, "data": {"concurrent": {"queue": 2, "backend": "ray"}}},
+        budget={"launched_tokens": 400.0},
+    )
+    tr.ctx.settings.work_dir = str(tmp_path)
+    res = tr.train(on_step=kill)
+    assert not ray.is_initialized()  # the cluster it started is gone
+    assert killed and res.steps[-1]["async.restarts"] == 1.0
+    led = res.ledger
+    assert not led.check_invariants() and res.ended_because == "budget"
+    assert_counted_once(led.counters, led.discarded_rollouts_by_reason, tmp_path / "spool")
+    assert tr.collector.counted == {f.name for f in (tmp_path / "spool").glob("round-*.pt")}

@@ -144,7 +144,7 @@ class ConcurrentRounds(OnPolicyRounds):
                 f"{self.ctx.settings.name}: the concurrent collector {why}, "
                 f"{self.restarts} times (data.concurrent.restarts: {self.spec.restarts})"
             )
-        self.worker.stop(kill=True)
+        self.worker.stop(kill=True, restart=True)
         for r, names in spooled_rounds(
             self.spool, self.counted
         ).items():  # spooled before it died: done, not lost

@@ -53,7 +53,7 @@ class ProcessWorker:
     def exitcode(self) -> int | None:
         return self.proc.exitcode
 
-    def stop(self, kill: bool = False) -> None:
+    def stop(self, kill: bool = False, restart: bool = False) -> None:
         if self.proc.is_alive() and not kill:
             self.rounds_q.put(None)
             self.proc.join(timeout=30)
@@ -73,9 +73,9 @@ class RayWorker:
         import ray
 
         self.ray = ray
-        self.started_ray = not ray.is_initialized()
-        if self.started_ray:
+        if not ray.is_initialized():  # a local cluster of our own, shut down by the last stop
             ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False)
+            RayWorker.owns_ray = True
         gpus = 1 if str(init.get("device", "cpu")).startswith("cuda") else 0
         actor = ray.remote(num_cpus=1, num_gpus=gpus)(_RayCollector)
         self.actor = actor.remote(init)
@@ -111,11 +111,14 @@ class RayWorker:
     def alive(self) -> bool:
         return not self.dead
 
-    def stop(self, kill: bool = False) -> None:
+    owns_ray = False
+
+    def stop(self, kill: bool = False, restart: bool = False) -> None:
         try:
             self.ray.kill(self.actor)
         finally:
-            if self.started_ray:
+            if RayWorker.owns_ray and not restart:
+                RayWorker.owns_ray = False
                 self.ray.shutdown()
 
 
