@@ -31,7 +31,8 @@ class LaggedPolicy:
         if ctx.settings.rollout.backend != "hf":
             raise TrainingError(
                 f"{ctx.settings.name}: data.lag needs rollout.backend 'hf' (a vLLM engine holds "
-                "one weight version; a lagged vLLM collector comes with the concurrent collector)"
+                "one weight version); with vLLM, lag through data.concurrent (a collector with "
+                "an engine of its own)"
             )
         self.ctx, self.lag, self.every = ctx, lag, every
         self.model = frozen_copy(ctx.model)
