@@ -197,3 +197,55 @@ def test_a_ray_actor_collector_killed_mid_run_is_restarted(tmp_path):
     assert not led.check_invariants() and res.ended_because == "budget"
     assert_counted_once(led.counters, led.discarded_rollouts_by_reason, tmp_path / "spool")
     assert tr.collector.counted == {f.name for f in (tmp_path / "spool").glob("round-*.pt")}
+
+
+class Killed(Exception):
+    pass
+
+
+def test_resume_replays_rounds_of_known_weights_and_counts_the_others_as_discarded(tmp_path):
+    """The recovery rule, checked file by file: after a trainer dies past its checkpoint, a spooled
+    round the checkpoint had launched and made by weights the resumed run has is replayed; one made
+    by later weights (or launched after the checkpoint) is counted as launched and discarded, and
+    never launched again."""
+
+    import io
+
+    saved = io.BytesIO()
+
+    def die(tr, m):
+        if m["step"] == 2:
+            torch.save(tr.state_dict(), saved)
+        if m["step"] == 4:  # two steps past the checkpoint: later weights made later rounds
+            raise Killed
+
+    a = _trainer(ASYNC, budget={"launched_tokens": 500.0})
+    a.ctx.settings.work_dir = str(tmp_path)
+    with pytest.raises(Killed):
+        a.train(on_step=die)
+    saved.seek(0)
+    state = torch.load(saved, weights_only=False)
+    ckpt, v_ckpt = state["collector"], state["engine_version"]
+    spool = tmp_path / "spool"
+    left = {}
+    for f in spool.glob("round-*.pt"):
+        if f.name not in set(ckpt["counted"]):
+            rec = torch.load(f, weights_only=False)
+            left[f.name] = (rec["round"], rec["version"])
+    replay = {n for n, (r, v) in left.items() if r in ckpt["requests"] and v <= v_ckpt}
+    dropped = set(left) - replay
+    assert replay and dropped  # both cases happen here
+
+    b = _trainer(ASYNC, budget={"launched_tokens": 500.0})
+    b.ctx.settings.work_dir = str(tmp_path)
+    b.load_state_dict(state)
+    res = b.train()
+    led = res.ledger
+    assert not led.check_invariants()
+    assert_counted_once(led.counters, led.discarded_rollouts_by_reason, spool)
+    assert led.discarded_rollouts_by_reason["unconsumed"] == PER_ROUND * len(dropped)
+    # a pending round made by later weights was launched once: the resumed run did not redo it
+    redone = {n.split(".")[0] for n in b.collector.counted} - {n.split(".")[0] for n in left}
+    dropped_pending = {left[n][0] for n in dropped if left[n][0] in ckpt["requests"]}
+    assert not {f"round-{r:06d}" for r in dropped_pending} & redone
+    assert b.collector.counted == {f.name for f in spool.glob("round-*.pt")}

@@ -21,10 +21,10 @@ trainer replays the rounds its checkpoint had launched and the collector finishe
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from ..base import TrainingError
 from ..context import RunContext
 from .onpolicy import OnPolicyRounds
 from .transport import ProcessWorker, RayWorker
-from .worker import collector_init, save_atomic, spooled_rounds, wait_for_exit
+from .worker import collector_init, save_atomic, spooled_rounds, wait_for_exit, weights_file
 
 POLL_SECONDS = 0.2
 
@@ -48,21 +48,19 @@ class ConcurrentRounds(OnPolicyRounds):
         self.tmp: str | None = None
         self.spool = Path()  # under settings.work_dir, set when the collector starts
         self.next_round = 0  # rounds requested so far
-        self.next_consume = 0  # rounds before this one are consumed (or discarded)
         self.requests: dict[int, dict[str, Any]] = {}  # launched, not yet consumed
         self.permits: dict[int, Any] = {}  # round -> its reservation on this process's ledger
         self.ready: dict[int, str] = {}  # round -> its spool file, done and not yet consumed
         self.counted: set[str] = set()  # spool files whose cost is in the ledger
         self.broadcast_version: int | None = None
-        self.restarts = 0
+        self.restarts = 0.0
         self.incarnation = 0
         self.worker = None
         self.resumed = False
         self.wait_seconds = 0.0
 
     def worst_case(self) -> dict[str, float]:
-        """Nothing new while a round is launched ahead (its permit is already reserved)."""
-
+        # nothing new while a round is launched ahead (its permit is already reserved)
         return {} if self.requests else super().worst_case()
 
     def update_bound(self) -> tuple[float, float]:
@@ -74,15 +72,19 @@ class ConcurrentRounds(OnPolicyRounds):
         amounts = meter.limited(super().worst_case(), ("rollouts",) if time_estimate else ())
         return meter.ledger.reserve(amounts, label=f"rollouts round {r}")
 
-    def _commit(self, r: int, rec: dict[str, Any], name: str) -> None:
+    def _exact(self, rec: dict[str, Any], name: str):
+        """A reservation of a spooled round's known cost (work done before this process knew)."""
+
         meter = self.ctx.meter
-        res = self.permits.pop(r, None)
-        if res is None:  # a file no permit stands for: reserve it now (it was launched)
-            res = self._reserve(r, time_estimate=False)
-            if res is None:
-                raise TrainingError(
-                    f"{self.ctx.settings.name}: spooled round {r} ({name}) does not fit the budget"
-                )
+        res = meter.ledger.reserve(meter.limited(rec["cost"]), label=f"spooled {name}")
+        if res is None:
+            raise TrainingError(
+                f"{self.ctx.settings.name}: spooled round {name} does not fit the budget"
+            )
+        return res
+
+    def _commit(self, rec: dict[str, Any], name: str, res) -> None:
+        meter = self.ctx.meter
         meter.ledger.commit(res, {**rec["cost"], "device_seconds": float(rec["device_seconds"])})
         b = float(rec.get("broadcast_seconds", 0.0))
         meter.record("rollouts", float(rec["device_seconds"]) - b, float(rec["wall_seconds"]))
@@ -90,42 +92,44 @@ class ConcurrentRounds(OnPolicyRounds):
             meter.record("broadcast", b, 0.0)
         self.counted.add(name)
 
-    def _discard(self, r: int, name: str) -> None:
-        """Count a spooled round that will never be trained on: launched, and discarded."""
+    def _discard(self, name: str, res=None) -> None:
+        """Count a spooled round that will never be trained on: launched, and discarded (under
+        ``res``, its permit, or a reservation of its known cost)."""
 
         rec = torch.load(self.spool / name, weights_only=False)
-        self._commit(r, rec, name)
+        self._commit(rec, name, res if res is not None else self._exact(rec, name))
         batch = rec["batch"]
         self.ctx.meter.discard("unconsumed", float(batch.row_action_tokens().sum()), batch.size)
 
-    def _weights_file(self, v: int) -> Path:
-        return self.spool / f"weights-{v:06d}.pt"
-
     def broadcast(self) -> None:
         """Write the current weights for the collector (charged as ``broadcast``)."""
-
-        ctx, v = self.ctx, self.ctx.engine.policy_version
+        ctx = self.ctx
+        v = ctx.engine.policy_version
+        path = weights_file(self.spool, v)
         with ctx.meter.charge(f"broadcast version {v}"):
-            state = {k: t.detach().cpu() for k, t in ctx.model.state_dict().items()}
-            save_atomic(state, self._weights_file(v))
-        old = self.broadcast_version
+            save_atomic({k: t.detach().cpu() for k, t in ctx.model.state_dict().items()}, path)
+        keep = {path.name, weights_file(self.spool, self.broadcast_version or v).name}
         self.broadcast_version = v
         if self.worker is not None:
-            self.worker.broadcast(v, str(self._weights_file(v)))
+            self.worker.broadcast(v, str(path))
         for f in self.spool.glob("weights-*.pt"):  # keep the last two versions
-            if f.name not in {self._weights_file(v).name, self._weights_file(old or v).name}:
+            if f.name not in keep:
                 f.unlink(missing_ok=True)
 
     def _start(self) -> None:
-        v = self.broadcast_version
-        if v is None or not self._weights_file(v).exists():
+        if (
+            self.broadcast_version is None
+            or not weights_file(self.spool, self.broadcast_version).exists()
+        ):
             self.broadcast()
         v = self.broadcast_version
         try:
             cls = RayWorker if self.spec.backend == "ray" else ProcessWorker
-            self.incarnation += 1
-            init = collector_init(self.ctx, self.spool, f"w{os.getpid()}x{self.incarnation}")
-            self.worker = cls(init, (v, str(self._weights_file(v))))
+            self.incarnation += 1  # spool file names unique to this collector, in any process
+            init = collector_init(
+                self.ctx, self.spool, f"w{uuid.uuid4().hex[:8]}x{self.incarnation}"
+            )
+            self.worker = cls(init, (v, str(weights_file(self.spool, v))))
         except Exception as exc:  # pickling the task or the model, starting Ray
             raise TrainingError(
                 f"{self.ctx.settings.name}: data.concurrent: could not start the collector "
@@ -142,7 +146,7 @@ class ConcurrentRounds(OnPolicyRounds):
         if self.restarts > self.spec.restarts:
             raise TrainingError(
                 f"{self.ctx.settings.name}: the concurrent collector {why}, "
-                f"{self.restarts} times (data.concurrent.restarts: {self.spec.restarts})"
+                f"{int(self.restarts)} times (data.concurrent.restarts: {self.spec.restarts})"
             )
         self.worker.stop(kill=True, restart=True)
         for r, names in spooled_rounds(
@@ -156,19 +160,24 @@ class ConcurrentRounds(OnPolicyRounds):
         """After a trainer's resume: wait for the old collector, then count or replay its spool."""
 
         wait_for_exit(self.spool / "worker.pid")  # it finishes its round, sees its trainer gone
-        for r in sorted(self.requests):
+        version = self.ctx.engine.policy_version
+        for r, names in sorted(spooled_rounds(self.spool, self.counted).items()):
+            for name in names:
+                rec = torch.load(self.spool / name, weights_only=False)
+                if r in self.requests and r not in self.ready and rec["version"] <= version:
+                    self.ready[r] = name  # replayed from disk, reserved at its known cost
+                    self.permits[r] = self._exact(rec, name)
+                    continue
+                # made by weights the resumed run never had, or a second copy: counted, dropped;
+                # a pending round made that way was launched (not again)
+                self._discard(name)
+                if r not in self.ready:
+                    self.requests.pop(r, None)
+        for r in sorted(set(self.requests) - set(self.permits)):  # launched again
             res = self._reserve(r, time_estimate=False)
             if res is None:
                 raise TrainingError(f"{self.ctx.settings.name}: resumed round {r} does not fit")
             self.permits[r] = res
-        version = self.ctx.engine.policy_version
-        for r, names in sorted(spooled_rounds(self.spool, self.counted).items()):
-            for name in names:
-                rec_version = torch.load(self.spool / name, weights_only=False)["version"]
-                if r in self.requests and r not in self.ready and rec_version <= version:
-                    self.ready[r] = name  # replayed from disk
-                else:  # weights the resumed run never had, or a second copy: counted, dropped
-                    self._discard(r, name)
 
     def begin(self) -> None:
         self.wait_seconds = 0.0
@@ -230,28 +239,22 @@ class ConcurrentRounds(OnPolicyRounds):
         return self.ready.pop(r)
 
     def round(self):
-        r = self.next_consume
-        if r not in self.requests:
+        if not self.requests:
             return None  # nothing launched ahead and no room to launch: the budget is spent
+        r = min(self.requests)  # in the order they were launched
         name = self._wait(r)
         rec = torch.load(self.spool / name, weights_only=False)
-        self._commit(r, rec, name)
+        self._commit(rec, name, self.permits.pop(r))
         del self.requests[r]
-        self.next_consume += 1
         self.top_up()
         return rec["batch"], None
 
     def collect(self):
         self.begin()
-        ahead = len(self.ready)
+        ready = float(len(self.ready))
         out = super().collect()
-        out.metrics.update(
-            {
-                "async.wait_seconds": self.wait_seconds,
-                "async.rounds_ready": float(ahead),
-                "async.restarts": float(self.restarts),
-            }
-        )
+        out.metrics["async.rounds_ready"], out.metrics["async.restarts"] = ready, self.restarts
+        out.metrics["async.wait_seconds"] = self.wait_seconds
         return out
 
     def close(self, drain: bool = True) -> None:
@@ -264,9 +267,8 @@ class ConcurrentRounds(OnPolicyRounds):
         try:
             if drain:
                 for r in sorted(self.requests):
-                    self._discard(r, self._wait(r))
+                    self._discard(self._wait(r), self.permits.pop(r))
                     del self.requests[r]
-                    self.next_consume = r + 1
         finally:
             self.worker.stop(kill=not drain)
             self.worker = None
@@ -280,7 +282,6 @@ class ConcurrentRounds(OnPolicyRounds):
         return {
             **super().state_dict(),
             "next_round": self.next_round,
-            "next_consume": self.next_consume,
             "requests": dict(self.requests),
             "counted": sorted(self.counted),
             "broadcast_version": self.broadcast_version,
@@ -289,7 +290,7 @@ class ConcurrentRounds(OnPolicyRounds):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.next_round, self.next_consume = state["next_round"], state["next_consume"]
+        self.next_round = state["next_round"]
         self.requests = {int(r): q for r, q in state["requests"].items()}
         self.counted = set(state["counted"])
         self.broadcast_version = state["broadcast_version"]

@@ -35,6 +35,10 @@ def round_file(r: int, worker: str) -> str:
     return f"round-{r:06d}.{worker}.pt"
 
 
+def weights_file(spool: Path, version: int) -> Path:
+    return spool / f"weights-{version:06d}.pt"
+
+
 def parse_round_file(name: str) -> tuple[int, str] | None:
     """(round, worker) of a spool file name, or None for anything else."""
 
