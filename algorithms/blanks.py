@@ -284,7 +284,18 @@ class ConcurrentSpec(_Spec):
         "process", description="process: a child process on this machine; ray: a Ray actor."
     )
     restarts: int = Field(
-        3, ge=0, description="Times a dead collector is restarted before the run fails."
+        3, ge=0, description="Times a dead (or stuck) collector is restarted before the run fails."
+    )
+    round_timeout: float = Field(
+        900.0,
+        gt=0,
+        description="Seconds the trainer waits for a round without any report from the collector "
+        "before it counts the collector as stuck and restarts it.",
+    )
+    keep_spool: bool = Field(
+        False,
+        description="Keep every round's trajectories in the run directory's spool (for "
+        "inspection); by default a round's file is deleted once a checkpoint has counted it.",
     )
 
 

@@ -347,6 +347,7 @@ OBJECTIVES.add(
             "data.lag",
             "data.broadcast_every",
             "data.replay",
+            "data.concurrent",
         ),
     )
 )

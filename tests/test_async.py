@@ -20,7 +20,8 @@ from sixblanks.harness.runner import execute_run
 from .conftest import ROOT
 from .test_lag import _trainer
 
-ASYNC = {"data": {"concurrent": {"queue": 3}}, "weight": {"tis_cap": 2.0}}
+# keep_spool: every round's file stays, so the tests can recount what was launched from them
+ASYNC = {"data": {"concurrent": {"queue": 3, "keep_spool": True}}, "weight": {"tis_cap": 2.0}}
 PER_ROUND = 16  # prompts_per_step 4 x group_size 4
 
 
@@ -57,18 +58,24 @@ def assert_counted_once(counters, discarded_rollouts, spool):
 
 
 def test_rounds_still_queued_at_the_end_are_launched_and_discarded(tmp_path):
-    tr = _trainer({**ASYNC, "data": {"concurrent": {"queue": 3}, "staleness": 1}})
+    tr = _trainer(
+        {**ASYNC, "data": {"concurrent": {"queue": 3, "keep_spool": True}, "staleness": 1}}
+    )
     tr.ctx.settings.work_dir = str(tmp_path)
     res = tr.train(max_steps=5)
     led = res.ledger
     assert not led.check_invariants() and tr.collector.worker is None  # stopped
     # three rounds were launched ahead when the run stopped: finished, counted, never trained on
     assert led.discarded_rollouts_by_reason["unconsumed"] == 3 * PER_ROUND
+    # recorded in a last step that trained on nothing, so the step rows carry them too
+    last = res.steps[-1]
+    assert last["skipped"] == 1.0 and last["async.drained_rounds"] == 3
+    assert last["ledger.discarded_rollouts.unconsumed"] == 3 * PER_ROUND and len(res.steps) == 6
     assert_counted_once(led.counters, led.discarded_rollouts_by_reason, tmp_path / "spool")
     files = {f.name for f in (tmp_path / "spool").glob("round-*.pt")}
     assert tr.collector.counted == files and len(files) >= 5 + 3
     # sampled ahead, so behind the trainer; the bound drops what is more than 1 version behind
-    launched = [m["lag.versions_behind_max"] for m in res.steps]
+    launched = [m["lag.versions_behind_max"] for m in res.steps[:-1]]
     kept = [m["lag.kept_behind_max"] for m in res.steps if "lag.kept_behind_max" in m]
     assert max(launched) == 3 and kept and max(kept) <= 1
     assert led.discarded_rollouts_by_reason["staleness"] > 0
@@ -186,7 +193,7 @@ def test_a_ray_actor_collector_killed_mid_run_is_restarted(tmp_path):
             killed.append(m["step"])
 
     tr = _trainer(
-        {**ASYNC, "data": {"concurrent": {"queue": 2, "backend": "ray"}}},
+        {**ASYNC, "data": {"concurrent": {"queue": 2, "backend": "ray", "keep_spool": True}}},
         budget={"launched_tokens": 400.0},
     )
     tr.ctx.settings.work_dir = str(tmp_path)
@@ -249,3 +256,21 @@ def test_resume_replays_rounds_of_known_weights_and_counts_the_others_as_discard
     dropped_pending = {left[n][0] for n in dropped if left[n][0] in ckpt["requests"]}
     assert not {f"round-{r:06d}" for r in dropped_pending} & redone
     assert b.collector.counted == {f.name for f in spool.glob("round-*.pt")}
+
+
+def test_counted_rounds_leave_the_spool_once_a_checkpoint_has_them(tmp_path):
+    """Without keep_spool a round's file is deleted once a checkpoint counts it, and the run's
+    weight files and pid file go when it ends; the ledger still balances."""
+
+    sizes = []
+
+    def checkpoint(tr, m):
+        state = tr.state_dict()  # as the runner's checkpoint does
+        sizes.append(len(state["collector"]["counted"]))
+
+    tr = _trainer({"data": {"concurrent": {"queue": 2}}}, budget={"launched_tokens": 400.0})
+    tr.ctx.settings.work_dir = str(tmp_path)
+    res = tr.train(on_step=checkpoint)
+    assert not res.ledger.check_invariants() and len(res.steps) >= 6
+    assert max(sizes) <= 2  # only what the latest checkpoints counted, not the whole run
+    assert not list((tmp_path / "spool").iterdir())  # rounds, weights and pid file: all gone

@@ -37,7 +37,8 @@ def test_the_example_experiments_validate(cli):
     for f in files:
         code, out, err = cli("validate", str(f))
         assert code == 0, f"{f.name}: {err}"
-    assert "grpo_lag4_tis" in out and "12 runs: 6 arms x 1 task(s) x 2 seeds" in out
+    assert "grpo_lag4_tis" in out and "grpo_async_bound_tis" in out
+    assert "16 runs: 8 arms x 1 task(s) x 2 seeds" in out
 
 
 def test_several_eval_samples_need_a_temperature():

@@ -111,9 +111,11 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     html = (out / "sweep" / "report" / "index.html").read_text()
     assert "Hyperparameter search: effort per arm" in html
     # honest selection: trials are scored on validation instances, confirmation runs on test ones
-    trial_ranges = {
-        tuple(t["eval_seed_range"]) for rec in arms.values() for t in rec["trials_detail"]
-    }
+    trials = [t for rec in arms.values() for t in rec["trials_detail"]]
+    # a trial killed before its first evaluation has no range: only the killed one may lack it
+    assert all(t["state"] == "FAIL" for t in trials if t["eval_seed_range"] is None)
+    trial_ranges = {tuple(t["eval_seed_range"]) for t in trials if t["eval_seed_range"]}
+    assert trial_ranges
     assert {t["split"] for rec in arms.values() for t in rec["trials_detail"]} == {"validation"}
     confirm = []
     for events in (out / "sweep" / "runs").glob("*/events.jsonl"):

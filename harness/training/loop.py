@@ -235,20 +235,21 @@ class Trainer:
 
         if evaluate_start and not self.result.evals:
             self.maybe_eval(force=True)
-        close = getattr(self.collector, "close", lambda drain: None)  # a concurrent collector
+        close = getattr(self.collector, "close", lambda drain: {})  # a concurrent collector
+        self.in_on_step = False
         try:
             self.result.ended_because = self._steps(max_steps, on_step)
-        except BaseException:
-            close(drain=False)  # killed, not counted: a resume recounts from the checkpoint
+        except BaseException:  # stopped by the caller (a pruned trial): what it launched counts;
+            close(drain=self.in_on_step)  # a failure: a resume recounts from the checkpoint
             raise
-        close(drain=True)  # rounds still launched ahead: counted as launched and discarded
+        drained = close(drain=True)  # rounds launched ahead: counted as launched and discarded,
+        if drained:  # in a last record that trained on nothing
+            self.account(m := {"step": self.ctx.step, "skipped": 1.0, **drained})
+            on_step(self, m) if on_step is not None else None
         if not self.result.evals or self.result.evals[-1]["step"] != self.step_idx:
             self.maybe_eval(force=True)
-        problems = self.ledger.check_invariants()
-        if problems:
-            raise TrainingError(
-                f"{self.settings.name}: ledger invariants broken: {'; '.join(problems)}"
-            )
+        if problems := self.ledger.check_invariants():
+            raise TrainingError(f"{self.settings.name}: ledger invariants broken: {problems}")
         return self.result
 
     def _steps(self, max_steps: int | None, on_step) -> str:
@@ -265,8 +266,9 @@ class Trainer:
                 f"launched {self.ledger.counters['launched_tokens']:g}"
             )
             self.maybe_eval()
-            if on_step is not None:
-                on_step(self, m)
+            self.in_on_step = True
+            on_step(self, m) if on_step is not None else None
+            self.in_on_step = False
         return "max_steps"
 
     # ------------------------------------------------------------------ checkpoint

@@ -2,11 +2,11 @@
 
 Up to ``queue`` rounds are launched ahead. Each is a *permit*: its worst case is reserved on the
 budget before the request goes out. The collector (:mod:`.worker`: another process or a Ray actor,
-its own engine) samples it with the weights last broadcast and spools it to disk; the trainer
-consumes rounds in order, commits each one's measured cost (tokens, episodes, environment steps,
-verifier and judge calls, the collector's device time including loading weights) and tops the
-queue up. The collector's wall time overlaps the trainer's and is not added: ``wall_seconds`` stays
-the run's elapsed time, of which the trainer's waiting is ``async.wait_seconds``.
+its own engine) samples it with the weights last broadcast and spools it (:mod:`.spool`); the
+trainer consumes rounds in order, commits each one's measured cost (tokens, episodes, environment
+steps, verifier and judge calls, the collector's device time including loading weights) and tops
+the queue up. The collector's wall time overlaps the trainer's and is not added: ``wall_seconds``
+stays the run's elapsed time, of which the trainer's waiting is ``async.wait_seconds``.
 
 Weights go out every ``data.broadcast_every`` versions (a file each, charged as ``broadcast``);
 samples carry the version that made them, so ``lag.versions_behind``, ``data.staleness`` and the
@@ -14,28 +14,24 @@ off-policy corrections work as with ``data.lag``.
 
 Nothing is lost or counted twice: every spool file is counted once, when consumed or, when it never
 can be (still queued at the end; made after the checkpoint a killed trainer resumed from, by
-weights the resumed run never had), as launched and discarded (``unconsumed``). A dead collector is
-restarted (``restarts`` times): rounds it spooled are used, the rest launched again. A resumed
-trainer replays the rounds its checkpoint had launched and the collector finished.
+weights the resumed run never had), as launched and discarded (``unconsumed``). A dead or stuck
+collector is restarted (``restarts`` times): rounds it spooled are used, the rest launched again.
+A resumed trainer replays the rounds its checkpoint had launched and the collector finished.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
-
-import torch
 
 from ...seeds import train_seeds
 from ..base import TrainingError
 from ..context import RunContext
 from .onpolicy import OnPolicyRounds
+from .spool import Spool
 from .transport import ProcessWorker, RayWorker
-from .worker import collector_init, save_atomic, spooled_rounds, wait_for_exit, weights_file
+from .worker import collector_init
 
 POLL_SECONDS = 0.2
 
@@ -45,31 +41,36 @@ class ConcurrentRounds(OnPolicyRounds):
         super().__init__(ctx)
         self.spec = ctx.blanks.data.concurrent
         self.every = ctx.blanks.data.broadcast_every
-        self.tmp: str | None = None
-        self.spool = Path()  # under settings.work_dir, set when the collector starts
+        self.spool: Spool | None = None  # under settings.work_dir, made when the collector starts
         self.next_round = 0  # rounds requested so far
         self.requests: dict[int, dict[str, Any]] = {}  # launched, not yet consumed
         self.permits: dict[int, Any] = {}  # round -> its reservation on this process's ledger
         self.ready: dict[int, str] = {}  # round -> its spool file, done and not yet consumed
         self.counted: set[str] = set()  # spool files whose cost is in the ledger
+        self.checkpointed: set[str] = set()  # counted at the last checkpoint: prunable at the next
         self.broadcast_version: int | None = None
-        self.restarts = 0.0
-        self.incarnation = 0
+        self.restarts, self.incarnation = 0.0, 0
         self.worker = None
         self.resumed = False
         self.wait_seconds = 0.0
+        self.drained: dict[str, float] = {}
 
     def worst_case(self) -> dict[str, float]:
-        # nothing new while a round is launched ahead (its permit is already reserved)
-        return {} if self.requests else super().worst_case()
+        """While a round is launched ahead its permit is reserved: only a replay draw is new."""
+
+        worst = super().worst_case()
+        return (
+            {k: v for k, v in worst.items() if k == "replayed_tokens"} if self.requests else worst
+        )
 
     def update_bound(self) -> tuple[float, float]:
         worst = super().worst_case()
         return worst["rollouts_launched"], worst["launched_tokens"]
 
     def _reserve(self, r: int, time_estimate: bool = True):
-        meter = self.ctx.meter
-        amounts = meter.limited(super().worst_case(), ("rollouts",) if time_estimate else ())
+        meter, worst = self.ctx.meter, super().worst_case()
+        worst.pop("replayed_tokens", None)  # drawn at the step, reserved by its admission
+        amounts = meter.limited(worst, ("rollouts",) if time_estimate else ())
         return meter.ledger.reserve(amounts, label=f"rollouts round {r}")
 
     def _exact(self, rec: dict[str, Any], name: str):
@@ -78,9 +79,7 @@ class ConcurrentRounds(OnPolicyRounds):
         meter = self.ctx.meter
         res = meter.ledger.reserve(meter.limited(rec["cost"]), label=f"spooled {name}")
         if res is None:
-            raise TrainingError(
-                f"{self.ctx.settings.name}: spooled round {name} does not fit the budget"
-            )
+            raise TrainingError(f"{self.ctx.settings.name}: spooled {name} does not fit the budget")
         return res
 
     def _commit(self, rec: dict[str, Any], name: str, res) -> None:
@@ -96,47 +95,38 @@ class ConcurrentRounds(OnPolicyRounds):
         """Count a spooled round that will never be trained on: launched, and discarded (under
         ``res``, its permit, or a reservation of its known cost)."""
 
-        rec = torch.load(self.spool / name, weights_only=False)
+        rec = self.spool.load(name)
         self._commit(rec, name, res if res is not None else self._exact(rec, name))
-        batch = rec["batch"]
-        self.ctx.meter.discard("unconsumed", float(batch.row_action_tokens().sum()), batch.size)
+        b = rec["batch"]
+        self.ctx.meter.discard("unconsumed", float(b.row_action_tokens().sum()), b.size)
+        self.drained["async.drained_rounds"] = self.drained.get("async.drained_rounds", 0.0) + 1
 
     def broadcast(self) -> None:
         """Write the current weights for the collector (charged as ``broadcast``)."""
-        ctx = self.ctx
-        v = ctx.engine.policy_version
-        path = weights_file(self.spool, v)
-        with ctx.meter.charge(f"broadcast version {v}"):
-            save_atomic({k: t.detach().cpu() for k, t in ctx.model.state_dict().items()}, path)
-        keep = {path.name, weights_file(self.spool, self.broadcast_version or v).name}
+        v = self.ctx.engine.policy_version
+        with self.ctx.meter.charge(f"broadcast version {v}"):
+            path = self.spool.write_weights(self.ctx.model, v, self.broadcast_version)
         self.broadcast_version = v
         if self.worker is not None:
             self.worker.broadcast(v, str(path))
-        for f in self.spool.glob("weights-*.pt"):  # keep the last two versions
-            if f.name not in keep:
-                f.unlink(missing_ok=True)
 
     def _start(self) -> None:
-        if (
-            self.broadcast_version is None
-            or not weights_file(self.spool, self.broadcast_version).exists()
-        ):
+        v = self.broadcast_version
+        if v is None or not self.spool.weights(v).exists():
             self.broadcast()
         v = self.broadcast_version
         try:
             cls = RayWorker if self.spec.backend == "ray" else ProcessWorker
             self.incarnation += 1  # spool file names unique to this collector, in any process
-            init = collector_init(
-                self.ctx, self.spool, f"w{uuid.uuid4().hex[:8]}x{self.incarnation}"
-            )
-            self.worker = cls(init, (v, str(weights_file(self.spool, v))))
-        except Exception as exc:  # pickling the task or the model, starting Ray
+            name = f"w{uuid.uuid4().hex[:8]}x{self.incarnation}"
+            init = collector_init(self.ctx, self.spool.path, name)
+            self.worker = cls(init, (v, str(self.spool.weights(v))))
+        except Exception as exc:  # pickling the task or the model, placing a Ray actor
             raise TrainingError(
                 f"{self.ctx.settings.name}: data.concurrent: could not start the collector "
                 f"({type(exc).__name__}: {exc})"
             ) from exc
-        if self.worker.pid is not None:
-            (self.spool / "worker.pid").write_text(str(self.worker.pid))
+        self.spool.record_pid(self.worker.pid)
         for r in sorted(self.requests):
             if r not in self.ready:
                 self.worker.send(self.requests[r])
@@ -149,9 +139,7 @@ class ConcurrentRounds(OnPolicyRounds):
                 f"{int(self.restarts)} times (data.concurrent.restarts: {self.spec.restarts})"
             )
         self.worker.stop(kill=True, restart=True)
-        for r, names in spooled_rounds(
-            self.spool, self.counted
-        ).items():  # spooled before it died: done, not lost
+        for r, names in self.spool.uncounted(self.counted).items():  # spooled before it died
             if r in self.requests and r not in self.ready:
                 self.ready[r] = names[0]
         self._start()
@@ -159,11 +147,11 @@ class ConcurrentRounds(OnPolicyRounds):
     def _recover(self) -> None:
         """After a trainer's resume: wait for the old collector, then count or replay its spool."""
 
-        wait_for_exit(self.spool / "worker.pid")  # it finishes its round, sees its trainer gone
+        self.spool.wait_for_old_collector()
         version = self.ctx.engine.policy_version
-        for r, names in sorted(spooled_rounds(self.spool, self.counted).items()):
+        for r, names in sorted(self.spool.uncounted(self.counted).items()):
             for name in names:
-                rec = torch.load(self.spool / name, weights_only=False)
+                rec = self.spool.load(name)
                 if r in self.requests and r not in self.ready and rec["version"] <= version:
                     self.ready[r] = name  # replayed from disk, reserved at its known cost
                     self.permits[r] = self._exact(rec, name)
@@ -180,12 +168,9 @@ class ConcurrentRounds(OnPolicyRounds):
             self.permits[r] = res
 
     def begin(self) -> None:
-        self.wait_seconds = 0.0
+        self.wait_seconds, self.drained = 0.0, {}
         if self.worker is None:
-            work = self.ctx.settings.work_dir
-            self.tmp = None if work else tempfile.mkdtemp(prefix="sixblanks-spool-")
-            self.spool = Path(work or self.tmp) / "spool"
-            self.spool.mkdir(parents=True, exist_ok=True)
+            self.spool = self.spool or Spool(self.ctx.settings.work_dir, self.spec.keep_spool)
             if self.resumed:
                 self._recover()
             self._start()
@@ -220,21 +205,29 @@ class ConcurrentRounds(OnPolicyRounds):
     def _message(self, msg: tuple[str, int, str]) -> None:
         kind, got, detail = msg
         if kind == "error":
+            where = f"round {got}" if got >= 0 else "start-up or loading weights"
             raise TrainingError(
-                f"{self.ctx.settings.name}: the concurrent collector failed on round {got}:\n{detail}"
+                f"{self.ctx.settings.name}: the concurrent collector failed ({where}):\n{detail}"
             )
         if got in self.requests:
             self.ready[got] = detail
 
     def _wait(self, r: int) -> str:
-        w0 = time.perf_counter()
+        w0 = last = time.perf_counter()
         while r not in self.ready:
             msg = self.worker.poll(POLL_SECONDS)
-            if msg is None:
-                if not self.worker.alive():
-                    self._restart(f"died (exit code {self.worker.exitcode})")
-                continue
-            self._message(msg)
+            if msg is not None:
+                self._message(msg)
+                last = time.perf_counter()
+            elif not self.worker.alive():
+                while (msg := self.worker.poll(0.0)) is not None:  # its last words first
+                    self._message(msg)
+                if r not in self.ready:
+                    self._restart(f"died ({self.worker.death()})")
+                last = time.perf_counter()
+            elif time.perf_counter() - last > self.spec.round_timeout:
+                self._restart(f"reported nothing for {self.spec.round_timeout:g} s (stuck)")
+                last = time.perf_counter()
         self.wait_seconds += time.perf_counter() - w0
         return self.ready.pop(r)
 
@@ -243,7 +236,7 @@ class ConcurrentRounds(OnPolicyRounds):
             return None  # nothing launched ahead and no room to launch: the budget is spent
         r = min(self.requests)  # in the order they were launched
         name = self._wait(r)
-        rec = torch.load(self.spool / name, weights_only=False)
+        rec = self.spool.load(name)
         self._commit(rec, name, self.permits.pop(r))
         del self.requests[r]
         self.top_up()
@@ -257,28 +250,35 @@ class ConcurrentRounds(OnPolicyRounds):
         out.metrics["async.wait_seconds"] = self.wait_seconds
         return out
 
-    def close(self, drain: bool = True) -> None:
+    def close(self, drain: bool = True) -> dict[str, float]:
         """The end of the run: rounds still launched are finished and counted as launched and
         discarded (``drain``); the collector stops. Without ``drain`` (the run failed) it is
-        killed and its permits released: a resume recounts from the checkpoint."""
+        killed and its permits released: a resume recounts from the checkpoint. Returns what the
+        drain did (``async.drained_rounds``, ``async.wait_seconds``), for the run's last record."""
 
+        self.wait_seconds, self.drained = 0.0, {}
         if self.worker is None:
-            return
+            return {}
         try:
-            if drain:
-                for r in sorted(self.requests):
-                    self._discard(self._wait(r), self.permits.pop(r))
-                    del self.requests[r]
+            if drain and self.requests:
+                with self.ctx.meter.charge("drain collector"):  # the wait, on the run's clock
+                    for r in sorted(self.requests):
+                        self._discard(self._wait(r), self.permits.pop(r))
+                        del self.requests[r]
         finally:
             self.worker.stop(kill=not drain)
             self.worker = None
             for res in self.permits.values():
                 self.ctx.meter.ledger.release(res)
             self.permits.clear()
-            if self.tmp is not None:
-                shutil.rmtree(self.tmp, ignore_errors=True)
+            self.spool.close(self.counted if drain else set())
+        return {**self.drained, "async.wait_seconds": self.wait_seconds} if self.drained else {}
 
     def state_dict(self) -> dict[str, Any]:
+        if self.spool is not None:  # the last checkpoint is written: what it counted can go
+            self.spool.prune(self.checkpointed)
+            self.counted -= self.checkpointed if not self.spec.keep_spool else set()
+        self.checkpointed = set(self.counted)
         return {
             **super().state_dict(),
             "next_round": self.next_round,

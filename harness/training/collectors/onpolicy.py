@@ -27,7 +27,8 @@ class OnPolicyRounds:
         self.n_prompts = ctx.settings.rollout.prompts_per_step
         self.group_counter = 0
         d = ctx.blanks.data
-        lagged = d.lag or d.broadcast_every > 1
+        # a concurrent collector lags by itself (broadcast_every is its broadcast frequency)
+        lagged = (d.lag or d.broadcast_every > 1) and d.concurrent is None
         self.lagged = LaggedPolicy(ctx, d.lag, d.broadcast_every) if lagged else None
         self.replay = ReplayBuffer(ctx) if ctx.blanks.data.replay is not None else None
         self.engine = ctx.engine  # the behaviour policy's engine of the current step

@@ -11,6 +11,9 @@ from typing import Any
 
 from .worker import CollectorCore, process_main
 
+READY_SECONDS = 600.0
+"""How long a Ray actor collector may take to be placed and built before the run fails."""
+
 
 class ProcessWorker:
     """A collector in a child process (spawned: a fresh interpreter, one torch thread)."""
@@ -49,9 +52,8 @@ class ProcessWorker:
     def alive(self) -> bool:
         return self.proc.is_alive()
 
-    @property
-    def exitcode(self) -> int | None:
-        return self.proc.exitcode
+    def death(self) -> str:
+        return f"exit code {self.proc.exitcode}"
 
     def stop(self, kill: bool = False, restart: bool = False) -> None:
         if self.proc.is_alive() and not kill:
@@ -80,8 +82,17 @@ class RayWorker:
         actor = ray.remote(num_cpus=1, num_gpus=gpus)(_RayCollector)
         self.actor = actor.remote(init)
         self.pending: dict[Any, int] = {}
-        self.actor.load.remote(*weights)
+        self.error = ""
         self.pid = None
+        try:  # placed and built (a request no node can satisfy would wait forever)
+            ray.get(self.actor.ready.remote(), timeout=READY_SECONDS)
+        except ray.exceptions.GetTimeoutError as exc:
+            ray.kill(self.actor)
+            raise RuntimeError(
+                f"the Ray actor collector (num_cpus=1, num_gpus={gpus}) was not running after "
+                f"{READY_SECONDS:g} s: the cluster has no free resources for it"
+            ) from exc
+        self.actor.load.remote(*weights)
 
     def send(self, req: dict[str, Any]) -> None:
         self.pending[self.actor.round.remote(req)] = int(req["round"])
@@ -99,17 +110,19 @@ class RayWorker:
         r = self.pending.pop(done[0])
         try:
             return ("done", r, self.ray.get(done[0]))
-        except self.ray.exceptions.RayActorError:
-            self.dead = True
+        except self.ray.exceptions.RayActorError as exc:
+            self.dead, self.error = True, str(exc).strip().splitlines()[0][:300]
             return None
         except Exception as exc:  # noqa: BLE001 - a task error, reported to the trainer
             return ("error", r, f"{type(exc).__name__}: {exc}")
 
     dead = False
-    exitcode = None
 
     def alive(self) -> bool:
         return not self.dead
+
+    def death(self) -> str:
+        return self.error or "the actor died"
 
     owns_ray = False
 
@@ -126,8 +139,11 @@ class _RayCollector:
     def __init__(self, init: dict[str, Any]):
         self.core = CollectorCore(init)
 
-    def load(self, version: int, path: str) -> None:
-        self.core.load(version, path)
+    def ready(self) -> bool:
+        return True
+
+    def load(self, version: int, path: str) -> bool:
+        return self.core.load(version, path)  # False: superseded, a newer load comes next
 
     def round(self, req: dict[str, Any]) -> str:
         return self.core.round(req)

@@ -29,6 +29,7 @@ from ...rollout.agent import run_episodes
 from ...rollout.engine import SamplingParams, make_engine
 from ...tasks.verify import VerifierGate
 from ..context import frozen_copy, rollout_cost
+from ..meter import DeviceTimer
 
 
 def round_file(r: int, worker: str) -> str:
@@ -59,25 +60,41 @@ def spooled_rounds(spool: Path, counted: set[str]) -> dict[int, list[str]]:
     return out
 
 
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks after boot, /proc/<pid>/stat field 22): with the pid,
+    it names one process (a pid alone may be reused)."""
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def write_pid(pid_file: Path, pid: int) -> None:
+    pid_file.write_text(f"{pid} {_start_time(pid) or ''}")
+
+
 def wait_for_exit(pid_file: Path, timeout: float = 120.0) -> None:
-    """Wait for the collector a killed trainer left behind (its pid in ``pid_file``) to finish its
-    round and exit; after ``timeout`` seconds it is killed."""
+    """Wait for the collector a killed trainer left behind (named in ``pid_file``) to finish its
+    round and exit; after ``timeout`` seconds it is killed. A pid now used by another process (a
+    different start time) is left alone."""
 
     if not pid_file.exists():
         return
-    pid, t0 = int(pid_file.read_text() or 0), time.monotonic()
-    while pid and _alive(pid):
+    pid_s, _, started = pid_file.read_text().partition(" ")
+    pid, t0 = int(pid_s or 0), time.monotonic()
+    while pid and _alive(pid) and _start_time(pid) == (started.strip() or _start_time(pid)):
         if time.monotonic() - t0 > timeout:
             os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
+    pid_file.unlink(missing_ok=True)
 
 
 def collector_init(ctx, spool: Path, worker: str) -> dict[str, Any]:
     """What a collector is started with (:class:`CollectorCore`), from the trainer's context."""
 
-    cpu = ctx.device.type == "cpu"
-    return {
-        "model": frozen_copy(ctx.model) if cpu else ctx.model,
+    return {  # a CPU copy: sent to the collector, never the live (possibly CUDA-shared) weights
+        "model": frozen_copy(ctx.model).cpu(),
         "tokenizer": ctx.tokenizer,
         "task": ctx.task,
         "rollout": ctx.settings.rollout,
@@ -104,8 +121,9 @@ class CollectorCore:
     def __init__(self, init: dict[str, Any]):
         torch.set_num_threads(int(init.get("threads", 1)))
         self.init = init
-        self.model = init["model"]
+        self.model = init["model"].to(init.get("device", "cpu"))
         self.model.eval()
+        self.timer = DeviceTimer(torch.device(init.get("device", "cpu")))
         r = init["rollout"]
         self.params = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
         self.engine = make_engine(r, self.model, init["tokenizer"], seed=int(init["seed"]))
@@ -114,22 +132,29 @@ class CollectorCore:
         self.version: int | None = None
         self.broadcast_seconds = 0.0  # loading weights since the last round: charged with it
 
-    def load(self, version: int, path: str) -> None:
-        """Take the weights of ``version`` (a file the trainer wrote)."""
+    def load(self, version: int, path: str) -> bool:
+        """Take the weights of ``version`` (a file the trainer wrote). False: the file is gone,
+        because the trainer has since broadcast two newer versions (a newer one comes next)."""
 
-        t0 = time.process_time()
-        state = torch.load(path, weights_only=True)
+        if self.version is not None and int(version) <= self.version:
+            return True  # not newer than what it has
+        t0 = self.timer.now()
+        try:
+            state = torch.load(path, weights_only=True)
+        except FileNotFoundError:
+            return False
         self.model.load_state_dict(state)
         self.engine.load_weights(None)  # a vLLM engine reloads from the model; HF shares it
         self.engine.policy_version = self.version = int(version)
-        self.broadcast_seconds += time.process_time() - t0
+        self.broadcast_seconds += self.timer.now() - t0
+        return True
 
     def round(self, req: dict[str, Any]) -> str:
         """Sample one round, spool it, return its file name."""
 
         if self.version is None:
             raise RuntimeError("the collector has no weights yet (no broadcast received)")
-        t0, w0 = time.process_time(), time.perf_counter()
+        t0, w0 = self.timer.now(), time.perf_counter()
         init, task = self.init, self.init["task"]
         calls0 = self.gate.counts()
         batch = run_episodes(
@@ -151,7 +176,7 @@ class CollectorCore:
             "version": self.version,
             "batch": batch,
             "cost": rollout_cost([batch], self.gate, calls0),
-            "device_seconds": time.process_time() - t0 + self.broadcast_seconds,
+            "device_seconds": self.timer.now() - t0 + self.broadcast_seconds,
             "wall_seconds": time.perf_counter() - w0,
             "broadcast_seconds": self.broadcast_seconds,
         }
@@ -176,26 +201,27 @@ def process_main(init, rounds_q, weights_q, done_q, parent_pid: int) -> None:
             try:
                 latest = weights_q.get_nowait()
             except queue.Empty:
-                break
-        if latest is not None:
-            core.load(*latest)
+                if latest is None or core.load(*latest):
+                    return
+                # its file is gone: a newer version was announced before it was deleted
+                latest = weights_q.get(timeout=60)
 
-    while True:
-        if os.getppid() != parent_pid:
-            return
-        try:
+    r = -1  # the round it works on (-1: between rounds)
+    try:
+        while os.getppid() == parent_pid:
             newest_weights()
-            req = rounds_q.get(timeout=0.2)
-        except queue.Empty:
-            continue
-        if req is None:
-            return
-        try:
+            try:
+                req = rounds_q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if req is None:
+                return
+            r = int(req["round"])
             newest_weights()
-            done_q.put(("done", int(req["round"]), core.round(req)))
-        except BaseException:  # noqa: BLE001 - reported to the trainer
-            done_q.put(("error", int(req["round"]), traceback.format_exc(limit=8)))
-            return
+            done_q.put(("done", r, core.round(req)))
+            r = -1
+    except BaseException:  # noqa: BLE001 - reported to the trainer
+        done_q.put(("error", r, traceback.format_exc(limit=8)))
 
 
 def _alive(pid: int) -> bool:

@@ -40,7 +40,7 @@ def off_policy(
                     ctx.meter.discard(reason, tokens, n)
                     metrics[f"dropped.{reason}_tokens"] = tokens
         mask = torch.cat(parts)
-    if d.lag or d.broadcast_every > 1 or d.staleness is not None:
+    if d.lag or d.broadcast_every > 1 or d.staleness is not None or d.concurrent is not None:
         behind = (ctx.engine.policy_version - batch.policy_version).clamp(min=0)
         stats = lag_stats(batch.behavior_logprobs, old_logp, batch.action_mask, behind)
         metrics.update({f"lag.{k}": float(v) for k, v in stats.items() if k.startswith("kl_")})
