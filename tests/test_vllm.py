@@ -264,7 +264,10 @@ def test_a_concurrent_collector_with_its_own_vllm_engine(tmp_path):
             "arms": {
                 "async": {
                     "preset": "grpo",
-                    "blanks": {"data": {"concurrent": {"queue": 2}}, "weight": {"tis_cap": 2.0}},
+                    "blanks": {
+                        "data": {"concurrent": {"queue": 2, "keep_spool": True}},
+                        "weight": {"tis_cap": 2.0},
+                    },
                 }
             },
             "executor": {"workers": 1},
