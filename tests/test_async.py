@@ -19,6 +19,7 @@ from sixblanks.harness.runner import execute_run
 
 from .conftest import ROOT
 from .test_lag import _trainer
+from .test_orchestrator import TINY as TINY_RUN
 
 # keep_spool: every round's file stays, so the tests can recount what was launched from them
 ASYNC = {"data": {"concurrent": {"queue": 3, "keep_spool": True}}, "weight": {"tis_cap": 2.0}}
@@ -123,10 +124,8 @@ def test_concurrent_collection_is_refused_with_lag_or_remax():
 
 
 TINY = {
+    **TINY_RUN,
     "name": "tiny-async",
-    "task": {"name": "arithmetic", "eval_size": 16},
-    "rollout": {"max_new_tokens": 6, "prompts_per_step": 4, "group_size": 4},
-    "warm_start": {"steps": 40, "num_demos": 300},
     "budget": {"launched_tokens": 1500},
     "eval": {"every": 600},
     "seeds": [0],

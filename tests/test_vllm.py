@@ -185,14 +185,12 @@ def test_multi_turn_episodes_with_vllm_keep_the_trajectory_contract(tiny):
     assert stopped > 0
 
 
-@pytest.mark.slow
-def test_grpo_run_with_vllm_backend_stores_mismatch_metrics(tmp_path):
-    from sixblanks.harness.orchestrator import Orchestrator
-    from sixblanks.harness.store import connect
+def _vllm_cfg(name: str, arms: dict, budget: int, **extra):
+    """A tiny arithmetic experiment whose rollouts run on vLLM."""
 
-    cfg = validate_mapping(
+    return validate_mapping(
         {
-            "name": "vllm-grpo",
+            "name": name,
             "task": {"name": "arithmetic", "eval_size": 16},
             "rollout": {
                 "backend": "vllm",
@@ -201,13 +199,26 @@ def test_grpo_run_with_vllm_backend_stores_mismatch_metrics(tmp_path):
                 "group_size": 4,
             },
             "warm_start": {"steps": 40, "num_demos": 300},
-            "budget": {"launched_tokens": 1000},
-            "eval": {"every": 500},
+            "budget": {"launched_tokens": budget},
             "seeds": [0],
-            # truncated IS against the engine's log-probs: the weight blank reads them
-            "arms": {"grpo": {"preset": "grpo", "blanks": {"weight": {"tis_cap": 2.0}}}},
+            "arms": arms,
             "executor": {"workers": 1},
+            **extra,
         }
+    )
+
+
+@pytest.mark.slow
+def test_grpo_run_with_vllm_backend_stores_mismatch_metrics(tmp_path):
+    from sixblanks.harness.orchestrator import Orchestrator
+    from sixblanks.harness.store import connect
+
+    # truncated IS against the engine's log-probs: the weight blank reads them
+    cfg = _vllm_cfg(
+        "vllm-grpo",
+        {"grpo": {"preset": "grpo", "blanks": {"weight": {"tis_cap": 2.0}}}},
+        budget=1000,
+        eval={"every": 500},
     )
     orch = Orchestrator(cfg, tmp_path / "exp", progress=False)
     orch.run()
@@ -248,30 +259,18 @@ def test_a_concurrent_collector_with_its_own_vllm_engine(tmp_path):
     from sixblanks.harness.orchestrator import Orchestrator
     from sixblanks.harness.store import connect
 
-    cfg = validate_mapping(
+    cfg = _vllm_cfg(
+        "vllm-async",
         {
-            "name": "vllm-async",
-            "task": {"name": "arithmetic", "eval_size": 16},
-            "rollout": {
-                "backend": "vllm",
-                "max_new_tokens": 6,
-                "prompts_per_step": 4,
-                "group_size": 4,
-            },
-            "warm_start": {"steps": 40, "num_demos": 300},
-            "budget": {"launched_tokens": 700},
-            "seeds": [0],
-            "arms": {
-                "async": {
-                    "preset": "grpo",
-                    "blanks": {
-                        "data": {"concurrent": {"queue": 2, "keep_spool": True}},
-                        "weight": {"tis_cap": 2.0},
-                    },
-                }
-            },
-            "executor": {"workers": 1},
-        }
+            "async": {
+                "preset": "grpo",
+                "blanks": {
+                    "data": {"concurrent": {"queue": 2, "keep_spool": True}},
+                    "weight": {"tis_cap": 2.0},
+                },
+            }
+        },
+        budget=700,
     )
     Orchestrator(cfg, tmp_path / "exp", progress=False).run()
     con = connect(tmp_path / "exp", read_only=True)
