@@ -29,6 +29,7 @@ INPUTS: dict[str, str] = {
     "baseline_rewards": "[B] rewards of the greedy rollouts (remax)",
     "turn_rewards": "[B, K] per-turn rewards",
     "turn_ids": "[B, T] environment turn of each action token, -1 elsewhere",
+    "state_keys": "[B, K] the environment's state key before each turn (anchor states, GiGPO)",
 }
 """The tensors ``compute_advantages`` can give an estimator, by name."""
 
@@ -285,6 +286,31 @@ def turn_return(
             that reached it (a turn reached by one sample only gets A = 0 there); "none": A = G.
     """
 
+    G, reached, valid_turns = turn_returns(turn_rewards, mask, turn_ids, gamma, token_penalty)
+    B, K = G.shape
+    A = G.clone()
+    if turn_baseline == "group" and group_ids is not None:
+        inv, n_groups = _group_index(group_ids)
+        for k in range(K):
+            rk = reached[:, k].double()
+            tot = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, G[:, k] * rk)
+            cnt = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, rk)
+            mean = tot[inv] / cnt[inv].clamp(min=1)
+            A[:, k] = torch.where(cnt[inv] > 1, G[:, k] - mean, torch.zeros_like(mean))
+    return to_tokens(A, valid_turns, mask)
+
+
+def turn_returns(
+    turn_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    turn_ids: torch.Tensor,
+    gamma: float,
+    token_penalty: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Discounted return from each turn, ``G [B, K]`` float64 (gamma per environment step; turn
+    k's reward less the KL-in-reward penalties of its action tokens), which turns each sample
+    reached ``[B, K]`` bool, and the turn id of each trained token ``[B, T]`` (-1 elsewhere)."""
+
     r = turn_rewards.double()
     B, K = r.shape
     valid_turns = torch.where(mask > 0, turn_ids, torch.full_like(turn_ids, -1))
@@ -296,21 +322,88 @@ def turn_return(
     for k in range(K - 1, -1, -1):
         running = r[:, k] + gamma * running
         G[:, k] = running
-    reached = torch.zeros(B, K, dtype=torch.bool)
-    for k in range(K):
-        reached[:, k] = (valid_turns == k).any(1)
-    A = G.clone()
-    if turn_baseline == "group" and group_ids is not None:
-        inv, n_groups = _group_index(group_ids)
-        for k in range(K):
-            rk = reached[:, k].double()
-            tot = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, G[:, k] * rk)
-            cnt = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, rk)
-            mean = tot[inv] / cnt[inv].clamp(min=1)
-            A[:, k] = torch.where(cnt[inv] > 1, G[:, k] - mean, torch.zeros_like(mean))
+    reached = torch.stack([(valid_turns == k).any(1) for k in range(K)], dim=1)
+    return G, reached, valid_turns
+
+
+def to_tokens(per_turn: torch.Tensor, valid_turns: torch.Tensor, mask: torch.Tensor):
+    """``[B, K]`` per-turn values -> ``[B, T]`` on each turn's trained action tokens, float32."""
+
     idx = valid_turns.clamp(min=0)
-    out = A.gather(1, idx) * (valid_turns >= 0).double() * mask.double()
-    return out.float()
+    return (per_turn.gather(1, idx) * (valid_turns >= 0).double() * mask.double()).float()
+
+
+def anchor_groups(
+    group_ids: torch.Tensor, state_keys: torch.Tensor, reached: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GiGPO's step groups: the reached steps ``(i, k)`` of one task group whose environment
+    state key is the same (at any turn index). Returns the anchor group index of each step
+    ``[B, K]`` long (-1 where not reached) and each step's anchor-group size ``[B, K]``."""
+
+    B, K = state_keys.shape
+    inv, _ = _group_index(group_ids)
+    pairs = torch.stack([inv[:, None].expand(B, K), state_keys.long()], dim=-1)[reached]
+    index = torch.full((B, K), -1, dtype=torch.long)
+    size = torch.zeros(B, K, dtype=torch.float64)
+    if pairs.numel():
+        uniq, which, counts = torch.unique(pairs, dim=0, return_inverse=True, return_counts=True)
+        index[reached] = which
+        size[reached] = counts.double()[which]
+    return index, size
+
+
+@ESTIMATORS.register(
+    "gigpo",
+    inputs=(
+        "rewards",
+        "mask",
+        "group_ids",
+        "turn_rewards",
+        "turn_ids",
+        "state_keys",
+        "token_penalty",
+    ),
+    reads=("advantage.gamma", "advantage.gigpo_omega", "advantage.gigpo_norm"),
+)
+def gigpo(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    turn_rewards: torch.Tensor,
+    turn_ids: torch.Tensor,
+    state_keys: torch.Tensor,
+    gamma: float = 0.95,
+    gigpo_omega: float = 1.0,
+    gigpo_norm: str = "mean_norm",
+    token_penalty: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """GiGPO (Feng et al. 2025, FORMULAS §18): A = A^E + omega A^S, per step, on its tokens.
+
+    A^E(tau_i) = (R_i - mean_j R_j) / F over the task group's episodes; A^S = (G_{i,k} - mean) / F
+    over the anchor group of step (i, k): the steps of the same task group whose environment state
+    key is the same (``state_keys [B, K]``), with G the discounted return from the step (gamma per
+    environment step). F = 1 (``mean_norm``) or std + 1e-6 (``mean_std_norm``; ddof 1, as the
+    reference implementation's ``torch.std``).
+    An anchor group of one step gives A^S = 0. With KL in the reward (``token_penalty [B, T]``),
+    each turn's reward, and R, lose its tokens' penalties.
+    """
+
+    G, reached, valid_turns = turn_returns(turn_rewards, mask, turn_ids, gamma, token_penalty)
+    R = rewards.double()
+    if token_penalty is not None:
+        R = R - (token_penalty.double() * mask.double()).sum(1)
+    mean, std, _, _ = group_stats(R, group_ids, ddof=1)
+    scale = std + 1e-6 if gigpo_norm == "mean_std_norm" else torch.ones_like(std)
+    a_episode = (R - mean) / scale
+    index, size = anchor_groups(group_ids, state_keys, reached)
+    a_step = torch.zeros_like(G)
+    if reached.any():
+        idx = index[reached]
+        s_mean, s_std, _, _ = group_stats(G[reached], idx, ddof=1)
+        s_scale = s_std + 1e-6 if gigpo_norm == "mean_std_norm" else torch.ones_like(s_std)
+        step = torch.where(size[reached] > 1, (G[reached] - s_mean) / s_scale, 0.0)
+        a_step[reached] = step
+    return to_tokens(a_episode[:, None] + gigpo_omega * a_step, valid_turns, mask)
 
 
 ESTIMATORS.add(

@@ -176,6 +176,7 @@ class AdvantageSpec(_Spec):
         "reinforce_pp_baseline",
         "remax",
         "turn_return",
+        "gigpo",
         "gae",
     ] = Field(
         "group_norm",
@@ -184,7 +185,8 @@ class AdvantageSpec(_Spec):
             "groups exist); loo: leave-one-out (RLOO); group_norm: (R - mean_g)/(std_g + eps) (GRPO); "
             "group_mean: R - mean_g (Dr. GRPO); reinforce_pp: token returns whitened over the batch; "
             "reinforce_pp_baseline: R - mean_g then batch whitening; remax: R - R(greedy); "
-            "turn_return: reward-to-go from each turn with gamma; gae: critic + GAE."
+            "turn_return: reward-to-go from each turn with gamma; gigpo: episode groups plus "
+            "step groups of identical environment states (GiGPO); gae: critic + GAE."
         ),
     )
     std_ddof: Literal[0, 1] = Field(1, description="ddof of the group std (verl, TRL: 1).")
@@ -204,6 +206,14 @@ class AdvantageSpec(_Spec):
         description="turn_return: subtract the group's mean return at the same turn index (or none).",
     )
     lam: float = Field(1.0, ge=0, le=1, description="GAE lambda.")
+    gigpo_omega: float = Field(
+        1.0, ge=0, description="gigpo: weight omega of the step-level advantage A^S."
+    )
+    gigpo_norm: Literal["mean_norm", "mean_std_norm"] = Field(
+        "mean_norm",
+        description="gigpo: F_norm = 1 (mean_norm, the verl-agent function default) or the group's "
+        "std (ddof 1) + 1e-6 (mean_std_norm), for both A^E and A^S.",
+    )
     critic: CriticSpec = CriticSpec()
 
 

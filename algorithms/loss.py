@@ -51,6 +51,7 @@ def compute_advantages(
     baseline_rewards: torch.Tensor | None = None,
     truncated: torch.Tensor | None = None,
     l_max: int | None = None,
+    state_keys: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Advantages ``[B, T]`` for a preset or blanks, and the trained mask ``[B, T]`` after data filters.
 
@@ -58,7 +59,8 @@ def compute_advantages(
         rewards: ``[B]`` outcome rewards. mask: ``[B, T]`` action mask.
         group_ids: ``[B]`` prompt group of each sample (group estimators).
         old_logp, ref_logp: ``[B, T]`` log-probs under pi_old and pi_ref (KL in the reward).
-        turn_rewards: ``[B, K]``, turn_ids: ``[B, T]`` (turn_return).
+        turn_rewards: ``[B, K]``, turn_ids: ``[B, T]`` (turn_return, gigpo).
+        state_keys: ``[B, K]`` environment state key before each turn (gigpo's anchor states).
         baseline_rewards: ``[B]`` rewards of the greedy rollouts (remax).
         truncated: ``[B]`` bool (overlong filtering and shaping).
         l_max: generation budget in tokens (overlong shaping).
@@ -103,9 +105,16 @@ def compute_advantages(
         "baseline_rewards": baseline_rewards,
         "turn_rewards": turn_rewards,
         "turn_ids": turn_ids,
+        "state_keys": state_keys,
     }
     _check_inputs(estimator, tensors)
     adv = estimator.call(tensors, flatten(b))  # exactly its declared inputs and advantage fields
+    if a.estimator == "gigpo":  # how many steps found an anchor group of two or more
+        _, reached, _ = adv_mod.turn_returns(turn_rewards, mask, turn_ids, a.gamma)
+        _, size = adv_mod.anchor_groups(tensors["group_ids"], state_keys, reached)
+        info["gigpo_anchor_frac"] = (
+            float((size[reached] > 1).double().mean()) if reached.any() else 0.0
+        )
     return adv.detach() * mask, mask, info
 
 

@@ -252,6 +252,41 @@ for _p in [
         ),
     ),
     Preset(
+        "turn_grpo",
+        _b(advantage={"estimator": "turn_return", "gamma": 1.0, "turn_baseline": "group"}),
+        "Turn-level credit for multi-turn tasks (FORMULAS §17): each turn's reward-to-go minus the "
+        "group's mean reward-to-go at the same turn index, on that turn's action tokens.",
+        (
+            "No canonical paper: gamma 1.0 per environment step, group-mean baseline per turn index, "
+            "no std scaling; ratio, clip and Z as grpo.",
+            "KL in the reward (when set) is taken from each turn's reward, token by token.",
+            "Per-turn-index groups shrink at late turns: a turn reached by one sample only gets A = 0.",
+        ),
+    ),
+    Preset(
+        "gigpo",
+        _b(
+            advantage={
+                "estimator": "gigpo",
+                "gamma": 0.95,
+                "gigpo_omega": 1.0,
+                "gigpo_norm": "mean_norm",
+            },
+            regularizer={"loss_kl_coef": 0.01, "loss_kl_estimator": "k3"},
+        ),
+        "GiGPO (Feng et al. 2025): episode-level group advantage plus omega x a step-level one "
+        "within anchor groups (steps of the task's group in the same environment state), "
+        "discounted per step.",
+        (
+            "gamma 0.95, omega 1, mean_norm (F = 1): verl-agent's ALFWorld script and function "
+            "default; k3 KL in the loss, 0.01.",
+            "Anchor states are the environment's state keys (guess_number: the interval still open "
+            "and the guesses left); a task without them falls back to the observation history, "
+            "which rarely recurs. gigpo.anchor_frac reports the steps that found a group of two.",
+            "A singleton anchor group gives A^S = 0.",
+        ),
+    ),
+    Preset(
         "sao",
         _b(
             weight={"ratio": "behavior", "trust_region": "dis", "eps_low": 0.3, "eps_high": 5.0},
@@ -282,8 +317,10 @@ for _p in [
             "batch's start leave Z (discard reason 'dis').",
             "The critic's frozen attention with trainable MoE projections is stood in for by a copy of "
             "the policy whose attention, embeddings and norms are frozen and whose MLPs train.",
-            "Synchronous here: one rollout per prompt, consumed by the next update; with data.lag the "
-            "rollouts come from older weights and DIS masks what drifted out of the band.",
+            "Synchronous by default: one rollout per prompt, consumed by the next update; with "
+            "data.concurrent a collector samples ahead and each round is consumed as soon as it is "
+            "done (with data.lag, deterministically k versions behind); DIS masks what drifted "
+            "out of the band.",
         ),
     ),
     Preset(

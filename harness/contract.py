@@ -242,7 +242,12 @@ def check_groups(batch: TrajectoryBatch, group_size: int | None = None) -> Check
     return CheckResult("groups", True, f"{len(seen)} groups of {want}")
 
 
-def check_turns(batch: TrajectoryBatch) -> CheckResult:
+def check_turns(batch: TrajectoryBatch, env_keys: bool = False) -> CheckResult:
+    """Turn ids, turn rewards and state keys aligned. A state key is the observation history's
+    hash, or with ``env_keys`` (the environment defines its state) a function of the history:
+    equal histories in the batch have equal keys."""
+
+    by_history: dict[int, tuple[int, int, int]] = {}
     for b in range(batch.size):
         n_actions = sum(1 for k, _, _ in batch.segments[b] if k == "action")
         if int(batch.n_turns[b]) != n_actions:
@@ -265,11 +270,14 @@ def check_turns(batch: TrajectoryBatch) -> CheckResult:
             )
         obs = batch.observations[b]
         for k in range(len(obs)):
-            if int(batch.state_keys[b, k]) != state_key(obs[: k + 1]):
+            key, history = int(batch.state_keys[b, k]), state_key(obs[: k + 1])
+            seen = by_history.setdefault(history, (key, b, k)) if env_keys else (history, b, k)
+            if key != seen[0]:
+                why = f"sample {seen[1]} turn {seen[2]} has the same history" if env_keys else ""
                 return CheckResult(
                     "turns",
                     False,
-                    f"sample {b}: state key of turn {k} does not match its history",
+                    f"sample {b}: state key of turn {k} does not match its history {why}".strip(),
                     b,
                 )
     return CheckResult("turns", True, "turn ids, rewards and state keys aligned")
@@ -318,6 +326,7 @@ def check_contract(
     group_size: int | None = None,
     policy_version: int | None = None,
     tol: float = 1e-4,
+    env_keys: bool = False,
 ) -> ContractReport:
     """Run every contract check on ``batch``; the report names the culprit of each failure."""
 
@@ -327,7 +336,7 @@ def check_contract(
     )
     results += [
         check_groups(batch, group_size),
-        check_turns(batch),
+        check_turns(batch, env_keys),
         check_rewards(batch, reward_range),
         check_version(batch, policy_version),
     ]
@@ -370,5 +379,6 @@ def sample_and_check(
         reward_range=reward_range,
         group_size=group_size,
         policy_version=engine.policy_version,
+        env_keys=task.env_state_keys,
     )
     return batch, report

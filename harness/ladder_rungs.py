@@ -107,6 +107,7 @@ def frozen_batch_rung(engine, model, tok, task, rollout, blanks) -> list[RungRes
             baseline_rewards=batch.reward * 0,
             truncated=batch.truncated,
             l_max=l_max,
+            state_keys=batch.state_keys,
         )
         if blanks.advantage.estimator != "gae"
         else (batch.action_mask * 0, batch.action_mask, {})

@@ -279,6 +279,8 @@ ALTERNATIVES = {
     "advantage.gamma": 0.5,
     "advantage.lam": 0.5,
     "advantage.turn_baseline": "none",
+    "advantage.gigpo_omega": 0.3,
+    "advantage.gigpo_norm": "mean_std_norm",
     "normalization.l_max": 3,
     "normalization.count_empty_rows": True,
     "regularizer.reward_kl_estimator": "k2",
@@ -309,6 +311,7 @@ def _run(blanks, data):
         baseline_rewards=greedy,
         truncated=truncated,
         l_max=l_max,
+        **_turns(mask),
     )
     w = loss_weights(
         m, blanks.normalization.mode, l_max, blanks.normalization.count_empty_rows
@@ -319,6 +322,20 @@ def _run(blanks, data):
     )
     (grad,) = torch.autograd.grad(loss, logp)
     return adv, m, info["shaped_rewards"], loss.detach(), grad
+
+
+def _turns(mask):
+    """Two turns of three tokens each, per-turn rewards, and environment state keys that recur
+    within groups (turn and GiGPO estimators)."""
+
+    B, T = mask.shape
+    turn_ids = torch.tensor([0, 0, 0, 1, 1, 1]).expand(B, T).clone()
+    turn_rewards = torch.tensor(
+        [[0.2, 0.8], [0.0, 0.0], [0.5, 0.0], [0.0, 1.0], [0.1, 0.1], [0.0, 0.9], [0.3, 0.0]],
+        dtype=D,
+    )
+    state_keys = torch.tensor([[1, 5], [1, 5], [1, 6], [2, 7], [2, 7], [2, 8], [3, 9]])
+    return {"turn_rewards": turn_rewards, "turn_ids": turn_ids, "state_keys": state_keys}
 
 
 def _data():

@@ -8,6 +8,7 @@ import torch
 from sixblanks.algorithms.logprobs import process_logits, token_logprobs
 from sixblanks.harness.config import ModelConfig
 from sixblanks.harness.contract import check_contract
+from sixblanks.harness.contract import check_contract as contract_check
 from sixblanks.harness.models import load_policy
 from sixblanks.harness.rollout.agent import run_episodes
 from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
@@ -58,6 +59,7 @@ def test_contract_holds_on_real_rollouts(policies, name):
         reward_range=task.reward_range,
         group_size=4,
         policy_version=engine.policy_version,
+        env_keys=task.env_state_keys,
     )
     assert report.passed, report.summary()
     lp = next(r for r in report.results if r.name == "logprobs")
@@ -78,6 +80,9 @@ def test_contract_holds_on_real_rollouts(policies, name):
 @pytest.mark.parametrize("name", TASKS)
 def test_contract_names_the_culprit_of_corrupted_batches(policies, name):
     task, model, tok, _, batch = _rollout(policies, name)
+
+    def check_contract(*args, **kw):  # with the task's notion of a state key
+        return contract_check(*args, env_keys=task.env_state_keys, **kw)
 
     shifted = batch.clone()
     shifted.action_mask = torch.cat(

@@ -168,6 +168,7 @@ def test_multi_turn_episodes_with_vllm_keep_the_trajectory_contract(tiny):
         temperature=0.8,
         reward_range=task.reward_range,
         group_size=2,
+        env_keys=task.env_state_keys,
         policy_version=engine.policy_version,
     )
     assert report.passed, report.summary()  # log-probs of the fresh weights: the reuse synced them

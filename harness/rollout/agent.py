@@ -22,6 +22,14 @@ def state_key(observations: list[str]) -> int:
     return int.from_bytes(h, "little", signed=True) or 1
 
 
+def env_state_key(env, observations: list[str]) -> int:
+    """The key of the state an action is taken in: the environment's own ``state_key()`` where it
+    defines one (hashed), else the observation history's hash."""
+
+    key = env.state_key() if env is not None and hasattr(env, "state_key") else None
+    return state_key(["\x1fstate", repr(key)]) if key is not None else state_key(observations)
+
+
 @dataclass
 class Episode:
     instance: Instance
@@ -99,7 +107,7 @@ def run_episodes(
                 obs = inst.prompt
             ep.observations.append(obs)
             ep.add("obs", encode_observation(tokenizer, obs, first=True))
-            ep.state_keys.append(state_key(ep.observations))
+            ep.state_keys.append(env_state_key(ep.env, ep.observations))
             episodes.append(ep)
 
     max_turns = max(1, task.max_turns)
@@ -145,7 +153,7 @@ def run_episodes(
                 continue
             ep.observations.append(res.observation)
             ep.add("obs", obs_ids)
-            ep.state_keys.append(state_key(ep.observations))
+            ep.state_keys.append(env_state_key(ep.env, ep.observations))
         if on_turn is not None:
             on_turn(turn, len(active))
 

@@ -9,6 +9,7 @@ can be counted, timed out and isolated from exceptions.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -65,6 +66,13 @@ class Env:
         reward = self.verify(self.instance, action)
         return StepResult("", reward, True, False, {})
 
+    def state_key(self) -> Hashable | None:
+        """The environment's state now (before the next action), as a hashable value: episodes in
+        the same state have the same key, however they got there (GiGPO's anchor states). None:
+        the environment does not say, and the observation history stands for its state."""
+
+        return None
+
 
 class Task:
     """Base class of tasks. Subclasses set ``name``, ``Params`` and implement ``make_instance``."""
@@ -72,6 +80,8 @@ class Task:
     name: ClassVar[str] = "task"
     Params: ClassVar[type[TaskParams]] = TaskParams
     multi_turn: ClassVar[bool] = False
+    env_state_keys: ClassVar[bool] = False
+    """True where its environment defines ``state_key()`` (else: the observation history's hash)."""
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     stop: ClassVar[str] = "\n"
     """Text that ends an action (a turn's answer); generation stops there."""

@@ -91,7 +91,14 @@ class GuessNumberEnv(Env):
         self.turn = 0
         # all environment randomness (the noisy feedback) comes from this seed
         self.rng = random.Random(self.instance.seed if seed is None else seed)
+        self.low, self.high = self.task.params.low, self.task.params.high  # what feedback allows
         return self.instance.prompt, {}
+
+    def state_key(self) -> tuple[int, int, int]:
+        """The interval the feedback so far leaves open, and the guesses left: episodes that
+        narrowed it the same way are in the same state, whatever they guessed."""
+
+        return self.low, self.high, self.task.params.max_turns - self.turn
 
     def step(self, action: str) -> StepResult:
         p = self.task.params
@@ -109,6 +116,10 @@ class GuessNumberEnv(Env):
             if self.rng.random() < p.noise:
                 higher = not higher
             feedback = "higher" if higher else "lower"
+            if higher:
+                self.low = max(self.low, guess + 1)
+            else:
+                self.high = min(self.high, guess - 1)
         # the K-turn limit is part of the task (reward only within K guesses): running out of turns
         # is a terminal failure, not a time-limit truncation, so a critic must not bootstrap past it
         out_of_turns = self.turn >= p.max_turns
@@ -127,6 +138,7 @@ class GuessNumber(Task):
     name = "guess_number"
     Params = GuessNumberParams
     multi_turn = True
+    env_state_keys = True
     has_oracle = True
     params: GuessNumberParams
 

@@ -60,6 +60,7 @@ class PolicyGradient(Stateless):
             baseline_rewards=collected.baseline_rewards,
             truncated=batch.truncated,
             l_max=ctx.l_max,
+            state_keys=batch.state_keys,
         )
         filtered = (mask0.sum(1) > 0) & (mask.sum(1) == 0)
         filtered[batch.size - collected.replayed_rows :] = False  # replayed: accounted for before
@@ -74,8 +75,9 @@ class PolicyGradient(Stateless):
         }
         # every shaping term of the reward is logged (the audit lists them; a term that never
         # changed a reward is reported as inert)
-        if "reward_kl" in info:
-            metrics["reward_kl"] = info["reward_kl"]
+        for k in ("reward_kl", "gigpo_anchor_frac"):
+            if k in info:
+                metrics[k.replace("gigpo_", "gigpo.")] = info[k]
         if "overlong_penalty" in info:
             pen = info["overlong_penalty"]
             metrics["overlong_penalty_mean"] = float(pen.mean())

@@ -1,0 +1,213 @@
+"""Process and agent credit (issue 18, first part): environment state keys, turn-level advantages
+with KL in the reward, GiGPO, and their presets end to end on a multi-turn task."""
+
+import math
+
+import pytest
+import torch
+
+from sixblanks.algorithms.loss import compute_advantages
+from sixblanks.algorithms.presets import resolve
+
+D = torch.float64
+
+# three episodes of one task: two take two turns, the third is solved at its first turn
+MASK = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]], dtype=D)
+TURN_IDS = torch.tensor([[0, 0, 1, 1], [0, 0, 1, 1], [0, 0, -1, -1]])
+TURN_REWARDS = torch.tensor([[0.0, 1.0], [0.0, 0.0], [1.0, 0.0]], dtype=D)
+REWARDS = TURN_REWARDS.sum(1)
+GROUPS = torch.tensor([0, 0, 0])
+# episodes 0 and 1 start in state 10 and reach state 20; episode 2 starts in a state of its own
+KEYS = torch.tensor([[10, 20], [10, 20], [11, 0]])
+
+
+def _gigpo(**adv):
+    blanks = resolve("gigpo", {"advantage": {"gamma": 0.5, **adv}})
+    return compute_advantages(
+        blanks,
+        REWARDS,
+        MASK,
+        GROUPS,
+        turn_rewards=TURN_REWARDS,
+        turn_ids=TURN_IDS,
+        state_keys=KEYS,
+    )
+
+
+def test_gigpo_by_hand_mean_norm():
+    adv, _, info = _gigpo()
+    # returns (gamma 0.5): ep0 G = [0.5, 1], ep1 [0, 0], ep2 [1]; A^E = R - 2/3
+    # anchor (10): {0.5, 0} -> A^S = +-0.25; anchor (20): {1, 0} -> +-0.5; anchor (11): alone -> 0
+    want = torch.tensor(
+        [
+            [1 / 3 + 0.25, 1 / 3 + 0.25, 1 / 3 + 0.5, 1 / 3 + 0.5],
+            [-2 / 3 - 0.25, -2 / 3 - 0.25, -2 / 3 - 0.5, -2 / 3 - 0.5],
+            [1 / 3, 1 / 3, 0.0, 0.0],
+        ]
+    )
+    assert torch.allclose(adv.float(), want, atol=1e-6)
+    assert info["gigpo_anchor_frac"] == pytest.approx(4 / 5)  # 4 of 5 steps found a partner
+
+
+def test_gigpo_by_hand_mean_std_norm_and_omega():
+    adv, _, _ = _gigpo(gigpo_norm="mean_std_norm", gigpo_omega=2.0)
+    std_e = math.sqrt(((1 / 3) ** 2 * 2 + (2 / 3) ** 2) / 2)  # ddof 1 over R = [1, 0, 1]
+    a_e = [x / (std_e + 1e-6) for x in (1 / 3, -2 / 3, 1 / 3)]
+    s10 = 0.25 / (math.sqrt(2 * 0.25**2) + 1e-6)  # {0.5, 0}: std 0.3536
+    s20 = 0.5 / (math.sqrt(2 * 0.5**2) + 1e-6)  # {1, 0}: std 0.7071
+    want = torch.tensor(
+        [
+            [a_e[0] + 2 * s10] * 2 + [a_e[0] + 2 * s20] * 2,
+            [a_e[1] - 2 * s10] * 2 + [a_e[1] - 2 * s20] * 2,
+            [a_e[2]] * 2 + [0.0, 0.0],
+        ]
+    )
+    assert torch.allclose(adv.float(), want.float(), atol=1e-5)
+
+
+def test_an_anchor_state_groups_steps_across_turn_indices():
+    keys = torch.tensor([[10, 20], [20, 30], [11, 0]])  # ep1 starts where ep0 is at its turn 1
+    blanks = resolve("gigpo", {"advantage": {"gamma": 0.5, "gigpo_omega": 1.0}})
+    adv, _, info = compute_advantages(
+        blanks, REWARDS, MASK, GROUPS, turn_rewards=TURN_REWARDS, turn_ids=TURN_IDS, state_keys=keys
+    )
+    # anchor (20): ep0 turn 1 (G = 1) and ep1 turn 0 (G = 0): +-0.5; every other step is alone
+    assert adv[0, 2].item() == pytest.approx(1 / 3 + 0.5, abs=1e-6)
+    assert adv[1, 0].item() == pytest.approx(-2 / 3 - 0.5, abs=1e-6)
+    assert adv[1, 2].item() == pytest.approx(-2 / 3, abs=1e-6)
+    assert info["gigpo_anchor_frac"] == pytest.approx(2 / 5)
+
+
+def test_gigpo_needs_state_keys():
+    blanks = resolve("gigpo")
+    with pytest.raises(ValueError, match="state_keys"):
+        compute_advantages(
+            blanks, REWARDS, MASK, GROUPS, turn_rewards=TURN_REWARDS, turn_ids=TURN_IDS
+        )
+
+
+def test_turn_level_advantages_carry_the_kl_penalty_of_each_turn():
+    """turn_grpo with k1 KL in the reward (beta 0.5): each turn's reward loses its own tokens'
+    penalties, and the return from a turn keeps what comes after it."""
+
+    blanks = resolve(
+        "turn_grpo", {"regularizer": {"reward_kl_coef": 0.5, "reward_kl_estimator": "k1"}}
+    )
+    mask = torch.ones(2, 4, dtype=D)
+    turn_ids = torch.tensor([[0, 0, 1, 1], [0, 0, 1, 1]])
+    turn_rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0]], dtype=D)
+    ref = torch.full((2, 4), -1.0, dtype=D)
+    old = ref + torch.tensor(
+        [[0.1, 0.2, 0.3, 0.4], [0.0, 0.0, 0.0, 0.0]], dtype=D
+    )  # k1 = old - ref
+    adv, _, info = compute_advantages(
+        blanks,
+        turn_rewards.sum(1),
+        mask,
+        torch.tensor([0, 0]),
+        old_logp=old,
+        ref_logp=ref,
+        turn_rewards=turn_rewards,
+        turn_ids=turn_ids,
+    )
+    # ep0 turn rewards: 0 - 0.5 (0.1 + 0.2) = -0.15, 1 - 0.5 (0.3 + 0.4) = 0.65 -> G = [0.5, 0.65]
+    # ep1: G = [0, 0]; group means per turn index: 0.25, 0.325
+    want = torch.tensor([[0.25, 0.25, 0.325, 0.325], [-0.25, -0.25, -0.325, -0.325]])
+    assert torch.allclose(adv.float(), want, atol=1e-6)
+    assert info["reward_kl"] == pytest.approx(0.5)  # the mean over samples of summed k1
+
+
+def _intervals(observations, actions, low, high, turns):
+    """The interval the feedback leaves open before each turn, recomputed from the texts."""
+
+    out, lo, hi = [], low, high
+    for k in range(len(actions)):
+        out.append((lo, hi, turns - k))
+        feedback = observations[k + 1].strip() if k + 1 < len(observations) else ""
+        guess = actions[k].strip()
+        if guess.isdigit() and feedback == "higher":
+            lo = max(lo, int(guess) + 1)
+        elif guess.isdigit() and feedback == "lower":
+            hi = min(hi, int(guess) - 1)
+    return out
+
+
+def test_guess_number_state_keys_recur_when_the_interval_does():
+    """guess_number's environment names its state (the interval still open, the guesses left):
+    two steps have the same key exactly when that state is the same, whatever was guessed."""
+
+    from sixblanks.harness.config import ModelConfig
+    from sixblanks.harness.contract import check_turns
+    from sixblanks.harness.models import load_policy
+    from sixblanks.harness.rollout.agent import run_episodes
+    from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
+    from sixblanks.harness.tasks import make_task
+
+    task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 4})
+    model, tok = load_policy(ModelConfig(), [task])
+    batch = run_episodes(
+        HFEngine(model, tok),
+        tok,
+        task,
+        task.instances([0, 1]),
+        8,
+        SamplingParams(temperature=1.0, max_new_tokens=3),
+        generator=torch.Generator().manual_seed(0),
+    )
+    states, keys = [], []
+    for b in range(batch.size):
+        for k, s in enumerate(
+            _intervals(batch.observations[b], batch.actions[b], 1, 8, 4)[: int(batch.n_turns[b])]
+        ):
+            states.append((int(batch.group_ids[b]), s))
+            keys.append((int(batch.group_ids[b]), int(batch.state_keys[b, k])))
+    for i in range(len(states)):
+        for j in range(len(states)):
+            assert (states[i] == states[j]) == (keys[i] == keys[j])
+    assert len(set(keys)) < len(keys)  # states recur across the group
+    assert check_turns(batch, env_keys=True).passed
+    assert not check_turns(batch, env_keys=False).passed  # not the history's hash
+
+
+@pytest.fixture(scope="module")
+def guess_warm(tmp_path_factory):
+    """A policy warm-started (SFT on oracle demonstrations) on guess_number 1-8, 4 guesses."""
+
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.warmstart import warm_start
+
+    cfg = validate_mapping(
+        {
+            "task": {"name": "guess_number", "params": {"low": 1, "high": 8, "max_turns": 4}},
+            "arms": {"a": {"preset": "grpo"}},
+            "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 8},
+            "warm_start": {"steps": 30, "num_demos": 500},
+        }
+    )
+    task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 4})
+    model, tok, _ = warm_start(cfg, [task], tmp_path_factory.mktemp("warm"))
+    return cfg, task, model, tok
+
+
+@pytest.mark.parametrize("preset", ["turn_grpo", "gigpo"])
+def test_turn_level_presets_train_end_to_end_on_guess_number(guess_warm, preset):
+    import copy
+
+    from sixblanks.harness.training import RunSettings, Trainer
+
+    cfg, task, model, tok = guess_warm
+    s = RunSettings(
+        resolve(preset), cfg.rollout, cfg.optimizer, {"launched_tokens": 1000.0}, 0, eval_size=8
+    )
+    tr = Trainer(s, task, copy.deepcopy(model), tok)
+    res = tr.train()
+    assert res.ended_because == "budget" and len(res.steps) >= 4
+    assert not res.ledger.check_invariants()
+    assert all(math.isfinite(m["loss"]) for m in res.steps if "loss" in m)
+    # a learning signal reached the tokens: some group's turns differed
+    assert any(m["trainable_group_frac"] > 0 for m in res.steps)
+    assert any(abs(m.get("adv_abs_mean", 0.0)) > 0 for m in res.steps)
+    if preset == "gigpo":
+        frac = [m["gigpo.anchor_frac"] for m in res.steps]
+        assert all(0 < f <= 1 for f in frac)  # the first turns of a group share their start state
