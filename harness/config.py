@@ -309,7 +309,11 @@ class LadderConfig(_Cfg):
         default_factory=lambda: [(0.2, 0.2), (0.2, 0.28)]
     )
     kl_variants: list[float] = Field(default_factory=lambda: [0.0, 0.04])
-    critic_preset: str = "ppo"
+    credit_variants: list[str] = Field(
+        default_factory=lambda: ["ppo_turn", "gigpo"],
+        description="Rung 8: presets whose advantage blank (estimator, critic, gamma) is swapped "
+        "into the arm one at a time, every other blank the arm's.",
+    )
 
 
 class ParamSpace(_Cfg):

@@ -8,7 +8,7 @@
     5 advantage        advantage estimator varied, everything else fixed
     6 normalization    loss normalization varied
     7 clip_kl_lr       clipping, KL and learning rate varied (gradient norms reported)
-    8 critic           value credit (a critic preset) added
+    8 credit           one form of credit added by the advantage blank alone (a turn critic, GiGPO)
     9 asynchrony       the arm's lag (data.lag or data.concurrent) against its synchronous setting;
                        fails when asynchrony loses
 
@@ -79,7 +79,7 @@ RUNGS = [
     (5, "advantage"),
     (6, "normalization"),
     (7, "clip_kl_lr"),
-    (8, "critic"),
+    (8, "credit"),
     (9, "asynchrony"),
 ]
 
@@ -317,32 +317,35 @@ class Ladder:
                 variants[f"loss_kl={kl:g}"] = {"blanks_over": {"regularizer": {"loss_kl_coef": kl}}}
         return self._compare(7, "clip_kl_lr", variants, key)
 
-    def _async_data(self) -> dict[str, Any]:
-        """The arm's asynchrony (one axis at a time: a critic preset keeps the arm's lag)."""
+    def rung_credit(self) -> list[RungResult]:
+        """Credit added one form at a time by the advantage blank alone: each preset of
+        ``ladder.credit_variants`` lends the arm its advantage blank (estimator, critic, gamma);
+        every other blank stays the arm's, so the comparison is one axis."""
 
-        d = self.spec["blanks"]["data"]
-        return {k: d[k] for k in ASYNC_FIELDS if k in d}
-
-    def rung_critic(self) -> list[RungResult]:
-        if resolve(self.spec["preset"]).advantage.estimator == "gae":
-            reason = "not applicable: the arm already uses a value model, there is no critic to add"
-            return [
-                RungResult(8, "critic", "already a critic arm", "inconclusive", reason),
-                verdict(8, "critic", "inconclusive", reason),
-            ]
-        key = f"{self.spec['preset']} (nominal)"
-        return self._compare(
-            8,
-            "critic",
-            {
-                key: {},
-                f"+critic ({self.cfg.ladder.critic_preset})": {
-                    "preset": self.cfg.ladder.critic_preset,
-                    "blanks_over": {"data": self._async_data()},
-                },
-            },
-            key,
+        blanks, key = (
+            self.spec["blanks"],
+            f"advantage={self.spec['blanks']['advantage']['estimator']} (nominal)",
         )
+        variants: dict[str, dict[str, Any]] = {key: {}}
+        skipped: list[RungResult] = []
+        for name in self.cfg.ladder.credit_variants:
+            adv = resolve(name).advantage.model_dump(mode="json")
+            if adv == blanks["advantage"]:
+                continue  # the arm's own credit
+            label = f"+{adv['estimator']} credit ({name}'s advantage blank)"
+            try:
+                resolve(self.spec["preset"], deep_merge(blanks, {"advantage": adv}))
+            except ValueError as exc:  # e.g. a critic with overlong shaping
+                why = f"not applicable to this arm: {exc}"
+                skipped.append(RungResult(8, "credit", label, "inconclusive", why))
+                continue
+            variants[label] = {"blanks_over": {"advantage": adv}}
+        if len(variants) == 1:
+            reason = (
+                "no credit variant differs from the arm's advantage blank (ladder.credit_variants)"
+            )
+            return [*skipped, verdict(8, "credit", "inconclusive", reason)]
+        return skipped + self._compare(8, "credit", variants, key)
 
     def rung_asynchrony(self) -> list[RungResult]:
         """The arm's asynchronous setting (``data.lag``, or a concurrent collector) against its
@@ -395,10 +398,6 @@ class Ladder:
             ExperimentDir(self.out).ladder, {"arm": self.arm, "seconds": seconds, "rungs": rows}
         )
         write_ladder(self.out, self.cfg.name, self.arm, rows)
-
-
-ASYNC_FIELDS = ("lag", "concurrent", "broadcast_every", "staleness")
-"""The data blank's fields that make an arm asynchronous; rung 9 varies them, the others keep them."""
 
 
 class LadderFailed(SixblanksError):

@@ -526,6 +526,7 @@ def test_a_lag_that_diverges_without_a_staleness_bound_stops_the_ladder_at_rung_
         "budget": {"launched_tokens": 4000},
         **{k: [] for k in ("advantage_variants", "normalization_variants", "clip_variants")},
         "kl_variants": [],
+        "credit_variants": [],
         "lr_factors": [1.0],
     }
     path = write_yaml(yaml.safe_dump(data))
@@ -565,3 +566,41 @@ def test_rung_9_runs_a_concurrent_arm_against_its_synchronous_setting(tmp_path):
     assert nominal.detail["versions_behind"] > 0.5 and sync.detail["versions_behind"] == 0
     assert nominal.detail["counters"]["launched_tokens"] <= 600
     assert sync.detail["counters"]["launched_tokens"] <= 600
+
+
+def test_rung_8_adds_credit_by_the_advantage_blank_alone(tmp_path, monkeypatch):
+    """Each credit variant differs from the arm in the advantage blank only (one axis); GiGPO's
+    clear win fails the rung; a variant that cannot apply to the arm is its own inconclusive row."""
+
+    zero = [0.0] * 8
+    specs = _fake_build_trainer(
+        monkeypatch,
+        {
+            "group_norm": (zero, zero),  # the nominal learns nothing
+            "gae": (zero, zero),
+            "gigpo": (zero, [1.0] * 7 + [0.0]),
+        },
+    )
+    ladder = _spec_ladder(tmp_path)
+    rows = ladder.rung_credit()
+    assert [(r.variant, r.status) for r in rows] == [
+        ("advantage=group_norm (nominal)", "inconclusive"),
+        ("+gae credit (ppo_turn's advantage blank)", "inconclusive"),
+        ("+gigpo credit (gigpo's advantage blank)", "fail"),
+        (VERDICT, "fail"),
+    ]
+    nominal = specs[0]["blanks"]
+    for spec in specs[1:]:
+        changed = {k for k in nominal if spec["blanks"][k] != nominal[k]}
+        assert changed == {"advantage"}  # the arm's Z, clip, KL, data: untouched
+    assert specs[1]["blanks"]["advantage"]["critic"]["granularity"] == "turn"
+
+    # DAPO's overlong shaping has no critic form: the critic variant is shown as not applicable
+    from sixblanks.algorithms.presets import resolve
+
+    specs.clear()
+    ladder.spec["preset"] = "dapo"
+    ladder.spec["blanks"] = resolve("dapo").model_dump(mode="json")
+    rows = ladder.rung_credit()
+    assert rows[0].status == "inconclusive" and "not applicable to this arm" in rows[0].evidence
+    assert [s["blanks"]["advantage"]["estimator"] for s in specs] == ["group_norm", "gigpo"]
