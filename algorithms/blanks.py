@@ -309,6 +309,20 @@ class ConcurrentSpec(_Spec):
     )
 
 
+class PotentialShaping(_Spec):
+    """Potential-based shaping (FORMULAS §16): each turn's reward gains gamma Phi(s') - Phi(s),
+    Phi the task's potential of a state (``Env.potential()``), 0 at the end of an episode."""
+
+    enabled: bool = Field(False, description="Add the shaping terms to the turn rewards before A.")
+    gamma: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Discount of the shaping terms; None: the learner's (advantage.gamma), which "
+        "keeps the optimal policy unchanged.",
+    )
+
+
 class DataSpec(_Spec):
     """(i): which samples, how many per prompt, how often reused."""
 
@@ -333,6 +347,9 @@ class DataSpec(_Spec):
     minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch.")
     overlong_shaping: OverlongShaping = Field(
         OverlongShaping(), description="DAPO length penalty added to R before A."
+    )
+    potential_shaping: PotentialShaping = Field(
+        PotentialShaping(), description="gamma Phi(s') - Phi(s) added to each turn's reward."
     )
     staleness: int | None = Field(
         None,
@@ -429,10 +446,13 @@ class Blanks(_Spec):
         if self.advantage.estimator == "gae" and self.objective != "pg":
             raise ValueError("advantage.estimator: 'gae' needs objective 'pg'")
         if self.advantage.estimator == "gae" and (
-            self.data.overlong_shaping.enabled or self.mask.overlong_filter
+            self.data.overlong_shaping.enabled
+            or self.mask.overlong_filter
+            or self.data.potential_shaping.enabled
         ):
             raise ValueError(
-                "data.overlong_shaping / mask.overlong_filter: not implemented for the critic "
+                "data.overlong_shaping / potential_shaping / mask.overlong_filter: not "
+                "implemented for the critic "
                 "(advantage.estimator 'gae'); its rewards and mask would ignore them"
             )
         if self.data.staleness is not None and self.data.lag > self.data.staleness:

@@ -23,6 +23,33 @@ def overlong_penalty(
     return pen * factor
 
 
+def potential_shaping(
+    turn_rewards: torch.Tensor, potentials: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """Potential-based shaping (Ng, Harada, Russell 1999; FORMULAS §16): turn k's reward becomes
+    r_k + gamma Phi(s_{k+1}) - Phi(s_k). It leaves the optimal policy unchanged; the discounted sum
+    of the added terms over an episode is gamma^K Phi(s_K) - Phi(s_0), i.e. -Phi(s_0) when the end
+    state has Phi = 0.
+
+    Args:
+        turn_rewards: ``[B, K]``.
+        potentials: ``[B, K + 1]``: Phi of the state before each turn and, at the index after an
+            episode's last turn, of its end state (0 for a terminal state); 0 past the end.
+        gamma: the learner's discount per environment step.
+
+    Returns:
+        ``[B, K]`` shaped turn rewards (float64); turns past an episode's end stay 0.
+    """
+
+    phi = potentials.double()
+    K = turn_rewards.shape[1]
+    if phi.shape[1] != K + 1:
+        raise ValueError(
+            f"potentials: expected [B, {K + 1}] (one more than turns), got {tuple(phi.shape)}"
+        )
+    return turn_rewards.double() + gamma * phi[:, 1:] - phi[:, :-1]
+
+
 def overlong_filter_mask(mask: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
     """m = 0 on every token of a truncated (no stop/EOS) sample. ``[B, T]``."""
 

@@ -22,7 +22,7 @@ import torch
 
 from . import advantages as adv_mod
 from .blanks import Blanks, flatten
-from .data import overlong_filter_mask, overlong_penalty
+from .data import overlong_filter_mask, overlong_penalty, potential_shaping
 from .normalization import aggregate
 from .offpolicy import dis, is_mask, ratio_gate, sequence_is_weight
 from .registry import Registry, Variant
@@ -52,6 +52,7 @@ def compute_advantages(
     truncated: torch.Tensor | None = None,
     l_max: int | None = None,
     state_keys: torch.Tensor | None = None,
+    potentials: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Advantages ``[B, T]`` for a preset or blanks, and the trained mask ``[B, T]`` after data filters.
 
@@ -61,6 +62,7 @@ def compute_advantages(
         old_logp, ref_logp: ``[B, T]`` log-probs under pi_old and pi_ref (KL in the reward).
         turn_rewards: ``[B, K]``, turn_ids: ``[B, T]`` (turn_return, gigpo).
         state_keys: ``[B, K]`` environment state key before each turn (gigpo's anchor states).
+        potentials: ``[B, K + 1]`` Phi before each turn, 0 from the end on (potential shaping).
         baseline_rewards: ``[B]`` rewards of the greedy rollouts (remax).
         truncated: ``[B]`` bool (overlong filtering and shaping).
         l_max: generation budget in tokens (overlong shaping).
@@ -82,6 +84,16 @@ def compute_advantages(
         pen = overlong_penalty(lengths, l_max, shaping.cache, shaping.factor)
         rewards = rewards + pen
         info["overlong_penalty"] = pen
+    ps = b.data.potential_shaping
+    if ps.enabled:  # gamma Phi(s') - Phi(s) on each turn's reward, and their sum on R
+        if potentials is None or turn_rewards is None:
+            raise ValueError("potential shaping needs turn_rewards and potentials (Phi per state)")
+        shaped = potential_shaping(
+            turn_rewards, potentials, a.gamma if ps.gamma is None else ps.gamma
+        )
+        added = (shaped - turn_rewards.double()).sum(1)
+        rewards, turn_rewards = rewards + added, shaped
+        info["potential_shaping"] = added
     if b.mask.overlong_filter and truncated is not None:
         mask = overlong_filter_mask(mask, truncated)
     token_penalty = None
@@ -352,6 +364,7 @@ OBJECTIVES.add(
             "data.epochs",
             "data.minibatches",
             "data.overlong_shaping.enabled",
+            "data.potential_shaping.enabled",
             "data.staleness",
             "data.lag",
             "data.broadcast_every",

@@ -147,6 +147,9 @@ def shaping_terms(blanks: Blanks) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if blanks.data.overlong_shaping.enabled:
         out["overlong"] = blanks.data.overlong_shaping.model_dump(exclude={"enabled"})
+    if blanks.data.potential_shaping.enabled:
+        gamma = blanks.data.potential_shaping.gamma
+        out["potential"] = {"gamma": blanks.advantage.gamma if gamma is None else gamma}
     reg = blanks.regularizer
     if reg.reward_kl_coef > 0:
         out["kl_in_reward"] = {"coef": reg.reward_kl_coef, "estimator": reg.reward_kl_estimator}

@@ -108,6 +108,7 @@ def frozen_batch_rung(engine, model, tok, task, rollout, blanks) -> list[RungRes
             truncated=batch.truncated,
             l_max=l_max,
             state_keys=batch.state_keys,
+            potentials=batch.potentials,
         )
         if blanks.advantage.estimator != "gae"
         else (batch.action_mask * 0, batch.action_mask, {})

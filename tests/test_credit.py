@@ -211,3 +211,116 @@ def test_turn_level_presets_train_end_to_end_on_guess_number(guess_warm, preset)
     if preset == "gigpo":
         frac = [m["gigpo.anchor_frac"] for m in res.steps]
         assert all(0 < f <= 1 for f in frac)  # the first turns of a group share their start state
+
+
+# ----------------------------------------------------------------------------- potential shaping
+
+# a small MDP solved exactly: from s0, "a" goes to s1 (0) and "b" ends the episode (0.6); from s1,
+# "a" ends it with 1.0 and "b" goes back to s0 (0). Terminal states have Phi = 0.
+MDP = {
+    0: {"a": (1, 0.0, False), "b": (None, 0.6, True)},
+    1: {"a": (None, 1.0, True), "b": (0, 0.0, False)},
+}
+GAMMA = 0.9
+
+
+def _optimal_policy(reward_of):
+    """Value iteration; ``reward_of(s, a, s2, terminal, r)`` gives the reward a learner sees."""
+
+    V = {0: 0.0, 1: 0.0}
+    for _ in range(500):
+        V = {
+            s: max(
+                reward_of(s, a, s2, t, r) + (0.0 if t else GAMMA * V[s2])
+                for a, (s2, r, t) in acts.items()
+            )
+            for s, acts in MDP.items()
+        }
+    return {
+        s: max(
+            acts,
+            key=lambda a: (
+                reward_of(s, a, *acts[a][:1], acts[a][2], acts[a][1])
+                + (0.0 if acts[a][2] else GAMMA * V[acts[a][0]])
+            ),
+        )
+        for s, acts in MDP.items()
+    }
+
+
+def test_potential_shaping_keeps_the_optimal_policy_a_progress_bonus_changes_it():
+    from sixblanks.algorithms.data import potential_shaping
+
+    phi = {0: 0.0, 1: 0.5}
+
+    def plain(s, a, s2, t, r):
+        return r
+
+    def shaped(s, a, s2, t, r):  # through the library's shaping, one transition as one turn
+        pots = torch.tensor([[phi[s], 0.0 if t else phi[s2]]], dtype=D)
+        return float(potential_shaping(torch.tensor([[r]], dtype=D), pots, GAMMA)[0, 0])
+
+    def progress(s, a, s2, t, r):  # +0.5 for reaching the halfway state: not a potential
+        return r + (0.5 if s2 == 1 else 0.0)
+
+    base = _optimal_policy(plain)
+    assert base == {0: "a", 1: "a"}  # go through s1 and finish: 0.9 > 0.6
+    assert _optimal_policy(shaped) == base
+    assert _optimal_policy(progress) == {0: "a", 1: "b"}  # it now cycles for the bonus
+
+
+def test_shaping_telescopes_to_minus_the_start_potential_and_reaches_the_advantages():
+    from sixblanks.algorithms.data import potential_shaping
+
+    turn_rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]], dtype=D)
+    pots = torch.tensor([[0.1, 0.4, 0.7, 0.0], [0.1, 0.3, 0.0, 0.0]], dtype=D)  # 0 from the end
+    shaped = potential_shaping(turn_rewards, pots, 0.9)
+    assert torch.allclose(
+        shaped[0], torch.tensor([0.9 * 0.4 - 0.1, 0.9 * 0.7 - 0.4, 1.0 - 0.7], dtype=D)
+    )
+    disc = torch.tensor([1.0, 0.9, 0.81], dtype=D)
+    added = ((shaped - turn_rewards) * disc).sum(1)
+    assert torch.allclose(added, torch.tensor([-0.1, -0.1], dtype=D))  # -Phi(s_0), any path
+
+    # through compute_advantages: turn_grpo sees the shaped turn rewards (gamma 1 here)
+    blanks = resolve("turn_grpo", {"data": {"potential_shaping": {"enabled": True}}})
+    mask = torch.ones(2, 3, dtype=D)
+    mask[1, 2] = 0
+    turn_ids = torch.tensor([[0, 1, 2], [0, 1, -1]])
+    adv, _, info = compute_advantages(
+        blanks,
+        turn_rewards.sum(1),
+        mask,
+        torch.tensor([0, 0]),
+        turn_rewards=turn_rewards,
+        turn_ids=turn_ids,
+        potentials=pots,
+    )
+    # shaped (gamma 1): ep0 [0.3, 0.3, 0.3] -> G [0.9, 0.6, 0.3]; ep1 [0.2, -0.3, 0] -> G [-0.1, -0.3]
+    want = torch.tensor([[0.5, 0.45, 0.0], [-0.5, -0.45, 0.0]])
+    assert torch.allclose(adv.float(), want, atol=1e-6)
+    assert torch.allclose(info["potential_shaping"], torch.tensor([-0.1, -0.1], dtype=D))
+
+
+def test_potential_shaping_on_guess_number_and_refused_where_a_task_has_no_potential(guess_warm):
+    import copy
+
+    from sixblanks.harness.audit import shaping_terms
+    from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.training import RunSettings, Trainer, TrainingError
+
+    cfg, task, model, tok = guess_warm
+    blanks = resolve("turn_grpo", {"data": {"potential_shaping": {"enabled": True}}})
+    assert shaping_terms(blanks) == {"potential": {"gamma": 1.0}}  # the audit lists it
+    budget = {"launched_tokens": 500.0}
+    s = RunSettings(blanks, cfg.rollout, cfg.optimizer, budget, 0, eval_size=4)
+    res = Trainer(s, task, copy.deepcopy(model), tok).train()
+    # every episode starts at Phi = 0 and ends at 0: the terms sum to 0 over each episode ...
+    assert all(abs(m["potential_shaping_mean"]) < 1e-9 for m in res.steps if "loss" in m)
+    # ... but not turn by turn: the same first batch gets other advantages than unshaped
+    s0 = RunSettings(resolve("turn_grpo"), cfg.rollout, cfg.optimizer, budget, 0, eval_size=4)
+    plain = Trainer(s0, task, copy.deepcopy(model), tok).train()
+    assert plain.steps[0]["reward_mean"] == res.steps[0]["reward_mean"]  # the same rollouts
+    assert plain.steps[0]["adv_abs_mean"] != pytest.approx(res.steps[0]["adv_abs_mean"])
+    with pytest.raises(TrainingError, match="defines no potential"):
+        Trainer(s, make_task("arithmetic"), copy.deepcopy(model), tok)

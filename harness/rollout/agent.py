@@ -22,6 +22,13 @@ def state_key(observations: list[str]) -> int:
     return int.from_bytes(h, "little", signed=True) or 1
 
 
+def env_potential(env) -> float:
+    """The environment's potential of its current state (``Env.potential()``; 0 where none)."""
+
+    phi = env.potential() if env is not None and hasattr(env, "potential") else None
+    return float(phi) if phi is not None else 0.0
+
+
 def env_state_key(env, observations: list[str]) -> int:
     """The key of the state an action is taken in: the environment's own ``state_key()`` where it
     defines one (hashed), else the observation history's hash."""
@@ -44,6 +51,7 @@ class Episode:
     actions: list[str] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
     state_keys: list[int] = field(default_factory=list)
+    potentials: list[float] = field(default_factory=list)
     truncated: bool = False
     terminated: bool = False
     done: bool = False
@@ -108,6 +116,7 @@ def run_episodes(
             ep.observations.append(obs)
             ep.add("obs", encode_observation(tokenizer, obs, first=True))
             ep.state_keys.append(env_state_key(ep.env, ep.observations))
+            ep.potentials.append(env_potential(ep.env))
             episodes.append(ep)
 
     max_turns = max(1, task.max_turns)
@@ -154,6 +163,7 @@ def run_episodes(
             ep.observations.append(res.observation)
             ep.add("obs", obs_ids)
             ep.state_keys.append(env_state_key(ep.env, ep.observations))
+            ep.potentials.append(env_potential(ep.env))
         if on_turn is not None:
             on_turn(turn, len(active))
 
@@ -174,6 +184,9 @@ def episodes_to_batch(
     turn_ids = torch.full((B, T), -1, dtype=torch.long)
     turn_rewards = torch.zeros((B, K), dtype=torch.float32)
     keys = torch.zeros((B, K), dtype=torch.long)
+    # Phi of the state before each action taken; 0 from the end of the episode on (terminal or
+    # cut: either way the shaping then adds the constant -Phi(s_0), whatever the policy did)
+    potentials = torch.zeros((B, K + 1), dtype=torch.float64)
     for i, ep in enumerate(episodes):
         n = len(ep.tokens)
         tokens[i, :n] = torch.tensor(ep.tokens, dtype=torch.long)
@@ -185,6 +198,8 @@ def episodes_to_batch(
         if ep.turn_rewards:
             turn_rewards[i, : len(ep.turn_rewards)] = torch.tensor(ep.turn_rewards)
         keys[i, : len(ep.state_keys)] = torch.tensor(ep.state_keys, dtype=torch.long)
+        acted = ep.potentials[: len(ep.actions)]
+        potentials[i, : len(acted)] = torch.tensor(acted, dtype=torch.float64)
     return TrajectoryBatch(
         tokens=tokens,
         attention_mask=attn,
@@ -197,6 +212,7 @@ def episodes_to_batch(
         policy_version=torch.full((B,), int(version), dtype=torch.long),
         truncated=torch.tensor([ep.truncated for ep in episodes], dtype=torch.bool),
         state_keys=keys,
+        potentials=potentials,
         n_turns=torch.tensor([len(ep.actions) for ep in episodes], dtype=torch.long),
         failed=torch.tensor([ep.failure is not None for ep in episodes], dtype=torch.bool),
         instance_seeds=torch.tensor([ep.instance.seed for ep in episodes], dtype=torch.long),

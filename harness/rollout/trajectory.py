@@ -28,6 +28,7 @@ class TrajectoryBatch:
     state_keys: (
         torch.Tensor
     )  # [B, K] long: hash of the observation history at each turn (0 past the end)
+    potentials: torch.Tensor  # [B, K + 1] float64: Phi before each turn's action; 0 from the end on
     n_turns: torch.Tensor  # [B] long: actions taken
     failed: torch.Tensor  # [B] bool: a task/verifier failure; such samples carry no trained tokens
     instance_seeds: torch.Tensor  # [B] long
@@ -55,6 +56,7 @@ class TrajectoryBatch:
         "policy_version",
         "truncated",
         "state_keys",
+        "potentials",
         "n_turns",
         "failed",
         "instance_seeds",
@@ -136,8 +138,10 @@ class TrajectoryBatch:
                         [t, torch.full((t.shape[0], T - t.shape[1]), padded[name], dtype=t.dtype)],
                         1,
                     )
-                if name in ("turn_rewards", "state_keys") and t.shape[1] < K:
-                    t = torch.cat([t, torch.zeros((t.shape[0], K - t.shape[1]), dtype=t.dtype)], 1)
+                width = K + 1 if name == "potentials" else K
+                if name in ("turn_rewards", "state_keys", "potentials") and t.shape[1] < width:
+                    pad = torch.zeros((t.shape[0], width - t.shape[1]), dtype=t.dtype)
+                    t = torch.cat([t, pad], 1)
                 parts.append(t)
             kw[name] = torch.cat(parts, 0)
         for name in TrajectoryBatch._LISTS:

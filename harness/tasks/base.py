@@ -66,6 +66,12 @@ class Env:
         reward = self.verify(self.instance, action)
         return StepResult("", reward, True, False, {})
 
+    def potential(self) -> float | None:
+        """Phi of the current state, for potential-based shaping (``data.potential_shaping``);
+        None: the task defines no potential."""
+
+        return None
+
     def state_key(self) -> Hashable | None:
         """The environment's state now (before the next action), as a hashable value: episodes in
         the same state have the same key, however they got there (GiGPO's anchor states). None:
@@ -81,6 +87,8 @@ class Task:
     Params: ClassVar[type[TaskParams]] = TaskParams
     multi_turn: ClassVar[bool] = False
     env_state_keys: ClassVar[bool] = False
+    has_potential: ClassVar[bool] = False
+    """True where its environment defines ``potential()`` (potential-based shaping)."""
     """True where its environment defines ``state_key()`` (else: the observation history's hash)."""
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     stop: ClassVar[str] = "\n"

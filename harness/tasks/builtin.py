@@ -94,6 +94,13 @@ class GuessNumberEnv(Env):
         self.low, self.high = self.task.params.low, self.task.params.high  # what feedback allows
         return self.instance.prompt, {}
 
+    def potential(self) -> float:
+        """Phi: the share of the range the feedback has ruled out (0 at the start; progress)."""
+
+        p = self.task.params
+        width = max(0, self.high - self.low + 1)
+        return 1.0 - width / (p.high - p.low + 1)
+
     def state_key(self) -> tuple[int, int, int]:
         """The interval the feedback so far leaves open, and the guesses left: episodes that
         narrowed it the same way are in the same state, whatever they guessed."""
@@ -139,6 +146,7 @@ class GuessNumber(Task):
     Params = GuessNumberParams
     multi_turn = True
     env_state_keys = True
+    has_potential = True
     has_oracle = True
     params: GuessNumberParams
 

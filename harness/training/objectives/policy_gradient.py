@@ -41,6 +41,11 @@ def batch_metrics(
 class PolicyGradient(Stateless):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
+        if ctx.blanks.data.potential_shaping.enabled and not ctx.task.has_potential:
+            raise TrainingError(
+                f"{ctx.settings.name}: data.potential_shaping: task '{ctx.task.name}' defines no "
+                "potential (its environment has no potential()); turn it off or use a task that does"
+            )
 
     def prepare(self, collected: Collected) -> Prepared:
         ctx, batch = self.ctx, collected.batch
@@ -61,6 +66,7 @@ class PolicyGradient(Stateless):
             truncated=batch.truncated,
             l_max=ctx.l_max,
             state_keys=batch.state_keys,
+            potentials=batch.potentials,
         )
         filtered = (mask0.sum(1) > 0) & (mask.sum(1) == 0)
         filtered[batch.size - collected.replayed_rows :] = False  # replayed: accounted for before
@@ -78,6 +84,8 @@ class PolicyGradient(Stateless):
         for k in ("reward_kl", "gigpo_anchor_frac"):
             if k in info:
                 metrics[k.replace("gigpo_", "gigpo.")] = info[k]
+        if "potential_shaping" in info:
+            metrics["potential_shaping_mean"] = float(info["potential_shaping"].mean())
         if "overlong_penalty" in info:
             pen = info["overlong_penalty"]
             metrics["overlong_penalty_mean"] = float(pen.mean())
