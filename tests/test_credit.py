@@ -324,3 +324,54 @@ def test_potential_shaping_on_guess_number_and_refused_where_a_task_has_no_poten
     assert plain.steps[0]["adv_abs_mean"] != pytest.approx(res.steps[0]["adv_abs_mean"])
     with pytest.raises(TrainingError, match="defines no potential"):
         Trainer(s, make_task("arithmetic"), copy.deepcopy(model), tok)
+
+
+# ----------------------------------------------------------------------------- cloning states
+
+
+def _counting_gate(task):
+    from sixblanks.harness.tasks.verify import VerifierGate
+
+    return VerifierGate(task)
+
+
+def test_an_environment_restored_from_a_snapshot_continues_as_the_original():
+    """guess_number with noisy feedback: a clone made mid-episode (snapshot and restore) answers
+    the next guesses exactly as the original, randomness included; no replay needed."""
+
+    from sixblanks.harness.tasks import clone_env, make_task
+
+    task = make_task("guess_number", {"low": 1, "high": 16, "max_turns": 8, "noise": 0.4})
+    inst = task.instances([5])[0]
+    gate = _counting_gate(task)
+    env = task.make_env(inst, gate)
+    env.reset(seed=inst.seed)
+    for a in ("8\n", "4\n"):
+        env.step(a)
+    calls = gate.stats.calls
+    clone = clone_env(task, inst, gate, env, ["8\n", "4\n"])
+    assert clone.how == "snapshot" and clone.replayed_steps == 0 and gate.stats.calls == calls
+    assert clone.env.state_key() == env.state_key()
+    for a in ("2\n", "3\n", "12\n", "1\n"):
+        r1, r2 = env.step(a), clone.env.step(a)
+        assert (r1.observation, r1.reward, r1.terminated) == (
+            r2.observation,
+            r2.reward,
+            r2.terminated,
+        )
+        assert env.state_key() == clone.env.state_key()
+
+
+def test_an_environment_without_snapshots_is_replayed_and_says_so():
+    from sixblanks.harness.tasks import clone_env, make_task
+
+    task = make_task("arithmetic")
+    inst = task.instances([3])[0]
+    gate = _counting_gate(task)
+    env = task.make_env(inst, gate)
+    env.reset(seed=inst.seed)
+    env.step("7\n")
+    clone = clone_env(task, inst, gate, env, ["7\n"])
+    assert clone.how == "replay" and clone.replayed_steps == 1
+    assert gate.stats.calls == 2  # the replay's verifier call is made (and must be charged)
+    assert clone.env.turn == env.turn

@@ -72,12 +72,50 @@ class Env:
 
         return None
 
+    def snapshot(self) -> Any:
+        """The environment's whole state, to :meth:`restore` into another environment of the
+        same instance (branching from a turn). None: it cannot; :func:`clone_env` then replays
+        the seed and the actions so far."""
+
+        return None
+
+    def restore(self, state: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot restore a snapshot")
+
     def state_key(self) -> Hashable | None:
         """The environment's state now (before the next action), as a hashable value: episodes in
         the same state have the same key, however they got there (GiGPO's anchor states). None:
         the environment does not say, and the observation history stands for its state."""
 
         return None
+
+
+@dataclass
+class Clone:
+    """An environment brought to another's state: how (``snapshot`` or ``replay``), and what a
+    replay cost (environment steps and the verifier calls they made, to be charged)."""
+
+    env: Env
+    how: str
+    replayed_steps: int = 0
+
+
+def clone_env(
+    task: Task, instance: Instance, verify: Verify, env: Env, actions: list[str]
+) -> Clone:
+    """A new environment of ``instance`` in the state ``env`` reached after ``actions``: restored
+    from its snapshot where it has one, else replayed from the instance's seed, action by action
+    (the same seeded randomness, so the same state), and said so in ``how``."""
+
+    new = task.make_env(instance, verify)
+    state = env.snapshot()
+    if state is not None:
+        new.restore(state)
+        return Clone(new, "snapshot")
+    new.reset(seed=instance.seed)
+    for a in actions:
+        new.step(a)
+    return Clone(new, "replay", len(actions))
 
 
 class Task:

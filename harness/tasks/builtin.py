@@ -94,6 +94,19 @@ class GuessNumberEnv(Env):
         self.low, self.high = self.task.params.low, self.task.params.high  # what feedback allows
         return self.instance.prompt, {}
 
+    def snapshot(self) -> dict:
+        return {
+            "turn": self.turn,
+            "low": self.low,
+            "high": self.high,
+            "rng": self.rng.getstate(),
+        }
+
+    def restore(self, state: dict) -> None:
+        self.turn, self.low, self.high = state["turn"], state["low"], state["high"]
+        self.rng = random.Random()
+        self.rng.setstate(state["rng"])
+
     def potential(self) -> float:
         """Phi: the share of the range the feedback has ruled out (0 at the start; progress)."""
 
