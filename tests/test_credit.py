@@ -375,3 +375,75 @@ def test_an_environment_without_snapshots_is_replayed_and_says_so():
     assert clone.how == "replay" and clone.replayed_steps == 1
     assert gate.stats.calls == 2  # the replay's verifier call is made (and must be charged)
     assert clone.env.turn == env.turn
+
+
+# ----------------------------------------------------------------------------- chain_arithmetic
+
+
+def test_chain_arithmetic_labels_each_step_and_rewards_the_last():
+    from sixblanks.harness.tasks import make_task
+
+    task = make_task("chain_arithmetic", {"steps": 3})
+    inst = task.instances([11])[0]
+    values, ops = inst.data["values"], inst.data["ops"]
+    # the chain, recomputed: each value is the previous one with the operation applied
+    for k, op in enumerate(ops):
+        assert values[k + 1] == values[k] + int(op)
+    gate = _counting_gate(task)
+    env = task.make_env(inst, gate)
+    obs, _ = env.reset(seed=inst.seed)
+    assert obs == f"{values[0]}{ops[0]}="
+    answers = [values[1], values[2] + 1, values[3]]  # the second step slips
+    results = [env.step(f"{a}\n") for a in answers]
+    assert [r.info["step_correct"] for r in results] == [True, False, True]
+    assert [r.reward for r in results] == [0.0, 0.0, 1.0]  # the outcome: the last value exact
+    assert [r.terminated for r in results] == [False, False, True]
+    assert [r.observation for r in results[:2]] == [f"{ops[1]}=", f"{ops[2]}="]
+    assert gate.stats.calls == 1  # the outcome goes through the counted verifier
+    # the oracle answers every step right
+    seen = [obs]
+    env2 = task.make_env(inst, gate)
+    env2.reset(seed=inst.seed)
+    for _ in range(3):
+        r = env2.step(task.oracle(inst, seen))
+        assert r.info["step_correct"]
+        seen.append(r.observation)
+    assert r.reward == 1.0
+
+
+def test_gigpo_on_chain_arithmetic_finds_anchor_groups_at_every_step():
+    from sixblanks.harness.config import ModelConfig, validate_mapping
+    from sixblanks.harness.contract import check_turns
+    from sixblanks.harness.models import load_policy
+    from sixblanks.harness.rollout.agent import run_episodes
+    from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
+    from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.training import RunSettings, Trainer
+
+    torch.manual_seed(0)
+    task = make_task("chain_arithmetic", {"steps": 2})
+    model, tok = load_policy(ModelConfig(), [task])
+    batch = run_episodes(
+        HFEngine(model, tok),
+        tok,
+        task,
+        task.instances([1, 2]),
+        4,
+        SamplingParams(temperature=1.0, max_new_tokens=3),
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert check_turns(batch, env_keys=True).passed
+    cfg = validate_mapping(
+        {
+            "task": {"name": "chain_arithmetic", "params": {"steps": 2}},
+            "arms": {"a": {"preset": "gigpo"}},
+            "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 4},
+        }
+    )
+    s = RunSettings(
+        resolve("gigpo"), cfg.rollout, cfg.optimizer, {"launched_tokens": 150.0}, 0, eval_size=4
+    )
+    res = Trainer(s, task, model, tok).train()
+    assert not res.ledger.check_invariants() and len(res.steps) >= 2
+    # every step of a group sees the same observation of the same true chain: one anchor group
+    assert all(m["gigpo.anchor_frac"] == 1.0 for m in res.steps)

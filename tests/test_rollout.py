@@ -15,7 +15,7 @@ from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
 from sixblanks.harness.tasks import Instance, Task, make_task
 from sixblanks.harness.tasks.verify import VerifierGate
 
-TASKS = ["arithmetic", "guess_number", "reasoning_gym:basic_arithmetic"]
+TASKS = ["arithmetic", "guess_number", "chain_arithmetic", "reasoning_gym:basic_arithmetic"]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Built-in tasks: ``arithmetic`` (single-turn) and ``guess_number`` (multi-turn)."""
+"""Built-in tasks: ``arithmetic`` (single-turn), ``guess_number`` and ``chain_arithmetic``
+(multi-turn)."""
 
 from __future__ import annotations
 
@@ -195,3 +196,90 @@ class GuessNumber(Task):
 
     def alphabet(self) -> str:
         return "0123456789- \nguesshigherlowerinvalid"
+
+
+class ChainParams(TaskParams):
+    steps: int = Field(3, ge=1, le=8, description="Operations in the chain: one turn each.")
+    digits: int = Field(1, ge=1, le=3, description="Digits of the start value and each operand.")
+    operators: str = Field("+-", min_length=1, description="Any of + -.")
+
+    @model_validator(mode="after")
+    def _ops(self) -> ChainParams:
+        bad = set(self.operators) - set("+-")
+        if bad:
+            raise ValueError(
+                f"operators: unsupported operator(s) {''.join(sorted(bad))!r}; use + -"
+            )
+        return self
+
+
+class ChainEnv(Env):
+    """One operation a turn: the policy answers the running value; the environment checks each
+    step against the true chain (``info["step_correct"]``, a step label) and goes on from the
+    true value, so one slip costs only the steps it touches; the outcome is the last step."""
+
+    task: ChainArithmetic
+
+    def step(self, action: str) -> StepResult:
+        values, k = self.instance.data["values"], self.turn
+        self.turn += 1
+        step_correct = parse_int(action) == values[k + 1]
+        last = self.turn >= len(values) - 1
+        reward = self.verify(self.instance, action) if last else 0.0  # the outcome, counted
+        info = {"turn": self.turn, "step_correct": bool(step_correct), "step": k}
+        nxt = "" if last else f"{self.instance.data['ops'][k + 1]}="
+        return StepResult(nxt, reward, last, False, info)
+
+    def state_key(self) -> tuple[int, int]:
+        """The step the chain is at and its true running value (what the next answer builds on)."""
+
+        return self.turn, self.instance.data["values"][self.turn]
+
+    def snapshot(self) -> dict:
+        return {"turn": self.turn}
+
+    def restore(self, state: dict) -> None:
+        self.turn = state["turn"]
+
+
+class ChainArithmetic(Task):
+    """Multi-step arithmetic, one operation a turn, every step verifiable: ``4+3=`` -> ``7``,
+    then ``-5=`` -> ``2``, ... Reward 1 when the last running value is exact; each step's
+    correctness is the environment's step label (``info["step_correct"]``), recomputable from
+    ``instance.data["values"]``."""
+
+    name = "chain_arithmetic"
+    Params = ChainParams
+    multi_turn = True
+    has_oracle = True
+    env_state_keys = True
+    params: ChainParams
+
+    @property
+    def max_turns(self) -> int:
+        return self.params.steps
+
+    def make_instance(self, seed: int) -> Instance:
+        rng, p = random.Random(seed), self.params
+        hi = 10**p.digits - 1
+        values = [rng.randint(0, hi)]
+        ops = []
+        for _ in range(p.steps):
+            op, n = rng.choice(p.operators), rng.randint(0, hi)
+            ops.append(f"{op}{n}")
+            values.append(values[-1] + (n if op == "+" else -n))
+        first = f"{values[0]}{ops[0]}="
+        data = {"values": values, "ops": ops, "answer": values[-1]}
+        return Instance(seed, first, data, difficulty=p.steps)
+
+    def make_env(self, instance: Instance, verify) -> Env:
+        return ChainEnv(self, instance, verify)
+
+    def verify(self, instance: Instance, response: str) -> float:
+        return 1.0 if parse_int(response) == instance.data["answer"] else 0.0
+
+    def oracle(self, instance: Instance, observations: list[str]) -> str:
+        return f"{instance.data['values'][len(observations)]}\n"
+
+    def alphabet(self) -> str:
+        return "0123456789+-= \n"

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-BUILTIN = ("arithmetic", "guess_number")
+BUILTIN = ("arithmetic", "guess_number", "chain_arithmetic")
 VALID_FORMS = [*BUILTIN, "reasoning_gym:<dataset>", "module:Class"]
 
 
@@ -19,9 +19,13 @@ class TaskLoadError(ValueError):
 
 
 def _builtin(name: str):
-    from .builtin import Arithmetic, GuessNumber
+    from .builtin import Arithmetic, ChainArithmetic, GuessNumber
 
-    return {"arithmetic": Arithmetic, "guess_number": GuessNumber}[name]
+    return {
+        "arithmetic": Arithmetic,
+        "guess_number": GuessNumber,
+        "chain_arithmetic": ChainArithmetic,
+    }[name]
 
 
 def _import_class(path: str):
