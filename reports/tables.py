@@ -180,6 +180,17 @@ def arm_table(
     return rows, task_rows, scores
 
 
+def train_device_seconds(d: Data) -> dict[str, float]:
+    """Each arm's mean training device-seconds per run (the ledger's last row): what its credit
+    scheme, critic or collector cost beside the policy, at the matched token budget."""
+
+    if d.ledger_last.height == 0:
+        return {}
+    last = d.ledger_last.join(d.runs.select("run_id", "arm"), on="run_id")
+    means = last.group_by("arm").agg(pl.col("device_seconds").mean())
+    return {a: float(v) for a, v in means.iter_rows() if v is not None}
+
+
 def scores_blocks(
     d: Data, rows: list[dict[str, Any]], task_rows: list[dict[str, Any]]
 ) -> list[Block]:
@@ -200,7 +211,9 @@ def scores_blocks(
         f"P(improve over {d.baseline})" + (" averaged over tasks" if several else ""),
         f"AUC vs launched tokens ({sl})",
         *[f"{k} ({sl})" for k in pass_cols],
+        "training device-seconds per run (every model: policy, critic, collector)",
     ]
+    cost = train_device_seconds(d)
     table = Table(
         header,
         [
@@ -212,6 +225,7 @@ def scores_blocks(
                 fmt(r.get("p_improve")),
                 fmt(r.get("auc_launched")),
                 *[fmt(r.get(k)) for k in pass_cols],
+                fmt(cost.get(r["arm"]), 1) if r["arm"] in cost else "—",
             ]
             for r in rows
         ],

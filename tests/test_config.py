@@ -33,12 +33,16 @@ def test_the_example_experiments_validate(cli):
     """Every shipped experiment file is valid (the lag ablation of experiments/async.yaml among them)."""
 
     files = sorted((ROOT / "experiments").glob("*.yaml"))
-    assert [f.name for f in files] == ["async.yaml"]
+    assert [f.name for f in files] == ["async.yaml", "credit.yaml"]
+    outs = {}
     for f in files:
-        code, out, err = cli("validate", str(f))
+        code, outs[f.name], err = cli("validate", str(f))
         assert code == 0, f"{f.name}: {err}"
+    out = outs["async.yaml"]
     assert "grpo_lag4_tis" in out and "grpo_async_bound_tis" in out
     assert "16 runs: 8 arms x 1 task(s) x 2 seeds" in out
+    out = outs["credit.yaml"]
+    assert "turn_grpo_shaped" in out and "10 runs: 5 arms x 1 task(s) x 2 seeds" in out
 
 
 def test_several_eval_samples_need_a_temperature():

@@ -122,6 +122,8 @@ def plant(out, scale=None, inert=True, old=False):
                         "accepted_tokens": 10.0 * (step + 1),
                         "env_steps": step + 1.0,
                         "wall_seconds": (step + 1) / 10,
+                        # A's credit costs twice the device time: 20 s a run against 10 s
+                        "device_seconds": (step + 1) * (2.0 if arm == "A" else 1.0),
                     }
                 )
                 t["metrics"].append(
@@ -278,6 +280,13 @@ def test_report_shows_per_task_rows_splits_and_pass_at_k(planted):
         assert "P(improve over B) averaged over tasks" in text
         assert "in [0, 1]: raw scores, not normalized" in text
     assert "| A | dapo | 6/6 | 0.683 [" in md  # arm order: the config's (B first), then stats
+    # what each arm's training cost, beside its score: the ledger's last device-seconds, per run
+    assert "training device-seconds per run" in html
+    rows: dict[str, str] = {}
+    for ln in md.splitlines():  # the arm table's rows: arm, preset, finished/runs 6/6, ...
+        if ln.split("|")[3:4] == [" 6/6 "]:
+            rows.setdefault(ln.split("|")[1].strip(), ln)
+    assert rows["A"].rstrip().endswith("| 20.0 |") and rows["B"].rstrip().endswith("| 10.0 |")
 
 
 def test_report_images_include_per_task_curves_and_the_sampling_census(planted):
