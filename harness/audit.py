@@ -1,14 +1,13 @@
 """The fairness audit: each item of the chapter's "hold constant or account for" list, measured per
 arm as a value or a content hash (never a proxy), differences flagged; with the inert differences
 (blanks in which arms differ but that never acted during their runs, harness/inert.py).
-
     initial_policy   content hash of the initial weights
     tokenizer        hashes of the vocabulary+merges and of the whole tokenizer, special tokens, the
                      chat template's hash and whether the rollouts apply one
     task             name, resolved parameters, hash of the task class source (user tasks included),
                      the reasoning-gym version and dataset source for its tasks
     reward           hash of the verifier's source, and every shaping term of the arm (overlong
-                     shaping, KL in the reward); the experiment's reward has none
+                     shaping, potential shaping, KL in the reward); the experiment's reward has none
     sampling         backend, temperature, top-p, top-k (samples per prompt: global_batch)
     limits           tokens per turn, context tokens, turns per episode
     global_batch     prompts per step, samples per prompt, updates per batch (epochs x minibatches),
@@ -18,7 +17,6 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      token limit is the arm's max_new_tokens, audited under limits)
     budget           the limits
     search_budget    what tuning the arm cost (``arms.<arm>.search_budget``; None: not tuned)
-
 With several tasks, task-dependent items hold one value per task.
 """
 
@@ -147,9 +145,8 @@ def shaping_terms(blanks: Blanks) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if blanks.data.overlong_shaping.enabled:
         out["overlong"] = blanks.data.overlong_shaping.model_dump(exclude={"enabled"})
-    if blanks.data.potential_shaping.enabled:
-        gamma = blanks.data.potential_shaping.gamma
-        out["potential"] = {"gamma": blanks.advantage.gamma if gamma is None else gamma}
+    if (ps := blanks.data.potential_shaping).enabled:  # the learner's gamma unless set
+        out["potential"] = {"gamma": blanks.advantage.gamma if ps.gamma is None else ps.gamma}
     reg = blanks.regularizer
     if reg.reward_kl_coef > 0:
         out["kl_in_reward"] = {"coef": reg.reward_kl_coef, "estimator": reg.reward_kl_estimator}

@@ -46,6 +46,7 @@ from .ladder_stats import (
     RungResult,
     first_failure,
     judge_compare,
+    mean_of,
     paired_diff_ci,
     verdict,
     verdicts,
@@ -172,8 +173,6 @@ class Ladder:
                 "split": SPLIT,
             }
         grad = [m["grad_norm"] for m in res.steps if "grad_norm" in m]
-        behind = [m["lag.versions_behind"] for m in res.steps if "lag.versions_behind" in m]
-        kl = [m["mismatch.kl"] for m in res.steps if "mismatch.kl" in m]
         return {
             "scores": res.evals[-1]["per_instance"],
             "start": res.evals[0]["per_instance"],
@@ -184,8 +183,8 @@ class Ladder:
             "trainable": [m.get("trainable_group_frac") for m in res.steps],
             "counters": dict(res.ledger.counters),
             # how far behind its samples were: versions, and the behaviour-to-current k3 KL
-            "versions_behind": float(np.mean(behind)) if behind else 0.0,
-            "behavior_kl": float(np.mean(kl)) if kl else None,
+            "versions_behind": mean_of(res.steps, "lag.versions_behind") or 0.0,
+            "behavior_kl": mean_of(res.steps, "mismatch.kl"),
             "diverged": False,
             "engine": engine,
             "split": res.evals[-1].get("split"),
@@ -318,14 +317,11 @@ class Ladder:
         return self._compare(7, "clip_kl_lr", variants, key)
 
     def rung_credit(self) -> list[RungResult]:
-        """Credit added one form at a time by the advantage blank alone: each preset of
-        ``ladder.credit_variants`` lends the arm its advantage blank (estimator, critic, gamma);
-        every other blank stays the arm's, so the comparison is one axis."""
+        """Credit added by the advantage blank alone: each preset of ``ladder.credit_variants``
+        lends the arm its advantage blank; every other blank stays the arm's (one axis)."""
 
-        blanks, key = (
-            self.spec["blanks"],
-            f"advantage={self.spec['blanks']['advantage']['estimator']} (nominal)",
-        )
+        blanks = self.spec["blanks"]
+        key = f"advantage={blanks['advantage']['estimator']} (nominal)"
         variants: dict[str, dict[str, Any]] = {key: {}}
         skipped: list[RungResult] = []
         for name in self.cfg.ladder.credit_variants:
@@ -341,10 +337,10 @@ class Ladder:
                 continue
             variants[label] = {"blanks_over": {"advantage": adv}}
         if len(variants) == 1:
-            reason = (
+            why = (
                 "no credit variant differs from the arm's advantage blank (ladder.credit_variants)"
             )
-            return [*skipped, verdict(8, "credit", "inconclusive", reason)]
+            return [*skipped, verdict(8, "credit", "inconclusive", why)]
         return skipped + self._compare(8, "credit", variants, key)
 
     def rung_asynchrony(self) -> list[RungResult]:
@@ -394,9 +390,8 @@ class Ladder:
         from .store import write_ladder
 
         rows = [asdict(r) for r in self.results]
-        write_json(
-            ExperimentDir(self.out).ladder, {"arm": self.arm, "seconds": seconds, "rungs": rows}
-        )
+        path = ExperimentDir(self.out).ladder
+        write_json(path, {"arm": self.arm, "seconds": seconds, "rungs": rows})
         write_ladder(self.out, self.cfg.name, self.arm, rows)
 
 

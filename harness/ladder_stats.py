@@ -42,6 +42,13 @@ class RungResult:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+def mean_of(steps: list[dict[str, Any]], key: str) -> float | None:
+    """The mean of a step metric over the steps that have it (None: none has)."""
+
+    vals = [m[key] for m in steps if key in m]
+    return float(np.mean(vals)) if vals else None
+
+
 def verdict(
     rung: int,
     name: str,

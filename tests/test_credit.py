@@ -132,28 +132,32 @@ def _intervals(observations, actions, low, high, turns):
     return out
 
 
-def test_guess_number_state_keys_recur_when_the_interval_does():
-    """guess_number's environment names its state (the interval still open, the guesses left):
-    two steps have the same key exactly when that state is the same, whatever was guessed."""
+def _fresh_rollouts(name: str, params: dict, group_size: int):
+    """(task, an untrained tiny policy and its tokenizer, a group of rollouts of 2 instances)."""
 
     from sixblanks.harness.config import ModelConfig
-    from sixblanks.harness.contract import check_turns
     from sixblanks.harness.models import load_policy
     from sixblanks.harness.rollout.agent import run_episodes
     from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
     from sixblanks.harness.tasks import make_task
 
-    task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 4})
+    task = make_task(name, params)
     model, tok = load_policy(ModelConfig(), [task])
+    params = SamplingParams(temperature=1.0, max_new_tokens=3)
+    gen = torch.Generator().manual_seed(0)
     batch = run_episodes(
-        HFEngine(model, tok),
-        tok,
-        task,
-        task.instances([0, 1]),
-        8,
-        SamplingParams(temperature=1.0, max_new_tokens=3),
-        generator=torch.Generator().manual_seed(0),
+        HFEngine(model, tok), tok, task, task.instances([0, 1]), group_size, params, generator=gen
     )
+    return task, model, tok, batch
+
+
+def test_guess_number_state_keys_recur_when_the_interval_does():
+    """guess_number's environment names its state (the interval still open, the guesses left):
+    two steps have the same key exactly when that state is the same, whatever was guessed."""
+
+    from sixblanks.harness.contract import check_turns
+
+    task, _, _, batch = _fresh_rollouts("guess_number", {"low": 1, "high": 8, "max_turns": 4}, 8)
     states, keys = [], []
     for b in range(batch.size):
         for k, s in enumerate(
@@ -412,26 +416,12 @@ def test_chain_arithmetic_labels_each_step_and_rewards_the_last():
 
 
 def test_gigpo_on_chain_arithmetic_finds_anchor_groups_at_every_step():
-    from sixblanks.harness.config import ModelConfig, validate_mapping
+    from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.contract import check_turns
-    from sixblanks.harness.models import load_policy
-    from sixblanks.harness.rollout.agent import run_episodes
-    from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
-    from sixblanks.harness.tasks import make_task
     from sixblanks.harness.training import RunSettings, Trainer
 
     torch.manual_seed(0)
-    task = make_task("chain_arithmetic", {"steps": 2})
-    model, tok = load_policy(ModelConfig(), [task])
-    batch = run_episodes(
-        HFEngine(model, tok),
-        tok,
-        task,
-        task.instances([1, 2]),
-        4,
-        SamplingParams(temperature=1.0, max_new_tokens=3),
-        generator=torch.Generator().manual_seed(0),
-    )
+    task, model, tok, batch = _fresh_rollouts("chain_arithmetic", {"steps": 2}, 4)
     assert check_turns(batch, env_keys=True).passed
     cfg = validate_mapping(
         {
