@@ -194,6 +194,11 @@ class Ledger:
             problems.append("rollouts_accepted > rollouts_launched")
         if abs(sum(self.discarded_by_reason.values()) - c["discarded_tokens"]) > 1e-6:
             problems.append("discards by reason do not add up to discarded_tokens")
+        if abs(c["accepted_tokens"] + c["discarded_tokens"] - c["launched_tokens"]) > 1e-6:
+            problems.append(
+                f"launched_tokens {c['launched_tokens']:g} != accepted {c['accepted_tokens']:g} "
+                f"+ discarded {c['discarded_tokens']:g}: a launched token went uncounted"
+            )
         for k, limit in self.budget.limits.items():
             if k not in TIME_COUNTERS and c[k] > limit + 1e-9:
                 problems.append(f"{k} = {c[k]:g} exceeds its limit {limit:g}")

@@ -99,3 +99,13 @@ def test_fits_checks_the_counters_asked_for():
     assert not led.fits({"launched_tokens": 50, "device_seconds": 0.0})
     assert led.reserve({"launched_tokens": 50}) is not None
     assert led.reserve({"device_seconds": 0.0}) is None
+
+
+def test_a_launched_token_neither_accepted_nor_discarded_breaks_the_invariants():
+    led = Ledger(Budget({}))
+    led.add({"launched_tokens": 10.0, "accepted_tokens": 6.0})
+    led.discard("failed", 3.0, 1)
+    (problem,) = led.check_invariants()
+    assert problem.startswith("launched_tokens 10 != accepted 6 + discarded 3")
+    led.discard("dis", 1.0)
+    assert not led.check_invariants()
