@@ -437,3 +437,38 @@ def test_gigpo_on_chain_arithmetic_finds_anchor_groups_at_every_step():
     assert not res.ledger.check_invariants() and len(res.steps) >= 2
     # every step of a group sees the same observation of the same true chain: one anchor group
     assert all(m["gigpo.anchor_frac"] == 1.0 for m in res.steps)
+
+
+def test_step_labels_reach_the_trajectory_and_the_metrics():
+    """chain_arithmetic's step labels are recorded per turn (NaN past an episode's end and for
+    tasks without labels); a run logs the share of labelled steps that were right."""
+
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.rollout.trajectory import TrajectoryBatch
+    from sixblanks.harness.training import RunSettings, Trainer
+
+    torch.manual_seed(0)
+    task, model, tok, batch = _fresh_rollouts("chain_arithmetic", {"steps": 2}, 4)
+    for b in range(batch.size):
+        n = int(batch.n_turns[b])
+        acts = batch.actions[b]
+        inst = task.instances([int(batch.instance_seeds[b])])[0]
+        want = [float(a.strip() == str(inst.data["values"][k + 1])) for k, a in enumerate(acts)]
+        got = batch.step_labels[b, :n].tolist()
+        assert got == want and all(math.isnan(x) for x in batch.step_labels[b, n:].tolist())
+    _, _, _, plain = _fresh_rollouts("guess_number", {"low": 1, "high": 8, "max_turns": 2}, 2)
+    assert plain.step_labels.isnan().all()  # guess_number labels no steps
+    both = TrajectoryBatch.concat([batch, plain])  # widths padded with NaN, not a label
+    assert both.step_labels.shape[1] == max(batch.step_labels.shape[1], plain.step_labels.shape[1])
+    cfg = validate_mapping(
+        {
+            "task": {"name": "chain_arithmetic", "params": {"steps": 2}},
+            "arms": {"a": {"preset": "turn_grpo"}},
+            "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 4},
+        }
+    )
+    s = RunSettings(
+        resolve("turn_grpo"), cfg.rollout, cfg.optimizer, {"launched_tokens": 100.0}, 0, eval_size=2
+    )
+    res = Trainer(s, task, model, tok).train()
+    assert all(0.0 <= m["step_accuracy"] <= 1.0 for m in res.steps)

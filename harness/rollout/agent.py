@@ -52,6 +52,7 @@ class Episode:
     turn_rewards: list[float] = field(default_factory=list)
     state_keys: list[int] = field(default_factory=list)
     potentials: list[float] = field(default_factory=list)
+    step_labels: list[float] = field(default_factory=list)
     truncated: bool = False
     terminated: bool = False
     done: bool = False
@@ -142,6 +143,8 @@ def run_episodes(
                 ep.failure, ep.done = f"environment step raised {type(exc).__name__}: {exc}", True
                 continue
             ep.turn_rewards.append(float(res.reward))
+            label = (res.info or {}).get("step_correct")  # the environment's step label, if any
+            ep.step_labels.append(float(label) if label is not None else float("nan"))
             ep.terminated = bool(res.terminated)
             if (
                 res.terminated
@@ -187,6 +190,7 @@ def episodes_to_batch(
     # Phi of the state before each action taken; 0 from the end of the episode on (terminal or
     # cut: either way the shaping then adds the constant -Phi(s_0), whatever the policy did)
     potentials = torch.zeros((B, K + 1), dtype=torch.float64)
+    labels = torch.full((B, K), float("nan"), dtype=torch.float32)
     for i, ep in enumerate(episodes):
         n = len(ep.tokens)
         tokens[i, :n] = torch.tensor(ep.tokens, dtype=torch.long)
@@ -198,6 +202,8 @@ def episodes_to_batch(
         if ep.turn_rewards:
             turn_rewards[i, : len(ep.turn_rewards)] = torch.tensor(ep.turn_rewards)
         keys[i, : len(ep.state_keys)] = torch.tensor(ep.state_keys, dtype=torch.long)
+        if ep.step_labels:
+            labels[i, : len(ep.step_labels)] = torch.tensor(ep.step_labels, dtype=torch.float32)
         acted = ep.potentials[: len(ep.actions)]
         potentials[i, : len(acted)] = torch.tensor(acted, dtype=torch.float64)
     return TrajectoryBatch(
@@ -213,6 +219,7 @@ def episodes_to_batch(
         truncated=torch.tensor([ep.truncated for ep in episodes], dtype=torch.bool),
         state_keys=keys,
         potentials=potentials,
+        step_labels=labels,
         n_turns=torch.tensor([len(ep.actions) for ep in episodes], dtype=torch.long),
         failed=torch.tensor([ep.failure is not None for ep in episodes], dtype=torch.bool),
         instance_seeds=torch.tensor([ep.instance.seed for ep in episodes], dtype=torch.long),

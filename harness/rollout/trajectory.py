@@ -29,6 +29,9 @@ class TrajectoryBatch:
         torch.Tensor
     )  # [B, K] long: hash of the observation history at each turn (0 past the end)
     potentials: torch.Tensor  # [B, K + 1] float64: Phi before each turn's action; 0 from the end on
+    step_labels: (
+        torch.Tensor
+    )  # [B, K] float: the environment's label of each step (1 right, 0 wrong, NaN none)
     n_turns: torch.Tensor  # [B] long: actions taken
     failed: torch.Tensor  # [B] bool: a task/verifier failure; such samples carry no trained tokens
     instance_seeds: torch.Tensor  # [B] long
@@ -57,6 +60,7 @@ class TrajectoryBatch:
         "truncated",
         "state_keys",
         "potentials",
+        "step_labels",
         "n_turns",
         "failed",
         "instance_seeds",
@@ -139,8 +143,10 @@ class TrajectoryBatch:
                         1,
                     )
                 width = K + 1 if name == "potentials" else K
-                if name in ("turn_rewards", "state_keys", "potentials") and t.shape[1] < width:
-                    pad = torch.zeros((t.shape[0], width - t.shape[1]), dtype=t.dtype)
+                padded_k = ("turn_rewards", "state_keys", "potentials", "step_labels")
+                if name in padded_k and t.shape[1] < width:
+                    fill = float("nan") if name == "step_labels" else 0
+                    pad = torch.full((t.shape[0], width - t.shape[1]), fill, dtype=t.dtype)
                     t = torch.cat([t, pad], 1)
                 parts.append(t)
             kw[name] = torch.cat(parts, 0)

@@ -26,16 +26,21 @@ from .offpolicy import off_policy
 def batch_metrics(
     batch: TrajectoryBatch, adv: torch.Tensor, mask: torch.Tensor
 ) -> dict[str, float]:
-    """Rewards, advantage size, lengths and failures of a trained batch."""
+    """Rewards, advantage size, lengths and failures of a trained batch; with step labels from
+    the environment (a multi-step task), the share of labelled steps that were right."""
 
     r = batch.reward
-    return {
+    out = {
         "reward_mean": float(r.mean()),
         "reward_std": float(r.std()) if r.numel() > 1 else 0.0,
         "adv_abs_mean": float((adv.abs() * mask).sum() / mask.sum().clamp(min=1)),
         "truncated_frac": float(batch.truncated.float().mean()),
         "failed": float(batch.failed.sum()),
     }
+    labelled = batch.step_labels[~batch.step_labels.isnan()]
+    if labelled.numel():
+        out["step_accuracy"] = float(labelled.mean())
+    return out
 
 
 class PolicyGradient(Stateless):
