@@ -1,6 +1,8 @@
 """What the arms' updates did: the trainable-group fraction (measured on launched groups, before
 any filtering), the clip fraction and the importance ratios' range (plain means over action
-tokens), KL and the reward-shaping terms; one row per arm, over every step of every seed."""
+tokens), KL and the reward-shaping terms, and for multi-step credit GiGPO's anchor-group share and
+the share of labelled steps right; one row per arm, over every step of every seed (a column only
+where some arm has the metric)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ METRICS = (
     ("reward_kl", "KL in the reward", "mean"),
     ("overlong_penalty_frac", "share overlong-penalized", "mean"),
     ("replay.groups", "groups replayed per step", "mean"),
+    ("gigpo.anchor_frac", "GiGPO: steps with an anchor group of 2+", "mean"),
+    ("potential_shaping_mean", "potential shaping per sample", "mean"),
+    ("step_accuracy", "labelled steps right", "mean"),
 )
 NAMES = tuple(m[0] for m in METRICS)
 

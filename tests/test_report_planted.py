@@ -129,6 +129,10 @@ def plant(out, scale=None, inert=True, old=False):
                 t["metrics"].append(
                     {"run_id": rid, "step": step, "name": "trainable_group_frac", "value": 0.5}
                 )
+                if arm == "A":  # GiGPO's anchor-group share, only A's credit has one
+                    t["metrics"].append(
+                        {"run_id": rid, "step": step, "name": "gigpo.anchor_frac", "value": 0.75}
+                    )
                 # A drops half its groups: 2 all correct, 1 all wrong, 1 surplus of 8; B keeps all 4
                 drops = (2, 1, 0, 1) if arm == "A" else (0, 0, 0, 0)
                 t["census"].append(
@@ -287,6 +291,12 @@ def test_report_shows_per_task_rows_splits_and_pass_at_k(planted):
         if ln.split("|")[3:4] == [" 6/6 "]:
             rows.setdefault(ln.split("|")[1].strip(), ln)
     assert rows["A"].rstrip().endswith("| 20.0 |") and rows["B"].rstrip().endswith("| 10.0 |")
+    # the training diagnostics: GiGPO's anchor-group share where an arm has one, a dash elsewhere
+    head = next(ln for ln in md.splitlines() if "GiGPO: steps with an anchor group of 2+" in ln)
+    col = [c.strip() for c in head.split("|")].index("GiGPO: steps with an anchor group of 2+")
+    diag = md.splitlines()[md.splitlines().index(head) + 2 :][:2]  # after the separator: B, A
+    cells = {ln.split("|")[1].strip(): ln.split("|")[col].strip() for ln in diag}
+    assert cells == {"A": "0.750", "B": "—"}
 
 
 def test_report_images_include_per_task_curves_and_the_sampling_census(planted):
