@@ -472,3 +472,19 @@ def test_step_labels_reach_the_trajectory_and_the_metrics():
     )
     res = Trainer(s, task, model, tok).train()
     assert all(0.0 <= m["step_accuracy"] <= 1.0 for m in res.steps)
+
+
+def test_a_snapshot_without_restore_is_a_clear_error():
+    from sixblanks.harness.tasks import Env, clone_env, make_task
+
+    class Half(Env):
+        def snapshot(self):
+            return {"turn": self.turn}
+
+    task = make_task("arithmetic")
+    inst = task.instances([0])[0]
+    gate = _counting_gate(task)
+    task.make_env = lambda instance, verify: Half(task, instance, verify)
+    env = task.make_env(inst, gate)
+    with pytest.raises(TypeError, match="defines no restore"):
+        clone_env(task, inst, gate, env, [])

@@ -80,7 +80,13 @@ class Env:
         return None
 
     def restore(self, state: Any) -> None:
-        raise NotImplementedError(f"{type(self).__name__} cannot restore a snapshot")
+        """Take the state :meth:`snapshot` returned. An environment whose ``snapshot()`` returns a
+        state must define this; the default ones return None and are replayed instead."""
+
+        raise TypeError(
+            f"{type(self).__name__}.snapshot() returned a state but it defines no restore(); "
+            "define both, or neither (it is then replayed from its seed and actions)"
+        )
 
     def state_key(self) -> Hashable | None:
         """The environment's state now (before the next action), as a hashable value: episodes in
