@@ -53,6 +53,10 @@ def compute_advantages(
     l_max: int | None = None,
     state_keys: torch.Tensor | None = None,
     potentials: torch.Tensor | None = None,
+    levels: torch.Tensor | None = None,
+    step_labels: torch.Tensor | None = None,
+    step_scores: torch.Tensor | None = None,
+    process_rewards: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Advantages ``[B, T]`` for a preset or blanks, and the trained mask ``[B, T]`` after data filters.
 
@@ -63,6 +67,10 @@ def compute_advantages(
         turn_rewards: ``[B, K]``, turn_ids: ``[B, T]`` (turn_return, gigpo).
         state_keys: ``[B, K]`` environment state key before each turn (gigpo's anchor states).
         potentials: ``[B, K + 1]`` Phi before each turn, 0 from the end on (potential shaping).
+        levels: ``[B, K]`` each turn's level, 0 high / 1 low, -1 none (hierarchical).
+        step_labels: ``[B, K]`` the environment's step labels, NaN none (hierarchical: subgoals).
+        step_scores: ``[B, K]`` a process reward model's score of each step, NaN none (prm).
+        process_rewards: ``[B, T]`` token process rewards, e.g. PRIME's beta log(pi_phi/pi_ref).
         baseline_rewards: ``[B]`` rewards of the greedy rollouts (remax).
         truncated: ``[B]`` bool (overlong filtering and shaping).
         l_max: generation budget in tokens (overlong shaping).
@@ -118,6 +126,10 @@ def compute_advantages(
         "turn_rewards": turn_rewards,
         "turn_ids": turn_ids,
         "state_keys": state_keys,
+        "levels": levels,
+        "step_labels": step_labels,
+        "step_scores": step_scores,
+        "process_rewards": process_rewards,
     }
     _check_inputs(estimator, tensors)
     adv = estimator.call(tensors, flatten(b))  # exactly its declared inputs and advantage fields

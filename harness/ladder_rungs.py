@@ -102,13 +102,9 @@ def frozen_batch_rung(engine, model, tok, task, rollout, blanks) -> list[RungRes
             batch.group_ids,
             old_logp=old,
             ref_logp=old,
-            turn_rewards=batch.turn_rewards,
-            turn_ids=batch.turn_ids,
             baseline_rewards=batch.reward * 0,
-            truncated=batch.truncated,
             l_max=l_max,
-            state_keys=batch.state_keys,
-            potentials=batch.potentials,
+            **batch.advantage_inputs(),
         )
         if blanks.advantage.estimator != "gae"
         else (batch.action_mask * 0, batch.action_mask, {})

@@ -53,6 +53,7 @@ class Episode:
     state_keys: list[int] = field(default_factory=list)
     potentials: list[float] = field(default_factory=list)
     step_labels: list[float] = field(default_factory=list)
+    levels: list[int] = field(default_factory=list)
     truncated: bool = False
     terminated: bool = False
     done: bool = False
@@ -145,6 +146,8 @@ def run_episodes(
             ep.turn_rewards.append(float(res.reward))
             label = (res.info or {}).get("step_correct")  # the environment's step label, if any
             ep.step_labels.append(float(label) if label is not None else float("nan"))
+            level = (res.info or {}).get("level")  # hierarchical tasks: 0 plan, 1 execute
+            ep.levels.append(int(level) if level is not None else -1)
             ep.terminated = bool(res.terminated)
             if (
                 res.terminated
@@ -191,6 +194,7 @@ def episodes_to_batch(
     # cut: either way the shaping then adds the constant -Phi(s_0), whatever the policy did)
     potentials = torch.zeros((B, K + 1), dtype=torch.float64)
     labels = torch.full((B, K), float("nan"), dtype=torch.float32)
+    levels = torch.full((B, K), -1, dtype=torch.long)
     for i, ep in enumerate(episodes):
         n = len(ep.tokens)
         tokens[i, :n] = torch.tensor(ep.tokens, dtype=torch.long)
@@ -204,6 +208,8 @@ def episodes_to_batch(
         keys[i, : len(ep.state_keys)] = torch.tensor(ep.state_keys, dtype=torch.long)
         if ep.step_labels:
             labels[i, : len(ep.step_labels)] = torch.tensor(ep.step_labels, dtype=torch.float32)
+        if ep.levels:
+            levels[i, : len(ep.levels)] = torch.tensor(ep.levels, dtype=torch.long)
         acted = ep.potentials[: len(ep.actions)]
         potentials[i, : len(acted)] = torch.tensor(acted, dtype=torch.float64)
     return TrajectoryBatch(
@@ -220,6 +226,7 @@ def episodes_to_batch(
         state_keys=keys,
         potentials=potentials,
         step_labels=labels,
+        levels=levels,
         n_turns=torch.tensor([len(ep.actions) for ep in episodes], dtype=torch.long),
         failed=torch.tensor([ep.failure is not None for ep in episodes], dtype=torch.bool),
         instance_seeds=torch.tensor([ep.instance.seed for ep in episodes], dtype=torch.long),

@@ -32,6 +32,7 @@ class TrajectoryBatch:
     step_labels: (
         torch.Tensor
     )  # [B, K] float: the environment's label of each step (1 right, 0 wrong, NaN none)
+    levels: torch.Tensor  # [B, K] long: the level of each turn (0 high/plan, 1 low/execute; -1 none)
     n_turns: torch.Tensor  # [B] long: actions taken
     failed: torch.Tensor  # [B] bool: a task/verifier failure; such samples carry no trained tokens
     instance_seeds: torch.Tensor  # [B] long
@@ -61,6 +62,7 @@ class TrajectoryBatch:
         "state_keys",
         "potentials",
         "step_labels",
+        "levels",
         "n_turns",
         "failed",
         "instance_seeds",
@@ -98,6 +100,19 @@ class TrajectoryBatch:
 
     def prompt_tokens(self) -> int:
         return int(sum(sum(e - s for k, s, e in segs if k == "obs") for segs in self.segments))
+
+    def advantage_inputs(self) -> dict[str, Any]:
+        """The per-turn tensors of this batch that ``compute_advantages`` takes, by keyword."""
+
+        return {
+            "turn_rewards": self.turn_rewards,
+            "turn_ids": self.turn_ids,
+            "truncated": self.truncated,
+            "state_keys": self.state_keys,
+            "potentials": self.potentials,
+            "levels": self.levels,
+            "step_labels": self.step_labels,
+        }
 
     def select(self, idx: list[int] | torch.Tensor) -> TrajectoryBatch:
         idx_t = torch.as_tensor(idx, dtype=torch.long)
@@ -143,9 +158,9 @@ class TrajectoryBatch:
                         1,
                     )
                 width = K + 1 if name == "potentials" else K
-                padded_k = ("turn_rewards", "state_keys", "potentials", "step_labels")
+                padded_k = ("turn_rewards", "state_keys", "potentials", "step_labels", "levels")
                 if name in padded_k and t.shape[1] < width:
-                    fill = float("nan") if name == "step_labels" else 0
+                    fill = {"step_labels": float("nan"), "levels": -1}.get(name, 0)
                     pad = torch.full((t.shape[0], width - t.shape[1]), fill, dtype=t.dtype)
                     t = torch.cat([t, pad], 1)
                 parts.append(t)

@@ -52,6 +52,11 @@ class PolicyGradient(Stateless):
                 "potential (its environment has no potential()); turn it off or use a task that does"
             )
 
+    def process_inputs(self, collected: Collected, old_logp, ref_logp) -> dict[str, Any]:
+        """Inputs from a second model (a process reward model): none here; see :mod:`.process`."""
+
+        return {}
+
     def prepare(self, collected: Collected) -> Prepared:
         ctx, batch = self.ctx, collected.batch
         ctx.model.eval()
@@ -65,13 +70,10 @@ class PolicyGradient(Stateless):
             batch.group_ids,
             old_logp=old_logp,
             ref_logp=ref_logp,
-            turn_rewards=batch.turn_rewards,
-            turn_ids=batch.turn_ids,
             baseline_rewards=collected.baseline_rewards,
-            truncated=batch.truncated,
             l_max=ctx.l_max,
-            state_keys=batch.state_keys,
-            potentials=batch.potentials,
+            **batch.advantage_inputs(),
+            **self.process_inputs(collected, old_logp, ref_logp),
         )
         filtered = (mask0.sum(1) > 0) & (mask.sum(1) == 0)
         filtered[batch.size - collected.replayed_rows :] = False  # replayed: accounted for before
