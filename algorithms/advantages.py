@@ -410,6 +410,72 @@ def gigpo(
     return to_tokens(a_episode[:, None] + gigpo_omega * a_step, valid_turns, mask)
 
 
+@ESTIMATORS.register(
+    "hierarchical",
+    inputs=("rewards", "mask", "group_ids", "turn_ids", "levels", "step_labels", "token_penalty"),
+    reads=("advantage.hierarchical_norm",),
+)
+def hierarchical(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    turn_ids: torch.Tensor,
+    levels: torch.Tensor,
+    step_labels: torch.Tensor,
+    hierarchical_norm: str = "mean_norm",
+    token_penalty: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Hierarchical credit: an outcome advantage for high-level turns and a subgoal advantage for
+    low-level ones, each level against its own baseline (FORMULAS §17, one baseline per level).
+
+    Args:
+        rewards: ``[B]`` outcome R. mask: ``[B, T]``. group_ids: ``[B]`` task group.
+        turn_ids: ``[B, T]`` turn of each action token (-1 elsewhere).
+        levels: ``[B, K]`` the environment's level of each turn: 0 high (plan), 1 low (execute),
+            -1 none (past the end, or a turn the environment gave no level).
+        step_labels: ``[B, K]`` the subgoal reward of each low-level turn (1 subgoal reached,
+            0 not), NaN where none.
+        token_penalty: ``[B, T]`` KL-in-reward penalty per token, times beta, or None.
+
+    Per turn (i, k) with trained tokens, P_{i,k} the sum of its tokens' penalties (0 without KL):
+
+        high (level 0, and level -1):  x_{i,k} = R_i - P_{i,k}
+            pool: the high-level turns of the task group (one per episode in plan_execute);
+        low (level 1):                  x_{i,k} = l_{i,k} - P_{i,k}   (l the step label)
+            pool: the low-level turns of the task group at the same subgoal index j (the
+            turn's rank among its episode's low-level turns: 0 for the first executor turn);
+        A_{i,k} = (x_{i,k} - mean_pool x) / F,   on turn k's action tokens,
+
+    F = 1 (``mean_norm``) or the pool's std (ddof 1) + 1e-6 (``mean_std_norm``). A turn alone in
+    its pool, or in a pool whose x are all equal, gets A = 0. A turn with no level (-1) gets the
+    outcome advantage, so a task without levels reduces to group-mean credit on R. A low-level
+    turn without a label (NaN) gets A = 0 and stays out of its pool's baseline.
+    Returns ``[B, T]`` float32, 0 off the mask.
+    """
+
+    B, K = levels.shape
+    valid = torch.where(mask > 0, turn_ids, torch.full_like(turn_ids, -1))
+    reached = torch.stack([(valid == k).any(1) for k in range(K)], dim=1)
+    pen = torch.zeros(B, K, dtype=torch.float64)
+    if token_penalty is not None:
+        p = token_penalty.double() * mask.double()
+        pen = torch.stack([(p * (valid == k)).sum(1) for k in range(K)], dim=1)
+    low = levels == 1
+    labels = step_labels.double()
+    x = torch.where(low, labels.nan_to_num(0.0), rewards.double()[:, None].expand(B, K)) - pen
+    subgoal = low.long().cumsum(1) - 1  # rank among the episode's low-level turns
+    inv, _ = _group_index(group_ids)
+    pool = inv[:, None] * (K + 1) + torch.where(low, subgoal + 1, torch.zeros_like(subgoal))
+    counted = reached & ~(low & labels.isnan())
+    A = torch.zeros(B, K, dtype=torch.float64)
+    if counted.any():
+        v = x[counted]
+        mean, std, count, equal = group_stats(v, pool[counted], ddof=1)
+        scale = std + 1e-6 if hierarchical_norm == "mean_std_norm" else torch.ones_like(std)
+        A[counted] = torch.where(equal | (count < 2), torch.zeros_like(v), (v - mean) / scale)
+    return to_tokens(A, valid, mask)
+
+
 ESTIMATORS.add(
     Variant(
         "gae",

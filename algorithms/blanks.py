@@ -177,6 +177,7 @@ class AdvantageSpec(_Spec):
         "remax",
         "turn_return",
         "gigpo",
+        "hierarchical",
         "gae",
     ] = Field(
         "group_norm",
@@ -186,7 +187,9 @@ class AdvantageSpec(_Spec):
             "group_mean: R - mean_g (Dr. GRPO); reinforce_pp: token returns whitened over the batch; "
             "reinforce_pp_baseline: R - mean_g then batch whitening; remax: R - R(greedy); "
             "turn_return: reward-to-go from each turn with gamma; gigpo: episode groups plus "
-            "step groups of identical environment states (GiGPO); gae: critic + GAE."
+            "step groups of identical environment states (GiGPO); hierarchical: outcome credit for "
+            "high-level (plan) turns and subgoal credit for low-level (execute) turns, each against "
+            "its own group baseline; gae: critic + GAE."
         ),
     )
     std_ddof: Literal[0, 1] = Field(1, description="ddof of the group std (verl, TRL: 1).")
@@ -213,6 +216,12 @@ class AdvantageSpec(_Spec):
         "mean_norm",
         description="gigpo: F_norm = 1 (mean_norm, the verl-agent function default) or the group's "
         "std (ddof 1) + 1e-6 (mean_std_norm), for both A^E and A^S.",
+    )
+    hierarchical_norm: Literal["mean_norm", "mean_std_norm"] = Field(
+        "mean_norm",
+        description="hierarchical: F = 1 (mean_norm) or the pool's std (ddof 1) + 1e-6 "
+        "(mean_std_norm) in A = (x - mean)/F, at both levels (pools: the task group's high-level "
+        "turns; its low-level turns at one subgoal index).",
     )
     critic: CriticSpec = CriticSpec()
 

@@ -287,6 +287,23 @@ for _p in [
         ),
     ),
     Preset(
+        "hier_grpo",
+        _b(advantage={"estimator": "hierarchical", "hierarchical_norm": "mean_std_norm"}),
+        "Hierarchical credit for two-level tasks (FORMULAS §17, one baseline per level): "
+        "high-level (plan) turns get the outcome R group-normalized over the task group's "
+        "high-level turns; low-level (execute) turns get their subgoal reward (the environment's "
+        "step label) group-normalized over the group's low-level turns at the same subgoal index.",
+        (
+            "No canonical paper: levels come from the environment (info level: 0 plan, 1 "
+            "execute); a turn without a level gets the outcome advantage against the group's other "
+            "such turns (a single-turn task: exactly grpo's advantage); ratio, clip and Z as "
+            "turn_grpo.",
+            "Each level's advantage is (x - mean)/(std + 1e-6) in its own pool (std ddof 1, as "
+            "GRPO); a pool of one turn, or of equal values, gives A = 0.",
+            "KL in the reward (when set) is taken from each turn's own reward, outcome or subgoal.",
+        ),
+    ),
+    Preset(
         "sao",
         _b(
             weight={"ratio": "behavior", "trust_region": "dis", "eps_low": 0.3, "eps_high": 5.0},

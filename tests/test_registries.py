@@ -281,6 +281,7 @@ ALTERNATIVES = {
     "advantage.turn_baseline": "none",
     "advantage.gigpo_omega": 0.3,
     "advantage.gigpo_norm": "mean_std_norm",
+    "advantage.hierarchical_norm": "mean_norm",
     "normalization.l_max": 3,
     "normalization.count_empty_rows": True,
     "regularizer.reward_kl_estimator": "k2",
@@ -325,8 +326,8 @@ def _run(blanks, data):
 
 
 def _turns(mask):
-    """Two turns of three tokens each, per-turn rewards, and environment state keys that recur
-    within groups (turn and GiGPO estimators)."""
+    """Two turns of three tokens each, per-turn rewards, environment state keys that recur
+    within groups (turn and GiGPO estimators), and levels and step labels (hierarchical)."""
 
     B, T = mask.shape
     turn_ids = torch.tensor([0, 0, 0, 1, 1, 1]).expand(B, T).clone()
@@ -335,7 +336,19 @@ def _turns(mask):
         dtype=D,
     )
     state_keys = torch.tensor([[1, 5], [1, 5], [1, 6], [2, 7], [2, 7], [2, 8], [3, 9]])
-    return {"turn_rewards": turn_rewards, "turn_ids": turn_ids, "state_keys": state_keys}
+    # a plan turn (level 0) then an executor turn (level 1) whose subgoal was or was not reached
+    levels = torch.tensor([[0, 1]] * B)
+    nan = float("nan")
+    step_labels = torch.tensor(
+        [[nan, 1.0], [nan, 0.0], [nan, 0.0], [nan, 1.0], [nan, 0.0], [nan, 1.0], [nan, 1.0]]
+    )
+    return {
+        "turn_rewards": turn_rewards,
+        "turn_ids": turn_ids,
+        "state_keys": state_keys,
+        "levels": levels,
+        "step_labels": step_labels,
+    }
 
 
 def _data():
