@@ -410,6 +410,133 @@ def gigpo(
     return to_tokens(a_episode[:, None] + gigpo_omega * a_step, valid_turns, mask)
 
 
+def _turn_penalty(token_penalty, mask, turn_ids, K):
+    """``[B, K]``: the KL-in-reward penalties of each turn's trained tokens (0 without KL)."""
+
+    if token_penalty is None:
+        return torch.zeros(mask.shape[0], K, dtype=torch.float64)
+    _, _, valid = turn_returns(torch.zeros(mask.shape[0], K), mask, turn_ids, 1.0)
+    pen = token_penalty.double() * mask.double()
+    return torch.stack([(pen * (valid == k)).sum(1) for k in range(K)], dim=1)
+
+
+@ESTIMATORS.register(
+    "prm",
+    inputs=("rewards", "mask", "group_ids", "turn_ids", "step_scores", "token_penalty"),
+    reads=(
+        "advantage.prm.mode",
+        "advantage.prm.outcome",
+        "advantage.std_ddof",
+        "advantage.std_eps",
+    ),
+    applies=("advantage.prm",),
+)
+def prm(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    turn_ids: torch.Tensor,
+    step_scores: torch.Tensor,
+    mode: str = "advantage",
+    outcome: bool = True,
+    std_ddof: int = 1,
+    std_eps: float = 1e-6,
+    token_penalty: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Explicit process reward model (FORMULAS §16): step scores ``s [B, K]`` (NaN past an episode's
+    steps) as process supervision, with the outcome R kept or not.
+
+    - ``sum``: R'_i = sum_k s_{i,k} (+ R_i); A_i = (R'_i - mean_g R') / (std_g R' + eps), on every
+      trained token. The total grows with the number of steps.
+    - ``min``: R'_i = min_k s_{i,k} (+ R_i), normalized the same way. An extra step can only lower it.
+    - ``advantage`` (DeepSeekMath process supervision): s~_{i,k} = (s_{i,k} - mean) / (std + eps) over
+      every step of the task group's episodes; turn k's tokens get A = sum_{k' >= k} s~_{i,k'}
+      (+ the group-normalized outcome (R_i - mean_g R) / (std_g R + eps)).
+
+    KL in the reward (``token_penalty [B, T]``): each step's score loses its tokens' penalties.
+    A group whose totals are all equal gets A = 0 from them (as GRPO).
+    """
+
+    B, K = step_scores.shape
+    s = step_scores.double()
+    has = ~s.isnan()
+    s = torch.where(has, s - _turn_penalty(token_penalty, mask, turn_ids, K), torch.zeros_like(s))
+    R = rewards.double()
+
+    def normalized(x):
+        mean, std, _, equal = group_stats(x, group_ids, std_ddof)
+        return torch.where(equal, torch.zeros_like(x), (x - mean) / (std + std_eps))
+
+    valid = torch.where(mask > 0, turn_ids, torch.full_like(turn_ids, -1))
+    if mode in ("sum", "min"):
+        if mode == "sum":
+            total = s.sum(1)
+        else:
+            total = torch.where(has, s, torch.full_like(s, torch.inf)).min(1).values
+            total = torch.where(has.any(1), total, torch.zeros_like(total))
+        if outcome:
+            total = total + R
+        return broadcast(normalized(total), mask)
+    if mode != "advantage":
+        raise ValueError(f"prm mode: unknown '{mode}'; valid: sum, min, advantage")
+    inv, n_groups = _group_index(group_ids)
+    h = has.double()
+    cnt = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, h.sum(1))
+    tot = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, (s * h).sum(1))
+    mean = (tot / cnt.clamp(min=1))[inv]
+    ss = torch.zeros(n_groups, dtype=torch.float64).index_add_(
+        0, inv, (((s - mean[:, None]) ** 2) * h).sum(1)
+    )
+    n = cnt[inv]
+    std = torch.where(n > std_ddof, (ss[inv] / (n - std_ddof).clamp(min=1)).sqrt(), 0.0)
+    z = torch.where(has & (n[:, None] > 1), (s - mean[:, None]) / (std[:, None] + std_eps), 0.0)
+    to_go = z.flip(1).cumsum(1).flip(1)  # sum over steps k' >= k
+    per_turn = to_go + (normalized(R)[:, None] if outcome else 0.0)
+    return to_tokens(per_turn, valid, mask)
+
+
+@ESTIMATORS.register(
+    "prime",
+    inputs=("rewards", "mask", "group_ids", "process_rewards", "token_penalty"),
+    reads=("advantage.singleton",),
+    applies=("advantage.prime",),
+)
+def prime(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    process_rewards: torch.Tensor,
+    singleton: str = "zero",
+    token_penalty: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """PRIME (Cui et al. 2025, FORMULAS §15), exact leave-one-out (not the code's K/(K-1) form), gamma 1,
+    no final whitening:
+
+        A_{i,t} = sum_{s >= t} [r_{i,s} - (1/(K-1)) sum_{j != i} r(y^j)/|y^j|] + R_i - (1/(K-1)) sum_{j != i} R_j
+
+    with ``process_rewards [B, T]`` r_{i,s} = beta log(pi_phi/pi_ref) on action tokens, r(y^j) the
+    sum over sample j's tokens and |y^j| its trained tokens. KL in the reward (``token_penalty``)
+    is subtracted from r. A group of one: A = 0 (``singleton`` zero) or A without baselines (raw).
+    """
+
+    m = mask.double()
+    r = process_rewards.double() * m
+    if token_penalty is not None:
+        r = r - token_penalty.double() * m
+    per_token = r.sum(1) / m.sum(1).clamp(min=1)  # r(y^j) / |y^j|
+    R = rewards.double()
+    mean_p, _, count, _ = group_stats(per_token, group_ids)
+    mean_r, _, _, _ = group_stats(R, group_ids)
+    k1 = (count - 1).clamp(min=1)
+    base_p = torch.where(count > 1, (mean_p * count - per_token) / k1, torch.zeros_like(R))
+    base_r = torch.where(count > 1, (mean_r * count - R) / k1, torch.zeros_like(R))
+    to_go = ((r - base_p[:, None] * m).flip(1).cumsum(1).flip(1)) * m
+    adv = to_go + (R - base_r)[:, None] * m
+    if singleton == "zero":
+        adv = torch.where((count > 1)[:, None], adv, torch.zeros_like(adv))
+    return adv.float()
+
+
 @ESTIMATORS.register(
     "hierarchical",
     inputs=("rewards", "mask", "group_ids", "turn_ids", "levels", "step_labels", "token_penalty"),

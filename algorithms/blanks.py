@@ -162,6 +162,69 @@ class CriticSpec(_Spec):
     )
 
 
+class PrmSpec(_Spec):
+    """The explicit process reward model of the 'prm' estimator (FORMULAS §16): a step scorer
+    whose score of each step (in [0, 1]) becomes process supervision. A trained scorer is a second
+    model, paid for in the same budget (its device time is labelled 'prm')."""
+
+    scorer: str = Field(
+        "trained",
+        description="trained: a head trained online on the environment's step labels (BCE; each "
+        "batch is scored before the scorer trains on it, so its calibration is measured on unseen "
+        "steps); 'module:function': a user-supplied scorer f(observations, actions) -> one score "
+        "in [0, 1] per action, each call counted as one judge call.",
+    )
+    trunk: Literal["separate", "shared"] = Field(
+        "separate",
+        description="trained scorer: separate: a head on its own copy of the policy's trunk (from "
+        "the warm start), trained whole; shared: a head on the policy's own hidden states "
+        "(detached: the PRM's loss does not move the policy).",
+    )
+    mode: Literal["sum", "min", "advantage"] = Field(
+        "advantage",
+        description="How step scores s_k enter A. sum: R' = sum_k s_k (+ R), group-normalized; "
+        "every extra step adds a score, so longer episodes total more (step-count hacking). min: "
+        "R' = min_k s_k (+ R), group-normalized; an extra step can only lower it. advantage "
+        "(DeepSeekMath process supervision): s_k normalized over the task group's steps, and turn "
+        "k's tokens get the sum of the normalized scores of steps k.. (+ the group-normalized R); "
+        "an early step of a long episode sums more terms.",
+    )
+    outcome: bool = Field(
+        True, description="Keep the outcome reward R next to the process rewards."
+    )
+    lr: float | None = Field(
+        None, gt=0, description="Trained scorer's learning rate; None: the policy's."
+    )
+    calibration_bins: int = Field(
+        5, ge=2, le=20, description="Bins of the reliability plot (per step position)."
+    )
+
+
+class PrimeSpec(_Spec):
+    """PRIME's implicit PRM (Cui et al. 2025, FORMULAS §15): a second causal LM pi_phi (a copy of
+    the warm start) trained online on outcome labels with BCE(sigma(beta sum_t log pi_phi/pi_ref),
+    r_o); its token rewards beta log(pi_phi/pi_ref) feed the 'prime' estimator. Its forward and
+    backward passes are charged in the same budget (device time labelled 'prime')."""
+
+    beta: float = Field(0.05, gt=0, description="beta of the implicit reward (PRIME: 0.05).")
+    lr: float | None = Field(
+        None,
+        gt=0,
+        description="Implicit PRM learning rate; None: the policy's (PRIME: 1e-6 at 7B).",
+    )
+    update: Literal["before", "after"] = Field(
+        "before",
+        description="Train the PRM on a batch before its process rewards are computed (PRIME's "
+        "default) or after (the rewards come from the PRM that has not seen the batch).",
+    )
+    probes: int = Field(
+        4,
+        ge=0,
+        description="Intervention test per step: up to this many correct episodes get one step "
+        "corrupted, and the process reward at that step must drop (0: off).",
+    )
+
+
 class AdvantageSpec(_Spec):
     """A: credit estimator, baseline, scaling and credit unit."""
 
@@ -178,6 +241,8 @@ class AdvantageSpec(_Spec):
         "turn_return",
         "gigpo",
         "hierarchical",
+        "prm",
+        "prime",
         "gae",
     ] = Field(
         "group_norm",
@@ -189,7 +254,9 @@ class AdvantageSpec(_Spec):
             "turn_return: reward-to-go from each turn with gamma; gigpo: episode groups plus "
             "step groups of identical environment states (GiGPO); hierarchical: outcome credit for "
             "high-level (plan) turns and subgoal credit for low-level (execute) turns, each against "
-            "its own group baseline; gae: critic + GAE."
+            "its own group baseline; prm: an explicit process reward "
+            "model's step scores (advantage.prm); prime: PRIME's implicit process rewards with "
+            "leave-one-out baselines (advantage.prime); gae: critic + GAE."
         ),
     )
     std_ddof: Literal[0, 1] = Field(1, description="ddof of the group std (verl, TRL: 1).")
@@ -224,6 +291,8 @@ class AdvantageSpec(_Spec):
         "turns; its low-level turns at one subgoal index).",
     )
     critic: CriticSpec = CriticSpec()
+    prm: PrmSpec = PrmSpec()
+    prime: PrimeSpec = PrimeSpec()
 
 
 class NormalizationSpec(_Spec):
@@ -332,6 +401,21 @@ class PotentialShaping(_Spec):
     )
 
 
+class BranchSpec(_Spec):
+    """Branching counterfactuals: at chosen turns, the environment's state is restored (or the
+    seed and action prefix replayed) and M continuations are rolled from it; each branch point's
+    continuations form a group, so the group baseline at that turn credits the action by its
+    continuation return against its siblings. Every branch token and env step is charged."""
+
+    turns: list[int] = Field(
+        [1], min_length=1, description="Turn indices to branch at (0 is the first action)."
+    )
+    width: int = Field(4, ge=2, description="M: continuations rolled from each branch point.")
+    per_group: int = Field(
+        1, ge=1, description="Episodes of each task group that branch at each of those turns."
+    )
+
+
 class DataSpec(_Spec):
     """(i): which samples, how many per prompt, how often reused."""
 
@@ -359,6 +443,16 @@ class DataSpec(_Spec):
     )
     potential_shaping: PotentialShaping = Field(
         PotentialShaping(), description="gamma Phi(s') - Phi(s) added to each turn's reward."
+    )
+    branching: BranchSpec | None = Field(
+        None,
+        description="Branching counterfactuals: M continuations from restored states at chosen "
+        "turns, each branch point a group of its own; None: off.",
+    )
+    accuracy_filter: tuple[float, float] | None = Field(
+        None,
+        description="PRIME's accuracy filter [low, high]: with dynamic sampling, a group whose mean "
+        "reward lies outside the band is dropped (census verdict 'accuracy') and resampled; None: off.",
     )
     staleness: int | None = Field(
         None,
@@ -463,6 +557,22 @@ class Blanks(_Spec):
                 "data.overlong_shaping / potential_shaping / mask.overlong_filter: not "
                 "implemented for the critic "
                 "(advantage.estimator 'gae'); its rewards and mask would ignore them"
+            )
+        if self.data.branching is not None and (
+            self.data.concurrent is not None
+            or self.data.replay is not None
+            or self.advantage.estimator == "remax"
+            or self.objective != "pg"
+        ):
+            raise ValueError(
+                "data.branching: branches from the trainer's own rounds (objective pg), not with a "
+                "concurrent collector, a replay buffer or ReMax's greedy baseline"
+            )
+        band = self.data.accuracy_filter
+        if band is not None and (not self.data.dynamic_sampling or not band[0] <= band[1]):
+            raise ValueError(
+                "data.accuracy_filter: needs data.dynamic_sampling: true (dropped groups are "
+                "resampled) and low <= high"
             )
         if self.data.staleness is not None and self.data.lag > self.data.staleness:
             raise ValueError(

@@ -56,15 +56,22 @@ def overlong_filter_mask(mask: torch.Tensor, truncated: torch.Tensor) -> torch.T
     return mask * (~truncated.bool()).to(mask.dtype)[:, None]
 
 
-def group_verdicts(rewards: torch.Tensor, group_ids: torch.Tensor) -> dict[int, str]:
+def group_verdicts(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    band: tuple[float, float] | None = None,
+) -> dict[int, str]:
     """Per group id: "keep" (reward std > 0) or why it is dropped: "all_correct" (all equal to the
-    group max >= 1... i.e. all at the top reward), "all_wrong" (all <= 0) or "zero_variance"."""
+    group max >= 1... i.e. all at the top reward), "all_wrong" (all <= 0) or "zero_variance"; with
+    ``band = (low, high)`` (PRIME's accuracy filter), a varied group whose mean reward is outside
+    [low, high] is dropped as "accuracy"."""
 
     out: dict[int, str] = {}
     for g in torch.unique(group_ids).tolist():
         r = rewards[group_ids == g].double()
         if r.numel() > 1 and bool((r != r[0]).any()):
-            out[g] = "keep"
+            inside = band is None or band[0] <= float(r.mean()) <= band[1]
+            out[g] = "keep" if inside else "accuracy"
         elif float(r[0]) <= 0:
             out[g] = "all_wrong"
         elif float(r[0]) >= 1:
@@ -89,7 +96,13 @@ class SamplingCensus:
     trainable-group fraction is groups_varied / groups_launched, for every arm)."""
     groups_kept: int = 0
     groups_dropped: dict[str, int] = field(
-        default_factory=lambda: {"all_correct": 0, "all_wrong": 0, "zero_variance": 0, "surplus": 0}
+        default_factory=lambda: {
+            "all_correct": 0,
+            "all_wrong": 0,
+            "zero_variance": 0,
+            "accuracy": 0,
+            "surplus": 0,
+        }
     )
     responses_launched: int = 0
     responses_accepted: int = 0
@@ -120,8 +133,19 @@ class DynamicSampler:
     The caller generates each round and passes, per group, its id, verdict inputs and token count.
     """
 
-    def __init__(self, target_groups: int, max_rounds: int, enabled: bool = True):
-        self.target, self.max_rounds, self.enabled = target_groups, max_rounds, enabled
+    def __init__(
+        self,
+        target_groups: int,
+        max_rounds: int,
+        enabled: bool = True,
+        band: tuple[float, float] | None = None,
+    ):
+        self.target, self.max_rounds, self.enabled, self.band = (
+            target_groups,
+            max_rounds,
+            enabled,
+            band,
+        )
         self.census = SamplingCensus()
         self.kept: list[int] = []
 
@@ -141,8 +165,8 @@ class DynamicSampler:
         c.groups_launched += len(groups)
         c.responses_launched += int(group_ids.numel())
         c.tokens_launched += int(tokens_per_sample.sum())
-        verdicts = group_verdicts(rewards, group_ids)
-        c.groups_varied += sum(verdicts[g] == "keep" for g in groups)
+        verdicts = group_verdicts(rewards, group_ids, self.band)
+        c.groups_varied += sum(verdicts[g] in ("keep", "accuracy") for g in groups)
         kept_now = []
         for g in groups:
             v = verdicts[g] if self.enabled else "keep"

@@ -304,6 +304,62 @@ for _p in [
         ),
     ),
     Preset(
+        "prm_grpo",
+        _b(advantage={"estimator": "prm", "prm": {"mode": "advantage", "outcome": True}}),
+        "GRPO with an explicit process reward model (FORMULAS §16): a step scorer trained online "
+        "on the environment's step labels; its normalized step scores, summed from each step on, "
+        "join the group-normalized outcome (DeepSeekMath process supervision).",
+        (
+            "The scorer is a head on a copy of the policy's trunk (advantage.prm.trunk), trained "
+            "with BCE on each batch's labelled steps after scoring it; its device time is charged "
+            "in the same budget (credit_seconds).",
+            "advantage.prm.mode picks sum, min or advantage; advantage.prm.outcome keeps R. Raw "
+            "scores summed as rewards pay for more steps (step-count hacking); min cannot.",
+            "The report's reliability plot shows the scorer's calibration per step position.",
+        ),
+    ),
+    Preset(
+        "prime",
+        _b(
+            advantage={"estimator": "prime", "prime": {"beta": 0.05, "update": "before"}},
+            data={"dynamic_sampling": True, "accuracy_filter": (0.2, 0.8)},
+            regularizer={"loss_kl_coef": 0.0},
+            normalization={"mode": "token-mean"},
+        ),
+        "PRIME (Cui et al. 2025): an implicit PRM pi_phi trained online on outcome labels gives "
+        "token rewards beta log(pi_phi/pi_ref); process and outcome rewards get leave-one-out "
+        "baselines; PPO-clip loss; prompts outside the accuracy band [0.2, 0.8] are filtered.",
+        (
+            "beta 0.05, KL 0, accuracy filter [0.2, 0.8], PRM updated before its rewards are used "
+            "(the PRIME repository's defaults); K is the rollout group size (PRIME: 4).",
+            "Exact leave-one-out for the process term (the code's K/(K-1) form differs by "
+            "(r - mean_i)/(K-1)), no rm_coef, no final whitening: the paper's formula.",
+            "pi_phi starts from the warm start, as the reference; its forward and backward passes "
+            "are charged in the same budget (credit_seconds). prime.auc (held out: each batch is "
+            "scored before the PRM trains on it) and prime.intervention_drop validate it.",
+        ),
+    ),
+    Preset(
+        "branch_grpo",
+        _b(
+            advantage={"estimator": "turn_return", "gamma": 1.0, "turn_baseline": "group"},
+            data={"branching": {"turns": [1], "width": 4, "per_group": 1}},
+        ),
+        "Branching counterfactuals: turn_grpo, plus M = 4 continuations rolled from the restored "
+        "state before turn 1 of one episode per group; each branch point is a group, so the "
+        "action there is credited by its continuation return against its siblings'.",
+        (
+            "No canonical paper (the chapter's branching remedy): the environment is restored from "
+            "its snapshot, or replayed from the seed and the actions where it has none (said in "
+            "branch.restored_frac, replayed steps charged).",
+            "Siblings share the environment's state and randomness; they differ by the policy's "
+            "samples. The prefix is context (mask 0); the continuations train with turn_grpo's "
+            "per-turn-index group baseline.",
+            "Every branch token, environment step and verifier call counts in the ledger: at a "
+            "matched launched-token budget the branches take the place of fresh episodes.",
+        ),
+    ),
+    Preset(
         "sao",
         _b(
             weight={"ratio": "behavior", "trust_region": "dis", "eps_low": 0.3, "eps_high": 5.0},

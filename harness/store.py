@@ -56,7 +56,7 @@ SCHEMA: dict[str, str] = {
     "census": """
         run_id VARCHAR, step BIGINT, rounds BIGINT, prompts_sampled BIGINT, groups_launched BIGINT,
         groups_varied BIGINT, groups_kept BIGINT, dropped_all_correct BIGINT, dropped_all_wrong BIGINT,
-        dropped_zero_variance BIGINT, dropped_surplus BIGINT, responses_launched BIGINT,
+        dropped_zero_variance BIGINT, dropped_surplus BIGINT, dropped_accuracy BIGINT, responses_launched BIGINT,
         responses_accepted BIGINT, tokens_launched BIGINT, tokens_accepted BIGINT, cap_hit BOOLEAN""",
     "fairness": """
         experiment_id VARCHAR, arm VARCHAR, item VARCHAR, flagged BOOLEAN, reason VARCHAR, value JSON,

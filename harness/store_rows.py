@@ -183,7 +183,7 @@ CENSUS_COLUMNS = (
     "tokens_accepted",
     "cap_hit",
 )
-CENSUS_VERDICTS = ("all_correct", "all_wrong", "zero_variance", "surplus")
+CENSUS_VERDICTS = ("all_correct", "all_wrong", "zero_variance", "accuracy", "surplus")
 """Why a launched group was dropped (``SamplingCensus.groups_dropped``)."""
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import diagnostics, lag, render, stats
+from . import credit, diagnostics, lag, render, stats
 from .audit_tables import blanks_blocks, fairness_blocks
 from .tables import (
     arm_table,
@@ -95,6 +95,7 @@ CENSUS = {"run_id": "VARCHAR", "step": "BIGINT"} | dict.fromkeys(
         "dropped_all_correct",
         "dropped_all_wrong",
         "dropped_zero_variance",
+        "dropped_accuracy",
         "dropped_surplus",
         "tokens_launched",
     ),
@@ -150,6 +151,7 @@ class Data:
     inert: pl.DataFrame = field(default_factory=pl.DataFrame)
     diagnostics: pl.DataFrame = field(default_factory=pl.DataFrame)
     lag: pl.DataFrame = field(default_factory=pl.DataFrame)
+    credit: dict[str, pl.DataFrame] = field(default_factory=dict)
     split: str | None = None
     tasks: list[str] = field(default_factory=list)
     arms: list[str] = field(default_factory=list)
@@ -196,6 +198,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         ladder = _table(con, "ladder", LADDER, "ORDER BY arm, rung, variant = 'verdict', rowid")
         diag = diagnostics.query(con)
         lags = lag.query(con)
+        credit_tables = credit.query(con)
     finally:
         con.close()
     arms_cfg = list(config.get("arms", {}))
@@ -256,6 +259,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         inert=inert,
         diagnostics=diag,
         lag=lags,
+        credit=credit_tables,
         split=split,
         tasks=tasks,
         arms=arms,
@@ -389,6 +393,11 @@ def build_report(
         blocks += image(name)
     blocks += eval_cost_blocks(d)
     blocks += diagnostics.diagnostics_blocks(d)
+    credit_part = credit.credit_blocks(d, with_plots)
+    for b in credit_part:
+        if isinstance(b, render.Image):
+            (rep / b.name).write_bytes(b.png)
+    blocks += credit_part
     blocks += blanks_blocks(d)
     blocks += fairness_blocks(d)
     blocks += budget_blocks(d)

@@ -278,6 +278,7 @@ VERDICT_COLUMNS = (
     ("dropped_all_correct", "dropped: all correct"),
     ("dropped_all_wrong", "dropped: all wrong"),
     ("dropped_zero_variance", "dropped: zero variance"),
+    ("dropped_accuracy", "dropped: outside the accuracy band"),
     ("dropped_surplus", "dropped: surplus"),
 )
 

@@ -270,7 +270,7 @@ def scores_blocks(
 
 # ----------------------------------------------------------------------------- diagnostics
 
-VERDICTS = ("all_correct", "all_wrong", "zero_variance", "surplus")
+VERDICTS = ("all_correct", "all_wrong", "zero_variance", "accuracy", "surplus")
 
 
 def census_blocks(d: Data) -> list[Block]:

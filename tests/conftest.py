@@ -55,3 +55,24 @@ def write_yaml(tmp_path):
 
 
 sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def guess_warm(tmp_path_factory):
+    """A policy warm-started (SFT on oracle demonstrations) on guess_number 1-8, 4 guesses."""
+
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.warmstart import warm_start
+
+    cfg = validate_mapping(
+        {
+            "task": {"name": "guess_number", "params": {"low": 1, "high": 8, "max_turns": 4}},
+            "arms": {"a": {"preset": "grpo"}},
+            "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 8},
+            "warm_start": {"steps": 30, "num_demos": 500},
+        }
+    )
+    task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 4})
+    model, tok, _ = warm_start(cfg, [task], tmp_path_factory.mktemp("warm"))
+    return cfg, task, model, tok

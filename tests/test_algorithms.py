@@ -461,7 +461,13 @@ def test_dynamic_sampling_census_accounts_for_every_group():
     c = sampler.census
     assert sampler.kept == [2, 3, 5]
     assert c.rounds == 2 and c.groups_launched == 6 and c.groups_kept == 3
-    assert c.groups_dropped == {"all_correct": 1, "all_wrong": 1, "zero_variance": 1, "surplus": 0}
+    assert c.groups_dropped == {
+        "all_correct": 1,
+        "all_wrong": 1,
+        "zero_variance": 1,
+        "accuracy": 0,
+        "surplus": 0,
+    }
     assert c.responses_launched == 12 and c.responses_accepted == 6
     assert c.tokens_launched == 36 and c.tokens_accepted == 18 and c.balanced() and not c.cap_hit
     # the trainable-group fraction counts launched groups before filtering: g2, g3, g5 of 6

@@ -173,27 +173,6 @@ def test_guess_number_state_keys_recur_when_the_interval_does():
     assert not check_turns(batch, env_keys=False).passed  # not the history's hash
 
 
-@pytest.fixture(scope="module")
-def guess_warm(tmp_path_factory):
-    """A policy warm-started (SFT on oracle demonstrations) on guess_number 1-8, 4 guesses."""
-
-    from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.tasks import make_task
-    from sixblanks.harness.warmstart import warm_start
-
-    cfg = validate_mapping(
-        {
-            "task": {"name": "guess_number", "params": {"low": 1, "high": 8, "max_turns": 4}},
-            "arms": {"a": {"preset": "grpo"}},
-            "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 8},
-            "warm_start": {"steps": 30, "num_demos": 500},
-        }
-    )
-    task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 4})
-    model, tok, _ = warm_start(cfg, [task], tmp_path_factory.mktemp("warm"))
-    return cfg, task, model, tok
-
-
 @pytest.mark.parametrize("preset", ["turn_grpo", "gigpo"])
 def test_turn_level_presets_train_end_to_end_on_guess_number(guess_warm, preset):
     import copy

@@ -282,6 +282,8 @@ ALTERNATIVES = {
     "advantage.gigpo_omega": 0.3,
     "advantage.gigpo_norm": "mean_std_norm",
     "advantage.hierarchical_norm": "mean_norm",
+    "advantage.prm.mode": "min",
+    "advantage.prm.outcome": False,
     "normalization.l_max": 3,
     "normalization.count_empty_rows": True,
     "regularizer.reward_kl_estimator": "k2",
@@ -342,12 +344,20 @@ def _turns(mask):
     step_labels = torch.tensor(
         [[nan, 1.0], [nan, 0.0], [nan, 0.0], [nan, 1.0], [nan, 0.0], [nan, 1.0], [nan, 1.0]]
     )
+    # a PRM's step scores (both steps scored) and PRIME-style token process rewards
+    step_scores = torch.tensor(
+        [[0.9, 0.7], [0.2, 0.1], [0.6, 0.3], [0.8, 0.95], [0.4, 0.5], [0.3, 0.9], [0.7, 0.2]],
+        dtype=D,
+    )
+    process = 0.1 * torch.arange(B * T, dtype=D).reshape(B, T).sin()
     return {
         "turn_rewards": turn_rewards,
         "turn_ids": turn_ids,
         "state_keys": state_keys,
         "levels": levels,
         "step_labels": step_labels,
+        "step_scores": step_scores,
+        "process_rewards": process,
     }
 
 

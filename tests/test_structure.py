@@ -31,13 +31,24 @@ def test_every_preset_maps_to_a_collector_and_an_objective():
         OnPolicyRounds,
         PreferencePairs,
     )
-    from sixblanks.harness.training.objectives import DPO, SFT, ActorCritic, PolicyGradient
+    from sixblanks.harness.training.collectors.branching import BranchingRounds
+    from sixblanks.harness.training.objectives import (
+        DPO,
+        SFT,
+        ActorCritic,
+        PolicyGradient,
+        ProcessCredit,
+    )
 
     def expected(b):
         if b.objective == "sft":
             return Demonstrations, SFT
         if b.objective == "dpo":
             return PreferencePairs, DPO
+        if b.data.branching is not None:
+            return BranchingRounds, PolicyGradient
+        if b.advantage.estimator in ("prm", "prime"):
+            return OnPolicyRounds, ProcessCredit
         return OnPolicyRounds, ActorCritic if b.advantage.estimator == "gae" else PolicyGradient
 
     from sixblanks.harness.config import validate_mapping
@@ -51,7 +62,11 @@ def test_every_preset_maps_to_a_collector_and_an_objective():
     seen = set()
     for name, preset in PRESETS.items():
         s = RunSettings(preset.blanks, cfg.rollout, cfg.optimizer, {"launched_tokens": 10.0}, 0)
-        tr = Trainer(s, make_task("arithmetic"), model, tok, ref_model=model)
+        # a trained PRM learns from step labels: a task that gives them
+        # (branching: a task of more than one turn)
+        multi = preset.blanks.advantage.estimator == "prm" or preset.blanks.data.branching
+        task = "chain_arithmetic" if multi else "arithmetic"
+        tr = Trainer(s, make_task(task), model, tok, ref_model=model)
         col, obj = expected(preset.blanks)
         assert type(tr.collector) is col and type(tr.objective) is obj, name
         seen.add((col, obj))
@@ -60,7 +75,7 @@ def test_every_preset_maps_to_a_collector_and_an_objective():
             if col is OnPolicyRounds
             else True
         )
-    assert len(seen) == 4
+    assert len(seen) == 6
 
 
 def test_no_module_imports_another_modules_underscore_names():

@@ -54,6 +54,7 @@ class Episode:
     potentials: list[float] = field(default_factory=list)
     step_labels: list[float] = field(default_factory=list)
     levels: list[int] = field(default_factory=list)
+    snapshots: list = field(default_factory=list)
     truncated: bool = False
     terminated: bool = False
     done: bool = False
@@ -91,6 +92,7 @@ def run_episodes(
     generator: torch.Generator | None = None,
     group_offset: int = 0,
     on_turn: Callable[[int, int], None] | None = None,
+    snapshots: bool = False,
 ) -> TrajectoryBatch:
     """Run ``group_size`` episodes per instance to the end and return them as one batch.
 
@@ -121,8 +123,95 @@ def run_episodes(
             ep.potentials.append(env_potential(ep.env))
             episodes.append(ep)
 
+    play(
+        engine, tokenizer, task, episodes, params, max_context_tokens, generator, on_turn, snapshots
+    )
+    return episodes_to_batch(episodes, tokenizer, engine.policy_version, task.name)
+
+
+@dataclass
+class Branches:
+    """Continuations rolled from restored states: the batch, and how the states were reached."""
+
+    batch: TrajectoryBatch
+    restored: int = 0
+    """Branches started from the environment's snapshot."""
+    replayed_steps: int = 0
+    """Environment steps replayed (seed + action prefix) where the task cannot snapshot."""
+
+
+def branch_episodes(
+    engine: RolloutEngine,
+    tokenizer,
+    task: Task,
+    source: TrajectoryBatch,
+    points: list[tuple[int, int]],
+    width: int,
+    params: SamplingParams,
+    gate: VerifierGate,
+    *,
+    max_context_tokens: int = 512,
+    generator: torch.Generator | None = None,
+    group_offset: int = 0,
+) -> Branches:
+    """``width`` continuations of each ``(row, turn)`` of ``source``: the environment is brought to
+    the state before that turn (restored from the snapshot ``source`` kept, else replayed from the
+    seed and the action prefix, with its steps counted), the prefix (prompt, earlier actions and
+    observations) is context (mask 0, an observation segment), and the policy acts from that turn
+    to the end. Each point's continuations form one group (``group_offset + point index``); they
+    share the environment's state and randomness, and differ by what the policy samples."""
+
+    stop = tuple(params.stop) or ((task.stop,) if task.stop else ())
+    params = SamplingParams(
+        params.temperature, params.top_p, params.top_k, params.max_new_tokens, stop
+    )
+    episodes: list[Episode] = []
+    out = Branches(source)
+    for p, (i, k) in enumerate(points):
+        inst = task.make_instance(int(source.instance_seeds[i]))
+        start = [s for kind, s, _ in source.segments[i] if kind == "action"][k]
+        snaps = source.snapshots[i] if source.snapshots else []
+        for _ in range(width):
+            ep = Episode(inst, group_offset + p, task.make_env(inst, gate))
+            ep.env.reset(seed=inst.seed)
+            if k < len(snaps) and snaps[k] is not None:
+                ep.env.restore(snaps[k])
+                out.restored += 1
+            else:
+                for a in source.actions[i][:k]:
+                    ep.env.step(a)
+                out.replayed_steps += k
+            ep.add("obs", source.tokens[i, :start].tolist())
+            ep.observations = list(source.observations[i][: k + 1])
+            ep.actions = list(source.actions[i][:k])
+            ep.turn_rewards = source.turn_rewards[i, :k].tolist()
+            ep.step_labels = source.step_labels[i, :k].tolist()
+            ep.levels = source.levels[i, :k].tolist()
+            ep.state_keys = source.state_keys[i, : k + 1].tolist()
+            ep.potentials = source.potentials[i, : k + 1].tolist()
+            episodes.append(ep)
+    play(engine, tokenizer, task, episodes, params, max_context_tokens, generator)
+    out.batch = episodes_to_batch(episodes, tokenizer, engine.policy_version, task.name)
+    return out
+
+
+def play(
+    engine: RolloutEngine,
+    tokenizer,
+    task: Task,
+    episodes: list[Episode],
+    params: SamplingParams,
+    max_context_tokens: int = 512,
+    generator: torch.Generator | None = None,
+    on_turn: Callable[[int, int], None] | None = None,
+    snapshots: bool = False,
+) -> None:
+    """Play ``episodes`` to their end, each from the turn it is at (``len(ep.actions)``): one
+    generation call per round over the active episodes, then one environment step each. With
+    ``snapshots``, each environment's ``snapshot()`` before each action is kept (branching)."""
+
     max_turns = max(1, task.max_turns)
-    for turn in range(max_turns):
+    for rnd in range(max_turns):
         active = [ep for ep in episodes if not ep.done]
         if not active:
             break
@@ -130,6 +219,9 @@ def run_episodes(
             [ep.tokens for ep in active], params, n=1, generator=generator
         )
         for ep, (gen,) in zip(active, gens):
+            turn = len(ep.actions)
+            if snapshots:
+                ep.snapshots.append(ep.env.snapshot() if ep.env is not None else None)
             ep.add("action", gen.token_ids, gen.logprobs, turn)
             text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             ep.actions.append(text)
@@ -171,9 +263,7 @@ def run_episodes(
             ep.state_keys.append(env_state_key(ep.env, ep.observations))
             ep.potentials.append(env_potential(ep.env))
         if on_turn is not None:
-            on_turn(turn, len(active))
-
-    return episodes_to_batch(episodes, tokenizer, engine.policy_version, task.name)
+            on_turn(rnd, len(active))
 
 
 def episodes_to_batch(
@@ -234,6 +324,7 @@ def episodes_to_batch(
         observations=[ep.observations for ep in episodes],
         actions=[ep.actions for ep in episodes],
         segments=[ep.segments for ep in episodes],
+        snapshots=[ep.snapshots for ep in episodes],
         failure_reasons=[ep.failure for ep in episodes],
         task_name=task_name,
     )

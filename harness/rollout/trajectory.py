@@ -32,7 +32,9 @@ class TrajectoryBatch:
     step_labels: (
         torch.Tensor
     )  # [B, K] float: the environment's label of each step (1 right, 0 wrong, NaN none)
-    levels: torch.Tensor  # [B, K] long: the level of each turn (0 high/plan, 1 low/execute; -1 none)
+    levels: (
+        torch.Tensor
+    )  # [B, K] long: the level of each turn (0 high/plan, 1 low/execute; -1 none)
     n_turns: torch.Tensor  # [B] long: actions taken
     failed: torch.Tensor  # [B] bool: a task/verifier failure; such samples carry no trained tokens
     instance_seeds: torch.Tensor  # [B] long
@@ -46,6 +48,9 @@ class TrajectoryBatch:
         default_factory=list
     )  # (kind, start, end) token spans
     failure_reasons: list[str | None] = field(default_factory=list)
+    snapshots: list[list[Any]] = field(
+        default_factory=list
+    )  # the environment's snapshot() before each action, where recorded (branching); else []
     task_name: str = ""
 
     _TENSORS = (
@@ -68,7 +73,7 @@ class TrajectoryBatch:
         "instance_seeds",
         "terminated",
     )
-    _LISTS = ("observations", "actions", "segments", "failure_reasons")
+    _LISTS = ("observations", "actions", "segments", "failure_reasons", "snapshots")
 
     @property
     def size(self) -> int:

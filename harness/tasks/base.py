@@ -131,9 +131,12 @@ class Task:
     Params: ClassVar[type[TaskParams]] = TaskParams
     multi_turn: ClassVar[bool] = False
     env_state_keys: ClassVar[bool] = False
+    """True where its environment defines ``state_key()`` (else: the observation history's hash)."""
     has_potential: ClassVar[bool] = False
     """True where its environment defines ``potential()`` (potential-based shaping)."""
-    """True where its environment defines ``state_key()`` (else: the observation history's hash)."""
+    has_step_labels: ClassVar[bool] = False
+    """True where its environment labels each step (``info["step_correct"]``): an explicit PRM
+    can be trained on them."""
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     stop: ClassVar[str] = "\n"
     """Text that ends an action (a turn's answer); generation stops there."""
@@ -183,6 +186,17 @@ class Task:
         (the first is the prompt). Used to generate SFT demonstrations."""
 
         raise NotImplementedError(f"task '{self.name}' has no demonstration oracle")
+
+    def corrupt_step(self, instance: Instance, turn: int, action: str, rng) -> str | None:
+        """A wrong version of ``action`` (turn ``turn``), for PRIME's intervention probe: here one
+        digit changed to another; None where the action has no digit (the probe skips it). A task
+        whose steps are not numbers overrides this."""
+
+        spots = [i for i, c in enumerate(action) if c.isdigit()]
+        if not spots:
+            return None
+        at = rng.choice(spots)
+        return action[:at] + str((int(action[at]) + rng.randint(1, 9)) % 10) + action[at + 1 :]
 
     def alphabet(self) -> str:
         """Characters this task's prompts, observations and answers use (for the tiny tokenizer)."""

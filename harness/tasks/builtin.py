@@ -202,6 +202,12 @@ class ChainParams(TaskParams):
     steps: int = Field(3, ge=1, le=8, description="Operations in the chain: one turn each.")
     digits: int = Field(1, ge=1, le=3, description="Digits of the start value and each operand.")
     operators: str = Field("+-", min_length=1, description="Any of + -.")
+    outcome: Literal["last", "all"] = Field(
+        "last",
+        description="last: reward 1 when the last running value is exact (a slip earlier costs "
+        "nothing, the chain goes on from the true value); all: reward 1 only when every step is "
+        "right, so the outcome depends on each step (process credit has something to find).",
+    )
 
     @model_validator(mode="after")
     def _ops(self) -> ChainParams:
@@ -224,22 +230,33 @@ class ChainEnv(Env):
         values, k = self.instance.data["values"], self.turn
         self.turn += 1
         step_correct = parse_int(action) == values[k + 1]
+        self.all_right = getattr(self, "all_right", True) and step_correct
         last = self.turn >= len(values) - 1
         reward = self.verify(self.instance, action) if last else 0.0  # the outcome, counted
+        if last and self.task.params.outcome == "all" and not self.all_right:
+            reward = 0.0
         info = {"turn": self.turn, "step_correct": bool(step_correct), "step": k}
         nxt = "" if last else f"{self.instance.data['ops'][k + 1]}="
         return StepResult(nxt, reward, last, False, info)
 
     def state_key(self) -> tuple[int, int]:
-        """The step the chain is at and its true running value (what the next answer builds on)."""
+        """The step the chain is at and its true running value (what the next answer builds on);
+        with ``outcome: all``, also whether the episode can still earn its reward."""
 
-        return self.turn, self.instance.data["values"][self.turn]
+        value = self.instance.data["values"][self.turn]
+        if self.task.params.outcome == "all":
+            return self.turn, value, getattr(self, "all_right", True)
+        return self.turn, value
+
+    def reset(self, seed: int | None = None):
+        self.all_right = True
+        return super().reset(seed)
 
     def snapshot(self) -> dict:
-        return {"turn": self.turn}
+        return {"turn": self.turn, "all_right": getattr(self, "all_right", True)}
 
     def restore(self, state: dict) -> None:
-        self.turn = state["turn"]
+        self.turn, self.all_right = state["turn"], state["all_right"]
 
 
 class ChainArithmetic(Task):
@@ -253,6 +270,7 @@ class ChainArithmetic(Task):
     multi_turn = True
     has_oracle = True
     env_state_keys = True
+    has_step_labels = True
     params: ChainParams
 
     @property

@@ -131,6 +131,7 @@ class PlanExecute(Task):
     multi_turn = True
     has_oracle = True
     env_state_keys = True
+    has_step_labels = True  # subgoal completion of each executor turn
     params: PlanExecuteParams
 
     @property

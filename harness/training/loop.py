@@ -101,11 +101,12 @@ class Trainer:
     # ------------------------------------------------------------------ one step
 
     def worst_update(self, rows: int, tokens: float) -> dict[str, float]:
-        d = self.ctx.blanks.data
+        d, extra = self.ctx.blanks.data, getattr(self.objective, "worst_extra", None)
         return {
             "optimizer_steps": float(d.epochs * d.minibatches),
             "accepted_tokens": float(tokens),
             "rollouts_accepted": float(rows),
+            **(extra(rows) if extra is not None else {}),  # a second model's calls (a user PRM)
         }
 
     def step(self) -> dict[str, Any] | None:

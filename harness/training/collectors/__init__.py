@@ -25,6 +25,10 @@ def make_collector(ctx: RunContext):
         from .concurrent import ConcurrentRounds
 
         return ConcurrentRounds(ctx)
+    if ctx.blanks.data.branching is not None:
+        from .branching import BranchingRounds
+
+        return BranchingRounds(ctx)
     greedy = GreedyBaseline(ctx) if ctx.blanks.advantage.estimator == "remax" else None
     return OnPolicyRounds(ctx, greedy)
 

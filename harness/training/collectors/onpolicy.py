@@ -32,6 +32,7 @@ class OnPolicyRounds:
         self.lagged = LaggedPolicy(ctx, d.lag, d.broadcast_every) if lagged else None
         self.replay = ReplayBuffer(ctx) if ctx.blanks.data.replay is not None else None
         self.engine = ctx.engine  # the behaviour policy's engine of the current step
+        self.snapshots = False  # keep environment snapshots (a branching collector needs them)
 
     def worst_case(self) -> dict[str, float]:
         """One round (with its greedy rollouts): a step that cannot afford one does not start."""
@@ -64,6 +65,7 @@ class OnPolicyRounds:
                 max_context_tokens=ctx.settings.rollout.max_prompt_tokens,
                 generator=ctx.gen,
                 group_offset=self.group_counter,
+                snapshots=self.snapshots,
             )
             self.group_counter += self.n_prompts
             greedy = self.greedy.run(instances, self.engine) if self.greedy is not None else None
@@ -78,7 +80,7 @@ class OnPolicyRounds:
         self.engine = self.lagged.engine_for_step() if self.lagged is not None else ctx.engine
         lag_metrics: dict[str, float] = {}
         rounds = d.max_sampling_rounds if d.dynamic_sampling else 1
-        sampler = DynamicSampler(self.n_prompts, rounds, d.dynamic_sampling)
+        sampler = DynamicSampler(self.n_prompts, rounds, d.dynamic_sampling, d.accuracy_filter)
         kept, kept_greedy = [], []
         while not sampler.done:
             out = self.round()

@@ -8,12 +8,13 @@ from ..context import RunContext
 from .actor_critic import ActorCritic
 from .dpo import DPO
 from .policy_gradient import PolicyGradient
+from .process import ProcessCredit
 from .sft import SFT
 
 
 def make_objective(ctx: RunContext):
     """The objective the blanks name: ``objective`` (pg, sft, dpo); pg with ``advantage.estimator:
-    gae`` is actor-critic."""
+    gae`` is actor-critic, with ``prm`` or ``prime`` it trains a process reward model too."""
 
     b = ctx.blanks
     if b.objective == "sft":
@@ -22,7 +23,9 @@ def make_objective(ctx: RunContext):
         return DPO(ctx)
     if b.advantage.estimator == "gae":
         return ActorCritic(ctx)
+    if b.advantage.estimator in ("prm", "prime"):
+        return ProcessCredit(ctx)
     return PolicyGradient(ctx)
 
 
-__all__ = ["DPO", "SFT", "ActorCritic", "PolicyGradient", "make_objective"]
+__all__ = ["DPO", "SFT", "ActorCritic", "PolicyGradient", "ProcessCredit", "make_objective"]
