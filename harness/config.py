@@ -310,9 +310,10 @@ class LadderConfig(_Cfg):
     )
     kl_variants: list[float] = Field(default_factory=lambda: [0.0, 0.04])
     credit_variants: list[str] = Field(
-        default_factory=lambda: ["ppo_turn", "gigpo"],
-        description="Rung 8: presets whose advantage blank (estimator, critic, gamma) is swapped "
-        "into the arm one at a time, every other blank the arm's.",
+        default_factory=lambda: ["ppo_turn", "prm_grpo", "gigpo"],
+        description="Rung 8: presets whose advantage blank (estimator, critic, PRM, gamma) is "
+        "swapped into the arm one at a time, every other blank the arm's (a trained PRM only "
+        "where the task gives step labels).",
     )
 
 

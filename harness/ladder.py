@@ -8,7 +8,8 @@
     5 advantage        advantage estimator varied, everything else fixed
     6 normalization    loss normalization varied
     7 clip_kl_lr       clipping, KL and learning rate varied (gradient norms reported)
-    8 credit           one form of credit added by the advantage blank alone (a turn critic, GiGPO)
+    8 credit           one form of credit added by the advantage blank alone (a turn critic, a
+                       PRM, GiGPO)
     9 asynchrony       the arm's lag (data.lag or data.concurrent) against its synchronous setting;
                        fails when asynchrony loses
 
@@ -329,6 +330,12 @@ class Ladder:
             if adv == blanks["advantage"]:
                 continue  # the arm's own credit
             label = f"+{adv['estimator']} credit ({name}'s advantage blank)"
+            task = self.spec["task"]
+            labels = make_task(task["name"], task["params"]).has_step_labels
+            if adv["estimator"] == "prm" and adv["prm"]["scorer"] == "trained" and not labels:
+                why = f"a trained PRM needs step labels; task '{task['name']}' gives none"
+                skipped.append(RungResult(8, "credit", label, "inconclusive", why))
+                continue
             try:
                 resolve(self.spec["preset"], deep_merge(blanks, {"advantage": adv}))
             except ValueError as exc:  # e.g. a critic with overlong shaping

@@ -584,11 +584,13 @@ def test_rung_8_adds_credit_by_the_advantage_blank_alone(tmp_path, monkeypatch):
     ladder = _spec_ladder(tmp_path)
     rows = ladder.rung_credit()
     assert [(r.variant, r.status) for r in rows] == [
+        ("+prm credit (prm_grpo's advantage blank)", "inconclusive"),  # arithmetic: no step labels
         ("advantage=group_norm (nominal)", "inconclusive"),
         ("+gae credit (ppo_turn's advantage blank)", "inconclusive"),
         ("+gigpo credit (gigpo's advantage blank)", "fail"),
         (VERDICT, "fail"),
     ]
+    assert "needs step labels" in rows[0].evidence
     nominal = specs[0]["blanks"]
     for spec in specs[1:]:
         changed = {k for k in nominal if spec["blanks"][k] != nominal[k]}

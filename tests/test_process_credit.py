@@ -385,3 +385,39 @@ def test_branching_preset_charges_every_branch_token_and_step(guess_warm):
     branch_tokens = sum(m.get("branch.launched_tokens", 0.0) for m in res.steps)
     assert 0 < branch_tokens < launched
     assert all(m["branch.restored_frac"] == 1.0 for m in res.steps if m.get("branch.rows"))
+
+
+def test_chain_outcome_all_pays_only_a_flawless_chain_and_its_potential_follows():
+    """``outcome: all``: one slip costs the reward even when the last step is right; the state key
+    and the potential (the share of the chain done while it can still pay) say so."""
+
+    from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.tasks.verify import VerifierGate
+
+    task = make_task("chain_arithmetic", {"steps": 3, "outcome": "all"})
+    inst = task.make_instance(4)
+    values = inst.data["values"]
+
+    def play(answers):
+        env = task.make_env(inst, VerifierGate(task))
+        env.reset(seed=inst.seed)
+        phis, keys, reward = [env.potential()], [env.state_key()], 0.0
+        for a in answers:
+            res = env.step(f"{a}\n")
+            reward += res.reward
+            phis.append(env.potential())
+            keys.append(env.state_key())
+        return reward, phis, keys
+
+    right = values[1:]
+    assert play(right)[0] == 1.0
+    slip = [right[0] + 1, *right[1:]]
+    reward, phis, keys = play(slip)
+    assert reward == 0.0  # the last step was right, the chain was not
+    assert phis == [0.0, 0.0, 0.0, 0.0]  # it could not pay after the slip
+    assert play(right)[1] == pytest.approx([0, 1 / 3, 2 / 3, 1.0])
+    assert keys[1] != play(right)[2][1]  # same step, same true value, no longer winnable
+    last = make_task("chain_arithmetic", {"steps": 3})  # outcome: last, as before
+    env = last.make_env(inst, VerifierGate(last))
+    env.reset(seed=inst.seed)
+    assert sum(env.step(f"{a}\n").reward for a in slip) == 1.0

@@ -252,6 +252,12 @@ class ChainEnv(Env):
         self.all_right = True
         return super().reset(seed)
 
+    def potential(self) -> float:
+        """Progress that can still pay: the share of the chain done while the episode can still
+        earn its reward (with ``outcome: all``, 0 after a slip)."""
+
+        return self.turn / self.task.params.steps if getattr(self, "all_right", True) else 0.0
+
     def snapshot(self) -> dict:
         return {"turn": self.turn, "all_right": getattr(self, "all_right", True)}
 
@@ -270,6 +276,7 @@ class ChainArithmetic(Task):
     multi_turn = True
     has_oracle = True
     env_state_keys = True
+    has_potential = True
     has_step_labels = True
     params: ChainParams
 
