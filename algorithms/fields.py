@@ -30,7 +30,11 @@ SWITCHES: dict[str, Registry] = {
 """Choice field -> the registry of its variants."""
 
 WHEN_ON: dict[str, tuple[str, ...]] = {
-    "data.dynamic_sampling": ("data.max_sampling_rounds", "data.on_round_cap"),
+    "data.dynamic_sampling": (
+        "data.max_sampling_rounds",
+        "data.on_round_cap",
+        "data.accuracy_filter",
+    ),
     # the shaping's L_max is the generation budget, which is normalization.l_max when set
     "data.overlong_shaping.enabled": (
         "data.overlong_shaping.cache",

@@ -382,6 +382,7 @@ OBJECTIVES.add(
             "data.broadcast_every",
             "data.replay",
             "data.concurrent",
+            "data.branching",
         ),
     )
 )

@@ -116,7 +116,7 @@ def prime_png(d: Data) -> bytes | None:
                 ax.plot(s["step"].to_list(), s["value"].to_list(), marker=".", label=arm)
     axes[0].set(title="held-out outcome AUC", xlabel="step", ylim=(0, 1))
     axes[0].axhline(0.5, color="grey", lw=0.8, ls="--")
-    axes[1].set(title="intervention: share of corrupted steps that lost reward", xlabel="step")
+    axes[1].set(title="intervention: corrupted steps that lost reward", xlabel="step")
     axes[1].set_ylim(0, 1)
     axes[0].legend(fontsize=7)
     return fig_png(fig)

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from . import stats
+from .credit import extra_cost
 from .render import Block, Heading, Para, Table
 
 if TYPE_CHECKING:
@@ -212,8 +213,18 @@ def scores_blocks(
         f"AUC vs launched tokens ({sl})",
         *[f"{k} ({sl})" for k in pass_cols],
         "training device-seconds per run (every model: policy, critic, collector)",
+        "of which the credit scheme's extra model; its branch tokens",
     ]
     cost = train_device_seconds(d)
+    extra = extra_cost(d)
+
+    def credit_cell(arm: str) -> str:
+        if arm not in extra:
+            return "—"
+        seconds, tokens = extra[arm]
+        parts = [f"{seconds:.1f} s"] if seconds or not tokens else []
+        return "; ".join(parts + ([f"{tokens:.0f} branch tokens"] if tokens else []))
+
     table = Table(
         header,
         [
@@ -226,6 +237,7 @@ def scores_blocks(
                 fmt(r.get("auc_launched")),
                 *[fmt(r.get(k)) for k in pass_cols],
                 fmt(cost.get(r["arm"]), 1) if r["arm"] in cost else "—",
+                credit_cell(r["arm"]),
             ]
             for r in rows
         ],
@@ -288,14 +300,16 @@ def census_blocks(d: Data) -> list[Block]:
     by_arm = {r["arm"]: r for r in agg.iter_rows(named=True)}
 
     def share(n: Any, total: Any) -> str:
+        n = n or 0  # a store written before a verdict existed has no count for it
         return f"{n} ({100 * n / total:.0f}%)" if total else str(n)
 
     return [
         Heading("Dynamic-sampling census"),
         Para(
             "Training groups launched per arm (all seeds) and what became of them: kept for the "
-            "gradient, or dropped as all correct, all wrong, zero variance or surplus beyond the "
-            "step's quota. An arm without dynamic sampling keeps every group.",
+            "gradient, or dropped as all correct, all wrong, zero variance, outside the accuracy "
+            "band (data.accuracy_filter, PRIME) or surplus beyond the step's quota. An arm "
+            "without dynamic sampling keeps every group.",
             "caption",
         ),
         Table(

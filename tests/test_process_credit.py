@@ -421,3 +421,66 @@ def test_chain_outcome_all_pays_only_a_flawless_chain_and_its_potential_follows(
     env = last.make_env(inst, VerifierGate(last))
     env.reset(seed=inst.seed)
     assert sum(env.step(f"{a}\n").reward for a in slip) == 1.0
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def test_credit_report_shows_each_schemes_extra_cost_next_to_its_score(tmp_path):
+    """A small credit experiment through the orchestrator: the report's arm table and its credit
+    section give each scheme's extra model seconds and branch tokens, equal to the sums of the
+    runs' own metrics; the PRM's reliability plot and PRIME's validation plot are drawn."""
+
+    import duckdb
+
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.orchestrator import Orchestrator
+    from sixblanks.reports.build import build_report
+
+    spec = {
+        "name": "credit_small",
+        "task": {"name": "chain_arithmetic", "params": {"steps": 2}},
+        "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 4},
+        "warm_start": {"steps": 60, "num_demos": 400},
+        "budget": {"launched_tokens": 600},
+        "seeds": [0],
+        "eval": {"every": 600},
+        "arms": {
+            "grpo": {"preset": "grpo"},
+            "prime": {"preset": "prime", "blanks": {"data": {"accuracy_filter": [0.0, 1.0]}}},
+            "branching": {"preset": "branch_grpo"},
+            "prm_user": {
+                "preset": "prm_grpo",
+                "blanks": {
+                    "advantage": {"prm": {"scorer": "tests.test_process_credit:oracle_scorer"}}
+                },
+            },
+        },
+        "tracking": {"mlflow": False},
+    }
+    Orchestrator(validate_mapping(spec), tmp_path, progress=False).run()
+    index = build_report(tmp_path, resamples=200)
+    md = (index.parent / "report.md").read_text()
+    assert "## Credit schemes: extra cost and validation" in md
+    con = duckdb.connect(str(tmp_path / "results.duckdb"), read_only=True)
+    sums = dict(
+        con.sql(
+            "SELECT r.arm, sum(m.value) FROM metrics m JOIN runs r USING (run_id) WHERE m.name = "
+            "'credit_seconds' GROUP BY r.arm"
+        ).fetchall()
+    )
+    tokens = con.sql(
+        "SELECT sum(value) FROM metrics WHERE name = 'branch.launched_tokens'"
+    ).fetchall()[0][0]
+    status = dict(con.sql("SELECT arm, status FROM runs").fetchall())
+    con.close()
+    assert set(status.values()) == {"finished"}
+    lines = md.splitlines()
+    head = next(i for i, line in enumerate(lines) if "of which the credit scheme" in line)
+    table = lines[head + 2 : lines.index("", head)]  # the arm table's rows (one seed: sum = mean)
+    rows = {line.split(" | ")[0].strip("| "): line for line in table}
+    assert f"| {sums['prime']:.1f} s |" in rows["prime"]
+    assert f"{tokens:.0f} branch tokens" in rows["branching"]
+    assert rows["grpo"].rstrip(" |").endswith("—")  # no extra model, no branches
+    assert (index.parent / "prm_reliability.png").exists()
+    assert (index.parent / "prime_validation.png").exists()

@@ -290,7 +290,9 @@ def test_report_shows_per_task_rows_splits_and_pass_at_k(planted):
     for ln in md.splitlines():  # the arm table's rows: arm, preset, finished/runs 6/6, ...
         if ln.split("|")[3:4] == [" 6/6 "]:
             rows.setdefault(ln.split("|")[1].strip(), ln)
-    assert rows["A"].rstrip().endswith("| 20.0 |") and rows["B"].rstrip().endswith("| 10.0 |")
+    # then the credit scheme's extra cost: none here
+    assert rows["A"].rstrip().endswith("| 20.0 | — |")
+    assert rows["B"].rstrip().endswith("| 10.0 | — |")
     # the training diagnostics: GiGPO's anchor-group share where an arm has one, a dash elsewhere
     head = next(ln for ln in md.splitlines() if "GiGPO: steps with an anchor group of 2+" in ln)
     col = [c.strip() for c in head.split("|")].index("GiGPO: steps with an anchor group of 2+")
@@ -310,7 +312,7 @@ def test_report_images_include_per_task_curves_and_the_sampling_census(planted):
 def test_census_table_and_fractions(planted):
     md = planted["md"]
     # A: 6 runs x 10 steps x 8 groups launched; half kept, a quarter all correct, ...
-    assert "| A | 6 | 480 | 240 (50%) | 120 (25%) | 60 (12%) | 0 (0%) | 60 (12%) |" in md
+    assert "| A | 6 | 480 | 240 (50%) | 120 (25%) | 60 (12%) | 0 (0%) | 0 (0%) | 60 (12%) |" in md
     assert "| B | 6 | 240 | 240 (100%) | 0 (0%) |" in md
     d = load(planted["out"], "B")
     a = d.census.join(d.runs.select("run_id", "arm"), on="run_id")
