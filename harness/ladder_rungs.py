@@ -105,6 +105,10 @@ def frozen_batch_rung(engine, model, tok, task, rollout, blanks) -> list[RungRes
             baseline_rewards=batch.reward * 0,
             l_max=l_max,
             **batch.advantage_inputs(),
+            # a process reward model's inputs, stood in for: this rung checks the loss and its
+            # gradient on a frozen batch, not the second model
+            step_scores=torch.where(batch.step_labels.isnan(), 0.5, batch.step_labels),
+            process_rewards=torch.zeros_like(old),
         )
         if blanks.advantage.estimator != "gae"
         else (batch.action_mask * 0, batch.action_mask, {})

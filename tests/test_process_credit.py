@@ -484,3 +484,19 @@ def test_credit_report_shows_each_schemes_extra_cost_next_to_its_score(tmp_path)
     assert rows["grpo"].rstrip(" |").endswith("—")  # no extra model, no branches
     assert (index.parent / "prm_reliability.png").exists()
     assert (index.parent / "prime_validation.png").exists()
+
+
+def test_ladder_rung_2_takes_process_reward_arms(guess_warm):
+    """Rung 2 (one update on a frozen batch) runs for prm and prime arms too: their second
+    model's inputs are stood in for, and the loss and gradient still agree across repeats and
+    micro-batch splits."""
+
+    from sixblanks.harness.ladder_rungs import frozen_batch_rung
+    from sixblanks.harness.rollout.engine import HFEngine
+
+    cfg, task, model, tok = guess_warm
+    for preset in ("prm_grpo", "prime"):
+        rows = frozen_batch_rung(
+            HFEngine(model, tok), model, tok, task, cfg.rollout, resolve(preset)
+        )
+        assert rows[-1].status == "pass", (preset, rows[-1].evidence)
