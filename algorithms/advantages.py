@@ -575,7 +575,8 @@ def hierarchical(
 
     F = 1 (``mean_norm``) or the pool's std (ddof 1) + 1e-6 (``mean_std_norm``). A turn alone in
     its pool, or in a pool whose x are all equal, gets A = 0. A turn with no level (-1) gets the
-    outcome advantage, so a task without levels reduces to group-mean credit on R. A low-level
+    outcome advantage (a single-turn task without levels gets exactly GRPO's; with several turns
+    each unlabelled turn joins the pool, so longer episodes weigh more in it). A low-level
     turn without a label (NaN) gets A = 0 and stays out of its pool's baseline.
     Returns ``[B, T]`` float32, 0 off the mask.
     """

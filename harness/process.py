@@ -124,12 +124,21 @@ def user_scores(
 def step_bce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Summed BCE of step logits ``[B, K]`` against labels ``[B, K]`` where labelled; and the count."""
 
+    labels = labels.to(logits.device)
     has = ~labels.isnan() & ~logits.isnan()
     if not has.any():
         return logits.new_zeros(()), 0
     return F.binary_cross_entropy_with_logits(
         logits[has], labels[has].to(logits), reduction="sum"
     ), int(has.sum())
+
+
+def log_ratio(phi_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log pi_phi - log pi_ref on the mask, exactly 0 elsewhere ``[B, T]`` (a token that top-k or
+    top-p filtered has log-prob -inf under both: no NaN leaks in from off the mask)."""
+
+    on = mask.to(phi_logp.device) > 0
+    return torch.where(on, phi_logp - ref_logp.to(phi_logp), torch.zeros_like(phi_logp))
 
 
 class ImplicitPRM:
@@ -152,7 +161,7 @@ class ImplicitPRM:
         """beta sum_t log(pi_phi / pi_ref) over each episode's action tokens ``[B]``: the logit of
         P(outcome = 1)."""
 
-        return self.beta * ((phi_logp - ref_logp.to(phi_logp)) * mask.to(phi_logp)).sum(1)
+        return self.beta * log_ratio(phi_logp, ref_logp, mask).sum(1)
 
     def train_step(
         self,
@@ -223,7 +232,15 @@ def intervention(
     (beta sum over its tokens of log pi_phi/pi_ref) is compared before and after. Returns the mean
     drop, the share of probes where it dropped, and the count (0 where no episode could be probed)."""
 
-    rows = [i for i in range(batch.size) if float(batch.reward[i]) >= 1 and batch.actions[i]]
+    def probeable(i: int) -> bool:  # a branch row's prefix actions are context, not segments
+        spans = sum(kind == "action" for kind, _, _ in batch.segments[i])
+        return (
+            float(batch.reward[i]) >= 1
+            and bool(batch.actions[i])
+            and spans == len(batch.actions[i])
+        )
+
+    rows = [i for i in range(batch.size) if probeable(i)]
     seqs, spans = [], []
     for i in rows:
         if len(spans) >= 2 * probes:
@@ -245,7 +262,7 @@ def intervention(
     for j, x in enumerate(seqs):
         tokens[j, : len(x)], attn[j, : len(x)] = torch.tensor(x), 1
     probe = SimpleNamespace(tokens=tokens, attention_mask=attn)
-    diff = (score(prm.phi, probe) - score(ref_model, probe)).cpu().double()
+    diff = log_ratio(score(prm.phi, probe), score(ref_model, probe), attn).cpu().double()
     at = torch.tensor([diff[j, s:e].sum() for j, (s, e) in enumerate(spans)]) * prm.beta
     drop = at[0::2] - at[1::2]
     return {

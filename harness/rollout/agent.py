@@ -172,15 +172,19 @@ def branch_episodes(
         start = [s for kind, s, _ in source.segments[i] if kind == "action"][k]
         snaps = source.snapshots[i] if source.snapshots else []
         for _ in range(width):
-            ep = Episode(inst, group_offset + p, task.make_env(inst, gate))
-            ep.env.reset(seed=inst.seed)
-            if k < len(snaps) and snaps[k] is not None:
-                ep.env.restore(snaps[k])
-                out.restored += 1
-            else:
-                for a in source.actions[i][:k]:
-                    ep.env.step(a)
-                out.replayed_steps += k
+            ep = Episode(inst, group_offset + p, None)
+            try:  # a task that raises here fails this continuation only, as in play()
+                ep.env = task.make_env(inst, gate)
+                ep.env.reset(seed=inst.seed)
+                if k < len(snaps) and snaps[k] is not None:
+                    ep.env.restore(snaps[k])
+                    out.restored += 1
+                else:
+                    for a in source.actions[i][:k]:
+                        out.replayed_steps += 1  # counted as taken, even if it raises
+                        ep.env.step(a)
+            except Exception as exc:  # noqa: BLE001
+                ep.failure, ep.done = f"branch restore raised {type(exc).__name__}: {exc}", True
             ep.add("obs", source.tokens[i, :start].tolist())
             ep.observations = list(source.observations[i][: k + 1])
             ep.actions = list(source.actions[i][:k])
@@ -220,8 +224,11 @@ def play(
         )
         for ep, (gen,) in zip(active, gens):
             turn = len(ep.actions)
-            if snapshots:
-                ep.snapshots.append(ep.env.snapshot() if ep.env is not None else None)
+            if snapshots:  # a snapshot that raises is replayed instead, when branched
+                try:
+                    ep.snapshots.append(ep.env.snapshot() if ep.env is not None else None)
+                except Exception:  # noqa: BLE001
+                    ep.snapshots.append(None)
             ep.add("action", gen.token_ids, gen.logprobs, turn)
             text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             ep.actions.append(text)

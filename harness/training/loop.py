@@ -100,21 +100,20 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
 
-    def worst_update(self, rows: int, tokens: float) -> dict[str, float]:
+    def worst_update(self, rows: int, tokens: float, admission: bool = False) -> dict[str, float]:
         d, extra = self.ctx.blanks.data, getattr(self.objective, "worst_extra", None)
-        return {
-            "optimizer_steps": float(d.epochs * d.minibatches),
-            "accepted_tokens": float(tokens),
-            "rollouts_accepted": float(rows),
-            **(extra(rows) if extra is not None else {}),  # a second model's calls (a user PRM)
-        }
+        out = {"optimizer_steps": float(d.epochs * d.minibatches), "accepted_tokens": float(tokens)}
+        out["rollouts_accepted"] = float(rows)
+        if admission and extra is not None:  # a second model's calls (a user PRM): the step's
+            out.update(extra(rows))  # admission checks them, the objective reserves and charges
+        return out
 
     def step(self) -> dict[str, Any] | None:
         """Collect, admit, update, account. None: the budget cannot afford another step."""
 
         ctx = self.ctx
         worst = self.collector.worst_case()  # it accepts at most what it launches
-        bound = self.worst_update(*update_bound(self.collector, worst))
+        bound = self.worst_update(*update_bound(self.collector, worst), admission=True)
         if not ctx.meter.fits(add_costs(worst, bound), time_of=UNIT_KINDS):
             return None
         step = ctx.meter.charge(f"step {ctx.step}")

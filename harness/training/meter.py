@@ -36,7 +36,16 @@ TIME_ESTIMATE_FACTOR = 1.2
 """A gated unit reserves this multiple of the longest unit of its kinds measured so far."""
 
 
-UNIT_KINDS = ("rollouts", "demonstrations", "pairs", "update", "sync", "checkpoint")
+UNIT_KINDS = (
+    "rollouts",
+    "demonstrations",
+    "pairs",
+    "prm",  # a process reward model's pass (objectives/process.py)
+    "prime",
+    "update",
+    "sync",
+    "checkpoint",
+)
 """The kinds of work whose time a step's admission and each rollout round reserve (one unit each):
 whatever a step may still do after the check."""
 

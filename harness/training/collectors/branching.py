@@ -67,9 +67,12 @@ class BranchingRounds(OnPolicyRounds):
             return collected
         points = self.points(batch)
         metrics = {"branch.points": float(len(points)), "branch.rows": 0.0}
+        if not points:  # no episode reached a branch turn: nothing reserved
+            collected.metrics.update(metrics)
+            return collected
         charge = ctx.meter.reserve(self.branch_worst(), f"rollouts branches step {ctx.step}")
-        if not points or charge is None:  # the rounds used the room (dynamic sampling)
-            metrics["branch.skipped"] = float(bool(points))
+        if charge is None:  # the rounds used the room (dynamic sampling)
+            metrics["branch.skipped"] = 1.0
             collected.metrics.update(metrics)
             return collected
         with charge:

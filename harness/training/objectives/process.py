@@ -26,6 +26,7 @@ from ...process import (
     auc,
     calibration_metrics,
     intervention,
+    log_ratio,
     step_bce,
     user_scores,
 )
@@ -74,6 +75,7 @@ class ProcessCredit(PolicyGradient):
 
     def process_inputs(self, collected: Collected, old_logp, ref_logp) -> dict[str, Any]:
         ctx, batch = self.ctx, collected.batch
+        self.extra = {}  # this step's metrics only
         calls = [0.0]
         charge = ctx.meter.must_reserve(
             self.worst_extra(batch.size), f"{self.kind} model step {ctx.step}"
@@ -176,7 +178,7 @@ class ProcessCredit(PolicyGradient):
             z_pre = prm.sequence_logits(phi_logp[rows], ref_logp[rows], train.action_mask)
             _, loss = prm.train_step(train, ref_logp[rows], score, mb, clip)
         mask = batch.action_mask
-        rewards = prm.beta * (phi_logp - ref_logp) * mask
+        rewards = prm.beta * log_ratio(phi_logp, ref_logp, mask)
         m = {"prime.token_reward_mean": float(rewards.sum() / mask.sum().clamp(min=1))}
         if rows:
             m["prime.loss"] = loss
