@@ -33,7 +33,7 @@ def test_the_example_experiments_validate(cli):
     """Every shipped experiment file is valid (the lag ablation of experiments/async.yaml among them)."""
 
     files = sorted((ROOT / "experiments").glob("*.yaml"))
-    assert [f.name for f in files] == ["async.yaml", "credit.yaml"]
+    assert [f.name for f in files] == ["async.yaml", "credit.yaml", "hierarchical.yaml"]
     outs = {}
     for f in files:
         code, outs[f.name], err = cli("validate", str(f))
@@ -42,7 +42,9 @@ def test_the_example_experiments_validate(cli):
     assert "grpo_lag4_tis" in out and "grpo_async_bound_tis" in out
     assert "16 runs: 8 arms x 1 task(s) x 2 seeds" in out
     out = outs["credit.yaml"]
-    assert "turn_grpo_shaped" in out and "10 runs: 5 arms x 1 task(s) x 2 seeds" in out
+    assert "turn_grpo_shaped" in out and "16 runs: 8 arms x 1 task(s) x 2 seeds" in out
+    assert all(p in out for p in ("prm_grpo", "prime", "branch_grpo", "gigpo", "ppo_turn"))
+    assert "hier_grpo" in outs["hierarchical.yaml"]
 
 
 def test_several_eval_samples_need_a_temperature():

@@ -450,7 +450,11 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     assert _one_verdict_per_rung(rows)[9]["status"] == "inconclusive"
     assert set(_one_verdict_per_rung(rows)) == set(range(1, 10))
     settings = [r for r in rows if r["variant"] != VERDICT]
-    assert {r["detail"]["engine"] for r in settings if r["rung"] <= 8} == {"HFEngine"}
+    ran = [r for r in settings if r["rung"] <= 8 and r["detail"]]  # not the rows that cannot apply
+    assert {r["detail"]["engine"] for r in ran} == {"HFEngine"}
+    # arithmetic gives no step labels: the PRM variant of rung 8 says so instead of running
+    (prm,) = [r for r in settings if r["rung"] == 8 and "+prm" in r["variant"]]
+    assert prm["status"] == "inconclusive" and "needs step labels" in prm["evidence"]
     import duckdb
 
     con = duckdb.connect(str(tmp_path / "good" / "results.duckdb"), read_only=True)
