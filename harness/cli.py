@@ -259,6 +259,87 @@ def explain(
         out.print(table)
 
 
+# --------------------------------------------------------------------------- recommend
+
+
+def _answer_opt(name: str) -> Any:
+    from .recommend import QUESTION_BY_NAME
+
+    q = QUESTION_BY_NAME[name]
+    return typer.Option(
+        f"--{name}",
+        metavar="|".join(q.choices),
+        help=f"{q.help} Default: {q.default}.",
+        show_default=False,
+    )
+
+
+def _is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+@app.command()
+def recommend(
+    demos: Annotated[str | None, _answer_opt("demos")] = None,
+    signal: Annotated[str | None, _answer_opt("signal")] = None,
+    sampling: Annotated[str | None, _answer_opt("sampling")] = None,
+    horizon: Annotated[str | None, _answer_opt("horizon")] = None,
+    intermediate: Annotated[str | None, _answer_opt("intermediate")] = None,
+    asynchronous: Annotated[str | None, _answer_opt("asynchronous")] = None,
+    risk: Annotated[str | None, _answer_opt("risk")] = None,
+    defaults: Annotated[
+        bool,
+        typer.Option("--defaults", help="Do not ask: take the default of every answer missing."),
+    ] = False,
+    write: Annotated[
+        Path | None,
+        typer.Option("--write", help="Write a starter experiment file for the row to this path."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --write overwrite a file.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Where to start: the selection matrix's row for your situation (a starting preset, why, the
+    main warning, the ladder rung to check first). Answers not given are asked on a terminal, or
+    take their defaults (said in the output)."""
+
+    import click
+
+    from .recommend import complete, parse_answers, write_starter
+    from .recommend import recommend as recommend_row
+
+    given = parse_answers(
+        dict(
+            demos=demos,
+            signal=signal,
+            sampling=sampling,
+            horizon=horizon,
+            intermediate=intermediate,
+            asynchronous=asynchronous,
+            risk=risk,
+        )
+    )
+
+    def ask(q) -> str:
+        return click.prompt(
+            q.prompt, default=q.default, type=click.Choice(q.choices), err=True, show_choices=True
+        )
+
+    answers, defaulted = complete(given, ask if _is_terminal() and not defaults else None)
+    rec = recommend_row(answers, defaulted)
+    written = write_starter(rec, write, force) if write is not None else None
+    if as_json:
+        _dump_json(rec.to_dict() | {"starter": str(written) if written else None})
+        return
+    for line in rec.lines():
+        out.print(line, markup=False)
+    if written is not None:
+        out.print(
+            f"starter experiment: {written} (sixblanks validate {written}; "
+            f"sixblanks ladder {written} --arm {rec.row.arm_name} --all)",
+            markup=False,
+        )
+
+
 # --------------------------------------------------------------------------- rollouts
 
 

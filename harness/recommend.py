@@ -1,0 +1,755 @@
+"""Where to start: the selection matrix (chapter section 18) as data, behind ``sixblanks recommend``.
+
+A situation is seven answers (:data:`QUESTIONS`). The matrix (:data:`ROWS`) is read top to bottom
+and the first row whose conditions hold is the recommendation: a starting preset (a name in
+``sixblanks.algorithms.presets.PRESETS``), the blank overrides of the starter arm, why, the main
+warning, and the ablation-ladder rung to check first (``harness/ladder.py``). :data:`NOTES` add
+lines that hold across rows (no demonstrations: no warm start), :data:`CONFLICTS` refuse
+situations with nothing to learn from, and :data:`STARTER_TASKS` pick the built-in task of the
+starter experiment that ``--write`` produces.
+
+Everything here is data; the functions only match it. Light to import (no torch): the CLI builds
+its options from :data:`QUESTIONS`.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError, SixblanksError, suggest
+
+# --------------------------------------------------------------------------- the questions
+
+
+@dataclass(frozen=True)
+class Question:
+    name: str
+    choices: tuple[str, ...]
+    default: str
+    help: str
+    """One line: what the question asks and what each answer means (the CLI option's help)."""
+    prompt: str
+    """The question asked on a terminal."""
+
+
+QUESTIONS: tuple[Question, ...] = (
+    Question(
+        "demos",
+        ("none", "some", "plenty"),
+        "some",
+        "Demonstrations (or an oracle) for the warm start: none | some | plenty.",
+        "Demonstrations or an oracle for a warm start?",
+    ),
+    Question(
+        "signal",
+        ("verifiable", "learned", "preference", "none"),
+        "verifiable",
+        "The reward: verifiable (a checker) | learned (a reward model or judge) | "
+        "preference (pairs only) | none (demonstrations only).",
+        "What scores a response?",
+    ),
+    Question(
+        "sampling",
+        ("cheap", "expensive"),
+        "cheap",
+        "Cost of one rollout: cheap | expensive.",
+        "Is sampling a rollout cheap or expensive?",
+    ),
+    Question(
+        "horizon",
+        ("single", "multi"),
+        "single",
+        "Turns per episode: single | multi (an environment answers between turns).",
+        "Single-turn or multi-turn episodes?",
+    ),
+    Question(
+        "intermediate",
+        ("none", "labels", "potential", "states"),
+        "none",
+        "Intermediate signal of a multi-turn task: none | labels (the environment labels steps) | "
+        "potential (a shaping potential of the state exists) | states (environment states recur "
+        "across a group).",
+        "What does the environment say between turns?",
+    ),
+    Question(
+        "asynchronous",
+        ("no", "yes"),
+        "no",
+        "Must generation run ahead of training (slow environments, long rollouts)? no | yes.",
+        "Must generation run ahead of training?",
+    ),
+    Question(
+        "risk",
+        ("low", "high"),
+        "low",
+        "Environment risk: low | high (its actions are costly or unsafe).",
+        "Are environment actions costly or unsafe?",
+    ),
+)
+
+QUESTION_BY_NAME: dict[str, Question] = {q.name: q for q in QUESTIONS}
+DEFAULTS: dict[str, str] = {q.name: q.default for q in QUESTIONS}
+
+# rung numbers and names of the ablation ladder (harness/ladder.py's RUNGS; a test keeps them equal)
+RUNG_NAMES: dict[int, str] = {
+    1: "contract",
+    2: "frozen_batch",
+    3: "no_update_eval",
+    4: "curriculum",
+    5: "advantage",
+    6: "normalization",
+    7: "clip_kl_lr",
+    8: "credit",
+    9: "asynchrony",
+}
+
+When = Mapping[str, tuple[str, ...]]
+"""Conditions: question name -> the answers that satisfy it; a question not named: any answer."""
+
+
+def matches(when: When, answers: Mapping[str, str]) -> bool:
+    return all(answers[q] in accepted for q, accepted in when.items())
+
+
+# --------------------------------------------------------------------------- the matrix
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    when: When
+    situation: str
+    """The situation in words (the README's first column)."""
+    preset: str
+    why: str
+    warning: str
+    """The main warning: what goes wrong first with this choice, and what to watch."""
+    rung: int
+    rung_why: str
+    """Why that rung of the ladder is the one to check first."""
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    """Blank overrides of the starter arm (validated by ``resolve(preset, overrides)``)."""
+    arm: str = ""
+    """Arm name in the starter experiment; empty: the preset's name."""
+    budget: Mapping[str, float] = field(default_factory=lambda: {"launched_tokens": 8000})
+    """The starter's budget (matched across its arms)."""
+    baseline_note: str = ""
+    """What the starter's grpo baseline arm means for this row, when it needs saying."""
+
+    @property
+    def arm_name(self) -> str:
+        return self.arm or self.preset
+
+
+ROWS: tuple[Row, ...] = (
+    Row(
+        "preference",
+        {"signal": ("preference",)},
+        "only preference pairs, no reward to roll out against",
+        "dpo",
+        "Only comparisons between responses exist, nothing that scores a fresh sample: DPO "
+        "learns from the pairs directly, offline, anchored to the reference policy.",
+        "Offline: no exploration; the pairs come from a fixed policy, so the gains stop where its "
+        "responses stop. Judge it on held-out evaluation, not on the pair loss.",
+        2,
+        "DPO has no rollouts for the contract to check; the first thing that can be wrong is the "
+        "update itself: the same pairs must give the same loss and gradients across micro-batch "
+        "splits (sequence log-prob sums).",
+        baseline_note="grpo is the online arm a preference-only task cannot run: here the toy "
+        "task's verifier stands in, to show what exploration would buy.",
+    ),
+    Row(
+        "demonstrations_only",
+        {"signal": ("none",)},
+        "demonstrations only, no reward at all",
+        "sft",
+        "With no reward of any kind, imitation is the only learning signal: SFT on the "
+        "demonstrations is the whole recipe.",
+        "Imitation ceiling: nothing improves past the demonstrations, and errors compound off "
+        "their distribution.",
+        3,
+        "Without a reward, held-out evaluation is the only measure: make sure it is reproducible "
+        "(the same score on repeats and after an engine version bump) before reading any "
+        "difference.",
+        baseline_note="the toy task has a verifier, so a grpo arm shows what a reward would add; "
+        "on your task without one, compare against the warm start (the report's start score).",
+    ),
+    Row(
+        "risky_environment",
+        {"risk": ("high",)},
+        "environment actions are costly or unsafe",
+        "grpo",
+        "Every environment execution costs or risks something, so each should feed more than one "
+        "update: a replay buffer reuses past groups (data.replay), truncated IS corrects them "
+        "against the policy that sampled them, and GRPO's KL in the loss keeps the policy near "
+        "the reference.",
+        "Replayed groups are off-policy: watch the importance ratios and the clip fraction and "
+        "keep reuse low. Sandbox the environment: nothing here makes exploration safe.",
+        7,
+        "Off-policy reuse is held in check by the clip, the KL and the learning rate, which rung "
+        "7 varies; rung 9 compares only lagged or concurrent sampling and is inconclusive for a "
+        "replay arm.",
+        overrides={
+            "data": {"replay": {"capacity": 32, "reuse": 1, "per_step": 2}},
+            "weight": {"tis_cap": 2.0},
+            "regularizer": {"loss_kl_coef": 0.04, "loss_kl_estimator": "k3"},
+        },
+        arm="grpo_replay",
+        budget={"env_steps": 2000},
+        baseline_note="the same arm without replay, at the same number of environment steps: "
+        "what reuse buys.",
+    ),
+    Row(
+        "asynchronous",
+        {"asynchronous": ("yes",)},
+        "generation must run ahead of training",
+        "grpo",
+        "A concurrent collector samples while the trainer updates (data.concurrent); a staleness "
+        "bound drops samples too many versions behind, and truncated IS corrects the rest "
+        "against the policy that sampled them.",
+        "Stale samples bias the update: compare with the same arm synchronous at the same budget "
+        "(the starter's grpo arm) before trusting a speed-up.",
+        9,
+        "Rung 9 runs the arm against its synchronous setting and fails when asynchrony loses.",
+        overrides={
+            "data": {"concurrent": {"queue": 2}, "staleness": 2},
+            "weight": {"tis_cap": 2.0},
+        },
+        arm="grpo_async",
+        baseline_note="the same arm synchronous.",
+    ),
+    Row(
+        "process_labels",
+        {"horizon": ("multi",), "intermediate": ("labels",)},
+        "multi-turn, the environment labels each step",
+        "prm_grpo",
+        "Step labels train a process reward model online; its step scores give each step its own "
+        "credit beside the group-normalized outcome.",
+        "A learned PRM is exploitable: watch prm.auc and prm.brier and the report's reliability "
+        "plot; keep the outcome reward in the advantage.",
+        8,
+        "Rung 8 lends the arm's advantage blank each credit scheme alone (a turn critic, a PRM, "
+        "GiGPO): whether the PRM's credit beats the alternatives on the same budget.",
+    ),
+    Row(
+        "potential_shaping",
+        {"horizon": ("multi",), "intermediate": ("potential",)},
+        "multi-turn, a potential of the state exists",
+        "turn_grpo",
+        "Potential-based shaping adds gamma Phi(s') - Phi(s) to each turn's reward: dense "
+        "feedback that leaves the optimal policy unchanged.",
+        "Shaping keeps the optimum only with the learner's gamma (leave "
+        "potential_shaping.gamma unset) and Phi = 0 at the end of an episode.",
+        8,
+        "Rung 8 swaps credit schemes into the advantage blank alone: whether shaped turn credit "
+        "beats a critic, a PRM or GiGPO on the same budget.",
+        overrides={"data": {"potential_shaping": {"enabled": True}}},
+        arm="turn_grpo_shaped",
+    ),
+    Row(
+        "recurring_states",
+        {"horizon": ("multi",), "intermediate": ("states",)},
+        "multi-turn, environment states recur across a group",
+        "gigpo",
+        "When a group's episodes pass through the same states, GiGPO compares the actions taken "
+        "from each state (anchor groups): step-level credit with no extra model.",
+        "An anchor group of one gives A^S = 0: watch gigpo.anchor_frac; when states rarely "
+        "recur, GiGPO is episode-level GRPO.",
+        8,
+        "Rung 8 swaps credit schemes into the advantage blank alone: whether anchor-state credit "
+        "beats a turn critic or a PRM on the same budget.",
+    ),
+    Row(
+        "multi_turn_expensive",
+        {"horizon": ("multi",), "sampling": ("expensive",)},
+        "multi-turn, expensive rollouts, no intermediate signal",
+        "ppo_turn",
+        "With few samples per prompt, group baselines are poor; a turn-level critic shares what "
+        "it learns across samples and prompts.",
+        "The critic is a second model paid from the same budget, and a badly fit value function "
+        "misdirects credit: read the PPO checklist (sixblanks explain ppo_turn).",
+        8,
+        "Rung 8 swaps credit schemes into the advantage blank alone: whether the critic earns "
+        "its cost against group-based turn credit.",
+    ),
+    Row(
+        "multi_turn",
+        {"horizon": ("multi",)},
+        "multi-turn, no intermediate signal",
+        "turn_grpo",
+        "Each turn is credited by its reward-to-go against the group's mean at the same turn "
+        "index, instead of one outcome advantage for the whole episode.",
+        "Per-turn-index groups shrink at late turns: a turn reached by one sample only gets A = 0.",
+        8,
+        "Rung 8 swaps credit schemes into the advantage blank alone: whether a critic, a PRM or "
+        "GiGPO credits the turns better.",
+    ),
+    Row(
+        "learned_reward",
+        {"signal": ("learned",)},
+        "a reward model or judge scores samples",
+        "ppo",
+        "Classic RLHF: PPO with a critic and a KL to the reference in the reward, which bounds "
+        "how far the policy can chase the reward model's errors.",
+        "Reward over-optimization: the learned score rises while true quality falls; keep the KL "
+        "and check held-out with the true signal, not with the judge.",
+        7,
+        "The KL coefficient, the clip and the learning rate are the guard against "
+        "over-optimization: rung 7 varies them.",
+        baseline_note="put your reward model or judge in task.judge (README, Tasks: judges) for "
+        "both arms; the starter's toy task uses its verifier.",
+    ),
+    Row(
+        "expensive_sampling",
+        {"sampling": ("expensive",)},
+        "verifiable reward, expensive rollouts, single turn",
+        "rloo",
+        "Fewer samples per prompt (4), with a leave-one-out baseline that stays unbiased in small "
+        "groups.",
+        "Small groups give high-variance baselines, and more groups with all-equal rewards "
+        "(A = 0).",
+        5,
+        "Rung 5 varies the advantage estimator alone: whether leave-one-out is the right "
+        "baseline at this group size.",
+        overrides={"data": {"group_size": 4}},
+        arm="rloo_g4",
+    ),
+    Row(
+        "default",
+        {},
+        "verifiable reward, cheap rollouts, single turn",
+        "dapo",
+        "Dynamic sampling resamples groups with no signal, clip-higher keeps exploring, and "
+        "token-mean Z weighs long answers by their tokens.",
+        "Dynamic sampling discards launched tokens: compare at matched launched tokens, not at "
+        "matched steps.",
+        4,
+        "Dynamic sampling pays only when a useful share of groups is trainable (neither all right "
+        "nor all wrong): rung 4 measures that share and the difficulty distribution.",
+    ),
+)
+
+ROW_BY_ID: dict[str, Row] = {r.id: r for r in ROWS}
+
+
+@dataclass(frozen=True)
+class Note:
+    when: When
+    text: str
+
+
+NOTES: tuple[Note, ...] = (
+    Note(
+        {"demos": ("none",)},
+        "No demonstrations: no warm start is possible. Start from a model that already follows "
+        "the task's format (model.path or model.gguf) and turn the warm start off "
+        "(warm_start.enabled: false, or warm_start.steps: 0), as the starter does; from a model "
+        "that never answers in format every reward, and so every group advantage, is 0.",
+    ),
+    Note(
+        {"demos": ("plenty",)},
+        "Plenty of demonstrations: a longer warm start (the starter's warm_start.steps is 300), "
+        "and SFT alone (preset sft) at the same budget is the baseline an RL arm has to beat.",
+    ),
+    Note(
+        {"horizon": ("single",), "intermediate": ("labels", "potential", "states")},
+        "--intermediate describes the steps of a multi-turn task; with --horizon single it was "
+        "not used.",
+    ),
+)
+
+CONFLICTS: tuple[Note, ...] = (
+    Note(
+        {"signal": ("none",), "demos": ("none",)},
+        "--signal none (demonstrations only) with --demos none: there is nothing to learn from; "
+        "give demonstrations (--demos some or plenty) or a signal",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class StarterTask:
+    when: When
+    name: str
+    params: Mapping[str, Any]
+    rollout: Mapping[str, Any]
+    optimizer: Mapping[str, Any] = field(default_factory=dict)
+    why: str = ""
+
+
+# first match; the last entry matches everything
+STARTER_TASKS: tuple[StarterTask, ...] = (
+    StarterTask(
+        {"horizon": ("multi",), "intermediate": ("labels",)},
+        "chain_arithmetic",
+        {"steps": 2, "digits": 1, "operators": "+", "outcome": "all"},
+        {"max_new_tokens": 4, "group_size": 8, "prompts_per_step": 4},
+        {"lr": 1.0e-4},
+        "multi-step, each step labelled by the environment",
+    ),
+    StarterTask(
+        {"horizon": ("multi",)},
+        "guess_number",
+        {"low": 1, "high": 16, "max_turns": 5},
+        {"max_new_tokens": 4, "group_size": 8, "prompts_per_step": 4},
+        {},
+        "multi-turn, with a potential and recurring states",
+    ),
+    StarterTask(
+        {},
+        "arithmetic",
+        {"digits": 1, "operators": "+-", "operands": 2},
+        {"max_new_tokens": 6, "group_size": 8, "prompts_per_step": 4},
+        {},
+        "single-turn, verified",
+    ),
+)
+
+WARM_START: dict[str, dict[str, Any]] = {
+    "none": {"enabled": False},
+    "some": {"steps": 150, "num_demos": 1000},
+    "plenty": {"steps": 300, "num_demos": 2000},
+}
+
+BASELINE = "grpo"
+MATCHED_UPDATES: dict[str, Any] = {"data": {"epochs": 1, "minibatches": 2}}
+"""Every arm of a starter makes the same 2 optimizer steps per rollout batch, so the importance
+ratios move off 1 and the trust regions act (skipped when an arm has no ratio: sft, dpo)."""
+
+
+# --------------------------------------------------------------------------- matching
+
+
+def parse_answers(given: Mapping[str, str | None]) -> dict[str, str]:
+    """The answers given (None: not given), checked; raises naming every bad one and its choices."""
+
+    problems, answers = [], {}
+    for name, value in given.items():
+        if value is None:
+            continue
+        q = QUESTION_BY_NAME.get(name)
+        if q is None:
+            problems.append(f"unknown question '{name}' (questions: {', '.join(QUESTION_BY_NAME)})")
+            continue
+        value = value.strip().lower()
+        if value not in q.choices:
+            problems.append(
+                f"--{name}: '{value}' is not an answer{suggest(value, q.choices)} "
+                f"(valid: {', '.join(q.choices)})"
+            )
+            continue
+        answers[name] = value
+    if problems:
+        raise SixblanksError(problems)
+    return answers
+
+
+def complete(
+    given: Mapping[str, str], ask: Callable[[Question], str] | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """(every answer, the questions answered by their default). ``ask`` (a terminal's prompt) is
+    asked each missing question; without it, missing answers take their defaults."""
+
+    answers, defaulted = {}, []
+    for q in QUESTIONS:
+        if q.name in given:
+            answers[q.name] = given[q.name]
+        elif ask is not None:
+            answers[q.name] = parse_answers({q.name: ask(q)})[q.name]
+        else:
+            answers[q.name] = q.default
+            defaulted.append(q.name)
+    return answers, defaulted
+
+
+def match(answers: Mapping[str, str]) -> Row:
+    """The first row of :data:`ROWS` whose conditions hold (the last row holds always)."""
+
+    return next(r for r in ROWS if matches(r.when, answers))
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    row: Row
+    answers: dict[str, str]
+    defaults_used: list[str]
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.row
+        return {
+            "row": r.id,
+            "situation": r.situation,
+            "answers": dict(self.answers),
+            "defaults_used": list(self.defaults_used),
+            "preset": r.preset,
+            "arm": r.arm_name,
+            "overrides": copy.deepcopy(dict(r.overrides)),
+            "why": r.why,
+            "warning": r.warning,
+            "rung": {"number": r.rung, "name": RUNG_NAMES[r.rung], "why": r.rung_why},
+            "notes": list(self.notes),
+            "explain": f"sixblanks explain {r.preset}",
+        }
+
+    def lines(self) -> list[str]:
+        """The recommendation as text, one item per line."""
+
+        r = self.row
+        situation = ", ".join(
+            f"{k} {v}" + (" (default)" if k in self.defaults_used else "")
+            for k, v in self.answers.items()
+        )
+        out = [
+            f"situation: {situation}",
+            f"row: {r.id} ({r.situation})",
+            f"start with: preset {r.preset}"
+            + (f", arm {r.arm_name}" if r.arm_name != r.preset else ""),
+            f"overrides: {_flow(r.overrides)}" if r.overrides else "overrides: none",
+            f"why: {r.why}",
+            f"main warning: {r.warning}",
+            f"check first: ladder rung {r.rung} ({RUNG_NAMES[r.rung]}): {r.rung_why}",
+            *[f"note: {n}" for n in self.notes],
+            f"the blanks: sixblanks explain {r.preset}"
+            + (" (the preset before the overrides)" if r.overrides else ""),
+        ]
+        if self.defaults_used:
+            out.append(
+                "defaults used (not a terminal, nothing asked): "
+                + ", ".join(f"--{k} {self.answers[k]}" for k in self.defaults_used)
+            )
+        return out
+
+
+def recommend(answers: Mapping[str, str], defaults_used: list[str] | None = None) -> Recommendation:
+    """The matrix row for a complete set of answers, with the notes that apply; raises
+    :class:`SixblanksError` for a situation with nothing to learn from."""
+
+    missing = [q.name for q in QUESTIONS if q.name not in answers]
+    if missing:
+        raise SixblanksError(f"missing answers: {', '.join(missing)}")
+    clash = [c.text for c in CONFLICTS if matches(c.when, answers)]
+    if clash:
+        raise SixblanksError(clash)
+    return Recommendation(
+        match(answers),
+        {q.name: answers[q.name] for q in QUESTIONS},
+        list(defaults_used or []),
+        [n.text for n in NOTES if matches(n.when, answers)],
+    )
+
+
+# --------------------------------------------------------------------------- the starter file
+
+
+def _flow(data: Any) -> str:
+    return yaml.safe_dump(data, default_flow_style=True, sort_keys=False, width=10_000).strip()
+
+
+def starter_mapping(rec: Recommendation) -> dict[str, Any]:
+    """The starter experiment as a mapping: the row's arm and a grpo baseline on a small built-in
+    task that fits the answers, under a small matched budget."""
+
+    from sixblanks.algorithms.blanks import deep_merge
+    from sixblanks.algorithms.presets import resolve
+
+    r, a = rec.row, rec.answers
+    task = next(t for t in STARTER_TASKS if matches(t.when, a))
+    arms: dict[str, dict[str, Any]] = {
+        r.arm_name: {"preset": r.preset, "blanks": copy.deepcopy(dict(r.overrides))},
+        BASELINE: {"preset": BASELINE, "blanks": {}},
+    }
+    blanks = {name: resolve(arm["preset"], arm["blanks"]) for name, arm in arms.items()}
+    if all(b.weight.ratio != "none" for b in blanks.values()):
+        for arm in arms.values():
+            arm["blanks"] = deep_merge(arm["blanks"], copy.deepcopy(MATCHED_UPDATES))
+    for arm in arms.values():
+        if not arm["blanks"]:
+            del arm["blanks"]
+    out: dict[str, Any] = {
+        "name": f"recommend-{r.id}",
+        "model": {
+            "tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "intermediate_size": 256},
+            "device": "cpu",
+            "seed": 0,
+        },
+        "task": {"name": task.name, "params": dict(task.params), "eval_size": 64},
+        "rollout": dict(task.rollout),
+    }
+    if task.optimizer:
+        out["optimizer"] = dict(task.optimizer)
+    out |= {
+        "warm_start": dict(WARM_START[a["demos"]]),
+        "budget": dict(r.budget),
+        "seeds": [0, 1],
+        "arms": arms,
+        "ladder": {"arm": r.arm_name},
+        "tracking": {"mlflow": False},
+    }
+    return out
+
+
+def _comment(text: str, width: int = 98) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent="# ",
+        subsequent_indent="#   ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def starter_yaml(rec: Recommendation, path: str | Path = "experiments.yaml") -> str:
+    """The starter experiment file: a header naming the row, its warning and the rung to check
+    first, then the experiment."""
+
+    r = rec.row
+    data = starter_mapping(rec)
+    task = data["task"]["name"]
+    budget = ", ".join(f"{k} {v:g}" for k, v in r.budget.items())
+    head = [
+        f"# Starter experiment written by `sixblanks recommend` (matrix row '{r.id}').",
+        *_comment(
+            "Situation: "
+            + ", ".join(f"{k} {v}" for k, v in rec.answers.items())
+            + f" ({r.situation})."
+        ),
+        *_comment(f"Start with: {r.arm_name} (preset {r.preset}). {r.why}"),
+        *_comment(f"Main warning: {r.warning}"),
+        *_comment(
+            f"Check first: ladder rung {r.rung} ({RUNG_NAMES[r.rung]}). {r.rung_why} Run "
+            f"`sixblanks ladder {path} --arm {r.arm_name} --all` (rungs 1-3 check the contract, "
+            f"the update and evaluation drift first) and read rung {r.rung}'s verdict."
+        ),
+        *_comment(
+            f"Baseline arm '{BASELINE}' (preset {BASELINE}): "
+            + (r.baseline_note or "the standard to beat.")
+            + f" Both arms share the budget ({budget})."
+        ),
+        *[line for n in rec.notes for line in _comment(f"Note: {n}")],
+        *_comment(
+            f"The task is the built-in '{task}' ({_task_why(rec)}), small enough for a laptop CPU: "
+            "put your own task in its place (README, Tasks)."
+        ),
+        *_comment(
+            f"Compare the arms' blanks: sixblanks explain -c {path} {r.arm_name} {BASELINE}. "
+            f"Then: sixblanks validate {path} && sixblanks run {path}"
+        ),
+    ]
+    if rec.answers["demos"] == "none":
+        head += _comment(
+            "Your model, since it must already follow the task's format: replace model.tiny "
+            "below by model: {path: ./your-model} (a local Hugging Face directory)."
+        )
+    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    return "\n".join(head) + "\n\n" + body
+
+
+def _task_why(rec: Recommendation) -> str:
+    return next(t.why for t in STARTER_TASKS if matches(t.when, rec.answers))
+
+
+def write_starter(rec: Recommendation, path: Path, force: bool = False) -> Path:
+    """Write the starter experiment to ``path``, validated first; refuses to overwrite an existing
+    file unless ``force``."""
+
+    from .config import parse_yaml, validate_mapping
+
+    if path.exists() and not force:
+        raise SixblanksError(f"{path}: already exists; pass --force to overwrite it")
+    if path.is_dir():
+        raise SixblanksError(f"{path}: is a directory; --write takes a file path")
+    text = starter_yaml(rec, path)
+    validate_mapping(parse_yaml(text, str(path)), str(path))
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write: {exc}") from None
+    return path
+
+
+# --------------------------------------------------------------------------- checks and docs
+
+
+def reachable_rows() -> dict[str, dict[str, str]]:
+    """{row id: the first situation (in answer order) that selects it}, over every combination of
+    answers; a row missing here is shadowed by the rows above it."""
+
+    found: dict[str, dict[str, str]] = {}
+    for combo in itertools.product(*(q.choices for q in QUESTIONS)):
+        answers = dict(zip((q.name for q in QUESTIONS), combo, strict=True))
+        found.setdefault(match(answers).id, answers)
+    return found
+
+
+def check_matrix() -> list[str]:
+    """Problems with the data (empty: none): unknown questions or answers in conditions, presets
+    or overrides that do not resolve, unknown rungs, duplicate ids, shadowed rows."""
+
+    from pydantic import ValidationError
+
+    from sixblanks.algorithms.errors import UnknownNameError
+    from sixblanks.algorithms.presets import resolve
+
+    problems = []
+    ids = [r.id for r in ROWS]
+    problems += [f"row '{i}': duplicate id" for i in sorted({i for i in ids if ids.count(i) > 1})]
+    conditions = [(f"row '{r.id}'", r.when) for r in ROWS]
+    conditions += [(f"note '{n.text[:30]}...'", n.when) for n in (*NOTES, *CONFLICTS)]
+    conditions += [(f"starter task '{t.name}'", t.when) for t in STARTER_TASKS]
+    for where, when in conditions:
+        for q, accepted in when.items():
+            if q not in QUESTION_BY_NAME:
+                problems.append(f"{where}: unknown question '{q}'")
+            elif not set(accepted) <= set(QUESTION_BY_NAME[q].choices):
+                problems.append(f"{where}: {q}: unknown answers {sorted(set(accepted))}")
+    for r in ROWS:
+        try:
+            resolve(r.preset, dict(r.overrides))
+        except (UnknownNameError, ValidationError) as exc:
+            problems.append(f"row '{r.id}': preset {r.preset} with its overrides: {exc}")
+        if r.rung not in RUNG_NAMES:
+            problems.append(f"row '{r.id}': unknown ladder rung {r.rung}")
+        if r.arm_name == BASELINE:
+            problems.append(f"row '{r.id}': its arm is named like the baseline '{BASELINE}'")
+    if ROWS[-1].when or STARTER_TASKS[-1].when:
+        problems.append("the last row and the last starter task must match every situation")
+    reached = reachable_rows()
+    problems += [
+        f"row '{r.id}': shadowed by the rows above it" for r in ROWS if r.id not in reached
+    ]
+    return problems
+
+
+def markdown_table() -> str:
+    """The matrix as the README's table (a test keeps the README equal to it)."""
+
+    def when(r: Row) -> str:
+        if not r.when:
+            return "otherwise"
+        return ", ".join(f"`--{q} {'|'.join(v)}`" for q, v in r.when.items())
+
+    def start(r: Row) -> str:
+        s = f"`{r.preset}`"
+        return s + (f" + `{_flow(r.overrides)}`" if r.overrides else "")
+
+    lines = [
+        "| row | when | situation | start with | main warning | check first |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in ROWS:
+        lines.append(
+            f"| `{r.id}` | {when(r)} | {r.situation} | {start(r)} | {r.warning} | "
+            f"rung {r.rung} ({RUNG_NAMES[r.rung]}) |"
+        )
+    return "\n".join(lines)
