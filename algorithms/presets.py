@@ -258,7 +258,7 @@ for _p in [
         "group's mean reward-to-go at the same turn index, on that turn's action tokens.",
         (
             "No canonical paper: gamma 1.0 per environment step, group-mean baseline per turn index, "
-            "no std scaling; ratio, clip and Z as grpo.",
+            "no std scaling; ratio and clip as grpo, but token-mean Z and no KL in the loss.",
             "KL in the reward (when set) is taken from each turn's reward, token by token.",
             "Per-turn-index groups shrink at late turns: a turn reached by one sample only gets A = 0.",
         ),
@@ -305,7 +305,11 @@ for _p in [
     ),
     Preset(
         "prm_grpo",
-        _b(advantage={"estimator": "prm", "prm": {"mode": "advantage", "outcome": True}}),
+        _b(
+            advantage={"estimator": "prm", "prm": {"mode": "advantage", "outcome": True}},
+            normalization=_PG_SEQ_MEAN,  # every other blank as grpo
+            regularizer={"loss_kl_coef": 0.04, "loss_kl_estimator": "k3"},
+        ),
         "GRPO with an explicit process reward model (FORMULAS §16): a step scorer trained online "
         "on the environment's step labels; its normalized step scores, summed from each step on, "
         "join the group-normalized outcome (DeepSeekMath process supervision).",
@@ -315,6 +319,9 @@ for _p in [
             "in the same budget (credit_seconds).",
             "advantage.prm.mode picks sum, min or advantage; advantage.prm.outcome keeps R. Raw "
             "scores summed as rewards pay for more steps (step-count hacking); min cannot.",
+            "Every other blank as grpo (seq-mean-token-mean, k3 KL 0.04 in the loss, clip 0.2). A "
+            "scorer no better than chance (prm.auc near 0.5) adds noise that outweighs a rare "
+            "outcome: compare against grpo at the same budget.",
             "The report's reliability plot shows the scorer's calibration per step position.",
         ),
     ),
