@@ -416,12 +416,40 @@ class BranchSpec(_Spec):
     )
 
 
+class SearchSpec(_Spec):
+    """Search as a data source (issue 19): best-of-N per prompt, then selection. Every sample the
+    search draws is charged to the totals and to the search counters (search_tokens,
+    search_env_steps, search_verifier_calls); samples not selected are discarded as
+    'search_selection', so the cost of selection stays in the ledger."""
+
+    mode: Literal["best_of_n"] = Field(
+        "best_of_n",
+        description="best_of_n: n independent samples per prompt, scored by the verifier.",
+    )
+    n: int = Field(8, ge=1, description="Samples per prompt.")
+    select: Literal["best", "all_passing"] = Field(
+        "best",
+        description="best: the highest-reward sample of each prompt (the first among ties); "
+        "all_passing: every sample at or above min_reward.",
+    )
+    min_reward: float = Field(
+        1.0,
+        description="A selected sample must reach this reward (rejection sampling); a prompt whose "
+        "samples all fall short contributes nothing.",
+    )
+    policy: Literal["current", "initial"] = Field(
+        "current",
+        description="current: search with the policy being trained (expert iteration: search, "
+        "distill, repeat); initial: with the frozen initial policy (distillation of its best-of-N).",
+    )
+
+
 class DataSpec(_Spec):
     """(i): which samples, how many per prompt, how often reused."""
 
-    source: Literal["rollouts", "demonstrations", "preference_pairs"] = Field(
+    source: Literal["rollouts", "demonstrations", "preference_pairs", "search"] = Field(
         "rollouts",
-        description="rollouts: online; demonstrations: SFT; preference_pairs: DPO pairs from scored rollouts of the initial policy.",
+        description="rollouts: online; demonstrations: SFT; preference_pairs: DPO pairs from scored rollouts of the initial policy; search: the trajectories a search selects (data.search), distilled by SFT.",
     )
     group_size: int | None = Field(
         None, ge=1, description="G samples per prompt; None: the rollout section's group_size."
@@ -443,6 +471,9 @@ class DataSpec(_Spec):
     )
     potential_shaping: PotentialShaping = Field(
         PotentialShaping(), description="gamma Phi(s') - Phi(s) added to each turn's reward."
+    )
+    search: SearchSpec = Field(
+        SearchSpec(), description="The search of data.source 'search' (best-of-N and selection)."
     )
     branching: BranchSpec | None = Field(
         None,
@@ -532,11 +563,15 @@ class Blanks(_Spec):
             raise ValueError(
                 "weight.trust_region: ratio 'none' (w = 1) has no trust region; set trust_region: none"
             )
-        source = {"pg": "rollouts", "sft": "demonstrations", "dpo": "preference_pairs"}
-        if self.data.source != source[self.objective]:
+        source = {
+            "pg": ("rollouts",),
+            "sft": ("demonstrations", "search"),
+            "dpo": ("preference_pairs",),
+        }
+        if self.data.source not in source[self.objective]:
             raise ValueError(
-                f"data.source: objective '{self.objective}' trains on '{source[self.objective]}', "
-                f"not '{self.data.source}'"
+                f"data.source: objective '{self.objective}' trains on "
+                f"{' or '.join(repr(s) for s in source[self.objective])}, not '{self.data.source}'"
             )
         c = self.advantage.critic
         if c.targets == "vtrace" and c.policy_lambda_alpha is not None:

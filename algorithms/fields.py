@@ -29,6 +29,9 @@ SWITCHES: dict[str, Registry] = {
 }
 """Choice field -> the registry of its variants."""
 
+SOURCE_FIELDS: dict[str, tuple[str, ...]] = {"search": ("data.search",)}
+"""Fields that apply only with a given data.source."""
+
 WHEN_ON: dict[str, tuple[str, ...]] = {
     "data.dynamic_sampling": (
         "data.max_sampling_rounds",
@@ -83,6 +86,8 @@ def _switched_on(path: str, value: object) -> tuple[str, ...]:
 
     if path in SWITCHES:
         return SWITCHES[path][value].fields
+    if path == "data.source":
+        return SOURCE_FIELDS.get(str(value), ())
     if path in WHEN_ON and value:
         return WHEN_ON[path]
     return ()

@@ -386,7 +386,14 @@ OBJECTIVES.add(
         ),
     )
 )
-OBJECTIVES.add(Variant("sft", sft_loss, inputs=None, applies=("data.source", "data.group_size")))
+OBJECTIVES.add(
+    Variant(
+        "sft",
+        sft_loss,
+        inputs=None,
+        applies=("data.source", "data.group_size", "data.epochs", "data.minibatches"),
+    )
+)
 OBJECTIVES.add(
     Variant(
         "dpo",

@@ -367,6 +367,26 @@ for _p in [
         ),
     ),
     Preset(
+        "rft",
+        _b(
+            objective="sft",
+            data={
+                "source": "search",
+                "search": {"mode": "best_of_n", "n": 8, "select": "best", "min_reward": 1.0},
+            },
+        ),
+        "Expert iteration with rejection-sampling fine-tuning: each step, best-of-8 per prompt with "
+        "the current policy, the best passing sample of each prompt distilled by SFT; repeat.",
+        (
+            "Every sample the search draws is launched and charged (search_tokens and the totals); "
+            "the samples not selected are discarded as search_selection, so success filtering "
+            "does not hide the selection cost (search.selection_cost: launched per selected token).",
+            "Each step is one iteration: expert_iteration.iteration and .improvement (the change in "
+            "the share of prompts the search solved) are logged.",
+            "data.search.policy: initial distils the frozen initial policy's best-of-N instead.",
+        ),
+    ),
+    Preset(
         "sao",
         _b(
             weight={"ratio": "behavior", "trust_region": "dis", "eps_low": 0.3, "eps_high": 5.0},

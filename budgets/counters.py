@@ -14,6 +14,9 @@ COUNTERS: dict[str, str] = {
     "rollouts_launched": "episodes started for training",
     "rollouts_accepted": "episodes that entered a gradient",
     "env_steps": "environment step() calls",
+    "search_tokens": "tokens sampled by search (best-of-N, beam, tree); also in launched_tokens",
+    "search_env_steps": "environment steps taken by search; also in env_steps",
+    "search_verifier_calls": "verifier calls made by search; also in verifier_calls",
     "verifier_calls": "reward/verifier evaluations",
     "judge_calls": "LLM-judge calls",
     "optimizer_steps": "optimizer updates",
@@ -30,13 +33,15 @@ DISCARD_REASONS: tuple[str, ...] = (
     "baseline",
     "dis",
     "unconsumed",
+    "search_selection",
 )
 """Why launched tokens did not enter a gradient. "failed": a task or verifier failure; "baseline":
 ReMax's greedy rollouts (a cost of the estimator, never trained on); "staleness": samples past the
 bounded-staleness limit; "masking": tokens an off-policy gate or a masked truncated-IS form dropped;
 "dis": tokens outside SAO's DIS band; "unconsumed": rounds a concurrent collector launched that
 were never trained on (still queued when the run ended, or made after the checkpoint a killed
-trainer resumed from)."""
+trainer resumed from); "search_selection": samples a search drew and did not select (the cost of
+selection that success filtering would otherwise hide)."""
 
 
 def counter_names() -> list[str]:

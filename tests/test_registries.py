@@ -249,7 +249,16 @@ def test_switches_and_toggles():
     reinforce = _fields("reinforce")  # ratio none, trust region none
     assert not {"weight.eps_low", "weight.log_ratio_clamp", "weight.tau_pos"} & set(reinforce)
     assert "weight.log_ratio_clamp" in _fields("gspo")
-    assert _fields("sft") == ["objective", "data.source", "data.group_size"]
+    # SFT passes over its batch data.epochs x data.minibatches times (the shared routine)
+    sft = ["objective", "data.source", "data.group_size", "data.epochs", "data.minibatches"]
+    assert _fields("sft") == sft
+    assert [f for f in _fields("rft") if f.startswith("data.search")] == [
+        "data.search.mode",
+        "data.search.n",
+        "data.search.select",
+        "data.search.min_reward",
+        "data.search.policy",
+    ]  # the search's fields apply with data.source 'search' only
     dpo = _fields("dpo")
     assert "regularizer.dpo_beta" in dpo and "regularizer.dpo_label_smoothing" in dpo
     assert "weight.ratio" not in dpo and "advantage.estimator" not in dpo

@@ -32,6 +32,7 @@ def test_every_preset_maps_to_a_collector_and_an_objective():
         PreferencePairs,
     )
     from sixblanks.harness.training.collectors.branching import BranchingRounds
+    from sixblanks.harness.training.collectors.search import SearchRounds
     from sixblanks.harness.training.objectives import (
         DPO,
         SFT,
@@ -42,7 +43,7 @@ def test_every_preset_maps_to_a_collector_and_an_objective():
 
     def expected(b):
         if b.objective == "sft":
-            return Demonstrations, SFT
+            return (SearchRounds if b.data.source == "search" else Demonstrations), SFT
         if b.objective == "dpo":
             return PreferencePairs, DPO
         if b.data.branching is not None:
@@ -75,7 +76,7 @@ def test_every_preset_maps_to_a_collector_and_an_objective():
             if col is OnPolicyRounds
             else True
         )
-    assert len(seen) == 6
+    assert len(seen) == 7
 
 
 def test_no_module_imports_another_modules_underscore_names():

@@ -12,7 +12,9 @@ and the ratio/clip diagnostics are plain means over action tokens (``ratio_min``
 unchanged (the warm start's block was kept as recorded); and once more when the overlong penalty
 was logged (``overlong_penalty_mean``/``_frac`` added to DAPO's steps, nothing else); the discard
 reason ``dis`` (SAO) and the counter ``replayed_tokens`` (replay buffers) were added to every preset
-as 0 by hand, as was the discard reason ``unconsumed`` (concurrent collectors, issue 17). Re-record only for a deliberate, explained
+as 0 by hand, as was the discard reason ``unconsumed`` (concurrent collectors, issue 17), and the
+search counters ``search_tokens``, ``search_env_steps``, ``search_verifier_calls`` with the discard
+reason ``search_selection`` (issue 19). Re-record only for a deliberate, explained
 change of the numbers:
 
     .venv/bin/python tests/golden/record.py

@@ -19,6 +19,10 @@ def make_collector(ctx: RunContext):
     source = ctx.blanks.data.source
     if source == "demonstrations":
         return Demonstrations(ctx)
+    if source == "search":
+        from .search import SearchRounds
+
+        return SearchRounds(ctx)
     if source == "preference_pairs":
         return PreferencePairs(ctx)
     if ctx.blanks.data.concurrent is not None:
