@@ -565,3 +565,40 @@ def test_ladder_rung_2_takes_process_reward_arms(guess_warm):
             HFEngine(model, tok), model, tok, task, cfg.rollout, resolve(preset)
         )
         assert rows[-1].status == "pass", (preset, rows[-1].evidence)
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("preset", ["prm_grpo", "prime", "branch_grpo", "rft"])
+def test_the_new_presets_resume_from_a_checkpoint_exactly(chain_warm, preset):
+    """Killed after step 2 and resumed from its checkpoint, a run with a second model (PRM, implicit
+    PRM), branches or a search ends as the uninterrupted one: same counters, same weights."""
+
+    import io
+
+    over = {
+        "prime": {"data": {"dynamic_sampling": False, "accuracy_filter": None}},
+        "rft": {"data": {"search": {"min_reward": 0.0}}},  # the weak warm start: select anyway
+    }.get(preset, {})
+    full, res = _train(chain_warm, preset, over, budget=300.0)
+    saved = io.BytesIO()
+
+    def kill(tr, metrics):
+        if tr.step_idx == 2:
+            torch.save(tr.state_dict(), saved)
+            raise _Killed
+
+    first, _ = _train(chain_warm, preset, over, budget=300.0, run=False)
+    with pytest.raises(_Killed):
+        first.train(on_step=kill)
+    resumed, _ = _train(chain_warm, preset, over, budget=300.0, run=False)
+    saved.seek(0)
+    resumed.load_state_dict(torch.load(saved, weights_only=False))
+    again = resumed.train(evaluate_start=False)
+    timeless = {k: v for k, v in res.ledger.counters.items() if not k.endswith("_seconds")}
+    assert timeless["optimizer_steps"] >= 3  # it trained before and after the kill (step 2)
+    assert {k: again.ledger.counters[k] for k in timeless} == timeless
+    for k, v in full.model.state_dict().items():
+        assert torch.equal(v, resumed.model.state_dict()[k]), k
