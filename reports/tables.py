@@ -13,6 +13,7 @@ import polars as pl
 
 from . import stats
 from .credit import extra_cost
+from .evalmodes import eval_mode_blocks
 from .render import Block, Heading, Para, Table
 
 if TYPE_CHECKING:
@@ -196,9 +197,6 @@ def scores_blocks(
     d: Data, rows: list[dict[str, Any]], task_rows: list[dict[str, Any]]
 ) -> list[Block]:
     sl = d.score_label
-    pass_cols = sorted(
-        {k for r in rows for k in r if k.startswith("pass@")}, key=lambda k: int(k[5:])
-    )
     several = len(d.tasks) > 1
     unit = " (normalized per task)" if d.ranges else ""
     header = [
@@ -211,7 +209,6 @@ def scores_blocks(
         f"gain over warm start ({sl})",
         f"P(improve over {d.baseline})" + (" averaged over tasks" if several else ""),
         f"AUC vs launched tokens ({sl})",
-        *[f"{k} ({sl})" for k in pass_cols],
         "training device-seconds per run (every model: policy, critic, collector)",
         "of which the credit scheme's extra model; its branch tokens",
     ]
@@ -235,14 +232,13 @@ def scores_blocks(
                 *[ci(r, k) for k in (*STATS, "gain")],
                 fmt(r.get("p_improve")),
                 fmt(r.get("auc_launched")),
-                *[fmt(r.get(k)) for k in pass_cols],
                 fmt(cost.get(r["arm"]), 1) if r["arm"] in cost else "—",
                 credit_cell(r["arm"]),
             ]
             for r in rows
         ],
     )
-    blocks: list[Block] = [Heading("Arms at the matched budget"), table]
+    blocks: list[Block] = [Heading("Arms at the matched budget"), table, *eval_mode_blocks(d, rows)]
     if several:
         blocks += [
             Heading("Per task"),
@@ -260,7 +256,6 @@ def scores_blocks(
                     "IQM",
                     f"gain over warm start ({sl})",
                     f"P(improve over {d.baseline}) on this task",
-                    *[f"{k} ({sl})" for k in pass_cols],
                 ],
                 [
                     [
@@ -271,7 +266,6 @@ def scores_blocks(
                         ci(r, "iqm"),
                         ci(r, "gain"),
                         fmt(r.get("p_improve")),
-                        *[fmt(r.get(k)) for k in pass_cols],
                     ]
                     for r in task_rows
                 ],

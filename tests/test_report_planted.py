@@ -280,10 +280,24 @@ def test_report_shows_per_task_rows_splits_and_pass_at_k(planted):
     for text in (html, md):
         assert "final score, mean [95% CI] (test split)" in text
         assert "gain over warm start (test split)" in text
-        assert "pass@1 (test split)" in text and "pass@4 (test split)" in text
+        assert "Evaluation modes: single sample and inference-time search" in text
         assert "P(improve over B) averaged over tasks" in text
         assert "in [0, 1]: raw scores, not normalized" in text
     assert "| A | dapo | 6/6 | 0.683 [" in md  # arm order: the config's (B first), then stats
+    # search-time (best-of-4) and single-sample scores never share a row: the arm table has no
+    # pass@k column, and each evaluation mode is a row naming its inference-time compute
+    head = next(ln for ln in md.splitlines() if "final score, mean [95% CI]" in ln)
+    assert "pass@" not in head
+    a = planted["arms"]["A"]
+    # 10 generated tokens per evaluation of 8 instances x 4 samples: 1.25 per instance for best-of-4,
+    # a quarter of it for one sample
+    assert "| A | pass@1: one sample | 1 sample; 0.3 generated tokens |" in md
+    best = next(
+        ln for ln in md.splitlines() if ln.startswith("| A | best-of-4 chosen by the verifier")
+    )
+    assert "4 samples; 1.2 generated tokens" in best and best.rstrip(" |").endswith(
+        f"{a['pass@4']:.3f}"
+    )
     # what each arm's training cost, beside its score: the ledger's last device-seconds, per run
     assert "training device-seconds per run" in html
     rows: dict[str, str] = {}
