@@ -76,3 +76,18 @@ def guess_warm(tmp_path_factory):
     task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 4})
     model, tok, _ = warm_start(cfg, [task], tmp_path_factory.mktemp("warm"))
     return cfg, task, model, tok
+
+
+def record_batches(trainer) -> list:
+    """Wrap ``trainer``'s collector so that every batch it hands the loop (None where a step had
+    none) is kept, in order, in the returned list."""
+
+    batches, collect = [], trainer.collector.collect
+
+    def recording():
+        got = collect()
+        batches.append(got.batch)
+        return got
+
+    trainer.collector.collect = recording
+    return batches

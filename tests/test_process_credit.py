@@ -427,15 +427,10 @@ def test_branches_restart_from_the_state_before_the_turn_and_credit_it(guess_war
 
 
 def test_branching_preset_charges_every_branch_token_and_step(guess_warm):
+    from tests.conftest import record_batches
+
     tr, _ = _train(guess_warm, "branch_grpo", budget=1000.0, run=False)
-    batches, collect = [], tr.collector.collect
-
-    def recording():
-        got = collect()
-        batches.append(got.batch)
-        return got
-
-    tr.collector.collect = recording
+    batches = record_batches(tr)
     res = tr.train()
     assert res.ended_because == "budget" and not res.ledger.check_invariants()
     main = tr.collector.n_prompts * tr.ctx.group_size  # the round's rows; the branches follow

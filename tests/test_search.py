@@ -53,15 +53,10 @@ def _run(arithmetic_policy, overrides, budget=700.0):
     s = RunSettings(
         resolve("rft", overrides), cfg.rollout, cfg.optimizer, {"launched_tokens": budget}, 0
     )
+    from tests.conftest import record_batches
+
     tr = Trainer(s, task, copy.deepcopy(model), tok)
-    batches, collect = [], tr.collector.collect
-
-    def recording():
-        got = collect()
-        batches.append(got.batch)
-        return got
-
-    tr.collector.collect = recording
+    batches = record_batches(tr)
     return tr, tr.train(), batches
 
 

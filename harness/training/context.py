@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..policy import policy_logprobs
+from ..rollout.agent import run_episodes
 from ..rollout.engine import RolloutEngine, SamplingParams
 from ..rollout.trajectory import TrajectoryBatch
 from ..seeds import train_seeds
@@ -95,6 +96,24 @@ class RunContext:
     def judge_calls_per_verify(self) -> int:
         judge = self.gate.judge
         return judge.max_calls_per_verify if judge is not None else 0
+
+    def episodes(self, engine, instances, group_size: int, **kw) -> TrajectoryBatch:
+        """``group_size`` episodes of each of ``instances`` with ``engine``, under the run's task,
+        sampling parameters, verifier gate, context limit and generator (``kw``: group_offset,
+        snapshots)."""
+
+        return run_episodes(
+            engine,
+            self.tokenizer,
+            self.task,
+            instances,
+            group_size,
+            self.params,
+            self.gate,
+            max_context_tokens=self.settings.rollout.max_prompt_tokens,
+            generator=self.gen,
+            **kw,
+        )
 
     def rollout_cost(
         self, batches: list[TrajectoryBatch], since: tuple[int, int]

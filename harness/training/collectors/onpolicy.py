@@ -10,7 +10,6 @@ from typing import Any
 
 from sixblanks.algorithms.data import DynamicSampler
 
-from ...rollout.agent import run_episodes
 from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected, TrainingError
 from ..context import RunContext
@@ -54,16 +53,10 @@ class OnPolicyRounds:
         with charge:
             calls0 = ctx.gate.counts()
             instances = ctx.train_instances(self.n_prompts)
-            batch = run_episodes(
+            batch = ctx.episodes(
                 self.engine,
-                ctx.tokenizer,
-                ctx.task,
                 instances,
                 ctx.group_size,
-                ctx.params,
-                ctx.gate,
-                max_context_tokens=ctx.settings.rollout.max_prompt_tokens,
-                generator=ctx.gen,
                 group_offset=self.group_counter,
                 snapshots=self.snapshots,
             )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 
-from ...rollout.agent import run_episodes
 from ...rollout.engine import HFEngine
 from ..base import Collected, Stateless
 from ..context import RunContext
@@ -25,17 +24,8 @@ class PreferencePairs(Stateless):
         ctx = self.ctx  # one reservation: the loop checked that the step's worst case fits
         with ctx.meter.must_reserve(self.worst_case(), f"pairs step {ctx.step}") as charge:
             calls0 = ctx.gate.counts()
-            batch = run_episodes(
-                HFEngine(ctx.ref_model, ctx.tokenizer),
-                ctx.tokenizer,
-                ctx.task,
-                ctx.train_instances(self.n_prompts),
-                self.group_size,
-                ctx.params,
-                ctx.gate,
-                max_context_tokens=ctx.settings.rollout.max_prompt_tokens,
-                generator=ctx.gen,
-            )
+            engine = HFEngine(ctx.ref_model, ctx.tokenizer)
+            batch = ctx.episodes(engine, ctx.train_instances(self.n_prompts), self.group_size)
             charge.actual = ctx.rollout_cost([batch], calls0)
         chosen, rejected = [], []
         for g in torch.unique(batch.group_ids).tolist():

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...rollout.agent import run_episodes
 from ...rollout.engine import HFEngine
 from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected
@@ -71,18 +70,8 @@ class SearchRounds:
             return Collected(None, nothing_fit=True)
         with charge:
             calls0 = ctx.gate.counts()
-            batch = run_episodes(
-                self.engine,
-                ctx.tokenizer,
-                ctx.task,
-                ctx.train_instances(self.n_prompts),
-                spec.n,
-                ctx.params,
-                ctx.gate,
-                max_context_tokens=ctx.settings.rollout.max_prompt_tokens,
-                generator=ctx.gen,
-                group_offset=self.group_counter,
-            )
+            instances = ctx.train_instances(self.n_prompts)
+            batch = ctx.episodes(self.engine, instances, spec.n, group_offset=self.group_counter)
             self.group_counter += self.n_prompts
             cost = ctx.rollout_cost([batch], calls0)
             charge.actual = {**cost, **{s: cost[t] for t, s in SEARCH_OF.items()}}
