@@ -394,25 +394,33 @@ def test_chain_arithmetic_labels_each_step_and_rewards_the_last():
     assert r.reward == 1.0
 
 
-def test_gigpo_on_chain_arithmetic_finds_anchor_groups_at_every_step():
+def _chain_run(preset, task, model, tok, tokens, eval_size):
+    """A short run of ``preset`` on chain_arithmetic (2 steps), 2 prompts x 4 samples."""
+
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.contract import check_turns
     from sixblanks.harness.training import RunSettings, Trainer
 
-    torch.manual_seed(0)
-    task, model, tok, batch = _fresh_rollouts("chain_arithmetic", {"steps": 2}, 4)
-    assert check_turns(batch, env_keys=True).passed
     cfg = validate_mapping(
         {
             "task": {"name": "chain_arithmetic", "params": {"steps": 2}},
-            "arms": {"a": {"preset": "gigpo"}},
+            "arms": {"a": {"preset": preset}},
             "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 4},
         }
     )
     s = RunSettings(
-        resolve("gigpo"), cfg.rollout, cfg.optimizer, {"launched_tokens": 150.0}, 0, eval_size=4
-    )
-    res = Trainer(s, task, model, tok).train()
+        resolve(preset), cfg.rollout, cfg.optimizer, {"launched_tokens": tokens}, 0,
+        eval_size=eval_size,
+    )  # fmt: skip
+    return Trainer(s, task, model, tok).train()
+
+
+def test_gigpo_on_chain_arithmetic_finds_anchor_groups_at_every_step():
+    from sixblanks.harness.contract import check_turns
+
+    torch.manual_seed(0)
+    task, model, tok, batch = _fresh_rollouts("chain_arithmetic", {"steps": 2}, 4)
+    assert check_turns(batch, env_keys=True).passed
+    res = _chain_run("gigpo", task, model, tok, 150.0, eval_size=4)
     assert not res.ledger.check_invariants() and len(res.steps) >= 2
     # every step of a group sees the same observation of the same true chain: one anchor group
     assert all(m["gigpo.anchor_frac"] == 1.0 for m in res.steps)
@@ -422,9 +430,7 @@ def test_step_labels_reach_the_trajectory_and_the_metrics():
     """chain_arithmetic's step labels are recorded per turn (NaN past an episode's end and for
     tasks without labels); a run logs the share of labelled steps that were right."""
 
-    from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.rollout.trajectory import TrajectoryBatch
-    from sixblanks.harness.training import RunSettings, Trainer
 
     torch.manual_seed(0)
     task, model, tok, batch = _fresh_rollouts("chain_arithmetic", {"steps": 2}, 4)
@@ -439,17 +445,7 @@ def test_step_labels_reach_the_trajectory_and_the_metrics():
     assert plain.step_labels.isnan().all()  # guess_number labels no steps
     both = TrajectoryBatch.concat([batch, plain])  # widths padded with NaN, not a label
     assert both.step_labels.shape[1] == max(batch.step_labels.shape[1], plain.step_labels.shape[1])
-    cfg = validate_mapping(
-        {
-            "task": {"name": "chain_arithmetic", "params": {"steps": 2}},
-            "arms": {"a": {"preset": "turn_grpo"}},
-            "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 4},
-        }
-    )
-    s = RunSettings(
-        resolve("turn_grpo"), cfg.rollout, cfg.optimizer, {"launched_tokens": 100.0}, 0, eval_size=2
-    )
-    res = Trainer(s, task, model, tok).train()
+    res = _chain_run("turn_grpo", task, model, tok, 100.0, eval_size=2)
     assert all(0.0 <= m["step_accuracy"] <= 1.0 for m in res.steps)
 
 

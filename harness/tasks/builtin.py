@@ -19,6 +19,17 @@ def parse_int(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def check_operators(params, allowed: str):
+    """``params`` unchanged, or ValueError naming the operators outside ``allowed``."""
+
+    bad = set(params.operators) - set(allowed)
+    if bad:
+        raise ValueError(
+            f"operators: unsupported operator(s) {''.join(sorted(bad))!r}; use {' '.join(allowed)}"
+        )
+    return params
+
+
 class ArithmeticParams(TaskParams):
     digits: int = Field(1, ge=1, le=6, description="Digits per operand.")
     operators: str = Field("+-", min_length=1, description="Any of + - *.")
@@ -26,12 +37,7 @@ class ArithmeticParams(TaskParams):
 
     @model_validator(mode="after")
     def _ops(self) -> ArithmeticParams:
-        bad = set(self.operators) - set("+-*")
-        if bad:
-            raise ValueError(
-                f"operators: unsupported operator(s) {''.join(sorted(bad))!r}; use + - *"
-            )
-        return self
+        return check_operators(self, "+-*")
 
 
 class Arithmetic(Task):
@@ -211,12 +217,7 @@ class ChainParams(TaskParams):
 
     @model_validator(mode="after")
     def _ops(self) -> ChainParams:
-        bad = set(self.operators) - set("+-")
-        if bad:
-            raise ValueError(
-                f"operators: unsupported operator(s) {''.join(sorted(bad))!r}; use + -"
-            )
-        return self
+        return check_operators(self, "+-")
 
 
 class ChainEnv(Env):
