@@ -193,6 +193,16 @@ def train_device_seconds(d: Data) -> dict[str, float]:
     return {a: float(v) for a, v in means.iter_rows() if v is not None}
 
 
+def search_tokens(d: Data) -> dict[str, float]:
+    """Each arm's mean search tokens per run (the ledger's last row; part of launched tokens)."""
+
+    if d.ledger_last.height == 0 or "search_tokens" not in d.ledger_last.columns:
+        return {}
+    last = d.ledger_last.join(d.runs.select("run_id", "arm"), on="run_id")
+    means = last.group_by("arm").agg(pl.col("search_tokens").mean())
+    return {a: float(v) for a, v in means.iter_rows() if v}
+
+
 def scores_blocks(
     d: Data, rows: list[dict[str, Any]], task_rows: list[dict[str, Any]]
 ) -> list[Block]:
@@ -210,17 +220,18 @@ def scores_blocks(
         f"P(improve over {d.baseline})" + (" averaged over tasks" if several else ""),
         f"AUC vs launched tokens ({sl})",
         "training device-seconds per run (every model: policy, critic, collector)",
-        "of which the credit scheme's extra model; its branch tokens",
+        "of which the credit scheme's extra model; its branch tokens; search tokens (per run)",
     ]
     cost = train_device_seconds(d)
     extra = extra_cost(d)
+    search = search_tokens(d)
 
     def credit_cell(arm: str) -> str:
-        if arm not in extra:
-            return "—"
-        seconds, tokens = extra[arm]
-        parts = [f"{seconds:.1f} s"] if seconds or not tokens else []
-        return "; ".join(parts + ([f"{tokens:.0f} branch tokens"] if tokens else []))
+        seconds, tokens = extra.get(arm, (0.0, 0.0))
+        parts = [f"{seconds:.1f} s"] if arm in extra and (seconds or not tokens) else []
+        parts += [f"{tokens:.0f} branch tokens"] if tokens else []
+        parts += [f"{search[arm]:.0f} search tokens"] if search.get(arm) else []
+        return "; ".join(parts) or "—"
 
     table = Table(
         header,

@@ -33,7 +33,12 @@ def test_the_example_experiments_validate(cli):
     """Every shipped experiment file is valid (the lag ablation of experiments/async.yaml among them)."""
 
     files = sorted((ROOT / "experiments").glob("*.yaml"))
-    assert [f.name for f in files] == ["async.yaml", "credit.yaml", "hierarchical.yaml"]
+    assert [f.name for f in files] == [
+        "async.yaml",
+        "credit.yaml",
+        "hierarchical.yaml",
+        "search.yaml",
+    ]
     outs = {}
     for f in files:
         code, outs[f.name], err = cli("validate", str(f))
@@ -45,6 +50,7 @@ def test_the_example_experiments_validate(cli):
     assert "turn_grpo_shaped" in out and "16 runs: 8 arms x 1 task(s) x 2 seeds" in out
     assert all(p in out for p in ("prm_grpo", "prime", "branch_grpo", "gigpo", "ppo_turn"))
     assert "hier_grpo" in outs["hierarchical.yaml"]
+    assert "expert_iteration" in outs["search.yaml"] and "distill_initial" in outs["search.yaml"]
 
 
 def test_several_eval_samples_need_a_temperature():

@@ -77,6 +77,12 @@ def test_expert_iteration_charges_every_sample_to_the_totals_and_the_search_coun
     assert c["accepted_tokens"] == sum(float(b.action_mask.sum()) for b in trained)
     assert c["launched_tokens"] == c["accepted_tokens"] + c["discarded_tokens"]
     assert all(bool((b.reward >= 1.0).all()) for b in trained)  # rejection sampling
+    # the census accounts for every prompt's group, as dynamic sampling's does
+    for cen in res.census:
+        kept = cen["groups_kept"] + sum(cen["groups_dropped"].values())
+        assert cen["groups_launched"] == kept == 4
+    assert sum(cen["tokens_launched"] for cen in res.census) == c["launched_tokens"]
+    assert sum(cen["tokens_accepted"] for cen in res.census) == c["accepted_tokens"]
     steps = [m for m in res.steps if "search.samples" in m]
     assert sum(m["search.selected"] for m in steps) == sum(b.size for b in trained)
     # one iteration per step, its improvement the change of the share of prompts solved

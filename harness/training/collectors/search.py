@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sixblanks.algorithms.data import SamplingCensus, group_verdicts
+
 from ...rollout.engine import HFEngine
 from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected
@@ -82,9 +84,27 @@ class SearchRounds:
         ctx.meter.discard("failed", float(tokens[failed].sum()), len(failed))
         ctx.meter.discard("search_selection", float(tokens[dropped].sum()), len(dropped))
         metrics = self.metrics(batch, keep, cost)
+        census = self.census(batch, keep, tokens)
         if not keep:  # nothing passed: the whole search was the price of finding nothing
-            return Collected(None, {"skipped": 1.0, **metrics})
-        return Collected(batch.select(keep), metrics, groups_launched=self.n_prompts)
+            return Collected(None, {"skipped": 1.0, **metrics}, census)
+        return Collected(batch.select(keep), metrics, census, groups_launched=self.n_prompts)
+
+    def census(self, batch: TrajectoryBatch, keep: list[int], tokens) -> dict[str, Any]:
+        """The step's census, as dynamic sampling keeps one: every prompt's group launched, kept
+        (something selected) or dropped, a group with no passing sample as ``all_wrong`` (by the
+        selection's standard, ``min_reward``)."""
+
+        c = SamplingCensus(rounds=1, prompts_sampled=self.n_prompts)
+        c.groups_launched = self.n_prompts
+        verdicts = group_verdicts(batch.reward, batch.group_ids)
+        c.groups_varied = sum(v == "keep" for v in verdicts.values())
+        chosen = {int(batch.group_ids[r]) for r in keep}
+        c.groups_kept = len(chosen)
+        c.groups_dropped["all_wrong"] = self.n_prompts - len(chosen)
+        c.responses_launched, c.responses_accepted = batch.size, len(keep)
+        c.tokens_launched = int(tokens.sum())
+        c.tokens_accepted = int(tokens[keep].sum()) if keep else 0
+        return c.as_dict()
 
     def metrics(self, batch: TrajectoryBatch, keep: list[int], cost: dict) -> dict[str, float]:
         n = self.spec.n
