@@ -14,7 +14,8 @@ was logged (``overlong_penalty_mean``/``_frac`` added to DAPO's steps, nothing e
 reason ``dis`` (SAO) and the counter ``replayed_tokens`` (replay buffers) were added to every preset
 as 0 by hand, as was the discard reason ``unconsumed`` (concurrent collectors, issue 17), and the
 search counters ``search_tokens``, ``search_env_steps``, ``search_verifier_calls`` with the discard
-reason ``search_selection`` (issue 19). Re-record only for a deliberate, explained
+reason ``search_selection`` (issue 19), and the counters ``imagined_env_steps`` (world models) and
+``opponent_tokens`` (self-play). Re-record only for a deliberate, explained
 change of the numbers:
 
     .venv/bin/python tests/golden/record.py
