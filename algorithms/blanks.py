@@ -417,25 +417,57 @@ class BranchSpec(_Spec):
 
 
 class SearchSpec(_Spec):
-    """Search as a data source (issue 19): best-of-N per prompt, then selection. Every sample the
-    search draws is charged to the totals and to the search counters (search_tokens,
-    search_env_steps, search_verifier_calls); samples not selected are discarded as
-    'search_selection', so the cost of selection stays in the ledger."""
+    """Search as a data source (issue 19): best-of-N, beam or tree search per prompt, then
+    selection. Every sample the search draws is charged to the totals and to the search counters
+    (search_tokens, search_env_steps, search_verifier_calls); samples not selected are discarded as
+    'search_selection', so the cost of selection stays in the ledger. Selection biases what trains:
+    the kept samples are not draws from the policy (search.selection_bias is logged)."""
 
-    mode: Literal["best_of_n"] = Field(
+    mode: Literal["best_of_n", "beam", "tree"] = Field(
         "best_of_n",
-        description="best_of_n: n independent samples per prompt, scored by the verifier.",
+        description="best_of_n: n independent samples per prompt, scored by the verifier; beam: "
+        "over turns, each kept node expanded 'expand' times and the 'beam' best unfinished children "
+        "kept (by the guide); tree: best-first, each round expanding the best frontier node "
+        "'expand' times, 'expansions' rounds. Beam and tree fork the environment (snapshot, else "
+        "replay of seed and actions, counted).",
     )
-    n: int = Field(8, ge=1, description="Samples per prompt.")
-    select: Literal["best", "all_passing"] = Field(
+    n: int = Field(8, ge=1, description="best_of_n: samples per prompt.")
+    beam: int = Field(2, ge=1, description="beam: unfinished nodes kept per prompt each turn.")
+    expand: int = Field(2, ge=1, description="beam/tree: children of each expanded node.")
+    expansions: int = Field(
+        8,
+        ge=1,
+        description="tree: expansion rounds per prompt (one node expanded per round); a prompt "
+        "whose search reaches no finished episode contributes nothing.",
+    )
+    guide: Literal["verifier", "value"] = Field(
+        "verifier",
+        description="What ranks partial episodes (beam/tree): verifier: the return so far plus the "
+        "task's potential of the current state (0 where it has none); value: a value model trained "
+        "on the tree's own Monte Carlo node values (the mean reward of the finished leaves under "
+        "each node), step after step.",
+    )
+    value_lr: float = Field(1e-4, gt=0, description="guide value: the value model's learning rate.")
+    value_steps: int = Field(
+        4, ge=1, description="guide value: optimizer steps on each search's tree labels."
+    )
+    tree_labels: bool = Field(
+        False,
+        description="beam/tree: give the selected trajectories the tree's Monte Carlo node values "
+        "as step labels (the value of the node each action led to), for a process reward model "
+        "(advantage.estimator 'prm') to train on, in place of the environment's step labels.",
+    )
+    select: Literal["best", "all_passing", "all"] = Field(
         "best",
         description="best: the highest-reward sample of each prompt (the first among ties); "
-        "all_passing: every sample at or above min_reward.",
+        "all_passing: every sample at or above min_reward; all: every finished sample (for a "
+        "policy gradient that needs the whole group). A token shared by several selected leaves "
+        "(a beam or tree prefix) trains once, in the first of them.",
     )
     min_reward: float = Field(
         1.0,
         description="A selected sample must reach this reward (rejection sampling); a prompt whose "
-        "samples all fall short contributes nothing.",
+        "samples all fall short contributes nothing. Not used by select 'all'.",
     )
     policy: Literal["current", "initial"] = Field(
         "current",
@@ -443,13 +475,22 @@ class SearchSpec(_Spec):
         "distill, repeat); initial: with the frozen initial policy (distillation of its best-of-N).",
     )
 
+    @model_validator(mode="after")
+    def _per_mode(self) -> SearchSpec:
+        if self.mode == "best_of_n" and (self.guide != "verifier" or self.tree_labels):
+            raise ValueError(
+                "data.search.guide / tree_labels: a guide and tree labels need a tree "
+                "(mode 'beam' or 'tree'); best_of_n samples independently"
+            )
+        return self
+
 
 class DataSpec(_Spec):
     """(i): which samples, how many per prompt, how often reused."""
 
     source: Literal["rollouts", "demonstrations", "preference_pairs", "search"] = Field(
         "rollouts",
-        description="rollouts: online; demonstrations: SFT; preference_pairs: DPO pairs from scored rollouts of the initial policy; search: the trajectories a search selects (data.search), distilled by SFT.",
+        description="rollouts: online; demonstrations: SFT; preference_pairs: DPO pairs from scored rollouts of the initial policy; search: the trajectories a search selects (data.search), distilled by SFT (objective sft) or trained by the policy gradient (objective pg: the samples carry the behaviour log-probs of the distribution actually sampled; the selection biases them).",
     )
     group_size: int | None = Field(
         None, ge=1, description="G samples per prompt; None: the rollout section's group_size."
@@ -564,7 +605,7 @@ class Blanks(_Spec):
                 "weight.trust_region: ratio 'none' (w = 1) has no trust region; set trust_region: none"
             )
         source = {
-            "pg": ("rollouts",),
+            "pg": ("rollouts", "search"),
             "sft": ("demonstrations", "search"),
             "dpo": ("preference_pairs",),
         }
@@ -573,6 +614,18 @@ class Blanks(_Spec):
                 f"data.source: objective '{self.objective}' trains on "
                 f"{' or '.join(repr(s) for s in source[self.objective])}, not '{self.data.source}'"
             )
+        if self.data.source == "search" and self.objective == "pg":
+            sp, d = self.data.search, self.data
+            if sp.policy == "initial" and w.ratio != "behavior":
+                raise ValueError(
+                    "data.search.policy: 'initial' samples are off-policy for a policy gradient; "
+                    "set weight.ratio: behavior (pi / pi_behaviour, from the carried log-probs)"
+                )
+            if d.dynamic_sampling or self.advantage.estimator == "remax" or d.branching:
+                raise ValueError(
+                    "data.source: 'search' selects its own samples: not with dynamic_sampling, "
+                    "ReMax's greedy baseline or data.branching"
+                )
         c = self.advantage.critic
         if c.targets == "vtrace" and c.policy_lambda_alpha is not None:
             raise ValueError(

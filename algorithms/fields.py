@@ -49,11 +49,28 @@ WHEN_ON: dict[str, tuple[str, ...]] = {
 }
 """Fields that apply only while another field is on (True, or a coefficient > 0)."""
 
+_TREE = ("beam", "tree")
 ONLY_WHEN: dict[str, tuple[str, object]] = {
-    f"advantage.critic.{k}": ("advantage.critic.targets", "vtrace")
-    for k in ("rho_bar", "c_bar", "rho_bar_pg")
+    **{
+        f"advantage.critic.{k}": ("advantage.critic.targets", "vtrace")
+        for k in ("rho_bar", "c_bar", "rho_bar_pg")
+    },
+    "data.search.n": ("data.search.mode", "best_of_n"),
+    "data.search.beam": ("data.search.mode", "beam"),
+    "data.search.expand": ("data.search.mode", _TREE),
+    "data.search.expansions": ("data.search.mode", "tree"),
+    "data.search.guide": ("data.search.mode", _TREE),
+    "data.search.tree_labels": ("data.search.mode", _TREE),
+    "data.search.value_lr": ("data.search.guide", "value"),
+    "data.search.value_steps": ("data.search.guide", "value"),
 }
-"""Fields of a sub-spec that apply only when another field has a given value (V-trace's clips)."""
+"""Fields that apply only when another field has a given value, or one of a tuple of values
+(V-trace's clips; the search's per-mode fields)."""
+
+
+def _holds(values: dict[str, object], key: str) -> bool:
+    field, want = ONLY_WHEN[key]
+    return values[field] in want if isinstance(want, tuple) else values[field] == want
 
 
 def applicable_fields(blanks: Blanks) -> list[str]:
@@ -74,11 +91,7 @@ def applicable_fields(blanks: Blanks) -> list[str]:
             if key not in found:
                 found.add(key)
                 todo.extend(_switched_on(key, values[key]))
-    return [
-        k
-        for k in values
-        if k in found and (k not in ONLY_WHEN or values[ONLY_WHEN[k][0]] == ONLY_WHEN[k][1])
-    ]
+    return [k for k in values if k in found and (k not in ONLY_WHEN or _holds(values, k))]
 
 
 def _switched_on(path: str, value: object) -> tuple[str, ...]:

@@ -270,3 +270,60 @@ def intervention(
         "prime.intervention_frac": float((drop > 0).double().mean()),
         "prime.intervention_n": float(drop.numel()),
     }
+
+
+class TreeValue:
+    """A value model trained from a search tree (issue 19, item 2): a :class:`StepScorer` head on
+    the policy's detached hidden states whose step k predicts the Monte Carlo value of the node
+    action k led to (the mean reward of the finished leaves under it), trained by BCE on those soft
+    labels. It guides a value-guided search (``data.search.guide: value``)."""
+
+    def __init__(self, policy, lr: float, steps: int, device):
+        self.scorer = StepScorer(policy, "shared").to(device)
+        self.optimizer = torch.optim.AdamW(self.scorer.model.head.parameters(), lr=lr)
+        self.steps, self.device = steps, device
+
+    def scores(self, batch: TrajectoryBatch) -> list[float]:
+        """The value ``[B]`` of each partial episode's last node (its last step's sigmoid; 0.5
+        where that step has no action token)."""
+
+        with torch.no_grad():
+            logits = self.scorer.logits(batch, self.device).float().cpu()
+        out = []
+        for i in range(batch.size):
+            k = int(batch.n_turns[i]) - 1
+            x = float(logits[i, k]) if k >= 0 else float("nan")
+            out.append(0.5 if math.isnan(x) else 1.0 / (1.0 + math.exp(-x)))
+        return out
+
+    def fit(self, batch: TrajectoryBatch, labels: torch.Tensor) -> dict[str, float]:
+        """Measure on ``labels [B, K]`` (the tree's node values; NaN: none) before training on
+        them (AUC and Brier score of the values against them), then ``steps`` AdamW steps."""
+
+        with torch.no_grad():
+            logits = self.scorer.logits(batch, self.device).float().cpu()
+        K = min(logits.shape[1], labels.shape[1])
+        logits, labels = logits[:, :K], labels[:, :K]
+        has = ~labels.isnan() & ~logits.isnan()
+        out: dict[str, float] = {"search.value_labels": float(has.sum())}
+        if not has.any():
+            return out
+        p = torch.sigmoid(logits[has])
+        out["search.value_brier"] = float(((p - labels[has]) ** 2).mean())
+        a = auc(p, labels[has])
+        if a is not None:
+            out["search.value_auc"] = a
+        for _ in range(self.steps):
+            self.optimizer.zero_grad()
+            loss, n = step_bce(self.scorer.logits(batch, self.device)[:, :K], labels)
+            (loss / max(1, n)).backward()
+            self.optimizer.step()
+        out["search.value_loss"] = float(loss.detach()) / max(1, n)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"head": self.scorer.model.head.state_dict(), "opt": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scorer.model.head.load_state_dict(state["head"])
+        self.optimizer.load_state_dict(state["opt"])

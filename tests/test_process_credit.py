@@ -566,17 +566,28 @@ class _Killed(Exception):
     pass
 
 
-@pytest.mark.parametrize("preset", ["prm_grpo", "prime", "branch_grpo", "rft"])
+TREE_PRM = {  # a PRM trained on a value-guided tree search's node values, by the policy gradient
+    "data": {
+        "source": "search",
+        "search": {"mode": "tree", "guide": "value", "tree_labels": True, "select": "all"},
+    }
+}
+
+
+@pytest.mark.parametrize("preset", ["prm_grpo", "prime", "branch_grpo", "rft", "tree_prm"])
 def test_the_new_presets_resume_from_a_checkpoint_exactly(chain_warm, preset):
     """Killed after step 2 and resumed from its checkpoint, a run with a second model (PRM, implicit
-    PRM), branches or a search ends as the uninterrupted one: same counters, same weights."""
+    PRM, a search's value model), branches or a search ends as the uninterrupted one: same
+    counters, same weights."""
 
     import io
 
     over = {
         "prime": {"data": {"dynamic_sampling": False, "accuracy_filter": None}},
         "rft": {"data": {"search": {"min_reward": 0.0}}},  # the weak warm start: select anyway
+        "tree_prm": TREE_PRM,
     }.get(preset, {})
+    preset = "prm_grpo" if preset == "tree_prm" else preset
     full, res = _train(chain_warm, preset, over, budget=300.0)
     saved = io.BytesIO()
 

@@ -176,8 +176,10 @@ def test_missing_estimator_inputs_are_errors():
 # ----------------------------------------------------------------------------- applicable fields
 
 
-def _fields(preset):
-    return applicable_fields(get_preset(preset).blanks)
+def _fields(preset, overrides=None):
+    from sixblanks.algorithms.presets import resolve
+
+    return applicable_fields(resolve(preset, overrides) if overrides else get_preset(preset).blanks)
 
 
 def test_grpo_shows_no_critic_sapo_dpo_or_reward_kl_fields():
@@ -258,7 +260,23 @@ def test_switches_and_toggles():
         "data.search.select",
         "data.search.min_reward",
         "data.search.policy",
-    ]  # the search's fields apply with data.source 'search' only
+    ]  # the search's fields apply with data.source 'search' only, and per mode
+    tree = {"data": {"search": {"mode": "tree", "guide": "value"}}}
+    assert [f for f in _fields("rft", tree) if f.startswith("data.search")] == [
+        "data.search.mode",
+        "data.search.expand",
+        "data.search.expansions",
+        "data.search.guide",
+        "data.search.value_lr",
+        "data.search.value_steps",
+        "data.search.tree_labels",
+        "data.search.select",
+        "data.search.min_reward",
+        "data.search.policy",
+    ]
+    beam = {"data": {"search": {"mode": "beam"}}}
+    assert "data.search.beam" in _fields("rft", beam)
+    assert "data.search.value_lr" not in _fields("rft", beam)  # guide: verifier
     dpo = _fields("dpo")
     assert "regularizer.dpo_beta" in dpo and "regularizer.dpo_label_smoothing" in dpo
     assert "weight.ratio" not in dpo and "advantage.estimator" not in dpo

@@ -79,6 +79,33 @@ def encode_observation(tokenizer, text: str, first: bool) -> list[int]:
     return ids
 
 
+def task_params(params: SamplingParams, task: Task) -> SamplingParams:
+    """``params`` with the task's stop string where they name none."""
+
+    stop = tuple(params.stop) or ((task.stop,) if task.stop else ())
+    return SamplingParams(
+        params.temperature, params.top_p, params.top_k, params.max_new_tokens, stop
+    )
+
+
+def start_episode(task: Task, inst: Instance, gate: VerifierGate, tokenizer, group: int) -> Episode:
+    """A fresh episode of ``inst`` at its first observation (failed, not raised, where the task's
+    reset raises)."""
+
+    ep = Episode(inst, group, None)
+    try:
+        ep.env = task.make_env(inst, gate)
+        obs, _ = ep.env.reset(seed=inst.seed)
+    except Exception as exc:  # noqa: BLE001
+        ep.failure, ep.done = f"environment reset raised {type(exc).__name__}: {exc}", True
+        obs = inst.prompt
+    ep.observations.append(obs)
+    ep.add("obs", encode_observation(tokenizer, obs, first=True))
+    ep.state_keys.append(env_state_key(ep.env, ep.observations))
+    ep.potentials.append(env_potential(ep.env))
+    return ep
+
+
 def run_episodes(
     engine: RolloutEngine,
     tokenizer,
@@ -103,26 +130,12 @@ def run_episodes(
     """
 
     gate = gate or VerifierGate(task)
-    stop = tuple(params.stop) or ((task.stop,) if task.stop else ())
-    params = SamplingParams(
-        params.temperature, params.top_p, params.top_k, params.max_new_tokens, stop
-    )
-    episodes: list[Episode] = []
-    for gi, inst in enumerate(instances):
-        for _ in range(group_size):
-            ep = Episode(inst, group_offset + gi, None)
-            try:
-                ep.env = task.make_env(inst, gate)
-                obs, _ = ep.env.reset(seed=inst.seed)
-            except Exception as exc:  # noqa: BLE001
-                ep.failure, ep.done = f"environment reset raised {type(exc).__name__}: {exc}", True
-                obs = inst.prompt
-            ep.observations.append(obs)
-            ep.add("obs", encode_observation(tokenizer, obs, first=True))
-            ep.state_keys.append(env_state_key(ep.env, ep.observations))
-            ep.potentials.append(env_potential(ep.env))
-            episodes.append(ep)
-
+    params = task_params(params, task)
+    episodes = [
+        start_episode(task, inst, gate, tokenizer, group_offset + gi)
+        for gi, inst in enumerate(instances)
+        for _ in range(group_size)
+    ]
     play(
         engine, tokenizer, task, episodes, params, max_context_tokens, generator, on_turn, snapshots
     )
@@ -161,10 +174,7 @@ def branch_episodes(
     to the end. Each point's continuations form one group (``group_offset + point index``); they
     share the environment's state and randomness, and differ by what the policy samples."""
 
-    stop = tuple(params.stop) or ((task.stop,) if task.stop else ())
-    params = SamplingParams(
-        params.temperature, params.top_p, params.top_k, params.max_new_tokens, stop
-    )
+    params = task_params(params, task)
     episodes: list[Episode] = []
     out = Branches(source)
     for p, (i, k) in enumerate(points):
@@ -214,71 +224,84 @@ def play(
     generation call per round over the active episodes, then one environment step each. With
     ``snapshots``, each environment's ``snapshot()`` before each action is kept (branching)."""
 
-    max_turns = max(1, task.max_turns)
-    for rnd in range(max_turns):
+    for rnd in range(max(1, task.max_turns)):
         active = [ep for ep in episodes if not ep.done]
         if not active:
             break
-        gens: list[list[Generation]] = engine.generate(
-            [ep.tokens for ep in active], params, n=1, generator=generator
+        play_round(
+            engine, tokenizer, task, active, params, max_context_tokens, generator, snapshots
         )
-        for ep, (gen,) in zip(active, gens):
-            turn = len(ep.actions)
-            if snapshots:  # a snapshot that raises is replayed instead, when branched
-                try:
-                    ep.snapshots.append(ep.env.snapshot() if ep.env is not None else None)
-                except Exception:  # noqa: BLE001
-                    ep.snapshots.append(None)
-            ep.add("action", gen.token_ids, gen.logprobs, turn)
-            text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-            ep.actions.append(text)
-            if gen.truncated:
-                ep.truncated = True
-            try:
-                res = ep.env.step(text)
-            except VerifierFailure as exc:
-                ep.failure, ep.done = exc.reason, True
-                continue
-            except Exception as exc:  # noqa: BLE001 - a task that raises fails its sample only
-                ep.failure, ep.done = f"environment step raised {type(exc).__name__}: {exc}", True
-                continue
-            ep.turn_rewards.append(float(res.reward))
-            label = (res.info or {}).get("step_correct")  # the environment's step label, if any
-            ep.step_labels.append(float(label) if label is not None else float("nan"))
-            level = (res.info or {}).get("level")  # hierarchical tasks: 0 plan, 1 execute
-            ep.levels.append(int(level) if level is not None else -1)
-            ep.terminated = bool(res.terminated)
-            if (
-                res.terminated
-                or res.truncated
-                or turn == max_turns - 1
-                or gen.finish_reason == "eos"
-            ):
-                ep.truncated = (
-                    ep.truncated
-                    or bool(res.truncated)
-                    or (not res.terminated and turn == max_turns - 1)
-                )
-                ep.done = True
-                continue
-            obs_ids = encode_observation(tokenizer, res.observation, first=False)
-            if len(ep.tokens) + len(obs_ids) + params.max_new_tokens > max_context_tokens:
-                ep.truncated, ep.done = True, True
-                continue
-            ep.observations.append(res.observation)
-            ep.add("obs", obs_ids)
-            ep.state_keys.append(env_state_key(ep.env, ep.observations))
-            ep.potentials.append(env_potential(ep.env))
         if on_turn is not None:
             on_turn(rnd, len(active))
+
+
+def play_round(
+    engine: RolloutEngine,
+    tokenizer,
+    task: Task,
+    active: list[Episode],
+    params: SamplingParams,
+    max_context_tokens: int = 512,
+    generator: torch.Generator | None = None,
+    snapshots: bool = False,
+) -> None:
+    """One action of each of ``active`` (episodes not done): one generation call over them all,
+    then one environment step each; an episode that ends is marked ``done``."""
+
+    max_turns = max(1, task.max_turns)
+    gens: list[list[Generation]] = engine.generate(
+        [ep.tokens for ep in active], params, n=1, generator=generator
+    )
+    for ep, (gen,) in zip(active, gens):
+        turn = len(ep.actions)
+        if snapshots:  # a snapshot that raises is replayed instead, when branched
+            try:
+                ep.snapshots.append(ep.env.snapshot() if ep.env is not None else None)
+            except Exception:  # noqa: BLE001
+                ep.snapshots.append(None)
+        ep.add("action", gen.token_ids, gen.logprobs, turn)
+        text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        ep.actions.append(text)
+        if gen.truncated:
+            ep.truncated = True
+        try:
+            res = ep.env.step(text)
+        except VerifierFailure as exc:
+            ep.failure, ep.done = exc.reason, True
+            continue
+        except Exception as exc:  # noqa: BLE001 - a task that raises fails its sample only
+            ep.failure, ep.done = f"environment step raised {type(exc).__name__}: {exc}", True
+            continue
+        ep.turn_rewards.append(float(res.reward))
+        label = (res.info or {}).get("step_correct")  # the environment's step label, if any
+        ep.step_labels.append(float(label) if label is not None else float("nan"))
+        level = (res.info or {}).get("level")  # hierarchical tasks: 0 plan, 1 execute
+        ep.levels.append(int(level) if level is not None else -1)
+        ep.terminated = bool(res.terminated)
+        if res.terminated or res.truncated or turn == max_turns - 1 or gen.finish_reason == "eos":
+            ep.truncated = (
+                ep.truncated
+                or bool(res.truncated)
+                or (not res.terminated and turn == max_turns - 1)
+            )
+            ep.done = True
+            continue
+        obs_ids = encode_observation(tokenizer, res.observation, first=False)
+        if len(ep.tokens) + len(obs_ids) + params.max_new_tokens > max_context_tokens:
+            ep.truncated, ep.done = True, True
+            continue
+        ep.observations.append(res.observation)
+        ep.add("obs", obs_ids)
+        ep.state_keys.append(env_state_key(ep.env, ep.observations))
+        ep.potentials.append(env_potential(ep.env))
 
 
 def episodes_to_batch(
     episodes: list[Episode], tokenizer, version: int, task_name: str
 ) -> TrajectoryBatch:
     B = len(episodes)
-    T = max(len(ep.tokens) for ep in episodes)
-    K = max(1, max(max(len(ep.turn_rewards), len(ep.state_keys)) for ep in episodes))
+    T = max((len(ep.tokens) for ep in episodes), default=1)  # no episodes: an empty batch
+    K = max([1, *(max(len(ep.turn_rewards), len(ep.state_keys)) for ep in episodes)])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     tokens = torch.full((B, T), pad, dtype=torch.long)
     attn = torch.zeros((B, T), dtype=torch.long)

@@ -49,11 +49,14 @@ class ProcessCredit(PolicyGradient):
                 ctx.model, a.prime.beta, a.prime.lr or opt.lr, opt.betas, opt.weight_decay
             )
         elif a.prm.scorer == "trained":
-            if not ctx.task.has_step_labels:
+            d = ctx.blanks.data
+            tree = d.source == "search" and d.search.tree_labels and d.search.mode != "best_of_n"
+            if not ctx.task.has_step_labels and not tree:
                 raise TrainingError(
                     f"{name}: advantage.prm.scorer 'trained' learns from step labels, and task "
                     f"'{ctx.task.name}' gives none (info['step_correct']); use a task with step "
-                    "labels (chain_arithmetic, plan_execute) or a scorer 'module:function'"
+                    "labels (chain_arithmetic, plan_execute), a search tree's labels (data.source search, "
+                    "search.tree_labels) or a scorer 'module:function'"
                 )
             self.scorer = StepScorer(ctx.model, a.prm.trunk).to(ctx.device)
             params = [p for p in self.scorer.parameters() if p.requires_grad]
