@@ -13,8 +13,11 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
     global_batch     prompts per step, samples per prompt, updates per batch (epochs x minibatches),
                      and, measured over the arm's finished runs, unique prompts consumed and optimizer
                      steps per 1000 accepted tokens (flagged past 10% relative difference)
-    evaluation       the evaluation scaffold: split, size, samples, temperature, schedule, seeds (its
-                     token limit is the arm's max_new_tokens, audited under limits)
+    training_search  the search the arm trains on (data.source 'search': mode, width, selection,
+                     search policy; None: single samples): its search compute is inside its matched
+                     budget, and search-time scores are never put in the same row as single-sample ones
+    evaluation       the evaluation scaffold: split, size, samples, beam, temperature, schedule, seeds
+                     (its token limit is the arm's max_new_tokens, audited under limits)
     budget           the limits
     search_budget    what tuning the arm cost (``arms.<arm>.search_budget``; None: not tuned)
 With several tasks, task-dependent items hold one value per task.
@@ -44,6 +47,7 @@ HELD_CONSTANT = (
     "sampling",
     "limits",
     "global_batch",
+    "training_search",
     "evaluation",
     "budget",
     "search_budget",
@@ -157,6 +161,18 @@ def _group_size(spec: dict[str, Any]) -> int:
     return int(spec["blanks"]["data"].get("group_size") or spec["rollout"]["group_size"])
 
 
+def training_search(blanks: Blanks) -> dict[str, Any] | None:
+    """The search an arm's training data comes from (None: single samples, no search)."""
+
+    if blanks.data.source != "search":
+        return None
+    sp = blanks.data.search
+    width = {"best_of_n": {"n": sp.n}, "beam": {"beam": sp.beam, "expand": sp.expand}}.get(
+        sp.mode, {"expand": sp.expand, "expansions": sp.expansions}
+    )
+    return {"mode": sp.mode, **width, "select": sp.select, "policy": sp.policy}
+
+
 def spec_items(
     spec: dict[str, Any], cfg: ExperimentConfig, warm_info: dict[str, Any], shaped: bool = True
 ) -> dict[str, Any]:
@@ -201,10 +217,11 @@ def spec_items(
             "epochs": d.epochs,
             "minibatches": d.minibatches,
         },
+        "training_search": training_search(blanks),
         "evaluation": {
             **{
                 k: spec["eval"].get(k)
-                for k in ("split", "every", "counter", "temperature", "samples")
+                for k in ("split", "every", "counter", "temperature", "samples", "beam")
             },
             "size": spec["eval"].get("size") or spec["task"].get("eval_size"),
             "seeds": list(cfg.seeds),
@@ -339,6 +356,14 @@ def fairness_audit(
 def _reason(item: str, value: Any, ref: Any) -> str:
     """Which keys differ, in words."""
 
+    if item == "training_search":
+        searched = value or ref
+        who = "this arm" if value else "the experiment's reference arm"
+        return (
+            f"{who} trains on what a {searched['mode']} search selected: the search compute is "
+            "inside the matched budget (the search counters say how much); search-time scores "
+            "are reported apart from single-sample ones"
+        )
     if isinstance(value, dict) and isinstance(ref, dict):
         keys = sorted(
             k

@@ -106,6 +106,8 @@ def test_tokenizer_identity_is_by_content():
         ({"rollout": {"max_new_tokens": 8}}, None, "limits"),
         # a tuned arm against an untuned one
         ({"search_budget": {"launched_tokens": 5000.0}}, None, "search_budget"),
+        # an arm trained on a search's selection (expert iteration) against single samples
+        ({"preset": "rft"}, None, "training_search"),
     ],
 )
 def test_each_planted_difference_flags_exactly_its_item(tmp_path, warm_info, arm_b, plant, item):
@@ -116,6 +118,9 @@ def test_each_planted_difference_flags_exactly_its_item(tmp_path, warm_info, arm
     assert flag["value"] != flag["reference"] and flag["reason"]
     if item == "reward":
         assert "shaped" in flag["reason"] and flag["reference"]["shaping"] == {}
+    if item == "training_search":
+        assert flag["value"] == {"mode": "best_of_n", "n": 8, "select": "best", "policy": "current"}
+        assert flag["reference"] is None and "search-time scores are reported apart" in flag["reason"]
 
 
 def test_measured_batch_figures_are_compared(tmp_path, warm_info):
