@@ -401,6 +401,33 @@ class PotentialShaping(_Spec):
     )
 
 
+class WorldModelSpec(_Spec):
+    """A learned world model (issue 19): a causal LM copied from the initial policy, trained on the
+    real transitions of each step to predict the environment's next observation, the turn's reward
+    and the episode's end. Each step's real transitions are its held-out validation before it trains
+    on them. After warmup_steps, each step also rolls imagined episodes in it; their steps are
+    counted in imagined_env_steps, never in env_steps."""
+
+    imagined_rounds: int = Field(
+        1,
+        ge=0,
+        description="Imagined rounds per step (each prompts_per_step x G episodes in the learned "
+        "model), trained on with the step's real round.",
+    )
+    warmup_steps: int = Field(
+        2, ge=0, description="Steps of real rounds only, before the first imagined round."
+    )
+    train_steps: int = Field(8, ge=1, description="Optimizer steps of the model per step.")
+    batch_size: int = Field(16, ge=1, description="Transitions per optimizer step of the model.")
+    lr: float = Field(1e-3, gt=0, description="The model's learning rate.")
+    buffer: int = Field(
+        2048, ge=1, description="The most recent real transitions kept to train the model on."
+    )
+    max_obs_tokens: int = Field(
+        8, ge=1, description="The longest observation the model generates (it stops at a newline)."
+    )
+
+
 class BranchSpec(_Spec):
     """Branching counterfactuals: at chosen turns, the environment's state is restored (or the
     seed and action prefix replayed) and M continuations are rolled from it; each branch point's
@@ -485,6 +512,31 @@ class SearchSpec(_Spec):
         return self
 
 
+class SelfPlaySpec(_Spec):
+    """Self-play (issue 19): the policy plays a two-player game task (``nim``) against a pool of
+    its past checkpoints, the initial policy first. Each task group's games are against one member
+    drawn from the pool; the opponents' generated tokens are charged to ``opponent_tokens`` (never
+    trained on). Progress is measured apart, against the task's fixed external opponents."""
+
+    pool_size: int = Field(
+        4, ge=1, description="Most past checkpoints kept; the oldest leaves when a new one comes."
+    )
+    snapshot_every: int = Field(
+        1, ge=1, description="Steps between adding the current policy to the pool."
+    )
+    opponents: Literal["uniform", "latest"] = Field(
+        "uniform",
+        description="uniform: each group's opponent drawn uniformly from the pool; latest: the "
+        "newest checkpoint.",
+    )
+    opponent_temperature: float | None = Field(
+        None,
+        ge=0,
+        description="Sampling temperature of the checkpoint opponents (0: greedy); None: the "
+        "rollout's. Their randomness is seeded by the game's position, so replays agree.",
+    )
+
+
 class DataSpec(_Spec):
     """(i): which samples, how many per prompt, how often reused."""
 
@@ -521,6 +573,11 @@ class DataSpec(_Spec):
         description="Branching counterfactuals: M continuations from restored states at chosen "
         "turns, each branch point a group of its own; None: off.",
     )
+    world_model: WorldModelSpec | None = Field(
+        None,
+        description="A learned model of a multi-turn task's environment, trained on real "
+        "transitions, that adds imagined episodes to each step (imagined_env_steps); None: off.",
+    )
     accuracy_filter: tuple[float, float] | None = Field(
         None,
         description="PRIME's accuracy filter [low, high]: with dynamic sampling, a group whose mean "
@@ -552,6 +609,22 @@ class DataSpec(_Spec):
         description="Asynchronous training: a concurrent collector (its own process and engine) "
         "samples ahead of the trainer; None: rollouts run in the trainer's process.",
     )
+    self_play: SelfPlaySpec | None = Field(
+        None,
+        description="Self-play on a two-player game task: the opponents are a pool of past "
+        "checkpoints of the policy; None: the task's own (scripted) opponent.",
+    )
+
+    @model_validator(mode="after")
+    def _self_play(self) -> DataSpec:
+        if self.self_play is not None and (
+            self.source != "rollouts" or self.branching is not None or self.concurrent is not None
+        ):
+            raise ValueError(
+                "data.self_play: games against the pool are online rollouts in the trainer's "
+                "process (data.source 'rollouts'), not with data.branching or data.concurrent"
+            )
+        return self
 
 
 class Blanks(_Spec):
@@ -655,6 +728,20 @@ class Blanks(_Spec):
             raise ValueError(
                 "data.branching: branches from the trainer's own rounds (objective pg), not with a "
                 "concurrent collector, a replay buffer or ReMax's greedy baseline"
+            )
+        if self.data.world_model is not None and (
+            self.data.source != "rollouts"
+            or self.objective != "pg"
+            or self.advantage.estimator == "remax"
+            or any(
+                getattr(self.data, k) is not None
+                for k in ("concurrent", "branching", "replay", "self_play")
+            )
+        ):
+            raise ValueError(
+                "data.world_model: imagined rounds join the trainer's own online rounds (objective "
+                "pg, data.source 'rollouts'), not with ReMax, a concurrent collector, branching, a "
+                "replay buffer or self-play"
             )
         band = self.data.accuracy_filter
         if band is not None and (not self.data.dynamic_sampling or not band[0] <= band[1]):

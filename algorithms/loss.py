@@ -383,6 +383,8 @@ OBJECTIVES.add(
             "data.replay",
             "data.concurrent",
             "data.branching",
+            "data.self_play",
+            "data.world_model",
         ),
     )
 )

@@ -205,6 +205,16 @@ class WarmStartConfig(_Cfg):
     seed: int = 0
 
 
+class EvalBeam(_Cfg):
+    """Inference-time beam search at each evaluation (a search-time score, reported apart)."""
+
+    beam: int = Field(2, ge=1, description="Unfinished nodes kept per instance each turn.")
+    expand: int = Field(2, ge=2, description="Children sampled from each kept node.")
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature of the expansions (siblings must differ)."
+    )
+
+
 class EvalConfig(_Cfg):
     every: float | None = Field(
         None,
@@ -220,6 +230,12 @@ class EvalConfig(_Cfg):
     temperature: float = Field(0.0, ge=0, description="0: greedy decoding.")
     samples: int = Field(
         1, ge=1, description="Samples per instance: pass@1 averaged, and pass@k for k = samples."
+    )
+    beam: EvalBeam | None = Field(
+        None,
+        description="Also score each evaluation with inference-time beam search over turns (the "
+        "verifier picks the leaf): a search-time score with its own compute, reported in a row of "
+        "its own, never in the arm table; None: single samples only.",
     )
     split: Literal["test", "validation"] = Field(
         "test",

@@ -9,6 +9,7 @@ import torch
 
 from .rollout.agent import run_episodes
 from .rollout.engine import RolloutEngine, SamplingParams
+from .rollout.search import search
 from .seeds import eval_seeds
 from .tasks.base import Task
 from .tasks.verify import VerifierGate
@@ -84,3 +85,104 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def evaluate_beam(
+    engine: RolloutEngine,
+    tokenizer,
+    task: Task,
+    n: int,
+    *,
+    beam: int,
+    expand: int,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int = 0,
+    max_context_tokens: int = 512,
+    split: str = "test",
+) -> dict[str, Any]:
+    """Inference-time beam search over turns on the same ``n`` held-out instances as
+    :func:`evaluate`: ``beam`` nodes kept per turn, each expanded ``expand`` times at
+    ``temperature``, ranked by the return so far plus the task's potential; an instance scores the
+    best reward among its finished leaves (the verifier chooses the leaf, as best-of-k does for
+    pass@k), 0 where none finished. Its inference-time compute (``generated_tokens``, each node's
+    tokens once; ``env_steps``; verifier and judge calls) is returned with it, to be reported in a
+    row of its own, never with the single-sample score."""
+
+    gate = VerifierGate(task)
+    judged0 = gate.counts()[1]
+    instances = task.eval_instances(n, split)
+    params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
+    tree = search(
+        engine, tokenizer, task, instances, params, gate, mode="beam", beam=beam, expand=expand,
+        max_context_tokens=max_context_tokens, generator=torch.Generator().manual_seed(seed),
+    )  # fmt: skip
+    best = [0.0] * len(instances)
+    for leaf in tree.leaves:
+        if leaf.episode.failure is None:
+            g = leaf.episode.group
+            best[g] = max(best[g], float(sum(leaf.episode.turn_rewards)))
+    cost = tree.cost()
+    return {
+        "mode": f"beam {beam}x{expand}",
+        "beam": beam,
+        "expand": expand,
+        "score": sum(best) / len(best) if best else 0.0,
+        "n": len(instances),
+        "per_instance": best,
+        "generated_tokens": cost["launched_tokens"],
+        "env_steps": cost["env_steps"],
+        "leaves": len(tree.leaves),
+        "verifier_calls": gate.stats.calls,
+        "judge_calls": gate.counts()[1] - judged0,
+    }
+
+
+def evaluation_worst(ctx) -> dict[str, float]:
+    """The most one evaluation of a run (``ctx``: its RunContext) can cost: its single samples and,
+    with ``eval.beam``, every node of the beam search (a fork may replay its prefix)."""
+
+    s = ctx.settings
+    worst = ctx.worst_rollouts(s.eval_size * s.eval_samples)
+    if s.eval_beam:
+        b = s.eval_beam
+        nodes = s.eval_size * b["beam"] * b["expand"]  # episodes' worth: each up to every turn
+        extra = ctx.worst_rollouts(nodes)
+        extra["verifier_calls"] += float(nodes * ctx.turns * (ctx.turns - 1))  # replays
+        worst = {k: worst[k] + extra[k] for k in worst}
+    return worst
+
+
+def evaluate_run(ctx) -> tuple[dict[str, Any], dict[str, float]]:
+    """One held-out evaluation of a run's current policy (``ctx``: its RunContext): single samples
+    (:func:`evaluate`) and, with ``eval.beam``, an inference-time beam search (``ev["search"]``, its
+    compute kept apart). Returns the result and what it cost, for the evaluation ledger."""
+
+    s = ctx.settings
+    common = {
+        "max_new_tokens": s.rollout.max_new_tokens,
+        "seed": s.seed,
+        "max_context_tokens": s.rollout.max_prompt_tokens,
+        "split": s.eval_split,
+    }
+    ev = evaluate(
+        ctx.engine, ctx.tokenizer, ctx.task, s.eval_size, temperature=s.eval_temperature,
+        samples=s.eval_samples, **common,
+    )  # fmt: skip
+    actual = {
+        "launched_tokens": float(ev["generated_tokens"]),
+        "verifier_calls": float(ev["verifier_calls"]),
+        "judge_calls": float(ev["judge_calls"]),
+        "rollouts_launched": float(ev["n"] * s.eval_samples),
+    }
+    if s.eval_beam:
+        b = s.eval_beam
+        ev["search"] = evaluate_beam(
+            ctx.engine, ctx.tokenizer, ctx.task, s.eval_size, beam=b["beam"], expand=b["expand"],
+            temperature=b["temperature"], **common,
+        )  # fmt: skip
+        for k, v in (("launched_tokens", "generated_tokens"), ("rollouts_launched", "leaves")):
+            actual[k] += float(ev["search"][v])
+        for k in ("verifier_calls", "judge_calls"):
+            actual[k] += float(ev["search"][k])
+    return ev, actual

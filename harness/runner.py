@@ -42,6 +42,7 @@ def settings_from_spec(spec: dict[str, Any]):
         eval_size=int(ev.get("size") or spec["task"].get("eval_size", 64)),
         eval_temperature=float(ev.get("temperature", 0.0)),
         eval_samples=int(ev.get("samples", 1)),
+        eval_beam=ev.get("beam"),
         eval_split=ev.get("split", "test"),
         reward_range=tuple(spec["task"]["reward_range"])
         if spec["task"].get("reward_range")
@@ -192,6 +193,7 @@ def execute_run(
             "evals": [
                 {k: e.get(k) for k in ("step", "score", "n", "split", "success_rate", "pass_at")}
                 | {"position": e["position"]}
+                | ({"search": e["search"]} if "search" in e else {})  # eval.beam, apart
                 for e in result.evals
             ],
             "final_score": result.evals[-1]["score"] if result.evals else None,

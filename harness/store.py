@@ -51,7 +51,8 @@ SCHEMA: dict[str, str] = {
         launched_tokens DOUBLE, accepted_tokens DOUBLE, device_seconds DOUBLE, verifier_calls DOUBLE,
         position JSON, detail JSON, eval_generated_tokens DOUBLE, eval_verifier_calls DOUBLE,
         eval_device_seconds DOUBLE, eval_wall_seconds DOUBLE, env_steps DOUBLE, wall_seconds DOUBLE,
-        pass_at JSON, eval_judge_calls DOUBLE""",
+        pass_at JSON, eval_judge_calls DOUBLE, search_mode VARCHAR, search_score DOUBLE,
+        search_generated_tokens DOUBLE, search_env_steps DOUBLE, search_verifier_calls DOUBLE""",
     "discards": "run_id VARCHAR, step BIGINT, reason VARCHAR, rollouts DOUBLE, tokens DOUBLE",
     "census": """
         run_id VARCHAR, step BIGINT, rounds BIGINT, prompts_sampled BIGINT, groups_launched BIGINT,
@@ -68,6 +69,11 @@ SCHEMA: dict[str, str] = {
     "ladder": """
         experiment_id VARCHAR, arm VARCHAR, rung BIGINT, rung_name VARCHAR, variant VARCHAR, status VARCHAR,
         evidence VARCHAR, ci_low DOUBLE, ci_high DOUBLE, detail JSON""",
+    "selfplay_evals": """
+        run_id VARCHAR, step BIGINT, split VARCHAR, opponent VARCHAR, games BIGINT, wins BIGINT,
+        losses BIGINT, draws BIGINT, win_rate DOUBLE, winnable BIGINT, launched_tokens DOUBLE,
+        eval_generated_tokens DOUBLE, eval_verifier_calls DOUBLE, eval_env_steps DOUBLE,
+        eval_device_seconds DOUBLE, eval_wall_seconds DOUBLE""",
 }
 
 
@@ -119,7 +125,16 @@ def _insert(con, table: str, rows: list[dict[str, Any]] | pa.Table) -> None:
     con.unregister("_incoming")
 
 
-PER_RUN_TABLES = ("runs", "budgets", "ledger", "metrics", "evals", "discards", "census")
+PER_RUN_TABLES = (
+    "runs",
+    "budgets",
+    "ledger",
+    "metrics",
+    "evals",
+    "discards",
+    "census",
+    "selfplay_evals",
+)
 
 
 @contextmanager

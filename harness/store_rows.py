@@ -114,6 +114,8 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
                 "detail": json.dumps({spec["task"]["name"]: e.get("per_instance")}),
                 # what the evaluation itself cost (counted apart from the training budget)
                 **{f"eval_{k}": cost.get(k) for k in EVAL_COST},
+                # an inference-time search's score and its own compute (eval.beam), apart
+                **search_columns(e.get("search")),
             }
         )
     last_counters = result.get("counters") or status.get("counters") or {}
@@ -164,7 +166,39 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
         "evals": eval_rows,
         "discards": discards,
         "census": census,
+        "selfplay_evals": selfplay_rows(rid, evals),
     }
+
+
+def selfplay_rows(rid: str, evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per evaluation and external opponent of a two-player game task (the ``selfplay``
+    games of each evaluation record, harness/selfplay.py); none for other tasks."""
+
+    rows = []
+    for e in evals:
+        for g in e.get("selfplay") or []:
+            rows.append(
+                {
+                    "run_id": rid,
+                    "step": int(e["step"]),
+                    **{k: g[k] for k in ("split", "opponent", "games", "wins", "losses", "draws")},
+                    "win_rate": float(g["win_rate"]),
+                    "winnable": g.get("winnable"),
+                    "launched_tokens": float((e.get("position") or {}).get("launched_tokens", 0.0)),
+                    **{f"eval_{k}": g.get(k) for k in SELFPLAY_COST},
+                }
+            )
+    return rows
+
+
+SELFPLAY_COST = (
+    "generated_tokens",
+    "verifier_calls",
+    "env_steps",
+    "device_seconds",
+    "wall_seconds",
+)
+"""What one external opponent's games cost (counted apart from the training budget)."""
 
 
 EVAL_COST = ("generated_tokens", "verifier_calls", "device_seconds", "wall_seconds", "judge_calls")
@@ -224,3 +258,14 @@ def fairness_rows(exp_id: str, fairness: dict[str, Any]) -> list[dict[str, Any]]
                 }
             )
     return rows
+
+
+def search_columns(search: dict[str, Any] | None) -> dict[str, Any]:
+    """The evals row's columns of an inference-time search (``eval.beam``; all None without one)."""
+
+    s = search or {}
+    return {
+        "search_mode": s.get("mode"),
+        "search_score": s.get("score"),
+        **{f"search_{k}": s.get(k) for k in ("generated_tokens", "env_steps", "verifier_calls")},
+    }

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import credit, diagnostics, lag, render, stats
+from . import credit, diagnostics, lag, render, selfplay, stats, worldmodel
 from .audit_tables import blanks_blocks, fairness_blocks
 from .tables import (
     arm_table,
@@ -87,6 +87,8 @@ EVALS = (
         f"eval_{k}": "DOUBLE"
         for k in ("generated_tokens", "verifier_calls", "device_seconds", "wall_seconds")
     }
+    # an inference-time search at evaluation (eval.beam): its score and compute, reported apart
+    | {"search_mode": "VARCHAR", "search_score": "DOUBLE", "search_generated_tokens": "DOUBLE"}
 )
 CENSUS = {"run_id": "VARCHAR", "step": "BIGINT"} | dict.fromkeys(
     (
@@ -152,6 +154,8 @@ class Data:
     diagnostics: pl.DataFrame = field(default_factory=pl.DataFrame)
     lag: pl.DataFrame = field(default_factory=pl.DataFrame)
     credit: dict[str, pl.DataFrame] = field(default_factory=dict)
+    selfplay: pl.DataFrame = field(default_factory=pl.DataFrame)
+    worldmodel: pl.DataFrame = field(default_factory=pl.DataFrame)
     split: str | None = None
     tasks: list[str] = field(default_factory=list)
     arms: list[str] = field(default_factory=list)
@@ -199,6 +203,8 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         diag = diagnostics.query(con)
         lags = lag.query(con)
         credit_tables = credit.query(con)
+        selfplay_rows = selfplay.query(con)
+        worldmodel_rows = worldmodel.query(con)
     finally:
         con.close()
     arms_cfg = list(config.get("arms", {}))
@@ -260,6 +266,8 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         diagnostics=diag,
         lag=lags,
         credit=credit_tables,
+        selfplay=selfplay_rows,
+        worldmodel=worldmodel_rows,
         split=split,
         tasks=tasks,
         arms=arms,
@@ -403,6 +411,8 @@ def build_report(
     blocks += budget_blocks(d)
     blocks += tail_blocks(d)
     blocks += search_blocks(d)
+    blocks += selfplay.selfplay_blocks(d)
+    blocks += worldmodel.worldmodel_blocks(d)
     title = f"sixblanks report: {d.name}"
     (rep / "index.html").write_text(render.to_html(title, blocks), encoding="utf-8")
     (rep / "report.md").write_text(render.to_markdown(title, blocks), encoding="utf-8")

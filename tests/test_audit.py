@@ -120,7 +120,9 @@ def test_each_planted_difference_flags_exactly_its_item(tmp_path, warm_info, arm
         assert "shaped" in flag["reason"] and flag["reference"]["shaping"] == {}
     if item == "training_search":
         assert flag["value"] == {"mode": "best_of_n", "n": 8, "select": "best", "policy": "current"}
-        assert flag["reference"] is None and "search-time scores are reported apart" in flag["reason"]
+        assert (
+            flag["reference"] is None and "search-time scores are reported apart" in flag["reason"]
+        )
 
 
 def test_measured_batch_figures_are_compared(tmp_path, warm_info):

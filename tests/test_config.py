@@ -38,6 +38,9 @@ def test_the_example_experiments_validate(cli):
         "credit.yaml",
         "hierarchical.yaml",
         "search.yaml",
+        "selfplay.yaml",
+        "tree_search.yaml",
+        "worldmodel.yaml",
     ]
     outs = {}
     for f in files:
@@ -51,6 +54,10 @@ def test_the_example_experiments_validate(cli):
     assert all(p in out for p in ("prm_grpo", "prime", "branch_grpo", "gigpo", "ppo_turn"))
     assert "hier_grpo" in outs["hierarchical.yaml"]
     assert "expert_iteration" in outs["search.yaml"] and "distill_initial" in outs["search.yaml"]
+    assert "grpo_selfplay" in outs["selfplay.yaml"] and "grpo_vs_random" in outs["selfplay.yaml"]
+    out = outs["tree_search.yaml"]
+    assert "beam_expert_iteration" in out and "tree_prm" in out
+    assert "grpo_world_model" in outs["worldmodel.yaml"]
 
 
 def test_several_eval_samples_need_a_temperature():

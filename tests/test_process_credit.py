@@ -574,11 +574,13 @@ TREE_PRM = {  # a PRM trained on a value-guided tree search's node values, by th
 }
 
 
-@pytest.mark.parametrize("preset", ["prm_grpo", "prime", "branch_grpo", "rft", "tree_prm"])
+@pytest.mark.parametrize(
+    "preset", ["prm_grpo", "prime", "branch_grpo", "rft", "tree_prm", "world_model"]
+)
 def test_the_new_presets_resume_from_a_checkpoint_exactly(chain_warm, preset):
     """Killed after step 2 and resumed from its checkpoint, a run with a second model (PRM, implicit
-    PRM, a search's value model), branches or a search ends as the uninterrupted one: same
-    counters, same weights."""
+    PRM, a search's value model, a world model), branches or a search ends as the uninterrupted
+    one: same counters, same weights."""
 
     import io
 
@@ -586,8 +588,9 @@ def test_the_new_presets_resume_from_a_checkpoint_exactly(chain_warm, preset):
         "prime": {"data": {"dynamic_sampling": False, "accuracy_filter": None}},
         "rft": {"data": {"search": {"min_reward": 0.0}}},  # the weak warm start: select anyway
         "tree_prm": TREE_PRM,
+        "world_model": {"data": {"world_model": {"warmup_steps": 1, "train_steps": 2}}},
     }.get(preset, {})
-    preset = "prm_grpo" if preset == "tree_prm" else preset
+    preset = {"tree_prm": "prm_grpo", "world_model": "grpo"}.get(preset, preset)
     full, res = _train(chain_warm, preset, over, budget=300.0)
     saved = io.BytesIO()
 

@@ -108,6 +108,16 @@ def plant(out, scale=None, inert=True, old=False):
                         "position": json.dumps(pos),
                         "pass_at": json.dumps({"1": score, "4": score + 0.1}),
                         "eval_generated_tokens": 10.0,
+                        # A's evaluations also ran an inference-time beam search (eval.beam)
+                        **(
+                            {
+                                "search_mode": "beam 2x2",
+                                "search_score": score + 0.2,
+                                "search_generated_tokens": 40.0,
+                            }
+                            if arm == "A"
+                            else {}
+                        ),
                         "eval_verifier_calls": 8.0,
                         "eval_device_seconds": 0.5,
                         "eval_wall_seconds": 1.0,
@@ -206,6 +216,11 @@ def plant(out, scale=None, inert=True, old=False):
             "eval_verifier_calls",
             "eval_device_seconds",
             "eval_wall_seconds",
+            "search_mode",
+            "search_score",
+            "search_generated_tokens",
+            "search_env_steps",
+            "search_verifier_calls",
         ):
             con.execute(f"ALTER TABLE evals DROP COLUMN {c}")
         con.execute("DROP TABLE census")
@@ -298,6 +313,15 @@ def test_report_shows_per_task_rows_splits_and_pass_at_k(planted):
     assert "4 samples; 1.2 generated tokens" in best and best.rstrip(" |").endswith(
         f"{a['pass@4']:.3f}"
     )
+    # A's beam search at evaluation: a row of its own, with its own compute (40 tokens / 8
+    # instances) and its last evaluation's search score averaged over A's six runs
+    finals = FINAL["A", "t1"] + FINAL["A", "t2"]
+    want = sum(f + 0.2 for f in finals) / len(finals)
+    assert (
+        f"| A | beam 2x2 search over turns, leaf chosen by the verifier | 5.0 generated tokens | "
+        f"{want:.3f} |" in md
+    )
+    assert not any(ln.startswith("| B | beam") for ln in md.splitlines())
     # what each arm's training cost, beside its score: the ledger's last device-seconds, per run
     assert "training device-seconds per run" in html
     rows: dict[str, str] = {}

@@ -359,3 +359,72 @@ def _nines(engine):
         return out
 
     return generate
+
+
+def test_search_arms_and_beam_evaluation_end_to_end(tmp_path, cli, write_yaml):
+    """`sixblanks run` + `report` on guess_number: a single-sample arm (grpo) and a beam-search
+    expert-iteration arm, both evaluated with one sample and with inference-time beam search. The
+    beam's score and compute reach DuckDB; the report gives each mode its own row; the audit
+    flags the arm that trains on a search's selection."""
+
+    import json
+
+    import yaml
+
+    cfg = {
+        "name": "search-e2e",
+        "task": {
+            "name": "guess_number",
+            "params": {"low": 1, "high": 8, "max_turns": 3},
+            "eval_size": 6,
+        },  # fmt: skip
+        "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 4},
+        "warm_start": {"steps": 20, "num_demos": 200},
+        "budget": {"launched_tokens": 160},
+        "eval": {"every": 160, "beam": {"beam": 2, "expand": 2}},
+        "seeds": [0],
+        "arms": {
+            "grpo": {"preset": "grpo"},
+            "beam_ei": {
+                "preset": "rft",
+                "blanks": {
+                    "data": {"search": {"mode": "beam", "beam": 1, "expand": 2, "min_reward": 0.0}}
+                },
+            },
+        },  # fmt: skip
+        "tracking": {"mlflow": False},
+    }
+    out = tmp_path / "out"
+    path = write_yaml(yaml.safe_dump(cfg, sort_keys=False))  # grpo first: the reference arm
+    code, _, err = cli("run", path, "--out", str(out), "--no-progress")
+    assert code == 0, err
+    from sixblanks.harness.store import connect
+
+    con = connect(out, read_only=True)
+    rows = con.sql(
+        "SELECT r.arm, e.step, e.n, e.search_mode, e.search_score, e.search_generated_tokens, "
+        "e.eval_generated_tokens, e.run_id FROM evals e JOIN runs r USING (run_id) ORDER BY 1, 2"
+    ).fetchall()
+    con.close()
+    assert {r[0] for r in rows} == {"grpo", "beam_ei"} and all(r[3] == "beam 2x2" for r in rows)
+    for _arm, step, n, _, score, tokens, _single, rid in rows:
+        assert n == 6 and 0.0 <= score <= 1.0
+        # at most 3 turns x 2 kept x 2 children per instance, 3 tokens each; at least one action
+        assert 6 * 2 <= tokens <= 6 * 3 * 2 * 2 * 3
+        res = json.loads((out / "runs" / rid / "result.json").read_text())
+        ev = next(e for e in res["evals"] if e["step"] == step)
+        assert ev["search"]["generated_tokens"] == tokens
+        assert ev["search"]["score"] == pytest.approx(sum(ev["search"]["per_instance"]) / 6)
+    for rid in {r[7] for r in rows}:  # the run's evaluation compute: single samples and beams
+        res = json.loads((out / "runs" / rid / "result.json").read_text())
+        mine = [r for r in rows if r[7] == rid]
+        assert res["eval_cost"]["generated_tokens"] == sum(r[5] + r[6] for r in mine)
+    code, _, err = cli("report", str(out), "--resamples", "100")
+    assert code == 0, err
+    md = (out / "report" / "report.md").read_text()
+    for arm in ("grpo", "beam_ei"):
+        assert f"| {arm} | pass@1: one sample |" in md
+        assert f"| {arm} | beam 2x2 search over turns, leaf chosen by the verifier |" in md
+    audit = json.loads((out / "fairness.json").read_text())
+    flag = next(f for f in audit["flags"] if f["item"] == "training_search")
+    assert flag["arm"] == "beam_ei" and flag["value"]["mode"] == "beam"

@@ -370,7 +370,7 @@ def test_a_store_of_an_earlier_version_gains_the_new_columns(tmp_path, experimen
     ensure_schema(con)
     cols = [r[0] for r in con.execute("DESCRIBE evals").fetchall()]
     con.close()
-    assert cols[-8:] == [
+    assert cols[-13:] == [
         "eval_generated_tokens",
         "eval_verifier_calls",
         "eval_device_seconds",
@@ -379,4 +379,9 @@ def test_a_store_of_an_earlier_version_gains_the_new_columns(tmp_path, experimen
         "wall_seconds",
         "pass_at",
         "eval_judge_calls",
+        "search_mode",  # an inference-time beam search at evaluation (eval.beam)
+        "search_score",
+        "search_generated_tokens",
+        "search_env_steps",
+        "search_verifier_calls",
     ]

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-BUILTIN = ("arithmetic", "guess_number", "chain_arithmetic", "plan_execute")
+BUILTIN = ("arithmetic", "guess_number", "chain_arithmetic", "plan_execute", "nim")
 VALID_FORMS = [*BUILTIN, "reasoning_gym:<dataset>", "module:Class"]
 
 
@@ -21,12 +21,14 @@ class TaskLoadError(ValueError):
 def _builtin(name: str):
     from .builtin import Arithmetic, ChainArithmetic, GuessNumber
     from .hierarchical import PlanExecute
+    from .selfplay import Nim
 
     return {
         "arithmetic": Arithmetic,
         "guess_number": GuessNumber,
         "chain_arithmetic": ChainArithmetic,
         "plan_execute": PlanExecute,
+        "nim": Nim,
     }[name]
 
 

@@ -37,6 +37,8 @@ class RunSettings:
     eval_size: int = 64
     eval_temperature: float = 0.0
     eval_samples: int = 1
+    eval_beam: dict[str, Any] | None = None
+    """Inference-time beam search at each evaluation (``eval.beam``: beam, expand, temperature)."""
     eval_split: str = "test"
     reward_range: tuple[float, float] = (0.0, 1.0)
     name: str = "run"

@@ -24,17 +24,18 @@ import torch
 
 from sixblanks.budgets.ledger import Budget, Ledger
 
-from ..evaluate import evaluate
+from ..evaluate import evaluate_run, evaluation_worst
 from ..rollout.engine import HFEngine, RolloutEngine
 from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
 from .base import Collected, Prepared, RunResult, RunSettings, TrainingError, update_bound
-from .collectors import make_collector
+from .collectors import evaluate_apart, make_collector
 from .context import RunContext, frozen_copy
 from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
 
 EVAL_RECORD = ("score", "n", "split", "seed_range", "success_rate", "pass_at", "per_instance")
+EVAL_RECORD += ("search",)  # an inference-time beam search's score and compute (eval.beam)
 """What an evaluation record keeps of :func:`evaluate`'s result (besides its position and cost)."""
 
 
@@ -166,45 +167,29 @@ class Trainer:
     def evaluate(self) -> dict[str, Any]:
         """Held-out evaluation of the current policy, charged to the evaluation ledger."""
 
-        s, ctx = self.ctx.settings, self.ctx
+        ctx = self.ctx
         charge = self.eval_meter.must_reserve(
-            ctx.worst_rollouts(s.eval_size * s.eval_samples), f"evaluation at step {ctx.step}"
+            evaluation_worst(ctx), f"evaluation at step {ctx.step}"
         )
         with charge:
-            ev = evaluate(
-                ctx.engine,
-                ctx.tokenizer,
-                ctx.task,
-                s.eval_size,
-                max_new_tokens=s.rollout.max_new_tokens,
-                temperature=s.eval_temperature,
-                samples=s.eval_samples,
-                seed=s.seed,
-                max_context_tokens=s.rollout.max_prompt_tokens,
-                split=s.eval_split,
-            )
-            charge.actual = {
-                "launched_tokens": float(ev["generated_tokens"]),
-                "verifier_calls": float(ev["verifier_calls"]),
-                "judge_calls": float(ev["judge_calls"]),
-                "rollouts_launched": float(ev["n"] * s.eval_samples),
-            }
+            ev, charge.actual = evaluate_run(ctx)
         cost = {k: float(ev[k]) for k in ("generated_tokens", "verifier_calls", "judge_calls")}
-        for k, v in cost.items():  # judge calls only where a judge is configured
+        for k, v in cost.items():  # judge calls only where a judge is configured; a beam's too
+            v += float(ev.get("search", {}).get(k, 0.0))
             if v or k != "judge_calls":
                 self.result.eval_cost[k] = self.result.eval_cost.get(k, 0.0) + v
         record = {
             "step": ctx.step,
             "position": dict(self.ledger.counters),
-            **{k: ev[k] for k in EVAL_RECORD},
+            **{k: ev[k] for k in EVAL_RECORD if k in ev},
             "cost": {
                 **cost,
                 "device_seconds": charge.elapsed[0],
                 "wall_seconds": charge.elapsed[1],
             },
         }
-        self.result.evals.append(record)
-        return record
+        self.result.evals.append(record | evaluate_apart(self))  # a game's external opponents
+        return self.result.evals[-1]
 
     def maybe_eval(self, force: bool = False) -> None:
         """Evaluate when the budget's counter passed the next evaluation point (or ``force``)."""

@@ -6,6 +6,7 @@ A new source of data (a concurrent collector, a replay buffer, search) is a new 
 
 from __future__ import annotations
 
+from ...selfplay import evaluate_apart  # the loop's evaluations apart (two-player games)
 from ..context import RunContext
 from .demonstrations import Demonstrations, demonstration_batch
 from .greedy import GreedyBaseline
@@ -16,6 +17,11 @@ from .pairs import PreferencePairs
 def make_collector(ctx: RunContext):
     """The collector the data blank names (``data.source``)."""
 
+    if ctx.blanks.data.self_play is not None:
+        from .selfplay import SelfPlayRounds
+
+        greedy = GreedyBaseline(ctx) if ctx.blanks.advantage.estimator == "remax" else None
+        return SelfPlayRounds(ctx, greedy)
     source = ctx.blanks.data.source
     if source == "demonstrations":
         return Demonstrations(ctx)
@@ -29,6 +35,10 @@ def make_collector(ctx: RunContext):
         from .concurrent import ConcurrentRounds
 
         return ConcurrentRounds(ctx)
+    if ctx.blanks.data.world_model is not None:
+        from .imagined import ImaginedRounds
+
+        return ImaginedRounds(ctx)
     if ctx.blanks.data.branching is not None:
         from .branching import BranchingRounds
 
@@ -43,5 +53,6 @@ __all__ = [
     "OnPolicyRounds",
     "PreferencePairs",
     "demonstration_batch",
+    "evaluate_apart",
     "make_collector",
 ]
