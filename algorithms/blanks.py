@@ -694,6 +694,15 @@ class Blanks(_Spec):
                     "data.search.policy: 'initial' samples are off-policy for a policy gradient; "
                     "set weight.ratio: behavior (pi / pi_behaviour, from the carried log-probs)"
                 )
+            if (
+                self.advantage.estimator == "prm"
+                and self.advantage.prm.mode in ("sum", "min")
+                and sp.mode != "best_of_n"
+            ):
+                raise ValueError(
+                    "advantage.prm.mode: 'sum' and 'min' total each leaf's steps, and a beam or "
+                    "tree prefix trains (and is scored) in one leaf only; use mode 'advantage'"
+                )
             if d.dynamic_sampling or self.advantage.estimator == "remax" or d.branching:
                 raise ValueError(
                     "data.source: 'search' selects its own samples: not with dynamic_sampling, "

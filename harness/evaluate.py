@@ -117,11 +117,12 @@ def evaluate_beam(
         engine, tokenizer, task, instances, params, gate, mode="beam", beam=beam, expand=expand,
         max_context_tokens=max_context_tokens, generator=torch.Generator().manual_seed(seed),
     )  # fmt: skip
-    best = [0.0] * len(instances)
+    found: list[float | None] = [None] * len(instances)
     for leaf in tree.leaves:
         if leaf.episode.failure is None:
-            g = leaf.episode.group
-            best[g] = max(best[g], float(sum(leaf.episode.turn_rewards)))
+            g, r = leaf.episode.group, float(sum(leaf.episode.turn_rewards))
+            found[g] = r if found[g] is None else max(found[g], r)
+    best = [r if r is not None else 0.0 for r in found]  # no finished leaf: 0, as a failure
     cost = tree.cost()
     return {
         "mode": f"beam {beam}x{expand}",
@@ -133,6 +134,7 @@ def evaluate_beam(
         "generated_tokens": cost["launched_tokens"],
         "env_steps": cost["env_steps"],
         "leaves": len(tree.leaves),
+        "tips": len(tree.tips),
         "verifier_calls": gate.stats.calls,
         "judge_calls": gate.counts()[1] - judged0,
     }
@@ -148,7 +150,9 @@ def evaluation_worst(ctx) -> dict[str, float]:
         b = s.eval_beam
         nodes = s.eval_size * b["beam"] * b["expand"]  # episodes' worth: each up to every turn
         extra = ctx.worst_rollouts(nodes)
-        extra["verifier_calls"] += float(nodes * ctx.turns * (ctx.turns - 1))  # replays
+        replays = float(nodes * ctx.turns * (ctx.turns - 1))  # a fork's prefix, replayed
+        extra["verifier_calls"] += replays
+        extra["judge_calls"] += replays * ctx.judge_calls_per_verify
         worst = {k: worst[k] + extra[k] for k in worst}
     return worst
 
@@ -181,7 +185,7 @@ def evaluate_run(ctx) -> tuple[dict[str, Any], dict[str, float]]:
             ctx.engine, ctx.tokenizer, ctx.task, s.eval_size, beam=b["beam"], expand=b["expand"],
             temperature=b["temperature"], **common,
         )  # fmt: skip
-        for k, v in (("launched_tokens", "generated_tokens"), ("rollouts_launched", "leaves")):
+        for k, v in (("launched_tokens", "generated_tokens"), ("rollouts_launched", "tips")):
             actual[k] += float(ev["search"][v])
         for k in ("verifier_calls", "judge_calls"):
             actual[k] += float(ev["search"][k])

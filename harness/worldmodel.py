@@ -36,7 +36,9 @@ class Transition:
 
 
 def transitions(batch: TrajectoryBatch) -> list[Transition]:
-    """The real transitions of ``batch``: one per action of every episode that did not fail."""
+    """The real transitions of ``batch``: one per action of every episode that did not fail, except
+    the last action of an episode a limit cut (context, generation end, turns without the
+    environment ending it): whether and how the environment would have answered is unknown."""
 
     out = []
     for i in range(batch.size):
@@ -47,11 +49,11 @@ def transitions(batch: TrajectoryBatch) -> list[Transition]:
         acts = [(s, e) for kind, s, e in segs if kind == "action"]
         for k, (_, end) in enumerate(acts[:n]):
             nxt = [(s, e) for kind, s, e in segs if kind == "obs" and s == end]
-            obs = toks[nxt[0][0] : nxt[0][1]] if nxt else []
             done = k == n - 1
-            out.append(
-                Transition(toks[:end], [] if done else obs, float(batch.turn_rewards[i, k]), done)
-            )
+            if done and not batch.terminated[i]:  # cut by a limit, not ended by the environment:
+                continue  # its end and its next observation are unknown
+            obs = toks[nxt[0][0] : nxt[0][1]] if nxt and not done else []
+            out.append(Transition(toks[:end], obs, float(batch.turn_rewards[i, k]), done))
     return out
 
 

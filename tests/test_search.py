@@ -134,6 +134,10 @@ def test_search_feeds_sft_or_the_policy_gradient_and_is_explained(cli):
         resolve("grpo", {"data": {"source": "search", "search": {"policy": "initial"}}})
     with pytest.raises(ValueError, match="not with dynamic_sampling"):
         resolve("dapo", {"data": {"source": "search"}})
+    tree = {"source": "search", "search": {"mode": "tree", "select": "all"}}
+    resolve("prm_grpo", {"data": tree})  # mode 'advantage': each step's own score
+    with pytest.raises(ValueError, match="use mode 'advantage'"):  # a prefix scored in one leaf
+        resolve("prm_grpo", {"data": tree, "advantage": {"prm": {"mode": "sum"}}})
     code, out, _ = cli("explain", "rft")
     assert code == 0 and "search.n" in out and "search_selection" in out
 
@@ -320,6 +324,12 @@ def test_a_policy_gradient_on_tree_leaves_with_a_prm_on_the_tree_labels(guess_wa
 
     tr, res, trained = _train_guess(guess_warm, "prm_grpo", TREE_PRM, 500.0)
     assert res.ended_because == "budget" and not res.ledger.check_invariants()
+    c = res.ledger.counters  # the tree is the only data source: its counters are the totals
+    assert (
+        c["search_tokens"] == c["launched_tokens"] > 0 and c["search_env_steps"] == c["env_steps"]
+    )
+    assert c["search_verifier_calls"] == c["verifier_calls"]
+    assert c["launched_tokens"] == c["accepted_tokens"] + c["discarded_tokens"]
     assert trained and len(res.steps) >= 2
     for b in trained:
         on = b.action_mask > 0

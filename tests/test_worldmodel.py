@@ -24,7 +24,7 @@ def guess4():
     return task, model, tok
 
 
-def _episodes(task, tok, seeds, g=2):
+def _episodes(task, tok, seeds, g=2, max_context_tokens=512):
     from sixblanks.harness.rollout.agent import run_episodes
     from sixblanks.harness.rollout.engine import SamplingParams
 
@@ -40,7 +40,9 @@ def _episodes(task, tok, seeds, g=2):
 
     engine.generate = bisect
     params = SamplingParams(1.0, max_new_tokens=3)
-    return run_episodes(engine, tok, task, task.instances(seeds), g, params)
+    return run_episodes(
+        engine, tok, task, task.instances(seeds), g, params, max_context_tokens=max_context_tokens
+    )
 
 
 def test_transitions_by_hand(guess4):
@@ -59,6 +61,13 @@ def test_transitions_by_hand(guess4):
     ]
     assert [tok.decode(t.obs) for t in trs] == ["higher\n", "higher\n", ""]
     assert [(t.reward, t.done) for t in trs] == [(0.0, False), (0.0, False), (1.0, True)]
+    # cut by the context limit after its second action (11 + 2 + 7 + 2 tokens, then "higher\n"
+    # and 3 new tokens would pass 30): the environment never ended it, so its last action's end
+    # and next observation are unknown and it gives no transition
+    cut = _episodes(task, tok, [0], g=1, max_context_tokens=30)
+    assert len(cut.actions[0]) == 2 and bool(cut.truncated[0]) and not bool(cut.terminated[0])
+    trs = transitions(cut)
+    assert len(trs) == 1 and tok.decode(trs[0].obs) == "higher\n" and not trs[0].done
 
 
 def test_the_world_model_learns_the_environment_and_imagines_without_the_verifier(guess4):

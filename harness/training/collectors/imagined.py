@@ -20,7 +20,7 @@ from ...tasks.verify import VerifierGate
 from ...worldmodel import ImaginedTask, Transition, WorldModel, transitions
 from ..base import Collected, TrainingError
 from ..context import RunContext
-from ..meter import UNIT_KINDS
+from ..meter import UNIT_KINDS, add_costs
 from .onpolicy import OnPolicyRounds
 
 
@@ -58,7 +58,15 @@ class ImaginedRounds(OnPolicyRounds):
             full = dict(worst)
             for k, v in self.imagined_worst().items():
                 full[k] = full.get(k, 0.0) + v * self.spec.imagined_rounds
-            self.imagine = self.ctx.meter.fits(full)
+            d = self.ctx.blanks.data  # with the update it bounds, as the loop admits a step
+            bound = {
+                "optimizer_steps": float(d.epochs * d.minibatches),
+                "accepted_tokens": full["launched_tokens"],
+                "rollouts_accepted": full["rollouts_launched"],
+            }
+            self.imagine = bool(self.buffer) and self.ctx.meter.fits(
+                add_costs(full, bound), time_of=UNIT_KINDS
+            )
             worst = full if self.imagine else worst
         return worst
 
@@ -70,9 +78,10 @@ class ImaginedRounds(OnPolicyRounds):
         fresh = transitions(collected.batch)
         metrics = self.model.measure(fresh)  # before training on them: held out
         self.buffer = (self.buffer + fresh)[-spec.buffer :]
-        metrics["world_model.loss"] = self.model.fit(
-            self.buffer, spec.train_steps, spec.batch_size, self.rng
-        )
+        if self.buffer:  # every real episode so far failed: nothing to learn from yet
+            metrics["world_model.loss"] = self.model.fit(
+                self.buffer, spec.train_steps, spec.batch_size, self.rng
+            )
         batches = [collected.batch]
         if self.imagine:
             for _ in range(spec.imagined_rounds):

@@ -42,12 +42,17 @@ class OnPolicyRounds:
             worst["replayed_tokens"] = self.replay.worst_case_tokens()
         return worst
 
+    def round_worst(self) -> dict[str, float]:
+        """One round's own worst case (a subclass's worst_case may add what follows the round)."""
+
+        return OnPolicyRounds.worst_case(self)
+
     def round(self) -> tuple[TrajectoryBatch, TrajectoryBatch | None] | None:
         """Reserve, generate, commit one round. None: it would not fit."""
 
         ctx = self.ctx
         # a round is launched only when it, the update, the weight sync and a checkpoint fit
-        charge = ctx.meter.reserve(self.worst_case(), f"rollouts step {ctx.step}", UNIT_KINDS)
+        charge = ctx.meter.reserve(self.round_worst(), f"rollouts step {ctx.step}", UNIT_KINDS)
         if charge is None:
             return None
         with charge:

@@ -105,11 +105,14 @@ class SearchRounds:
 
     def worst_case(self) -> dict[str, float]:
         ctx, r, calls = self.ctx, self.ctx.settings.rollout, self.calls()
-        replay = float(calls * (ctx.turns - 1)) if self.spec.mode != "best_of_n" else 0.0
+        if self.spec.mode == "best_of_n":  # n episodes per prompt, each up to every turn
+            worst = ctx.worst_rollouts(self.n_prompts * self.spec.n)
+            return {**worst, **{s: worst[t] for t, s in SEARCH_OF.items()}}
+        replay = float(calls * (ctx.turns - 1))
         worst = {  # per generation call: one action at the limits, one step, its verifier calls
             "launched_tokens": float(calls * r.max_new_tokens),
             "prompt_tokens": float(calls * r.max_prompt_tokens),
-            "rollouts_launched": float(calls),
+            "rollouts_launched": float(calls),  # a tip per child at most
             "env_steps": calls + replay,  # a fork replays its prefix where it cannot restore
             "verifier_calls": calls + replay,
             "judge_calls": (calls + replay) * ctx.judge_calls_per_verify,
