@@ -190,13 +190,13 @@ def spec_items(
     judge = spec["task"].get("judge")
     if judge:
         verifier = {**verifier, "judge": judge_identity(judge)}
+    tok = warm_info.get("tokenizer") or {"unknown": warm_info.get("key")}
+    applied = r.get("chat_template", "none")  # auto: the tokenizer's own (hashed above), if any
+    if applied == "auto" and not tok.get("chat_template"):
+        applied = "none"
     return {
         "initial_policy": warm_info.get("policy_hash"),
-        "tokenizer": {
-            **(warm_info.get("tokenizer") or {"unknown": warm_info.get("key")}),
-            # rollouts apply no chat template yet; a run spec that names one is audited by it
-            "chat_template_applied": r.get("chat_template", "none"),
-        },
+        "tokenizer": {**tok, "chat_template_applied": applied},
         "task": ident,
         "reward": {"verifier": verifier, "shaping": shaping_terms(blanks) if shaped else {}},
         "sampling": {

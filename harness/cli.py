@@ -375,7 +375,7 @@ def rollouts(
 
     from .config import load_config
     from .contract import sample_and_check
-    from .models import load_policy
+    from .models import apply_chat_setting, load_policy
     from .rollout.engine import make_engine
     from .tasks import make_task
     from .warmstart import warm_start
@@ -397,6 +397,7 @@ def rollouts(
         )
     else:
         model, tok = load_policy(cfg.model, tasks)
+        apply_chat_setting(tok, cfg.rollout.chat_template)
     engine = make_engine(cfg.rollout, model, tok, seed=seed)
     r = cfg.rollout
     G = group or r.group_size

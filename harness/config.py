@@ -176,10 +176,25 @@ class RolloutConfig(_Cfg):
     micro_batch_size: int = Field(
         64, ge=1, description="Sequences per forward/backward micro-batch."
     )
+    chat_template: str = Field(
+        "auto",
+        description="auto: where the tokenizer has a chat template, prompts and observations are "
+        "user messages rendered by it (the generation prompt added, the history extended as the "
+        "template does); none: raw text; or the path of a Jinja template file to use instead.",
+    )
+
+    @model_validator(mode="after")
+    def _chat_template(self) -> RolloutConfig:
+        t = self.chat_template
+        if t not in ("auto", "none") and not Path(t).is_file():
+            raise ValueError(f"chat_template: '{t}' is not 'auto', 'none' or an existing file")
+        return self
 
 
 class OptimizerConfig(_Cfg):
-    lr: float = Field(3e-4, gt=0)
+    lr: float = Field(
+        3e-4, gt=0, description="3e-4 for the tiny model; unset, a pretrained model gets 1e-6."
+    )
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = Field(1.0, gt=0, description="Max gradient norm; None: off.")
@@ -200,7 +215,9 @@ class WarmStartConfig(_Cfg):
     enabled: bool = True
     steps: int = Field(300, ge=0)
     batch_size: int = Field(32, gt=0)
-    lr: float = Field(3e-3, gt=0)
+    lr: float = Field(
+        3e-3, gt=0, description="3e-3 for the tiny model; unset, a pretrained model gets 1e-5."
+    )
     num_demos: int = Field(2000, gt=0)
     seed: int = 0
 
@@ -377,6 +394,10 @@ class SweepConfig(_Cfg):
 # --------------------------------------------------------------------------- experiment
 
 
+PRETRAINED_LR = {"warm_start": 1e-5, "optimizer": 1e-6}
+"""Learning rates of a pretrained model where the experiment file sets none."""
+
+
 class ExperimentConfig(_Cfg):
     name: str = Field("sixblanks", min_length=1)
     model: ModelConfig = ModelConfig()
@@ -413,6 +434,23 @@ class ExperimentConfig(_Cfg):
         if dup:
             raise ValueError(f"duplicate seed(s) {dup}: each seed must appear once")
         return v
+
+    @model_validator(mode="after")
+    def _model_size_defaults(self) -> ExperimentConfig:
+        """Learning rates the file leaves unset follow the model: the defaults (warm start 3e-3,
+        RL 3e-4) are tuned for the tiny from-scratch model; a pretrained model (model.path or
+        model.gguf) gets PRETRAINED_LR (warm-start SFT 1e-5, RL 1e-6), as a 3e-3 SFT step takes
+        SmolLM2-135M's loss from 2.6 to 8.8 in three steps."""
+
+        if self.model.kind == "tiny":
+            return self
+        if "lr" not in self.warm_start.model_fields_set:
+            lr = PRETRAINED_LR["warm_start"]
+            self.warm_start = self.warm_start.model_copy(update={"lr": lr})
+        if "lr" not in self.optimizer.model_fields_set:
+            lr = PRETRAINED_LR["optimizer"]
+            self.optimizer = self.optimizer.model_copy(update={"lr": lr})
+        return self
 
     @model_validator(mode="after")
     def _tasks(self) -> ExperimentConfig:

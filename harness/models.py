@@ -166,10 +166,35 @@ def load_pretrained(
         model = AutoModelForCausalLM.from_pretrained(p, dtype=_dtype(dtype), **kw)
     except (OSError, ValueError, ImportError) as exc:
         raise ModelError(f"cannot load model from '{p}': {exc}") from None
+    if gguf_file:
+        plain_weights(model)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model.to(device), tokenizer
+
+
+def plain_weights(model) -> None:
+    """Make a model loaded from GGUF an ordinary trainable Hugging Face model. transformers
+    dequantizes a GGUF checkpoint's tensors while loading, but keeps a GGUF quantizer on the model,
+    which refuses ``save_pretrained`` ("quantized with gguf and is not serializable"); the weights
+    are already plain float tensors, so the quantizer and its config are dropped."""
+
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+
+
+def apply_chat_setting(tokenizer, mode: str) -> None:
+    """``rollout.chat_template``: ``auto`` keeps the tokenizer's own template (none: raw text),
+    ``none`` removes it, a file path replaces it. The tokenizer saved with the initial policy keeps
+    the choice, so every run, evaluation and contract check of the experiment renders alike."""
+
+    if mode == "none":
+        tokenizer.chat_template = None
+    elif mode != "auto":
+        tokenizer.chat_template = Path(mode).read_text()
 
 
 def save_policy(model, tokenizer, directory: str | Path) -> Path:

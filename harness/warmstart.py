@@ -22,7 +22,7 @@ from sixblanks.algorithms.presets import get_preset
 
 from .config import OptimizerConfig
 from .layout import WARM_START_JSON
-from .models import load_policy, save_policy, state_hash
+from .models import apply_chat_setting, load_policy, save_policy, state_hash
 from .rollout.trajectory import TrajectoryBatch
 from .seeds import demo_seeds
 from .tasks.base import Task
@@ -72,6 +72,14 @@ def train_sft(
     return trainer.train(evaluate_start=False, on_step=on_step)
 
 
+def chat_identity(mode: str) -> str:
+    """``rollout.chat_template`` as it enters the warm-start key: the mode, or a file's content hash."""
+
+    if mode in ("auto", "none"):
+        return mode
+    return "file:" + hashlib.sha256(Path(mode).read_bytes()).hexdigest()[:16]
+
+
 def warm_start_key(cfg, tasks: list[Task]) -> str:
     """Content hash of everything the warm-start policy depends on."""
 
@@ -81,6 +89,7 @@ def warm_start_key(cfg, tasks: list[Task]) -> str:
         "tasks": [{"name": t.name, "params": t.params.model_dump(mode="json")} for t in tasks],
         "warm_start": cfg.warm_start.model_dump(mode="json"),
         "max_context": cfg.rollout.max_prompt_tokens,
+        "chat_template": chat_identity(cfg.rollout.chat_template),
         # micro-batches below warm_start.batch_size change the float summation order
         "micro_batch": min(cfg.rollout.micro_batch_size, cfg.warm_start.batch_size),
     }
@@ -103,6 +112,7 @@ def warm_start(
         info["cached"] = True
         return model, tok, info
     model, tok = load_policy(cfg.model, tasks)
+    apply_chat_setting(tok, cfg.rollout.chat_template)
     t0 = time.time()
     losses: list[float] = []
     counters: dict[str, float] = {}

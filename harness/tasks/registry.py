@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-BUILTIN = ("arithmetic", "guess_number", "chain_arithmetic", "plan_execute", "nim")
+BUILTIN = ("arithmetic", "guess_number", "chain_arithmetic", "plan_execute", "nim", "dataset")
 VALID_FORMS = [*BUILTIN, "reasoning_gym:<dataset>", "module:Class"]
 
 
@@ -20,6 +20,7 @@ class TaskLoadError(ValueError):
 
 def _builtin(name: str):
     from .builtin import Arithmetic, ChainArithmetic, GuessNumber
+    from .dataset import DatasetTask
     from .hierarchical import PlanExecute
     from .selfplay import Nim
 
@@ -29,6 +30,7 @@ def _builtin(name: str):
         "chain_arithmetic": ChainArithmetic,
         "plan_execute": PlanExecute,
         "nim": Nim,
+        "dataset": DatasetTask,
     }[name]
 
 
