@@ -49,6 +49,20 @@ class TinyModelConfig(_Cfg):
         return self
 
 
+class LoraSpec(_Cfg):
+    """LoRA adapters (peft) trained on the frozen initial policy during RL (the warm start trains
+    the whole model); the reference policy is the base with the adapter disabled."""
+
+    r: int = Field(8, ge=1, description="Rank of each adapter.")
+    alpha: float = Field(16.0, gt=0, description="Scale: the update is alpha / r x B A.")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | str = Field(
+        "all-linear",
+        description="Module names to adapt (e.g. [q_proj, v_proj]), or all-linear (every linear "
+        "layer but the output head).",
+    )
+
+
 class ModelConfig(_Cfg):
     """The policy. Default: a tiny Llama-type model with a tokenizer trained for the task alphabet."""
 
@@ -60,6 +74,9 @@ class ModelConfig(_Cfg):
     device: str = Field("cpu", description="cpu, cuda or cuda:N.")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     seed: int = Field(0, description="Seed of the tiny model's initial weights.")
+    lora: LoraSpec | None = Field(
+        None, description="Train LoRA adapters (peft) in RL instead of every weight; None: full."
+    )
 
     @field_validator("device")
     @classmethod

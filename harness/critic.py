@@ -7,6 +7,8 @@ import copy
 import torch
 from torch import nn
 
+from .models import backbone
+
 
 class ValueModel(nn.Module):
     """``forward(tokens, attention_mask, hidden=None) -> values [B, T]`` at every position.
@@ -25,7 +27,7 @@ class ValueModel(nn.Module):
         super().__init__()
         self.trunk = trunk
         hidden = policy.config.hidden_size
-        self.backbone = copy.deepcopy(policy.base_model) if trunk != "shared" else None
+        self.backbone = copy.deepcopy(backbone(policy)) if trunk != "shared" else None
         if self.backbone is not None:
             for name, p in self.backbone.named_parameters():
                 # frozen_attention: only the MLP projections train (SAO's stand-in, see the blanks)

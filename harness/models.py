@@ -221,6 +221,14 @@ def load_policy(model_cfg, tasks: list | None = None):
     return model.to(device=model_cfg.device, dtype=_dtype(model_cfg.dtype)), tokenizer
 
 
+def backbone(policy):
+    """The transformer body of a causal LM (its ``base_model``: hidden states, no head), through a
+    peft wrapper where there is one (the adapted body)."""
+
+    inner = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    return inner.base_model
+
+
 def param_count(model) -> int:
     return sum(p.numel() for p in model.parameters())
 

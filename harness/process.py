@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .critic import ValueModel
+from .models import backbone
 from .rollout.trajectory import TrajectoryBatch
 
 
@@ -89,7 +90,7 @@ class StepScorer(torch.nn.Module):
         hidden = None
         if self._policy:
             with torch.no_grad():
-                base = self._policy[0].base_model(input_ids=tokens, attention_mask=attn)
+                base = backbone(self._policy[0])(input_ids=tokens, attention_mask=attn)
                 hidden = base.last_hidden_state.detach()
         per_token = self.model(tokens, attn, hidden)  # [B, T]
         K = batch.turn_rewards.shape[1]

@@ -70,10 +70,16 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     if settings.reward_range == (0.0, 1.0):
         settings.reward_range = task.reward_range
     model, tok = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
-    ref, _ = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+    if spec["model"].get("lora"):  # the reference is the base: the same weights, adapter off
+        from .lora import AdapterOff, apply_lora
+
+        model = apply_lora(model, spec["model"]["lora"])
+        ref = AdapterOff(model)
+    else:
+        ref, _ = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+        for p in ref.parameters():
+            p.requires_grad_(False)
     ref.eval()
-    for p in ref.parameters():
-        p.requires_grad_(False)
     engine = make_engine(settings.rollout, model, tok, seed=int(spec["seed"]))
     return Trainer(settings, task, model, tok, ref_model=ref, engine=engine)
 

@@ -25,6 +25,7 @@ import torch
 from sixblanks.budgets.ledger import Budget, Ledger
 
 from ..evaluate import evaluate_run, evaluation_worst
+from ..lora import memory_metrics, param_counts, train_state_bytes
 from ..rollout.engine import HFEngine, RolloutEngine
 from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
@@ -84,6 +85,10 @@ class Trainer:
         )
         self.objective = (objective or make_objective)(self.ctx)
         self.collector = (collector or make_collector)(self.ctx)
+        trainable, total = param_counts(model)  # LoRA: the adapter's weights only
+        mb = train_state_bytes(model) / 2**20
+        self.sizes = {"memory.trainable_params": trainable, "memory.total_params": total}
+        self.sizes["memory.train_state_mb"] = mb
         self.eval_meter = Meter(Ledger(), timer)
         self.log = log or (lambda _m: None)
         self.result = RunResult(ledger=ledger)
@@ -159,6 +164,7 @@ class Trainer:
         meter = self.ctx.meter
         snap = meter.ledger.snapshot(self.ctx.step)
         metrics.update({f"ledger.{k}": v for k, v in snap.items() if k != "step"})
+        metrics.update({**self.sizes, **memory_metrics(self.ctx.device)})
         self.result.steps.append(metrics)
         self.ctx.step += 1
 
