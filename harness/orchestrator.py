@@ -220,6 +220,8 @@ class Orchestrator:
     def _progress_callback(self, todo: list[dict[str, Any]]):
         if not self.progress:
             return lambda final=False: None
+        if not sys.stderr.isatty():  # a log file or a cluster job: a plain line per event
+            return self._plain_progress(todo)
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         prog = Progress(
@@ -260,6 +262,33 @@ class Orchestrator:
             update()
             if final and state["started"]:
                 prog.stop()
+
+        return callback
+
+    def _plain_progress(self, todo: list[dict[str, Any]]):
+        """One line on stderr per evaluation and per finished or failed run, as they happen."""
+
+        seen: dict[str, tuple[Any, Any]] = {}
+
+        def callback(final: bool = False) -> None:
+            for s in todo:
+                st = self.dir.run(s["run_id"]).read_status()
+                last, state = st.get("last_eval"), st.get("state")
+                before = seen.get(s["run_id"], (None, None))
+                name = f"{s['arm']}/{s['task']['name']}/seed{s['seed']}"
+                if last and last != before[0]:
+                    used = ", ".join(
+                        f"{k} {st.get('counters', {}).get(k, 0):g}/{v:g}"
+                        for k, v in s["budget"].items()
+                    )
+                    print(f"{name}: eval at step {last.get('step')}: score {last['score']:.3f} "
+                          f"({used})", file=sys.stderr, flush=True)  # fmt: skip
+                if state in ("finished", "failed") and state != before[1]:
+                    what = "FAILED: " + str(st.get("error", ""))[:200] if state == "failed" else (
+                        f"finished after {st.get('step', '?')} steps"
+                    )  # fmt: skip
+                    print(f"{name}: {what}", file=sys.stderr, flush=True)
+                seen[s["run_id"]] = (last, state)
 
         return callback
 

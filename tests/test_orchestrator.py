@@ -264,3 +264,26 @@ def test_local_workers_end_when_the_orchestrator_is_killed(tmp_path):
     else:
         os.kill(worker, signal.SIGKILL)
         raise AssertionError("the pool worker outlived its killed parent")
+
+
+def test_without_a_terminal_run_prints_a_line_per_evaluation_and_per_finished_run(
+    tmp_path, cli, write_yaml
+):
+    """Output to a log file (no terminal): no progress bars, but one plain line per evaluation and
+    per finished run as they happen (issue 20)."""
+
+    import yaml
+
+    cfg = {
+        **TINY,
+        "seeds": [0],
+        "arms": {"grpo": {"preset": "grpo"}},
+        "budget": {"launched_tokens": 400},
+        "eval": {"every": 200},
+    }
+    code, _, err = cli("run", write_yaml(yaml.safe_dump(cfg)), "--out", str(tmp_path / "o"))
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("grpo/arithmetic/seed0:")]
+    evals = [ln for ln in lines if ": eval at step " in ln]
+    assert evals and all("launched_tokens" in ln and "/400" in ln for ln in evals)
+    assert lines[-1].startswith("grpo/arithmetic/seed0: finished after ")
