@@ -107,7 +107,9 @@ def chat_parts(tokenizer) -> tuple[str, str, str, str]:
     user = [{"role": "user", "content": P}]
     s1 = render(user, True)
     s2 = render([*user, {"role": "assistant", "content": A}], False)
-    s3 = render([*user, {"role": "assistant", "content": A}, {"role": "user", "content": OBS}], True)
+    s3 = render(
+        [*user, {"role": "assistant", "content": A}, {"role": "user", "content": OBS}], True
+    )
     if not (
         s1.count(P) == 1 and s2.startswith(s1 + A) and s3.startswith(s2) and OBS in s3[len(s2) :]
     ):
