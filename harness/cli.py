@@ -373,20 +373,26 @@ def rollouts(
 
     from rich.text import Text
 
-    from .config import load_config
+    from .config import TaskConfig, load_config
     from .contract import sample_and_check
     from .models import apply_chat_setting, load_policy
     from .rollout.engine import make_engine
     from .tasks import make_task
+    from .tasks.registry import TaskLoadError
     from .warmstart import warm_start
 
     cfg = load_config(config)
     names = [t.name for t in cfg.tasks or []]
     chosen = task or names[0]
-    if chosen not in names:
-        from .errors import ConfigError, unknown_name
+    if chosen not in names:  # any registered task, with its defaults (the file does not list it)
+        try:
+            make_task(chosen)
+        except (TaskLoadError, ValueError) as exc:
+            from .errors import ConfigError
 
-        raise ConfigError(f"--task: {unknown_name('task', chosen, names)} (tasks of {config})")
+            raise ConfigError(f"--task: {exc}") from None
+        cfg.tasks = [*(cfg.tasks or []), TaskConfig(name=chosen)]
+        names.append(chosen)
     tcfg = next(t for t in cfg.tasks or [] if t.name == chosen)
     tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
     the_task = tasks[names.index(chosen)]

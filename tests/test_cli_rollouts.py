@@ -38,6 +38,20 @@ rollout: {max_new_tokens: 4}
     assert code == 2 and "did you mean 'guess_number'" in err
 
 
+def test_rollouts_takes_any_registered_task_with_its_defaults(cli, write_yaml, tmp_path):
+    """A task the file does not list: its default parameters (guess_number: 5 turns)."""
+
+    path = write_yaml("arms: {a: {preset: grpo}}\nwarm_start: {steps: 5, num_demos: 50}\n")
+    code, out, err = cli("rollouts", path, "--task", "guess_number", "--n", "1", "--group", "2",
+                         "--json", "--no-warm-start", "--out", str(tmp_path / "o"))  # fmt: skip
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["task"] == "guess_number" and data["contract"]["passed"] is True
+    assert "".join(data["episodes"][0]["text"][1:11]) == "guess 1-16"  # high: 16, the default
+    code, _, err = cli("rollouts", path, "--task", "nimm", "--no-warm-start")
+    assert code == 2 and "did you mean 'nim'" in err
+
+
 def test_rollouts_command_prints_episodes(cli, write_yaml, tmp_path):
     path = write_yaml("arms: {a: {preset: grpo}}\nwarm_start: {steps: 5, num_demos: 50}\n")
     code, out, err = cli("rollouts", path, "--n", "2", "--group", "2", "--out", str(tmp_path / "o"))
