@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import credit, diagnostics, lag, render, selfplay, stats, worldmodel
+from . import credit, diagnostics, lag, mismatch, render, selfplay, stats, worldmodel
 from .audit_tables import blanks_blocks, fairness_blocks
 from .tables import (
     arm_table,
@@ -156,6 +156,7 @@ class Data:
     credit: dict[str, pl.DataFrame] = field(default_factory=dict)
     selfplay: pl.DataFrame = field(default_factory=pl.DataFrame)
     worldmodel: pl.DataFrame = field(default_factory=pl.DataFrame)
+    mismatch: pl.DataFrame = field(default_factory=pl.DataFrame)
     split: str | None = None
     tasks: list[str] = field(default_factory=list)
     arms: list[str] = field(default_factory=list)
@@ -205,6 +206,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         credit_tables = credit.query(con)
         selfplay_rows = selfplay.query(con)
         worldmodel_rows = worldmodel.query(con)
+        mismatch_rows = mismatch.query(con)
     finally:
         con.close()
     arms_cfg = list(config.get("arms", {}))
@@ -268,6 +270,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         credit=credit_tables,
         selfplay=selfplay_rows,
         worldmodel=worldmodel_rows,
+        mismatch=mismatch_rows,
         split=split,
         tasks=tasks,
         arms=arms,
@@ -413,6 +416,11 @@ def build_report(
     blocks += search_blocks(d)
     blocks += selfplay.selfplay_blocks(d)
     blocks += worldmodel.worldmodel_blocks(d)
+    mismatch_part = mismatch.mismatch_blocks(d, with_plots)
+    for b in mismatch_part:
+        if isinstance(b, render.Image):
+            (rep / b.name).write_bytes(b.png)
+    blocks += mismatch_part
     title = f"sixblanks report: {d.name}"
     (rep / "index.html").write_text(render.to_html(title, blocks), encoding="utf-8")
     (rep / "report.md").write_text(render.to_markdown(title, blocks), encoding="utf-8")

@@ -499,3 +499,32 @@ def test_lagged_arms_get_the_lag_figure(tmp_path):
     (tmp_path / "plain").mkdir()
     build_report(plant(tmp_path / "plain"), baseline="B", resamples=R)
     assert not (tmp_path / "plain" / "report" / "lag.png").exists()
+
+
+def test_the_report_shows_rollout_trainer_mismatch_over_training(tmp_path):
+    """Planted mismatch metrics (as a vLLM engine's): the section's table by hand; none where the
+    mismatch is float noise (the HF engine's)."""
+
+    import duckdb
+
+    from sixblanks.harness.store import append_rows
+    from sixblanks.reports.build import build_report
+
+    out = plant(tmp_path)
+    con = duckdb.connect(str(out / "results.duckdb"))
+    runs = dict(con.sql("SELECT run_id, arm FROM runs").fetchall())
+    con.close()
+    rows = []
+    for rid, arm in runs.items():
+        for step in range(3):
+            kl = (1e-3 * (step + 1)) if arm == "A" else 1e-14
+            rows += [
+                {"run_id": rid, "step": step, "name": "mismatch.kl", "value": kl},
+                {"run_id": rid, "step": step, "name": "mismatch.ratio_out_frac", "value": 0.0},
+            ]
+    append_rows(out, {"metrics": rows})
+    text = (build_report(out, baseline="B", resamples=100).parent / "report.md").read_text()
+    assert "Rollout/trainer mismatch over training" in text
+    assert "| A | 2.00e-03 | 3.00e-03 | 0.00e+00 | 0.00e+00 |" in text  # mean of 1, 2, 3 e-3
+    assert "| B | 1.00e-14 | 1.00e-14 |" in text
+    assert (out / "report" / "mismatch.png").exists()
