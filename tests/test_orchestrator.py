@@ -225,6 +225,7 @@ def test_failed_run_is_reported_and_others_finish(tmp_path, cli, write_yaml):
     assert next(r for r in rows if r["arm"] == "boom")["error"]
 
 
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
 @pytest.mark.slow
 def test_ray_executor_gives_the_same_results_as_local(tmp_path):
     pytest.importorskip("ray")

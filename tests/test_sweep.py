@@ -127,6 +127,7 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
             assert hi <= clo or chi <= lo  # disjoint seed ranges: no instance is shared
 
 
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
 @pytest.mark.slow
 def test_sweep_trials_run_through_the_ray_executor_like_local(tmp_path):
     """The same small sweep through the local pool and through Ray: trials run in executor workers

@@ -18,6 +18,12 @@ class TaskLoadError(ValueError):
     pass
 
 
+def builtin_class(name: str):
+    """The class of the built-in task ``name`` (one of BUILTIN)."""
+
+    return _builtin(name)
+
+
 def _builtin(name: str):
     from .builtin import Arithmetic, ChainArithmetic, GuessNumber
     from .dataset import DatasetTask
