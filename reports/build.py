@@ -404,11 +404,7 @@ def build_report(
         blocks += image(name)
     blocks += eval_cost_blocks(d)
     blocks += diagnostics.diagnostics_blocks(d)
-    credit_part = credit.credit_blocks(d, with_plots)
-    for b in credit_part:
-        if isinstance(b, render.Image):
-            (rep / b.name).write_bytes(b.png)
-    blocks += credit_part
+    blocks += _written(rep, credit.credit_blocks(d, with_plots))
     blocks += blanks_blocks(d)
     blocks += fairness_blocks(d)
     blocks += budget_blocks(d)
@@ -416,17 +412,22 @@ def build_report(
     blocks += search_blocks(d)
     blocks += selfplay.selfplay_blocks(d)
     blocks += worldmodel.worldmodel_blocks(d)
-    mismatch_part = mismatch.mismatch_blocks(d, with_plots)
-    for b in mismatch_part:
-        if isinstance(b, render.Image):
-            (rep / b.name).write_bytes(b.png)
-    blocks += mismatch_part
+    blocks += _written(rep, mismatch.mismatch_blocks(d, with_plots))
     title = f"sixblanks report: {d.name}"
     (rep / "index.html").write_text(render.to_html(title, blocks), encoding="utf-8")
     (rep / "report.md").write_text(render.to_markdown(title, blocks), encoding="utf-8")
     (rep / "arms.json").write_text(json.dumps(rows, indent=2, default=_json_default))
     (rep / "tasks.json").write_text(json.dumps(task_rows, indent=2, default=_json_default))
     return rep / "index.html"
+
+
+def _written(rep: Path, blocks: list[render.Block]) -> list[render.Block]:
+    """``blocks``, their images written into the report directory ``rep``."""
+
+    for b in blocks:
+        if isinstance(b, render.Image):
+            (rep / b.name).write_bytes(b.png)
+    return blocks
 
 
 def _json_default(x: Any) -> Any:

@@ -91,3 +91,33 @@ def record_batches(trainer) -> list:
 
     trainer.collector.collect = recording
     return batches
+
+
+@pytest.fixture
+def run_experiment(cli, write_yaml, tmp_path):
+    """``run_experiment(cfg)``: `sixblanks run` on the experiment ``cfg`` (a dict; one seed and no
+    MLflow unless it says otherwise) into a fresh directory, which it returns; a failed run fails
+    the test with the command's error output."""
+
+    import json
+
+    def _run(cfg: dict, *args: str):
+        out = tmp_path / "experiment-out"
+        full = {"seeds": [0], "tracking": {"mlflow": False}, **cfg}
+        code, _, err = cli("run", write_yaml(json.dumps(full)), "--out", str(out), *args)
+        assert code == 0, err
+        return out
+
+    return _run
+
+
+def query(out, sql: str) -> list[tuple]:
+    """Rows of ``sql`` on the results store of the experiment directory ``out`` (read only)."""
+
+    from sixblanks.harness.store import connect
+
+    con = connect(out, read_only=True)
+    try:
+        return con.sql(sql).fetchall()
+    finally:
+        con.close()

@@ -10,7 +10,7 @@ import pytest
 from sixblanks.harness.tasks import make_task
 from sixblanks.harness.tasks.dataset import score
 
-from .conftest import ROOT
+from .conftest import ROOT, query
 
 SHIPPED = str(ROOT / "examples" / "data" / "math.jsonl")
 ROWS = [{"q": f"{i}+1=?", "a": str(i + 1)} for i in range(10)]
@@ -128,7 +128,7 @@ def test_bad_dataset_params_are_named(cli, write_yaml, params, message):
     assert code == 2 and message in err, err
 
 
-def test_a_dataset_task_with_math_verify_end_to_end(tmp_path, cli, write_yaml):
+def test_a_dataset_task_with_math_verify_end_to_end(run_experiment):
     """`sixblanks run` on the shipped file with math_verify: warm start on its train rows, a tiny
     budget, evaluations on its test rows (all 24), every verifier call counted."""
 
@@ -141,20 +141,10 @@ def test_a_dataset_task_with_math_verify_end_to_end(tmp_path, cli, write_yaml):
         "rollout": {"max_new_tokens": 8, "prompts_per_step": 2, "group_size": 4},
         "warm_start": {"steps": 20, "num_demos": 200},
         "budget": {"launched_tokens": 200},
-        "seeds": [0],
         "arms": {"grpo": {"preset": "grpo"}},
-        "tracking": {"mlflow": False},
     }
-    out = tmp_path / "out"
-    code, _, err = cli("run", write_yaml(json.dumps(cfg)), "--out", str(out), "--no-progress")
-    assert code == 0, err
-    from sixblanks.harness.store import connect
-
-    con = connect(out, read_only=True)
-    evals = con.sql(
-        "SELECT step, n, score, eval_verifier_calls FROM evals ORDER BY step"
-    ).fetchall()
-    led = con.sql("SELECT max(verifier_calls), max(env_steps) FROM ledger").fetchall()[0]
-    con.close()
+    out = run_experiment(cfg, "--no-progress")
+    evals = query(out, "SELECT step, n, score, eval_verifier_calls FROM evals ORDER BY step")
+    led = query(out, "SELECT max(verifier_calls), max(env_steps) FROM ledger")[0]
     assert evals and all(n == 24 and calls == 24 and 0 <= s <= 1 for _, n, s, calls in evals)
     assert led[0] == led[1] > 0  # one verifier call per (single-turn) episode

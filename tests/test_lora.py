@@ -71,10 +71,8 @@ def test_only_the_adapter_trains_and_the_reference_is_the_base(tiny):
     assert m["memory.peak_rss_mb"] > 0
 
 
-def test_a_lora_run_from_the_cli_records_its_sizes(tmp_path, cli, write_yaml):
-    import json
-
-    from sixblanks.harness.store import connect
+def test_a_lora_run_from_the_cli_records_its_sizes(run_experiment):
+    from tests.conftest import query
 
     cfg = {
         "name": "lora-e2e",
@@ -83,17 +81,10 @@ def test_a_lora_run_from_the_cli_records_its_sizes(tmp_path, cli, write_yaml):
         "rollout": {"max_new_tokens": 4, "prompts_per_step": 2, "group_size": 4},
         "warm_start": {"steps": 10, "num_demos": 100},
         "budget": {"optimizer_steps": 2},
-        "seeds": [0],
         "arms": {"grpo": {"preset": "grpo"}},
-        "tracking": {"mlflow": False},
     }
-    out = tmp_path / "out"
-    code, _, err = cli("run", write_yaml(json.dumps(cfg)), "--out", str(out), "--no-progress")
-    assert code == 0, err
-    con = connect(out, read_only=True)
-    got = dict(con.sql(
-        "SELECT name, max(value) FROM metrics WHERE name LIKE 'memory.%' GROUP BY name"
-    ).fetchall())  # fmt: skip
-    con.close()
+    out = run_experiment(cfg, "--no-progress")
+    sql = "SELECT name, max(value) FROM metrics WHERE name LIKE 'memory.%' GROUP BY name"
+    got = dict(query(out, sql))
     assert 0 < got["memory.trainable_params"] < got["memory.total_params"] / 4
     assert got["memory.peak_rss_mb"] > 0
