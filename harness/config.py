@@ -77,6 +77,11 @@ class ModelConfig(_Cfg):
     lora: LoraSpec | None = Field(
         None, description="Train LoRA adapters (peft) in RL instead of every weight; None: full."
     )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute activations in the backward pass instead of keeping them (less "
+        "memory, more compute; the same gradients), in the warm start and in RL.",
+    )
 
     @field_validator("device")
     @classmethod

@@ -221,6 +221,14 @@ def load_policy(model_cfg, tasks: list | None = None):
     return model.to(device=model_cfg.device, dtype=_dtype(model_cfg.dtype)), tokenizer
 
 
+def set_gradient_checkpointing(model, on: bool) -> None:
+    """``model.gradient_checkpointing``: activations recomputed in the backward pass (transformers'
+    non-reentrant checkpointing, which also works under a frozen base with LoRA)."""
+
+    if on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def backbone(policy):
     """The transformer body of a causal LM (its ``base_model``: hidden states, no head), through a
     peft wrapper where there is one (the adapted body)."""

@@ -56,7 +56,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     ``rollout.backend`` names. Used by runs and by sweep trials alike. ``work_dir``: the run's
     directory (a concurrent collector spools its rounds there)."""
 
-    from .models import load_pretrained
+    from .models import load_pretrained, set_gradient_checkpointing
     from .rollout.engine import make_engine
     from .tasks import make_task
     from .tasks.judge import attach_judge
@@ -70,6 +70,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     if settings.reward_range == (0.0, 1.0):
         settings.reward_range = task.reward_range
     model, tok = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+    set_gradient_checkpointing(model, bool(spec["model"].get("gradient_checkpointing")))
     if spec["model"].get("lora"):  # the reference is the base: the same weights, adapter off
         from .lora import AdapterOff, apply_lora
 

@@ -22,7 +22,13 @@ from sixblanks.algorithms.presets import get_preset
 
 from .config import OptimizerConfig
 from .layout import WARM_START_JSON
-from .models import apply_chat_setting, load_policy, save_policy, state_hash
+from .models import (
+    apply_chat_setting,
+    load_policy,
+    save_policy,
+    set_gradient_checkpointing,
+    state_hash,
+)
 from .rollout.trajectory import TrajectoryBatch
 from .seeds import demo_seeds
 from .tasks.base import Task
@@ -113,6 +119,7 @@ def warm_start(
         return model, tok, info
     model, tok = load_policy(cfg.model, tasks)
     apply_chat_setting(tok, cfg.rollout.chat_template)
+    set_gradient_checkpointing(model, cfg.model.gradient_checkpointing)
     t0 = time.time()
     losses: list[float] = []
     counters: dict[str, float] = {}

@@ -88,3 +88,25 @@ def test_a_lora_run_from_the_cli_records_its_sizes(run_experiment):
     got = dict(query(out, sql))
     assert 0 < got["memory.trainable_params"] < got["memory.total_params"] / 4
     assert got["memory.peak_rss_mb"] > 0
+
+
+def test_gradient_checkpointing_gives_the_same_training(tiny):
+    """model.gradient_checkpointing recomputes activations in the backward pass: the same losses
+    and weights as without it, step for step."""
+
+    from sixblanks.harness.models import set_gradient_checkpointing
+    from sixblanks.harness.training import RunSettings, Trainer
+
+    cfg, task, model, tok = tiny
+    s = RunSettings(resolve("sft"), cfg.rollout, cfg.optimizer.model_copy(update={"lr": 1e-2}),
+                    {"optimizer_steps": 3}, 0, eval_size=4)  # fmt: skip
+    runs = []
+    for on in (False, True):
+        m = copy.deepcopy(model)
+        set_gradient_checkpointing(m, on)
+        assert m.is_gradient_checkpointing == on
+        res = Trainer(s, task, m, tok).train()
+        runs.append(([x["loss"] for x in res.steps], m.state_dict()))
+    (plain, w0), (ckpt, w1) = runs
+    assert len(plain) == 3 and plain == pytest.approx(ckpt, rel=1e-6, abs=1e-7)
+    assert all(torch.allclose(v, w1[k], atol=1e-6) for k, v in w0.items())
