@@ -277,10 +277,8 @@ class Orchestrator:
                 before = seen.get(s["run_id"], (None, None))
                 name = f"{s['arm']}/{s['task']['name']}/seed{s['seed']}"
                 if last and last != before[0]:
-                    used = ", ".join(
-                        f"{k} {st.get('counters', {}).get(k, 0):g}/{v:g}"
-                        for k, v in s["budget"].items()
-                    )
+                    at = last.get("at") or st.get("counters", {})  # the evaluation's own position
+                    used = ", ".join(f"{k} {at.get(k, 0):g}/{v:g}" for k, v in s["budget"].items())
                     print(f"{name}: eval at step {last.get('step')}: score {last['score']:.3f} "
                           f"({used})", file=sys.stderr, flush=True)  # fmt: skip
                 if state in ("finished", "failed") and state != before[1]:

@@ -131,7 +131,14 @@ def execute_run(
                     "step": trainer.step_idx,
                     "counters": dict(trainer.ledger.counters),
                     "limits": dict(trainer.ledger.budget.limits),
-                    "last_eval": {"score": last["score"], "step": last["step"]} if last else None,
+                    "last_eval": {
+                        "score": last["score"],
+                        "step": last["step"],
+                        # where in the budget it was taken (the plain progress lines say so)
+                        "at": {k: last["position"].get(k, 0.0) for k in spec["budget"]},
+                    }
+                    if last
+                    else None,
                     # a time limit is exceeded by at most this (one step and its checkpoint)
                     "time_overshoot_bound": dict(trainer.ctx.meter.overshoot_bound),
                     "time_by_kind": trainer.ctx.meter.time_by_kind,

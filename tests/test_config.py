@@ -39,6 +39,7 @@ def test_the_example_experiments_validate(cli):
         "hierarchical.yaml",
         "search.yaml",
         "selfplay.yaml",
+        "smollm2.yaml",
         "tree_search.yaml",
         "worldmodel.yaml",
     ]
@@ -58,6 +59,7 @@ def test_the_example_experiments_validate(cli):
     out = outs["tree_search.yaml"]
     assert "beam_expert_iteration" in out and "tree_prm" in out
     assert "grpo_world_model" in outs["worldmodel.yaml"]
+    assert "6 runs: 3 arms x 1 task(s) x 2 seeds" in outs["smollm2.yaml"]
 
 
 def test_several_eval_samples_need_a_temperature():

@@ -287,4 +287,6 @@ def test_without_a_terminal_run_prints_a_line_per_evaluation_and_per_finished_ru
     lines = [ln for ln in err.splitlines() if ln.startswith("grpo/arithmetic/seed0:")]
     evals = [ln for ln in lines if ": eval at step " in ln]
     assert evals and all("launched_tokens" in ln and "/400" in ln for ln in evals)
+    # each line gives the evaluation's own place in the budget: the first is before any step
+    assert "eval at step 0: " in evals[0] and "(launched_tokens 0/400)" in evals[0]
     assert lines[-1].startswith("grpo/arithmetic/seed0: finished after ")
