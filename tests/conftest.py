@@ -57,9 +57,9 @@ def write_yaml(tmp_path):
 sys.path.insert(0, str(ROOT))
 
 
-@pytest.fixture(scope="session")
-def guess_warm(tmp_path_factory):
-    """A policy warm-started (SFT on oracle demonstrations) on guess_number 1-8, 4 guesses."""
+def warm_policy(tmp_path_factory, task: str, params: dict, rollout: dict, warm: dict):
+    """(config, task, model, tokenizer): a policy warm-started (SFT on oracle demonstrations) on
+    ``task`` with ``params``; ``rollout`` and ``warm`` are the config's sections."""
 
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.tasks import make_task
@@ -67,15 +67,28 @@ def guess_warm(tmp_path_factory):
 
     cfg = validate_mapping(
         {
-            "task": {"name": "guess_number", "params": {"low": 1, "high": 8, "max_turns": 4}},
+            "task": {"name": task, "params": params},
             "arms": {"a": {"preset": "grpo"}},
-            "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 8},
-            "warm_start": {"steps": 30, "num_demos": 500},
+            "rollout": rollout,
+            "warm_start": warm,
         }
     )
-    task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 4})
-    model, tok, _ = warm_start(cfg, [task], tmp_path_factory.mktemp("warm"))
-    return cfg, task, model, tok
+    the_task = make_task(task, params)
+    model, tok, _ = warm_start(cfg, [the_task], tmp_path_factory.mktemp("warm"))
+    return cfg, the_task, model, tok
+
+
+@pytest.fixture(scope="session")
+def guess_warm(tmp_path_factory):
+    """A policy warm-started on guess_number 1-8, 4 guesses."""
+
+    return warm_policy(
+        tmp_path_factory,
+        "guess_number",
+        {"low": 1, "high": 8, "max_turns": 4},
+        {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 8},
+        {"steps": 30, "num_demos": 500},
+    )
 
 
 def record_batches(trainer) -> list:

@@ -256,21 +256,15 @@ CHAIN = {"steps": 2, "outcome": "all"}
 def chain_warm(tmp_path_factory):
     """A policy warm-started on chain_arithmetic (2 steps, reward only when both are right)."""
 
-    from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.tasks import make_task
-    from sixblanks.harness.warmstart import warm_start
+    from tests.conftest import warm_policy
 
-    cfg = validate_mapping(
-        {
-            "task": {"name": "chain_arithmetic", "params": CHAIN},
-            "arms": {"a": {"preset": "grpo"}},
-            "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 4},
-            "warm_start": {"steps": 40, "num_demos": 400},
-        }
+    return warm_policy(
+        tmp_path_factory,
+        "chain_arithmetic",
+        CHAIN,
+        {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 4},
+        {"steps": 40, "num_demos": 400},
     )
-    task = make_task("chain_arithmetic", CHAIN)
-    model, tok, _ = warm_start(cfg, [task], tmp_path_factory.mktemp("warm"))
-    return cfg, task, model, tok
 
 
 def _train(chain_warm, preset, overrides=None, budget=240.0, run=True):

@@ -218,20 +218,15 @@ def test_self_play_needs_a_game_task():
 def nim_warm(tmp_path_factory):
     """A policy warm-started briefly on nim (piles 4-9): it knows the format, plays badly."""
 
-    from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.warmstart import warm_start
+    from tests.conftest import warm_policy
 
-    cfg = validate_mapping(
-        {
-            "task": {"name": "nim", "params": NIM},
-            "arms": {"a": {"preset": "grpo"}},
-            "rollout": {"max_new_tokens": 2, "prompts_per_step": 2, "group_size": 4},
-            "warm_start": {"steps": 12, "num_demos": 200},
-        }
+    return warm_policy(
+        tmp_path_factory,
+        "nim",
+        NIM,
+        {"max_new_tokens": 2, "prompts_per_step": 2, "group_size": 4},
+        {"steps": 12, "num_demos": 200},
     )
-    task = make_task("nim", NIM)
-    model, tok, _ = warm_start(cfg, [task], tmp_path_factory.mktemp("warm"))
-    return cfg, task, model, tok
 
 
 def test_the_pool_keeps_at_most_pool_size_and_draws_by_its_rule(nim_warm):
