@@ -199,8 +199,12 @@ class Sweep:
             self.log(f"sweep {arm}: trial {len(study.trials) + 1}/{self.cfg.sweep.n_trials}")
             trial = study.ask()
             params = self._suggest(trial, arm)
+            spec = self._trial_spec(base_spec, params, used)
+            # what the trial is selected on, recorded before launch: a worker killed at start-up
+            # leaves a trial that still names its split
+            trial.set_user_attr("split", spec["eval"]["split"])
             job = {
-                "spec": self._trial_spec(base_spec, params, used),
+                "spec": spec,
                 "warm": str(warm),
                 "storage": self._storage_ref(),
                 "pruner": self._pruner_ref(),
@@ -421,7 +425,6 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     )
     trial = optuna.trial.Trial(study, job["trial_id"])
     trial.set_user_attr("worker", _worker_info())
-    trial.set_user_attr("split", spec["eval"]["split"])  # what the trial is selected on
     counter = next(iter(spec["budget"]))
     every = spec["eval"]["every"]
     trainer = None
