@@ -1,4 +1,5 @@
-"""The value model: a scalar head on a separate copy of the policy's trunk, or on the policy's own trunk."""
+"""The value model: a scalar head on a separate copy of the policy's trunk, or on the policy's own
+trunk; with a LoRA policy, on the policy's frozen base with an adapter of its own (no copy)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import copy
 import torch
 from torch import nn
 
+from .lora import adapter_active, add_value_adapter, peft_of
 from .models import backbone
 
 
@@ -27,7 +29,15 @@ class ValueModel(nn.Module):
         super().__init__()
         self.trunk = trunk
         hidden = policy.config.hidden_size
-        self.backbone = copy.deepcopy(backbone(policy)) if trunk != "shared" else None
+        self._policy, self.adapter = None, None
+        peft = peft_of(policy)  # a LoRA policy or its reference (the base, adapter off)
+        if trunk != "shared" and peft is not None:  # the frozen base is shared, not copied
+            self._policy = [peft]  # a list: not a submodule (the policy's weights stay its own)
+            self.adapter, params = add_value_adapter(peft, mlp_only=trunk == "frozen_attention")
+            self.adapter_params = nn.ParameterList(params)
+        self.backbone = (
+            copy.deepcopy(backbone(policy)) if trunk != "shared" and not self.adapter else None
+        )
         if self.backbone is not None:
             for name, p in self.backbone.named_parameters():
                 # frozen_attention: only the MLP projections train (SAO's stand-in, see the blanks)
@@ -43,6 +53,12 @@ class ValueModel(nn.Module):
             hidden = self.backbone(
                 input_ids=tokens, attention_mask=attention_mask, use_cache=False
             ).last_hidden_state
+        elif self.adapter is not None:
+            policy = self._policy[0]
+            with adapter_active(policy, self.adapter):
+                hidden = backbone(policy)(
+                    input_ids=tokens, attention_mask=attention_mask, use_cache=False
+                ).last_hidden_state
         if hidden is None:
             raise ValueError("a shared-trunk value head needs the policy's hidden states")
         return self.head(hidden.float()).squeeze(-1)

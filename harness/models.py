@@ -233,6 +233,8 @@ def backbone(policy):
     """The transformer body of a causal LM (its ``base_model``: hidden states, no head), through a
     peft wrapper where there is one (the adapted body)."""
 
+    if hasattr(policy, "body"):  # a LoRA reference: the base, adapter disabled
+        return policy.body()
     inner = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
     return inner.base_model
 

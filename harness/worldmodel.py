@@ -12,7 +12,6 @@ Shapes: ``N`` transitions, ``L`` padded sequence length, ``H`` hidden size.
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .lora import plain_copy
 from .rollout.agent import encode_observation
 from .rollout.engine import HFEngine, SamplingParams
 from .rollout.trajectory import TrajectoryBatch
@@ -62,7 +62,7 @@ class WorldModel:
     hidden state at the context's last token (the end of the action)."""
 
     def __init__(self, policy, tokenizer, lr: float, max_obs_tokens: int, device):
-        self.lm = copy.deepcopy(policy).to(device)
+        self.lm = plain_copy(policy).to(device)  # LoRA: a plain model of the base's weights
         self.lm.requires_grad_(True)
         self.head = torch.nn.Linear(policy.config.hidden_size, 2).to(device)
         params = [*self.lm.parameters(), *self.head.parameters()]

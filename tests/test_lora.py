@@ -3,6 +3,7 @@ policy is the base itself (adapter disabled, no second copy), and the training s
 follows the trainable parameters, against the full fine-tune."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -110,3 +111,109 @@ def test_gradient_checkpointing_gives_the_same_training(tiny):
     (plain, w0), (ckpt, w1) = runs
     assert len(plain) == 3 and plain == pytest.approx(ckpt, rel=1e-6, abs=1e-7)
     assert all(torch.allclose(v, w1[k], atol=1e-6) for k, v in w0.items())
+
+
+def test_a_lora_critic_shares_the_frozen_base_with_an_adapter_of_its_own(tiny):
+    """PPO on a LoRA policy: the value model holds no copy of the weights. It trains a second adapter
+    on the same frozen base; the policy's optimizer never steps it; the base stays as it was; and
+    both the policy and the critic equal plain models built from their merged weights."""
+
+    from transformers import AutoModelForCausalLM
+
+    from sixblanks.harness.lora import AdapterOff, apply_lora, merged_state_dict
+    from sixblanks.harness.training import RunSettings, Trainer
+
+    cfg, task, model, tok = tiny
+    base0 = {k: v.clone() for k, v in model.state_dict().items()}
+    policy = apply_lora(copy.deepcopy(model), LORA)
+    s = RunSettings(
+        resolve("ppo"),
+        cfg.rollout,
+        cfg.optimizer.model_copy(update={"lr": 1e-2}),
+        {"optimizer_steps": 8},
+        0,
+        eval_size=4,
+    )  # fmt: skip (two steps of 4 epochs)
+    tr = Trainer(s, task, policy, tok, ref_model=AdapterOff(policy))
+    critic = tr.objective.critic
+    assert critic.backbone is None and critic.adapter in policy.peft_config
+    with torch.no_grad():  # a critic with something to learn (its zero head passes no gradient)
+        critic.head.weight.normal_(0, 1.0, generator=torch.Generator().manual_seed(0))
+        critic.head.bias.fill_(0.5)
+    value0 = [p.detach().clone() for p in critic.adapter_params]
+    pol0 = {n: p.detach().clone() for n, p in policy.named_parameters() if ".default." in n}
+    stepped = {id(p) for g in tr.ctx.optimizer.param_groups for p in g["params"]}
+    assert not stepped & {id(p) for p in critic.adapter_params}  # the critic's own optimizer does
+    assert tr.sizes["memory.total_params"] == sum(p.numel() for p in model.parameters()) + 2 * sum(
+        p.numel()
+        for p in pol0.values()  # base + two adapters, no second trunk
+    )
+    assert len(tr.train().steps) == 2
+    assert any(not torch.equal(p, p0) for p, p0 in zip(critic.adapter_params, value0))
+    assert any(not torch.equal(p, pol0[n]) for n, p in policy.named_parameters() if n in pol0)
+    ref = AdapterOff(policy).state_dict()
+    assert all(torch.equal(ref[k], v) for k, v in base0.items())
+    # second method: plain models holding each adapter's merged weights
+    ids = torch.tensor([tok("3+4=1", add_special_tokens=False)["input_ids"]])
+    plain = {}
+    for name in ("default", critic.adapter):
+        m = AutoModelForCausalLM.from_config(model.config)
+        m.load_state_dict(merged_state_dict(policy, name))
+        plain[name] = m.eval()
+    policy.eval()
+    critic.eval()
+    with torch.no_grad():
+        assert torch.allclose(_logits(policy, ids), _logits(plain["default"], ids), atol=1e-5)
+        hidden = plain[critic.adapter].model(input_ids=ids).last_hidden_state
+        want = critic.head(hidden).squeeze(-1)
+        assert torch.allclose(critic(ids, torch.ones_like(ids)), want, atol=1e-5)
+        assert torch.equal(_logits(AdapterOff(policy), ids), _logits(model, ids))
+
+
+@pytest.mark.parametrize(
+    "preset, overrides",
+    [
+        ("grpo", {"data": {"world_model": {"warmup_steps": 1}}}),
+        (
+            "rft",
+            {
+                "data": {
+                    "search": {
+                        "mode": "tree",
+                        "guide": "value",
+                        "policy": "initial",
+                        "expand": 2,
+                        "expansions": 3,
+                    }
+                }
+            },
+        ),  # fmt: skip
+        ("dpo", {}),
+    ],
+    ids=["world_model", "tree_search_from_the_initial_policy", "dpo"],
+)
+def test_lora_with_the_models_beside_the_policy(guess_warm, preset, overrides):
+    """The parts that read the initial policy (the reference) work on a LoRA run's reference, the
+    base with its adapter off: a world model learns as a plain copy of the base, the initial
+    policy's tree search and its value model sample and score the base, DPO's reference is the
+    base. The base never moves and only the policy's adapter trains."""
+
+    from sixblanks.harness.lora import AdapterOff, apply_lora, is_peft
+    from sixblanks.harness.training import RunSettings, Trainer
+
+    cfg, task, model, tok = guess_warm
+    policy = apply_lora(copy.deepcopy(model), LORA)
+    pol0 = {n: p.detach().clone() for n, p in policy.named_parameters() if ".default." in n}
+    s = RunSettings(resolve(preset, overrides), cfg.rollout, cfg.optimizer,
+                    {"launched_tokens": 200}, 0, eval_size=4)  # fmt: skip
+    tr = Trainer(s, task, policy, tok, ref_model=AdapterOff(policy))
+    res = tr.train()
+    assert res.steps and all(math.isfinite(m["loss"]) for m in res.steps if "loss" in m)
+    ref = AdapterOff(policy).state_dict()
+    assert all(torch.equal(ref[k], v) for k, v in model.state_dict().items())
+    assert any(not torch.equal(p, pol0[n]) for n, p in policy.named_parameters() if n in pol0)
+    wm = getattr(tr.collector, "model", None)
+    if preset == "grpo":  # the world model: every weight its own and trained, from the base
+        assert wm is not None and not is_peft(wm.lm)
+        assert all(p.requires_grad for p in wm.lm.parameters())
+        assert any(not torch.equal(p, model.state_dict()[n]) for n, p in wm.lm.named_parameters())

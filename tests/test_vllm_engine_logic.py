@@ -169,3 +169,38 @@ def test_an_experiment_with_backend_vllm_fails_before_the_warm_start_without_vll
     with pytest.raises(SixblanksError, match="make vllm"):
         orchestrator.Orchestrator(cfg, tmp_path / "out", progress=False).run()
     assert not (tmp_path / "out" / "warm_start").exists()
+
+
+def test_a_lora_policy_reaches_vllm_as_merged_weights(tiny, tmp_path):
+    """vLLM holds plain weights: the sync and the export give base + scale x B A under the base
+    model's names (the adapter itself never reaches it), checked against peft's merge_and_unload
+    and against the LoRA policy's own logits."""
+
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    from sixblanks.harness.lora import apply_lora
+    from sixblanks.harness.rollout.vllm_engine import export_weights
+
+    model, tok = tiny
+    policy = apply_lora(copy.deepcopy(model), {"r": 2, "alpha": 4.0, "dropout": 0.0,
+                                               "target_modules": "all-linear"})  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # a trained adapter (B starts at 0, which would merge to the base)
+        for n, p in policy.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    llm = FakeLLM()
+    eng = VLLMEngine(policy, tok, max_model_len=64, llm=llm)
+    eng.load_weights(None)
+    pushed = llm.pushed[-1][1]
+    merged = copy.deepcopy(policy).merge_and_unload().state_dict()
+    assert set(pushed) == set(model.state_dict()) == set(merged)
+    assert all(torch.allclose(pushed[k], merged[k], atol=1e-6) for k in merged)
+    assert any(not torch.equal(pushed[k], v) for k, v in model.state_dict().items())
+    plain = AutoModelForCausalLM.from_pretrained(export_weights(policy, tok, tmp_path / "w"))
+    ids = torch.tensor([[1, 5, 7, 3]])
+    with torch.no_grad():
+        want = policy(input_ids=ids).logits
+        assert torch.allclose(plain(input_ids=ids).logits, want, atol=1e-5)

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from ..lora import is_peft, merged_state_dict
 from .engine import EngineStats, Generation, RolloutEngine, RolloutError, SamplingParams
 
 INSTALL_HINT = (
@@ -79,6 +80,15 @@ def export_weights(model, tokenizer, directory: str | Path) -> Path:
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
+    if is_peft(model):  # LoRA: vLLM gets a plain model holding the merged weights
+        from transformers import AutoModelForCausalLM
+
+        base = model.get_base_model()
+        plain = AutoModelForCausalLM.from_config(base.config, torch_dtype=base.dtype)
+        plain.load_state_dict(merged_state_dict(model))
+        plain.save_pretrained(d)
+        tokenizer.save_pretrained(d)
+        return d
     quantizer = getattr(model, "hf_quantizer", None)
     qcfg = getattr(model.config, "quantization_config", None)
     try:
@@ -222,7 +232,7 @@ class VLLMEngine(RolloutEngine):
             self._prompt_cls = TokensPrompt
             self.llm = llm
             if reused:  # a previous run's weights are still loaded
-                self._push(self.model.state_dict())
+                self._push(merged_state_dict(self.model))
         else:  # an already-built engine (tests pass stand-ins)
             self.llm = llm
             self.vllm_version = getattr(llm, "version", "?")
@@ -261,7 +271,7 @@ class VLLMEngine(RolloutEngine):
     def load_weights(self, state_dict: dict[str, torch.Tensor] | None = None) -> None:
         if state_dict is not None:
             self.model.load_state_dict(state_dict)
-        self._push(self.model.state_dict())
+        self._push(merged_state_dict(self.model))
         self.policy_version += 1
 
     # ------------------------------------------------------------------ sampling
