@@ -532,26 +532,58 @@ def _print_summary(rows, cfg) -> None:
 
 @app.command()
 def report(
-    directory: Annotated[Path, typer.Argument(help="Experiment output directory.")],
+    directories: Annotated[
+        list[Path],
+        typer.Argument(help="Experiment output directory; two or more: compare the experiments."),
+    ],
     baseline: Annotated[
         str | None, typer.Option("--baseline", help="Arm for P(improvement); default: the first.")
     ] = None,
     resamples: Annotated[
         int, typer.Option("--resamples", min=100, help="Bootstrap resamples.")
     ] = 2000,
+    compare_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="With two or more directories: where the comparison goes; default DIR1/compare.",
+        ),
+    ] = None,
 ) -> None:
-    """Build the comparison report (DIR/report/index.html, report.md, scores.csv/.parquet) from results.duckdb."""
+    """Build the comparison report (DIR/report/index.html, report.md, scores.csv/.parquet) from
+    results.duckdb; with several directories, compare the experiments side by side (the same arms on
+    two backends, models or code versions): scores, differences and every audit item that differs."""
 
-    path = build_report_or_fail(directory, baseline, resamples)
-    _say(f"report: {path}")
+    from .errors import ConfigError
+
+    if len(directories) == 1:
+        if compare_out is not None:
+            raise ConfigError("--out: only for comparing two or more experiment directories")
+        _say(f"report: {build_report_or_fail(directories[0], baseline, resamples)}")
+        return
+    if baseline is not None:
+        raise ConfigError("--baseline: only for the report of one experiment directory")
+    path = build_report_or_fail(directories[0], None, resamples, directories[1:], compare_out)
+    _say(f"comparison: {path}")
 
 
 def build_report_or_fail(
-    directory: Path, baseline: str | None = None, resamples: int = 2000
+    directory: Path,
+    baseline: str | None = None,
+    resamples: int = 2000,
+    compare_with: list[Path] | None = None,
+    out_dir: Path | None = None,
 ) -> Path:
+    """The report of ``directory``; with ``compare_with``, the comparison of all of them (written to
+    ``out_dir``, default DIRECTORY/compare). A report error exits as a config error (code 2)."""
+
     from sixblanks.reports.build import ReportError, build_report
 
     try:
+        if compare_with:
+            from sixblanks.reports.compare import build_comparison
+
+            return build_comparison([directory, *compare_with], out_dir, resamples)
         return build_report(directory, baseline, resamples)
     except ReportError as exc:
         from .errors import ConfigError
