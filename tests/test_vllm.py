@@ -293,3 +293,42 @@ def test_a_concurrent_collector_with_its_own_vllm_engine(tmp_path):
     spool = sorted((tmp_path / "exp" / "runs" / run_id / "spool").glob("round-*.pt"))
     rec = torch.load(spool[0], weights_only=False)
     assert rec["version"] == 0 and rec["cost"]["launched_tokens"] > 0
+
+
+def test_a_lora_policy_samples_in_vllm_from_its_merged_weights(tiny, capfd):
+    """A LoRA policy's engine holds base + adapter: the log-probs vLLM reports match the trainer's
+    forward of the LoRA policy, after the first sync and after an update of the adapter alone. Its
+    per-sync reload warnings are printed once per layer class and counted."""
+
+    import copy
+
+    from sixblanks.harness.lora import apply_lora
+    from sixblanks.harness.rollout.vllm_engine import VLLMEngine, reload_warning_counts
+
+    model, tok, _ = tiny
+    policy = apply_lora(copy.deepcopy(model), {"r": 4, "alpha": 8.0, "dropout": 0.0,
+                                               "target_modules": "all-linear"})  # fmt: skip
+    with torch.no_grad():  # a trained adapter: B starts at 0, which would merge to the base
+        for n, p in policy.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05, generator=torch.Generator().manual_seed(3))
+    policy.eval()
+    engine = VLLMEngine(policy, tok, max_model_len=64, seed=0)
+    prompts = _prompts(tok)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6)
+    out = engine.generate(prompts, params, n=4, generator=torch.Generator().manual_seed(1))
+    assert _max_diff(policy, prompts, out, 1.0) < LOGPROB_TOL
+    assert _max_diff(model, prompts, out, 1.0) > 0.01  # not the base's log-probs
+    with torch.no_grad():
+        for n, p in policy.named_parameters():
+            if "lora_B" in n:
+                p.mul_(-1.0)
+    engine.load_weights(None)
+    engine.load_weights(None)
+    out = engine.generate(prompts, params, n=4, generator=torch.Generator().manual_seed(1))
+    assert _max_diff(policy, prompts, out, 1.0) < LOGPROB_TOL
+    printed = [x for x in capfd.readouterr().err.splitlines() if "Failed to load weights" in x]
+    counts = reload_warning_counts()
+    assert "RotaryEmbedding" in counts  # vLLM 0.32 warns for it at every reload
+    assert len(printed) <= len(counts)  # at most once per layer class
+    assert all(n >= 2 for n in counts.values())  # every class warned at each sync, all counted

@@ -204,3 +204,34 @@ def test_a_lora_policy_reaches_vllm_as_merged_weights(tiny, tmp_path):
     with torch.no_grad():
         want = policy(input_ids=ids).logits
         assert torch.allclose(plain(input_ids=ids).logits, want, atol=1e-5)
+
+
+def test_reload_warnings_print_once_per_layer_class_and_are_counted():
+    """vLLM warns at every weight sync for layers whose tensors are computed (rotary caches): the
+    first of each layer class is printed, with a note, later ones are counted only; other messages
+    pass untouched."""
+
+    import logging
+
+    from sixblanks.harness.rollout.vllm_engine import ReloadWarnings
+
+    log = logging.getLogger("sixblanks-test.reload")
+    log.propagate = False
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda r: seen.append(r.getMessage())
+    flt = ReloadWarnings()
+    log.addHandler(handler)
+    log.addFilter(flt)
+    try:
+        for _ in range(5):  # five syncs: each warns for the rotary layer
+            log.warning("%s: Failed to load weights", "RotaryEmbedding")
+        log.warning("%s: Failed to load weights", "QKVParallelLinear")  # a real failure
+        log.warning("%s: Failed to load weights", "QKVParallelLinear")
+        log.warning("something else")
+    finally:
+        log.removeHandler(handler)
+    assert flt.counts == {"RotaryEmbedding": 5, "QKVParallelLinear": 2}
+    assert len(seen) == 3 and seen[-1] == "something else"
+    assert seen[0].startswith("RotaryEmbedding: Failed to load weights (expected: its cos/sin")
+    assert seen[1].startswith("QKVParallelLinear: Failed to load weights; repeats")

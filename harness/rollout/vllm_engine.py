@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import math
 import os
 import shutil
@@ -52,6 +53,46 @@ def vllm_available() -> bool:
         return False
 
 
+# vLLM's layer-wise reload warns "<Layer>: Failed to load weights" at every sync for a layer whose
+# tensors are computed rather than loaded (RotaryEmbedding's cos/sin cache): 295 lines in one
+# SmolLM2 run whose weights did sync. The first warning of each layer class is printed, with a
+# note; repeats are counted (reload_warning_counts) and dropped, so a new failure stands out.
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+HARMLESS = {"RotaryEmbedding": "its cos/sin cache is computed from the config, not loaded"}
+
+
+class ReloadWarnings(logging.Filter):
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if not msg.endswith("Failed to load weights"):
+            return True
+        layer = msg.split(":")[0]
+        self.counts[layer] = self.counts.get(layer, 0) + 1
+        if self.counts[layer] > 1:
+            return False
+        why = HARMLESS.get(layer)
+        record.msg = (
+            msg
+            + (f" (expected: {why}; the weights themselves synced)" if why else "")
+            + "; repeats at later weight syncs are counted, not printed"
+        )
+        record.args = ()
+        return True
+
+
+_RELOAD_WARNINGS = ReloadWarnings()
+
+
+def reload_warning_counts() -> dict[str, int]:
+    """How often vLLM warned "<Layer>: Failed to load weights" in this process, by layer class."""
+
+    return dict(_RELOAD_WARNINGS.counts)
+
+
 def import_vllm():
     """The ``vllm`` module, configured for a colocated in-process engine, or a clear error."""
 
@@ -60,6 +101,9 @@ def import_vllm():
     # vLLM's CPU backend keeps a core free for a scheduler process; in-process there is none, and on
     # a 2-core machine that reservation halves its threads (measured: 1.63x -> 1.77x HF on SmolLM2)
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    reload_log = logging.getLogger(RELOAD_LOGGER)
+    if _RELOAD_WARNINGS not in reload_log.filters:
+        reload_log.addFilter(_RELOAD_WARNINGS)
     try:
         import vllm
     except ImportError as exc:
