@@ -56,7 +56,7 @@ def _tok_text(tokenizer, tid: int) -> str:
     return repr(tokenizer.decode([int(tid)]))
 
 
-def check_masks(batch: TrajectoryBatch, tokenizer) -> CheckResult:
+def check_masks(batch: TrajectoryBatch, tokenizer, task=None) -> CheckResult:
     """Action mask == exactly the policy-generated tokens; observations re-encode to the recorded tokens."""
 
     for b in range(batch.size):
@@ -82,7 +82,9 @@ def check_masks(batch: TrajectoryBatch, tokenizer) -> CheckResult:
                         b,
                         s,
                     )
-                want = encode_observation(tokenizer, batch.observations[b][obs_i], first=obs_i == 0)
+                want = encode_observation(
+                    tokenizer, batch.observations[b][obs_i], first=obs_i == 0, task=task
+                )
                 got = row_tokens[s:e]
                 if want != got:
                     k = next(
@@ -327,10 +329,12 @@ def check_contract(
     policy_version: int | None = None,
     tol: float = 1e-4,
     env_keys: bool = False,
+    task=None,
 ) -> ContractReport:
-    """Run every contract check on ``batch``; the report names the culprit of each failure."""
+    """Run every contract check on ``batch``; the report names the culprit of each failure. ``task``:
+    the batch's task, whose system prompt and observation role the observations are rendered with."""
 
-    results = [check_masks(batch, tokenizer)]
+    results = [check_masks(batch, tokenizer, task)]
     results += check_logprobs(
         batch, recompute_logprobs(model, batch, temperature, top_k, top_p), tol
     )
@@ -380,5 +384,6 @@ def sample_and_check(
         group_size=group_size,
         policy_version=engine.policy_version,
         env_keys=task.env_state_keys,
+        task=task,
     )
     return batch, report

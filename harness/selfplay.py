@@ -95,7 +95,7 @@ class PolicyPool:
         if self.loaded != version:
             self.model.load_state_dict(self.members[version])
             self.loaded = version
-        ids = encode_observation(self.tokenizer, self.task.prompt(position.pile), first=True)
+        ids = encode_observation(self.tokenizer, self.task.prompt(position.pile), True, self.task)
         gen = torch.Generator(device=self.engine.device)
         gen.manual_seed(position_seed(self.seed, position.seed, position.ply, version))
         ((g,),) = self.engine.generate([ids], self.params, n=1, generator=gen)

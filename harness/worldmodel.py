@@ -182,7 +182,7 @@ class ImaginedEnv(Env):
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         self.turn = 0
-        self.context = encode_observation(self.tok, self.instance.prompt, first=True)
+        self.context = encode_observation(self.tok, self.instance.prompt, True, self.task)
         return self.instance.prompt, {}
 
     def step(self, action: str) -> StepResult:

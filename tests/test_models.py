@@ -138,26 +138,36 @@ def test_smollm2_chat_template_in_a_multi_turn_episode(smollm2):
     from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
 
     model, tok = smollm2
-    task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 3})
     params = SamplingParams(1.0, max_new_tokens=4)
-    b = run_episodes(HFEngine(model, tok), tok, task, task.instances([0, 1]), 2, params,
-                     max_context_tokens=256, generator=torch.Generator().manual_seed(0))  # fmt: skip
-    report = check_contract(b, model, tok, reward_range=(0, 1), group_size=2, env_keys=True)
-    assert report.passed, report.summary()
-    assert int(b.n_turns.max()) >= 2  # multi-turn: the history is rendered, not only the prompt
-    for i in range(b.size):
-        n = int(b.attention_mask[i].sum())
-        acts = [s for kind, s, _ in b.segments[i] if kind == "action"]
-        last = [(s, e) for kind, s, e in b.segments[i] if kind == "action"][-1]
-        msgs = [{"role": "user", "content": b.observations[i][0]}]
-        for k, a in enumerate(b.actions[i][:-1]):
-            msgs += [{"role": "assistant", "content": a},
-                     {"role": "user", "content": b.observations[i][k + 1]}]  # fmt: skip
-        want = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        want += tok.decode(b.tokens[i, last[0] : last[1]])
-        assert tok.decode(b.tokens[i, :n]) == want
-        assert len(acts) == int(b.n_turns[i])
-        assert want.startswith("<|im_start|>system\n") and "<|im_start|>assistant\n" in want
+    # the task's messages: the template's own system prompt and user observations, then a system
+    # prompt of the task's and the environment's answers as tool messages
+    for opts in ({}, {"system_prompt": "Guess the number.", "observation_role": "tool"}):
+        task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 3, **opts})
+        b = run_episodes(HFEngine(model, tok), tok, task, task.instances([0, 1]), 2, params,
+                         max_context_tokens=256, generator=torch.Generator().manual_seed(0))  # fmt: skip
+        report = check_contract(b, model, tok, reward_range=(0, 1), group_size=2, env_keys=True,
+                                task=task)  # fmt: skip
+        assert report.passed, report.summary()
+        assert int(b.n_turns.max()) >= 2  # multi-turn: the history is rendered, not only the prompt
+        role = opts.get("observation_role", "user")
+        for i in range(b.size):
+            n = int(b.attention_mask[i].sum())
+            acts = [s for kind, s, _ in b.segments[i] if kind == "action"]
+            last = [(s, e) for kind, s, e in b.segments[i] if kind == "action"][-1]
+            msgs = [{"role": "system", "content": opts["system_prompt"]}] if opts else []
+            msgs += [{"role": "user", "content": b.observations[i][0]}]
+            for k, a in enumerate(b.actions[i][:-1]):
+                msgs += [{"role": "assistant", "content": a},
+                         {"role": role, "content": b.observations[i][k + 1]}]  # fmt: skip
+            want = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            want += tok.decode(b.tokens[i, last[0] : last[1]])
+            assert tok.decode(b.tokens[i, :n]) == want
+            assert len(acts) == int(b.n_turns[i])
+            assert want.startswith("<|im_start|>system\n") and "<|im_start|>assistant\n" in want
+            if opts:
+                assert want.startswith("<|im_start|>system\nGuess the number.<|im_end|>")
+                if int(b.n_turns[i]) >= 2:
+                    assert "<|im_start|>tool\n" in want
 
 
 @pytest.mark.slow

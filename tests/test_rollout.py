@@ -253,3 +253,22 @@ def test_version_advances_on_weight_sync(policies):
     assert batch.policy_version.tolist() == [v + 1] * 2
     assert not check_contract(batch, model, tok, policy_version=v).passed
     assert math.isfinite(float(batch.behavior_logprobs.sum()))
+
+
+def test_a_system_prompt_without_a_chat_template_is_text_before_the_prompt(policies):
+    """Raw text (no chat template): the task's system prompt and a blank line come before the
+    prompt, after BOS; the contract's mask check renders observations with the task, and finds the
+    mismatch when it is not told the task."""
+
+    _, model, tok = policies("arithmetic")
+    task = make_task("arithmetic", {"system_prompt": "1+1=2"})
+    batch = run_episodes(HFEngine(model, tok), tok, task, task.instances([0, 1]), 2,
+                         SamplingParams(max_new_tokens=3),
+                         generator=torch.Generator().manual_seed(0))  # fmt: skip
+    prompt = batch.observations[0][0]
+    want = [tok.bos_token_id, *tok(f"1+1=2\n\n{prompt}", add_special_tokens=False)["input_ids"]]
+    (kind, s, e) = batch.segments[0][0]
+    assert kind == "obs" and batch.tokens[0, s:e].tolist() == want
+    assert check_contract(batch, model, tok, task=task).passed
+    report = check_contract(batch, model, tok)
+    assert [r.name for r in report.failures] == ["masks"]

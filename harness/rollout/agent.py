@@ -73,15 +73,22 @@ class Episode:
         self.segments.append((kind, start, len(self.tokens)))
 
 
-def encode_observation(tokenizer, text: str, first: bool) -> list[int]:
+def encode_observation(tokenizer, text: str, first: bool, task: Task | None = None) -> list[int]:
     """The tokens of an observation: the prompt (``first``) or what the environment answered after
-    an action. Where the tokenizer has a chat template (``rollout.chat_template``), each is a user
-    message rendered by it: the prompt with the generation prompt, a later observation with what
-    closes the assistant's turn before it and the generation prompt after it. Otherwise raw text
-    (the prompt after BOS)."""
+    an action. Where the tokenizer has a chat template (``rollout.chat_template``), each is a
+    message rendered by it: the prompt a user message after the task's system message (its
+    ``system_prompt`` param), with the generation prompt; a later observation a message of the
+    task's ``observation_role`` (user or tool), with what closes the assistant's turn before it
+    and the generation prompt after it. Otherwise raw text (the prompt after BOS, the system
+    prompt and a blank line before it)."""
 
+    params = getattr(task, "params", None)
+    system = getattr(params, "system_prompt", None)
     if getattr(tokenizer, "chat_template", None):
-        return chat_observation(tokenizer, text, first)
+        role = getattr(params, "observation_role", "user")
+        return chat_observation(tokenizer, text, first, system, role)
+    if first and system:
+        text = f"{system}\n\n{text}"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if first and tokenizer.bos_token_id is not None:
         ids = [tokenizer.bos_token_id, *ids]
@@ -109,7 +116,7 @@ def start_episode(task: Task, inst: Instance, gate: VerifierGate, tokenizer, gro
         ep.failure, ep.done = f"environment reset raised {type(exc).__name__}: {exc}", True
         obs = inst.prompt
     ep.observations.append(obs)
-    ep.add("obs", encode_observation(tokenizer, obs, first=True))
+    ep.add("obs", encode_observation(tokenizer, obs, first=True, task=task))
     ep.state_keys.append(env_state_key(ep.env, ep.observations))
     ep.potentials.append(env_potential(ep.env))
     return ep
@@ -295,7 +302,7 @@ def play_round(
             )
             ep.done = True
             continue
-        obs_ids = encode_observation(tokenizer, res.observation, first=False)
+        obs_ids = encode_observation(tokenizer, res.observation, first=False, task=task)
         if len(ep.tokens) + len(obs_ids) + params.max_new_tokens > max_context_tokens:
             ep.truncated, ep.done = True, True
             continue

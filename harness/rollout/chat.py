@@ -1,19 +1,22 @@
 """Chat templates in episodes (issue 20, ``rollout.chat_template``): where the tokenizer has a chat
-template, the prompt and every observation are user messages rendered by it, so a multi-turn
-episode's tokens are the template's rendering of its conversation, action for action."""
+template, the prompt is a user message (after the task's system message, if it has one) and every
+later observation a user or tool message (the task's ``observation_role``), rendered by it, so a
+multi-turn episode's tokens are the template's rendering of its conversation, action for action."""
 
 from __future__ import annotations
 
-_CHAT_PARTS: dict[tuple[int, str], tuple[str, str, str, str]] = {}
+_CHAT_PARTS: dict[tuple, tuple[str, str, str, str]] = {}
 
 
-def chat_parts(tokenizer) -> tuple[str, str, str, str]:
+def chat_parts(
+    tokenizer, system: str | None = None, role: str = "user"
+) -> tuple[str, str, str, str]:
     """The template's text (before the prompt; after it, the generation prompt; after an action
     and before the next user text, the turn's close; after that text, the generation prompt),
     found by rendering a conversation of placeholders. A template that does not extend the history
     by appending (one that rewrites earlier turns) is refused."""
 
-    key = (id(tokenizer), tokenizer.chat_template)
+    key = (id(tokenizer), tokenizer.chat_template, system, role)
     if key in _CHAT_PARTS:
         return _CHAT_PARTS[key]
     P, A, OBS = "\x01prompt\x01", "\x01action\x01", "\x01observation\x01"
@@ -21,12 +24,18 @@ def chat_parts(tokenizer) -> tuple[str, str, str, str]:
     def render(msgs, gen):
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
 
-    user = [{"role": "user", "content": P}]
+    lead = [{"role": "system", "content": system}] if system else []
+    user = [*lead, {"role": "user", "content": P}]
     s1 = render(user, True)
     s2 = render([*user, {"role": "assistant", "content": A}], False)
-    s3 = render(
-        [*user, {"role": "assistant", "content": A}, {"role": "user", "content": OBS}], True
-    )
+    s3 = render([*user, {"role": "assistant", "content": A}, {"role": role, "content": OBS}], True)
+    if system and system not in s1:
+        raise ValueError("the tokenizer's chat template drops the system message (system_prompt)")
+    if s3.startswith(s2) and OBS not in s3[len(s2) :]:
+        raise ValueError(
+            f"the tokenizer's chat template does not render '{role}' messages "
+            "(observation_role); use observation_role: user, or a template file that does"
+        )
     if not (
         s1.count(P) == 1 and s2.startswith(s1 + A) and s3.startswith(s2) and OBS in s3[len(s2) :]
     ):
@@ -42,9 +51,12 @@ def chat_parts(tokenizer) -> tuple[str, str, str, str]:
     return _CHAT_PARTS[key]
 
 
-def chat_observation(tokenizer, text: str, first: bool) -> list[int]:
-    """The tokens of the prompt (``first``) or of a later observation, as the template renders them."""
+def chat_observation(
+    tokenizer, text: str, first: bool, system: str | None = None, role: str = "user"
+) -> list[int]:
+    """The tokens of the prompt (``first``, after the ``system`` message if any) or of a later
+    observation (a ``role`` message), as the template renders them."""
 
-    head, after_prompt, before_obs, after_obs = chat_parts(tokenizer)
+    head, after_prompt, before_obs, after_obs = chat_parts(tokenizer, system, role)
     rendered = head + text + after_prompt if first else before_obs + text + after_obs
     return tokenizer(rendered, add_special_tokens=False)["input_ids"]

@@ -11,15 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..seeds import eval_seeds
 
 
 class TaskParams(BaseModel):
+    """Parameters every task takes: how its text becomes messages (a chat template renders them;
+    without one, raw text)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    system_prompt: str | None = Field(
+        None,
+        description="A system message before the prompt (with a chat template; without one, this "
+        "text and a blank line before the prompt). None: none (the template's own default, if any).",
+    )
+    observation_role: Literal["user", "tool"] = Field(
+        "user",
+        description="The chat role of the environment's answers after the prompt: user, or tool "
+        "(a tool's output, where the template renders tool messages).",
+    )
 
 
 @dataclass

@@ -37,7 +37,7 @@ def demonstration_batch(
         obs, _ = env.reset(seed=inst.seed)
         ep = Episode(inst, len(episodes), env)
         ep.observations.append(obs)
-        ep.add("obs", encode_observation(tokenizer, obs, first=True))
+        ep.add("obs", encode_observation(tokenizer, obs, first=True, task=task))
         ep.state_keys.append(state_key(ep.observations))
         for turn in range(max(1, task.max_turns)):
             action = task.oracle(inst, ep.observations)
@@ -50,7 +50,7 @@ def demonstration_batch(
             if res.terminated or res.truncated:
                 ep.truncated = bool(res.truncated) and not res.terminated
                 break
-            obs_ids = encode_observation(tokenizer, res.observation, first=False)
+            obs_ids = encode_observation(tokenizer, res.observation, first=False, task=task)
             if len(ep.tokens) + len(obs_ids) > max_context_tokens:
                 break
             ep.observations.append(res.observation)
