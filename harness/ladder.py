@@ -54,6 +54,7 @@ from .ladder_stats import (
 )
 from .layout import ExperimentDir, write_json
 from .models import load_pretrained
+from .orchestrator import PlainLines, plain_wanted
 from .rollout.engine import RolloutError, make_engine
 from .runner import build_trainer
 from .tasks import make_task
@@ -106,7 +107,8 @@ class Ladder:
 
             raise ConfigError(f"--arm: {unknown_name('arm', self.arm, cfg.arms)}")
         self.log = log or (lambda _m: None)
-        self.orch = Orchestrator(cfg, self.out, log=self.log, progress=False)
+        self.orch = Orchestrator(cfg, self.out, log=self.log, progress=False)  # for its set-up
+        self.plain = plain_wanted(log)  # a line per evaluation and end of each short run
         self.seeds = list(cfg.ladder.seeds)
         self.results: list[RungResult] = []
 
@@ -143,9 +145,10 @@ class Ladder:
         lr: float | None = None,
         preset: str | None = None,
         seed: int = 0,
+        name: str = "ladder short run",
     ) -> dict[str, Any]:
         """One short run of a variant under the rung budget; returns its per-instance scores on the
-        validation split (at the start and the end) and diagnostics."""
+        validation split (at the start and the end) and diagnostics. ``name``: its plain lines'."""
 
         spec = copy.deepcopy(self.spec)
         spec["seed"] = seed
@@ -162,9 +165,11 @@ class Ladder:
         # as a run builds it: the configured engine, a frozen reference, the declared reward range
         trainer = build_trainer(spec, self.warm)
         engine = engine_name(trainer.engine)
+        lines = PlainLines(name, spec["budget"], self.plain)
         try:
-            res = trainer.train()
+            res = trainer.train(on_step=lines.evals)
         except (TrainingError, RolloutError) as exc:
+            lines.end(trainer, f"FAILED: {exc}")
             return {
                 "error": str(exc),
                 "diverged": True,
@@ -173,6 +178,7 @@ class Ladder:
                 "engine": engine,
                 "split": SPLIT,
             }
+        lines.end(trainer, f"finished after {len(res.steps)} steps")
         grad = [m["grad_norm"] for m in res.steps if "grad_norm" in m]
         return {
             "scores": res.evals[-1]["per_instance"],
@@ -213,7 +219,7 @@ class Ladder:
 
     def rung_curriculum(self) -> list[RungResult]:
         diffs = [self.task.make_instance(s).difficulty for s in range(200)]
-        out = self._train(seed=self.seeds[0])
+        out = self._train(seed=self.seeds[0], name="ladder rung 4 (curriculum) short run")
         hist = {str(k): int(v) for k, v in zip(*np.unique(diffs, return_counts=True))}
         if out.get("diverged"):
             reason = f"the short run diverged: {out['error']}"
@@ -268,7 +274,9 @@ class Ladder:
         outs = {}
         for label, kw in variants.items():
             self.log(f"ladder rung {rung} ({name}): {label}")
-            outs[label] = self._train(seed=self.seeds[0], **kw)
+            outs[label] = self._train(
+                seed=self.seeds[0], name=f"ladder rung {rung} ({name}) {label}", **kw
+            )
         return judge_compare(rung, name, outs, nominal_key)
 
     def _vary(

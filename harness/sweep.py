@@ -26,6 +26,7 @@ from sixblanks.budgets.counters import COUNTERS
 from .config import ExperimentConfig, RolloutOverride, validate_mapping
 from .errors import ConfigError
 from .layout import ExperimentDir, write_json
+from .orchestrator import PlainLines, plain_budget, plain_wanted
 from .runner import build_trainer
 
 
@@ -49,6 +50,7 @@ class Sweep:
         self.dir = ExperimentDir(out_dir).sweep
         self.out = self.dir.path
         self.log = log or (lambda _m: None)
+        self.plain = plain_wanted(log)  # a line per evaluation of a trial and of a confirmation run
         sw = cfg.sweep
         if not sw.space:
             raise ConfigError(
@@ -184,6 +186,7 @@ class Sweep:
         # a trial interrupted by a kill is left RUNNING: count it as failed, with what it had spent
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             study.tell(t.number, state=TrialState.FAIL)
+            self.log(f"sweep {arm} trial {t.number}: FAIL: interrupted (a killed sweep)")
         if not study.trials:
             study.enqueue_trial(self._default_params(arm, base_spec))
         used = dict.fromkeys(COUNTERS, 0.0)
@@ -196,8 +199,9 @@ class Sweep:
             if any(v <= 0 for v in left.values()):
                 stopped = f"search budget exhausted after {len(study.trials)} trials"
                 break
-            self.log(f"sweep {arm}: trial {len(study.trials) + 1}/{self.cfg.sweep.n_trials}")
             trial = study.ask()
+            name = f"sweep {arm} trial {trial.number}"  # Optuna's number, as the report gives it
+            self.log(f"{name}: start ({trial.number + 1}/{self.cfg.sweep.n_trials})")
             params = self._suggest(trial, arm)
             spec = self._trial_spec(base_spec, params, used)
             # what the trial is selected on, recorded before launch: a worker killed at start-up
@@ -212,6 +216,8 @@ class Sweep:
                 # Optuna has no public trial id; the worker re-attaches to the asked trial by it
                 "trial_id": trial._trial_id,
                 "threads": threads,
+                "name": name,
+                "plain": self.plain,  # the worker says each evaluation (its stderr is ours)
             }
             try:
                 out = call(run_trial, job)
@@ -219,7 +225,9 @@ class Sweep:
                 out = {"state": "FAIL", "error": f"worker died: {type(exc).__name__}: {exc}"}
             if out.get("error"):
                 trial.set_user_attr("error", out["error"])
-                self.log(f"sweep {arm}: trial {trial.number} failed: {out['error']}")
+            what = out.get("error") or (f"score {out['value']:.3f}" if "value" in out else "")
+            where = plain_budget(out.get("counters") or {}, spec["budget"])  # where it ended
+            self.log(f"{name}: {out['state']}{what and ': ' + what} ({where})")
             if out.get("counters"):
                 trial.set_user_attr("counters", out["counters"])
             state = getattr(TrialState, out["state"])
@@ -293,7 +301,7 @@ class Sweep:
         data["eval"]["split"] = "test"  # never the validation instances the trials were chosen on
         cfg = validate_mapping(data)
         self.confirm_cfg = cfg
-        res = Orchestrator(cfg, self.out, log=self.log, progress=False).run()
+        res = Orchestrator(cfg, self.out, log=self.log, progress=self.plain and "plain").run()
         return {"failures": res["failures"], "runs": len(res["summary"])}
 
     def _store_trials(self, summary: dict[str, Any]) -> None:
@@ -428,23 +436,24 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     counter = next(iter(spec["budget"]))
     every = spec["eval"]["every"]
     trainer = None
+    lines = PlainLines(job["name"], spec["budget"], job["plain"])  # it counts the evaluations seen
     try:
         trainer = build_trainer(spec, job["warm"])
-        seen = [0]
 
         def on_step(tr, metrics):
             # spending so far, in the storage: a trial killed mid-way is still charged on resume
             trial.set_user_attr("counters", dict(tr.ledger.counters))
-            for ev in tr.result.evals[seen[0] :]:
+            for ev in tr.result.evals[lines.seen :]:
                 # pruning on the ledger resource: the score at each token checkpoint (aligned across trials)
                 trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
             if tr.result.evals:  # the held-out instances it is selected on (seed range)
                 trial.set_user_attr("eval_seed_range", tr.result.evals[-1]["seed_range"])
-            seen[0] = len(tr.result.evals)
+            lines.evals(tr)  # each new one on stderr where plain lines are wanted
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned at {counter} = {tr.ledger.counters[counter]:g}")
 
         res = trainer.train(on_step=on_step)
+        lines.evals(trainer)  # the final evaluation, after the last step
         return {
             "state": "COMPLETE",
             "value": float(res.evals[-1]["score"]),

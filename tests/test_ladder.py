@@ -3,6 +3,7 @@ every rung gives one verdict, passes only on evidence that could have failed it,
 evaluation the ladder makes scores the validation split."""
 
 import json
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -307,7 +308,7 @@ def _fake_build_trainer(monkeypatch, by_estimator):
             {"per_instance": p, "score": sum(p) / len(p), "split": split} for p in (start, final)
         ]
         res = SimpleNamespace(steps=[], evals=evals, ledger=SimpleNamespace(counters={}))
-        return SimpleNamespace(engine=_Engine(), train=lambda: res)
+        return SimpleNamespace(engine=_Engine(), train=lambda on_step=None: res)
 
     monkeypatch.setattr(ladder_mod, "build_trainer", build)
     return specs
@@ -397,7 +398,7 @@ def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, m
             {"per_instance": p, "score": sum(p) / 8, "split": "validation"} for p in (zero, final)
         ]
         res = SimpleNamespace(steps=[], evals=evals, ledger=SimpleNamespace(counters={}))
-        return SimpleNamespace(engine=_Engine(), train=lambda: res)
+        return SimpleNamespace(engine=_Engine(), train=lambda on_step=None: res)
 
     monkeypatch.setattr(ladder_mod, "build_trainer", build)
     ladder = _spec_ladder(tmp_path)
@@ -418,15 +419,28 @@ def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, m
 
 @pytest.mark.slow
 def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
-    tmp_path, cli, write_yaml
+    tmp_path, cli, write_yaml, capsys, monkeypatch
 ):
+    """Also: with stderr not a terminal, each short run says each evaluation and how it ended."""
+
     import yaml
 
     bad = _cfg(
         arms={"grpo": {"preset": "grpo", "optimizer": {"lr": 3.0}}},
         ladder={"lr_factors": [1e-4, 1.0]},
     )
-    results = Ladder(bad, tmp_path / "bad").run()
+    from sixblanks.harness.training import loop
+
+    real, evaluated = loop.Trainer.evaluate, []
+
+    def recording(trainer):  # every evaluation a short run makes, as it records it
+        evaluated.append(real(trainer))
+        return evaluated[-1]
+
+    monkeypatch.setattr(loop.Trainer, "evaluate", recording)
+    results = Ladder(bad, tmp_path / "bad", log=lambda m: print(m, file=sys.stderr)).run()
+    monkeypatch.undo()
+    _check_plain_lines(capsys.readouterr().err, results, evaluated)
     fail = first_failure(results)
     assert fail is not None and fail.rung == 7, [
         (r.rung, r.variant, r.status, r.evidence) for r in results
@@ -472,6 +486,38 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     html = build_report(tmp_path / "good", resamples=200).read_text()
     assert "Ablation ladder" in html and "asynchrony" in html
     assert html.count("<tr class='verdict'>") == 9  # one verdict line per rung, in bold
+
+
+def _check_plain_lines(err: str, results, evaluated: list[dict]) -> None:
+    """One line per evaluation the short runs' trainers made (``evaluated``, in order), then each
+    run's end: finished after its steps (its last evaluation at that step), or FAILED with the row's
+    error; a compared setting's first and last lines give the scores its row records."""
+
+    lines = err.splitlines()
+    runs = [r for r in results if r.rung >= 4 and r.variant != VERDICT]
+    assert {r.rung for r in runs} == {4, 5, 6, 7}
+    names = [f"ladder rung {r.rung} ({r.rung_name}) {r.variant}: " for r in runs]
+    said = [ln.removeprefix(n) for ln in lines for n in names if ln.startswith(n)]
+    assert [ln for ln in said if ln.startswith("eval at step ")] == [
+        f"eval at step {e['step']}: score {e['score']:.3f} "
+        f"(launched_tokens {e['position']['launched_tokens']:g}/2500)"
+        for e in evaluated
+    ]
+    for r, name in zip(runs, names, strict=True):
+        mine = [ln.removeprefix(name) for ln in lines if ln.startswith(name)]
+        assert mine[0].startswith("eval at step 0: ") and "(launched_tokens 0/2500)" in mine[0]
+        assert all(ln.startswith("eval at step ") for ln in mine[:-1]), mine
+        d = r.detail
+        if d.get("diverged"):
+            assert mine[-1] == f"FAILED: {d['error']}"
+            continue
+        steps = mine[-1].removeprefix("finished after ").removesuffix(" steps")
+        assert mine[-1] == f"finished after {steps} steps" and steps.isdigit(), mine
+        assert mine[-2].startswith(f"eval at step {steps}: score ")
+        if "final" in d:  # a compared setting's row (rung 4's gives the curriculum instead)
+            assert mine[0].startswith(f"eval at step 0: score {d['start_score']:.3f} ")
+            assert mine[-2].startswith(f"eval at step {steps}: score {d['final']:.3f} ")
+            assert mine[-2].endswith(f"(launched_tokens {d['counters']['launched_tokens']:g}/2500)")
 
 
 @pytest.mark.vllm

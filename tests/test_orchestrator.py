@@ -289,4 +289,69 @@ def test_without_a_terminal_run_prints_a_line_per_evaluation_and_per_finished_ru
     assert evals and all("launched_tokens" in ln and "/400" in ln for ln in evals)
     # each line gives the evaluation's own place in the budget: the first is before any step
     assert "eval at step 0: " in evals[0] and "(launched_tokens 0/400)" in evals[0]
-    assert lines[-1].startswith("grpo/arithmetic/seed0: finished after ")
+    # every evaluation the run recorded, once each, in order, then one line for the finished run
+    (run,) = (tmp_path / "o" / "runs").iterdir()
+    recorded = [
+        json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if '"eval"' in x
+    ]
+    said = [
+        (int(ln.split("eval at step ")[1].split(":")[0]), ln.split("score ")[1][:5]) for ln in evals
+    ]
+    assert said == [(e["step"], f"{e['score']:.3f}") for e in recorded if e["type"] == "eval"]
+    assert lines[-1] == f"grpo/arithmetic/seed0: finished after {read_status(run)['step']} steps"
+    assert len(lines) == len(evals) + 1
+
+
+def test_plain_progress_says_each_evaluation_once_between_two_calls_and_across_a_resume(
+    tmp_path, capsys
+):
+    """The plain lines come from the run's events file, not its status: two evaluations between two
+    calls are both said, an earlier attempt's are not said again (nor its failure), a line being
+    written waits for the next call."""
+
+    from sixblanks.harness.layout import write_json, write_text
+
+    spec = {"run_id": "r1", "arm": "grpo", "task": {"name": "arithmetic"}, "seed": 0}
+    spec["budget"] = {"launched_tokens": 400}
+    orch = Orchestrator(_cfg(), tmp_path)
+    rd = orch.dir.run("r1")
+    rd.path.mkdir(parents=True)
+
+    def ev(step, tokens, score):
+        rec = {
+            "type": "eval",
+            "step": step,
+            "score": score,
+            "position": {"launched_tokens": tokens},
+        }
+        return json.dumps(rec) + "\n"
+
+    def said():
+        return capsys.readouterr().err.splitlines()
+
+    step = json.dumps({"type": "step", "step": 1}) + "\n"
+    write_text(rd.events, ev(0, 0, 0.1) + step)  # an earlier, killed attempt
+    write_json(rd.status, {"state": "failed", "error": "killed", "updated": 1.0})
+    tick = orch._plain_progress([spec])
+    tick()
+    assert said() == []
+    # resumed: the file rewritten (a new file), two evaluations and a torn line before the next call
+    write_text(
+        rd.events, ev(0, 0, 0.1) + step + ev(1, 120, 0.2) + ev(2, 240, 0.25) + '{"type": "ev'
+    )
+    write_json(rd.status, {"state": "running", "updated": 2.0})
+    tick()
+    name = "grpo/arithmetic/seed0"
+    assert said() == [
+        f"{name}: eval at step 1: score 0.200 (launched_tokens 120/400)",
+        f"{name}: eval at step 2: score 0.250 (launched_tokens 240/400)",
+    ]
+    with open(rd.events, "a") as f:
+        f.write('al", "step": 3, "score": 0.5, "position": {"launched_tokens": 400}}\n')
+    write_json(rd.status, {"state": "finished", "step": 3, "updated": 3.0})
+    tick()
+    tick(final=True)
+    assert said() == [
+        f"{name}: eval at step 3: score 0.500 (launched_tokens 400/400)",
+        f"{name}: finished after 3 steps",
+    ]

@@ -46,8 +46,9 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     path = write_yaml(yaml.safe_dump(SPEC))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "sixblanks.harness.cli", "sweep", path, "--out", str(out)]
-    # interrupt the first attempt in the middle of the search
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # interrupt the first attempt in the middle of the search (its stderr, as a cluster job's: a file)
+    log1 = open(tmp_path / "first.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log1)
     journal = out / "sweep" / "optuna.journal"
     t0 = time.time()
     while proc.poll() is None and time.time() - t0 < 180:
@@ -57,6 +58,7 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     assert proc.poll() is None, "the sweep ended before it could be interrupted"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    log1.close()
 
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -125,6 +127,63 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     for lo, hi in trial_ranges:
         for clo, chi in confirm_ranges:
             assert hi <= clo or chi <= lo  # disjoint seed ranges: no instance is shared
+    _check_plain_lines((tmp_path / "first.log").read_text() + done.stderr, arms, out)
+
+
+def _check_plain_lines(err: str, arms: dict, out) -> None:
+    """Stderr not a terminal (both attempts'): one line per evaluation of each trial, from its worker,
+    matching the scores the study recorded at each token checkpoint; one line per trial's end with its
+    state; one line per evaluation and per finished confirmation run, as their events record them."""
+
+    from sixblanks.harness.layout import read_status
+
+    lines = err.splitlines()
+    for arm, rec in arms.items():
+        for t in rec["trials_detail"]:
+            name = f"sweep {arm} trial {t['number']}: "
+            mine = [ln.removeprefix(name) for ln in lines if ln.startswith(name)]
+            ends = [ln for ln in mine if ln.split(":")[0].split(" (")[0] in _STATES]
+            assert len(ends) == 1 and ends[0].startswith(t["state"]), (t, mine)
+            if t["state"] == "COMPLETE":
+                assert ends[0].startswith(f"COMPLETE: score {t['value']:.3f} (launched_tokens ")
+            killed = t["state"] == "FAIL" and t["error"] is None  # by the test, mid-trial
+            assert ("interrupted" in ends[0]) == killed
+            if killed:
+                continue
+            evals = [ln for ln in mine if ln.startswith("eval at step ")]
+            said = [
+                (
+                    float(ln.split("(launched_tokens ")[1].split("/")[0]) // 150 * 150,
+                    ln.split("score ")[1][:5],
+                )
+                for ln in evals
+            ]
+            reported = [(float(k), f"{v:.3f}") for k, v in sorted(t["intermediate"].items())]
+            # each reported checkpoint said once, in order; a completed trial's final evaluation,
+            # after its last step, is said but not reported (the trial's value is its score)
+            assert said[: len(reported)] == reported, (said, reported)
+            assert len(said) - len(reported) in ((0, 1) if t["state"] == "COMPLETE" else (0,))
+            if t["state"] == "COMPLETE":
+                assert said[-1][1] == f"{t['value']:.3f}"
+    runs = list((out / "sweep" / "runs").iterdir())
+    assert runs
+    for run in runs:
+        spec = json.loads((run / "spec.json").read_text())
+        name = f"{spec['arm']}/{spec['task']['name']}/seed{spec['seed']}: "
+        events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+        recorded = [
+            f"eval at step {e['step']}: score {e['score']:.3f}"
+            for e in events
+            if e["type"] == "eval"
+        ]
+        mine = [ln.removeprefix(name) for ln in lines if ln.startswith(name)]
+        assert [ln.split(" (")[0] for ln in mine] == [
+            *recorded,
+            f"finished after {read_status(run)['step']} steps",
+        ]
+
+
+_STATES = ("COMPLETE", "PRUNED", "FAIL")
 
 
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
