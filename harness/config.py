@@ -225,6 +225,18 @@ class RolloutConfig(_Cfg):
     micro_batch_size: int = Field(
         64, ge=1, description="Sequences per forward/backward micro-batch."
     )
+    skip_unused_forwards: bool = Field(
+        True,
+        description="No reference forward when no blank reads pi_ref (KL coefficients 0), and no "
+        "separate pi_old forward when the update is exactly on-policy (one epoch of one minibatch, "
+        "no KL in the reward, no off-policy masking or lag): the training forward's log-probs, "
+        "detached, are pi_old. False: both forwards every step, as before (same gradients).",
+    )
+    reference_kl_metric: bool = Field(
+        False,
+        description="Log the KL to the reference (metric kl) even when no blank reads it: one "
+        "reference forward per step.",
+    )
     chat_template: str = Field(
         "auto",
         description="auto: where the tokenizer has a chat template, prompts and observations are "

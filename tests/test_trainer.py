@@ -159,3 +159,66 @@ def test_target_kl_stops_the_epochs_of_a_critic_free_arm(initial):
         assert m["early_stop_approx_kl"] > 1.5e-9
     for m in loose:
         assert m["early_stop_epoch"] == -1 and m["optimizer_steps"] == 4
+
+
+@pytest.mark.parametrize(
+    "preset, ref_forward, old_forward",
+    [
+        ("grpo", True, False),  # KL in the loss reads pi_ref; one epoch of one minibatch
+        ("dr_grpo", False, False),  # no KL at all: neither forward
+        ("gspo", False, True),  # four minibatches: pi_old is recomputed once, before them
+        ("rloo", True, True),  # KL in the reward reads pi_old and pi_ref before the update
+    ],
+)
+def test_skipping_unused_forwards_gives_the_same_gradients(
+    initial, monkeypatch, preset, ref_forward, old_forward
+):
+    """rollout.skip_unused_forwards: no reference forward where no blank reads pi_ref, no pi_old
+    forward where the update is exactly on-policy (the training forward's log-probs, detached,
+    are pi_old). The gradients of the first update equal those of both forwards run, as before,
+    and the forwards counted are those the blanks need."""
+
+    cfg, task, model0, tok = initial
+    grads, forwards, metrics = {}, {}, {}
+    real_step, real_lp = RunContext.clip_and_step, RunContext.batched_logprobs
+    mode = [None]
+
+    def record(self):
+        grads.setdefault(mode[0], []).append(
+            torch.cat(
+                [
+                    p.grad.detach().flatten().clone()
+                    for p in self.model.parameters()
+                    if p.grad is not None
+                ]
+            )  # fmt: skip
+        )
+        return real_step(self)
+
+    def count(self, model, batch):
+        kind = "ref" if model is self.ref_model else "old"
+        forwards.setdefault(mode[0], []).append(kind)
+        return real_lp(self, model, batch)
+
+    monkeypatch.setattr(RunContext, "clip_and_step", record)
+    monkeypatch.setattr(RunContext, "batched_logprobs", count)
+    for skip in (False, True):
+        mode[0] = skip
+        s = _settings(cfg, preset, budget=1e9)
+        s.rollout = cfg.rollout.model_copy(update={"skip_unused_forwards": skip})
+        s.seed = 1
+        res = Trainer(s, task, copy.deepcopy(model0), tok).train(max_steps=2, evaluate_start=False)
+        metrics[skip] = res.steps[-1]
+    assert sorted(forwards[False]) == ["old", "old", "ref", "ref"]  # two steps
+    want = (["old"] * 2 if old_forward else []) + (["ref"] * 2 if ref_forward else [])
+    assert sorted(forwards.get(True, [])) == want
+    assert len(grads[True]) == len(grads[False]) >= 2
+    assert max(float(g.abs().max()) for g in grads[False]) > 1e-4  # a real gradient
+    for g_all, g_skip in zip(grads[False], grads[True]):
+        tol = 1e-6 * max(float(g_all.abs().max()), 1e-3)
+        assert torch.allclose(g_all, g_skip, rtol=1e-4, atol=tol)
+    a, b = metrics[False], metrics[True]
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
+    assert ("kl" in b) == ref_forward
+    # the rollout/trainer mismatch is still measured (on the training forward where it is reused)
+    assert b["mismatch.logp_abs_max"] == pytest.approx(a["mismatch.logp_abs_max"], abs=1e-5)

@@ -90,7 +90,9 @@ def golden_trainer(preset: str, cfg=None, task=None):
     model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
     settings = RunSettings(
         blanks=PRESETS[preset].blanks,
-        rollout=cfg.rollout,
+        # every forward as when recorded (the reference's KL logged); tests/test_trainer.py shows
+        # that skipping the unused ones gives the same gradients
+        rollout=cfg.rollout.model_copy(update={"skip_unused_forwards": False}),
         optimizer=cfg.optimizer,
         budget=dict(BUDGET),
         seed=0,

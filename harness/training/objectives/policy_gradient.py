@@ -43,7 +43,32 @@ def batch_metrics(
     return out
 
 
+def reads_reference(blanks) -> bool:
+    """Whether any blank reads the reference policy's log-probs (KL in the loss or the reward)."""
+
+    r = blanks.regularizer
+    return r.loss_kl_coef > 0 or r.reward_kl_coef > 0
+
+
+def reads_old_before_update(blanks) -> bool:
+    """Whether the batch needs pi_old's log-probs before the update: KL in the reward (from pi_old),
+    the corrections that mask off-policy tokens, or the lag's measured divergence."""
+
+    d, w = blanks.data, blanks.weight
+    return (
+        blanks.regularizer.reward_kl_coef > 0
+        or w.gate is not None
+        or w.trust_region == "dis"
+        or w.tis_form.endswith("_mask")
+        or bool(d.lag or d.broadcast_every > 1 or d.staleness is not None)
+        or d.concurrent is not None
+    )
+
+
 class PolicyGradient(Stateless):
+    SKIPS_UNUSED = True
+    """Subclasses that read pi_old or pi_ref for a model of their own (PRIME) set False."""
+
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         if ctx.blanks.data.potential_shaping.enabled and not ctx.task.has_potential:
@@ -51,6 +76,19 @@ class PolicyGradient(Stateless):
                 f"{ctx.settings.name}: data.potential_shaping: task '{ctx.task.name}' defines no "
                 "potential (its environment has no potential()); turn it off or use a task that does"
             )
+        b, skip = ctx.blanks, ctx.settings.rollout.skip_unused_forwards and self.SKIPS_UNUSED
+        # no reference forward when no blank reads it (its KL is then not logged, unless asked)
+        self.ref_forward = (
+            not skip or reads_reference(b) or ctx.settings.rollout.reference_kl_metric
+        )
+        # exactly on-policy (one epoch of one minibatch: one optimizer step on the batch): pi_old
+        # is the policy being trained, so the training forward's log-probs, detached, are pi_old
+        self.reuse_forward = (
+            skip
+            and b.data.epochs == 1
+            and b.data.minibatches == 1
+            and not reads_old_before_update(b)
+        )
 
     def process_inputs(self, collected: Collected, old_logp, ref_logp) -> dict[str, Any]:
         """Inputs from a second model (a process reward model): none here; see :mod:`.process`."""
@@ -60,8 +98,9 @@ class PolicyGradient(Stateless):
     def prepare(self, collected: Collected) -> Prepared:
         ctx, batch = self.ctx, collected.batch
         ctx.model.eval()
-        old_logp = ctx.batched_logprobs(ctx.model, batch)  # pi_old: recomputed by the trainer
-        ref_logp = ctx.batched_logprobs(ctx.ref_model, batch)
+        # pi_old: recomputed by the trainer, or (exactly on-policy) taken from the training forward
+        old_logp = None if self.reuse_forward else ctx.batched_logprobs(ctx.model, batch)
+        ref_logp = ctx.batched_logprobs(ctx.ref_model, batch) if self.ref_forward else None
         mask0 = batch.action_mask.clone()
         adv, mask, info = compute_advantages(
             ctx.blanks,
@@ -84,8 +123,9 @@ class PolicyGradient(Stateless):
             **batch_metrics(batch, adv, mask),
             "response_length": float(mask0.sum(1).float().mean()),
             "groups_launched": float(collected.groups_launched),
-            **mismatch_stats(old_logp, batch.behavior_logprobs, mask0),
         }
+        if old_logp is not None:  # else measured on the training forward (update)
+            metrics.update(mismatch_stats(old_logp, batch.behavior_logprobs, mask0))
         # every shaping term of the reward is logged (the audit lists them; a term that never
         # changed a reward is reported as inert)
         for k in ("reward_kl", "gigpo_anchor_frac"):
@@ -113,18 +153,27 @@ class PolicyGradient(Stateless):
             n = b.normalization
             return loss_weights(sub, n.mode, ctx.l_max, n.count_empty_rows)
 
+        reused = t["old_logp"] is None  # pi_old is the training forward's, detached
+        fresh = torch.zeros(batch.action_mask.shape, dtype=torch.float32) if reused else None
+
         def micro_step(rows: list[int], weights: torch.Tensor, epoch: int) -> dict[str, float]:
             sub = batch.select(rows)
             logp, ent = ctx.logprobs(ctx.model, sub, entropy=True, grad=True)
+            if reused:
+                old = logp.detach()
+                fresh[rows] = old.float().cpu()
+            else:
+                old = t["old_logp"][rows].to(dev)
+            ref = t["ref_logp"]
             loss, met = policy_loss(
                 b,
                 logp,
-                t["old_logp"][rows].to(dev),
+                old,
                 t["adv"][rows].to(dev),
                 mask[rows].to(dev),
                 weights.to(dev),
                 behavior_logp=sub.behavior_logprobs.to(dev),
-                ref_logp=t["ref_logp"][rows].to(dev),
+                ref_logp=ref[rows].to(dev) if ref is not None else None,
                 entropy=ent,
             )
             if not torch.isfinite(loss):
@@ -134,7 +183,6 @@ class PolicyGradient(Stateless):
                 )
             loss.backward()
             if target_kl is not None:  # the routine stops the epochs past 1.5 x target_kl
-                old = t["old_logp"][rows].to(dev)
                 met["approx_kl_num"] = approx_kl(logp, old, mask[rows].to(dev)) * float(
                     weights.sum()
                 )
@@ -143,9 +191,12 @@ class PolicyGradient(Stateless):
         ctx.model.train()
         out = accumulate(ctx, p.units, weigh, micro_step)
         ctx.model.eval()
+        # measured on the tokens trained (a minibatch with none is never forwarded)
+        mismatch = mismatch_stats(fresh, batch.behavior_logprobs, mask) if reused else {}
         return {
             **out.summary(),
             **(out.early_stop_metrics() if target_kl is not None else {}),
             **p.metrics,
+            **mismatch,
             "policy_version": float(ctx.engine.policy_version),
         }
