@@ -29,6 +29,9 @@ from .layout import ExperimentDir, write_json
 from .orchestrator import PlainLines, plain_budget, plain_wanted
 from .runner import build_trainer
 
+TRIAL_SPLIT = "validation"
+"""The split trials are scored (and selected) on; confirmation runs and reports score ``test``."""
+
 
 def _set_path(d: dict[str, Any], path: list[str], value: Any) -> None:
     for k in path[:-1]:
@@ -133,7 +136,7 @@ class Sweep:
         spec["eval"]["every"] = self.trial_budget[counter] / 4
         spec["eval"]["counter"] = counter
         # trials are chosen on the validation split; confirmation runs and reports score test
-        spec["eval"]["split"] = "validation"
+        spec["eval"]["split"] = TRIAL_SPLIT
         return spec
 
     def _storage_ref(self) -> tuple[str, str]:
@@ -200,13 +203,13 @@ class Sweep:
                 stopped = f"search budget exhausted after {len(study.trials)} trials"
                 break
             trial = study.ask()
+            # what it is selected on, recorded at once: a sweep killed while the sampler suggests
+            # (right after a trial ends) leaves a trial that still names its split
+            trial.set_user_attr("split", TRIAL_SPLIT)
             name = f"sweep {arm} trial {trial.number}"  # Optuna's number, as the report gives it
             self.log(f"{name}: start ({trial.number + 1}/{self.cfg.sweep.n_trials})")
             params = self._suggest(trial, arm)
             spec = self._trial_spec(base_spec, params, used)
-            # what the trial is selected on, recorded before launch: a worker killed at start-up
-            # leaves a trial that still names its split
-            trial.set_user_attr("split", spec["eval"]["split"])
             job = {
                 "spec": spec,
                 "warm": str(warm),
@@ -258,7 +261,7 @@ class Sweep:
                     "counters": t.user_attrs.get("counters"),
                     "pruned_at": t.user_attrs.get("pruned_at"),
                     "worker": t.user_attrs.get("worker"),
-                    "split": t.user_attrs.get("split"),
+                    "split": t.user_attrs.get("split", TRIAL_SPLIT),  # every trial is scored on it
                     "eval_seed_range": t.user_attrs.get("eval_seed_range"),
                     "error": t.user_attrs.get("error"),
                     "intermediate": {int(k): v for k, v in t.intermediate_values.items()},
