@@ -20,7 +20,7 @@ SHELL := /bin/bash
 # this machine's pip config names optional local indexes that may not exist; hide those warnings only
 PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: run test test-main test-vllm lint format setup vllm clean schema
+.PHONY: run test test-main test-vllm lint format setup vllm trl clean schema
 
 setup: $(STAMP)
 
@@ -45,6 +45,18 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_CONSTRAINTS)
 	@# here uses them and they break imports, so they go.
 	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec $(PIPFILTER)
 	@touch $(VLLM_STAMP)
+
+# TRL, for benchmarks/vs_trl.py only (the same CPU torch; the main venv does not need it)
+TRL_VENV ?= .venv-trl
+TRL_STAMP := $(TRL_VENV)/.installed
+
+trl: $(TRL_STAMP)
+
+$(TRL_STAMP): pyproject.toml $(CONSTRAINTS)
+	@test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/python -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) torch $(PIPFILTER)
+	$(TRL_VENV)/bin/python -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[trl]" $(PIPFILTER)
+	@touch $(TRL_STAMP)
 
 run: $(STAMP)
 	@$(VENV)/bin/sixblanks --quiet schema -o sixblanks.schema.json
@@ -78,4 +90,4 @@ schema: $(STAMP)
 	$(VENV)/bin/sixblanks schema -o sixblanks.schema.json
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) .pytest_cache .ruff_cache

@@ -225,6 +225,17 @@ class RolloutConfig(_Cfg):
     micro_batch_size: int = Field(
         64, ge=1, description="Sequences per forward/backward micro-batch."
     )
+    decode: Literal["auto", "transformers"] = Field(
+        "auto",
+        description="HF backend: auto decodes Llama-architecture policies through a static "
+        "key/value cache in plain torch ops (the same logits, fewer Python operations per token); "
+        "transformers: the model's own forward at every token.",
+    )
+    ignore_eos: bool = Field(
+        False,
+        description="Training rollouts generate max_new_tokens every turn, stopping at neither EOS "
+        "nor the task's stop string (fixed-length generation: throughput benchmarks).",
+    )
     skip_unused_forwards: bool = Field(
         True,
         description="No reference forward when no blank reads pi_ref (KL coefficients 0), and no "

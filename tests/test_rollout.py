@@ -272,3 +272,66 @@ def test_a_system_prompt_without_a_chat_template_is_text_before_the_prompt(polic
     assert check_contract(batch, model, tok, task=task).passed
     report = check_contract(batch, model, tok)
     assert [r.name for r in report.failures] == ["masks"]
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])  # 2: grouped-query attention (as SmolLM2)
+def test_the_static_cache_decoder_gives_the_models_own_logits(kv_heads):
+    """rollout.decode auto: the Llama decoder's logits after a left-padded prefill and after each
+    appended token equal the model's own forward over the whole sequence (second method: no
+    cache, transformers' masks and positions)."""
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sixblanks.harness.rollout.fastdecode import LlamaDecoder, supported
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=kv_heads,
+                      tie_word_embeddings=True)  # fmt: skip
+    model = LlamaForCausalLM(cfg).eval()
+    assert supported(model)
+    lens = [7, 3, 5]
+    L, B, new = max(lens), len(lens), 4
+    ids = torch.zeros((B, L), dtype=torch.long)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    for i, n in enumerate(lens):
+        ids[i, L - n :] = torch.randint(1, 50, (n,))
+        attn[i, L - n :] = 1
+    dec = LlamaDecoder(model, ids, attn, new)
+    got = [dec.prefill()]
+    steps = torch.randint(1, 50, (B, new))
+    for t in range(new):
+        got.append(dec.step(steps[:, t]))
+    for t, logits in enumerate(got):
+        full = torch.cat([ids, steps[:, :t]], 1)
+        mask = torch.cat([attn, torch.ones((B, t), dtype=torch.long)], 1)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            want = model(input_ids=full, attention_mask=mask, position_ids=pos).logits[:, -1]
+        assert torch.allclose(logits, want, atol=1e-5), (t, (logits - want).abs().max())
+
+
+def test_the_decoder_samples_what_the_transformers_path_samples(policies):
+    """The same seeded generation through both decode paths: the same tokens, log-probs equal to
+    float precision; a LoRA policy or a reference with its adapter off takes transformers' path."""
+
+    from sixblanks.harness.lora import AdapterOff, apply_lora
+    from sixblanks.harness.rollout.fastdecode import supported
+
+    task, model, tok = policies("arithmetic")
+    prompts = [tok(task.make_instance(i).prompt, add_special_tokens=False)["input_ids"]
+               for i in range(4)]  # fmt: skip
+    out = {}
+    for decode in ("auto", "transformers"):
+        eng = HFEngine(model, tok, decode=decode)
+        assert eng.fast == (decode == "auto")
+        p = SamplingParams(temperature=1.0, max_new_tokens=6, ignore_eos=True)
+        out[decode] = eng.generate(prompts, p, n=3, generator=torch.Generator().manual_seed(5))
+    for ga, gb in zip(sum(out["auto"], []), sum(out["transformers"], [])):
+        assert ga.token_ids == gb.token_ids and len(ga.token_ids) == 6
+        assert ga.logprobs == pytest.approx(gb.logprobs, abs=1e-5)
+    import copy
+
+    lora = apply_lora(copy.deepcopy(model), {"r": 2, "alpha": 4.0, "dropout": 0.0,
+                                             "target_modules": "all-linear"})  # fmt: skip
+    assert not supported(lora) and not supported(AdapterOff(lora))

@@ -222,3 +222,22 @@ def test_skipping_unused_forwards_gives_the_same_gradients(
     assert ("kl" in b) == ref_forward
     # the rollout/trainer mismatch is still measured (on the training forward where it is reused)
     assert b["mismatch.logp_abs_max"] == pytest.approx(a["mismatch.logp_abs_max"], abs=1e-5)
+
+
+def test_ignore_eos_generates_max_new_tokens_every_turn(initial):
+    """rollout.ignore_eos (fixed-length generation, for throughput comparisons): every sample is
+    exactly max_new_tokens long, past EOS and the task's stop string; without it they stop."""
+
+    cfg, task, model0, tok = initial
+    lengths = {}
+    for ignore in (False, True):
+        s = _settings(cfg, "dr_grpo", budget=1e9)
+        s.rollout = cfg.rollout.model_copy(update={"ignore_eos": ignore, "max_new_tokens": 9})
+        tr = Trainer(s, task, copy.deepcopy(model0), tok)
+        from tests.conftest import record_batches
+
+        batches = record_batches(tr)
+        tr.train(max_steps=1, evaluate_start=False)
+        lengths[ignore] = batches[0].action_mask.sum(1).tolist()
+    assert set(lengths[True]) == {9.0}
+    assert max(lengths[False]) < 9  # the warm policy answers and stops at the newline

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -96,12 +96,13 @@ def encode_observation(tokenizer, text: str, first: bool, task: Task | None = No
 
 
 def task_params(params: SamplingParams, task: Task) -> SamplingParams:
-    """``params`` with the task's stop string where they name none."""
+    """``params`` with the task's stop string where they name none (none where they ignore EOS:
+    fixed-length generation stops at nothing)."""
 
+    if params.ignore_eos:
+        return replace(params, stop=())
     stop = tuple(params.stop) or ((task.stop,) if task.stop else ())
-    return SamplingParams(
-        params.temperature, params.top_p, params.top_k, params.max_new_tokens, stop
-    )
+    return replace(params, stop=stop)
 
 
 def start_episode(task: Task, inst: Instance, gate: VerifierGate, tokenizer, group: int) -> Episode:

@@ -18,6 +18,7 @@ from sixblanks.algorithms.logprobs import process_logits
 
 from ..errors import SixblanksError
 from ..tasks.verify import CallStats
+from .fastdecode import LlamaDecoder, supported
 
 
 class RolloutError(SixblanksError):
@@ -102,9 +103,11 @@ def _cache_kwarg(model) -> str:
 class HFEngine(RolloutEngine):
     """Hugging Face transformers backend: batched, left-padded, KV-cached sampling loop."""
 
-    def __init__(self, model, tokenizer, batch_size: int = 256):
+    def __init__(self, model, tokenizer, batch_size: int = 256, decode: str = "auto"):
         self.model, self.tokenizer = model, tokenizer
         self.batch_size = batch_size
+        self.decode = decode
+        """auto: :class:`LlamaDecoder` where it reproduces the model; transformers: its forward."""
         self.policy_version = 0
         self.stats = EngineStats()
         self._stop_cache: dict[tuple[str, ...], torch.Tensor] = {}
@@ -112,6 +115,10 @@ class HFEngine(RolloutEngine):
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def fast(self) -> bool:
+        return self.decode == "auto" and supported(self.model)
 
     def load_weights(self, state_dict: dict[str, torch.Tensor] | None = None) -> None:
         if state_dict is not None:
@@ -176,17 +183,21 @@ class HFEngine(RolloutEngine):
         past = None
         cur_ids, cur_pos = ids, pos
         cache_kw = _cache_kwarg(self.model)
+        fast = LlamaDecoder(self.model, ids, attn, params.max_new_tokens) if self.fast else None
         for step in range(params.max_new_tokens):
-            res = self.model(
-                input_ids=cur_ids,
-                attention_mask=attn,
-                position_ids=cur_pos,
-                use_cache=True,
-                logits_to_keep=1,
-                **{cache_kw: past},
-            )
-            past = getattr(res, cache_kw)
-            logits = res.logits[:, -1, :]
+            if fast is not None:  # a static cache in plain torch ops: the same logits
+                logits = fast.prefill() if step == 0 else fast.step(cur_ids[:, 0])
+            else:
+                res = self.model(
+                    input_ids=cur_ids,
+                    attention_mask=attn,
+                    position_ids=cur_pos,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{cache_kw: past},
+                )
+                past = getattr(res, cache_kw)
+                logits = res.logits[:, -1, :]
             if not bool(torch.isfinite(logits).all()):
                 raise RolloutError(
                     f"the policy produced non-finite logits at generation step {step} (version "
@@ -215,8 +226,9 @@ class HFEngine(RolloutEngine):
             if bool(finished.all()):
                 break
             cur_ids = nxt[:, None]
-            attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=dev)], dim=1)
-            cur_pos = cur_pos[:, -1:] + 1
+            if fast is None:
+                attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=dev)], dim=1)
+                cur_pos = cur_pos[:, -1:] + 1
         if was_training:
             self.model.train()
         tokens_l, logps_l, lengths_l, reason_l = (
@@ -245,7 +257,7 @@ def make_engine(rollout_cfg, model, tokenizer, seed: int = 0) -> RolloutEngine:
     """The engine ``rollout.backend`` names: ``hf`` (default) or ``vllm`` (colocated vllm.LLM)."""
 
     if rollout_cfg.backend == "hf":
-        return HFEngine(model, tokenizer)
+        return HFEngine(model, tokenizer, decode=rollout_cfg.decode)
     from .vllm_engine import VLLMEngine
 
     limit = getattr(model.config, "max_position_embeddings", None) or 10**9

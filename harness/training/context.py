@@ -68,7 +68,9 @@ class RunContext:
         self.blanks = self.settings.blanks
         self.device = next(self.model.parameters()).device
         self.group_size = self.blanks.data.group_size or r.group_size
-        self.params = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
+        self.params = SamplingParams(
+            r.temperature, r.top_p, r.top_k, r.max_new_tokens, ignore_eos=r.ignore_eos
+        )
         self.score_params = self.params.scoring()
         self.turns = max(1, self.task.max_turns)
         self.l_max = self.blanks.normalization.l_max or r.max_new_tokens * self.turns

@@ -125,7 +125,9 @@ class CollectorCore:
         self.model.eval()
         self.timer = DeviceTimer(torch.device(init.get("device", "cpu")))
         r = init["rollout"]
-        self.params = SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
+        self.params = SamplingParams(
+            r.temperature, r.top_p, r.top_k, r.max_new_tokens, ignore_eos=r.ignore_eos
+        )
         self.engine = make_engine(r, self.model, init["tokenizer"], seed=int(init["seed"]))
         self.gate = VerifierGate(init["task"])
         self.spool = Path(init["spool"])

@@ -1,0 +1,265 @@
+"""sixblanks against TRL's GRPOTrainer on the identical configuration, side by side in one run.
+
+Both sides train the same tiny policy (identical initial weights) with GRPO on the same prompts:
+8 prompts x 8 samples x 32 new tokens per step (EOS and stop strings ignored on both sides, so
+every sample is exactly 32 tokens), fp32 on the CPU, KL coefficient 0 (no reference model),
+one optimizer step per batch (one epoch, one minibatch: exactly on-policy), torch AdamW at the
+same constant learning rate, weight decay 0 and gradient clipping at 1, clipped ratio
+epsilon 0.2, group-normalized advantages and the same loss aggregation (per-sequence token mean,
+then the mean over sequences: TRL ``loss_type="grpo"``, sixblanks ``grpo``). The reward is the
+arithmetic task's verifier on both sides.
+
+The runs alternate (sixblanks, TRL, sixblanks, ...; ``--reps`` each) in one invocation; each run
+takes ``--steps`` steps after one warm-up step, and its time per step is the median of those.
+Printed: steps/s of both, their ratio (median over the alternating pairs), and where a sixblanks
+step goes (generation, the training forward, backward, optimizer, other forwards, the rest).
+
+TRL is a benchmark-only dependency in a venv of its own (``make trl`` builds ``.venv-trl``):
+
+    make trl
+    .venv-trl/bin/python benchmarks/vs_trl.py [--steps 5] [--reps 5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+import torch
+
+PROMPTS, GROUP, NEW_TOKENS, LR = 8, 8, 32, 1e-6
+
+
+def policy():
+    """The project's default tiny policy and tokenizer, and the arithmetic task."""
+
+    from sixblanks.harness.config import ModelConfig
+    from sixblanks.harness.models import load_policy
+    from sixblanks.harness.tasks import make_task
+
+    task = make_task("arithmetic")
+    model, tok = load_policy(ModelConfig(), [task])
+    return task, model, tok
+
+
+# ---------------------------------------------------------------------------------------- sixblanks
+
+
+class Parts:
+    """Wall time of a sixblanks step's parts, by patching the calls that make them."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.on = False
+
+    def wrap(self, owner, name: str, part, pick=None):
+        real = getattr(owner, name)
+        parts = self
+
+        def timed(*args, **kwargs):
+            if not parts.on:
+                return real(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                label = pick(args, kwargs) if pick else part
+                parts.seconds[label] += time.perf_counter() - t0
+
+        setattr(owner, name, timed)
+        return real
+
+
+def sixblanks_run(task, model0, tok, steps: int, parts: Parts | None = None) -> list[float]:
+    from sixblanks.algorithms.presets import resolve
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.training import RunSettings, Trainer
+
+    cfg = validate_mapping(
+        {
+            "task": {"name": "arithmetic"},
+            "arms": {"a": {"preset": "grpo"}},
+            "rollout": {
+                "max_new_tokens": NEW_TOKENS,
+                "prompts_per_step": PROMPTS,
+                "group_size": GROUP,
+                "ignore_eos": True,
+            },
+            "optimizer": {"lr": LR, "weight_decay": 0.0, "grad_clip": 1.0},
+        }
+    )
+    blanks = resolve("grpo", {"regularizer": {"loss_kl_coef": 0.0}})
+    s = RunSettings(blanks, cfg.rollout, cfg.optimizer, {"optimizer_steps": 1e9}, 0,
+                    evaluate=False, name="grpo")  # fmt: skip
+    tr = Trainer(s, task, copy.deepcopy(model0), tok)
+    times = []
+    for i in range(steps + 1):
+        if parts is not None:
+            parts.on = i > 0  # the warm-up step is not counted
+        t0 = time.perf_counter()
+        m = tr.step()
+        times.append(time.perf_counter() - t0)
+        assert m is not None and m["response_length"] == NEW_TOKENS, m
+    if parts is not None:
+        parts.on = False
+    return times[1:]
+
+
+def breakdown(task, model0, tok, steps: int) -> tuple[dict[str, float], float]:
+    """Seconds per step of each part of a sixblanks step (one instrumented run)."""
+
+    from sixblanks.harness.rollout.engine import HFEngine
+    from sixblanks.harness.training.context import RunContext
+
+    parts = Parts()
+    undo = [
+        (HFEngine, "generate", parts.wrap(HFEngine, "generate", "generation")),
+        (
+            RunContext,
+            "logprobs",
+            parts.wrap(
+                RunContext,
+                "logprobs",
+                None,
+                lambda a, k: "training forward" if k.get("grad") else "other forwards (no grad)",
+            ),
+        ),
+        (torch.Tensor, "backward", parts.wrap(torch.Tensor, "backward", "backward")),
+        (RunContext, "clip_and_step", parts.wrap(RunContext, "clip_and_step", "optimizer step")),
+    ]
+    try:
+        times = sixblanks_run(task, model0, tok, steps, parts)
+    finally:
+        for owner, name, real in undo:
+            setattr(owner, name, real)
+    per = {k: v / steps for k, v in parts.seconds.items()}
+    total = sum(times) / steps
+    per["rest (advantages, ledger, batching, sync)"] = total - sum(per.values())
+    return per, total
+
+
+# ---------------------------------------------------------------------------------------------- TRL
+
+
+def trl_run(task, model0, tok, steps: int) -> list[float]:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    seeds = list(range(PROMPTS * (steps + 1) * 4))
+    prompts = [task.make_instance(s).prompt for s in seeds]
+    data = Dataset.from_dict({"prompt": prompts, "seed": seeds})
+
+    def reward(prompts, completions, seed, **_):
+        return [float(task.verify(task.make_instance(s), c)) for s, c in zip(seed, completions)]
+
+    times: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append(time.perf_counter() - self.t0)
+
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=PROMPTS * GROUP,
+            gradient_accumulation_steps=1,
+            num_generations=GROUP,
+            max_completion_length=NEW_TOKENS,
+            generation_kwargs={"min_new_tokens": NEW_TOKENS},  # EOS ignored: 32 tokens each
+            temperature=1.0,
+            top_p=1.0,
+            beta=0.0,
+            num_iterations=1,
+            epsilon=0.2,
+            loss_type="grpo",
+            scale_rewards="group",
+            learning_rate=LR,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            optim="adamw_torch",
+            max_steps=steps + 1,
+            logging_steps=10**6,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            seed=0,
+        )
+        trainer = GRPOTrainer(
+            model=copy.deepcopy(model0),
+            reward_funcs=reward,
+            args=args,
+            train_dataset=data,
+            processing_class=tok,
+            callbacks=[Clock()],
+        )
+        trainer.train()
+    return times[1:]
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=5, help="Timed steps per run (after one warm-up).")
+    ap.add_argument("--reps", type=int, default=5, help="Alternating runs of each side.")
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = ap.parse_args()
+    try:
+        import trl
+    except ImportError:
+        sys.exit("benchmarks/vs_trl.py needs TRL: run `make trl`, then .venv-trl/bin/python ...")
+    import logging
+    import warnings
+
+    import transformers
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    logging.getLogger("trl").setLevel(logging.ERROR)
+    torch.set_num_threads(args.threads)
+    task, model0, tok = policy()
+    n_params = sum(p.numel() for p in model0.parameters())
+    print(
+        f"tiny policy ({n_params / 1e6:.2f}M parameters), {PROMPTS} prompts x {GROUP} samples x "
+        f"{NEW_TOKENS} tokens, fp32, {args.threads} threads, TRL {trl.__version__}, "
+        f"torch {torch.__version__}; {args.reps} alternating runs x {args.steps} steps each"
+    )
+    ours, theirs, ratios = [], [], []
+    for r in range(args.reps):
+        a = statistics.median(sixblanks_run(task, model0, tok, args.steps))
+        with contextlib.redirect_stdout(sys.stderr):
+            b = statistics.median(trl_run(task, model0, tok, args.steps))
+        ours.append(a)
+        theirs.append(b)
+        ratios.append(b / a)
+        print(f"  run {r + 1}: sixblanks {a:.3f} s/step, TRL {b:.3f} s/step, ratio {b / a:.2f}x")
+    a, b = statistics.median(ours), statistics.median(theirs)
+    print(f"\n{'':30s} {'s/step':>8s} {'steps/s':>8s}")
+    print(f"{'TRL GRPOTrainer':30s} {b:8.3f} {1 / b:8.2f}")
+    print(f"{'sixblanks (synchronous)':30s} {a:8.3f} {1 / a:8.2f}")
+    print(f"sixblanks / TRL steps/s: {statistics.median(ratios):.2f}x (median of {args.reps} pairs)")
+    per, total = breakdown(task, model0, tok, args.steps)
+    print(f"\nwhere a sixblanks step goes ({total:.3f} s/step, instrumented run):")
+    for k, v in sorted(per.items(), key=lambda kv: -kv[1]):
+        print(f"  {k:45s} {v:7.3f} s {100 * v / total:5.1f}%")
+
+
+if __name__ == "__main__":
+    main()
