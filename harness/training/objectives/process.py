@@ -38,6 +38,7 @@ from .policy_gradient import PolicyGradient
 
 class ProcessCredit(PolicyGradient):
     SKIPS_UNUSED = False  # PRIME's implicit PRM reads pi_ref; the scorers read pi_old
+
     def __init__(self, ctx: RunContext):
         super().__init__(ctx)
         a, opt = ctx.blanks.advantage, ctx.settings.optimizer
