@@ -3,6 +3,7 @@ G samples each, and records exactly what the policy did (the trajectory contract
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -84,15 +85,23 @@ def encode_observation(tokenizer, text: str, first: bool, task: Task | None = No
 
     params = getattr(task, "params", None)
     system = getattr(params, "system_prompt", None)
-    if getattr(tokenizer, "chat_template", None):
-        role = getattr(params, "observation_role", "user")
-        return chat_observation(tokenizer, text, first, system, role)
+    role = getattr(params, "observation_role", "user")
+    template = getattr(tokenizer, "chat_template", None)
+    # a group's samples share their prompt: each text is tokenized once (the template is in the
+    # key, so a tokenizer given another template encodes afresh)
+    return list(_encode(tokenizer, template, text, first, system, role))
+
+
+@functools.lru_cache(maxsize=8192)
+def _encode(tokenizer, template, text: str, first: bool, system, role: str) -> tuple[int, ...]:
+    if template:
+        return tuple(chat_observation(tokenizer, text, first, system, role))
     if first and system:
         text = f"{system}\n\n{text}"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if first and tokenizer.bos_token_id is not None:
         ids = [tokenizer.bos_token_id, *ids]
-    return ids
+    return tuple(ids)
 
 
 def task_params(params: SamplingParams, task: Task) -> SamplingParams:
@@ -320,35 +329,28 @@ def episodes_to_batch(
     T = max((len(ep.tokens) for ep in episodes), default=1)  # no episodes: an empty batch
     K = max([1, *(max(len(ep.turn_rewards), len(ep.state_keys)) for ep in episodes)])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    tokens = torch.full((B, T), pad, dtype=torch.long)
-    attn = torch.zeros((B, T), dtype=torch.long)
-    mask = torch.zeros((B, T), dtype=torch.float32)
-    logps = torch.zeros((B, T), dtype=torch.float32)
-    turn_ids = torch.full((B, T), -1, dtype=torch.long)
-    turn_rewards = torch.zeros((B, K), dtype=torch.float32)
-    keys = torch.zeros((B, K), dtype=torch.long)
+
+    def rows(lists, width: int, fill, dtype) -> torch.Tensor:
+        """``[B, width]``: each list padded with ``fill`` (one tensor built, not one per row)."""
+
+        padded = [list(x) + [fill] * (width - len(x)) for x in lists]
+        return torch.tensor(padded, dtype=dtype).reshape(B, width)
+
+    tokens = rows([ep.tokens for ep in episodes], T, pad, torch.long)
+    attn = rows([[1] * len(ep.tokens) for ep in episodes], T, 0, torch.long)
+    ok = [ep.failure is None for ep in episodes]
+    mask = rows([ep.mask if good else [] for ep, good in zip(episodes, ok)], T, 0.0, torch.float32)
+    logps = rows([ep.logps for ep in episodes], T, 0.0, torch.float32)
+    turn_ids = rows([ep.turn_ids for ep in episodes], T, -1, torch.long)
+    turn_rewards = rows([ep.turn_rewards for ep in episodes], K, 0.0, torch.float32)
+    keys = rows([ep.state_keys for ep in episodes], K, 0, torch.long)
     # Phi of the state before each action taken; 0 from the end of the episode on (terminal or
     # cut: either way the shaping then adds the constant -Phi(s_0), whatever the policy did)
-    potentials = torch.zeros((B, K + 1), dtype=torch.float64)
-    labels = torch.full((B, K), float("nan"), dtype=torch.float32)
-    levels = torch.full((B, K), -1, dtype=torch.long)
-    for i, ep in enumerate(episodes):
-        n = len(ep.tokens)
-        tokens[i, :n] = torch.tensor(ep.tokens, dtype=torch.long)
-        attn[i, :n] = 1
-        if ep.failure is None:
-            mask[i, :n] = torch.tensor(ep.mask)
-        logps[i, :n] = torch.tensor(ep.logps)
-        turn_ids[i, :n] = torch.tensor(ep.turn_ids)
-        if ep.turn_rewards:
-            turn_rewards[i, : len(ep.turn_rewards)] = torch.tensor(ep.turn_rewards)
-        keys[i, : len(ep.state_keys)] = torch.tensor(ep.state_keys, dtype=torch.long)
-        if ep.step_labels:
-            labels[i, : len(ep.step_labels)] = torch.tensor(ep.step_labels, dtype=torch.float32)
-        if ep.levels:
-            levels[i, : len(ep.levels)] = torch.tensor(ep.levels, dtype=torch.long)
-        acted = ep.potentials[: len(ep.actions)]
-        potentials[i, : len(acted)] = torch.tensor(acted, dtype=torch.float64)
+    potentials = rows(
+        [ep.potentials[: len(ep.actions)] for ep in episodes], K + 1, 0.0, torch.float64
+    )
+    labels = rows([ep.step_labels for ep in episodes], K, float("nan"), torch.float32)
+    levels = rows([ep.levels for ep in episodes], K, -1, torch.long)
     return TrajectoryBatch(
         tokens=tokens,
         attention_mask=attn,

@@ -70,35 +70,59 @@ class LlamaDecoder:
         self.pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L] positions of the prompt tokens
         self.length = 0  # cache entries filled
         self.ids, self.attn = ids, attn
+        # per call, from the current weights: q, k, v and gate, up as one projection each; the
+        # rotary table of every position the batch reaches
+        with torch.no_grad():
+            self.qkv = [
+                torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+                for a in (layer.self_attn for layer in self.body.layers)
+            ]
+            self.gate_up = [
+                torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])
+                for layer in self.body.layers
+            ]
+            table = torch.arange(S, device=dev)[None]
+            cos, sin = self.body.rotary_emb(torch.zeros(1, dtype=dtype, device=dev), table)
+        self.cos, self.sin = cos[0], sin[0]  # [S, D]
+        self.act = self.body.layers[0].mlp.act_fn
+
+    def _norm(self, norm, x: torch.Tensor) -> torch.Tensor:
+        """RMSNorm as transformers computes it (in float32, weight applied in the input dtype)."""
+
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+        return norm.weight * y.to(x.dtype)
 
     def _layers(self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``h`` [B, T, hidden] at positions ``pos`` [B, T], written to the cache after what it
         holds; ``mask`` [B, 1, T, S'] the keys each query sees (S' = filled length after)."""
 
         B, T, _ = h.shape
-        cos, sin = self.body.rotary_emb(h, pos)
-        cos, sin = cos[:, None], sin[:, None]
+        H, K, D = self.H, self.K, self.D
+        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]  # [B, 1, T, D]
         start, end = self.length, self.length + T
         for i, layer in enumerate(self.body.layers):
             att = layer.self_attn
-            x = layer.input_layernorm(h)
-            q = att.q_proj(x).view(B, T, self.H, self.D).transpose(1, 2)
-            k = att.k_proj(x).view(B, T, self.K, self.D).transpose(1, 2)
-            v = att.v_proj(x).view(B, T, self.K, self.D).transpose(1, 2)
-            self.k[i, :, :, start:end] = _rotate(k, cos, sin)
-            self.v[i, :, :, start:end] = v
+            x = self._norm(layer.input_layernorm, h)
+            qkv = F.linear(x, self.qkv[i]).view(B, T, H + 2 * K, D).transpose(1, 2)
+            qk = _rotate(qkv[:, : H + K], cos, sin)  # q and k rotated at once
+            self.k[i, :, :, start:end] = qk[:, H:]
+            self.v[i, :, :, start:end] = qkv[:, H + K :]
             o = F.scaled_dot_product_attention(
-                _rotate(q, cos, sin),
+                qk[:, :H],
                 self.k[i, :, :, :end],
                 self.v[i, :, :, :end],
                 attn_mask=mask,
                 scale=att.scaling,
-                enable_gqa=self.H != self.K,
+                enable_gqa=H != K,
             )
-            h = h + att.o_proj(o.transpose(1, 2).reshape(B, T, self.H * self.D))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h = h + att.o_proj(o.transpose(1, 2).reshape(B, T, H * D))
+            gate, up = F.linear(
+                self._norm(layer.post_attention_layernorm, h), self.gate_up[i]
+            ).chunk(2, -1)
+            h = h + layer.mlp.down_proj(self.act(gate) * up)
         self.length = end
-        return self.model.lm_head(self.body.norm(h[:, -1]))
+        return self.model.lm_head(self._norm(self.body.norm, h[:, -1]))
 
     @torch.no_grad()
     def prefill(self) -> torch.Tensor:
