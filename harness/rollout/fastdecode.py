@@ -34,7 +34,6 @@ def supported(model) -> bool:
         and not getattr(c, "attention_bias", False)
         and rope.get("rope_type", "default") == "default"
         and getattr(model.model, "rotary_emb", None) is not None
-        and not getattr(model, "is_gradient_checkpointing", False)
     )
 
 
@@ -89,6 +88,8 @@ class LlamaDecoder:
     def _norm(self, norm, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm as transformers computes it (in float32, weight applied in the input dtype)."""
 
+        if x.dtype == torch.float32:  # one fused op (the same values in float32)
+            return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
         y = x.float()
         y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
         return norm.weight * y.to(x.dtype)
