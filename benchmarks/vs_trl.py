@@ -14,9 +14,10 @@ takes ``--steps`` steps after one warm-up step, and its time per step is the med
 Printed: steps/s of both, their ratio (median over the alternating pairs), and where a sixblanks
 step goes (generation, the training forward, backward, optimizer, other forwards, the rest).
 
-Measured here (1 thread each, 5 pairs x 6 steps): 1.25x TRL's steps/s (0.171 vs 0.216 s/step);
-generation 1.31x faster than TRL's (``model.generate``), the update and the rest 1.39x; were
-sixblanks' generation free, the ratio would be 2.17x. The 1.5x target is not reached yet.
+Measured here (1 thread each, 5 pairs x 6 steps): 1.25x TRL's steps/s (0.171 vs 0.215 s/step);
+generation 1.16-1.31x faster than TRL's (``model.generate``), the update and the rest 1.2-1.4x;
+were sixblanks' generation free, the ratio would be 1.9-2.2x. The 1.5x target is not reached yet.
+The overlapped row (lag 1, a second process): 1.50x, apart from the comparison.
 
 TRL is a benchmark-only dependency in a venv of its own (``make trl`` builds ``.venv-trl``):
 
