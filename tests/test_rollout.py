@@ -335,3 +335,48 @@ def test_the_decoder_samples_what_the_transformers_path_samples(policies):
     lora = apply_lora(copy.deepcopy(model), {"r": 2, "alpha": 4.0, "dropout": 0.0,
                                              "target_modules": "all-linear"})  # fmt: skip
     assert not supported(lora) and not supported(AdapterOff(lora))
+
+
+def test_the_sampler_draws_what_torch_multinomial_draws():
+    """``sample_categorical`` repeats torch.multinomial's one-sample draw (argmax p / q, q ~ Exp(1))
+    without its input checks: the same tokens from the same generator, which ends in the same
+    state; zero-probability tokens are never drawn."""
+
+    from sixblanks.harness.rollout.engine import sample_categorical
+
+    for V in (3, 101, 1000):
+        p = torch.softmax(torch.randn(64, V, generator=torch.Generator().manual_seed(V)) * 3, -1)
+        p[:, :2] = 0.0
+        p = p / p.sum(-1, keepdim=True)
+        g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+        for _ in range(50):
+            want = torch.multinomial(p, 1, generator=g1)[:, 0]
+            got = sample_categorical(p, g2)
+            assert torch.equal(got, want)
+            assert bool((got >= 2).all())
+        assert torch.equal(g1.get_state(), g2.get_state())
+
+
+def test_fixed_length_generation_takes_every_token_as_the_stopping_path_does(policies):
+    """``ignore_eos`` with no stop string skips the per-token stop bookkeeping: every sample has
+    exactly max_new_tokens tokens, finish reason length, and the tokens and log-probs of the
+    general path (forced by a stop set whose only stop token is past the vocabulary)."""
+
+    task, model, tok = policies("arithmetic")
+    prompts = [tok(task.make_instance(i).prompt, add_special_tokens=False)["input_ids"]
+               for i in range(3)]  # fmt: skip
+    eng = HFEngine(model, tok)
+    V = model.get_output_embeddings().weight.shape[0]
+    never = torch.zeros(V + 1, dtype=torch.bool)
+    never[V] = True  # no sampled token has this id
+    eng._stop_cache[("\x00never\x00",)] = never
+    out = {}
+    for stop in ((), ("\x00never\x00",)):
+        p = SamplingParams(temperature=1.0, max_new_tokens=7, ignore_eos=True, stop=stop)
+        out[stop] = sum(
+            eng.generate(prompts, p, n=2, generator=torch.Generator().manual_seed(2)), []
+        )
+    fixed, general = out[()], out[("\x00never\x00",)]
+    for a, b in zip(fixed, general):
+        assert len(a.token_ids) == 7 and a.finish_reason == "length"
+        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs

@@ -180,6 +180,7 @@ class HFEngine(RolloutEngine):
         reason = torch.zeros(B, dtype=torch.long, device=dev)  # 0 length, 1 stop, 2 eos
         lengths = torch.zeros(B, dtype=torch.long, device=dev)
 
+        can_stop = (eos is not None and not params.ignore_eos) or bool(stop_mask.any())
         past = None
         cur_ids, cur_pos = ids, pos
         cache_kw = _cache_kwarg(self.model)
@@ -205,30 +206,31 @@ class HFEngine(RolloutEngine):
                 )
             z = process_logits(logits, temp, top_k, top_p)
             logp = torch.log_softmax(z, dim=-1)
-            if greedy:
-                nxt = logits.argmax(-1)
-            else:
-                nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            nxt = logits.argmax(-1) if greedy else sample_categorical(logp.exp(), generator)
             lp = logp.gather(-1, nxt[:, None]).squeeze(-1)
-            active = ~finished
-            tokens[:, step] = torch.where(active, nxt, torch.full_like(nxt, pad))
-            logps[:, step] = torch.where(active, lp, torch.zeros_like(lp))
-            lengths += active.long()
-            is_eos = (
-                (nxt == eos)
-                if eos is not None and not params.ignore_eos
-                else torch.zeros_like(finished)
-            )
-            is_stop = stop_mask[nxt]
-            reason = torch.where(active & is_eos, torch.full_like(reason, 2), reason)
-            reason = torch.where(active & ~is_eos & is_stop, torch.full_like(reason, 1), reason)
-            finished = finished | is_eos | is_stop
-            if bool(finished.all()):
-                break
+            if not can_stop:  # fixed length: every row takes every token
+                tokens[:, step], logps[:, step] = nxt, lp
+            else:
+                active = ~finished
+                tokens[:, step] = torch.where(active, nxt, torch.full_like(nxt, pad))
+                logps[:, step] = torch.where(active, lp, torch.zeros_like(lp))
+                lengths += active.long()
+                is_eos = (nxt == eos) if eos is not None and not params.ignore_eos else None
+                is_stop = stop_mask[nxt]
+                if is_eos is not None:
+                    reason = torch.where(active & is_eos, torch.full_like(reason, 2), reason)
+                    is_stop = is_stop & ~is_eos
+                    finished = finished | is_eos
+                reason = torch.where(active & is_stop, torch.full_like(reason, 1), reason)
+                finished = finished | is_stop
+                if bool(finished.all()):
+                    break
             cur_ids = nxt[:, None]
             if fast is None:
                 attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=dev)], dim=1)
                 cur_pos = cur_pos[:, -1:] + 1
+        if not can_stop:
+            lengths[:] = params.max_new_tokens
         if was_training:
             self.model.train()
         tokens_l, logps_l, lengths_l, reason_l = (
@@ -251,6 +253,15 @@ class HFEngine(RolloutEngine):
                 )
             )
         return gens
+
+
+def sample_categorical(probs: torch.Tensor, generator=None) -> torch.Tensor:
+    """One draw per row of ``probs`` [B, V]: the token ``torch.multinomial(probs, 1, generator)``
+    draws, from the same generator stream (it samples one token as argmax p / q with q ~ Exp(1),
+    which this repeats without its input checks; the engine checks the logits are finite)."""
+
+    q = torch.empty_like(probs).exponential_(1, generator=generator)
+    return (probs / q).argmax(-1)
 
 
 def make_engine(rollout_cfg, model, tokenizer, seed: int = 0) -> RolloutEngine:
