@@ -14,10 +14,14 @@ takes ``--steps`` steps after one warm-up step, and its time per step is the med
 Printed: steps/s of both, their ratio (median over the alternating pairs), and where a sixblanks
 step goes (generation, the training forward, backward, optimizer, other forwards, the rest).
 
-Measured here (1 thread each, 5 pairs x 6 steps): 1.25x TRL's steps/s (0.171 vs 0.215 s/step);
-generation 1.16-1.31x faster than TRL's (``model.generate``), the update and the rest 1.2-1.4x;
-were sixblanks' generation free, the ratio would be 1.9-2.2x. The 1.5x target is not reached yet.
-The overlapped row (lag 1, a second process): 1.50x, apart from the comparison.
+Then the floor of each part: its matrix products alone at the step's shapes (and the sampler's
+exponential draws), and the generation time 1.5x would need.
+
+Measured here (1 thread each, 4-6 pairs x 6 steps, four invocations): 1.13-1.38x TRL's steps/s;
+generation about 1.4x faster than TRL's, the update and the rest 1.2-1.4x; generation's floor
+0.022 s/step against 0.07-0.10 s taken (per-operation cost on a 0.34M-parameter model), the
+update's 0.06 s against about 0.12 s (the same products as TRL's). The 1.5x target is not reached (README,
+"Benchmarks"). The overlapped row (lag 1, a second process): 1.41-1.65x, apart from the comparison.
 
 TRL is a benchmark-only dependency in a venv of its own (``make trl`` builds ``.venv-trl``):
 
@@ -160,6 +164,60 @@ def breakdown(task, model0, tok, steps: int) -> tuple[dict[str, float], float]:
     total = sum(times) / steps
     per["rest (advantages, ledger, batching, sync)"] = total - sum(per.values())
     return per, total
+
+
+def floors(model0, tok, reps: int = 20) -> tuple[float, float]:
+    """(generation, update) floors in seconds per step: the matrix products each part cannot
+    avoid, timed alone at the step's shapes with the policy's own weights (no other op), plus the
+    sampler's exponential draws (the generator stream the sampled tokens come from).
+
+    Generation: per new token, each layer's q/k/v, o, gate/up and down products for the batch's
+    ``PROMPTS * GROUP`` rows and the output head. The update: the same products of the training
+    forward over every token of the batch, and the two of each in the backward pass (the input's
+    and the weight's gradients): the work TRL's update does too."""
+
+    import torch.nn.functional as F
+
+    B = PROMPTS * GROUP
+    body = model0.model
+    prompt = len(tok("6+6=")["input_ids"])
+    N = B * (prompt + NEW_TOKENS)  # training tokens per step
+    weights = []
+    for layer in body.layers:
+        a, m = layer.self_attn, layer.mlp
+        weights += [torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(),
+                    a.o_proj.weight.detach(),
+                    torch.cat([m.gate_proj.weight, m.up_proj.weight]).detach(),
+                    m.down_proj.weight.detach()]  # fmt: skip
+    weights.append(model0.lm_head.weight.detach())
+    V = weights[-1].shape[0]
+    xs = {w.shape[1]: torch.randn(B, w.shape[1]) for w in weights}
+    big = {w.shape[1]: torch.randn(N, w.shape[1]) for w in weights}
+    grads = {w.shape[0]: torch.randn(N, w.shape[0]) for w in weights}
+    gen = torch.Generator().manual_seed(0)
+
+    def generation():
+        for _ in range(NEW_TOKENS):
+            for w in weights:
+                F.linear(xs[w.shape[1]], w)
+            torch.empty(B, V).exponential_(1, generator=gen)
+
+    def update():
+        for w in weights:
+            F.linear(big[w.shape[1]], w)  # forward
+            grads[w.shape[0]] @ w  # input gradient
+            grads[w.shape[0]].t() @ big[w.shape[1]]  # weight gradient
+
+    out = []
+    for part in (generation, update):
+        part()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            part()
+            times.append(time.perf_counter() - t0)
+        out.append(statistics.median(times))
+    return out[0], out[1]
 
 
 # ---------------------------------------------------------------------------------------------- TRL
@@ -317,6 +375,17 @@ def main() -> None:
     print(
         f"ceiling of the steps/s ratio with sixblanks' generation free: "
         f"{t_all / (total - s_gen):.2f}x (TRL's step over sixblanks' step without generation)"
+    )
+    g_floor, u_floor = floors(model0, tok)
+    need = b / 1.5 - (a - s_gen * a / total)  # generation time that would give 1.5x, rest as now
+    print(
+        f"\nfloors (matrix products alone at the step's shapes, the sampler's exponential draws; "
+        f"{args.threads} thread):\n"
+        f"  {'generation':30s} {g_floor:7.3f} s/step (sixblanks {s_gen:.3f}, TRL {t_gen:.3f})\n"
+        f"  {'the update (fwd + bwd)':30s} {u_floor:7.3f} s/step (the same work on both sides)\n"
+        f"1.5x needs sixblanks at {b / 1.5:.3f} s/step: with the rest of its step as measured, "
+        f"generation at {need:.3f} s/step ({s_gen * a / total / max(need, 1e-9):.2f}x faster than "
+        f"now; floor {g_floor:.3f})"
     )
 
 
