@@ -19,6 +19,7 @@ from rich.table import Table
 
 from .errors import SixblanksError
 from .layout import ExperimentDir, read_json
+from .outlock import OutDirLock
 
 app = typer.Typer(
     name="sixblanks",
@@ -490,17 +491,18 @@ def run(
     _say(f"[green]valid[/green]: {config}  ->  {out_path}")
     _say(_plan_table(cfg))
     log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not _STATE["quiet"] else None
-    orch = Orchestrator(
-        cfg,
-        out_path,
-        log=log,
-        progress=not (no_progress or _STATE["quiet"]),
-        reuse_finished=reuse_finished,
-    )
-    result = orch.run()
-    _print_summary(result["summary"], cfg)
-    report_path = build_report_or_fail(out_path)
-    orch.track(result["fairness"], artifacts=[orch.dir.report])
+    with OutDirLock(out_path, "run", log=lambda m: err.print(f"[yellow]{m}[/yellow]")):
+        orch = Orchestrator(
+            cfg,
+            out_path,
+            log=log,
+            progress=not (no_progress or _STATE["quiet"]),
+            reuse_finished=reuse_finished,
+        )
+        result = orch.run()
+        _print_summary(result["summary"], cfg)
+        report_path = build_report_or_fail(out_path)
+        orch.track(result["fairness"], artifacts=[orch.dir.report])
     _say(f"report: {report_path}")
     flags = result["fairness"]["flags"]
     if flags:
@@ -747,7 +749,8 @@ def ladder(
     cfg = load_config(config)
     out_path = out_dir or default_out_dir(cfg)
     log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not (_STATE["quiet"] or as_json) else None
-    results = Ladder(cfg, out_path, arm, log=log).run(all_rungs=all_)
+    with OutDirLock(out_path, "ladder", log=lambda m: err.print(f"[yellow]{m}[/yellow]")):
+        results = Ladder(cfg, out_path, arm, log=log).run(all_rungs=all_)
     if as_json:
         from dataclasses import asdict
 
@@ -788,8 +791,9 @@ def sweep(
     cfg = load_config(config)
     out_path = out_dir or default_out_dir(cfg)
     log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not _STATE["quiet"] else None
-    sw = Sweep(cfg, out_path, log=log)
-    summary = sw.run()
+    with OutDirLock(out_path, "sweep", log=lambda m: err.print(f"[yellow]{m}[/yellow]")):
+        sw = Sweep(cfg, out_path, log=log)
+        summary = sw.run()
     table = Table(title="search effort per arm")
     for col in (
         "arm",
