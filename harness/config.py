@@ -681,7 +681,8 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
 
 def _model_and_eval_problems(data: dict[str, Any]) -> list[str]:
     """What would otherwise fail only inside the runs: an unknown evaluation counter, a model
-    directory or GGUF file that is not there."""
+    directory or GGUF file that is not there, a head size vLLM cannot serve, a malformed Ray
+    address, a ladder variant that names no preset or blank value."""
 
     problems: list[str] = []
     ev = data.get("eval")
@@ -706,6 +707,110 @@ def _model_and_eval_problems(data: dict[str, Any]) -> list[str]:
         else:
             if not found.is_file():
                 problems.append(f"model.gguf: {gguf!r}: no such file")
+    problems += _vllm_head_size_problems(data)
+    problems += _executor_problems(data)
+    problems += _ladder_problems(data)
+    return problems
+
+
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""Head sizes vLLM's CPU attention serves (``CPUAttentionBackend.get_supported_head_sizes`` of
+vllm-cpu 0.32); any other fails when the engine starts, after the warm start."""
+
+
+def _vllm_head_size_problems(data: dict[str, Any]) -> list[str]:
+    """``rollout.backend: vllm`` on a CPU device with a policy whose head size vLLM's CPU attention
+    cannot serve: the tiny model's hidden_size / num_heads, or a model.path directory's
+    config.json (head_dim, else hidden_size / num_attention_heads), read without the weights.
+    A GGUF policy, a GPU device or a config.json that cannot be read are left to the engine."""
+
+    rollout = data.get("rollout")
+    if not isinstance(rollout, dict) or rollout.get("backend") != "vllm":
+        return []
+    model = data.get("model")
+    model = model if isinstance(model, dict) else {}
+    if model.get("device", "cpu") != "cpu" or model.get("gguf") is not None:
+        return []
+    path = model.get("path")
+    if isinstance(path, str):
+        import json
+
+        try:
+            hf = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []  # a missing directory is reported above; a missing config.json by the loader
+        head = hf.get("head_dim") if isinstance(hf, dict) else None
+        if not isinstance(head, int) and isinstance(hf, dict):
+            hidden, heads = hf.get("hidden_size"), hf.get("num_attention_heads")
+            ok = isinstance(hidden, int) and isinstance(heads, int) and heads > 0
+            head = hidden // heads if ok else None
+        where = f"model.path: {path!r} (config.json)"
+    elif path is None:
+        tiny = model.get("tiny")
+        tiny = tiny if isinstance(tiny, dict) else {}
+        fields = TinyModelConfig.model_fields
+        hidden = tiny.get("hidden_size", fields["hidden_size"].default)
+        heads = tiny.get("num_heads", fields["num_heads"].default)
+        ok = isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden > 0
+        head = hidden // heads if ok and not hidden % heads else None
+        where = f"model.tiny: hidden_size {hidden} / num_heads {heads}"
+    else:
+        return []
+    if not isinstance(head, int) or head in VLLM_CPU_HEAD_SIZES:
+        return []
+    sizes = ", ".join(map(str, VLLM_CPU_HEAD_SIZES))
+    return [
+        f"{where} gives a head size of {head}; rollout.backend vllm on the CPU serves head sizes "
+        f"{sizes} only (use the hf backend, or e.g. a hidden_size of 32 x num_heads)"
+    ]
+
+
+def _executor_problems(data: dict[str, Any]) -> list[str]:
+    """executor.address: what ``ray.init(address=...)`` takes: auto, local, host:port or
+    ray://host:port (an IPv6 host in brackets)."""
+
+    ex = data.get("executor")
+    address = ex.get("address") if isinstance(ex, dict) else None
+    if not isinstance(address, str) or address in ("auto", "local"):
+        return []
+    host = r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?"
+    m = re.fullmatch(rf"(?:ray://)?(?:{host}):(\d{{1,5}})", address)
+    if m and 0 < int(m.group(1)) < 65536:
+        return []
+    return [
+        f"executor.address: {address!r} is not a Ray address: use auto, local, host:port or "
+        "ray://host:port (port 1-65535), or leave it out to start a local cluster"
+    ]
+
+
+def _blank_literals(blank: str, name: str) -> tuple[Any, ...]:
+    import typing
+
+    sub = Blanks.model_fields[blank].annotation
+    return typing.get_args(sub.model_fields[name].annotation)  # type: ignore[union-attr]
+
+
+def _ladder_problems(data: dict[str, Any]) -> list[str]:
+    """Ladder variants the rungs would reject only when they reach them: credit variants that are
+    not presets (rung 8), advantage estimators or normalization modes the blanks do not have
+    (rungs 5 and 6)."""
+
+    ladder = data.get("ladder")
+    if not isinstance(ladder, dict):
+        return []
+    problems: list[str] = []
+    checks = [
+        ("credit_variants", "preset", tuple(PRESETS)),
+        ("advantage_variants", "advantage estimator", _blank_literals("advantage", "estimator")),
+        ("normalization_variants", "normalization mode", _blank_literals("normalization", "mode")),
+    ]
+    for key, kind, valid in checks:
+        values = ladder.get(key)
+        if not isinstance(values, list):
+            continue
+        for i, v in enumerate(values):
+            if isinstance(v, str) and v not in valid:
+                problems.append(f"ladder.{key}[{i}]: {unknown_name(kind, v, valid)}")
     return problems
 
 

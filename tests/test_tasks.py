@@ -137,6 +137,43 @@ def test_reasoning_gym_task_uses_its_own_scorer():
     assert t.oracle(inst, [inst.prompt]).strip() == entry["answer"]
 
 
+def test_a_raising_reasoning_gym_scorer_is_a_counted_failure_of_the_gate(monkeypatch):
+    """The task swallows nothing: a scorer that raises reaches the verifier gate, which counts it
+    (failures, reasons["raised"]) and fails the sample; a normal answer still scores through it."""
+
+    t = make_task("reasoning_gym:basic_arithmetic")
+    broken, fine = t.make_instance(5), t.make_instance(6)
+    ds, _ = t._entry(broken.seed)
+
+    def score_answer(answer, entry):
+        raise ValueError("scorer bug")
+
+    monkeypatch.setattr(ds, "score_answer", score_answer)
+    gate = VerifierGate(t)
+    with pytest.raises(VerifierFailure, match="raised ValueError: scorer bug"):
+        gate(broken, broken.data["answer"])
+    assert gate.stats.failures == 1 and gate.stats.reasons == {"raised": 1}
+    assert gate(fine, fine.data["answer"] + "\n") == 1.0
+    assert gate(fine, "not a number") == 0.0
+    assert (
+        gate.stats.calls == 3 and gate.stats.failures == 1 and gate.stats.reasons == {"raised": 1}
+    )
+
+
+def test_reasoning_gym_config_is_checked_when_the_task_is_made():
+    """A config the dataset refuses fails at make_task (so at `sixblanks validate`, naming
+    task.params.config), not at the first instance inside a run."""
+
+    from pydantic import ValidationError
+
+    t = make_task("reasoning_gym:basic_arithmetic", {"config": {"min_terms": 3, "max_terms": 3}})
+    assert t.make_instance(0).prompt.endswith("\nAnswer: ")
+    with pytest.raises(ValidationError, match="unknown key 'min_term'"):
+        make_task("reasoning_gym:basic_arithmetic", {"config": {"min_term": 3}})
+    with pytest.raises(ValidationError, match="max_terms must be >= min_terms"):
+        make_task("reasoning_gym:basic_arithmetic", {"config": {"min_terms": 4, "max_terms": 2}})
+
+
 def test_user_task_from_import_path():
     t = make_task("examples.my_tasks:Reverse", {"length": 5})
     inst = t.make_instance(1)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import string
 from functools import lru_cache
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from .base import Instance, Task, TaskParams
 
@@ -16,12 +17,54 @@ class ReasoningGymParams(TaskParams):
         default_factory=dict, description="Keyword arguments of the dataset's config."
     )
 
+    @field_validator("config")
+    @classmethod
+    def _config(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        dataset = (info.context or {}).get("dataset")
+        if dataset is not None:
+            check_config(dataset, v)
+        return v
+
 
 @lru_cache(maxsize=1)
 def dataset_names() -> tuple[str, ...]:
     import reasoning_gym
 
     return tuple(sorted(reasoning_gym.factory.DATASETS))
+
+
+PER_INSTANCE = ("size", "seed")
+"""Config fields the task sets itself: every instance is ``size=1`` at the instance's seed."""
+
+
+def check_config(dataset: str, config: dict[str, Any]) -> None:
+    """Raise ValueError (``key: reason``) where ``config`` would not make ``dataset``'s config:
+    an unknown or per-instance key, or a value its own ``validate()`` refuses. Builds the config
+    dataclass only (no instance is generated), so the experiment validator can run it."""
+
+    import reasoning_gym
+
+    from ..errors import unknown_name
+
+    if dataset not in reasoning_gym.factory.DATASETS:
+        return  # the registry names the unknown dataset
+    _, config_cls = reasoning_gym.factory.DATASETS[dataset]
+    fields = {f.name for f in dataclasses.fields(config_cls) if f.init}
+    settable = sorted(fields - set(PER_INSTANCE))
+    for key in config:
+        if key in PER_INSTANCE:
+            raise ValueError(
+                f"{key}: set by the task (each instance is size 1 at its own seed); leave it out"
+            )
+        if key not in fields:
+            raise ValueError(f"{key}: {unknown_name('key', str(key), settable)}")
+    try:
+        cfg = config_cls(size=1, seed=0, **config)
+        if hasattr(cfg, "validate"):
+            cfg.validate()
+    except Exception as exc:  # noqa: BLE001 - reasoning-gym validates with asserts and TypeErrors
+        why = str(exc) or type(exc).__name__
+        raise ValueError(f"reasoning-gym's {config_cls.__name__} refuses it: {why}") from None
 
 
 class ReasoningGymTask(Task):
@@ -32,7 +75,11 @@ class ReasoningGymTask(Task):
     has_oracle = True
     params: ReasoningGymParams
 
-    def __init__(self, dataset: str, params: dict[str, Any] | None = None):
+    def __init__(self, dataset: str, params: dict[str, Any] | TaskParams | None = None):
+        if not isinstance(params, TaskParams):
+            # the dataset's config is checked here, at construction (so at `sixblanks validate`),
+            # not at the first instance inside a run
+            params = ReasoningGymParams.model_validate(params or {}, context={"dataset": dataset})
         super().__init__(params)
         self.dataset = dataset
         self.name = f"reasoning_gym:{dataset}"  # type: ignore[misc]
@@ -52,13 +99,13 @@ class ReasoningGymTask(Task):
         return Instance(seed, prompt, {"answer": str(entry["answer"])})
 
     def verify(self, instance: Instance, response: str) -> float:
+        """The dataset's own ``score_answer``. A scorer that raises is not caught here: the
+        verifier gate (tasks/verify.py) counts the raise as a verifier failure (``raised``) and
+        the agent marks that sample failed, so a broken scorer shows in the stats instead of
+        passing as a silent 0 reward."""
+
         ds, entry = self._entry(instance.seed)
-        # some scorers raise on malformed answers; the gate records a raise as a failed sample,
-        # but a malformed answer is simply wrong, so score it 0 here
-        try:
-            return float(ds.score_answer(response.strip(), entry))
-        except Exception:  # noqa: BLE001 - third-party scorer
-            return 0.0
+        return float(ds.score_answer(response.strip(), entry))
 
     def oracle(self, instance: Instance, observations: list[str]) -> str:
         return f"{instance.data['answer']}\n"
