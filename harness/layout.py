@@ -22,7 +22,9 @@
       spec.json                 the fully resolved spec (its content hash is the run id)
       status.json               state (pending/running/finished/failed), step, counters, last eval, timings
       events.jsonl              one line per step / evaluation / census record
-      checkpoint.pt             model, optimizers, RNG states, ledger, position
+      checkpoint/               model, optimizers, RNG states, ledger, position (harness/checkpoint.py:
+                                safetensors + a weights-only state + a checksummed manifest;
+                                checkpoint.prev/ the one before)
       result.json               final counters, evaluations, consumption (finished runs only)
 
 JSON files are written atomically (``write_json``): a reader never sees a torn file.
@@ -59,7 +61,7 @@ OPTUNA_JOURNAL = "optuna.journal"
 SPEC_JSON = "spec.json"
 STATUS_JSON = "status.json"
 EVENTS_JSONL = "events.jsonl"
-CHECKPOINT = "checkpoint.pt"
+CHECKPOINT = "checkpoint"
 RESULT_JSON = "result.json"
 
 

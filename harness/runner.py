@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from . import checkpoint
 from .layout import RunDir, write_json, write_text
 
 
@@ -113,9 +114,15 @@ def execute_run(
     try:
         trainer = build_trainer(spec, warm_dir, rd.path)
         ckpt = rd.checkpoint
-        if ckpt.exists():
-            trainer.load_state_dict(torch.load(ckpt, weights_only=False))
+        state, refused = checkpoint.load_latest(
+            ckpt, lambda m: sys.stderr.write(f"{rd.run_id}: {m}\n")
+        )
+        if state is not None:
+            trainer.load_state_dict(state)
             resumed_from = trainer.step_idx
+        elif refused:  # no checkpoint verifies: the run starts again from its first step
+            sys.stderr.write(f"{rd.run_id}: no usable checkpoint; the run starts from scratch\n")
+        recovery = {"refused": refused, "resumed_from": resumed_from} if refused else None
         _rewrite_events(rd, trainer)
 
         def write_status(state: str, **extra: Any) -> None:
@@ -149,7 +156,7 @@ def execute_run(
                 },
             )
 
-        write_status("running")
+        write_status("running", **({"checkpoint_recovery": recovery} if recovery else {}))
         events = open(rd.events, "a", encoding="utf-8")  # noqa: SIM115 - closed below
         seen_evals = [len(trainer.result.evals)]
         last_ckpt = [time.time()]
@@ -215,6 +222,7 @@ def execute_run(
             "time_overshoot_bound": dict(trainer.ctx.meter.overshoot_bound),
             "time_by_kind": trainer.ctx.meter.time_by_kind,
             "resumed_from": resumed_from,
+            "checkpoint_recovery": recovery,
             "train_seconds": train_seconds,
             "recording_seconds": rec_time[0],
         }
@@ -241,14 +249,11 @@ def execute_run(
 
 
 def _save_checkpoint(trainer, path: Path) -> None:
-    import torch
 
     # charged with its own label; its time reaches the ledger of the next checkpoint (a kill loses
     # the time since the last one anyway)
     with trainer.ctx.meter.charge(f"checkpoint step {trainer.step_idx}"):
-        tmp = path.with_suffix(".tmp")
-        torch.save(trainer.state_dict(), tmp)
-        os.replace(tmp, path)
+        checkpoint.save(trainer.state_dict(), path, trainer.step_idx)
 
 
 def _rewrite_events(rd: RunDir, trainer) -> None:

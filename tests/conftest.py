@@ -134,3 +134,28 @@ def query(out, sql: str) -> list[tuple]:
         return con.sql(sql).fetchall()
     finally:
         con.close()
+
+
+class Saved:
+    """A trainer's state through the run checkpoint format (harness/checkpoint.py: safetensors, a
+    weights-only state, a checksummed manifest), as a killed run's resume reads it back."""
+
+    def __init__(self):
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="sixblanks-ckpt-")) / "checkpoint"
+
+    def save(self, tr) -> None:
+        from sixblanks.harness import checkpoint
+
+        checkpoint.save(tr.state_dict(), self.dir, tr.step_idx)
+
+    def load(self) -> dict:
+        import shutil
+
+        from sixblanks.harness import checkpoint
+
+        try:
+            return checkpoint.load(self.dir)
+        finally:
+            shutil.rmtree(self.dir.parent, ignore_errors=True)

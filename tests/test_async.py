@@ -4,7 +4,6 @@ round is counted exactly once, whichever process is killed."""
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,10 +13,11 @@ import pytest
 import torch
 
 from sixblanks.algorithms.presets import resolve
+from sixblanks.harness import checkpoint
 from sixblanks.harness.layout import RunDir, read_status
 from sixblanks.harness.runner import execute_run
 
-from .conftest import ROOT
+from .conftest import ROOT, Saved
 from .test_lag import _trainer
 from .test_orchestrator import TINY as TINY_RUN
 
@@ -159,16 +159,15 @@ def test_a_killed_trainer_resumes_and_counts_every_spooled_round_once(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     rd = RunDir(run_dir)
-    shutil.copy(rd.checkpoint, tmp_path / "at_kill.pt")
-    at_kill = torch.load(tmp_path / "at_kill.pt", weights_only=False)["collector"]
+    at_kill = checkpoint.load(rd.checkpoint)["collector"]
     left = {f.name for f in (run_dir / "spool").glob("round-*.pt")} - set(at_kill["counted"])
 
     resumed = execute_run(spec, run_dir, warm, threads=1)
     assert resumed["resumed_from"] is not None and resumed["ended_because"] == "budget"
     counters = resumed["counters"]
-    discarded = torch.load(rd.checkpoint, weights_only=False)["meter"]["ledger"]
+    discarded = checkpoint.load(rd.checkpoint)["meter"]["ledger"]
     assert_counted_once(counters, discarded["discarded_rollouts_by_reason"], run_dir / "spool")
-    final = torch.load(rd.checkpoint, weights_only=False)["collector"]
+    final = checkpoint.load(rd.checkpoint)["collector"]
     files = {f.name for f in (run_dir / "spool").glob("round-*.pt")}
     # the rounds the killed trainer's collector spooled after the checkpoint are counted too:
     # replayed, or launched and discarded
@@ -216,13 +215,11 @@ def test_resume_replays_rounds_of_known_weights_and_counts_the_others_as_discard
     by later weights (or launched after the checkpoint) is counted as launched and discarded, and
     never launched again."""
 
-    import io
-
-    saved = io.BytesIO()
+    saved = Saved()
 
     def die(tr, m):
         if m["step"] == 2:
-            torch.save(tr.state_dict(), saved)
+            saved.save(tr)
         if m["step"] == 4:  # two steps past the checkpoint: later weights made later rounds
             raise Killed
 
@@ -230,8 +227,7 @@ def test_resume_replays_rounds_of_known_weights_and_counts_the_others_as_discard
     a.ctx.settings.work_dir = str(tmp_path)
     with pytest.raises(Killed):
         a.train(on_step=die)
-    saved.seek(0)
-    state = torch.load(saved, weights_only=False)
+    state = saved.load()
     ckpt, v_ckpt = state["collector"], state["engine_version"]
     spool = tmp_path / "spool"
     left = {}

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from tests.conftest import Saved
 from tests.golden.record import BUDGET, CONFIG, GOLDEN_JSON, golden_trainer, record_result
 
 GOLDEN = json.loads(GOLDEN_JSON.read_text())
@@ -87,22 +88,17 @@ def test_a_run_killed_and_resumed_from_its_checkpoint_reproduces_the_golden_run(
     """The checkpoint holds everything (collector, objective, critic, RNGs, both ledgers, the next
     evaluation point): killed after step 3 and resumed, each kind of run ends exactly as uninterrupted."""
 
-    import io
-
-    import torch
-
-    saved = io.BytesIO()
+    saved = Saved()
 
     def kill(tr, metrics):
         if tr.step_idx == 3:
-            torch.save(tr.state_dict(), saved)
+            saved.save(tr)
             raise Killed
 
     with pytest.raises(Killed):
         golden_trainer(preset, *setup).train(on_step=kill)
     resumed = golden_trainer(preset, *setup)
-    saved.seek(0)
-    resumed.load_state_dict(torch.load(saved, weights_only=False))
+    resumed.load_state_dict(saved.load())
     res = resumed.train(evaluate_start=False)
     _close(record_result(res, resumed.model), GOLDEN["presets"][preset], f"{preset} resumed")
 

@@ -1,7 +1,6 @@
 """Deterministic lag (data.lag: k): each batch sampled by the policy k versions back, reproducible
 from the seed, resumable; lag 0 is the synchronous run; bounded staleness discards by reason."""
 
-import io
 import json
 import math
 
@@ -9,6 +8,7 @@ import pytest
 import torch
 
 from sixblanks.algorithms.presets import resolve
+from tests.conftest import Saved
 from tests.golden.record import BUDGET, CONFIG, EVAL_SIZE, GOLDEN_JSON, INITIAL_DIR, record_result
 
 GOLDEN = json.loads(GOLDEN_JSON.read_text())
@@ -70,18 +70,17 @@ class Killed(Exception):
 def _killed_and_resumed(over) -> dict:
     """The record of a run of ``over`` killed after step 3 and resumed from its checkpoint."""
 
-    saved = io.BytesIO()
+    saved = Saved()
 
     def kill(tr, metrics):
         if tr.step_idx == 3:
-            torch.save(tr.state_dict(), saved)
+            saved.save(tr)
             raise Killed
 
     with pytest.raises(Killed):
         _trainer(over).train(on_step=kill)
     resumed = _trainer(over)
-    saved.seek(0)
-    resumed.load_state_dict(torch.load(saved, weights_only=False))
+    resumed.load_state_dict(saved.load())
     return record_result(resumed.train(evaluate_start=False), resumed.model)
 
 

@@ -14,6 +14,7 @@ import torch
 from sixblanks.algorithms.advantages import prime, prm
 from sixblanks.algorithms.data import group_verdicts
 from sixblanks.algorithms.presets import resolve
+from tests.conftest import Saved
 
 D = torch.float64
 # one task group of three episodes: two take two turns (two tokens each), the third one turn
@@ -576,8 +577,6 @@ def test_the_new_presets_resume_from_a_checkpoint_exactly(chain_warm, preset):
     PRM, a search's value model, a world model), branches or a search ends as the uninterrupted
     one: same counters, same weights."""
 
-    import io
-
     over = {
         "prime": {"data": {"dynamic_sampling": False, "accuracy_filter": None}},
         "rft": {"data": {"search": {"min_reward": 0.0}}},  # the weak warm start: select anyway
@@ -586,19 +585,18 @@ def test_the_new_presets_resume_from_a_checkpoint_exactly(chain_warm, preset):
     }.get(preset, {})
     preset = {"tree_prm": "prm_grpo", "world_model": "grpo"}.get(preset, preset)
     full, res = _train(chain_warm, preset, over, budget=300.0)
-    saved = io.BytesIO()
+    saved = Saved()
 
     def kill(tr, metrics):
         if tr.step_idx == 2:
-            torch.save(tr.state_dict(), saved)
+            saved.save(tr)
             raise _Killed
 
     first, _ = _train(chain_warm, preset, over, budget=300.0, run=False)
     with pytest.raises(_Killed):
         first.train(on_step=kill)
     resumed, _ = _train(chain_warm, preset, over, budget=300.0, run=False)
-    saved.seek(0)
-    resumed.load_state_dict(torch.load(saved, weights_only=False))
+    resumed.load_state_dict(saved.load())
     again = resumed.train(evaluate_start=False)
     timeless = {k: v for k, v in res.ledger.counters.items() if not k.endswith("_seconds")}
     assert timeless["optimizer_steps"] >= 3  # it trained before and after the kill (step 2)

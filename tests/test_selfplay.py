@@ -4,7 +4,6 @@ cadence, their tokens charged exactly as ``opponent_tokens``, resumed exactly); 
 against the fixed external opponents, apart from training, recorded in DuckDB."""
 
 import copy
-import io
 import json
 import random
 import re
@@ -25,6 +24,7 @@ from sixblanks.harness.tasks.selfplay import (
     winner,
 )
 from sixblanks.harness.tasks.verify import VerifierGate
+from tests.conftest import Saved
 
 NIM = {"low": 4, "high": 9}
 
@@ -375,17 +375,16 @@ def test_a_selfplay_run_killed_after_step_2_resumes_exactly(nim_warm):
     sp = {"pool_size": 2, "snapshot_every": 1, "opponents": "uniform"}  # sampled moves, drawn
     runs = [Trainer(_settings(cfg, sp, 220.0), task, copy.deepcopy(model), tok) for _ in range(3)]
     full = runs[0].train()
-    saved = io.BytesIO()
+    saved = Saved()
 
     def kill(tr, metrics):
         if tr.step_idx == 2:
-            torch.save(tr.state_dict(), saved)
+            saved.save(tr)
             raise _Killed
 
     with pytest.raises(_Killed):
         runs[1].train(on_step=kill)
-    saved.seek(0)
-    runs[2].load_state_dict(torch.load(saved, weights_only=False))
+    runs[2].load_state_dict(saved.load())
     again = runs[2].train(evaluate_start=False)
     timeless = {k: v for k, v in full.ledger.counters.items() if not k.endswith("_seconds")}
     assert timeless["optimizer_steps"] >= 4 and timeless["opponent_tokens"] > 0

@@ -1,0 +1,117 @@
+"""Safe, verified checkpoints (issue 22): tensors in safetensors, the rest read weights-only, a
+checksummed manifest, written atomically with the previous one kept. A planted pickle payload is
+refused without running; a truncated or altered checkpoint falls back to the previous one, or the
+run starts again from scratch, with nothing counted twice."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from sixblanks.harness import checkpoint
+from sixblanks.harness.checkpoint import CheckpointError
+from sixblanks.harness.layout import RunDir
+from sixblanks.harness.orchestrator import Orchestrator
+from sixblanks.harness.runner import execute_run
+
+from ..test_orchestrator import _cfg
+
+
+def _state(step: int) -> dict:
+    w = torch.arange(6.0).reshape(2, 3) + step
+    return {
+        "model": {"embed": w, "head": w},  # tied: one storage under two names
+        "optimizer": {
+            "state": {0: {"exp_avg": torch.ones(3) * step}},
+            "param_groups": [{"lr": 1e-3}],
+        },
+        "rng_py": (3, tuple(range(5)), None),
+        "gen": torch.ByteTensor([1, 2, 3]),
+        "step_idx": step,
+        "result": {"steps": [{"loss": float("nan"), "name": "a"}]},
+    }
+
+
+def test_a_round_trip_keeps_every_value_and_the_previous_checkpoint(tmp_path):
+    path = tmp_path / "checkpoint"
+    checkpoint.save(_state(2), path, 2)
+    checkpoint.save(_state(3), path, 3)
+    back = checkpoint.load(path)
+    assert torch.equal(back["model"]["embed"], _state(3)["model"]["embed"])
+    assert torch.equal(back["model"]["head"], back["model"]["embed"])
+    assert back["optimizer"]["state"][0]["exp_avg"].tolist() == [3.0] * 3
+    assert back["rng_py"] == (3, tuple(range(5)), None) and back["step_idx"] == 3
+    assert back["gen"].dtype == torch.uint8 and back["result"]["steps"][0]["name"] == "a"
+    assert checkpoint.load(path.with_name("checkpoint.prev"))["step_idx"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "checkpoint.prev"]
+
+
+class Payload:
+    """Unpickling this runs os.system: what a malicious checkpoint would carry."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_planted_pickle_payload_is_refused_without_running(tmp_path):
+    path = tmp_path / "checkpoint"
+    checkpoint.save(_state(1), path, 1)
+    marker = tmp_path / "pwned"
+    # the attacker rewrites the state (as torch.save writes it) ...
+    torch.save({"step_idx": Payload(marker)}, path / checkpoint.STATE)
+    manifest = json.loads((path / checkpoint.MANIFEST).read_text())  # ... and its checksum
+    manifest["sha256"][checkpoint.STATE] = checkpoint._sha256(path / checkpoint.STATE)
+    (path / checkpoint.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(
+        CheckpointError, match=r"refused by the weights-only loader.*(posix|os)\.system"
+    ):
+        checkpoint.load(path)
+    assert not marker.exists()
+    torch.load(path / checkpoint.STATE, weights_only=False)  # the payload is live: a plain load
+    assert marker.exists()  # runs it
+
+
+@pytest.mark.parametrize("damage", ["truncate tensors", "alter state", "drop manifest"])
+def test_a_damaged_checkpoint_is_refused_and_the_previous_one_loads(tmp_path, damage):
+    path = tmp_path / "checkpoint"
+    checkpoint.save(_state(2), path, 2)
+    checkpoint.save(_state(3), path, 3)
+    if damage == "truncate tensors":
+        f = path / checkpoint.TENSORS
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    elif damage == "alter state":
+        f = path / checkpoint.STATE
+        raw = bytearray(f.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        f.write_bytes(bytes(raw))
+    else:
+        (path / checkpoint.MANIFEST).unlink()
+    said = []
+    state, refused = checkpoint.load_latest(path, said.append)
+    assert state["step_idx"] == 2 and len(refused) == 1 and len(said) == 1
+    assert ("checksum" if damage != "drop manifest" else "unreadable") in refused[0]
+
+
+def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_counts_once(tmp_path):
+    """Both checkpoints of a finished run truncated: the next execution refuses them, runs from
+    step 0 again, and ends with the counters and events of one uninterrupted run."""
+
+    orch = Orchestrator(_cfg(budget={"launched_tokens": 600}), tmp_path / "exp", progress=False)
+    spec = orch.prepare()[0]
+    run_dir = tmp_path / "run"
+    first = execute_run(spec, run_dir, str(orch.warm_dir), threads=1)
+    rd = RunDir(run_dir)
+    for p in checkpoint.candidates(rd.checkpoint):
+        f = p / checkpoint.TENSORS
+        f.write_bytes(f.read_bytes()[:100])
+    again = execute_run(spec, run_dir, str(orch.warm_dir), threads=1)
+    assert again["resumed_from"] is None and len(again["checkpoint_recovery"]["refused"]) == 2
+    untimed = {k for k in first["counters"] if "seconds" not in k}
+    assert {k: again["counters"][k] for k in untimed} == {k: first["counters"][k] for k in untimed}
+    steps = [json.loads(x) for x in rd.events.read_text().splitlines()]
+    assert [e["step"] for e in steps if e["type"] == "step"] == list(range(again["steps"]))
+    assert checkpoint.load(rd.checkpoint)["step_idx"] == again["steps"]
