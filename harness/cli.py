@@ -840,8 +840,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
-        sys.stderr.write("aborted\n")
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("interrupted\n")
         sys.exit(130)
     except Exception as exc:  # click usage errors and the like
         import click

@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SixblanksError
-from .runner import run_worker
+from .runner import STOP, run_worker
 
 Job = tuple[dict[str, Any], str, str]
 
@@ -38,6 +39,20 @@ def exit_with_parent(parent_pid: int, every: float = 1.0) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+    # Ctrl-C reaches the whole process group: the orchestrator alone decides, and asks a worker to
+    # stop at its run's next step boundary with SIGTERM (runner.STOP)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: STOP.set())
+
+
+class Interrupted(SixblanksError):
+    """Ctrl-C (SIGINT) during an experiment: exit code 130 after what finished is recorded."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, stopped: list[str], not_started: list[str]):
+        super().__init__(message)
+        self.stopped, self.not_started = stopped, not_started
 
 
 def local_pool(workers: int) -> cf.ProcessPoolExecutor:
@@ -57,6 +72,9 @@ class LocalExecutor:
     def __init__(self, workers: int, threads: int, checkpoint_seconds: float = 30.0):
         self.workers, self.threads, self.ckpt = workers, threads, checkpoint_seconds
 
+    grace_seconds = 30.0
+    """After Ctrl-C, how long runs in flight get to finish their step and checkpoint."""
+
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
         failures: dict[str, str] = {}
         with local_pool(self.workers) as pool:
@@ -65,18 +83,53 @@ class LocalExecutor:
                 for spec, rd, wd in jobs
             }
             pending = set(futures)
-            while pending:
-                done, pending = cf.wait(pending, timeout=0.5)
-                for f in done:
-                    try:
-                        out = f.result()
-                    except Exception as exc:  # noqa: BLE001 - a worker killed by the OS, say
-                        out = {"ok": False, "error": f"worker died: {type(exc).__name__}: {exc}"}
-                    if not out.get("ok"):
-                        failures[futures[f]] = out.get("error", "unknown error")
-                tick()
+            try:
+                while pending:
+                    done, pending = cf.wait(pending, timeout=0.5)
+                    for f in done:
+                        out = _outcome(f)
+                        if not out.get("ok"):
+                            failures[futures[f]] = out.get("error", "unknown error")
+                    tick()
+            except KeyboardInterrupt:
+                raise self._interrupt(pool, futures, pending, tick) from None
         tick(final=True)
         return failures
+
+    def _interrupt(self, pool, futures, pending, tick) -> Interrupted:
+        """Cancel the queued runs, stop the ones in flight at their next step (checkpointed),
+        kill what has not stopped after ``grace_seconds`` (or at a second Ctrl-C)."""
+
+        workers = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in workers:
+            if p.is_alive():
+                os.kill(p.pid, signal.SIGTERM)
+        # the pool cancels what it has not handed out from its own thread: decide at the end
+        try:
+            cf.wait(pending, timeout=self.grace_seconds)
+        except KeyboardInterrupt:  # a second Ctrl-C: no grace
+            pass
+        for p in workers:
+            if p.is_alive():
+                p.kill()
+        stopped, not_started = [], []
+        for f in pending:
+            if f.cancelled():
+                not_started.append(futures[f])
+                continue
+            out = _outcome(f) if f.done() else {}
+            if out.get("ok"):  # it finished meanwhile
+                continue
+            # a run handed out after the interrupt returns without starting
+            (stopped if out.get("started", True) else not_started).append(futures[f])
+        tick(final=True)
+        return Interrupted(
+            f"interrupted: {len(stopped)} run(s) stopped in flight (resumable), "
+            f"{len(not_started)} not started; the same command resumes them",
+            stopped,
+            not_started,
+        )
 
     @contextmanager
     def session(self) -> Iterator[Callable[..., Any]]:
@@ -173,6 +226,13 @@ class RayExecutor:
             yield call
         finally:
             self._shutdown(started_here)
+
+
+def _outcome(f: cf.Future) -> dict[str, Any]:
+    try:
+        return f.result()
+    except Exception as exc:  # noqa: BLE001 - a worker killed by the OS, say
+        return {"ok": False, "error": f"worker died: {type(exc).__name__}: {exc}"}
 
 
 def make_executor(cfg, workers: int, threads: int):

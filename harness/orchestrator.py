@@ -166,7 +166,7 @@ class Orchestrator:
         ]
 
     def run(self) -> dict[str, Any]:
-        from .executors import make_executor
+        from .executors import Interrupted, make_executor
 
         specs = self.prepare()
         todo = self.pending()
@@ -181,7 +181,15 @@ class Orchestrator:
             executor = make_executor(ex, workers, threads)
             jobs = [(s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir)) for s in todo]
             self.log(f"running {len(todo)} run(s) on the {ex.kind} executor ({workers} worker(s))")
-            failures = executor.run(jobs, self._progress_callback(todo))
+            try:
+                failures = executor.run(jobs, self._progress_callback(todo))
+            except Interrupted as stop:  # what finished and what stopped is recorded, then exit
+                self.ingest(self.fairness())
+                raise Interrupted(
+                    f"{stop.problems[0]}; results so far are in {self.dir.results_db}",
+                    stop.stopped,
+                    stop.not_started,
+                ) from None
         audit = self.fairness()
         summary = self.summary(failures)
         tables = self.ingest(audit)

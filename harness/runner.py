@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -17,6 +18,15 @@ from typing import Any
 
 from . import checkpoint
 from .layout import RunDir, write_json, write_text
+
+STOP = threading.Event()
+"""Set in a worker process whose orchestrator was interrupted (SIGTERM, see
+:func:`~sixblanks.harness.executors.exit_with_parent`): the run stops after its current step,
+checkpointed, in state ``interrupted``; a run not yet started does not start."""
+
+
+class RunInterrupted(Exception):
+    """The run stopped at a step boundary because its orchestrator was interrupted (Ctrl-C)."""
 
 
 def spec_id(spec: dict[str, Any]) -> str:
@@ -175,9 +185,12 @@ def execute_run(
             for line in lines:
                 events.write(json.dumps(line, default=str) + "\n")
             events.flush()
-            if time.time() - last_ckpt[0] >= checkpoint_seconds:
+            if time.time() - last_ckpt[0] >= checkpoint_seconds or STOP.is_set():
                 _save_checkpoint(tr, ckpt)
                 last_ckpt[0], saved_at[0] = time.time(), tr.step_idx
+            if STOP.is_set():  # interrupted: stop here, resumable from this step's checkpoint
+                write_status("interrupted")
+                raise RunInterrupted(f"interrupted after step {tr.step_idx}")
             write_status("running")
             rec_time[0] += time.perf_counter() - t_rec
 
@@ -229,6 +242,8 @@ def execute_run(
         write_json(rd.result, summary)
         write_status("finished", finished=time.time())
         return summary
+    except RunInterrupted:
+        raise  # status says interrupted; the next invocation resumes from the checkpoint
     except BaseException as exc:
         err = f"{type(exc).__name__}: {exc}"
         status = rd.read_status()
@@ -283,7 +298,12 @@ def run_worker(args: tuple) -> dict[str, Any]:
     """Process-pool entry point: (spec, run_dir, warm_dir, threads, checkpoint_seconds)."""
 
     spec, run_dir, warm_dir, threads, ckpt_s = args
+    if STOP.is_set():  # handed out after the interrupt: never started
+        return {"ok": False, "interrupted": True, "started": False, "run_id": Path(run_dir).name}
     try:
         return {"ok": True, "summary": execute_run(spec, run_dir, warm_dir, threads, ckpt_s)}
+    except RunInterrupted as exc:
+        return {"ok": False, "interrupted": True, "started": True, "error": str(exc),
+                "run_id": Path(run_dir).name}  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - reported back to the orchestrator
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "run_id": Path(run_dir).name}

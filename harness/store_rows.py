@@ -27,7 +27,12 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
     events = rd.read_events()
     rid = rd.run_id
     state = status.get("state", "pending")
-    db_status = {"finished": "finished", "failed": "failed", "running": "partial"}.get(state, state)
+    db_status = {
+        "finished": "finished",
+        "failed": "failed",
+        "running": "partial",
+        "interrupted": "partial",
+    }.get(state, state)
     steps = [e for e in events if e["type"] == "step"]
     evals = [e for e in events if e["type"] == "eval"]
     step_idx = [int(e["step"]) for e in steps]

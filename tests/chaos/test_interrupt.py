@@ -1,0 +1,96 @@
+"""Ctrl-C (issue 22): SIGINT to `sixblanks run`'s process group, as a terminal sends it, stops
+the experiment promptly: the runs in flight stop at a step boundary, checkpointed (`interrupted`,
+`partial` in the store), the queued runs never start, the results so far are ingested, and the
+command exits 130 with a one-line summary. The next invocation resumes the interrupted runs with
+their ledgers intact and finishes the experiment with every step recorded once."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from sixblanks.harness.layout import ExperimentDir, RunDir
+
+from ..conftest import ROOT, query
+
+EXPERIMENT = """
+name: interrupt
+task: {name: arithmetic, eval_size: 8}
+rollout: {max_new_tokens: 6, prompts_per_step: 4, group_size: 4}
+warm_start: {steps: 20, num_demos: 200}
+budget: {launched_tokens: 1500}
+eval: {every: 750}
+seeds: [0, 1]
+arms: {grpo: {preset: grpo}, dapo: {preset: dapo}}
+executor: {workers: 2, checkpoint_seconds: 600}
+"""
+
+
+def _sixblanks(*args: str, **kw) -> subprocess.Popen:
+    code = "from sixblanks.harness.cli import main; main()"
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # fmt: skip
+
+
+def _states(out) -> dict[str, dict]:
+    exp = ExperimentDir(out)
+    return {p.name: RunDir(p).read_status() for p in sorted(exp.runs.glob("*")) if p.is_dir()}
+
+
+def test_ctrl_c_stops_run_then_the_same_command_resumes(tmp_path):
+    out = tmp_path / "out"
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(EXPERIMENT)
+    proc = _sixblanks("run", str(cfg), "--out", str(out), "--no-progress", start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        running = [s for s in _states(out).values() if s.get("state") == "running"]
+        if len(running) == 2 and all((s.get("step") or 0) >= 2 for s in running):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    t0 = time.time()
+    os.killpg(proc.pid, signal.SIGINT)  # the whole process group, as a terminal's Ctrl-C
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert time.time() - t0 < 60
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: interrupted: 2 run(s) stopped in flight (resumable), 2 not"), (
+        err[-3000:]
+    )
+    assert "Traceback" not in err
+
+    states = _states(out)
+    stopped = {rid: s for rid, s in states.items() if s.get("state") == "interrupted"}
+    assert len(stopped) == 2, states
+    # the queued runs never started: no status, or no directory at all
+    assert all(s.get("state") == "pending" for rid, s in states.items() if rid not in stopped)
+    for rid, s in stopped.items():
+        rd = RunDir(out / "runs" / rid)
+        assert rd.checkpoint.exists()
+        c = s["counters"]
+        assert c["launched_tokens"] == c["accepted_tokens"] + c["discarded_tokens"]
+    rows = dict(query(out, "SELECT run_id, status FROM runs"))
+    assert {rid: rows[rid] for rid in stopped} == dict.fromkeys(stopped, "partial")
+    before = {rid: RunDir(out / "runs" / rid).events.read_text().splitlines() for rid in stopped}
+
+    again = _sixblanks("run", str(cfg), "--out", str(out), "--no-progress")
+    _, err = again.communicate(timeout=400)
+    assert again.returncode == 0, err
+    for rid, s in stopped.items():
+        rd = RunDir(out / "runs" / rid)
+        res = json.loads(rd.result.read_text())
+        assert res["resumed_from"] == s["step"]
+        lines = rd.events.read_text().splitlines()
+        assert lines[: len(before[rid])] == before[rid]  # the interrupted history, intact
+        steps = [json.loads(x)["step"] for x in lines if json.loads(x)["type"] == "step"]
+        assert steps == list(range(res["steps"]))
+        c = res["counters"]
+        assert c["launched_tokens"] == c["accepted_tokens"] + c["discarded_tokens"] <= 1500 + 1e-9
+    assert query(
+        out, "SELECT count(*), count(DISTINCT run_id) FROM runs WHERE status = 'finished'"
+    ) == [(4, 4)]
+    dup = query(out, "SELECT run_id, step, count(*) FROM ledger GROUP BY ALL HAVING count(*) > 1")
+    assert dup == []
