@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SixblanksError
-from .runner import STOP, run_worker
+from .layout import RunDir
+from .runner import ACTIVE, STOP, run_worker
 
 Job = tuple[dict[str, Any], str, str]
 
@@ -42,7 +43,15 @@ def exit_with_parent(parent_pid: int, every: float = 1.0) -> None:
     # Ctrl-C reaches the whole process group: the orchestrator alone decides, and asks a worker to
     # stop at its run's next step boundary with SIGTERM (runner.STOP)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: STOP.set())
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(*_: Any) -> None:
+    """A worker asked to stop: an idle one exits, a busy one stops its run at the next step."""
+
+    if not ACTIVE.is_set():
+        os._exit(0)
+    STOP.set()
 
 
 class Interrupted(SixblanksError):
@@ -92,11 +101,12 @@ class LocalExecutor:
                             failures[futures[f]] = out.get("error", "unknown error")
                     tick()
             except KeyboardInterrupt:
-                raise self._interrupt(pool, futures, pending, tick) from None
+                runs = {Path(rd).name: rd for _, rd, _ in jobs}
+                raise self._interrupt(pool, futures, pending, runs, tick) from None
         tick(final=True)
         return failures
 
-    def _interrupt(self, pool, futures, pending, tick) -> Interrupted:
+    def _interrupt(self, pool, futures, pending, runs, tick) -> Interrupted:
         """Cancel the queued runs, stop the ones in flight at their next step (checkpointed),
         kill what has not stopped after ``grace_seconds`` (or at a second Ctrl-C)."""
 
@@ -121,8 +131,9 @@ class LocalExecutor:
             out = _outcome(f) if f.done() else {}
             if out.get("ok"):  # it finished meanwhile
                 continue
-            # a run handed out after the interrupt returns without starting
-            (stopped if out.get("started", True) else not_started).append(futures[f])
+            # a run handed out after the interrupt (or left when its worker exited) never started
+            state = RunDir(runs[futures[f]]).read_status().get("state")
+            (not_started if state == "pending" else stopped).append(futures[f])
         tick(final=True)
         return Interrupted(
             f"interrupted: {len(stopped)} run(s) stopped in flight (resumable), "

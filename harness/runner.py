@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
@@ -23,6 +24,17 @@ STOP = threading.Event()
 """Set in a worker process whose orchestrator was interrupted (SIGTERM, see
 :func:`~sixblanks.harness.executors.exit_with_parent`): the run stops after its current step,
 checkpointed, in state ``interrupted``; a run not yet started does not start."""
+
+
+ACTIVE = threading.Event()
+"""Set while this worker process executes a run (an idle worker just exits on SIGTERM)."""
+
+
+def _exit_soon(seconds: float = 2.0) -> None:
+    """End this worker shortly after its interrupted run's result is sent: it takes no more work
+    (a pool that terminates its workers waits for them)."""
+
+    threading.Timer(seconds, os._exit, (0,)).start()
 
 
 class RunInterrupted(Exception):
@@ -299,11 +311,16 @@ def run_worker(args: tuple) -> dict[str, Any]:
 
     spec, run_dir, warm_dir, threads, ckpt_s = args
     if STOP.is_set():  # handed out after the interrupt: never started
+        _exit_soon()
         return {"ok": False, "interrupted": True, "started": False, "run_id": Path(run_dir).name}
+    ACTIVE.set()
     try:
         return {"ok": True, "summary": execute_run(spec, run_dir, warm_dir, threads, ckpt_s)}
     except RunInterrupted as exc:
+        _exit_soon()
         return {"ok": False, "interrupted": True, "started": True, "error": str(exc),
                 "run_id": Path(run_dir).name}  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - reported back to the orchestrator
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "run_id": Path(run_dir).name}
+    finally:
+        ACTIVE.clear()
