@@ -47,7 +47,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _split(obj: Any, tensors: dict[str, Any], seen: dict[int, str]) -> Any:
+def _split(obj: Any, tensors: dict[str, Any], seen: set[int]) -> Any:
     """``obj`` with every tensor moved into ``tensors`` (CPU, contiguous, unshared storage)."""
 
     import numpy as np
@@ -58,8 +58,8 @@ def _split(obj: Any, tensors: dict[str, Any], seen: dict[int, str]) -> Any:
         ptr = t.untyped_storage().data_ptr() if t.numel() else None
         if ptr is not None and ptr in seen:  # shared storage (tied weights): saved separately
             t = t.clone()
-        if ptr is not None:
-            seen[ptr] = ""
+        elif ptr is not None:
+            seen.add(ptr)
         key = f"t{len(tensors)}"
         tensors[key] = t
         return {_KEY: key}
@@ -127,7 +127,7 @@ def save(state: dict[str, Any], path: Path, step: int) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     tensors: dict[str, Any] = {}
-    skeleton = _split(state, tensors, {})
+    skeleton = _split(state, tensors, set())
     save_file(tensors, str(tmp / TENSORS))
     torch.save(skeleton, tmp / STATE)
     manifest = {
