@@ -38,6 +38,7 @@ DISCARD_REASONS: tuple[str, ...] = (
     "dis",
     "unconsumed",
     "search_selection",
+    "restart",
 )
 """Why launched tokens did not enter a gradient. "failed": a task or verifier failure; "baseline":
 ReMax's greedy rollouts (a cost of the estimator, never trained on); "staleness": samples past the
@@ -45,7 +46,9 @@ bounded-staleness limit; "masking": tokens an off-policy gate or a masked trunca
 "dis": tokens outside SAO's DIS band; "unconsumed": rounds a concurrent collector launched that
 were never trained on (still queued when the run ended, or made after the checkpoint a killed
 trainer resumed from); "search_selection": samples a search drew and did not select (the cost of
-selection that success filtering would otherwise hide)."""
+selection that success filtering would otherwise hide); "restart": what an earlier attempt of the
+run launched before it was killed with no usable checkpoint left, so that the run started again
+from its first step (its work is charged, none of it is in the weights)."""
 
 
 def counter_names() -> list[str]:

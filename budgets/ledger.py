@@ -3,14 +3,23 @@
 Reserve before launch: work declares its worst-case cost; if any limited counter
 would exceed its limit, the work is not launched. The actual cost is committed
 afterwards and may not exceed what was reserved on a limited counter, so no
-limit is ever exceeded. Every change is an append-only event; a snapshot per
-step records every counter.
+limit is ever exceeded. Every change is an append-only event, numbered (``seq``)
+and handed to ``sink`` (the runner appends it to the run's ``ledger.jsonl``);
+a snapshot per step records every counter.
+
+The invariants are checked after every event, not only in tests: no counter
+decreases and no limited counter (time aside: it is bounded by estimates, see
+harness/training/meter.py) passes its limit. A violation raises
+:class:`LedgerViolation` naming the event that broke it. launched = accepted +
+discarded, which holds only once nothing is in flight, is checked at the end of
+a run (:meth:`Ledger.check_invariants`).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +30,14 @@ TIME_COUNTERS = frozenset({"device_seconds", "wall_seconds"})
 
 class BudgetError(ValueError):
     """Bad use of the ledger (unknown counter, negative amount, commit above reservation)."""
+
+
+class LedgerViolation(BudgetError):
+    """An event left the ledger breaking an invariant (a counter decreased, a limit passed)."""
+
+    def __init__(self, event: dict[str, Any], problems: list[str]):
+        self.event, self.problems = event, problems
+        super().__init__(f"ledger invariant broken by event {event}: {'; '.join(problems)}")
 
 
 @dataclass
@@ -59,6 +76,13 @@ class Ledger:
     events: list[dict[str, Any]] = field(default_factory=list)
     snapshots: list[dict[str, Any]] = field(default_factory=list)
     _next_id: int = 0
+    seq: int = 0
+    """Events recorded over the run's whole life (a resumed ledger continues the count)."""
+    sink: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False, compare=False)
+    """Called with every event after it is recorded and checked (the runner: append to disk)."""
+
+    def __post_init__(self) -> None:
+        self._seen = dict(self.counters)  # each counter's value after the last event
 
     # ---- queries --------------------------------------------------------------------
 
@@ -100,15 +124,13 @@ class Ledger:
         """Hold the worst-case cost of work about to launch; None if it would not fit (do not launch)."""
 
         if not self.fits(amounts):
-            self.events.append({"type": "refused", "label": label, "amounts": dict(amounts)})
+            self._record({"type": "refused", "label": label, "amounts": dict(amounts)})
             return None
         res = Reservation(self._next_id, dict(amounts), label)
         self._next_id += 1
         for k, v in amounts.items():
             self.reserved[k] += v
-        self.events.append(
-            {"type": "reserve", "id": res.id, "label": label, "amounts": dict(amounts)}
-        )
+        self._record({"type": "reserve", "id": res.id, "label": label, "amounts": dict(amounts)})
         return res
 
     def commit(self, reservation: Reservation, actual: dict[str, float]) -> None:
@@ -140,7 +162,7 @@ class Ledger:
             for k, v in reservation.amounts.items():
                 self.reserved[k] -= v
             reservation.open = False
-            self.events.append({"type": "release", "id": reservation.id})
+            self._record({"type": "release", "id": reservation.id})
 
     def add(self, amounts: dict[str, float], label: str = "") -> None:
         """Record cost that needs no reservation (counters without a limit, or measured time)."""
@@ -155,7 +177,7 @@ class Ledger:
         for k, v in amounts.items():
             self.counters[k] += v
         event["amounts"] = dict(amounts)
-        self.events.append(event)
+        self._record(event)
 
     def discard(self, reason: str, tokens: float, rollouts: float = 0.0) -> None:
         """Launched tokens that will not enter a gradient, by reason."""
@@ -169,9 +191,49 @@ class Ledger:
         self.discarded_by_reason[reason] += tokens
         self.discarded_rollouts_by_reason[reason] += rollouts
         self.counters["discarded_tokens"] += tokens
-        self.events.append(
-            {"type": "discard", "reason": reason, "tokens": tokens, "rollouts": rollouts}
-        )
+        self._record({"type": "discard", "reason": reason, "tokens": tokens, "rollouts": rollouts})
+
+    def charge_lost(self, lost: dict[str, float], rollouts: float) -> None:
+        """Charge the work of an earlier attempt that a restart from scratch threw away (``lost``:
+        its counters; ``rollouts``: the episodes it launched). Every counter it spent is charged
+        again, as measured, limits notwithstanding (it was spent within them); what it launched is
+        discarded for "restart", since none of it is in the weights."""
+
+        self._check(lost)
+        spent = {
+            k: v
+            for k, v in lost.items()
+            if v and k not in ("accepted_tokens", "rollouts_accepted", "discarded_tokens",
+                               "replayed_tokens")
+        }  # fmt: skip
+        self._add(spent, {"type": "add", "label": "restart: the work of the attempt before"})
+        self.discard("restart", spent.get("launched_tokens", 0.0), rollouts)
+
+    def _record(self, event: dict[str, Any]) -> None:
+        """Number the event, keep it, check the invariants it may break, hand it to the sink (the
+        breaking event too, so the record on disk shows it), then raise on a violation."""
+
+        event["seq"] = self.seq
+        self.seq += 1
+        self.events.append(event)
+        problems = self.event_problems()
+        if self.sink is not None:
+            self.sink(event if not problems else {**event, "violation": problems})
+        self._seen = dict(self.counters)
+        if problems:
+            raise LedgerViolation(event, problems)
+
+    def event_problems(self) -> list[str]:
+        """What the last event broke: a counter below its value before, a limit passed."""
+
+        out = []
+        for k, v in self.counters.items():
+            if v < self._seen.get(k, 0.0) - 1e-9:
+                out.append(f"{k} decreased from {self._seen[k]:g} to {v:g}")
+        for k, limit in self.budget.limits.items():
+            if k not in TIME_COUNTERS and self.counters[k] > limit + 1e-9:
+                out.append(f"{k} = {self.counters[k]:g} exceeds its limit {limit:g}")
+        return out
 
     def snapshot(self, step: int) -> dict[str, Any]:
         snap = {
@@ -210,7 +272,7 @@ class Ledger:
             "counters": dict(self.counters),
             "discarded_by_reason": dict(self.discarded_by_reason),
             "discarded_rollouts_by_reason": dict(self.discarded_rollouts_by_reason),
-            "n_events": len(self.events),
+            "n_events": self.seq,
             "snapshots": copy.deepcopy(self.snapshots),
         }
 
@@ -221,4 +283,6 @@ class Ledger:
         led.discarded_by_reason.update(state["discarded_by_reason"])
         led.discarded_rollouts_by_reason.update(state.get("discarded_rollouts_by_reason", {}))
         led.snapshots = copy.deepcopy(state.get("snapshots", []))
+        led.seq = int(state.get("n_events", 0))
+        led._seen = dict(led.counters)
         return led

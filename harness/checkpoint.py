@@ -47,14 +47,18 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _split(obj: Any, tensors: dict[str, Any], seen: set[int]) -> Any:
-    """``obj`` with every tensor moved into ``tensors`` (CPU, contiguous, unshared storage)."""
+def _split(obj: Any, tensors: dict[str, Any] | None, seen: set[int]) -> Any:
+    """``obj`` with every tensor moved into ``tensors`` (CPU, contiguous, unshared storage); with
+    ``tensors`` None, tensors stay in place (a weights-only pickle reads them) and only data classes
+    and numpy values are replaced."""
 
     import numpy as np
     import torch
 
     if isinstance(obj, torch.Tensor):
         t = obj.detach().cpu().contiguous()
+        if tensors is None:
+            return t
         ptr = t.untyped_storage().data_ptr() if t.numel() else None
         if ptr is not None and ptr in seen:  # shared storage (tied weights): saved separately
             t = t.clone()
@@ -82,9 +86,9 @@ def _split(obj: Any, tensors: dict[str, Any], seen: set[int]) -> Any:
     return obj
 
 
-def _join(obj: Any, tensors: dict[str, Any]) -> Any:
+def _join(obj: Any, tensors: dict[str, Any] | None) -> Any:
     if isinstance(obj, dict):
-        if len(obj) == 1 and _KEY in obj:
+        if len(obj) == 1 and _KEY in obj and tensors is not None:
             return tensors[obj[_KEY]]
         if len(obj) == 2 and _DATA in obj:
             return _rebuild(obj[_DATA], _join(obj["fields"], tensors))
@@ -176,17 +180,48 @@ def load(path: Path) -> dict[str, Any]:
     try:
         skeleton = torch.load(path / STATE, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
-        text = [x.strip() for x in str(exc).splitlines() if x.strip()]
-        named = [x for x in text if "GLOBAL" in x or "Unsupported" in x]  # what it would have run
-        first = (named or text or [type(exc).__name__])[0]
-        raise CheckpointError(
-            f"{path / STATE}: refused by the weights-only loader ({first})"
-        ) from None
+        raise CheckpointError(f"{path / STATE}: {_refusal(exc)}") from None
     try:
         tensors = load_file(str(path / TENSORS))
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
         raise CheckpointError(f"{path / TENSORS}: unreadable ({exc})") from None
     return _join(skeleton, tensors)
+
+
+def save_record(obj: Any, path: Path) -> None:
+    """One record (a concurrent collector's spooled round) as a single file that
+    :func:`load_record` reads with the weights-only loader: tensors inline, the allowed data classes
+    by their fields. Written atomically (temporary file, then rename)."""
+
+    import torch
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(_split(obj, None, set()), tmp)
+    os.replace(tmp, path)
+
+
+def load_record(path: Path) -> Any:
+    """What :func:`save_record` wrote; a file naming any other class or function is refused
+    (:class:`CheckpointError`) before anything of it runs."""
+
+    import pickle
+
+    import torch
+
+    try:
+        plain = torch.load(path, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+        raise CheckpointError(f"{path}: {_refusal(exc)}") from None
+    return _join(plain, None)
+
+
+def _refusal(exc: BaseException) -> str:
+    """The weights-only loader's reason, by what the pickle would have run where it names it."""
+
+    text = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    named = [x for x in text if "GLOBAL" in x or "Unsupported" in x]
+    return f"refused by the weights-only loader ({(named or text or [type(exc).__name__])[0]})"
 
 
 def candidates(path: Path) -> list[Path]:

@@ -43,6 +43,22 @@ OutOpt = Annotated[
     Path | None,
     typer.Option("--out", help="Experiment output directory; default runs/<name>."),
 ]
+AddOpt = Annotated[
+    bool,
+    typer.Option(
+        "--add",
+        help="The output directory holds a different definition of the experiment: add this one "
+        "to it anyway (the store and the report then cover this definition's runs only).",
+    ),
+]
+
+
+def _claim(out_path: Path, cfg, command: str, add: bool) -> None:
+    """The output directory belongs to one experiment definition (harness/definition.py)."""
+
+    from .definition import claim
+
+    claim(out_path, cfg, command, add=add, log=lambda m: err.print(f"[yellow]{m}[/yellow]"))
 
 
 @app.callback()
@@ -479,6 +495,7 @@ def run(
             "the audit and the report flag them.",
         ),
     ] = False,
+    add: AddOpt = False,
 ) -> None:
     """Run every arm x task x seed of the experiment under its matched budget (skips finished runs
     of the same code, resumes unfinished ones)."""
@@ -492,6 +509,7 @@ def run(
     _say(_plan_table(cfg))
     log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not _STATE["quiet"] else None
     with OutDirLock(out_path, "run", log=lambda m: err.print(f"[yellow]{m}[/yellow]")):
+        _claim(out_path, cfg, "run", add)
         orch = Orchestrator(
             cfg,
             out_path,
@@ -740,6 +758,7 @@ def ladder(
     all_: AllRungsOpt = False,
     out_dir: OutOpt = None,
     as_json: JsonOpt = False,
+    add: AddOpt = False,
 ) -> None:
     """Walk the ablation ladder for one arm, one axis at a time; stop at the first failing rung."""
 
@@ -750,6 +769,7 @@ def ladder(
     out_path = out_dir or default_out_dir(cfg)
     log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not (_STATE["quiet"] or as_json) else None
     with OutDirLock(out_path, "ladder", log=lambda m: err.print(f"[yellow]{m}[/yellow]")):
+        _claim(out_path, cfg, "ladder", add)
         results = Ladder(cfg, out_path, arm, log=log).run(all_rungs=all_)
     if as_json:
         from dataclasses import asdict
@@ -782,6 +802,7 @@ def ladder(
 def sweep(
     config: ConfigArg = Path("experiments.yaml"),
     out_dir: OutOpt = None,
+    add: AddOpt = False,
 ) -> None:
     """Hyperparameter search per arm under a fixed search budget, then confirmation on fresh seeds."""
 
@@ -792,6 +813,7 @@ def sweep(
     out_path = out_dir or default_out_dir(cfg)
     log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not _STATE["quiet"] else None
     with OutDirLock(out_path, "sweep", log=lambda m: err.print(f"[yellow]{m}[/yellow]")):
+        _claim(out_path, cfg, "sweep", add)
         sw = Sweep(cfg, out_path, log=log)
         summary = sw.run()
     table = Table(title="search effort per arm")

@@ -149,8 +149,8 @@ class LocalExecutor:
 
 
 class RayExecutor:
-    """Each run is a Ray task with its declared num_cpus / num_gpus. Joins ``address`` if given, else
-    starts a local cluster (and shuts down what it started)."""
+    """Each run is a Ray task with its declared num_cpus / num_gpus. Joins the cluster at ``address``
+    if given; with none (or ``local``) starts a cluster on this machine and shuts it down after."""
 
     def __init__(
         self,
@@ -177,11 +177,9 @@ class RayExecutor:
 
         if ray.is_initialized():
             return False
-        if self.address:
+        if self.address and self.address != "local":  # "local" starts a cluster like no address
             ray.init(address=self.address, log_to_driver=False)
             return False
-        import os
-
         ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
         return True
 

@@ -22,6 +22,7 @@
       spec.json                 the fully resolved spec (its content hash is the run id)
       status.json               state (pending/running/finished/failed), step, counters, last eval, timings
       events.jsonl              one line per step / evaluation / census record
+      ledger.jsonl              every ledger event, append-only (harness/ledgerlog.py)
       checkpoint/               model, optimizers, RNG states, ledger, position (harness/checkpoint.py:
                                 safetensors + a weights-only state + a checksummed manifest;
                                 checkpoint.prev/ the one before)
@@ -61,6 +62,7 @@ OPTUNA_JOURNAL = "optuna.journal"
 SPEC_JSON = "spec.json"
 STATUS_JSON = "status.json"
 EVENTS_JSONL = "events.jsonl"
+LEDGER_JSONL = "ledger.jsonl"
 CHECKPOINT = "checkpoint"
 RESULT_JSON = "result.json"
 
@@ -117,6 +119,10 @@ class RunDir(Directory):
     @property
     def events(self) -> Path:
         return self.path / EVENTS_JSONL
+
+    @property
+    def ledger_log(self) -> Path:
+        return self.path / LEDGER_JSONL
 
     @property
     def checkpoint(self) -> Path:

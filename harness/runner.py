@@ -145,6 +145,9 @@ def execute_run(
         elif refused:  # no checkpoint verifies: the run starts again from its first step
             sys.stderr.write(f"{rd.run_id}: no usable checkpoint; the run starts from scratch\n")
         recovery = {"refused": refused, "resumed_from": resumed_from} if refused else None
+        lost = _attach_ledger_log(rd, trainer, restarted=state is None)
+        if lost and recovery is not None:
+            recovery["charged"] = lost
         _rewrite_events(rd, trainer)
 
         def write_status(state: str, **extra: Any) -> None:
@@ -225,6 +228,7 @@ def execute_run(
         # counters include it; one checkpoint after the last step at most (the time bound's)
         if saved_at[0] != trainer.step_idx:
             _save_checkpoint(trainer, ckpt)
+        ledger_events = _check_ledger_log(rd, trainer.ledger)
         summary = {
             "run_id": rd.run_id,
             "arm": spec["arm"],
@@ -250,6 +254,7 @@ def execute_run(
             "checkpoint_recovery": recovery,
             "train_seconds": train_seconds,
             "recording_seconds": rec_time[0],
+            "ledger_events": ledger_events,
         }
         write_json(rd.result, summary)
         write_status("finished", finished=time.time())
@@ -273,6 +278,52 @@ def execute_run(
         )
         write_json(rd.status, status)
         raise
+
+
+def _attach_ledger_log(rd: RunDir, trainer, restarted: bool) -> dict[str, float] | None:
+    """Append the trainer's ledger events to ``ledger.jsonl`` from now on. A resumed run first
+    marks the events after its checkpoint as superseded. A run that starts again from scratch
+    although an earlier attempt recorded work (killed with no usable checkpoint) is charged that
+    work (discard reason "restart"); returns what was charged, if anything."""
+
+    from .ledgerlog import LedgerLog, effective_events, read_events, replay
+
+    before = effective_events(read_events(rd.ledger_log))
+    log = LedgerLog(rd.ledger_log)
+    led = trainer.ledger
+    if before:
+        log.resume(led.seq, trainer.step_idx, restarted=restarted)
+    led.sink = log
+    if not (restarted and before):
+        return None
+    lost = replay(before)["counters"]
+    if not any(lost.values()):
+        return None
+    sys.stderr.write(
+        f"{rd.run_id}: the attempt before left no usable checkpoint: its work is charged "
+        f"({lost.get('launched_tokens', 0.0):g} launched tokens discarded as 'restart', "
+        f"{lost.get('device_seconds', 0.0):.1f} device-seconds)\n"
+    )
+    led.charge_lost(lost, lost.get("rollouts_launched", 0.0))
+    return lost
+
+
+def _check_ledger_log(rd: RunDir, ledger) -> int:
+    """The counters that ``ledger.jsonl``'s standing events add up to must be the ledger's own:
+    a run whose record on disk disagrees fails, naming the counters. Returns the events standing."""
+
+    from .ledgerlog import compare, effective_events, read_events, replay
+
+    if ledger.sink is not None:
+        ledger.sink.close()
+        ledger.sink = None
+    events = effective_events(read_events(rd.ledger_log))
+    problems = compare(replay(events)["counters"], ledger.counters)
+    if problems:
+        from .training.base import TrainingError
+
+        raise TrainingError(f"{rd.ledger_log} disagrees with the ledger: {'; '.join(problems)}")
+    return len(events)
 
 
 def _save_checkpoint(trainer, path: Path) -> None:

@@ -313,3 +313,12 @@ def append_rows(out_dir: str | Path, tables: dict[str, list[dict[str, Any]] | pa
     with _transaction(out_dir) as con:
         for table, rows in tables.items():
             _insert(con, table, rows)
+
+
+def clear(out_dir: str | Path) -> None:
+    """Delete every row of every table, in one transaction: the experiment's definition changed
+    (``--add``, harness/definition.py) and the store is rebuilt from the current runs' directories."""
+
+    with _transaction(out_dir) as con:
+        for table in SCHEMA:
+            con.execute(f"DELETE FROM {table}")

@@ -7,6 +7,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# no process started by a test outlives it (after each test, and for the whole run at its end)
+from .strays import no_stray_processes, pytest_sessionfinish  # noqa: E402, F401
+
 
 def pytest_collection_modifyitems(config, items):
     """vLLM tests run where vLLM imports (.venv-vllm). With SIXBLANKS_REQUIRE_VLLM=1 (as `make test`

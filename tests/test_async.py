@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-import torch
 
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness import checkpoint
@@ -35,7 +34,7 @@ def spool_totals(spool) -> dict[str, float]:
         0.0,
     )
     for f in sorted(spool.glob("round-*.pt")):
-        rec = torch.load(f, weights_only=False)
+        rec = checkpoint.load_record(f)
         b = rec["batch"]
         tot["launched_tokens"] += float(b.action_mask.sum())
         tot["prompt_tokens"] += float(b.prompt_tokens())
@@ -233,7 +232,7 @@ def test_resume_replays_rounds_of_known_weights_and_counts_the_others_as_discard
     left = {}
     for f in spool.glob("round-*.pt"):
         if f.name not in set(ckpt["counted"]):
-            rec = torch.load(f, weights_only=False)
+            rec = checkpoint.load_record(f)
             left[f.name] = (rec["round"], rec["version"])
     replay = {n for n, (r, v) in left.items() if r in ckpt["requests"] and v <= v_ckpt}
     dropped = set(left) - replay

@@ -109,3 +109,90 @@ def test_a_launched_token_neither_accepted_nor_discarded_breaks_the_invariants()
     assert problem.startswith("launched_tokens 10 != accepted 6 + discarded 3")
     led.discard("dis", 1.0)
     assert not led.check_invariants()
+
+
+def test_every_event_is_numbered_sunk_and_checked_and_a_violation_names_its_event():
+    got = []
+    led = Ledger(Budget({"launched_tokens": 100}), sink=got.append)
+    led.commit(led.reserve({"launched_tokens": 40}, "a"), {"launched_tokens": 30})
+    led.discard("failed", 5, 1)
+    assert [e["seq"] for e in got] == [0, 1, 2] and [e["type"] for e in got] == [
+        "reserve", "commit", "discard"
+    ]  # fmt: skip
+    led.counters["launched_tokens"] -= 10  # a bug elsewhere that lowers a counter
+    with pytest.raises(
+        BudgetError, match=r"event .*'seq': 3.*launched_tokens decreased from 30 to 20"
+    ):
+        led.add({"env_steps": 1}, "next")
+    assert got[-1]["seq"] == 3 and got[-1]["violation"] == [
+        "launched_tokens decreased from 30 to 20"
+    ]
+    led = Ledger(Budget({"verifier_calls": 3}))
+    led.counters["verifier_calls"] = 5  # past its limit, behind the ledger's back
+    with pytest.raises(BudgetError, match="verifier_calls = 5 exceeds its limit 3"):
+        led.add({"env_steps": 1})
+    # a resumed ledger continues the numbering and checks from its restored counters
+    led = Ledger(Budget({"launched_tokens": 100}))
+    led.add({"env_steps": 2})
+    back = Ledger.from_state(led.state_dict())
+    back.sink = got.append
+    back.add({"env_steps": 1})
+    assert got[-1]["seq"] == 1 and back.counters["env_steps"] == 3
+
+
+def test_lost_work_is_charged_and_its_launched_tokens_discarded_as_restart():
+    led = Ledger(Budget({"launched_tokens": 100}))
+    lost = {"launched_tokens": 40.0, "accepted_tokens": 30.0, "discarded_tokens": 10.0,
+            "rollouts_launched": 8.0, "rollouts_accepted": 6.0, "device_seconds": 2.5,
+            "verifier_calls": 8.0, "optimizer_steps": 2.0}  # fmt: skip
+    led.charge_lost(lost, 8.0)
+    c = led.counters
+    assert c["launched_tokens"] == 40 and c["accepted_tokens"] == 0 and c["discarded_tokens"] == 40
+    assert c["rollouts_launched"] == 8 and c["rollouts_accepted"] == 0
+    assert c["device_seconds"] == 2.5 and c["verifier_calls"] == 8 and c["optimizer_steps"] == 2
+    assert (
+        led.discarded_by_reason["restart"] == 40
+        and led.discarded_rollouts_by_reason["restart"] == 8
+    )
+    assert led.remaining("launched_tokens") == 60 and led.check_invariants() == []
+
+
+def test_the_ledger_log_replays_to_the_counters_across_a_resume_and_a_torn_line(tmp_path):
+    """ledger.jsonl, append-only: a resume record supersedes the events after the checkpoint; a
+    line torn by a kill is skipped; the standing events add up to the resumed ledger's counters."""
+
+    from sixblanks.harness.ledgerlog import (
+        LedgerLog,
+        compare,
+        effective_events,
+        read_events,
+        replay,
+    )
+
+    path = tmp_path / "ledger.jsonl"
+    led = Ledger(Budget({"launched_tokens": 100}), sink=LedgerLog(path))
+    led.commit(led.reserve({"launched_tokens": 20}), {"launched_tokens": 20, "env_steps": 4})
+    at_checkpoint = led.state_dict()
+    led.commit(led.reserve({"launched_tokens": 30}), {"launched_tokens": 30})  # redone on resume
+    led.discard("failed", 30, 2)
+    led.sink.close()
+    with open(path, "a") as f:
+        f.write('{"type": "commit", "amo')  # the kill cut this line short
+    back = Ledger.from_state(at_checkpoint)
+    log = LedgerLog(path)
+    log.resume(back.seq, 1)
+    back.sink = log
+    back.commit(back.reserve({"launched_tokens": 10}), {"launched_tokens": 10})
+    log.close()
+    records = read_events(path)
+    assert [r["type"] for r in records].count("resume") == 1
+    standing = effective_events(records)
+    assert [e["seq"] for e in standing] == [0, 1, 2, 3]
+    r = replay(standing)
+    assert r["counters"] == {"launched_tokens": 30.0, "env_steps": 4.0}
+    assert r["discarded_by_reason"] == {}
+    assert compare(r["counters"], back.counters) == []
+    assert compare(replay(records)["counters"], back.counters) == [
+        "discarded_tokens: events add up to 30, the ledger says 0",
+        "launched_tokens: events add up to 60, the ledger says 30",
+    ]  # without the resume record the superseded events would count twice

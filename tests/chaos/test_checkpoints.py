@@ -75,6 +75,35 @@ def test_a_planted_pickle_payload_is_refused_without_running(tmp_path):
     assert marker.exists()  # runs it
 
 
+def test_a_spooled_round_keeps_its_batch_and_a_planted_one_is_refused(tmp_path):
+    """A concurrent collector's round files (runs/<id>/spool/round-*.pt) are read weights-only too:
+    a round round-trips with its TrajectoryBatch; a planted payload is refused without running."""
+
+    from sixblanks.harness.config import ModelConfig
+    from sixblanks.harness.models import load_policy
+    from sixblanks.harness.rollout.agent import run_episodes
+    from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
+    from sixblanks.harness.rollout.trajectory import TrajectoryBatch
+    from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.training.collectors.spool import Spool
+
+    task = make_task("arithmetic")
+    model, tok = load_policy(ModelConfig(seed=1), [task])
+    batch = run_episodes(HFEngine(model, tok), tok, task, task.instances([0, 1]), 2,
+                         SamplingParams(max_new_tokens=3), generator=torch.Generator().manual_seed(0))  # fmt: skip
+    spool = Spool(str(tmp_path), keep=True)
+    checkpoint.save_record({"round": 3, "batch": batch, "cost": {"x": 1.0}}, spool.path / "r.pt")
+    back = spool.load("r.pt")
+    assert back["round"] == 3 and back["cost"] == {"x": 1.0}
+    assert isinstance(back["batch"], TrajectoryBatch)
+    assert torch.equal(back["batch"].action_mask, batch.action_mask)
+    marker = tmp_path / "pwned"
+    torch.save({"round": 4, "batch": Payload(marker)}, spool.path / "bad.pt")
+    with pytest.raises(CheckpointError, match=r"bad\.pt: refused.*(posix|os)\.system"):
+        spool.load("bad.pt")
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("damage", ["truncate tensors", "alter state", "drop manifest"])
 def test_a_damaged_checkpoint_is_refused_and_the_previous_one_loads(tmp_path, damage):
     path = tmp_path / "checkpoint"
@@ -96,22 +125,54 @@ def test_a_damaged_checkpoint_is_refused_and_the_previous_one_loads(tmp_path, da
     assert ("checksum" if damage != "drop manifest" else "unreadable") in refused[0]
 
 
-def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_counts_once(tmp_path):
-    """Both checkpoints of a finished run truncated: the next execution refuses them, runs from
-    step 0 again, and ends with the counters and events of one uninterrupted run."""
+def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the_lost_work(
+    tmp_path, monkeypatch
+):
+    """A run that dies after step 2 with both its checkpoints then truncated: the next execution
+    refuses them and runs from step 0 again, charged the work of the attempt before (its launched
+    tokens discarded as 'restart', from its ledger events on disk); the counters of the finished
+    run are what ledger.jsonl's standing events add up to, and launched = accepted + discarded."""
+
+    from sixblanks.harness import runner
+    from sixblanks.harness.ledgerlog import compare, effective_events, read_events, replay
 
     orch = Orchestrator(_cfg(budget={"launched_tokens": 600}), tmp_path / "exp", progress=False)
     spec = orch.prepare()[0]
     run_dir = tmp_path / "run"
-    first = execute_run(spec, run_dir, str(orch.warm_dir), threads=1)
+    save, calls = runner._save_checkpoint, []
+
+    def dies_after_step_2(trainer, path):
+        calls.append(trainer.step_idx)
+        if trainer.step_idx == 3:  # the checkpoint after step 2 (step_idx counts steps done)
+            raise KeyboardInterrupt("killed")
+        save(trainer, path)
+
+    monkeypatch.setattr(runner, "_save_checkpoint", dies_after_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        execute_run(spec, run_dir, str(orch.warm_dir), threads=1)
+    monkeypatch.setattr(runner, "_save_checkpoint", save)
     rd = RunDir(run_dir)
+    last = [e for e in rd.read_events() if e["type"] == "step"][-1]
+    assert last["step"] == 2
+    lost = last["ledger.launched_tokens"]  # what the attempt launched, by its step records
     for p in checkpoint.candidates(rd.checkpoint):
         f = p / checkpoint.TENSORS
         f.write_bytes(f.read_bytes()[:100])
+
     again = execute_run(spec, run_dir, str(orch.warm_dir), threads=1)
-    assert again["resumed_from"] is None and len(again["checkpoint_recovery"]["refused"]) == 2
-    untimed = {k for k in first["counters"] if "seconds" not in k}
-    assert {k: again["counters"][k] for k in untimed} == {k: first["counters"][k] for k in untimed}
+    rec = again["checkpoint_recovery"]
+    assert again["resumed_from"] is None and len(rec["refused"]) == 2
+    assert rec["charged"]["launched_tokens"] == lost > 0
+    c = again["counters"]
+    assert again["discarded_by_reason"]["restart"] == lost
+    assert c["launched_tokens"] == c["accepted_tokens"] + c["discarded_tokens"] <= 600
+    assert c["launched_tokens"] > lost  # it trained again, on what the budget had left
+    assert c["device_seconds"] >= rec["charged"]["device_seconds"] > 0  # the lost time, charged
+    records = read_events(rd.ledger_log)
+    assert [r["seq"] for r in records if r["type"] == "resume"] == [0]  # everything before: lost
+    standing = replay(effective_events(records))
+    assert compare(standing["counters"], c) == []
+    assert standing["discarded_by_reason"]["restart"] == lost
     steps = [json.loads(x) for x in rd.events.read_text().splitlines()]
     assert [e["step"] for e in steps if e["type"] == "step"] == list(range(again["steps"]))
     assert checkpoint.load(rd.checkpoint)["step_idx"] == again["steps"]

@@ -18,10 +18,10 @@ from ..conftest import ROOT, query
 EXPERIMENT = """
 name: interrupt
 task: {name: arithmetic, eval_size: 8}
-rollout: {max_new_tokens: 6, prompts_per_step: 4, group_size: 4}
+rollout: {max_new_tokens: 6, prompts_per_step: 4, group_size: 4, ignore_eos: true}
 warm_start: {steps: 20, num_demos: 200}
-budget: {launched_tokens: 900}
-eval: {every: 450}
+budget: {launched_tokens: 1500}
+eval: {every: 750}
 seeds: [0]
 arms: {grpo: {preset: grpo}, dapo: {preset: dapo}, rloo: {preset: rloo}}
 executor: {workers: 2, checkpoint_seconds: 600}
@@ -88,7 +88,7 @@ def test_ctrl_c_stops_run_then_the_same_command_resumes(tmp_path):
         steps = [json.loads(x)["step"] for x in lines if json.loads(x)["type"] == "step"]
         assert steps == list(range(res["steps"]))
         c = res["counters"]
-        assert c["launched_tokens"] == c["accepted_tokens"] + c["discarded_tokens"] <= 900 + 1e-9
+        assert c["launched_tokens"] == c["accepted_tokens"] + c["discarded_tokens"] <= 1500 + 1e-9
     assert query(
         out, "SELECT count(*), count(DISTINCT run_id) FROM runs WHERE status = 'finished'"
     ) == [(3, 3)]

@@ -76,3 +76,55 @@ def test_a_lock_left_by_a_killed_holder_is_taken_over_with_a_message(holder):
     with OutDirLock(out, "run", log=said.append):
         pass
     assert said == []
+
+
+CHANGED = """
+arms: {grpo: {preset: grpo}, dapo: {preset: dapo}}
+task: {name: arithmetic, eval_size: 8}
+rollout: {max_new_tokens: 4, prompts_per_step: 2, group_size: 4}
+warm_start: {steps: 5, num_demos: 50}
+seeds: [0]
+tracking: {mlflow: false}
+"""
+
+
+def test_a_changed_experiment_is_refused_in_an_old_output_directory_unless_added(
+    tmp_path, cli, write_yaml
+):
+    """An output directory belongs to one experiment definition: a changed budget and a new arm
+    are refused (exit 2, naming both, nothing written); with --add the store and the report hold
+    the new definition's runs only. Where runs go (executor) is not part of the definition."""
+
+    from ..conftest import query
+
+    out = str(tmp_path / "out")
+    first = CHANGED.replace("dapo: {preset: dapo}", "") + "budget: {launched_tokens: 64}\n"
+    code, _, err = cli("run", write_yaml(first, "a.yaml"), "--out", out, "--no-progress")
+    assert code == 0, err
+    assert query(out, "SELECT count(*) FROM runs") == [(1,)]
+
+    # the same experiment on another executor setting: the same definition, nothing to do
+    same = first + "executor: {workers: 1}\n"
+    code, _, err = cli("run", write_yaml(same, "b.yaml"), "--out", out, "--no-progress")
+    assert code == 0 and "1 finished run(s) skipped" in err, err
+    before = (tmp_path / "out" / "results.duckdb").read_bytes()
+
+    changed = CHANGED + "budget: {launched_tokens: 80}\n"
+    code, _, err = cli("run", write_yaml(changed, "c.yaml"), "--out", out, "--no-progress")
+    assert code == 2, err
+    line = " ".join(err.split())
+    assert "holds another definition of the experiment" in line
+    assert "budget.launched_tokens: 64 -> 80" in line and "arm 'dapo' added" in line
+    assert "--add" in line and "Traceback" not in err
+    assert (tmp_path / "out" / "results.duckdb").read_bytes() == before  # nothing written
+    code, _, err = cli("sweep", write_yaml(changed, "c.yaml"), "--out", out)
+    assert code == 2 and "holds another definition" in err  # whichever command
+
+    code, _, err = cli("run", write_yaml(changed, "c.yaml"), "--out", out, "--no-progress", "--add")
+    assert code == 0, err
+    assert "--add" in err and "rebuilt" in err
+    rows = query(out, "SELECT arm, limit_value FROM runs JOIN budgets USING (run_id) ORDER BY arm")
+    assert rows == [("dapo", 80.0), ("grpo", 80.0)]  # the old definition's run is not in the store
+    assert len(list((tmp_path / "out" / "runs").iterdir())) == 3  # but its directory stays
+    hist = json.loads((tmp_path / "out" / "definition.json").read_text())["history"]
+    assert len(hist) == 1 and "budget.launched_tokens: 64 -> 80" in hist[0]["changes"]

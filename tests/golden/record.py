@@ -15,7 +15,7 @@ reason ``dis`` (SAO) and the counter ``replayed_tokens`` (replay buffers) were a
 as 0 by hand, as was the discard reason ``unconsumed`` (concurrent collectors, issue 17), and the
 search counters ``search_tokens``, ``search_env_steps``, ``search_verifier_calls`` with the discard
 reason ``search_selection`` (issue 19), and the counters ``imagined_env_steps`` (world models) and
-``opponent_tokens`` (self-play). Re-record only for a deliberate, explained
+``opponent_tokens`` (self-play), and the discard reason ``restart`` (issue 22). Re-record only for a deliberate, explained
 change of the numbers:
 
     .venv/bin/python tests/golden/record.py

@@ -17,8 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from ...checkpoint import load_record
 from .worker import save_atomic, spooled_rounds, wait_for_exit, weights_file, write_pid
 
 
@@ -31,7 +30,10 @@ class Spool:
         self.kept: set[str] = set()  # weight files a broadcast still needs
 
     def load(self, name: str) -> dict[str, Any]:
-        return torch.load(self.path / name, weights_only=False)
+        """A spooled round, read with the weights-only loader (harness/checkpoint.py): a planted
+        file cannot run code in the trainer."""
+
+        return load_record(self.path / name)
 
     def uncounted(self, counted: set[str]) -> dict[int, list[str]]:
         """Round -> its files not in ``counted``, oldest first."""

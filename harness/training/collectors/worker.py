@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ...checkpoint import save_record
 from ...rollout.agent import run_episodes
 from ...rollout.engine import SamplingParams, make_engine
 from ...tasks.verify import VerifierGate
@@ -182,7 +183,7 @@ class CollectorCore:
             "wall_seconds": time.perf_counter() - w0,
             "broadcast_seconds": self.broadcast_seconds,
         }
-        save_atomic(record, self.spool / name)
+        save_record(record, self.spool / name)  # read back weights-only (checkpoint.py)
         self.broadcast_seconds = 0.0
         return name
 
