@@ -609,6 +609,18 @@ def build_report_or_fail(
         from .errors import ConfigError
 
         raise ConfigError(str(exc)) from None
+    except Exception as exc:
+        import duckdb
+
+        if not isinstance(exc, (duckdb.IOException, duckdb.InternalException)):
+            raise
+        from .errors import ConfigError
+
+        dirs = [directory, *(compare_with or [])]
+        raise ConfigError(
+            f"a results.duckdb of {', '.join(map(str, dirs))} is damaged ({str(exc)[:160]}): "
+            f"`sixblanks ingest DIR` sets it aside and rebuilds it from the run directories"
+        ) from None
 
 
 @app.command()
@@ -717,6 +729,23 @@ def sync(directory: Annotated[Path, typer.Argument(help="Experiment output direc
             f"MLflow unreachable: {state['last_error']}; {len(state['pending'])} run(s) still pending"
         )
     _say(f"synced {len(state['synced'])} run(s) to MLflow; pending: {len(state['pending'])}")
+
+
+@app.command()
+def ingest(
+    directory: Annotated[Path, typer.Argument(help="Experiment output directory.")],
+) -> None:
+    """Rebuild results.duckdb from the run directories (and the audit, ladder and sweep files); a
+    damaged store is set aside as results.duckdb.damaged-<time> first, never deleted."""
+
+    from .store import rebuild
+
+    if not ExperimentDir(directory).experiment.exists():
+        from .errors import ConfigError
+
+        raise ConfigError(f"{directory}: not an experiment output directory (no experiment.json)")
+    with OutDirLock(directory, "ingest", log=lambda m: err.print(f"[yellow]{m}[/yellow]")):
+        rebuild(directory, log=lambda m: err.print(m))
 
 
 @app.command()

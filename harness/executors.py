@@ -62,6 +62,7 @@ class Interrupted(SixblanksError):
     def __init__(self, message: str, stopped: list[str], not_started: list[str]):
         super().__init__(message)
         self.stopped, self.not_started = stopped, not_started
+        self.partial: dict[str, Any] | None = None  # a session call's own result, if it returned
 
 
 def local_pool(workers: int) -> cf.ProcessPoolExecutor:
@@ -145,7 +146,36 @@ class LocalExecutor:
     @contextmanager
     def session(self) -> Iterator[Callable[..., Any]]:
         with local_pool(1) as pool:
-            yield lambda fn, *args: pool.submit(fn, *args).result()
+
+            def call(fn, *args):
+                fut = pool.submit(fn, *args)
+                try:
+                    return fut.result()
+                except KeyboardInterrupt:
+                    raise self._interrupt_call(pool, fut) from None
+
+            yield call
+
+    def _interrupt_call(self, pool, fut: cf.Future) -> Interrupted:
+        """Ctrl-C during ``call``: the worker stops its work at the next step (SIGTERM, as for runs)
+        and returns what it has; killed after ``grace_seconds`` (or at a second Ctrl-C). The
+        Interrupted carries the work's own result (``partial``; None if it had to be killed)."""
+
+        workers = list(getattr(pool, "_processes", {}).values())
+        for p in workers:
+            if p.is_alive():
+                os.kill(p.pid, signal.SIGTERM)
+        try:
+            cf.wait([fut], timeout=self.grace_seconds)
+        except KeyboardInterrupt:
+            pass
+        partial = _outcome(fut) if fut.done() else None
+        for p in workers:
+            if p.is_alive() and partial is None:
+                p.kill()
+        stop = Interrupted("interrupted", ["in flight"], [])
+        stop.partial = partial
+        return stop
 
 
 class RayExecutor:
@@ -203,23 +233,52 @@ class RayExecutor:
             }
             failures: dict[str, str] = {}
             pending = list(refs)
-            while pending:
-                done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
-                for r in done:
-                    try:
-                        out = ray.get(r)
-                    except Exception as exc:  # noqa: BLE001
-                        out = {
-                            "ok": False,
-                            "error": f"ray task failed: {type(exc).__name__}: {exc}",
-                        }
-                    if not out.get("ok"):
-                        failures[refs[r]] = out.get("error", "unknown error")
-                tick()
+            try:
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+                    for r in done:
+                        try:
+                            out = ray.get(r)
+                        except Exception as exc:  # noqa: BLE001
+                            out = {
+                                "ok": False,
+                                "error": f"ray task failed: {type(exc).__name__}: {exc}",
+                            }
+                        if not out.get("ok"):
+                            failures[refs[r]] = out.get("error", "unknown error")
+                    tick()
+            except KeyboardInterrupt:
+                raise self._interrupt(refs, pending, jobs, tick) from None
             tick(final=True)
             return failures
         finally:
             self._shutdown(started_here)
+
+    def _interrupt(self, refs, pending, jobs, tick) -> Interrupted:
+        """Ctrl-C: Ray cancels the tasks (a running run gets KeyboardInterrupt and is left
+        ``interrupted``, resumable from its last checkpoint; a queued one never starts)."""
+
+        import ray
+
+        for r in pending:
+            ray.cancel(r)
+        ray.wait(pending, num_returns=len(pending), timeout=self.grace_seconds)
+        runs = {Path(rd).name: rd for _, rd, _ in jobs}
+        stopped, not_started = [], []
+        for r in pending:
+            state = RunDir(runs[refs[r]]).read_status().get("state")
+            if state == "finished":
+                continue
+            (not_started if state == "pending" else stopped).append(refs[r])
+        tick(final=True)
+        return Interrupted(
+            f"interrupted: {len(stopped)} run(s) stopped in flight (resumable), "
+            f"{len(not_started)} not started; the same command resumes them",
+            stopped,
+            not_started,
+        )
+
+    grace_seconds = 30.0
 
     @contextmanager
     def session(self) -> Iterator[Callable[..., Any]]:

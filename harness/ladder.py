@@ -391,7 +391,20 @@ class Ladder:
             if until is not None and rung > until:
                 break
             self.log(f"ladder: rung {rung} ({name})")
-            res = getattr(self, f"rung_{name}")()
+            try:
+                res = getattr(self, f"rung_{name}")()
+            except KeyboardInterrupt:  # Ctrl-C: the rungs done so far are recorded
+                from .executors import Interrupted
+
+                self.save(time.time() - t0)
+                done = len(verdicts(self.results))
+                raise Interrupted(
+                    f"interrupted in rung {rung} ({name}): {done} finished rung(s) recorded in "
+                    f"{ExperimentDir(self.out).ladder} and the store; the ladder's short runs "
+                    "are not checkpointed: the same command walks the ladder again",
+                    [f"rung {rung}"],
+                    [],
+                ) from None
             (v,) = verdicts(res)  # exactly one verdict per rung
             self.results += res
             self.log(f"ladder: rung {rung} ({name}) {v.status}: {v.evidence}")

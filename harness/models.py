@@ -168,10 +168,28 @@ def load_pretrained(
         raise ModelError(f"cannot load model from '{p}': {exc}") from None
     if gguf_file:
         plain_weights(model)
+    check_tokenizer_fits(tokenizer, model, p)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model.to(device), tokenizer
+
+
+def check_tokenizer_fits(tokenizer, model, where: str | Path) -> None:
+    """A tokenizer whose ids the model's embedding cannot look up belongs to other weights: refused
+    here, naming both sizes, instead of an index error in the first rollout. (An embedding larger
+    than the tokenizer is common: padded to a multiple of 64, say.)"""
+
+    rows = model.get_input_embeddings().num_embeddings
+    n = len(tokenizer)
+    special = [i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id)
+               if i is not None]  # fmt: skip
+    if n > rows or any(i >= rows for i in special):
+        raise ModelError(
+            f"'{where}': the tokenizer has {n} tokens (largest special id "
+            f"{max(special, default=-1)}) but the model's embedding has {rows} rows: the tokenizer "
+            "does not belong to these weights"
+        )
 
 
 def plain_weights(model) -> None:

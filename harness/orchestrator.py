@@ -204,9 +204,13 @@ class Orchestrator:
         }
 
     def ingest(self, audit: dict[str, Any] | None = None) -> dict[str, int]:
-        from .store import ingest
+        from .store import StoreDamaged, ingest, rebuild
 
-        return ingest(self.out, self.dir.read_experiment(), audit)
+        try:
+            return ingest(self.out, self.dir.read_experiment(), audit)
+        except StoreDamaged as exc:  # derived from the run directories: set aside, made again
+            self.log(str(exc).split(":")[0] + " is damaged")
+            return rebuild(self.out, log=self.log if self.log else say)
 
     def tracker(self):
         from .tracking import Tracker, tracking_uri

@@ -30,7 +30,7 @@ ACTIVE = threading.Event()
 """Set while this worker process executes a run (an idle worker just exits on SIGTERM)."""
 
 
-def _exit_soon(seconds: float = 2.0) -> None:
+def exit_soon(seconds: float = 2.0) -> None:
     """End this worker shortly after its interrupted run's result is sent: it takes no more work
     (a pool that terminates its workers waits for them)."""
 
@@ -266,7 +266,8 @@ def execute_run(
         status = rd.read_status()
         status.update(
             {
-                "state": "failed",
+                # Ctrl-C reaching the run itself (a Ray task cancelled): resumable, not failed
+                "state": "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
                 "error": err,
                 "traceback": traceback.format_exc(limit=20),
                 "updated": time.time(),
@@ -362,13 +363,13 @@ def run_worker(args: tuple) -> dict[str, Any]:
 
     spec, run_dir, warm_dir, threads, ckpt_s = args
     if STOP.is_set():  # handed out after the interrupt: never started
-        _exit_soon()
+        exit_soon()
         return {"ok": False, "interrupted": True, "started": False, "run_id": Path(run_dir).name}
     ACTIVE.set()
     try:
         return {"ok": True, "summary": execute_run(spec, run_dir, warm_dir, threads, ckpt_s)}
     except RunInterrupted as exc:
-        _exit_soon()
+        exit_soon()
         return {"ok": False, "interrupted": True, "started": True, "error": str(exc),
                 "run_id": Path(run_dir).name}  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - reported back to the orchestrator

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import pyarrow as pa
 from sixblanks.budgets.counters import DISCARD_REASONS
 
 from .errors import SixblanksError
-from .layout import ExperimentDir
+from .layout import ExperimentDir, read_json
 from .store_rows import LEDGER_COLUMNS, fairness_rows, run_tables
 
 SCHEMA: dict[str, str] = {
@@ -98,7 +99,64 @@ def connect(out_dir: str | Path, read_only: bool = False):
                 f"{path} is being written by another process (the orchestrator); try again when it is done, "
                 f"or read the run directories under {exp_dir.runs}"
             ) from None
-        raise
+        raise StoreDamaged(path, exc) from None
+    except duckdb.Error as exc:
+        raise StoreDamaged(path, exc) from None
+
+
+class StoreDamaged(SixblanksError):
+    """results.duckdb cannot be read (truncated, corrupted): it is derived from the run
+    directories, so :func:`rebuild` sets it aside and makes it again (exit code 2)."""
+
+    exit_code = 2
+
+    def __init__(self, path: Path, exc: BaseException):
+        self.path = path
+        super().__init__(
+            f"{path} is damaged ({str(exc)[:160]}): `sixblanks ingest {path.parent}` sets it aside "
+            "and rebuilds it from the run directories"
+        )
+
+
+def rebuild(out_dir: str | Path, log: Callable[[str], None] | None = None) -> dict[str, int]:
+    """Make ``out_dir``'s store again from its files: every run directory of the experiment, the
+    fairness audit, the ablation ladder, a sweep's trials. A damaged store is first renamed to
+    ``results.duckdb.damaged-<time>`` (kept, never deleted). Returns rows per table."""
+
+    exp_dir = ExperimentDir(out_dir)
+    say = log or (lambda _m: None)
+    if not exp_dir.experiment.exists():
+        raise SixblanksError(f"{exp_dir.experiment}: no experiment here to rebuild the store from")
+    try:
+        return _rebuild(out_dir, exp_dir, say)
+    except StoreDamaged as exc:  # nothing of it is lost: every row comes from the files
+        path = exp_dir.results_db
+        aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(path, aside)
+        for extra in path.parent.glob(path.name + ".wal"):
+            os.replace(extra, aside.with_name(aside.name + ".wal"))
+        say(f"{path} is damaged ({str(exc).split('(', 1)[-1][:100]}...): set aside as {aside.name}")
+        return _rebuild(out_dir, exp_dir, say)
+
+
+def _rebuild(out_dir, exp_dir: ExperimentDir, say: Callable[[str], None]) -> dict[str, int]:
+    from .layout import SweepDir
+
+    path = exp_dir.results_db
+    exp = exp_dir.read_experiment()
+    counts = ingest(out_dir, exp, read_json(exp_dir.fairness, None))
+    if exp_dir.ladder.exists():
+        lad = read_json(exp_dir.ladder, {})
+        write_ladder(out_dir, exp["config"]["name"], lad["arm"], lad["rungs"])
+    summary = SweepDir(out_dir).sweep_summary
+    if summary.exists():
+        from .sweep import trial_rows
+
+        write_trials(out_dir, exp["config"]["name"], trial_rows(read_json(summary, {})))
+    with _transaction(out_dir) as con:
+        counts = _counts(con)
+    say(f"{path}: " + ", ".join(f"{n} {t}" for t, n in counts.items() if n))
+    return counts
 
 
 def ensure_schema(con) -> None:
@@ -142,6 +200,8 @@ def _transaction(out_dir: str | Path) -> Iterator[Any]:
     """A connection to the store with its schema, inside one transaction: committed when the block
     ends, rolled back (nothing written) when it raises."""
 
+    import duckdb
+
     con = connect(out_dir)
     try:
         ensure_schema(con)
@@ -155,6 +215,8 @@ def _transaction(out_dir: str | Path) -> Iterator[Any]:
                 pass
             raise
         con.execute("COMMIT")
+    except (duckdb.IOException, duckdb.InternalException) as exc:  # a block it cannot read
+        raise StoreDamaged(ExperimentDir(out_dir).results_db, exc) from None
     finally:
         con.close()
 

@@ -25,9 +25,10 @@ from sixblanks.budgets.counters import COUNTERS
 
 from .config import ExperimentConfig, RolloutOverride, validate_mapping
 from .errors import ConfigError
+from .executors import Interrupted
 from .layout import ExperimentDir, write_json
 from .orchestrator import PlainLines, plain_budget, plain_wanted
-from .runner import build_trainer
+from .runner import ACTIVE, STOP, RunInterrupted, build_trainer, exit_soon
 
 TRIAL_SPLIT = "validation"
 """The split trials are scored (and selected) on; confirmation runs and reports score ``test``."""
@@ -224,6 +225,21 @@ class Sweep:
             }
             try:
                 out = call(run_trial, job)
+            except Interrupted as stop:  # Ctrl-C: this trial is a failure, its spending charged
+                out = stop.partial or {}
+                where = plain_budget(out.get("counters") or {}, spec["budget"])
+                self.log(f"{name}: FAIL: interrupted (Ctrl-C) ({where})")
+                trial.set_user_attr("error", "interrupted (Ctrl-C)")
+                if out.get("counters"):
+                    trial.set_user_attr("counters", out["counters"])
+                study.tell(trial, None, state=TrialState.FAIL)
+                raise Interrupted(
+                    f"interrupted in {name}: it counts as failed, what it spent is charged to the "
+                    f"search budget; {len(study.trials) - 1} earlier trial(s) of {arm} are kept in "
+                    "the study; the same command resumes the search",
+                    [name],
+                    [],
+                ) from None
             except Exception as exc:  # noqa: BLE001 - a worker killed by the OS, a lost Ray node
                 out = {"state": "FAIL", "error": f"worker died: {type(exc).__name__}: {exc}"}
             if out.get("error"):
@@ -310,24 +326,7 @@ class Sweep:
     def _store_trials(self, summary: dict[str, Any]) -> None:
         from .store import write_trials
 
-        rows = []
-        for arm, rec in summary["arms"].items():
-            for t in rec["trials_detail"]:
-                c = t["counters"] or {}
-                rows.append(
-                    {
-                        "arm": arm,
-                        "trial": t["number"],
-                        "state": t["state"],
-                        "params": t["params"],
-                        "value": t["value"],
-                        "launched_tokens": c.get("launched_tokens"),
-                        "device_seconds": c.get("device_seconds"),
-                        "pruned_at": t["pruned_at"],
-                        "split": t.get("split"),
-                    }
-                )
-        write_trials(self.out, self.cfg.name, rows)
+        write_trials(self.out, self.cfg.name, trial_rows(summary))
         self._track_trials(summary)
 
     def _track_trials(self, summary: dict[str, Any]) -> None:
@@ -440,10 +439,13 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     every = spec["eval"]["every"]
     trainer = None
     lines = PlainLines(job["name"], spec["budget"], job["plain"])  # it counts the evaluations seen
+    ACTIVE.set()  # SIGTERM (the sweep was interrupted) now stops the trial at its next step
     try:
         trainer = build_trainer(spec, job["warm"])
 
         def on_step(tr, metrics):
+            if STOP.is_set():
+                raise RunInterrupted(f"interrupted after step {tr.step_idx}")
             # spending so far, in the storage: a trial killed mid-way is still charged on resume
             trial.set_user_attr("counters", dict(tr.ledger.counters))
             for ev in tr.result.evals[lines.seen :]:
@@ -466,9 +468,38 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
         counters = dict(trainer.ledger.counters)
         trial.set_user_attr("pruned_at", counters[counter])
         return {"state": "PRUNED", "counters": counters}
+    except RunInterrupted as exc:
+        exit_soon()  # this worker takes no more work
+        return {"state": "FAIL", "error": f"interrupted: {exc}",
+                "counters": dict(trainer.ledger.counters) if trainer is not None else None}  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a failing trial is a FAIL, counted and reported
         return {
             "state": "FAIL",
             "error": f"{type(exc).__name__}: {exc}",
             "counters": dict(trainer.ledger.counters) if trainer is not None else None,
         }
+    finally:
+        ACTIVE.clear()
+
+
+def trial_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The store's rows (table ``trials``) of a sweep summary (sweep.json)."""
+
+    rows = []
+    for arm, rec in summary["arms"].items():
+        for t in rec["trials_detail"]:
+            c = t["counters"] or {}
+            rows.append(
+                {
+                    "arm": arm,
+                    "trial": t["number"],
+                    "state": t["state"],
+                    "params": t["params"],
+                    "value": t["value"],
+                    "launched_tokens": c.get("launched_tokens"),
+                    "device_seconds": c.get("device_seconds"),
+                    "pruned_at": t["pruned_at"],
+                    "split": t.get("split"),
+                }
+            )
+    return rows

@@ -69,7 +69,15 @@ def _connect(out_dir: Path):
             raise ReportError(
                 f"{path} is being written by the orchestrator; build the report when it is done"
             ) from None
-        raise
+        raise ReportError(
+            f"{path} is damaged ({str(exc)[:160]}): `sixblanks ingest {out_dir}` sets it aside "
+            "and rebuilds it from the run directories"
+        ) from None
+    except duckdb.Error as exc:
+        raise ReportError(
+            f"{path} is damaged ({str(exc)[:160]}): `sixblanks ingest {out_dir}` sets it aside "
+            "and rebuilds it from the run directories"
+        ) from None
 
 
 # the columns read from each table; a column (or table) that an older store lacks reads as NULL

@@ -7,7 +7,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# no process started by a test outlives it (after each test, and for the whole run at its end)
+# the chaos suite's totals, printed at the end (tests/chaos/); no process started by a test
+# outlives it (checked after each test, and for the whole run at its end)
+from .chaos_summary import chaos, pytest_runtest_makereport, pytest_terminal_summary  # noqa: E402, F401
 from .strays import no_stray_processes, pytest_sessionfinish  # noqa: E402, F401
 
 

@@ -42,23 +42,46 @@ SPEC = {
 
 
 @pytest.mark.slow
-def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, write_yaml):
+def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, write_yaml, chaos):
+    """Also the sweep's chaos cases: Ctrl-C (SIGINT to its process group) once the first trial has
+    finished, then SIGKILL once another has; each attempt is resumed by the same command."""
+
     path = write_yaml(yaml.safe_dump(SPEC))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "sixblanks.harness.cli", "sweep", path, "--out", str(out)]
-    # interrupt the first attempt in the middle of the search (its stderr, as a cluster job's: a file)
-    log1 = open(tmp_path / "first.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log1)
     journal = out / "sweep" / "optuna.journal"
+
+    def finished_trials() -> int:
+        return journal.read_text().count('"state":1') if journal.exists() else 0
+
+    def attempt(log, trials: int) -> subprocess.Popen:
+        """The sweep, its stderr (as a cluster job's) a file, once ``trials`` trials finished."""
+
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+                                start_new_session=True)  # fmt: skip
+        t0 = time.time()
+        while proc.poll() is None and time.time() - t0 < 180 and finished_trials() < trials:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the sweep ended before it could be interrupted"
+        return proc
+
+    log1 = open(tmp_path / "first.log", "w")  # noqa: SIM115 - closed below
+    proc = attempt(log1, 1)
+    chaos.fault("Ctrl-C (SIGINT to the process group) in the middle of the search")
     t0 = time.time()
-    while proc.poll() is None and time.time() - t0 < 180:
-        if journal.exists() and journal.read_text().count('"state":1') >= 1:  # one trial finished
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    assert time.time() - t0 < 60
+    log1.close()
+    first = (tmp_path / "first.log").read_text()
+    assert first.strip().splitlines()[-1].startswith("error: interrupted in sweep "), first[-2000:]
+    assert "the same command resumes the search" in first
+    log2 = open(tmp_path / "second.log", "w")  # noqa: SIM115 - closed below
+    proc = attempt(log2, finished_trials() + 1)
+    chaos.fault("SIGKILL of the sweep in the middle of the search")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    log1.close()
+    log2.close()
 
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -127,7 +150,18 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     for lo, hi in trial_ranges:
         for clo, chi in confirm_ranges:
             assert hi <= clo or chi <= lo  # disjoint seed ranges: no instance is shared
-    _check_plain_lines((tmp_path / "first.log").read_text() + done.stderr, arms, out)
+    logs = (tmp_path / "first.log").read_text() + (tmp_path / "second.log").read_text()
+    _check_plain_lines(logs + done.stderr, arms, out)
+    stopped = [t for rec in arms.values() for t in rec["trials_detail"] if t["error"] and
+               "interrupted (Ctrl-C)" in t["error"]]  # fmt: skip
+    chaos.rows(len(stopped), 1, "trials stopped by Ctrl-C, each a failure with its spending")
+    for rec in arms.values():
+        charged = sum(
+            (t["counters"] or {}).get("launched_tokens", 0.0) for t in rec["trials_detail"]
+        )
+        chaos.same(
+            {"spent": rec["spent"]["launched_tokens"]}, {"spent": charged}, "search spending"
+        )
 
 
 def _check_plain_lines(err: str, arms: dict, out) -> None:
@@ -146,7 +180,8 @@ def _check_plain_lines(err: str, arms: dict, out) -> None:
             assert len(ends) == 1 and ends[0].startswith(t["state"]), (t, mine)
             if t["state"] == "COMPLETE":
                 assert ends[0].startswith(f"COMPLETE: score {t['value']:.3f} (launched_tokens ")
-            killed = t["state"] == "FAIL" and t["error"] is None  # by the test, mid-trial
+            # stopped by the test mid-trial: killed (no error recorded) or Ctrl-C
+            killed = t["state"] == "FAIL" and (t["error"] is None or "interrupted" in t["error"])
             assert ("interrupted" in ends[0]) == killed
             if killed:
                 continue

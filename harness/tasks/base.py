@@ -154,6 +154,8 @@ class Task:
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     stop: ClassVar[str] = "\n"
     """Text that ends an action (a turn's answer); generation stops there."""
+    verifier_timeout_s: ClassVar[float | None] = 10.0
+    """A call of ``verify`` running longer is abandoned and its sample a counted failure."""
 
     def __init__(self, params: dict[str, Any] | TaskParams | None = None):
         self.params = (

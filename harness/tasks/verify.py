@@ -43,12 +43,15 @@ class VerifierGate:
     Args:
         task: the task whose verifier is called.
         timeout_s: a call running longer is abandoned and the sample failed (None: no timeout,
-            and the call runs inline, which is cheaper).
+            and the call runs inline, which is cheaper); by default the task's
+            ``verifier_timeout_s`` (10 s unless the task class says otherwise).
     """
 
-    def __init__(self, task: Task, timeout_s: float | None = 10.0):
+    def __init__(self, task: Task, timeout_s: float | None | str = "task"):
         self.task = task
-        self.timeout_s = timeout_s
+        self.timeout_s = (
+            getattr(task, "verifier_timeout_s", 10.0) if timeout_s == "task" else timeout_s
+        )
         self.stats = VerifierStats()
         self._pool: list[cf.ThreadPoolExecutor | None] = [None]
 

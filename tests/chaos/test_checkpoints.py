@@ -57,7 +57,8 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_planted_pickle_payload_is_refused_without_running(tmp_path):
+def test_a_planted_pickle_payload_is_refused_without_running(tmp_path, chaos):
+    chaos.fault("a checkpoint with a planted os.system pickle")
     path = tmp_path / "checkpoint"
     checkpoint.save(_state(1), path, 1)
     marker = tmp_path / "pwned"
@@ -75,7 +76,7 @@ def test_a_planted_pickle_payload_is_refused_without_running(tmp_path):
     assert marker.exists()  # runs it
 
 
-def test_a_spooled_round_keeps_its_batch_and_a_planted_one_is_refused(tmp_path):
+def test_a_spooled_round_keeps_its_batch_and_a_planted_one_is_refused(tmp_path, chaos):
     """A concurrent collector's round files (runs/<id>/spool/round-*.pt) are read weights-only too:
     a round round-trips with its TrajectoryBatch; a planted payload is refused without running."""
 
@@ -98,6 +99,7 @@ def test_a_spooled_round_keeps_its_batch_and_a_planted_one_is_refused(tmp_path):
     assert isinstance(back["batch"], TrajectoryBatch)
     assert torch.equal(back["batch"].action_mask, batch.action_mask)
     marker = tmp_path / "pwned"
+    chaos.fault("a spooled round with a planted os.system pickle")
     torch.save({"round": 4, "batch": Payload(marker)}, spool.path / "bad.pt")
     with pytest.raises(CheckpointError, match=r"bad\.pt: refused.*(posix|os)\.system"):
         spool.load("bad.pt")
@@ -105,7 +107,8 @@ def test_a_spooled_round_keeps_its_batch_and_a_planted_one_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncate tensors", "alter state", "drop manifest"])
-def test_a_damaged_checkpoint_is_refused_and_the_previous_one_loads(tmp_path, damage):
+def test_a_damaged_checkpoint_is_refused_and_the_previous_one_loads(tmp_path, damage, chaos):
+    chaos.fault(f"a checkpoint damaged: {damage}")
     path = tmp_path / "checkpoint"
     checkpoint.save(_state(2), path, 2)
     checkpoint.save(_state(3), path, 3)
@@ -126,7 +129,7 @@ def test_a_damaged_checkpoint_is_refused_and_the_previous_one_loads(tmp_path, da
 
 
 def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the_lost_work(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, chaos
 ):
     """A run that dies after step 2 with both its checkpoints then truncated: the next execution
     refuses them and runs from step 0 again, charged the work of the attempt before (its launched
@@ -148,6 +151,7 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
         save(trainer, path)
 
     monkeypatch.setattr(runner, "_save_checkpoint", dies_after_step_2)
+    chaos.fault("the run killed after step 2")
     with pytest.raises(KeyboardInterrupt):
         execute_run(spec, run_dir, str(orch.warm_dir), threads=1)
     monkeypatch.setattr(runner, "_save_checkpoint", save)
@@ -155,6 +159,7 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
     last = [e for e in rd.read_events() if e["type"] == "step"][-1]
     assert last["step"] == 2
     lost = last["ledger.launched_tokens"]  # what the attempt launched, by its step records
+    chaos.fault("both its checkpoints truncated")
     for p in checkpoint.candidates(rd.checkpoint):
         f = p / checkpoint.TENSORS
         f.write_bytes(f.read_bytes()[:100])
@@ -172,7 +177,10 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
     assert [r["seq"] for r in records if r["type"] == "resume"] == [0]  # everything before: lost
     standing = replay(effective_events(records))
     assert compare(standing["counters"], c) == []
+    chaos.same(standing["counters"], c, "ledger.jsonl replayed against the run's counters")
     assert standing["discarded_by_reason"]["restart"] == lost
     steps = [json.loads(x) for x in rd.events.read_text().splitlines()]
-    assert [e["step"] for e in steps if e["type"] == "step"] == list(range(again["steps"]))
+    got = [e["step"] for e in steps if e["type"] == "step"]
+    assert got == list(range(again["steps"]))
+    chaos.rows(len(got), again["steps"], "step records")
     assert checkpoint.load(rd.checkpoint)["step_idx"] == again["steps"]

@@ -20,8 +20,8 @@ name: interrupt
 task: {name: arithmetic, eval_size: 8}
 rollout: {max_new_tokens: 6, prompts_per_step: 4, group_size: 4, ignore_eos: true}
 warm_start: {steps: 20, num_demos: 200}
-budget: {launched_tokens: 1500}
-eval: {every: 750}
+budget: {launched_tokens: 3000}
+eval: {every: 1500}
 seeds: [0]
 arms: {grpo: {preset: grpo}, dapo: {preset: dapo}, rloo: {preset: rloo}}
 executor: {workers: 2, checkpoint_seconds: 600}
@@ -39,19 +39,24 @@ def _states(out) -> dict[str, dict]:
     return {p.name: RunDir(p).read_status() for p in sorted(exp.runs.glob("*")) if p.is_dir()}
 
 
-def test_ctrl_c_stops_run_then_the_same_command_resumes(tmp_path):
+def test_ctrl_c_stops_run_then_the_same_command_resumes(tmp_path, chaos):
+    from sixblanks.harness.ledgerlog import effective_events, read_events, replay
+
     out = tmp_path / "out"
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(EXPERIMENT)
     proc = _sixblanks("run", str(cfg), "--out", str(out), "--no-progress", start_new_session=True)
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
-        running = [s for s in _states(out).values() if s.get("state") == "running"]
-        if len(running) == 2 and all((s.get("step") or 0) >= 2 for s in running):
+        states = list(_states(out).values())
+        running = [s for s in states if s.get("state") == "running"]
+        assert not [s for s in states if s.get("state") == "finished"], "a run ended too soon"
+        if len(running) == 2 and max(s.get("step") or 0 for s in running) >= 1:
             break
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
     t0 = time.time()
+    chaos.fault("SIGINT to `sixblanks run`'s process group, two runs in flight, one queued")
     os.killpg(proc.pid, signal.SIGINT)  # the whole process group, as a terminal's Ctrl-C
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -87,10 +92,48 @@ def test_ctrl_c_stops_run_then_the_same_command_resumes(tmp_path):
         assert lines[: len(before[rid])] == before[rid]  # the interrupted history, intact
         steps = [json.loads(x)["step"] for x in lines if json.loads(x)["type"] == "step"]
         assert steps == list(range(res["steps"]))
+        chaos.rows(len(steps), res["steps"], "step records of a resumed run")
         c = res["counters"]
-        assert c["launched_tokens"] == c["accepted_tokens"] + c["discarded_tokens"] <= 1500 + 1e-9
-    assert query(
+        standing = replay(effective_events(read_events(rd.ledger_log)))["counters"]
+        chaos.same(standing, c, "ledger.jsonl replayed against the resumed run's counters")
+        assert c["launched_tokens"] == c["accepted_tokens"] + c["discarded_tokens"] <= 3000 + 1e-9
+    [(n, distinct)] = query(
         out, "SELECT count(*), count(DISTINCT run_id) FROM runs WHERE status = 'finished'"
-    ) == [(3, 3)]
-    dup = query(out, "SELECT run_id, step, count(*) FROM ledger GROUP BY ALL HAVING count(*) > 1")
-    assert dup == []
+    )
+    chaos.rows(n, 3, "finished runs in the store")
+    chaos.rows(distinct, 3, "distinct finished runs in the store")
+    [(got,)] = query(out, "SELECT count(*) FROM ledger")
+    [(want,)] = query(out, "SELECT count(DISTINCT (run_id, step)) FROM ledger")
+    chaos.rows(got, want, "ledger rows in the store (one per run and step)")
+
+
+def test_ctrl_c_in_the_ladder_records_the_finished_rungs_and_exits_130(
+    tmp_path, monkeypatch, cli, write_yaml, chaos
+):
+    """Ctrl-C (KeyboardInterrupt in the ladder's process) during rung 3: rungs 1 and 2 are in
+    ladder.json and the store, one verdict each; exit 130 with a one-line summary."""
+
+    import yaml
+
+    from sixblanks.harness.ladder import VERDICT, Ladder
+
+    from ..test_ladder import BASE
+
+    def ctrl_c(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Ladder, "rung_no_update_eval", ctrl_c)
+    chaos.fault("Ctrl-C in the ladder's rung 3")
+    out = tmp_path / "out"
+    code, _, err = cli("ladder", write_yaml(yaml.safe_dump(BASE)), "--out", str(out), "--all")
+    assert code == 130, err
+    last = err.strip().splitlines()[-1]
+    assert "interrupted in rung 3 (no_update_eval): 2 finished rung(s) recorded" in " ".join(
+        err.split()
+    ), last
+    rows = json.loads((out / "ladder.json").read_text())["rungs"]
+    verdicts = [r["rung"] for r in rows if r["variant"] == VERDICT]
+    chaos.rows(len(verdicts), 2, "verdicts of the finished rungs in ladder.json")
+    assert verdicts == [1, 2]
+    stored = query(out, "SELECT rung FROM ladder WHERE variant = 'verdict' ORDER BY rung")
+    chaos.rows(len(stored), 2, "verdicts in the store")

@@ -46,18 +46,20 @@ def holder(tmp_path):
 
 @pytest.mark.parametrize("command", ["run", "sweep", "ladder"])
 def test_a_second_writer_is_refused_with_exit_code_3_naming_the_holder(
-    holder, command, cli, write_yaml
+    holder, command, cli, write_yaml, chaos
 ):
     out, proc = holder
+    chaos.fault(f"a second writer (`{command}`) on a busy output directory")
     code, _, err = cli(command, write_yaml(EXPERIMENT), "--out", str(out))
     assert code == 3, err
     assert "in use by `sixblanks run`" in err and f"pid {proc.pid} " in err
     assert "Traceback" not in err
-    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # nothing else was written
+    chaos.rows(len(list(out.iterdir())), 1, "files in the directory (the lock only)")
 
 
-def test_a_lock_left_by_a_killed_holder_is_taken_over_with_a_message(holder):
+def test_a_lock_left_by_a_killed_holder_is_taken_over_with_a_message(holder, chaos):
     out, proc = holder
+    chaos.fault("the lock's holder SIGKILLed")
     with pytest.raises(DirectoryBusy):
         with OutDirLock(out, "run"):
             pass
@@ -89,7 +91,7 @@ tracking: {mlflow: false}
 
 
 def test_a_changed_experiment_is_refused_in_an_old_output_directory_unless_added(
-    tmp_path, cli, write_yaml
+    tmp_path, cli, write_yaml, chaos
 ):
     """An output directory belongs to one experiment definition: a changed budget and a new arm
     are refused (exit 2, naming both, nothing written); with --add the store and the report hold
@@ -110,6 +112,7 @@ def test_a_changed_experiment_is_refused_in_an_old_output_directory_unless_added
     before = (tmp_path / "out" / "results.duckdb").read_bytes()
 
     changed = CHANGED + "budget: {launched_tokens: 80}\n"
+    chaos.fault("a changed experiment run into an old output directory")
     code, _, err = cli("run", write_yaml(changed, "c.yaml"), "--out", out, "--no-progress")
     assert code == 2, err
     line = " ".join(err.split())
@@ -125,6 +128,7 @@ def test_a_changed_experiment_is_refused_in_an_old_output_directory_unless_added
     assert "--add" in err and "rebuilt" in err
     rows = query(out, "SELECT arm, limit_value FROM runs JOIN budgets USING (run_id) ORDER BY arm")
     assert rows == [("dapo", 80.0), ("grpo", 80.0)]  # the old definition's run is not in the store
+    chaos.rows(len(rows), 2, "runs of the current definition in the store")
     assert len(list((tmp_path / "out" / "runs").iterdir())) == 3  # but its directory stays
     hist = json.loads((tmp_path / "out" / "definition.json").read_text())["history"]
     assert len(hist) == 1 and "budget.launched_tokens: 64 -> 80" in hist[0]["changes"]
