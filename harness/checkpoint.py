@@ -132,8 +132,18 @@ def save(state: dict[str, Any], path: Path, step: int) -> None:
     tmp.mkdir(parents=True)
     tensors: dict[str, Any] = {}
     skeleton = _split(state, tensors, set())
-    save_file(tensors, str(tmp / TENSORS))
-    torch.save(skeleton, tmp / STATE)
+    for name, write in (
+        (TENSORS, lambda f: save_file(tensors, str(f))),
+        (STATE, lambda f: torch.save(skeleton, f)),
+    ):
+        try:
+            write(tmp / name)
+        except Exception as exc:
+            from .errors import DiskFull, disk_full, disk_full_message
+
+            if disk_full(exc):  # the previous checkpoint is untouched
+                raise DiskFull(disk_full_message(exc, str(tmp / name))) from None
+            raise
     manifest = {
         "format": FORMAT,
         "step": step,

@@ -902,6 +902,11 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(exc.exit_code)
         if debug:
             raise
+        from .errors import disk_full, disk_full_message
+
+        if disk_full(exc):  # the orchestrator's own files (experiment.json, the store, a report)
+            sys.stderr.write(f"error: {disk_full_message(exc, 'the output directory')}\n")
+            sys.exit(1)
         sys.stderr.write(
             f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)\n"
         )

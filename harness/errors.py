@@ -27,6 +27,44 @@ class ConfigError(SixblanksError):
     exit_code = 2
 
 
+class DiskFull(SixblanksError):
+    """A write failed for want of space (or a file-size limit): exit code 1, nothing corrupted."""
+
+    exit_code = 1
+
+
+_FULL_ERRNOS = (28, 27, 122)  # ENOSPC, EFBIG (a file-size limit), EDQUOT
+_FULL_WORDS = ("no space left", "file too large", "filetoolarge", "storagefull", "disk quota")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (an OSError, or a library's error wrapping one) says the disk is full."""
+
+    if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
+        return True
+    text = str(exc).lower()
+    return any(w in text for w in _FULL_WORDS)
+
+
+def disk_full_message(exc: BaseException, what: str) -> str:
+    where = getattr(exc, "filename", None)
+    return (
+        f"no space left writing {where or what} ({str(exc)[:120]}): free space (or raise the "
+        "file-size limit), then run the same command: what was written before is intact, and runs "
+        "resume from their last checkpoint"
+    )
+
+
+def describe(exc: BaseException, what: str = "files") -> str:
+    """One line for a failed run or trial: a full disk said plainly, a user error as it is."""
+
+    if isinstance(exc, DiskFull):
+        return str(exc)
+    if disk_full(exc):
+        return disk_full_message(exc, what)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def suggest(name: str, valid: Iterable[str]) -> str:
     """'; did you mean 'x'?' when a close match exists, else ''."""
 

@@ -262,7 +262,9 @@ def execute_run(
     except RunInterrupted:
         raise  # status says interrupted; the next invocation resumes from the checkpoint
     except BaseException as exc:
-        err = f"{type(exc).__name__}: {exc}"
+        from .errors import describe
+
+        err = describe(exc, f"run {rd.run_id}'s files")
         status = rd.read_status()
         status.update(
             {
@@ -373,6 +375,9 @@ def run_worker(args: tuple) -> dict[str, Any]:
         return {"ok": False, "interrupted": True, "started": True, "error": str(exc),
                 "run_id": Path(run_dir).name}  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - reported back to the orchestrator
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "run_id": Path(run_dir).name}
+        from .errors import describe
+
+        return {"ok": False, "error": describe(exc, f"run {Path(run_dir).name}'s files"),
+                "run_id": Path(run_dir).name}  # fmt: skip
     finally:
         ACTIVE.clear()

@@ -216,7 +216,12 @@ def _transaction(out_dir: str | Path) -> Iterator[Any]:
             raise
         con.execute("COMMIT")
     except (duckdb.IOException, duckdb.InternalException) as exc:  # a block it cannot read
-        raise StoreDamaged(ExperimentDir(out_dir).results_db, exc) from None
+        from .errors import DiskFull, disk_full, disk_full_message
+
+        path = ExperimentDir(out_dir).results_db
+        if disk_full(exc):  # rolled back: the store holds what it held before
+            raise DiskFull(disk_full_message(exc, str(path))) from None
+        raise StoreDamaged(path, exc) from None
     finally:
         con.close()
 

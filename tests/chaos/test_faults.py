@@ -218,3 +218,43 @@ def test_a_tokenizer_that_does_not_belong_to_its_weights_is_refused(
     assert f"the tokenizer has {len(tok)} tokens" in line
     assert f"embedding has {model.get_input_embeddings().num_embeddings} rows" in line
     assert not (tmp_path / "out" / "runs").exists()  # refused before any run started
+
+
+def test_a_full_disk_fails_clearly_and_the_run_then_resumes(finished, tmp_path, chaos):
+    """A file-size limit (RLIMIT_FSIZE, as a full disk: writes past it fail) below a checkpoint's
+    size: a run fails at its first checkpoint with a one-line 'no space left' error naming the file;
+    with the space back, it finishes, nothing lost or counted twice, its counters those of the
+    same run made before (the lost attempt's time charged)."""
+
+    import resource
+
+    from sixblanks.harness.store import ingest
+
+    out = _copy(finished, tmp_path)
+    victim = sorted((out / "runs").iterdir())[0]
+    spec, warm = RunDir(victim).read_spec(), _spec_and_warm(out)[1]
+    reference = RunDir(victim).read_result()
+    ckpt = (victim / "checkpoint" / "tensors.safetensors").stat().st_size
+    shutil.rmtree(victim)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    chaos.fault("a full disk (a file-size limit below a checkpoint)")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(ckpt * 0.8), hard))  # this process only
+    try:
+        with pytest.raises(Exception) as failed:
+            execute_run(spec, victim, warm, threads=1)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    line = str(failed.value)
+    assert line.startswith("no space left writing ") and "tensors.safetensors" in line, line
+    assert "run the same command" in line
+    status = RunDir(victim).read_status()
+    assert status["state"] == "failed" and status["error"] == line
+
+    res = execute_run(spec, victim, warm, threads=1)
+    chaos.same(_untimed(res["counters"]), _untimed(reference["counters"]), "counters against "
+               "the run before")  # fmt: skip
+    standing = replay(effective_events(read_events(RunDir(victim).ledger_log)))["counters"]
+    chaos.same(standing, res["counters"], "ledger.jsonl replayed against the counters")
+    ingest(out)
+    for table, n in _from_run_dirs(out).items():
+        chaos.rows(_counts(out)[table], n, f"{table} rows in the store")
