@@ -258,3 +258,107 @@ def test_a_full_disk_fails_clearly_and_the_run_then_resumes(finished, tmp_path, 
     ingest(out)
     for table, n in _from_run_dirs(out).items():
         chaos.rows(_counts(out)[table], n, f"{table} rows in the store")
+
+
+class MlflowServer:
+    """A local `mlflow server` (sqlite backend under ``root``, 127.0.0.1, a free port) in a process
+    group of its own, so that ``kill`` ends it as a crash would (SIGKILL to the group)."""
+
+    def __init__(self, root):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.db, self.log, self.proc = root / "mlflow-server.db", root / "mlflow-server.log", None
+
+    def start(self, timeout: float = 90.0) -> None:
+        import os
+        import time
+        import urllib.request
+
+        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+               f"sqlite:///{self.db}", "--host", "127.0.0.1", "--port", str(self.port),
+               "--workers", "1"]  # fmt: skip
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job workers
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env,
+                                         start_new_session=True)  # fmt: skip
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            assert self.proc.poll() is None, self.log.read_text()[-2000:]
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.25)
+        raise AssertionError(
+            f"mlflow server not up after {timeout}s: {self.log.read_text()[-2000:]}"
+        )
+
+    def kill(self) -> None:
+        import os
+        import signal
+
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    server = MlflowServer(tmp_path)
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def test_an_mlflow_server_killed_mid_sync_loses_nothing_and_sync_sends_the_rest_once(
+    finished, tmp_path, cli, monkeypatch, mlflow_server, chaos
+):
+    """A tracking server on 127.0.0.1 dies (SIGKILL) after the first of two runs reached it: the
+    second stays pending, the results are all on disk; with the server back, `sixblanks sync`
+    sends what is missing, and MLflow holds each run once with every step's loss."""
+
+    from mlflow.tracking import MlflowClient
+
+    from sixblanks.harness import tracking
+
+    out = _copy(finished, tmp_path)
+    exp = json.loads((out / "experiment.json").read_text())
+    exp["config"]["tracking"] = {"mlflow": True, "uri": mlflow_server.url, "experiment": "chaos"}
+    (out / "experiment.json").write_text(json.dumps(exp))
+    mlflow_server.start()
+    send = tracking.Tracker._send_run
+
+    def dies_after_the_first(self, *args):
+        state = send(self, *args)
+        chaos.fault("the MLflow server SIGKILLed after the first run reached it")
+        mlflow_server.kill()
+        return state
+
+    monkeypatch.setattr(tracking.Tracker, "_send_run", dies_after_the_first)
+    code, _, err = cli("sync", str(out))
+    assert code == 1 and "MLflow unreachable" in err and "1 run(s) still pending" in err, err
+    monkeypatch.setattr(tracking.Tracker, "_send_run", send)
+    state = json.loads((out / "mlflow_sync.json").read_text())
+    chaos.rows(len(state["synced"]) + len(state["pending"]), 2, "runs synced or pending")
+    for table, n in _from_run_dirs(out).items():  # the store never depended on the server
+        chaos.rows(_counts(out)[table], n, f"{table} rows in the store")
+
+    mlflow_server.start()
+    code, stdout, err = cli("sync", str(out))
+    assert code == 0 and "pending: 0" in stdout, err
+    client = MlflowClient(tracking_uri=mlflow_server.url)
+    exp_id = client.get_experiment_by_name("chaos").experiment_id
+    runs = [r for r in client.search_runs([exp_id]) if "sixblanks.run_id" in r.data.tags]
+    chaos.rows(len(runs), 2, "runs in MLflow")
+    for r in runs:
+        rid = r.data.tags["sixblanks.run_id"]
+        steps = [e for e in RunDir(out / "runs" / rid).read_events() if e["type"] == "step"]
+        losses = client.get_metric_history(r.info.run_id, "loss")
+        chaos.rows(len(losses), len([e for e in steps if "loss" in e]), f"losses of {rid}")
