@@ -219,3 +219,37 @@ def test_every_optimizer_step_runs_under_a_reservation_of_its_update(preset, mon
     # evaluation is charged one way too, to its own ledger: counted apart from the budget
     ev = res.eval_cost
     assert ev["generated_tokens"] > 0 and ev["verifier_calls"] == 4 * len(res.evals)
+
+
+def test_the_first_step_prior_by_hand():
+    from sixblanks.harness.training.meter import first_step_prior
+
+    cost = {"generated_tokens": 100, "device_seconds": 2.0, "wall_seconds": 3.0}
+    # 50 tokens at 0.02 s each, x (1 + 3 x epochs): generation, then the update's passes
+    assert first_step_prior(cost, 50, 1) == {"device_seconds": 4.0, "wall_seconds": 6.0}
+    assert first_step_prior(cost, 50, 2) == {"device_seconds": 7.0, "wall_seconds": 10.5}
+    assert first_step_prior({"generated_tokens": 0}, 50, 1) == {}
+
+
+@pytest.mark.parametrize("limit", [1.0, 100.0])
+def test_the_first_step_reserves_its_estimated_time(limit, monkeypatch):
+    """Before anything was measured, a time-limited run's first step reserves the estimate from the
+    start evaluation (here 0.1 s per generated token): a budget below it launches nothing; one
+    above it reserves the estimate for the first round."""
+
+    from sixblanks.harness.training import loop
+
+    monkeypatch.setattr(loop, "DeviceTimer", lambda _d: FakeTimer())
+    tr = _tiny_trainer({"device_seconds": limit})
+    tr.result.evals = [{"step": 0, "score": 0.0, "position": {},
+                        "cost": {"generated_tokens": 10, "device_seconds": 1.0, "wall_seconds": 1.0}}]  # fmt: skip
+    assert tr.collector.worst_case()["launched_tokens"] == 2 * 4 * 6  # prompts x group x tokens
+    res = tr.train(evaluate_start=False, max_steps=1)
+    prior = 48 * 0.1 * 4.0  # tokens x s/token x FIRST_STEP_FACTOR (one epoch)
+    if limit < prior:  # not admitted (it was, before: nothing measured reserved 0 s)
+        assert res.steps == [] and res.ended_because == "budget"
+        assert res.ledger.counters["launched_tokens"] == 0
+        return
+    first = next(e for e in res.ledger.events if e["type"] == "reserve"
+                 and e["amounts"].get("device_seconds"))  # fmt: skip
+    assert first["amounts"]["device_seconds"] == pytest.approx(prior) and len(res.steps) == 1

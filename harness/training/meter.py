@@ -17,8 +17,9 @@ unit of each of those kinds measured so far. A step is admitted, and each rollou
 only when the round, the update, the weight sync and a checkpoint after it fit (UNIT_KINDS). The
 exact worst case, stated in README and ``status``: a run exceeds a time limit by at most the time of
 the rest of its last step after its last check, plus a checkpoint: never more than one training step
-and its checkpoint (``Meter.overshoot_bound``, the longest seen; the first step has no estimate
-yet). The nesting is one stack: charges of one thread, strictly nested. A concurrent collector
+and its checkpoint (``Meter.overshoot_bound``, the longest seen). The first step, before anything
+was measured, reserves :func:`first_step_prior`: the start evaluation's time per generated token
+times the step's worst-case launched tokens times FIRST_STEP_FACTOR. The nesting is one stack: charges of one thread, strictly nested. A concurrent collector
 measures its rounds in its own process and the trainer commits them (``record``): its device time
 adds to the trainer's; its wall time overlaps the trainer's and is not added again.
 """
@@ -122,16 +123,23 @@ class Meter:
         """kind -> the longest single unit of that kind so far (its elapsed device/wall seconds)"""
         self.time_by_kind: dict[str, dict[str, float]] = {}
         """kind -> own device/wall seconds committed by charges of that kind (the time's labels)"""
+        self.prior: dict[str, float] = {}
+        """The time the first step reserves, before any unit of work was measured."""
         self.overshoot_bound: dict[str, float] = {k: 0.0 for k in TIME_COUNTERS}
         """The longest step (with its checkpoint) so far: what a time limit can be exceeded by."""
         self.last_step: dict[str, float] = {k: 0.0 for k in TIME_COUNTERS}
 
     def estimate(self, kinds: tuple[str, ...]) -> dict[str, float]:
-        """TIME_ESTIMATE_FACTOR x the sum over ``kinds`` of the longest unit of each kind."""
+        """TIME_ESTIMATE_FACTOR x the sum over ``kinds`` of the longest unit of each kind; before
+        any of them was measured, the ``prior`` (the first step's estimate, see
+        :func:`first_step_prior`), if one was set."""
 
+        measured = any(kind in self.unit_time for kind in kinds if kind != "checkpoint")
         return {
             k: TIME_ESTIMATE_FACTOR
             * sum(self.unit_time.get(kind, {}).get(k, 0.0) for kind in kinds)
+            if measured or not self.prior
+            else self.prior.get(k, 0.0)
             for k in TIME_COUNTERS
         }
 
@@ -221,3 +229,25 @@ class Meter:
         self.time_by_kind = {k: dict(v) for k, v in state.get("time_by_kind", {}).items()}
         self.overshoot_bound.update(state.get("overshoot_bound", {}))
         self.last_step.update(state.get("last_step", {}))
+
+
+FIRST_STEP_FACTOR = 4.0
+"""The first step's time, in units of its rollouts' generation time as the start evaluation measured
+it per token: the generation itself, and the update (its forward and backward passes over the whole
+batch, the old and reference log-probs: each a single pass over tokens that decoding produced one
+position at a time), times the epochs."""
+
+
+def first_step_prior(
+    eval_cost: dict[str, float], launched_tokens: float, epochs: int
+) -> dict[str, float]:
+    """The first step's time estimate from the start evaluation's measured ``eval_cost``
+    (``generated_tokens``, ``device_seconds``, ``wall_seconds``): per generated token, times the
+    step's worst-case ``launched_tokens``, times 1 + (FIRST_STEP_FACTOR - 1) x ``epochs``. Empty
+    when the evaluation generated nothing."""
+
+    n = float(eval_cost.get("generated_tokens") or 0.0)
+    if n <= 0 or launched_tokens <= 0:
+        return {}
+    scale = launched_tokens / n * (1.0 + (FIRST_STEP_FACTOR - 1.0) * max(1, epochs))
+    return {k: float(eval_cost.get(k, 0.0)) * scale for k in TIME_COUNTERS}
