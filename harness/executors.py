@@ -54,6 +54,34 @@ def _on_sigterm(*_: Any) -> None:
     STOP.set()
 
 
+SIGINT_SEEN = threading.Event()
+"""Set by :func:`deferred_interrupts`'s handler: Ctrl-C was pressed; acted on at the next safe point."""
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[threading.Event]:
+    """Within the block, Ctrl-C (SIGINT) only sets :data:`SIGINT_SEEN` (a second one raises
+    KeyboardInterrupt at once): the sweep acts on it between trials and while it waits for one, never
+    in the middle of a write to its study's storage. Only in the main thread; restored after."""
+
+    if threading.current_thread() is not threading.main_thread():
+        yield SIGINT_SEEN
+        return
+
+    def handler(*_: Any) -> None:
+        if SIGINT_SEEN.is_set():
+            raise KeyboardInterrupt
+        SIGINT_SEEN.set()
+
+    SIGINT_SEEN.clear()
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield SIGINT_SEEN
+    finally:
+        signal.signal(signal.SIGINT, old)
+        SIGINT_SEEN.clear()
+
+
 class Interrupted(SixblanksError):
     """Ctrl-C (SIGINT) during an experiment: exit code 130 after what finished is recorded."""
 
@@ -150,7 +178,12 @@ class LocalExecutor:
             def call(fn, *args):
                 fut = pool.submit(fn, *args)
                 try:
-                    return fut.result()
+                    while True:
+                        try:
+                            return fut.result(timeout=0.2)
+                        except cf.TimeoutError:
+                            if SIGINT_SEEN.is_set():  # Ctrl-C under deferred_interrupts
+                                raise KeyboardInterrupt from None
                 except KeyboardInterrupt:
                     raise self._interrupt_call(pool, fut) from None
 
@@ -288,8 +321,18 @@ class RayExecutor:
         try:
 
             def call(fn, *args):
-                task = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus)(fn)
-                return ray.get(task.remote(*args))
+                # no retry: a trial whose worker died is a failed trial, charged what it spent
+                # (a retry would start it again and lose the first attempt's spending)
+                task = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_retries=0)
+                ref = task(fn).remote(*args)
+                try:
+                    while not ray.wait([ref], timeout=0.2)[0]:
+                        if SIGINT_SEEN.is_set():  # Ctrl-C under deferred_interrupts
+                            raise KeyboardInterrupt
+                except KeyboardInterrupt:
+                    ray.cancel(ref)  # the trial gets KeyboardInterrupt: a failed trial
+                    raise Interrupted("interrupted", ["in flight"], []) from None
+                return ray.get(ref)
 
             yield call
         finally:

@@ -387,21 +387,29 @@ class Ladder:
 
         self.prepare()
         t0 = time.time()
+        done = self._progress()
         for rung, name in RUNGS:
             if until is not None and rung > until:
                 break
-            self.log(f"ladder: rung {rung} ({name})")
+            if str(rung) in done["rungs"]:  # a killed or interrupted walk resumes here
+                res = [RungResult(**r) for r in done["rungs"][str(rung)]]
+                self.log(f"ladder: rung {rung} ({name}): recorded by an earlier walk, reused")
+            else:
+                self.log(f"ladder: rung {rung} ({name})")
             try:
-                res = getattr(self, f"rung_{name}")()
+                if str(rung) not in done["rungs"]:
+                    res = getattr(self, f"rung_{name}")()
+                    done["rungs"][str(rung)] = [asdict(r) for r in res]
+                    write_json(ExperimentDir(self.out).ladder_progress, done)
             except KeyboardInterrupt:  # Ctrl-C: the rungs done so far are recorded
                 from .executors import Interrupted
 
                 self.save(time.time() - t0)
-                done = len(verdicts(self.results))
+                n_done = len(verdicts(self.results))
                 raise Interrupted(
-                    f"interrupted in rung {rung} ({name}): {done} finished rung(s) recorded in "
-                    f"{ExperimentDir(self.out).ladder} and the store; the ladder's short runs "
-                    "are not checkpointed: the same command walks the ladder again",
+                    f"interrupted in rung {rung} ({name}): {n_done} finished rung(s) recorded in "
+                    f"{ExperimentDir(self.out).ladder} and the store; the same command resumes "
+                    f"the walk at rung {rung} (its short runs start again)",
                     [f"rung {rung}"],
                     [],
                 ) from None
@@ -413,6 +421,27 @@ class Ladder:
                 break
         self.save(time.time() - t0)
         return self.results
+
+    def _progress(self) -> dict[str, Any]:
+        """The finished rungs of an earlier walk of the same ladder (the same arm, spec, code and
+        ladder settings), else a fresh record."""
+
+        import hashlib
+        import json
+
+        key = hashlib.sha256(
+            json.dumps(
+                [self.arm, self.spec, self.cfg.ladder.model_dump(mode="json"), self.seeds],
+                sort_keys=True,
+                default=str,
+            ).encode()
+        ).hexdigest()[:16]
+        from .layout import read_json
+
+        old = read_json(ExperimentDir(self.out).ladder_progress, {}) or {}
+        if old.get("key") == key:
+            return old
+        return {"key": key, "arm": self.arm, "rungs": {}}
 
     def save(self, seconds: float) -> None:
         from .store import write_ladder

@@ -12,6 +12,7 @@
         warm_start.json         its info: key, policy hash, SFT losses, demonstration ledger
       runs/<run_id>/            RunDir: one run (below)                                 runner
       ladder.json               the last ablation ladder                                ladder
+      ladder.progress.json      each finished rung of the walk in progress (a killed walk resumes)
       report/                   the comparison report                                   reports
       sweep/                    SweepDir: an ExperimentDir of its own (the confirmation runs, their
                                 store and report) plus
@@ -53,6 +54,7 @@ WARM_START = "warm_start"
 WARM_START_JSON = "warm_start.json"
 RUNS = "runs"
 LADDER_JSON = "ladder.json"
+LADDER_PROGRESS = "ladder.progress.json"
 REPORT = "report"
 SWEEP = "sweep"
 SWEEP_JSON = "sweep.json"
@@ -241,6 +243,10 @@ class ExperimentDir(Directory):
     @property
     def ladder(self) -> Path:
         return self.path / LADDER_JSON
+
+    @property
+    def ladder_progress(self) -> Path:
+        return self.path / LADDER_PROGRESS
 
     @property
     def report(self) -> Path:

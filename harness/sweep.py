@@ -25,7 +25,7 @@ from sixblanks.budgets.counters import COUNTERS
 
 from .config import ExperimentConfig, RolloutOverride, validate_mapping
 from .errors import ConfigError
-from .executors import Interrupted
+from .executors import SIGINT_SEEN, Interrupted, deferred_interrupts
 from .layout import ExperimentDir, write_json
 from .orchestrator import PlainLines, plain_budget, plain_wanted
 from .runner import ACTIVE, STOP, RunInterrupted, build_trainer, exit_soon
@@ -165,7 +165,8 @@ class Sweep:
         }
         threads = max(1, os.cpu_count() or 1)
         executor = make_executor(self.cfg.executor, 1, threads)
-        with executor.session() as call:  # trials run one at a time through the executor
+        # Ctrl-C is acted on between trials and while one runs, never inside a storage write
+        with deferred_interrupts(), executor.session() as call:  # one trial at a time
             for arm in self.arms:
                 self._search_arm(arm, specs, warm, storage, call, threads, summary)
         write_json(self.dir.sweep_summary, summary)
@@ -199,6 +200,13 @@ class Sweep:
                 used[k] += v
         stopped = None
         while len(study.trials) < self.cfg.sweep.n_trials:
+            if SIGINT_SEEN.is_set():  # Ctrl-C after a trial ended: none is in flight
+                raise Interrupted(
+                    f"interrupted between trials of {arm}: the {len(study.trials)} trial(s) so far "
+                    "are kept in the study; the same command resumes the search",
+                    [],
+                    [],
+                )
             left = {k: self.total_budget[k] - used.get(k, 0.0) for k in self.total_budget}
             if any(v <= 0 for v in left.values()):
                 stopped = f"search budget exhausted after {len(study.trials)} trials"
@@ -241,7 +249,12 @@ class Sweep:
                     [],
                 ) from None
             except Exception as exc:  # noqa: BLE001 - a worker killed by the OS, a lost Ray node
-                out = {"state": "FAIL", "error": f"worker died: {type(exc).__name__}: {exc}"}
+                out = {
+                    "state": "FAIL",
+                    "error": f"worker died: {type(exc).__name__}: {exc}",
+                    # what it spent up to its last step, as the worker recorded it in the storage
+                    "counters": _stored(study, trial.number).get("counters"),
+                }
             if out.get("error"):
                 trial.set_user_attr("error", out["error"])
             what = out.get("error") or (f"score {out['value']:.3f}" if "value" in out else "")
@@ -503,3 +516,12 @@ def trial_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def _stored(study, number: int) -> dict[str, Any]:
+    """The user attributes the storage holds for trial ``number`` (written by its worker)."""
+
+    for t in study.get_trials(deepcopy=False):
+        if t.number == number:
+            return dict(t.user_attrs)
+    return {}

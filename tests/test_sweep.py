@@ -74,8 +74,11 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     assert time.time() - t0 < 60
     log1.close()
     first = (tmp_path / "first.log").read_text()
-    assert first.strip().splitlines()[-1].startswith("error: interrupted in sweep "), first[-2000:]
-    assert "the same command resumes the search" in first
+    last = first.strip().splitlines()[-1]
+    # in a trial (stopped at its next step) or between two (a storage write is never cut short)
+    assert last.startswith("error: interrupted "), first[-2000:]
+    assert "the same command resumes the search" in last
+    in_a_trial = last.startswith("error: interrupted in sweep ")
     log2 = open(tmp_path / "second.log", "w")  # noqa: SIM115 - closed below
     proc = attempt(log2, finished_trials() + 1)
     chaos.fault("SIGKILL of the sweep in the middle of the search")
@@ -154,7 +157,9 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     _check_plain_lines(logs + done.stderr, arms, out)
     stopped = [t for rec in arms.values() for t in rec["trials_detail"] if t["error"] and
                "interrupted (Ctrl-C)" in t["error"]]  # fmt: skip
-    chaos.rows(len(stopped), 1, "trials stopped by Ctrl-C, each a failure with its spending")
+    chaos.rows(
+        len(stopped), int(in_a_trial), "trials stopped by Ctrl-C, failed with their spending"
+    )
     for rec in arms.values():
         charged = sum(
             (t["counters"] or {}).get("launched_tokens", 0.0) for t in rec["trials_detail"]
@@ -223,9 +228,11 @@ _STATES = ("COMPLETE", "PRUNED", "FAIL")
 
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
 @pytest.mark.slow
-def test_sweep_trials_run_through_the_ray_executor_like_local(tmp_path):
+def test_sweep_trials_run_through_the_ray_executor_like_local(tmp_path, chaos):
     """The same small sweep through the local pool and through Ray: trials run in executor workers
-    (Ray tasks for Ray), never in the sweep process, and give the same scores."""
+    (Ray tasks for Ray), never in the sweep process, and give the same scores. On Ray, the worker
+    of the second trial is SIGKILLed after its first step (a chaos case): that trial fails, charged
+    what it had spent (from the storage its worker wrote), and is not retried."""
 
     pytest.importorskip("ray")
     from sixblanks.harness.config import validate_mapping
@@ -249,12 +256,61 @@ def test_sweep_trials_run_through_the_ray_executor_like_local(tmp_path):
     results = {}
     for kind in ("local", "ray"):
         spec["executor"] = {"kind": kind, "num_cpus": 1}
+        killed = _kill_the_worker_of(tmp_path / kind, 1, chaos) if kind == "ray" else None
         summary = Sweep(validate_mapping(spec), tmp_path / kind).run()
         rec = summary["arms"]["grpo"]
-        assert rec["complete"] == 2, rec
         for t in rec["trials_detail"]:
             assert t["worker"]["pid"] != os.getpid()  # not in the sweep process
             assert (t["worker"]["ray_task"] is not None) == (kind == "ray")
         assert not summary["confirm"]["failures"]
         results[kind] = [(t["params"], t["value"]) for t in rec["trials_detail"]]
-    assert results["local"] == results["ray"]
+        if killed is None:
+            assert rec["complete"] == 2, rec
+            continue
+        killed.join(timeout=5)
+        second = rec["trials_detail"][1]
+        assert killed.pid == second["worker"]["pid"]
+        assert rec["complete"] == 1 and second["state"] == "FAIL", rec
+        assert "worker died" in second["error"]
+        # charged at least what it had spent when it was seen and killed (a step may have followed)
+        assert second["counters"]["launched_tokens"] >= killed.spent > 0
+        charged = sum(t["counters"]["launched_tokens"] for t in rec["trials_detail"])
+        assert rec["spent"]["launched_tokens"] == charged <= 600
+    assert results["local"][0] == results["ray"][0]
+
+
+def _kill_the_worker_of(out, number: int, chaos):
+    """A thread that SIGKILLs the worker process of trial ``number`` once it has taken a step (its
+    counters are in the storage); ``.pid``, ``.spent``: whom it killed, what the trial had spent."""
+
+    import threading
+
+    import optuna
+
+    from sixblanks.harness.sweep import open_storage
+
+    journal = out / "sweep" / "optuna.journal"
+
+    def watch():
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            time.sleep(0.1)
+            if not journal.exists():
+                continue
+            try:
+                study = optuna.load_study(study_name="sweep:grpo",
+                                          storage=open_storage(("journal", str(journal))))  # fmt: skip
+            except KeyError:  # not created yet
+                continue
+            for t in study.get_trials(deepcopy=False):
+                spent = (t.user_attrs.get("counters") or {}).get("launched_tokens", 0.0)
+                if t.number == number and t.state.name == "RUNNING" and spent > 0:
+                    thread.pid, thread.spent = t.user_attrs["worker"]["pid"], spent
+                    chaos.fault("SIGKILL of the Ray worker running a sweep trial")
+                    os.kill(thread.pid, signal.SIGKILL)
+                    return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.pid = thread.spent = None
+    thread.start()
+    return thread

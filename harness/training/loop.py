@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from sixblanks.budgets.ledger import TIME_COUNTERS, Budget, Ledger
+from sixblanks.budgets.ledger import Budget, Ledger
 
 from ..evaluate import evaluate_run, evaluation_worst
 from ..lora import memory_metrics, param_counts, train_state_bytes
@@ -32,7 +32,7 @@ from ..tasks.verify import VerifierGate
 from .base import Collected, Prepared, RunResult, RunSettings, TrainingError, update_bound
 from .collectors import evaluate_apart, make_collector
 from .context import RunContext, frozen_copy
-from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs, first_step_prior
+from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
 
 EVAL_RECORD = ("score", "n", "split", "seed_range", "success_rate", "pass_at", "per_instance")
@@ -226,7 +226,8 @@ class Trainer:
 
         if evaluate_start and not self.result.evals:
             self.maybe_eval(force=True)
-        self.set_first_step_prior()
+        # a time-limited run's first step reserves an estimate (meter.py), not nothing
+        self.ctx.meter.first_step(self.result.evals, self.collector, self.ctx.blanks.data.epochs)
         close = getattr(self.collector, "close", lambda drain: {})  # a concurrent collector
         self.in_on_step = False
         try:
@@ -243,18 +244,6 @@ class Trainer:
         if problems := self.ledger.check_invariants():
             raise TrainingError(f"{self.settings.name}: ledger invariants broken: {problems}")
         return self.result
-
-    def set_first_step_prior(self) -> None:
-        """A time-limited run's first step reserves an estimate (from the start evaluation's time
-        per generated token), not nothing: no step launches without its time reserved."""
-
-        meter, limits = self.ctx.meter, self.ctx.meter.ledger.budget.limits
-        measured = any(k in meter.unit_time for k in UNIT_KINDS if k != "checkpoint")
-        if measured or not self.result.evals or not (TIME_COUNTERS & set(limits)):
-            return
-        launched = self.collector.worst_case().get("launched_tokens", 0.0)
-        cost = self.result.evals[0].get("cost") or {}
-        meter.prior = first_step_prior(cost, launched, self.ctx.blanks.data.epochs)
 
     def _steps(self, max_steps: int | None, on_step) -> str:
         while max_steps is None or self.step_idx < max_steps:

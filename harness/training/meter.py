@@ -143,6 +143,16 @@ class Meter:
             for k in TIME_COUNTERS
         }
 
+    def first_step(self, evals: list[dict[str, Any]], collector, epochs: int) -> None:
+        """Before the first step of a time-limited run (nothing measured yet), set the ``prior``
+        from the start evaluation (``evals[0]["cost"]``) and the ``collector``'s worst case."""
+
+        measured = any(k in self.unit_time for k in UNIT_KINDS if k != "checkpoint")
+        if measured or not evals or not (TIME_COUNTERS & set(self.ledger.budget.limits)):
+            return
+        launched = collector.worst_case().get("launched_tokens", 0.0)
+        self.prior = first_step_prior(evals[0].get("cost") or {}, launched, epochs)
+
     def limited(self, amounts: dict[str, float], time_of: tuple[str, ...] = ()) -> dict[str, float]:
         """The limited counters of ``amounts``; with ``time_of``, limited time counters get the
         estimate of one unit of each of those kinds."""

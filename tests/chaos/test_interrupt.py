@@ -1,8 +1,10 @@
 """Ctrl-C (issue 22): SIGINT to `sixblanks run`'s process group, as a terminal sends it, stops
 the experiment promptly: the runs in flight stop at a step boundary, checkpointed (`interrupted`,
 `partial` in the store), the queued runs never start, the results so far are ingested, and the
-command exits 130 with a one-line summary. The next invocation resumes the interrupted runs with
-their ledgers intact and finishes the experiment with every step recorded once."""
+command exits 130 with a one-line summary. A second invocation is SIGKILLed (the orchestrator
+alone: its workers must end by themselves); the third resumes the interrupted runs with their
+ledgers intact and finishes the experiment with every step recorded once. Ctrl-C in `ladder`
+records its finished rungs; a ladder SIGKILLed between rungs resumes at the first unfinished one."""
 
 import json
 import os
@@ -34,12 +36,32 @@ def _sixblanks(*args: str, **kw) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # fmt: skip
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                    out.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
 def _states(out) -> dict[str, dict]:
     exp = ExperimentDir(out)
     return {p.name: RunDir(p).read_status() for p in sorted(exp.runs.glob("*")) if p.is_dir()}
 
 
-def test_ctrl_c_stops_run_then_the_same_command_resumes(tmp_path, chaos):
+def test_ctrl_c_stops_run_then_a_killed_orchestrator_then_the_same_command_resumes(tmp_path, chaos):
     from sixblanks.harness.ledgerlog import effective_events, read_events, replay
 
     out = tmp_path / "out"
@@ -80,6 +102,26 @@ def test_ctrl_c_stops_run_then_the_same_command_resumes(tmp_path, chaos):
     rows = dict(query(out, "SELECT run_id, status FROM runs"))
     assert {rid: rows[rid] for rid in stopped} == dict.fromkeys(stopped, "partial")
     before = {rid: RunDir(out / "runs" / rid).events.read_text().splitlines() for rid in stopped}
+
+    # then SIGKILL of the orchestrator alone, once the runs have gone on: its workers end by
+    # themselves (no checkpoint since the interrupt: the runs resume from the same step again)
+    mid = _sixblanks("run", str(cfg), "--out", str(out), "--no-progress", start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and mid.poll() is None:
+        now = _states(out)
+        if any((now[rid].get("step") or 0) >= s["step"] + 2 for rid, s in stopped.items()):
+            break
+        time.sleep(0.05)
+    assert mid.poll() is None, mid.communicate()
+    workers = _children(mid.pid)
+    assert workers
+    chaos.fault("SIGKILL of the `sixblanks run` process, its workers left behind")
+    os.kill(mid.pid, signal.SIGKILL)
+    mid.communicate()
+    deadline = time.time() + 15
+    while time.time() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.1)
+    chaos.rows(sum(map(_alive, workers)), 0, "workers of the killed orchestrator still running")
 
     again = _sixblanks("run", str(cfg), "--out", str(out), "--no-progress")
     _, err = again.communicate(timeout=400)
@@ -137,3 +179,58 @@ def test_ctrl_c_in_the_ladder_records_the_finished_rungs_and_exits_130(
     assert verdicts == [1, 2]
     stored = query(out, "SELECT rung FROM ladder WHERE variant = 'verdict' ORDER BY rung")
     chaos.rows(len(stored), 2, "verdicts in the store")
+
+
+LADDER_3 = (
+    "import sys\n"
+    "import sixblanks.harness.ladder as ladder\n"
+    "ladder.RUNGS = ladder.RUNGS[:3]  # the first three rungs: contract, frozen batch, no update\n"
+    "from sixblanks.harness.cli import main\n"
+    "main()\n"
+)
+
+
+def test_a_ladder_killed_between_rungs_resumes_at_the_first_unfinished_one(tmp_path, chaos):
+    """SIGKILL once two rungs are done: the next walk reuses them as recorded (ladder.progress.json)
+    and walks the rest; ladder.json and the store hold one verdict per rung."""
+
+    import yaml
+
+    from ..test_ladder import BASE
+
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(yaml.safe_dump(BASE))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-c", LADDER_3, "ladder", str(cfg), "--out", str(out), "--all"]
+    progress = out / "ladder.progress.json"
+
+    def rungs_done() -> dict:
+        try:
+            return json.loads(progress.read_text())["rungs"]
+        except (OSError, ValueError):
+            return {}
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None and len(rungs_done()) < 2:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the ladder ended before it could be killed"
+    chaos.fault("SIGKILL of the ladder between rungs")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = rungs_done()
+    assert sorted(before) == ["1", "2"]
+
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert again.returncode in (0, 1), again.stderr[-2000:]  # 1: a rung failed (a verdict)
+    said = " ".join(again.stderr.split())
+    for rung, name in ((1, "contract"), (2, "frozen_batch")):
+        assert f"rung {rung} ({name}): recorded by an earlier walk, reused" in said
+    assert "rung 3 (no_update_eval): recorded" not in said
+    rows = json.loads((out / "ladder.json").read_text())["rungs"]
+    verdicts = [r["rung"] for r in rows if r["variant"] == "verdict"]
+    chaos.rows(len(verdicts), 3, "verdicts in ladder.json (one per rung)")
+    assert verdicts == [1, 2, 3]
+    assert [r for r in rows if r["rung"] in (1, 2)] == before["1"] + before["2"]
+    stored = query(out, "SELECT count(*) FROM ladder WHERE variant = 'verdict'")[0][0]
+    chaos.rows(stored, 3, "verdicts in the store")
