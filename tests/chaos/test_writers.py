@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from sixblanks.harness.outlock import LOCK_NAME, DirectoryBusy, OutDirLock
 
@@ -105,10 +106,12 @@ def test_a_changed_experiment_is_refused_in_an_old_output_directory_unless_added
     assert code == 0, err
     assert query(out, "SELECT count(*) FROM runs") == [(1,)]
 
-    # the same experiment on another executor setting: the same definition, nothing to do
-    same = first + "executor: {workers: 1}\n"
-    code, _, err = cli("run", write_yaml(same, "b.yaml"), "--out", out, "--no-progress")
-    assert code == 0 and "1 finished run(s) skipped" in err, err
+    # the same experiment on other executor and tracking settings: the same definition
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.definition import claim
+
+    same = yaml.safe_load(first) | {"executor": {"workers": 1}, "tracking": {"mlflow": True}}
+    assert claim(out, validate_mapping(same), "run")["history"] == []
     before = (tmp_path / "out" / "results.duckdb").read_bytes()
 
     changed = CHANGED + "budget: {launched_tokens: 80}\n"
