@@ -93,6 +93,17 @@ class Interrupted(SixblanksError):
         self.partial: dict[str, Any] | None = None  # a session call's own result, if it returned
 
 
+def runs_interrupted(stopped: list[str], not_started: list[str]) -> Interrupted:
+    """What Ctrl-C left of an experiment's runs, as the one line the command ends with."""
+
+    return Interrupted(
+        f"interrupted: {len(stopped)} run(s) stopped in flight (resumable), "
+        f"{len(not_started)} not started; the same command resumes them",
+        stopped,
+        not_started,
+    )
+
+
 def local_pool(workers: int) -> cf.ProcessPoolExecutor:
     """Spawned worker processes (torch threads are not forked) that end with this process."""
 
@@ -164,12 +175,7 @@ class LocalExecutor:
             state = RunDir(runs[futures[f]]).read_status().get("state")
             (not_started if state == "pending" else stopped).append(futures[f])
         tick(final=True)
-        return Interrupted(
-            f"interrupted: {len(stopped)} run(s) stopped in flight (resumable), "
-            f"{len(not_started)} not started; the same command resumes them",
-            stopped,
-            not_started,
-        )
+        return runs_interrupted(stopped, not_started)
 
     @contextmanager
     def session(self) -> Iterator[Callable[..., Any]]:
@@ -304,12 +310,7 @@ class RayExecutor:
                 continue
             (not_started if state == "pending" else stopped).append(refs[r])
         tick(final=True)
-        return Interrupted(
-            f"interrupted: {len(stopped)} run(s) stopped in flight (resumable), "
-            f"{len(not_started)} not started; the same command resumes them",
-            stopped,
-            not_started,
-        )
+        return runs_interrupted(stopped, not_started)
 
     grace_seconds = 30.0
 
