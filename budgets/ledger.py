@@ -193,6 +193,13 @@ class Ledger:
         self.counters["discarded_tokens"] += tokens
         self._record({"type": "discard", "reason": reason, "tokens": tokens, "rollouts": rollouts})
 
+    def record(self, amounts: dict[str, float], label: str) -> None:
+        """Record cost measured elsewhere, as it was (it was spent within the limits of its time;
+        a limit it passes still breaks the invariant check)."""
+
+        self._check(amounts)
+        self._add(dict(amounts), {"type": "add", "label": label})
+
     def charge_lost(self, lost: dict[str, float], rollouts: float) -> None:
         """Charge the work of an earlier attempt that a restart from scratch threw away (``lost``:
         its counters; ``rollouts``: the episodes it launched). Every counter it spent is charged

@@ -451,6 +451,12 @@ class ParamSpace(_Cfg):
 
 class SweepConfig(_Cfg):
     n_trials: int = Field(8, ge=1)
+    parallel: int = Field(
+        1,
+        ge=1,
+        description="Trials run at once per study (local processes or Ray tasks); each reserves "
+        "its budget on the search budget first, so the total is never exceeded.",
+    )
     sampler: Literal["tpe", "random"] = "tpe"
     seed: int = 0
     pruner: Literal["median", "successive_halving", "hyperband", "none"] = "successive_halving"

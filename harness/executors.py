@@ -4,9 +4,10 @@ Both call :func:`sixblanks.harness.runner.execute_run` in a separate process per
 its own directory. ``run(jobs, tick)`` returns {run_id: error} for failed runs and calls ``tick()``
 periodically (progress) and ``tick(final=True)`` at the end.
 
-``session()`` is for work handed out one piece at a time (sweep trials): a context manager giving
-``call(fn, *args)``, which runs ``fn(*args)`` in a worker process (local pool or Ray task) and returns
-its result; workers (and a Ray cluster started here) live as long as the session.
+``session(workers)`` is for work handed out piece by piece (sweep trials): a context manager giving
+a session that submits ``fn(*args)`` to a worker process (local pool of ``workers``, or Ray tasks),
+waits for what is done and stops what is in flight on Ctrl-C; calling it runs one piece to its end.
+Workers (and a Ray cluster started here) live as long as the session.
 """
 
 from __future__ import annotations
@@ -178,43 +179,68 @@ class LocalExecutor:
         return runs_interrupted(stopped, not_started)
 
     @contextmanager
-    def session(self) -> Iterator[Callable[..., Any]]:
-        with local_pool(1) as pool:
+    def session(self, workers: int = 1) -> Iterator[LocalSession]:
+        with local_pool(workers) as pool:
+            yield LocalSession(pool, self.grace_seconds)
 
-            def call(fn, *args):
-                fut = pool.submit(fn, *args)
-                try:
-                    while True:
-                        try:
-                            return fut.result(timeout=0.2)
-                        except cf.TimeoutError:
-                            if SIGINT_SEEN.is_set():  # Ctrl-C under deferred_interrupts
-                                raise KeyboardInterrupt from None
-                except KeyboardInterrupt:
-                    raise self._interrupt_call(pool, fut) from None
 
-            yield call
+class LocalSession:
+    """Work handed out piece by piece (sweep trials) to up to ``workers`` local processes:
+    ``submit`` gives a handle, ``wait`` the handles done, ``result`` one's value (raising if its
+    worker died), ``interrupt`` stops what is in flight; calling it runs one piece to its end."""
 
-    def _interrupt_call(self, pool, fut: cf.Future) -> Interrupted:
-        """Ctrl-C during ``call``: the worker stops its work at the next step (SIGTERM, as for runs)
-        and returns what it has; killed after ``grace_seconds`` (or at a second Ctrl-C). The
-        Interrupted carries the work's own result (``partial``; None if it had to be killed)."""
+    def __init__(self, pool: cf.ProcessPoolExecutor, grace_seconds: float):
+        self.pool, self.grace_seconds = pool, grace_seconds
 
-        workers = list(getattr(pool, "_processes", {}).values())
+    def submit(self, fn: Callable[..., Any], *args: Any) -> cf.Future:
+        return self.pool.submit(fn, *args)
+
+    @staticmethod
+    def wait(handles: list[cf.Future], timeout: float = 0.2) -> list[cf.Future]:
+        done, _ = cf.wait(handles, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        return list(done)
+
+    @staticmethod
+    def result(handle: cf.Future) -> Any:
+        return handle.result()
+
+    def interrupt(self, handles: list[cf.Future]) -> dict[cf.Future, Any]:
+        """Ctrl-C: each worker stops its piece at the next step (SIGTERM, as for runs) and returns
+        what it has; killed after ``grace_seconds`` (or at a second Ctrl-C). Returns each handle's
+        own result (None where it had to be killed)."""
+
+        workers = list(getattr(self.pool, "_processes", {}).values())
         for p in workers:
             if p.is_alive():
                 os.kill(p.pid, signal.SIGTERM)
         try:
-            cf.wait([fut], timeout=self.grace_seconds)
+            cf.wait(handles, timeout=self.grace_seconds)
         except KeyboardInterrupt:
             pass
-        partial = _outcome(fut) if fut.done() else None
+        partial = {h: _outcome(h) if h.done() else None for h in handles}
         for p in workers:
-            if p.is_alive() and partial is None:
+            if p.is_alive():
                 p.kill()
+        return partial
+
+    def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return run_one(self, fn, *args)
+
+
+def run_one(session, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on ``session``, waited for; Ctrl-C (or :data:`SIGINT_SEEN`) stops it and
+    raises :class:`Interrupted` carrying its own result (``partial``)."""
+
+    handle = session.submit(fn, *args)
+    try:
+        while not session.wait([handle]):
+            if SIGINT_SEEN.is_set():
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
         stop = Interrupted("interrupted", ["in flight"], [])
-        stop.partial = partial
-        return stop
+        stop.partial = session.interrupt([handle])[handle]
+        raise stop from None
+    return session.result(handle)
 
 
 class RayExecutor:
@@ -315,29 +341,52 @@ class RayExecutor:
     grace_seconds = 30.0
 
     @contextmanager
-    def session(self) -> Iterator[Callable[..., Any]]:
-        import ray
-
+    def session(self, workers: int = 1) -> Iterator[RaySession]:
         started_here = self._init()
         try:
-
-            def call(fn, *args):
-                # no retry: a trial whose worker died is a failed trial, charged what it spent
-                # (a retry would start it again and lose the first attempt's spending)
-                task = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_retries=0)
-                ref = task(fn).remote(*args)
-                try:
-                    while not ray.wait([ref], timeout=0.2)[0]:
-                        if SIGINT_SEEN.is_set():  # Ctrl-C under deferred_interrupts
-                            raise KeyboardInterrupt
-                except KeyboardInterrupt:
-                    ray.cancel(ref)  # the trial gets KeyboardInterrupt: a failed trial
-                    raise Interrupted("interrupted", ["in flight"], []) from None
-                return ray.get(ref)
-
-            yield call
+            yield RaySession(self.num_cpus, self.num_gpus, self.grace_seconds)
         finally:
             self._shutdown(started_here)
+
+
+class RaySession:
+    """:class:`LocalSession`'s interface on Ray tasks (as many at once as the cluster places)."""
+
+    def __init__(self, num_cpus: float, num_gpus: float, grace_seconds: float):
+        self.num_cpus, self.num_gpus, self.grace_seconds = num_cpus, num_gpus, grace_seconds
+
+    def submit(self, fn: Callable[..., Any], *args: Any):
+        import ray
+
+        # no retry: a trial whose worker died is a failed trial, charged what it spent (a retry
+        # would start it again and lose the first attempt's spending)
+        task = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_retries=0)
+        return task(fn).remote(*args)
+
+    @staticmethod
+    def wait(handles: list, timeout: float = 0.2) -> list:
+        import ray
+
+        return ray.wait(handles, num_returns=1, timeout=timeout)[0]
+
+    @staticmethod
+    def result(handle) -> Any:
+        import ray
+
+        return ray.get(handle)
+
+    def interrupt(self, handles: list) -> dict[Any, Any]:
+        """Ctrl-C: the tasks are cancelled (KeyboardInterrupt in each); none returns a result."""
+
+        import ray
+
+        for h in handles:
+            ray.cancel(h)
+        ray.wait(handles, num_returns=len(handles), timeout=self.grace_seconds)
+        return dict.fromkeys(handles)
+
+    def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return run_one(self, fn, *args)
 
 
 def _outcome(f: cf.Future) -> dict[str, Any]:

@@ -25,9 +25,9 @@ from sixblanks.budgets.counters import COUNTERS
 
 from .config import ExperimentConfig, RolloutOverride, validate_mapping
 from .errors import ConfigError
-from .executors import SIGINT_SEEN, Interrupted, deferred_interrupts
+from .executors import deferred_interrupts
 from .layout import ExperimentDir, write_json
-from .orchestrator import PlainLines, plain_budget, plain_wanted
+from .orchestrator import PlainLines, plain_wanted
 from .runner import ACTIVE, STOP, RunInterrupted, build_trainer, exit_soon
 
 TRIAL_SPLIT = "validation"
@@ -56,6 +56,7 @@ class Sweep:
         self.log = log or (lambda _m: None)
         self.plain = plain_wanted(log)  # a line per evaluation of a trial and of a confirmation run
         sw = cfg.sweep
+        self.parallel = min(sw.parallel, sw.n_trials)
         if not sw.space:
             raise ConfigError(
                 "sweep.space: no search space: give at least one arm a space, e.g. "
@@ -86,7 +87,9 @@ class Sweep:
         sw = self.cfg.sweep
         if sw.sampler == "random":
             return optuna.samplers.RandomSampler(seed=sw.seed)
-        return optuna.samplers.TPESampler(seed=sw.seed)
+        # with trials in flight, TPE takes them as if they had scored the worst so far (constant
+        # liar), so that parallel trials do not all suggest the same point
+        return optuna.samplers.TPESampler(seed=sw.seed, constant_liar=self.parallel > 1)
 
     def _pruner_ref(self) -> tuple[str, float]:
         return (self.cfg.sweep.pruner, self.trial_budget[next(iter(self.trial_budget))])
@@ -126,13 +129,11 @@ class Sweep:
 
     # ------------------------------------------------------------------ the search
 
-    def _trial_spec(self, base_spec: dict[str, Any], params: dict[str, Any], used) -> dict:
+    def _trial_spec(self, base_spec: dict[str, Any], params: dict[str, Any], budget) -> dict:
         spec = self._apply(base_spec, params)
-        # checked inside the trial: its own ledger may not spend more than the search has left
-        spec["budget"] = {
-            k: min(v, self.total_budget.get(k, float("inf")) - used.get(k, 0.0))
-            for k, v in self.trial_budget.items()
-        }
+        # the trial's budget, reserved on the arm's search ledger (trials.py): its own ledger
+        # stops it there, so the search total is never exceeded
+        spec["budget"] = dict(budget)
         counter = next(iter(spec["budget"]))
         spec["eval"]["every"] = self.trial_budget[counter] / 4
         spec["eval"]["counter"] = counter
@@ -163,21 +164,23 @@ class Sweep:
             "trial_budget": self.trial_budget,
             "total_budget": self.total_budget,
         }
-        threads = max(1, os.cpu_count() or 1)
-        executor = make_executor(self.cfg.executor, 1, threads)
-        # Ctrl-C is acted on between trials and while one runs, never inside a storage write
-        with deferred_interrupts(), executor.session() as call:  # one trial at a time
+        threads = max(1, (os.cpu_count() or 1) // self.parallel)
+        executor = make_executor(self.cfg.executor, self.parallel, threads)
+        # Ctrl-C is acted on between launches and while trials run, never inside a storage write
+        with deferred_interrupts(), executor.session(self.parallel) as session:
             for arm in self.arms:
-                self._search_arm(arm, specs, warm, storage, call, threads, summary)
+                self._search_arm(arm, specs, warm, storage, session, threads, summary)
         write_json(self.dir.sweep_summary, summary)
         summary["confirm"] = self.confirm(summary)
         self._store_trials(summary)
         write_json(self.dir.sweep_summary, summary)
         return summary
 
-    def _search_arm(self, arm, specs, warm, storage, call, threads, summary) -> None:
+    def _search_arm(self, arm, specs, warm, storage, session, threads, summary) -> None:
         import optuna
         from optuna.trial import TrialState
+
+        from .trials import SearchLedger, run_trials
 
         base_spec = next(s for s in specs if s["arm"] == arm)
         study = optuna.create_study(
@@ -194,32 +197,21 @@ class Sweep:
             self.log(f"sweep {arm} trial {t.number}: FAIL: interrupted (a killed sweep)")
         if not study.trials:
             study.enqueue_trial(self._default_params(arm, base_spec))
-        used = dict.fromkeys(COUNTERS, 0.0)
+        search = SearchLedger(self.total_budget, self.trial_budget)
+        before = dict.fromkeys(COUNTERS, 0.0)
         for t in study.trials:
             for k, v in (t.user_attrs.get("counters") or {}).items():
-                used[k] += v
-        stopped = None
-        while len(study.trials) < self.cfg.sweep.n_trials:
-            if SIGINT_SEEN.is_set():  # Ctrl-C after a trial ended: none is in flight
-                raise Interrupted(
-                    f"interrupted between trials of {arm}: the {len(study.trials)} trial(s) so far "
-                    "are kept in the study; the same command resumes the search",
-                    [],
-                    [],
-                )
-            left = {k: self.total_budget[k] - used.get(k, 0.0) for k in self.total_budget}
-            if any(v <= 0 for v in left.values()):
-                stopped = f"search budget exhausted after {len(study.trials)} trials"
-                break
-            trial = study.ask()
+                before[k] += v
+        search.spent_before(before)
+
+        def make_job(trial, budget: dict[str, float]) -> tuple[str, dict[str, Any]]:
             # what it is selected on, recorded at once: a sweep killed while the sampler suggests
             # (right after a trial ends) leaves a trial that still names its split
             trial.set_user_attr("split", TRIAL_SPLIT)
             name = f"sweep {arm} trial {trial.number}"  # Optuna's number, as the report gives it
             self.log(f"{name}: start ({trial.number + 1}/{self.cfg.sweep.n_trials})")
-            params = self._suggest(trial, arm)
-            spec = self._trial_spec(base_spec, params, used)
-            job = {
+            spec = self._trial_spec(base_spec, self._suggest(trial, arm), budget)
+            return name, {
                 "spec": spec,
                 "warm": str(warm),
                 "storage": self._storage_ref(),
@@ -231,43 +223,11 @@ class Sweep:
                 "name": name,
                 "plain": self.plain,  # the worker says each evaluation (its stderr is ours)
             }
-            try:
-                out = call(run_trial, job)
-            except Interrupted as stop:  # Ctrl-C: this trial is a failure, its spending charged
-                out = stop.partial or {}
-                where = plain_budget(out.get("counters") or {}, spec["budget"])
-                self.log(f"{name}: FAIL: interrupted (Ctrl-C) ({where})")
-                trial.set_user_attr("error", "interrupted (Ctrl-C)")
-                if out.get("counters"):
-                    trial.set_user_attr("counters", out["counters"])
-                study.tell(trial, None, state=TrialState.FAIL)
-                raise Interrupted(
-                    f"interrupted in {name}: it counts as failed, what it spent is charged to the "
-                    f"search budget; {len(study.trials) - 1} earlier trial(s) of {arm} are kept in "
-                    "the study; the same command resumes the search",
-                    [name],
-                    [],
-                ) from None
-            except Exception as exc:  # noqa: BLE001 - a worker killed by the OS, a lost Ray node
-                out = {
-                    "state": "FAIL",
-                    "error": f"worker died: {type(exc).__name__}: {exc}",
-                    # what it spent up to its last step, as the worker recorded it in the storage
-                    "counters": _stored(study, trial.number).get("counters"),
-                }
-            if out.get("error"):
-                trial.set_user_attr("error", out["error"])
-            what = out.get("error") or (f"score {out['value']:.3f}" if "value" in out else "")
-            where = plain_budget(out.get("counters") or {}, spec["budget"])  # where it ended
-            self.log(f"{name}: {out['state']}{what and ': ' + what} ({where})")
-            if out.get("counters"):
-                trial.set_user_attr("counters", out["counters"])
-            state = getattr(TrialState, out["state"])
-            study.tell(
-                trial, out.get("value") if state == TrialState.COMPLETE else None, state=state
-            )
-            for k, v in (out.get("counters") or {}).items():
-                used[k] += v
+
+        stopped = run_trials(
+            self, arm, study, search, session, make_job, run_trial, self.parallel, self.log
+        )
+        used = search.counters
         states = [t.state.name for t in study.trials]
         complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
         best = max(complete, key=lambda t: t.value) if complete else None
@@ -290,6 +250,7 @@ class Sweep:
                     "counters": t.user_attrs.get("counters"),
                     "pruned_at": t.user_attrs.get("pruned_at"),
                     "worker": t.user_attrs.get("worker"),
+                    "ended": t.user_attrs.get("ended"),
                     "split": t.user_attrs.get("split", TRIAL_SPLIT),  # every trial is scored on it
                     "eval_seed_range": t.user_attrs.get("eval_seed_range"),
                     "error": t.user_attrs.get("error"),
@@ -447,7 +408,7 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
         pruner=make_pruner(*job["pruner"]),
     )
     trial = optuna.trial.Trial(study, job["trial_id"])
-    trial.set_user_attr("worker", _worker_info())
+    trial.set_user_attr("worker", _worker_info() | {"started": time.time()})
     counter = next(iter(spec["budget"]))
     every = spec["eval"]["every"]
     trainer = None
@@ -493,6 +454,7 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
         }
     finally:
         ACTIVE.clear()
+        trial.set_user_attr("ended", time.time())
 
 
 def trial_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -516,12 +478,3 @@ def trial_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
                 }
             )
     return rows
-
-
-def _stored(study, number: int) -> dict[str, Any]:
-    """The user attributes the storage holds for trial ``number`` (written by its worker)."""
-
-    for t in study.get_trials(deepcopy=False):
-        if t.number == number:
-            return dict(t.user_attrs)
-    return {}

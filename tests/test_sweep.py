@@ -10,6 +10,8 @@ import time
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from .conftest import ROOT
 
@@ -229,8 +231,10 @@ _STATES = ("COMPLETE", "PRUNED", "FAIL")
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
 @pytest.mark.slow
 def test_sweep_trials_run_through_the_ray_executor_like_local(tmp_path, chaos):
-    """The same small sweep through the local pool and through Ray: trials run in executor workers
-    (Ray tasks for Ray), never in the sweep process, and give the same scores. On Ray, the worker
+    """The same small sweep through the local pool (both trials at once: ``sweep.parallel: 2``) and
+    through Ray (one at a time): trials run in executor workers (Ray tasks for Ray), never in the
+    sweep process, and give the same scores (each trial's budget is the same either way, its torch
+    threads one). On Ray, the worker
     of the second trial is SIGKILLed after its first step (a chaos case): that trial fails, charged
     what it had spent (from the storage its worker wrote), and is not retried."""
 
@@ -256,6 +260,7 @@ def test_sweep_trials_run_through_the_ray_executor_like_local(tmp_path, chaos):
     results = {}
     for kind in ("local", "ray"):
         spec["executor"] = {"kind": kind, "num_cpus": 1}
+        spec["sweep"]["parallel"] = 2 if kind == "local" else 1  # local: both trials at once
         killed = _kill_the_worker_of(tmp_path / kind, 1, chaos) if kind == "ray" else None
         summary = Sweep(validate_mapping(spec), tmp_path / kind).run()
         rec = summary["arms"]["grpo"]
@@ -266,6 +271,9 @@ def test_sweep_trials_run_through_the_ray_executor_like_local(tmp_path, chaos):
         results[kind] = [(t["params"], t["value"]) for t in rec["trials_detail"]]
         if killed is None:
             assert rec["complete"] == 2, rec
+            a, b = rec["trials_detail"]
+            assert a["worker"]["pid"] != b["worker"]["pid"]  # two workers, at the same time:
+            assert b["worker"]["started"] < a["ended"]  # the second began before the first ended
             continue
         killed.join(timeout=5)
         second = rec["trials_detail"][1]
@@ -314,3 +322,40 @@ def _kill_the_worker_of(out, number: int, chaos):
     thread.pid = thread.spent = None
     thread.start()
     return thread
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    total=st.floats(50, 1000),
+    trial=st.floats(10, 400),
+    parallel=st.integers(1, 4),
+    ops=st.lists(st.tuples(st.booleans(), st.floats(0, 1), st.integers(0, 3)), max_size=40),
+)
+def test_parallel_trials_never_exceed_the_search_total(total, trial, parallel, ops):
+    """Property: trials opened up to ``parallel`` at a time, closed in any order with any spending
+    up to their budget: the committed total never passes the search total, each trial's budget is
+    at most the trial budget and what is left after the reservations in flight; with one at a
+    time, each gets exactly min(trial budget, what is left) as the sequential search did."""
+
+    from sixblanks.harness.trials import SearchLedger
+
+    search = SearchLedger({"launched_tokens": total}, {"launched_tokens": trial})
+    inflight = []
+    for launch, frac, pick in ops:
+        if launch and len(inflight) < parallel:
+            left = total - search.counters["launched_tokens"] - sum(b for b, _ in inflight)
+            opened = search.open("t")
+            if left <= 1e-9:
+                assert opened is None
+                continue
+            budget, res = opened
+            assert budget["launched_tokens"] <= min(trial, left) + 1e-9
+            if parallel == 1:
+                assert budget["launched_tokens"] == pytest.approx(min(trial, left))
+            inflight.append((budget["launched_tokens"], res))
+        elif inflight:
+            b, res = inflight.pop(pick % len(inflight))
+            search.close(res, {"launched_tokens": b * frac, "env_steps": 3.0})
+        assert search.counters["launched_tokens"] <= total + 1e-9
+        reserved = sum(b for b, _ in inflight)
+        assert search.counters["launched_tokens"] + reserved <= total + 1e-6

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from sixblanks.harness.layout import ExperimentDir, RunDir
 
 from ..conftest import ROOT, query
@@ -62,6 +64,7 @@ def _states(out) -> dict[str, dict]:
     return {p.name: RunDir(p).read_status() for p in sorted(exp.runs.glob("*")) if p.is_dir()}
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_run_then_a_killed_orchestrator_then_the_same_command_resumes(tmp_path, chaos):
     from sixblanks.harness.ledgerlog import effective_events, read_events, replay
 
@@ -191,6 +194,7 @@ LADDER_2 = (
 )
 
 
+@pytest.mark.slow
 def test_a_ladder_killed_between_rungs_resumes_at_the_first_unfinished_one(tmp_path, chaos):
     """SIGKILL once the first rung is done: the next walk reuses it as recorded
     (ladder.progress.json) and walks the rest; ladder.json and the store hold one verdict per

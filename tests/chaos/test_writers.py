@@ -91,6 +91,7 @@ tracking: {mlflow: false}
 """
 
 
+@pytest.mark.slow
 def test_a_changed_experiment_is_refused_in_an_old_output_directory_unless_added(
     tmp_path, cli, write_yaml, chaos
 ):
