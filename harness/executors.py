@@ -280,11 +280,24 @@ class RayExecutor:
 
     @staticmethod
     def _shutdown(started_here: bool) -> None:
+        """Shut down a cluster started here, all of it: Ray's agents (children of its raylet) may
+        outlive ``ray.shutdown()`` for a while on a busy machine; they are waited for, then
+        killed."""
+
         if started_here:
             import ray
 
+            mine = [p for p in _descendants(os.getpid()) if _is_ray(p)]
             ray.shutdown()
-            time.sleep(0.1)
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline and any(_running(p) for p in mine):
+                time.sleep(0.1)
+            for p in mine:
+                if _running(p):
+                    try:
+                        os.kill(p, signal.SIGKILL)
+                    except OSError:
+                        pass
 
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
         import ray
@@ -387,6 +400,47 @@ class RaySession:
 
     def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
         return run_one(self, fn, *args)
+
+
+def _proc_stat(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc; elsewhere none)."""
+
+    try:
+        names = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+    children: dict[int, list[int]] = {}
+    for n in names:
+        st = _proc_stat(n)
+        if len(st) > 1:
+            children.setdefault(int(st[1]), []).append(n)
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _running(pid: int) -> bool:
+    st = _proc_stat(pid)
+    return bool(st) and st[0] not in (b"Z", b"X")
+
+
+def _is_ray(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"ray" in f.read()
+    except OSError:
+        return False
 
 
 def _outcome(f: cf.Future) -> dict[str, Any]:
