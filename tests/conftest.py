@@ -14,14 +14,11 @@ from .strays import no_stray_processes, pytest_sessionfinish  # noqa: E402, F401
 
 
 def pytest_collection_modifyitems(config, items):
-    """Long tests first. vLLM tests run where vLLM imports (.venv-vllm). With SIXBLANKS_REQUIRE_VLLM=1 (as `make test`
+    """vLLM tests run where vLLM imports (.venv-vllm). With SIXBLANKS_REQUIRE_VLLM=1 (as `make test`
     sets for that venv) a missing vLLM is an error, never a silent skip."""
 
     import importlib.util
 
-    # the long tests first (marker slow): with two xdist workers they start at once, and the many
-    # short ones fill in around them, instead of one long test running alone at the end
-    items.sort(key=lambda it: 0 if it.get_closest_marker("slow") else 1)
     wanted = [it for it in items if it.get_closest_marker("vllm")]
     if not wanted or importlib.util.find_spec("vllm") is not None:
         return
