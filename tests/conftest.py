@@ -6,6 +6,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two workers on two cores: one torch thread each, or two in-process training tests side by
+    # side oversubscribe the cores and take several times as long (the golden tests set 1 anyway)
+    import torch
+
+    torch.set_num_threads(1)
 
 # the chaos suite's totals, printed at the end (tests/chaos/); no process started by a test
 # outlives it (checked after each test, and for the whole run at its end)
