@@ -25,6 +25,7 @@ from typing import Any
 
 from .errors import SixblanksError
 from .layout import RunDir
+from .procs import cmdline, descendants, running
 from .runner import ACTIVE, STOP, run_worker
 
 Job = tuple[dict[str, Any], str, str]
@@ -287,13 +288,13 @@ class RayExecutor:
         if started_here:
             import ray
 
-            mine = [p for p in _descendants(os.getpid()) if _is_ray(p)]
+            mine = [p for p in descendants(os.getpid()) if b"ray" in cmdline(p)]
             ray.shutdown()
             deadline = time.monotonic() + 10.0
-            while time.monotonic() < deadline and any(_running(p) for p in mine):
+            while time.monotonic() < deadline and any(running(p) for p in mine):
                 time.sleep(0.1)
             for p in mine:
-                if _running(p):
+                if running(p):
                     try:
                         os.kill(p, signal.SIGKILL)
                     except OSError:
@@ -400,47 +401,6 @@ class RaySession:
 
     def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
         return run_one(self, fn, *args)
-
-
-def _proc_stat(pid: int) -> list[bytes]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (Linux /proc; elsewhere none)."""
-
-    try:
-        names = [int(n) for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return []
-    children: dict[int, list[int]] = {}
-    for n in names:
-        st = _proc_stat(n)
-        if len(st) > 1:
-            children.setdefault(int(st[1]), []).append(n)
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def _running(pid: int) -> bool:
-    st = _proc_stat(pid)
-    return bool(st) and st[0] not in (b"Z", b"X")
-
-
-def _is_ray(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"ray" in f.read()
-    except OSError:
-        return False
 
 
 def _outcome(f: cf.Future) -> dict[str, Any]:

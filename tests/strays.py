@@ -22,6 +22,8 @@ import uuid
 
 import pytest
 
+from sixblanks.harness.procs import cmdline, stat
+
 RUN_VAR, WORKER_VAR = "SIXBLANKS_TEST_RUN", "SIXBLANKS_TEST_WORKER"
 GRACE_SECONDS = 15.0
 """How long a test's processes may take to exit after it (a Ray cluster shutting down, a pool)."""
@@ -39,36 +41,28 @@ def _environ(pid: int) -> bytes:
 
 
 def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return "X"
+    st = stat(pid)
+    return st[0].decode() if st else "X"
 
 
 def _describe(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
+    st = stat(pid)
+    if len(st) < 2:
         return f"pid {pid} (gone)"
-    return f"pid {pid} (parent {ppid}): {cmd[:160]}"
+    cmd = cmdline(pid).replace(b"\0", b" ").decode(errors="replace").strip()
+    return f"pid {pid} (parent {int(st[1])}): {cmd[:160]}"
 
 
 def _own_tracker(pid: int) -> bool:
     """multiprocessing's resource tracker of this process: started with the first process pool, it
     lives as long as this process (it exits when this process's end of its pipe closes)."""
 
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"multiprocessing.resource_tracker" not in f.read():
-                return False
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[1]) == os.getpid()
-    except (OSError, ValueError, IndexError):
-        return False
+    st = stat(pid)
+    return (
+        b"multiprocessing.resource_tracker" in cmdline(pid)
+        and len(st) > 1
+        and int(st[1]) == os.getpid()
+    )
 
 
 def processes(var: str, value: str) -> set[int]:
@@ -104,11 +98,7 @@ def _kill(pids: set[int]) -> None:
 
 
 def _is_xdist_worker(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"exec(eval(sys.stdin.readline()))" in f.read()
-    except OSError:
-        return False
+    return b"exec(eval(sys.stdin.readline()))" in cmdline(pid)
 
 
 @pytest.fixture(autouse=True)

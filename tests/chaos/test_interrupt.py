@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from sixblanks.harness import procs
 from sixblanks.harness.layout import ExperimentDir, RunDir
 
 from ..conftest import ROOT, query
@@ -37,26 +38,6 @@ def _sixblanks(*args: str, **kw) -> subprocess.Popen:
     code = "from sixblanks.harness.cli import main; main()"
     return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # fmt: skip
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for name in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                    out.append(int(name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
 
 
 def _states(out) -> dict[str, dict]:
@@ -117,15 +98,17 @@ def test_ctrl_c_stops_run_then_a_killed_orchestrator_then_the_same_command_resum
             break
         time.sleep(0.05)
     assert mid.poll() is None, mid.communicate()
-    workers = _children(mid.pid)
+    workers = procs.descendants(mid.pid)
     assert workers
     chaos.fault("SIGKILL of the `sixblanks run` process, its workers left behind")
     os.kill(mid.pid, signal.SIGKILL)
     mid.communicate()
     deadline = time.time() + 15
-    while time.time() < deadline and any(_alive(p) for p in workers):
+    while time.time() < deadline and any(procs.running(p) for p in workers):
         time.sleep(0.1)
-    chaos.rows(sum(map(_alive, workers)), 0, "workers of the killed orchestrator still running")
+    chaos.rows(
+        sum(map(procs.running, workers)), 0, "workers of the killed orchestrator still running"
+    )
 
     again = _sixblanks("run", str(cfg), "--out", str(out), "--no-progress")
     _, err = again.communicate(timeout=400)
