@@ -142,9 +142,15 @@ def resolve_gguf(spec: str) -> Path:
 
 
 def load_pretrained(
-    path: str | Path, device: str = "cpu", dtype: str = "float32", gguf_file: str | None = None
+    path: str | Path,
+    device: str = "cpu",
+    dtype: str = "float32",
+    gguf_file: str | None = None,
+    use_cache: bool = True,
 ):
-    """A local Hugging Face model directory, or a GGUF file, with its tokenizer."""
+    """A local Hugging Face model directory, or a GGUF file, with its tokenizer. A GGUF file's
+    conversion is kept (``gguf_cache_dir``) and loaded from there the next time; ``use_cache=False``
+    converts from the file regardless (and still keeps the conversion where none is kept yet)."""
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -158,6 +164,10 @@ def load_pretrained(
         raise ModelError(f"GGUF file '{p / gguf_file}' does not exist")
     if gguf_file is None and not (p / "config.json").exists():
         raise ModelError(f"'{p}' is not a Hugging Face model directory (no config.json)")
+    if gguf_file and use_cache:
+        cached = gguf_cache_dir(p / gguf_file, dtype)
+        if (cached / "config.json").exists():
+            p, gguf_file = cached, None
     kw: dict[str, Any] = {"local_files_only": True}
     if gguf_file:
         kw["gguf_file"] = gguf_file
@@ -168,11 +178,49 @@ def load_pretrained(
         raise ModelError(f"cannot load model from '{p}': {exc}") from None
     if gguf_file:
         plain_weights(model)
+        _save_gguf_conversion(model, tokenizer, gguf_cache_dir(p / gguf_file, dtype))
     check_tokenizer_fits(tokenizer, model, p)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model.to(device), tokenizer
+
+
+def gguf_cache_dir(gguf: Path, dtype: str) -> Path:
+    """Where the plain Hugging Face form of a GGUF file is kept. Reading a GGUF file and
+    de-quantizing it takes ~20 s for SmolLM2-135M (its metadata is parsed three times: config,
+    tokenizer, weights); the converted directory loads in ~1 s. The key names the file (path, size,
+    modification time), the dtype and the transformers version that converted it, so a changed file
+    or library converts again. ``SIXBLANKS_CACHE`` moves the cache (default ~/.cache/sixblanks)."""
+
+    import hashlib
+
+    import transformers
+
+    st = gguf.stat()
+    ident = f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}|{dtype}|{transformers.__version__}"
+    root = Path(os.environ.get("SIXBLANKS_CACHE") or Path.home() / ".cache" / "sixblanks")
+    return root / "gguf" / f"{gguf.stem}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+
+
+def _save_gguf_conversion(model, tokenizer, directory: Path) -> None:
+    """Keep a converted GGUF model for the next load: written to a temporary sibling and renamed,
+    so a reader never sees half a directory and two processes converting at once both succeed. A
+    cache that cannot be written (read-only home, full disk) only costs the next load its time."""
+
+    import shutil
+    import tempfile
+
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=directory.name + ".", dir=directory.parent))
+        try:
+            save_policy(model, tokenizer, tmp)
+            os.replace(tmp, directory)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        pass
 
 
 def check_tokenizer_fits(tokenizer, model, where: str | Path) -> None:

@@ -1,5 +1,8 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # the chaos suite's totals, printed at the end (tests/chaos/); no process started by a test
 # outlives it (checked after each test, and for the whole run at its end)
 from .chaos_summary import chaos, pytest_runtest_makereport, pytest_terminal_summary  # noqa: E402, F401
-from .strays import no_stray_processes, pytest_sessionfinish  # noqa: E402, F401
+from .strays import RUN, no_stray_processes, pytest_sessionfinish  # noqa: E402, F401
+
+# the GGUF conversion cache (harness/models.py): one per test run, shared by the xdist workers (they
+# inherit the variable), so the suite converts SmolLM2 once, from the file, as a fresh machine would;
+# the controlling process removes it at exit
+os.environ["SIXBLANKS_CACHE"] = str(Path(tempfile.gettempdir()) / f"sixblanks-test-cache-{RUN}")
+if not os.environ.get("PYTEST_XDIST_WORKER"):
+    atexit.register(shutil.rmtree, os.environ["SIXBLANKS_CACHE"], True)
 
 
 def pytest_collection_modifyitems(config, items):

