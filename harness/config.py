@@ -380,12 +380,33 @@ class ExecutorConfig(_Cfg):
         None, description="Ray: address of an existing cluster; None starts a local one."
     )
     num_cpus: float = Field(1.0, gt=0, description="Ray: CPUs per run.")
-    num_gpus: float = Field(0.0, ge=0, description="Ray: GPUs per run.")
+    num_gpus: float = Field(
+        0.0,
+        ge=0,
+        description="Ray: GPUs per run. A fraction shares a GPU (0.5: two runs on one GPU; their "
+        "vLLM engines take that share of rollout.vllm.gpu_memory_utilization each); above 1, whole "
+        "GPUs.",
+    )
+    memory_gib: float | None = Field(
+        None,
+        gt=0,
+        description="Ray: memory per run in GiB (Ray's `memory` resource); None: not asked.",
+    )
     checkpoint_seconds: float = Field(
         30.0,
         ge=0,
         description="Checkpoint a run after a step once this many seconds passed (0: every step).",
     )
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _whole_gpus(cls, v: float) -> float:
+        if v > 1 and v != int(v):
+            raise ValueError(
+                f"num_gpus {v:g}: a share of one GPU (below 1) or whole GPUs (Ray places no "
+                "fraction above 1)"
+            )
+        return v
 
 
 class TrackingConfig(_Cfg):

@@ -25,6 +25,15 @@ from typing import Any
 
 from .errors import SixblanksError
 from .layout import RunDir
+from .placement import (
+    PlacementError,
+    check_fits,
+    check_shared_storage,
+    cluster_nodes,
+    resources,
+    run_placed,
+    this_machine,
+)
 from .procs import cmdline, descendants, running
 from .runner import ACTIVE, STOP, run_worker
 
@@ -255,6 +264,7 @@ class RayExecutor:
         num_gpus: float,
         threads: int,
         checkpoint_seconds: float = 30.0,
+        memory_gib: float | None = None,
     ):
         try:
             import ray  # noqa: F401
@@ -263,29 +273,62 @@ class RayExecutor:
                 "executor.kind 'ray' needs Ray: install the extra with `pip install -e '.[ray]'`"
             ) from None
         self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
+        self.request = resources(num_cpus, num_gpus, memory_gib)
         self.ckpt = checkpoint_seconds
         self.threads = max(1, int(num_cpus)) if num_cpus >= 1 else threads
 
-    def _init(self) -> bool:
-        """Join or start the cluster; True if it was started here (and must be shut down here)."""
+    def _init(self) -> str | None:
+        """Join or start the cluster, and refuse a run no node can hold (before anything starts).
+        Returns "started" (a cluster started here, shut down here), "joined" (this process
+        connected to a running cluster, and disconnects after) or None (already connected)."""
 
         import ray
 
         if ray.is_initialized():
-            return False
-        if self.address and self.address != "local":  # "local" starts a cluster like no address
-            ray.init(address=self.address, log_to_driver=False)
-            return False
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
-        return True
+            how = None
+        elif self.address and self.address != "local":  # "local" starts a cluster like no address
+            try:
+                ray.init(address=self.address, log_to_driver=False, logging_level="WARNING")
+            except (ConnectionError, RuntimeError) as exc:
+                raise SixblanksError(
+                    f"executor.address: no Ray cluster answers at {self.address!r} ({exc}); start "
+                    "one (`ray start --head`, README: 'A Ray cluster') or leave the address out"
+                ) from None
+            how = "joined"
+        else:
+            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+            how = "started"
+        try:
+            check_fits(self.request, cluster_nodes())
+        except PlacementError:
+            self._shutdown(how)
+            raise
+        return how
+
+    def preflight(self) -> None:
+        """Refuse, before any warm start or run, a run no node can hold: the running cluster's
+        nodes (joined and left), or this machine where the cluster is to be started here."""
+
+        import ray
+
+        if ray.is_initialized():
+            check_fits(self.request, cluster_nodes())
+        elif self.address and self.address != "local":
+            self._shutdown(self._init())  # _init checks the fit
+        else:
+            check_fits(self.request, [this_machine()])
 
     @staticmethod
-    def _shutdown(started_here: bool) -> None:
-        """Shut down a cluster started here, all of it: Ray's agents (children of its raylet) may
-        outlive ``ray.shutdown()`` for a while on a busy machine; they are waited for, then
-        killed."""
+    def _shutdown(how: str | None) -> None:
+        """Disconnect from a joined cluster; shut down a cluster started here, all of it: Ray's
+        agents (children of its raylet) may outlive ``ray.shutdown()`` for a while on a busy
+        machine; they are waited for, then killed."""
 
-        if started_here:
+        if how == "joined":
+            import ray
+
+            ray.shutdown()
+        if how == "started":
             import ray
 
             mine = [p for p in descendants(os.getpid()) if b"ray" in cmdline(p)]
@@ -305,11 +348,17 @@ class RayExecutor:
 
         started_here = self._init()
         try:
-            remote = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus)(run_worker)
+            nodes = cluster_nodes()
+            if len(nodes) > 1 and jobs:  # runs write where this process reads them:
+                runs = Path(jobs[0][1]).parent  # every node must see that directory
+                runs.mkdir(parents=True, exist_ok=True)
+                check_shared_storage(runs, nodes)
+            remote = ray.remote(**self._task_resources())(run_placed)
             refs = {
-                remote.remote((spec, rd, wd, self.threads, self.ckpt)): Path(rd).name
+                remote.remote((spec, rd, wd, self.threads, self.ckpt), self.num_cpus, self.num_gpus):
+                Path(rd).name
                 for spec, rd, wd in jobs
-            }
+            }  # fmt: skip
             failures: dict[str, str] = {}
             pending = list(refs)
             try:
@@ -354,11 +403,17 @@ class RayExecutor:
 
     grace_seconds = 30.0
 
+    def _task_resources(self) -> dict[str, float]:
+        kw = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if "memory" in self.request:
+            kw["memory"] = self.request["memory"]
+        return kw
+
     @contextmanager
     def session(self, workers: int = 1) -> Iterator[RaySession]:
         started_here = self._init()
         try:
-            yield RaySession(self.num_cpus, self.num_gpus, self.grace_seconds)
+            yield RaySession(self._task_resources(), self.grace_seconds)
         finally:
             self._shutdown(started_here)
 
@@ -366,15 +421,15 @@ class RayExecutor:
 class RaySession:
     """:class:`LocalSession`'s interface on Ray tasks (as many at once as the cluster places)."""
 
-    def __init__(self, num_cpus: float, num_gpus: float, grace_seconds: float):
-        self.num_cpus, self.num_gpus, self.grace_seconds = num_cpus, num_gpus, grace_seconds
+    def __init__(self, task_resources: dict[str, float], grace_seconds: float):
+        self.task_resources, self.grace_seconds = task_resources, grace_seconds
 
     def submit(self, fn: Callable[..., Any], *args: Any):
         import ray
 
         # no retry: a trial whose worker died is a failed trial, charged what it spent (a retry
         # would start it again and lose the first attempt's spending)
-        task = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_retries=0)
+        task = ray.remote(**self.task_resources, max_retries=0)
         return task(fn).remote(*args)
 
     @staticmethod
@@ -410,7 +465,15 @@ def _outcome(f: cf.Future) -> dict[str, Any]:
         return {"ok": False, "error": f"worker died: {type(exc).__name__}: {exc}"}
 
 
+def preflight(cfg) -> None:
+    """What an executor can check before anything starts (Ray: that a run fits on a node)."""
+
+    if cfg.kind == "ray":
+        make_executor(cfg, 1, 1).preflight()
+
+
 def make_executor(cfg, workers: int, threads: int):
     if cfg.kind == "ray":
-        return RayExecutor(cfg.address, cfg.num_cpus, cfg.num_gpus, threads, cfg.checkpoint_seconds)
+        return RayExecutor(cfg.address, cfg.num_cpus, cfg.num_gpus, threads, cfg.checkpoint_seconds,
+                           cfg.memory_gib)  # fmt: skip
     return LocalExecutor(workers, threads, cfg.checkpoint_seconds)

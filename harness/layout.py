@@ -67,6 +67,7 @@ EVENTS_JSONL = "events.jsonl"
 LEDGER_JSONL = "ledger.jsonl"
 CHECKPOINT = "checkpoint"
 RESULT_JSON = "result.json"
+PLACEMENT_JSON = "placement.json"
 
 
 def write_text(path: Path, text: str) -> None:
@@ -129,6 +130,11 @@ class RunDir(Directory):
     @property
     def checkpoint(self) -> Path:
         return self.path / CHECKPOINT
+
+    @property
+    def placement(self) -> Path:
+        """Where a Ray task ran the run and what it held (harness/placement.py); local runs: none."""
+        return self.path / PLACEMENT_JSON
 
     @property
     def result(self) -> Path:

@@ -168,6 +168,7 @@ class Orchestrator:
     def run(self) -> dict[str, Any]:
         from .executors import Interrupted, make_executor
 
+        self.check_servers()
         specs = self.prepare()
         todo = self.pending()
         skipped = len(specs) - len(todo)
@@ -211,6 +212,18 @@ class Orchestrator:
         except StoreDamaged as exc:  # derived from the run directories: set aside, made again
             self.log(str(exc).split(":")[0] + " is damaged")
             return rebuild(self.out, log=self.log if self.log else say)
+
+    def check_servers(self) -> None:
+        """Before anything starts: the tracking server (where it is a server) answers, and a run
+        fits on a node of the Ray cluster."""
+
+        from .executors import preflight
+        from .servers import check_tracking
+        from .tracking import tracking_uri
+
+        t = self.cfg.tracking
+        check_tracking(tracking_uri(t.uri, self.out), t.mlflow)
+        preflight(self.cfg.executor)
 
     def tracker(self):
         from .tracking import Tracker, tracking_uri

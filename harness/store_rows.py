@@ -154,6 +154,8 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
         "updated_at": status.get("updated"),
         "finished_at": status.get("finished"),
         "final_score": final,
+        # node, resources, GPU share of a run placed by Ray (device-seconds "shared" on a shared GPU)
+        "placement": rd.placement.read_text() if rd.placement.exists() else None,
     }
     census = [
         {

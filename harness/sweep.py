@@ -156,6 +156,11 @@ class Sweep:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         orch = Orchestrator(self.cfg, self.out, log=self.log, progress=False)
+        orch.check_servers()  # and the study's database: both answer before the warm start
+        if self.cfg.sweep.storage:
+            from .servers import check_database
+
+            check_database(self.cfg.sweep.storage, "sweep.storage")
         specs = orch.prepare()
         warm = orch.warm_dir
         storage = self._storage()
@@ -384,6 +389,7 @@ def _worker_info() -> dict[str, Any]:
 
         if ray.is_initialized():
             info["ray_task"] = ray.get_runtime_context().get_task_id()
+            info["node_id"] = ray.get_runtime_context().get_node_id()
     except ImportError:
         pass
     return info

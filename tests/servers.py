@@ -150,3 +150,80 @@ class PostgresServer:
     def remove(self) -> None:
         self.kill()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class RayCluster:
+    """A Ray cluster of several nodes on this machine, as on a real one: ``ray start --head``, then
+    ``ray start --address`` for each further node, each with ports of its own. Its processes carry
+    ``SIXBLANKS_TEST_CLUSTER`` (``stop`` ends exactly them) and a worker tag of their own, so the
+    per-test stray check does not count the cluster's long-lived workers against the test that
+    first used them (the end-of-run check still does)."""
+
+    def __init__(self, root: Path):
+        import uuid
+
+        self.root, self.tag = root, uuid.uuid4().hex
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.ray = str(Path(sys.executable).parent / "ray")
+        self.env = {**os.environ, "SIXBLANKS_TEST_CLUSTER": self.tag,
+                    "SIXBLANKS_TEST_WORKER": f"cluster-{self.tag}", "RAY_USAGE_STATS_ENABLED": "0",
+                    # a test cluster on loopback: no token authentication (Ray 2.60 enables it on a
+                    # head where ~/.ray/auth_token exists, but not on a joining node, which is refused)
+                    "RAY_AUTH_MODE": "disabled"}  # fmt: skip
+
+    def _ports(self) -> list[str]:
+        names = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+                 "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port")  # fmt: skip
+        return [a for n in names for a in (n, str(free_port()))]
+
+    def add_node(self, num_cpus: int = 1, num_gpus: int = 0, head: bool = False) -> None:
+        where = (["--head", "--port", str(self.port), "--include-dashboard=false"] if head
+                 else ["--address", self.address])  # fmt: skip
+        cmd = [self.ray, "start", *where, "--num-cpus", str(num_cpus), "--num-gpus", str(num_gpus),
+               "--disable-usage-stats", *self._ports()]  # fmt: skip
+        done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(cmd)} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
+
+    def nodes(self, expected: int, timeout: float = 60.0) -> list[dict]:
+        """The live nodes, once ``expected`` of them have joined (asked from a child process, so
+        this process never holds a Ray connection of its own)."""
+
+        probe = ("import json, ray; ray.init(address=%r, log_to_driver=False); "
+                 "print(json.dumps([n for n in ray.nodes() if n['Alive']])); ray.shutdown()")  # fmt: skip
+        t0 = time.time()
+        while True:
+            out = subprocess.run([sys.executable, "-c", probe % self.address], env=self.env,
+                                 capture_output=True, text=True, timeout=120)  # fmt: skip
+            import json
+
+            found = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else []
+            if len(found) >= expected or time.time() - t0 > timeout:
+                assert len(found) == expected, (found, out.stderr[-2000:])
+                return found
+            time.sleep(1.0)
+
+    def stop(self) -> None:
+        from sixblanks.harness.procs import descendants, running
+
+        from .strays import processes
+
+        # the tagged processes and everything below them (Ray's agents, children of a raylet, do
+        # not always keep the environment), gathered before any of them dies and is re-parented
+        tagged = processes("SIXBLANKS_TEST_CLUSTER", self.tag)
+        mine = tagged | {c for p in tagged for c in descendants(p)}
+        for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+            for p in mine:
+                try:
+                    os.kill(p, sig)
+                except OSError:
+                    pass
+            deadline = time.time() + wait
+            while time.time() < deadline and any(running(p) for p in mine):
+                time.sleep(0.2)
+            mine = {p for p in mine if running(p)}
+            if not mine:
+                return

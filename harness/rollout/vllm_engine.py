@@ -210,7 +210,12 @@ def _make_llm(vllm, model, tokenizer, max_model_len: int, seed: int, opts: dict[
             "logprobs_mode": "processed_logprobs",
         }
         if next(model.parameters()).device.type == "cuda":
-            kwargs["gpu_memory_utilization"] = float(opts.get("gpu_memory_utilization", 0.3))
+            from ..placement import engine_memory_share
+
+            # a run holding a share of a GPU (executor.num_gpus < 1) takes that share of it
+            kwargs["gpu_memory_utilization"] = engine_memory_share(
+                float(opts.get("gpu_memory_utilization", 0.3))
+            )
         try:
             llm = vllm.LLM(**kwargs)
         except Exception as exc:  # noqa: BLE001 - vLLM raises many types; name what failed
