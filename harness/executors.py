@@ -296,7 +296,9 @@ class RayExecutor:
                 ) from None
             how = "joined"
         else:
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+            # address "local": start one, even where a `ray start` left its address in /tmp/ray
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                     log_to_driver=False)  # fmt: skip
             how = "started"
         try:
             check_fits(self.request, cluster_nodes())

@@ -226,4 +226,12 @@ class RayCluster:
                 time.sleep(0.2)
             mine = {p for p in mine if running(p)}
             if not mine:
-                return
+                break
+        # `ray start --head` recorded this cluster as the machine's current one (as `ray stop`
+        # does, forget it: a later `ray.init()` without an address would try to join it)
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        try:
+            if current.read_text().strip().endswith(f":{self.port}"):
+                current.unlink()
+        except OSError:
+            pass

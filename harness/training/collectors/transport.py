@@ -76,7 +76,8 @@ class RayWorker:
 
         self.ray = ray
         if not ray.is_initialized():  # a local cluster of our own, shut down by the last stop
-            ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False)
+            # address "local": a new cluster, never one a `ray start` left recorded in /tmp/ray
+            ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False)
             RayWorker.owns_ray = True
         gpus = 1 if str(init.get("device", "cpu")).startswith("cuda") else 0
         actor = ray.remote(num_cpus=1, num_gpus=gpus)(_RayCollector)
