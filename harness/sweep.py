@@ -79,7 +79,11 @@ class Sweep:
 
     def _storage(self):
         self.out.mkdir(parents=True, exist_ok=True)
-        return open_storage(self._storage_ref())
+        kind, where = self._storage_ref()
+        if kind == "journal":  # this process holds the output directory: no other writer is left
+            for line in repair_journal(where):
+                self.log(f"sweep journal: {line}")
+        return open_storage((kind, where))
 
     def _sampler(self):
         import optuna
@@ -362,6 +366,37 @@ def open_storage(ref: tuple[str, str]):
     from optuna.storages.journal import JournalFileBackend
 
     return JournalStorage(JournalFileBackend(where))
+
+
+def repair_journal(path: str | Path) -> list[str]:
+    """Undo what a kill can leave in an Optuna journal file, before the search resumes: the lock of
+    a process killed while it wrote (Optuna would wait 30 s, then force it) and a record cut short
+    (the reader stops at it with a JSONDecodeError). The cut record was never acknowledged to its
+    writer, so dropping it is as if the kill came just before it. Returns what was done."""
+
+    import json
+
+    path, done = Path(path), []
+    lock = Path(str(path) + ".lock")
+    if os.path.lexists(lock):
+        lock.unlink()
+        done.append("removed a lock left by a killed process")
+    if not path.exists():
+        return done
+    raw = path.read_bytes()
+    kept, cut = [], 0
+    for line in raw.splitlines(keepends=True):
+        try:
+            json.loads(line)
+            kept.append(line if line.endswith(b"\n") else line + b"\n")
+        except ValueError:
+            cut += 1
+    if cut:
+        tmp = path.with_name(path.name + ".repair")
+        tmp.write_bytes(b"".join(kept))
+        os.replace(tmp, path)
+        done.append(f"dropped {cut} record(s) cut short by a kill")
+    return done
 
 
 def make_pruner(kind: str, max_resource: float):

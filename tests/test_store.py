@@ -214,10 +214,19 @@ def test_partial_run_is_ingested_and_completed_on_resume_without_duplicates(tmp_
 
 
 def test_unreachable_tracking_server_loses_nothing(tmp_path, monkeypatch, cli):
+    """A tracking server that answered at start and is gone when the runs are sent: the runs go on,
+    DuckDB has everything, and `sync` sends it later, once. (A server missing at start is refused:
+    tests/test_cluster.py; a real server killed mid-sync: tests/chaos/test_faults.py.)"""
+
     import mlflow
 
+    from sixblanks.harness import servers
+
+    checked = []
+    monkeypatch.setattr(servers, "check_tracking", lambda uri, enabled=True: checked.append(uri))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens there
     res = Orchestrator(validate_mapping(TINY | {"name": "offline"}), tmp_path, progress=False).run()
+    assert checked == ["http://127.0.0.1:9"]  # it "answered" at start
     assert not res["failures"]  # the runs went on
     assert res["mlflow"]["last_error"] and len(res["mlflow"]["pending"]) == 2
     assert _counts(tmp_path)["runs"] == 2  # DuckDB has everything regardless

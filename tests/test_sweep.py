@@ -359,3 +359,29 @@ def test_parallel_trials_never_exceed_the_search_total(total, trial, parallel, o
         assert search.counters["launched_tokens"] <= total + 1e-9
         reserved = sum(b for b, _ in inflight)
         assert search.counters["launched_tokens"] + reserved <= total + 1e-6
+
+
+def test_a_journal_cut_by_a_kill_is_repaired_before_the_search_resumes(tmp_path):
+    """What a worker killed mid-write leaves in the Optuna journal (its lock, a record cut short)
+    makes Optuna wait 30 s and then fail to read the study (JSONDecodeError); the sweep repairs
+    it at start, and the study reads back with every acknowledged record."""
+
+    import optuna
+
+    from sixblanks.harness.sweep import open_storage, repair_journal
+
+    journal = tmp_path / "optuna.journal"
+    study = optuna.create_study(study_name="s", storage=open_storage(("journal", str(journal))))
+    study.tell(study.ask(), 1.5)
+    size = journal.stat().st_size
+    with open(journal, "ab") as f:
+        f.write(b'{"op_code":8,"worker_id":"x","trial_id":0,"user_a')  # the kill came here
+    os.symlink("/proc/1/fd/0", str(journal) + ".lock")  # the dead writer's lock
+    assert repair_journal(journal) == [
+        "removed a lock left by a killed process",
+        "dropped 1 record(s) cut short by a kill",
+    ]
+    assert journal.stat().st_size == size and not os.path.lexists(str(journal) + ".lock")
+    again = optuna.load_study(study_name="s", storage=open_storage(("journal", str(journal))))
+    assert [t.value for t in again.trials] == [1.5]
+    assert repair_journal(journal) == []  # an intact journal is left as it is
