@@ -16,9 +16,9 @@ from .servers import MlflowServer, PostgresServer, RayCluster, free_port
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]  # one Ray cluster at a time
 
 BASE = {
-    "task": {"name": "arithmetic", "eval_size": 16},
+    "task": {"name": "arithmetic", "eval_size": 8},
     "rollout": {"max_new_tokens": 6, "prompts_per_step": 4, "group_size": 4},
-    "warm_start": {"steps": 40, "num_demos": 300},
+    "warm_start": {"steps": 10, "num_demos": 100},  # placement is tested here, not learning
     "budget": {"launched_tokens": 300},
     "arms": {"grpo": {"preset": "grpo"}},
 }
@@ -33,7 +33,7 @@ def servers(tmp_path_factory):
     try:
         pg.start()
         ml = MlflowServer(tmp_path_factory.mktemp("mlflow"), backend=pg.create("mlflow"))
-        ml.start()
+        ml.start(wait=False)  # it comes up while the Ray nodes start; the test waits for it
         yield pg, ml
     finally:
         if ml is not None:
@@ -68,7 +68,7 @@ def _placements(out) -> list[dict]:
 
 
 def test_runs_and_a_sweep_spread_over_two_nodes_with_postgres_and_an_mlflow_server(
-    cluster, servers, tmp_path, cli
+    servers, cluster, tmp_path, cli
 ):
     """`sixblanks run` on the two-node cluster, tracked on the MLflow server: its two runs (one CPU
     each, one CPU per node) land one on each node, write their directories where the orchestrator
@@ -80,6 +80,7 @@ def test_runs_and_a_sweep_spread_over_two_nodes_with_postgres_and_an_mlflow_serv
     from mlflow.tracking import MlflowClient
 
     pg, ml = servers
+    ml.wait()
     executor = {"kind": "ray", "address": cluster.address, "num_cpus": 1}
     tracking = {"uri": ml.url, "experiment": "cluster"}
     out = tmp_path / "run"
