@@ -77,7 +77,7 @@ $(SYSDEPS_STAMP): | $(STAMP)
 
 # two workers (pytest-xdist), one per core; the Ray tests share one worker (xdist_group "ray")
 test-main: $(STAMP) $(SYSDEPS_STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not vllm"
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not vllm" --durations=15
 
 test-vllm: $(VLLM_STAMP)
 	SIXBLANKS_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm

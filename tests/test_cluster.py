@@ -63,6 +63,18 @@ def _config(tmp_path, name: str, **extra) -> str:
     return str(path)
 
 
+def _results(out) -> dict[int, tuple]:
+    """{seed: (final score, counters but time)} of an experiment's runs."""
+
+    res = {}
+    for run in (out / "runs").iterdir():
+        seed = json.loads((run / "spec.json").read_text())["seed"]
+        result = json.loads((run / "result.json").read_text())
+        counters = {k: v for k, v in result["counters"].items() if not k.endswith("_seconds")}
+        res[seed] = (result["final_score"], counters)
+    return res
+
+
 def _placements(out) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/placement.json"))]
 
@@ -72,7 +84,8 @@ def test_runs_and_a_sweep_spread_over_two_nodes_with_postgres_and_an_mlflow_serv
 ):
     """`sixblanks run` on the two-node cluster, tracked on the MLflow server: its two runs (one CPU
     each, one CPU per node) land one on each node, write their directories where the orchestrator
-    reads them (the shared-storage probe passes), are ingested once and reach MLflow. Then
+    reads them (the shared-storage probe passes), are ingested once, give the numbers the local
+    executor gives, and reach MLflow. Then
     `sixblanks sweep` with its study in PostgreSQL, two trials at once: one trial on each node,
     both in the database, the search total kept."""
 
@@ -97,6 +110,13 @@ def test_runs_and_a_sweep_spread_over_two_nodes_with_postgres_and_an_mlflow_serv
         for d in (out / "runs").iterdir()
     }
     assert dict(query(out, "SELECT run_id, count(*) FROM ledger GROUP BY run_id")) == steps
+    # the same experiment on the local executor gives the same numbers, run for run
+    local = tmp_path / "local"
+    path = _config(tmp_path, "cluster-run", seeds=[0, 1], executor={"workers": 2},
+                   tracking={"mlflow": False})  # fmt: skip
+    code, _, err = cli("run", path, "--out", str(local), "--no-progress")
+    assert code == 0, err
+    assert _results(local) == _results(out) and len(_results(out)) == 2
     client = MlflowClient(tracking_uri=ml.url)
     exp = client.get_experiment_by_name("cluster")
     tracked = [

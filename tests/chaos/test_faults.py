@@ -16,6 +16,7 @@ from sixblanks.harness.ledgerlog import effective_events, read_events, replay
 from sixblanks.harness.runner import execute_run
 
 from ..conftest import ROOT, query
+from ..servers import MlflowServer
 
 EXPERIMENT = {
     "name": "chaos",
@@ -258,54 +259,6 @@ def test_a_full_disk_fails_clearly_and_the_run_then_resumes(finished, tmp_path, 
     ingest(out)
     for table, n in _from_run_dirs(out).items():
         chaos.rows(_counts(out)[table], n, f"{table} rows in the store")
-
-
-class MlflowServer:
-    """A local `mlflow server` (sqlite backend under ``root``, 127.0.0.1, a free port) in a process
-    group of its own, so that ``kill`` ends it as a crash would (SIGKILL to the group)."""
-
-    def __init__(self, root):
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.db, self.log, self.proc = root / "mlflow-server.db", root / "mlflow-server.log", None
-
-    def start(self, timeout: float = 90.0) -> None:
-        import os
-        import time
-        import urllib.request
-
-        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-               f"sqlite:///{self.db}", "--host", "127.0.0.1", "--port", str(self.port),
-               "--workers", "1"]  # fmt: skip
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job workers
-        with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env,
-                                         start_new_session=True)  # fmt: skip
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            assert self.proc.poll() is None, self.log.read_text()[-2000:]
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.25)
-        raise AssertionError(
-            f"mlflow server not up after {timeout}s: {self.log.read_text()[-2000:]}"
-        )
-
-    def kill(self) -> None:
-        import os
-        import signal
-
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
 
 
 @pytest.fixture
