@@ -871,6 +871,10 @@ def sweep(
             json.dumps(rec["best_params"]),
         )
     _say(table)
+    if not summary["confirm"]["runs"]:
+        _say(f"no confirmation runs ({summary['confirm'].get('skipped', 'none finished')}): "
+             f"no report; the trials are in {sw.out / 'results.duckdb'}")  # fmt: skip
+        return
     report_path = build_report_or_fail(sw.out)
     _say(f"report (defaults vs tuned, search effort): {report_path}")
 

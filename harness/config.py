@@ -490,7 +490,11 @@ class SweepConfig(_Cfg):
         default_factory=dict,
         description="arm -> {dotted field path (e.g. optimizer.lr, blanks.weight.eps_high): space}.",
     )
-    confirm_seeds: list[int] = Field(default_factory=lambda: [100, 101])
+    confirm_seeds: list[int] = Field(
+        default_factory=lambda: [100, 101],
+        description="Fresh seeds the defaults and the best configuration of each arm are re-run "
+        "on after the search; [] skips the confirmation (trials only, no report).",
+    )
 
 
 # --------------------------------------------------------------------------- experiment

@@ -274,6 +274,9 @@ class Sweep:
 
         from .orchestrator import Orchestrator
 
+        if not self.cfg.sweep.confirm_seeds:
+            self.log("sweep.confirm_seeds is empty: no confirmation runs")
+            return {"failures": [], "runs": 0, "skipped": "sweep.confirm_seeds is empty"}
         data = json.loads(json.dumps(self.cfg.model_dump(mode="json", exclude={"task"})))
         arms = {}
         for arm, rec in summary["arms"].items():
