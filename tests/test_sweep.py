@@ -327,7 +327,9 @@ def test_pruning_works_across_trials_running_at_once(tmp_path, cli, write_yaml):
     study.add_trial(
         optuna.trial.create_trial(
             params={"optimizer.lr": 3.0e-4},
-            distributions={"optimizer.lr": optuna.distributions.CategoricalDistribution([3.0e-4, 1.0e-3])},
+            distributions={
+                "optimizer.lr": optuna.distributions.CategoricalDistribution([3.0e-4, 1.0e-3])
+            },
             value=2.0,
             intermediate_values={int(k * every): 2.0 for k in range(9)},
         )
