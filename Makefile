@@ -79,8 +79,10 @@ $(SYSDEPS_STAMP): | $(STAMP)
 test-main: $(STAMP) $(SYSDEPS_STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not vllm" --durations=15
 
+# two workers too: the three vLLM runs (a collector process with an engine of its own, a run, a
+# ladder) are most of it, and each waits on process start-up much of its time
 test-vllm: $(VLLM_STAMP)
-	SIXBLANKS_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -m vllm
+	SIXBLANKS_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -n 2 -m vllm --durations=5
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

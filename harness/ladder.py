@@ -26,6 +26,7 @@ one seed already gives an interval.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -111,6 +112,7 @@ class Ladder:
         self.plain = plain_wanted(log)  # a line per evaluation and end of each short run
         self.seeds = list(cfg.ladder.seeds)
         self.results: list[RungResult] = []
+        self.trained: dict[str, tuple[str, dict[str, Any]]] = {}  # spec -> (first name, result)
 
     # ------------------------------------------------------------------ set-up
 
@@ -162,6 +164,18 @@ class Ladder:
             ).model_dump(mode="json")
         if lr is not None:
             spec["optimizer"]["lr"] = lr
+        # the same setting (the nominal one is in rung 4 and in every comparing rung) is trained
+        # once: a short run is deterministic given its spec and seed, so its result is reused
+        key = json.dumps(spec, sort_keys=True, default=str)
+        if key in self.trained:
+            first, out = self.trained[key]
+            self.log(f"{name}: the same setting as {first}: its result reused (not trained again)")
+            return copy.deepcopy(out)
+        out = self._train_spec(spec, name)
+        self.trained[key] = (name, copy.deepcopy(out))
+        return out
+
+    def _train_spec(self, spec: dict[str, Any], name: str) -> dict[str, Any]:
         # as a run builds it: the configured engine, a frozen reference, the declared reward range
         trainer = build_trainer(spec, self.warm)
         engine = engine_name(trainer.engine)

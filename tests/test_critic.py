@@ -22,6 +22,10 @@ from sixblanks.harness.tasks import make_task
 from sixblanks.harness.training import RunSettings, Trainer
 from sixblanks.harness.warmstart import warm_start
 
+# one worker builds the module-scoped fixtures once (split across two, each built its own)
+pytestmark = pytest.mark.xdist_group("critic")
+
+
 D = torch.float64
 
 

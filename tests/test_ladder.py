@@ -503,8 +503,15 @@ def _check_plain_lines(err: str, results, evaluated: list[dict]) -> None:
         f"(launched_tokens {e['position']['launched_tokens']:g}/2500)"
         for e in evaluated
     ]
-    for r, name in zip(runs, names, strict=True):
+    reused = 0
+    for i, (r, name) in enumerate(zip(runs, names, strict=True)):
         mine = [ln.removeprefix(name) for ln in lines if ln.startswith(name)]
+        if mine[0].startswith("the same setting as "):  # the nominal setting: trained once
+            first = mine[0].removeprefix("the same setting as ")
+            assert len(mine) == 1 and first.endswith(": its result reused (not trained again)")
+            assert f"{first.split(': its result')[0]}: " in names[:i]  # trained by a rung before
+            reused += 1
+            continue
         assert mine[0].startswith("eval at step 0: ") and "(launched_tokens 0/2500)" in mine[0]
         assert all(ln.startswith("eval at step ") for ln in mine[:-1]), mine
         d = r.detail
@@ -518,6 +525,7 @@ def _check_plain_lines(err: str, results, evaluated: list[dict]) -> None:
             assert mine[0].startswith(f"eval at step 0: score {d['start_score']:.3f} ")
             assert mine[-2].startswith(f"eval at step {steps}: score {d['final']:.3f} ")
             assert mine[-2].endswith(f"(launched_tokens {d['counters']['launched_tokens']:g}/2500)")
+    assert reused == 3  # the nominal setting of rungs 5, 6 and 7 is rung 4's short run
 
 
 @pytest.mark.vllm

@@ -26,6 +26,10 @@ NAN = float("nan")
 SCORES = torch.tensor([[0.9, 0.8], [0.2, 0.6], [0.5, NAN]], dtype=D)
 
 
+# one worker builds the module-scoped fixtures once (split across two, each built its own)
+pytestmark = pytest.mark.xdist_group("process_credit")
+
+
 def _norm(xs):
     """(x - mean) / (std ddof 1 + 1e-6), by hand."""
 

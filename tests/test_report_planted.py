@@ -43,6 +43,10 @@ DS_NOTE = "no group was ever dropped"
 R = 200  # bootstrap resamples: few, the tests compare against the same draws
 
 
+# one worker builds the module-scoped fixtures once (split across two, each built its own)
+pytestmark = pytest.mark.xdist_group("report_planted")
+
+
 def plant(out, scale=None, inert=True, old=False):
     """Write the planted store into ``out``. ``scale`` multiplies a task's scores (tasks of
     different scale); ``old`` drops what a store of an earlier version lacks."""

@@ -14,6 +14,9 @@ from sixblanks.harness.orchestrator import Orchestrator
 from sixblanks.reports import stats
 from sixblanks.reports.build import build_report
 
+# one worker builds the module-scoped fixtures once (split across two, each built its own)
+pytestmark = pytest.mark.xdist_group("reports")
+
 
 def test_iqm_by_hand():
     assert stats.iqm(np.arange(1, 9)) == pytest.approx(4.5)  # mean of 3, 4, 5, 6

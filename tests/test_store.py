@@ -27,6 +27,10 @@ from sixblanks.harness.store import (
 
 from .conftest import ROOT
 
+# one worker builds the module-scoped fixtures once (split across two, each built its own)
+pytestmark = pytest.mark.xdist_group("store")
+
+
 TINY = {
     "name": "store",
     "task": {"name": "arithmetic", "eval_size": 16},
