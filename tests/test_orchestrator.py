@@ -28,6 +28,7 @@ TINY = {
     "seeds": [0, 1],
     "arms": {"grpo": {"preset": "grpo"}, "dapo": {"preset": "dapo"}},
     "executor": {"workers": 2},
+    "tracking": {"mlflow": False},  # MLflow is tested in test_store and the chaos suite (~4 s each)
 }
 
 

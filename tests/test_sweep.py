@@ -20,7 +20,7 @@ SPEC = {
     "task": {"name": "arithmetic", "eval_size": 64},
     "rollout": {"max_new_tokens": 6, "prompts_per_step": 4, "group_size": 4},
     "warm_start": {"steps": 200, "num_demos": 1500},
-    "budget": {"launched_tokens": 600},
+    "budget": {"launched_tokens": 300},  # the confirmation runs'; a trial's is its own below
     "seeds": [0],
     "arms": {"grpo": {"preset": "grpo"}, "rloo": {"preset": "rloo"}},
     "tracking": {"mlflow": False},

@@ -204,6 +204,7 @@ def _vllm_cfg(name: str, arms: dict, budget: int, **extra):
             "seeds": [0],
             "arms": arms,
             "executor": {"workers": 1},
+            "tracking": {"mlflow": False},  # MLflow is tested in the main suite
             **extra,
         }
     )
