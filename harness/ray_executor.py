@@ -122,7 +122,7 @@ class RayExecutor:
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
         import ray
 
-        started_here = self._init()
+        how = self._init()  # "started", "joined" or None (already connected)
         try:
             nodes = cluster_nodes()
             if len(nodes) > 1 and jobs:  # runs write where this process reads them:
@@ -156,7 +156,7 @@ class RayExecutor:
             tick(final=True)
             return failures
         finally:
-            self._shutdown(started_here)
+            self._shutdown(how)
 
     def _interrupt(self, refs, pending, jobs, tick) -> Interrupted:
         """Ctrl-C: Ray cancels the tasks (a running run gets KeyboardInterrupt and is left
@@ -187,11 +187,11 @@ class RayExecutor:
 
     @contextmanager
     def session(self, workers: int = 1) -> Iterator[RaySession]:
-        started_here = self._init()
+        how = self._init()  # "started", "joined" or None (already connected)
         try:
             yield RaySession(self._task_resources(), self.grace_seconds)
         finally:
-            self._shutdown(started_here)
+            self._shutdown(how)
 
 
 class RaySession:
