@@ -237,7 +237,7 @@ def test_short_ppo_run_improves_held_out_success_on_guess_number(guess):
     s = _settings(
         cfg,
         get_preset("ppo_turn").blanks,
-        15000,
+        12000,  # 0.562 -> 0.658 here (0.674 at 15000): twice the margin the test asks
         eval_size=128,
         eval_temperature=1.0,
         eval_samples=4,
