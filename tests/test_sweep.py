@@ -299,7 +299,7 @@ def test_pruning_works_across_trials_running_at_once(tmp_path, cli, write_yaml):
     import duckdb
     import optuna
 
-    from sixblanks.harness.sweep import open_storage
+    from sixblanks.harness.studies import open_storage
 
     spec = json.loads(json.dumps(SPEC))
     spec.update(
@@ -371,7 +371,7 @@ def _kill_the_worker_of(out, number: int, chaos):
 
     import optuna
 
-    from sixblanks.harness.sweep import open_storage
+    from sixblanks.harness.studies import open_storage
 
     journal = out / "sweep" / "optuna.journal"
 
@@ -444,7 +444,7 @@ def test_a_journal_cut_by_a_kill_is_repaired_before_the_search_resumes(tmp_path)
 
     import optuna
 
-    from sixblanks.harness.sweep import open_storage, repair_journal
+    from sixblanks.harness.studies import open_storage, repair_journal
 
     journal = tmp_path / "optuna.journal"
     study = optuna.create_study(study_name="s", storage=open_storage(("journal", str(journal))))

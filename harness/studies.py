@@ -1,0 +1,160 @@
+"""The sweep's Optuna studies (issue 23): where a study is stored, the pruner every process asks,
+and one trial as an executor's worker runs it (a local process or a Ray task), reporting its
+token-checkpoint scores to the shared storage and stopping when the pruner says so.
+
+The sweep process (:mod:`~sixblanks.harness.sweep`, :mod:`~sixblanks.harness.trials`) asks the
+study for each trial and tells it the result; :func:`run_trial` is what runs in between.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .orchestrator import PlainLines
+from .runner import ACTIVE, STOP, RunInterrupted, build_trainer, exit_soon
+
+
+def open_storage(ref: tuple[str, str]):
+    """An Optuna storage from ``("journal", path)`` (safe for several local processes) or
+    ``("url", database URL)`` (for a cluster, where workers do not share a file system)."""
+
+    kind, where = ref
+    if kind == "url":
+        return where
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(where))
+
+
+def repair_journal(path: str | Path) -> list[str]:
+    """Undo what a kill can leave in an Optuna journal file, before the search resumes: the lock of
+    a process killed while it wrote (Optuna would wait 30 s, then force it) and a record cut short
+    (the reader stops at it with a JSONDecodeError). The cut record was never acknowledged to its
+    writer, so dropping it is as if the kill came just before it. Returns what was done."""
+
+    import json
+
+    path, done = Path(path), []
+    lock = Path(str(path) + ".lock")
+    if os.path.lexists(lock):
+        lock.unlink()
+        done.append("removed a lock left by a killed process")
+    if not path.exists():
+        return done
+    raw = path.read_bytes()
+    kept, cut = [], 0
+    for line in raw.splitlines(keepends=True):
+        try:
+            json.loads(line)
+            kept.append(line if line.endswith(b"\n") else line + b"\n")
+        except ValueError:
+            cut += 1
+    if cut:
+        tmp = path.with_name(path.name + ".repair")
+        tmp.write_bytes(b"".join(kept))
+        os.replace(tmp, path)
+        done.append(f"dropped {cut} record(s) cut short by a kill")
+    return done
+
+
+def make_pruner(kind: str, max_resource: float):
+    """The same pruner in the sweep process and in every trial's worker."""
+
+    import optuna
+
+    if kind == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)
+    if kind == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    if kind == "hyperband":
+        return optuna.pruners.HyperbandPruner(
+            min_resource=max(1, int(max_resource / 8)), max_resource=int(max_resource)
+        )
+    return optuna.pruners.NopPruner()
+
+
+def worker_info() -> dict[str, Any]:
+    """Where a trial ran: the process, and the Ray task when it ran on Ray."""
+
+    info: dict[str, Any] = {"pid": os.getpid(), "ray_task": None}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            info["ray_task"] = ray.get_runtime_context().get_task_id()
+            info["node_id"] = ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return info
+
+
+def run_trial(job: dict[str, Any]) -> dict[str, Any]:
+    """One trial, in an executor's worker: train under the trial's budget, report the score at each
+    token checkpoint to the study's storage and stop when the pruner says so.
+
+    Returns {"state": COMPLETE | PRUNED | FAIL, "value", "counters", "error"}; the sweep process tells
+    the study. Never raises for a failing trial."""
+
+    import optuna
+    import torch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    torch.set_num_threads(max(1, int(job["threads"])))
+    spec = job["spec"]
+    study = optuna.load_study(
+        study_name=job["study"],
+        storage=open_storage(tuple(job["storage"])),
+        pruner=make_pruner(*job["pruner"]),
+    )
+    trial = optuna.trial.Trial(study, job["trial_id"])
+    trial.set_user_attr("worker", worker_info() | {"started": time.time()})
+    counter = next(iter(spec["budget"]))
+    every = spec["eval"]["every"]
+    trainer = None
+    lines = PlainLines(job["name"], spec["budget"], job["plain"])  # it counts the evaluations seen
+    ACTIVE.set()  # SIGTERM (the sweep was interrupted) now stops the trial at its next step
+    try:
+        trainer = build_trainer(spec, job["warm"])
+
+        def on_step(tr, metrics):
+            if STOP.is_set():
+                raise RunInterrupted(f"interrupted after step {tr.step_idx}")
+            # spending so far, in the storage: a trial killed mid-way is still charged on resume
+            trial.set_user_attr("counters", dict(tr.ledger.counters))
+            for ev in tr.result.evals[lines.seen :]:
+                # pruning on the ledger resource: the score at each token checkpoint (aligned across trials)
+                trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
+            if tr.result.evals:  # the held-out instances it is selected on (seed range)
+                trial.set_user_attr("eval_seed_range", tr.result.evals[-1]["seed_range"])
+            lines.evals(tr)  # each new one on stderr where plain lines are wanted
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"pruned at {counter} = {tr.ledger.counters[counter]:g}")
+
+        res = trainer.train(on_step=on_step)
+        lines.evals(trainer)  # the final evaluation, after the last step
+        return {
+            "state": "COMPLETE",
+            "value": float(res.evals[-1]["score"]),
+            "counters": dict(trainer.ledger.counters),
+        }
+    except optuna.TrialPruned:
+        counters = dict(trainer.ledger.counters)
+        trial.set_user_attr("pruned_at", counters[counter])
+        return {"state": "PRUNED", "counters": counters}
+    except RunInterrupted as exc:
+        exit_soon()  # this worker takes no more work
+        return {"state": "FAIL", "error": f"interrupted: {exc}",
+                "counters": dict(trainer.ledger.counters) if trainer is not None else None}  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - a failing trial is a FAIL, counted and reported
+        return {
+            "state": "FAIL",
+            "error": f"{type(exc).__name__}: {exc}",
+            "counters": dict(trainer.ledger.counters) if trainer is not None else None,
+        }
+    finally:
+        ACTIVE.clear()
+        trial.set_user_attr("ended", time.time())
