@@ -165,7 +165,8 @@ class Ladder:
         if lr is not None:
             spec["optimizer"]["lr"] = lr
         # the same setting (the nominal one is in rung 4 and in every comparing rung) is trained
-        # once: a short run is deterministic given its spec and seed, so its result is reused
+        # once and its result reused: a short run is deterministic given its spec and seed (with a
+        # concurrent collector its lag depends on timing: every rung then compares with one run)
         key = json.dumps(spec, sort_keys=True, default=str)
         if key in self.trained:
             first, out = self.trained[key]
