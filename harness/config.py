@@ -231,6 +231,13 @@ class RolloutConfig(_Cfg):
         "key/value cache in plain torch ops (the same logits, fewer Python operations per token); "
         "transformers: the model's own forward at every token.",
     )
+    shared_prefix: bool = Field(
+        True,
+        description="Training forwards of Llama-architecture policies compute each prompt the "
+        "batch's rows share once, then every row's continuation attending to it (the same "
+        "log-probs and gradients to float rounding; less work with groups of samples). False: the "
+        "model's own forward over every full sequence.",
+    )
     ignore_eos: bool = Field(
         False,
         description="Training rollouts generate max_new_tokens every turn, stopping at neither EOS "

@@ -6,6 +6,8 @@ import torch
 
 from sixblanks.algorithms.logprobs import token_logprobs
 
+from .shared_prefix import prefix_logits, usable
+
 
 def policy_forward(
     model,
@@ -17,25 +19,36 @@ def policy_forward(
     top_p=1.0,
     entropy=False,
     want_hidden=False,
+    split=0,
 ):
-    """(logprobs [B, T], entropy [B, T] or None, last hidden state [B, T, H] or None) in one forward."""
+    """(logprobs [B, T], entropy [B, T] or None, last hidden state [B, T, H] or None) in one forward.
+
+    ``split``: a prefix length every row holds before its first trained token (0: none); where
+    rows share such prefixes (GRPO's groups) and :func:`shared_prefix.usable` holds, each distinct
+    prefix is computed once (:func:`shared_prefix.prefix_logits`: the same log-probs to float
+    rounding)."""
 
     dev = next(model.parameters()).device
     tokens, attention_mask = tokens.to(dev), attention_mask.to(dev)
-    out = model(
-        input_ids=tokens,
-        attention_mask=attention_mask,
-        use_cache=False,
-        output_hidden_states=want_hidden,
-    )
+    logits, hidden = None, None
+    if split and not want_hidden and usable(model):
+        logits = prefix_logits(model, tokens, split)
+    if logits is None:
+        out = model(
+            input_ids=tokens,
+            attention_mask=attention_mask,
+            use_cache=False,
+            output_hidden_states=want_hidden,
+        )
+        logits = out.logits[:, :-1]
+        hidden = out.hidden_states[-1] if want_hidden else None
     lp, ent = token_logprobs(
-        out.logits[:, :-1], tokens[:, 1:], temperature, top_k=top_k, top_p=top_p, entropy=entropy
+        logits, tokens[:, 1:], temperature, top_k=top_k, top_p=top_p, entropy=entropy
     )
     zero = torch.zeros(tokens.shape[0], 1, dtype=lp.dtype, device=lp.device)
     lp = torch.cat([zero, lp], 1)
     if ent is not None:
         ent = torch.cat([zero, ent], 1)
-    hidden = out.hidden_states[-1] if want_hidden else None
     return lp, ent, hidden
 
 
@@ -48,15 +61,24 @@ def policy_logprobs(
     top_k: int = 0,
     top_p: float = 1.0,
     entropy: bool = False,
+    split: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob ``[B, T]`` of each token given its prefix (position 0 gets 0), and optionally entropy.
 
     Args:
         tokens: ``[B, T]`` right-padded token ids; attention_mask: ``[B, T]``.
         temperature, top_k, top_p: the sampling distribution the log-probs refer to.
+        split: see :func:`policy_forward` (0: the model's own forward over every full sequence).
     """
 
     lp, ent, _ = policy_forward(
-        model, tokens, attention_mask, temperature, top_k=top_k, top_p=top_p, entropy=entropy
+        model,
+        tokens,
+        attention_mask,
+        temperature,
+        top_k=top_k,
+        top_p=top_p,
+        entropy=entropy,
+        split=split,
     )
     return lp, ent

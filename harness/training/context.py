@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..policy import policy_logprobs
+from ..shared_prefix import split_point
 from ..rollout.agent import run_episodes
 from ..rollout.engine import RolloutEngine, SamplingParams
 from ..rollout.trajectory import TrajectoryBatch
@@ -129,9 +130,13 @@ class RunContext:
 
     def logprobs(self, model, batch: TrajectoryBatch, entropy: bool = False, grad: bool = False):
         """Log-probs ``[B, T]`` (and entropy) of the sampling distribution, i.e. after temperature,
-        top-k and top-p, as the engine sampled from."""
+        top-k and top-p, as the engine sampled from. The prompts the rows share are computed once
+        each where ``rollout.shared_prefix`` allows (:mod:`..shared_prefix`)."""
 
         temp, top_k, top_p = self.score_params
+        split = 0
+        if self.settings.rollout.shared_prefix:
+            split = split_point(batch.action_mask, batch.attention_mask)
         with torch.enable_grad() if grad else torch.no_grad():
             return policy_logprobs(
                 model,
@@ -141,6 +146,7 @@ class RunContext:
                 top_k=top_k,
                 top_p=top_p,
                 entropy=entropy,
+                split=split,
             )
 
     def batched_logprobs(self, model, batch: TrajectoryBatch) -> torch.Tensor:
