@@ -276,9 +276,9 @@ def test_a_system_prompt_without_a_chat_template_is_text_before_the_prompt(polic
 
 @pytest.mark.parametrize("kv_heads", [4, 2])  # 2: grouped-query attention (as SmolLM2)
 def test_the_static_cache_decoder_gives_the_models_own_logits(kv_heads):
-    """rollout.decode auto: the Llama decoder's logits after a left-padded prefill and after each
-    appended token equal the model's own forward over the whole sequence (second method: no
-    cache, transformers' masks and positions)."""
+    """rollout.decode auto: the Llama decoder's logits after a left-padded prefill (repeated
+    prompts computed once) and after each appended token equal the model's own forward over the
+    whole sequence (second method: no cache, transformers' masks and positions)."""
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -297,6 +297,9 @@ def test_the_static_cache_decoder_gives_the_models_own_logits(kv_heads):
     for i, n in enumerate(lens):
         ids[i, L - n :] = torch.randint(1, 50, (n,))
         attn[i, L - n :] = 1
+    # two prompts repeated (as a group of samples repeats its prompt): prefilled once each
+    ids, attn = torch.cat([ids, ids[:2]]), torch.cat([attn, attn[:2]])
+    B = ids.shape[0]
     dec = LlamaDecoder(model, ids, attn, new)
     got = [dec.prefill()]
     steps = torch.randint(1, 50, (B, new))

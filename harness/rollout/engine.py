@@ -199,11 +199,6 @@ class HFEngine(RolloutEngine):
                 )
                 past = getattr(res, cache_kw)
                 logits = res.logits[:, -1, :]
-            if not bool(torch.isfinite(logits).all()):
-                raise RolloutError(
-                    f"the policy produced non-finite logits at generation step {step} (version "
-                    f"{self.policy_version}); its weights have diverged (lower optimizer.lr)"
-                )
             z = process_logits(logits, temp, top_k, top_p)
             logp = torch.log_softmax(z, dim=-1)
             nxt = logits.argmax(-1) if greedy else sample_categorical(logp.exp(), generator)
@@ -229,6 +224,15 @@ class HFEngine(RolloutEngine):
             if fast is None:
                 attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=dev)], dim=1)
                 cur_pos = cur_pos[:, -1:] + 1
+        # NaN or +inf logits make the sampled token's log-prob NaN: checked once, after the loop
+        # (a check each token costs a synchronisation and two operations a step)
+        bad = ~torch.isfinite(logps)
+        if bool(bad.any()):
+            step = int(bad.any(0).float().argmax())
+            raise RolloutError(
+                f"the policy produced non-finite logits at generation step {step} (version "
+                f"{self.policy_version}); its weights have diverged (lower optimizer.lr)"
+            )
         if not can_stop:
             lengths[:] = params.max_new_tokens
         if was_training:

@@ -2,11 +2,10 @@
 
 transformers' generic forward spends most of a tiny model's decode step in Python: cache objects,
 a 4-D mask rebuilt at every token, keyword plumbing. :class:`LlamaDecoder` runs the same model
-(its own modules and weights, nothing copied) through a preallocated key/value cache in plain
-torch ops: one embedding lookup, per layer the model's norms, projections and MLP, and one
-``scaled_dot_product_attention`` over the cache with a boolean padding mask. Its logits equal the
-model's own forward (tests/test_rollout.py checks them to 1e-5, prefill and every step), so the
-trajectory contract's log-prob check holds unchanged.
+(its own norms and weights; q/k/v and gate/up concatenated once per call) through a preallocated
+key/value cache in plain torch ops, about 30 a token for a two-layer model (see
+:class:`LlamaDecoder`). Its logits equal the model's own forward (tests/test_rollout.py checks them
+to 1e-5, prefill and every step), so the trajectory contract's log-prob check holds unchanged.
 
 Used by :class:`~sixblanks.harness.rollout.engine.HFEngine` where :func:`supported` says so
 (``rollout.decode: auto``); any other architecture, a LoRA wrapper or a reference with its adapter
@@ -32,20 +31,27 @@ def supported(model) -> bool:
     return (
         getattr(c, "hidden_act", "silu") == "silu"
         and not getattr(c, "attention_bias", False)
+        and not getattr(c, "mlp_bias", False)
         and rope.get("rope_type", "default") == "default"
         and getattr(model.model, "rotary_emb", None) is not None
     )
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding of ``x`` [B, heads, T, D] with ``cos``/``sin`` [B, 1, T, D]."""
-
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
-
 class LlamaDecoder:
     """Prefill a left-padded batch, then one token per :meth:`step`; returns last-position logits.
+
+    Each distinct prompt of the batch is prefilled once (a GRPO batch repeats every prompt G
+    times) and its keys and values copied to its rows. Decoding then runs per token:
+
+    - q and k come out of the projection with each head's rotary pairs ``(j, j + D/2)`` adjacent
+      (the rows of ``q_proj``/``k_proj`` permuted alike, which leaves every ``q . k`` unchanged),
+      so the rotation is one complex product;
+    - keys are cached transposed ``[B*K, D, S]`` and values ``[B*K, S, D]``; attention is one
+      ``baddbmm`` with a fixed additive mask over the whole cache (0 on real positions, -inf on
+      padding and on positions not yet generated) and one ``bmm``: static shapes, no per-step mask,
+      and the H/K query heads of a key/value head as the rows of one product (grouped-query
+      attention without repeating keys);
+    - the residual adds are fused into the output projections (``addmm``).
 
     Args:
         model: a ``LlamaForCausalLM`` (see :func:`supported`), in eval mode.
@@ -57,32 +63,37 @@ class LlamaDecoder:
         c = model.config
         self.model, self.body = model, model.model
         self.H, self.K = c.num_attention_heads, c.num_key_value_heads
-        self.D = getattr(c, "head_dim", None) or c.hidden_size // self.H
+        H, K = self.H, self.K
+        D = self.D = getattr(c, "head_dim", None) or c.hidden_size // H
         B, L = ids.shape
-        S = L + max_new
+        S = self.S = L + max_new
         dev, dtype = ids.device, next(model.parameters()).dtype
         n = len(self.body.layers)
-        self.k = torch.zeros((n, B, self.K, S, self.D), dtype=dtype, device=dev)
-        self.v = torch.zeros_like(self.k)
-        self.valid = torch.zeros((B, S), dtype=torch.bool, device=dev)
-        self.valid[:, :L] = attn.bool()
+        self.kt = torch.zeros((n, B * K, D, S), dtype=dtype, device=dev)
+        self.v = torch.zeros((n, B * K, S, D), dtype=dtype, device=dev)
+        self.bias = torch.full((B * K, 1, S), float("-inf"), dtype=dtype, device=dev)
+        self.bias[:, 0, :L] = torch.where(attn.bool(), 0.0, float("-inf")).repeat_interleave(K, 0)
         self.pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L] positions of the prompt tokens
         self.length = 0  # cache entries filled
         self.ids, self.attn = ids, attn
-        # per call, from the current weights: q, k, v and gate, up as one projection each; the
-        # rotary table of every position the batch reaches
+        half = D // 2
+        # each head's dims reordered to (0, D/2, 1, D/2 + 1, ...): rotary pairs adjacent
+        pairs = torch.stack([torch.arange(half), torch.arange(half) + half], 1).reshape(-1)
         with torch.no_grad():
-            self.qkv = [
-                torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
-                for a in (layer.self_attn for layer in self.body.layers)
-            ]
-            self.gate_up = [
-                torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])
-                for layer in self.body.layers
-            ]
+            self.qkv, self.gate_up = [], []
+            for layer in self.body.layers:
+                a = layer.self_attn
+                w = a.q_proj.weight
+                wq = w.view(H, D, -1)[:, pairs].reshape(H * D, -1) * a.scaling
+                wk = a.k_proj.weight.view(K, D, -1)[:, pairs].reshape(K * D, -1)
+                self.qkv.append(torch.cat([wq, wk, a.v_proj.weight]))
+                self.gate_up.append(
+                    torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])
+                )
             table = torch.arange(S, device=dev)[None]
-            cos, sin = self.body.rotary_emb(torch.zeros(1, dtype=dtype, device=dev), table)
-        self.cos, self.sin = cos[0], sin[0]  # [S, D]
+            cos, sin = self.body.rotary_emb(torch.zeros(1, dtype=torch.float32, device=dev), table)
+        # [S, D/2] complex: cos + i sin of each pair's angle (the table repeats them per half)
+        self.turn = torch.complex(cos[0, :, :half], sin[0, :, :half])
         self.act = self.body.layers[0].mlp.act_fn
 
     def _norm(self, norm, x: torch.Tensor) -> torch.Tensor:
@@ -94,54 +105,71 @@ class LlamaDecoder:
         y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
         return norm.weight * y.to(x.dtype)
 
-    def _layers(self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``h`` [B, T, hidden] at positions ``pos`` [B, T], written to the cache after what it
-        holds; ``mask`` [B, 1, T, S'] the keys each query sees (S' = filled length after)."""
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
+        return self.model.lm_head(self._norm(self.body.norm, h))
 
-        B, T, _ = h.shape
-        H, K, D = self.H, self.K, self.D
-        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]  # [B, 1, T, D]
-        start, end = self.length, self.length + T
-        for i, layer in enumerate(self.body.layers):
-            att = layer.self_attn
-            x = self._norm(layer.input_layernorm, h)
-            qkv = F.linear(x, self.qkv[i]).view(B, T, H + 2 * K, D).transpose(1, 2)
-            qk = _rotate(qkv[:, : H + K], cos, sin)  # q and k rotated at once
-            self.k[i, :, :, start:end] = qk[:, H:]
-            self.v[i, :, :, start:end] = qkv[:, H + K :]
-            o = F.scaled_dot_product_attention(
-                qk[:, :H],
-                self.k[i, :, :, :end],
-                self.v[i, :, :, :end],
-                attn_mask=mask,
-                scale=att.scaling,
-                enable_gqa=H != K,
-            )
-            h = h + att.o_proj(o.transpose(1, 2).reshape(B, T, H * D))
-            gate, up = F.linear(
-                self._norm(layer.post_attention_layernorm, h), self.gate_up[i]
-            ).chunk(2, -1)
-            h = h + layer.mlp.down_proj(self.act(gate) * up)
-        self.length = end
-        return self.model.lm_head(self._norm(self.body.norm, h[:, -1]))
+    def _rotate_pairs(self, qk: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
+        """``qk`` [..., heads, D] (pairs adjacent) rotated by ``turn`` [..., 1, D/2] (complex),
+        computed in float32 and returned in ``qk``'s dtype."""
+
+        z = torch.view_as_complex(qk.float().unflatten(-1, (-1, 2)))
+        return torch.view_as_real(z * turn).flatten(-2).to(qk.dtype)
 
     @torch.no_grad()
     def prefill(self) -> torch.Tensor:
-        """Logits ``[B, V]`` after the prompts. A padding query sees every earlier position (its
-        output is never used; a row with no key at all would make NaN that later layers' padding
-        keys and values would carry)."""
+        """Logits ``[B, V]`` after the prompts, each distinct prompt computed once. A padding
+        query sees every earlier position (its output is never used; a row with no key at all
+        would make NaN that later layers' padding keys and values would carry)."""
 
         B, L = self.ids.shape
-        causal = torch.ones((L, L), dtype=torch.bool, device=self.ids.device).tril()
-        real = self.attn.bool()
-        mask = causal[None] & (real[:, None, :] | ~real[:, :, None])  # [B, L, L]
-        return self._layers(self.body.embed_tokens(self.ids), self.pos, mask[:, None])
+        H, K, D = self.H, self.K, self.D
+        uniq, row = torch.unique(torch.cat([self.ids, self.attn], 1), dim=0, return_inverse=True)
+        ids, attn = uniq[:, :L], uniq[:, L:]  # [U, L] each; row [B]: each row's prompt
+        U = ids.shape[0]
+        causal = torch.ones((L, L), dtype=torch.bool, device=ids.device).tril()
+        real = attn.bool()
+        mask = (causal[None] & (real[:, None, :] | ~real[:, :, None]))[:, None]  # [U, 1, L, L]
+        turn = self.turn[(attn.cumsum(-1) - 1).clamp(min=0)][:, :, None]  # [U, L, 1, D/2]
+        h = self.body.embed_tokens(ids)  # [U, L, hidden]
+        for i, layer in enumerate(self.body.layers):
+            x = self._norm(layer.input_layernorm, h)
+            qkv = F.linear(x, self.qkv[i]).view(U, L, H + 2 * K, D)
+            qk = self._rotate_pairs(qkv[:, :, : H + K], turn).transpose(1, 2)  # [U, H + K, L, D]
+            k, v = qk[:, H:], qkv[:, :, H + K :].transpose(1, 2)  # [U, K, L, D]
+            o = F.scaled_dot_product_attention(
+                qk[:, :H], k, v, attn_mask=mask, scale=1.0, enable_gqa=H != K
+            )
+            self.kt[i, :, :, :L] = k[row].transpose(-1, -2).reshape(B * K, D, L)
+            self.v[i, :, :L] = v[row].reshape(B * K, L, D)
+            h = h + layer.self_attn.o_proj(o.transpose(1, 2).reshape(U, L, H * D))
+            x = self._norm(layer.post_attention_layernorm, h)
+            gate, up = F.linear(x, self.gate_up[i]).chunk(2, -1)
+            h = h + layer.mlp.down_proj(self.act(gate) * up)
+        self.length = L
+        return self._head(h[:, -1])[row]
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, V]`` after appending ``tokens`` [B]."""
 
-        self.valid[:, self.length] = True
-        pos = self.pos[:, -1:] + 1 + (self.length - self.pos.shape[1])
-        mask = self.valid[:, None, None, : self.length + 1]  # [B, 1, 1, S']
-        return self._layers(self.body.embed_tokens(tokens[:, None]), pos, mask)
+        B = tokens.shape[0]
+        H, K, D = self.H, self.K, self.D
+        t = self.length
+        self.bias[:, :, t] = 0.0
+        pos = self.pos[:, -1] + 1 + (t - self.pos.shape[1])  # [B]
+        turn = self.turn[pos][:, None]  # [B, 1, D/2]
+        h = self.body.embed_tokens(tokens)  # [B, hidden]
+        for i, layer in enumerate(self.body.layers):
+            x = self._norm(layer.input_layernorm, h)
+            qkv = F.linear(x, self.qkv[i]).view(B, H + 2 * K, D)
+            qk = self._rotate_pairs(qkv[:, : H + K], turn)  # [B, H + K, D]
+            self.kt[i, :, :, t] = qk[:, H:].reshape(B * K, D)
+            self.v[i, :, t] = qkv[:, H + K :].reshape(B * K, D)
+            scores = torch.baddbmm(self.bias, qk[:, :H].reshape(B * K, H // K, D), self.kt[i])
+            o = torch.bmm(scores.softmax(-1), self.v[i]).view(B, H * D)
+            h = torch.addmm(h, o, layer.self_attn.o_proj.weight.t())
+            x = self._norm(layer.post_attention_layernorm, h)
+            gate, up = F.linear(x, self.gate_up[i]).chunk(2, -1)
+            h = torch.addmm(h, self.act(gate) * up, layer.mlp.down_proj.weight.t())
+        self.length = t + 1
+        return self._head(h)

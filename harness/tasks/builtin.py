@@ -46,6 +46,9 @@ class Arithmetic(Task):
     name = "arithmetic"
     Params = ArithmeticParams
     has_oracle = True
+    verifier_timeout_s = None
+    """Its verifier is a bounded integer comparison: it runs inline, with no thread handoff per call
+    (about 80 us each). A subclass whose ``verify`` can hang sets a timeout (tests/chaos)."""
     params: ArithmeticParams
 
     def make_instance(self, seed: int) -> Instance:
@@ -164,6 +167,9 @@ class GuessNumber(Task):
 
     name = "guess_number"
     Params = GuessNumberParams
+    verifier_timeout_s = None
+    """Its verifier is a bounded integer comparison: it runs inline, with no thread handoff per call
+    (about 80 us each). A subclass whose ``verify`` can hang sets a timeout (tests/chaos)."""
     multi_turn = True
     env_state_keys = True
     has_potential = True
@@ -274,6 +280,9 @@ class ChainArithmetic(Task):
 
     name = "chain_arithmetic"
     Params = ChainParams
+    verifier_timeout_s = None
+    """Its verifier is a bounded integer comparison: it runs inline, with no thread handoff per call
+    (about 80 us each). A subclass whose ``verify`` can hang sets a timeout (tests/chaos)."""
     multi_turn = True
     has_oracle = True
     env_state_keys = True
