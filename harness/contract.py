@@ -246,8 +246,8 @@ def check_groups(batch: TrajectoryBatch, group_size: int | None = None) -> Check
 
 def check_turns(batch: TrajectoryBatch, env_keys: bool = False) -> CheckResult:
     """Turn ids, turn rewards and state keys aligned. A state key is the observation history's
-    hash, or with ``env_keys`` (the environment defines its state) a function of the history:
-    equal histories in the batch have equal keys."""
+    hash, or with ``env_keys`` (the environment defines its state) a function of the history of
+    observations and actions: equal histories in the batch have equal keys."""
 
     by_history: dict[int, tuple[int, int, int]] = {}
     for b in range(batch.size):
@@ -271,9 +271,16 @@ def check_turns(batch: TrajectoryBatch, env_keys: bool = False) -> CheckResult:
                 "turns", False, f"sample {b}: outcome reward != sum of turn rewards", b
             )
         obs = batch.observations[b]
+        acts = batch.actions[b] if batch.actions else []
         for k in range(len(obs)):
             key, history = int(batch.state_keys[b, k]), state_key(obs[: k + 1])
-            seen = by_history.setdefault(history, (key, b, k)) if env_keys else (history, b, k)
+            if env_keys:
+                # an environment's state follows from what was seen and done: two guesses
+                # answered by the same "higher" leave different intervals open
+                done = [x for pair in zip(obs[:k], acts[:k]) for x in pair] + [obs[k]]
+                seen = by_history.setdefault(state_key(done), (key, b, k))
+            else:
+                seen = (history, b, k)
             if key != seen[0]:
                 why = f"sample {seen[1]} turn {seen[2]} has the same history" if env_keys else ""
                 return CheckResult(

@@ -173,6 +173,25 @@ def test_guess_number_state_keys_recur_when_the_interval_does():
     assert not check_turns(batch, env_keys=False).passed  # not the history's hash
 
 
+def test_env_state_keys_are_checked_against_the_history_of_observations_and_actions():
+    """Two guesses answered by the same "higher" leave different intervals open: the same
+    observations with different actions may have different environment keys; the same
+    observations and actions may not."""
+
+    from sixblanks.harness.contract import check_turns
+
+    _, _, _, batch = _fresh_rollouts("guess_number", {"low": 1, "high": 8, "max_turns": 4}, 8)
+    assert check_turns(batch, env_keys=True).passed
+    b = next(i for i in range(batch.size) if int(batch.n_turns[i]) >= 2)
+    twin = batch.select([b, b])  # the same history twice
+    assert check_turns(twin, env_keys=True).passed
+    twin.state_keys[1, 1] += 1  # the same history, another state
+    res = check_turns(twin, env_keys=True)
+    assert not res.passed and "sample 0 turn 1 has the same history" in res.detail
+    twin.actions[1] = ["x" + a for a in twin.actions[1]]  # another guess, the same answers
+    assert check_turns(twin, env_keys=True).passed
+
+
 @pytest.mark.parametrize("preset", ["turn_grpo", "gigpo"])
 def test_turn_level_presets_train_end_to_end_on_guess_number(guess_warm, preset):
     import copy

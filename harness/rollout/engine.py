@@ -201,7 +201,7 @@ class HFEngine(RolloutEngine):
                 logits = res.logits[:, -1, :]
             z = process_logits(logits, temp, top_k, top_p)
             logp = torch.log_softmax(z, dim=-1)
-            nxt = logits.argmax(-1) if greedy else sample_categorical(logp.exp(), generator)
+            nxt = logits.argmax(-1) if greedy else sample_categorical(logp, generator)
             lp = logp.gather(-1, nxt[:, None]).squeeze(-1)
             if not can_stop:  # fixed length: every row takes every token
                 tokens[:, step], logps[:, step] = nxt, lp
@@ -259,13 +259,18 @@ class HFEngine(RolloutEngine):
         return gens
 
 
-def sample_categorical(probs: torch.Tensor, generator=None) -> torch.Tensor:
-    """One draw per row of ``probs`` [B, V]: the token ``torch.multinomial(probs, 1, generator)``
-    draws, from the same generator stream (it samples one token as argmax p / q with q ~ Exp(1),
-    which this repeats without its input checks; the engine checks the logits are finite)."""
+def sample_categorical(logp: torch.Tensor, generator=None) -> torch.Tensor:
+    """One draw per row of the distribution ``exp(logp)`` [B, V], by inversion: the first token
+    whose cumulative probability (float64) exceeds ``u`` times the row's total, ``u ~ U[0, 1)``
+    from ``generator``. One uniform a row, where the exponential race ``torch.multinomial`` runs
+    (argmax p / q, q ~ Exp(1)) draws one exponential per token: at a 64 x 101 step that draw cost
+    125 us against about 30 for this. Zero-probability tokens (``-inf``: filtered by top-k/top-p)
+    are never drawn; tests/test_rollout.py checks the frequencies against the probabilities."""
 
-    q = torch.empty_like(probs).exponential_(1, generator=generator)
-    return (probs / q).argmax(-1)
+    cdf = logp.double().exp_().cumsum_(-1)  # [B, V]
+    u = torch.rand((cdf.shape[0], 1), dtype=cdf.dtype, device=cdf.device, generator=generator)
+    nxt = torch.searchsorted(cdf, u.mul_(cdf[:, -1:]), right=True)[:, 0]
+    return nxt.clamp_(max=cdf.shape[-1] - 1)  # a NaN row (caught after the loop) stays in range
 
 
 def make_engine(rollout_cfg, model, tokenizer, seed: int = 0) -> RolloutEngine:

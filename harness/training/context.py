@@ -135,8 +135,9 @@ class RunContext:
 
         temp, top_k, top_p = self.score_params
         split = 0
-        if self.settings.rollout.shared_prefix:
-            split = split_point(batch.action_mask, batch.attention_mask)
+        action_mask = getattr(batch, "action_mask", None)  # a probe of bare tokens has none
+        if self.settings.rollout.shared_prefix and action_mask is not None:
+            split = split_point(action_mask, batch.attention_mask)
         with torch.enable_grad() if grad else torch.no_grad():
             return policy_logprobs(
                 model,

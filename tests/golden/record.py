@@ -23,7 +23,10 @@ ledgers, discards and evaluations are unchanged, losses, gradient norms and KLs 
 (PPO's ``value_clip_frac``, which compares equal values, and the ``mismatch.*`` sampler-trainer
 gaps); and when the static-cache decoder changed its arithmetic (rotary pairs as complex
 products, attention by ``baddbmm`` over the whole cache): only the ``mismatch.*`` gaps moved (1e-6 to
-4e-6), every sampled token and every other number stayed bit for bit. Re-record only for a
+4e-6), every sampled token and every other number stayed bit for bit; and when the sampler
+became inversion of the cumulative distribution (one uniform a row instead of an exponential a token):
+a new random stream, so every sampled token and every number after it changed (the sampler's
+frequencies are tested against its probabilities in tests/test_rollout.py). Re-record only for a
 deliberate, explained
 change of the numbers:
 
