@@ -80,8 +80,12 @@ class LlamaDecoder:
         # each head's dims reordered to (0, D/2, 1, D/2 + 1, ...): rotary pairs adjacent
         pairs = torch.stack([torch.arange(half), torch.arange(half) + half], 1).reshape(-1)
         with torch.no_grad():
-            self.qkv, self.gate_up = [], []
+            self.qkv, self.gate_up, self.o_t, self.down_t, self.norms = [], [], [], [], []
             for layer in self.body.layers:
+                # per layer, what each token's step reads (no module call or attribute chain)
+                self.o_t.append(layer.self_attn.o_proj.weight.t())
+                self.down_t.append(layer.mlp.down_proj.weight.t())
+                self.norms.append((layer.input_layernorm, layer.post_attention_layernorm))
                 a = layer.self_attn
                 w = a.q_proj.weight
                 wq = w.view(H, D, -1)[:, pairs].reshape(H * D, -1) * a.scaling
@@ -95,18 +99,23 @@ class LlamaDecoder:
         # [S, D/2] complex: cos + i sin of each pair's angle (the table repeats them per half)
         self.turn = torch.complex(cos[0, :, :half], sin[0, :, :half])
         self.act = self.body.layers[0].mlp.act_fn
+        self.layer_kt = list(self.kt)  # [B*K, D, S] per layer
+        self.layer_v = list(self.v)  # [B*K, S, D] per layer
+        self.embed = self.body.embed_tokens.weight
 
     def _norm(self, norm, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm as transformers computes it (in float32, weight applied in the input dtype)."""
 
         if x.dtype == torch.float32:  # one fused op (the same values in float32)
-            return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
+            w = norm.weight
+            return torch.rms_norm(x, w.shape, w, norm.variance_epsilon)
         y = x.float()
         y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
         return norm.weight * y.to(x.dtype)
 
     def _head(self, h: torch.Tensor) -> torch.Tensor:
-        return self.model.lm_head(self._norm(self.body.norm, h))
+        head = self.model.lm_head
+        return F.linear(self._norm(self.body.norm, h), head.weight, head.bias)
 
     def _rotate_pairs(self, qk: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
         """``qk`` [..., heads, D] (pairs adjacent) rotated by ``turn`` [..., 1, D/2] (complex),
@@ -158,18 +167,18 @@ class LlamaDecoder:
         self.bias[:, :, t] = 0.0
         pos = self.pos[:, -1] + 1 + (t - self.pos.shape[1])  # [B]
         turn = self.turn[pos][:, None]  # [B, 1, D/2]
-        h = self.body.embed_tokens(tokens)  # [B, hidden]
-        for i, layer in enumerate(self.body.layers):
-            x = self._norm(layer.input_layernorm, h)
-            qkv = F.linear(x, self.qkv[i]).view(B, H + 2 * K, D)
+        h = F.embedding(tokens, self.embed)  # [B, hidden]
+        for i in range(len(self.qkv)):
+            norm1, norm2 = self.norms[i]
+            kt, v = self.layer_kt[i], self.layer_v[i]
+            qkv = F.linear(self._norm(norm1, h), self.qkv[i]).view(B, H + 2 * K, D)
             qk = self._rotate_pairs(qkv[:, : H + K], turn)  # [B, H + K, D]
-            self.kt[i, :, :, t] = qk[:, H:].reshape(B * K, D)
-            self.v[i, :, t] = qkv[:, H + K :].reshape(B * K, D)
-            scores = torch.baddbmm(self.bias, qk[:, :H].reshape(B * K, H // K, D), self.kt[i])
-            o = torch.bmm(scores.softmax(-1), self.v[i]).view(B, H * D)
-            h = torch.addmm(h, o, layer.self_attn.o_proj.weight.t())
-            x = self._norm(layer.post_attention_layernorm, h)
-            gate, up = F.linear(x, self.gate_up[i]).chunk(2, -1)
-            h = torch.addmm(h, self.act(gate) * up, layer.mlp.down_proj.weight.t())
+            kt[:, :, t] = qk[:, H:].reshape(B * K, D)
+            v[:, t] = qkv[:, H + K :].reshape(B * K, D)
+            scores = torch.baddbmm(self.bias, qk[:, :H].reshape(B * K, H // K, D), kt)
+            o = torch.bmm(scores.softmax(-1), v).view(B, H * D)
+            h = torch.addmm(h, o, self.o_t[i])
+            gate, up = F.linear(self._norm(norm2, h), self.gate_up[i]).chunk(2, -1)
+            h = torch.addmm(h, self.act(gate) * up, self.down_t[i])
         self.length = t + 1
         return self._head(h)
