@@ -96,7 +96,10 @@ def test_batches_where_sharing_does_not_pay_take_the_models_own_forward():
     assert prefix_logits(model, toks, 0) is None  # nothing to share
     assert prefix_logits(model, toks, toks.shape[1] - 1) is None  # nothing after it
     assert prefix_logits(model, toks, 5) is not None
-    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    (
+        getattr(model, "activation_checkpointing_enable", None)
+        or model.gradient_checkpointing_enable
+    )()
     assert not usable(model)
 
 

@@ -135,7 +135,9 @@ def main() -> None:
     out["warm_start"] = {"losses": info["losses"], "policy_hash": info["policy_hash"]}
     out["presets"] = {}
     # the presets recorded before (later presets, e.g. branching ones, need other tasks)
-    names = sorted(json.loads(GOLDEN_JSON.read_text())["presets"]) if GOLDEN_JSON.exists() else PRESETS
+    names = (
+        sorted(json.loads(GOLDEN_JSON.read_text())["presets"]) if GOLDEN_JSON.exists() else PRESETS
+    )
     for name in sorted(names):
         trainer = golden_trainer(name, cfg, task)
         res = trainer.train()
