@@ -278,6 +278,8 @@ def check_turns(batch: TrajectoryBatch, env_keys: bool = False) -> CheckResult:
                 # an environment's state follows from what was seen and done: two guesses
                 # answered by the same "higher" leave different intervals open
                 done = [x for pair in zip(obs[:k], acts[:k]) for x in pair] + [obs[k]]
+                if len(acts) < k:  # no actions recorded: the observations alone
+                    done = obs[: k + 1]
                 seen = by_history.setdefault(state_key(done), (key, b, k))
             else:
                 seen = (history, b, k)

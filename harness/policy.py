@@ -31,7 +31,7 @@ def policy_forward(
     dev = next(model.parameters()).device
     tokens, attention_mask = tokens.to(dev), attention_mask.to(dev)
     logits, hidden = None, None
-    if split and not want_hidden and usable(model):
+    if split and not want_hidden and usable(model) and bool(attention_mask[:, :split].all()):
         logits = prefix_logits(model, tokens, split)
     if logits is None:
         out = model(

@@ -47,6 +47,13 @@ def usable(model) -> bool:
     )
 
 
+def native_gqa(device: torch.device) -> bool:
+    """Whether SDPA's ``enable_gqa`` with a mask keeps a fused kernel on ``device`` (the CPU's
+    flash kernel does; CUDA's fall back to the math kernel, which keeps every attention weight)."""
+
+    return device.type == "cpu"
+
+
 def _qkv(layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, D: int):
     """Rotated queries ``[b, H, t, D]``, rotated keys and values ``[b, K, t, D]`` of ``h``
     ``[b, t, hidden]`` (cos/sin ``[1, 1, t, D]``), as transformers' Llama attention makes them."""
@@ -81,7 +88,10 @@ def prefix_logits(model, tokens: torch.Tensor, split: int) -> torch.Tensor | Non
     c = model.config
     H = c.num_attention_heads
     D = getattr(c, "head_dim", None) or c.hidden_size // H
-    gqa = H != c.num_key_value_heads
+    # grouped-query attention: SDPA's enable_gqa on the CPU; on an accelerator keys and values
+    # repeated per query head (with a mask and enable_gqa, CUDA falls back to the math kernel)
+    rep = H // c.num_key_value_heads
+    gqa = rep > 1 and native_gqa(tokens.device)
     hp = body.embed_tokens(prefixes)  # [P, s, hidden]
     hr = body.embed_tokens(tokens[:, split : T - 1])  # [B, R, hidden]
     R = hr.shape[1]
@@ -97,6 +107,8 @@ def prefix_logits(model, tokens: torch.Tensor, split: int) -> torch.Tensor | Non
         a = layer.self_attn
         qp, kp, vp = _qkv(layer, hp, cos_p, sin_p, D)
         qr, kr, vr = _qkv(layer, hr, cos_r, sin_r, D)
+        if rep > 1 and not gqa:
+            kp, vp, kr, vr = (x.repeat_interleave(rep, 1) for x in (kp, vp, kr, vr))
         op = F.scaled_dot_product_attention(
             qp, kp, vp, is_causal=True, scale=a.scaling, enable_gqa=gqa
         )
@@ -108,5 +120,5 @@ def prefix_logits(model, tokens: torch.Tensor, split: int) -> torch.Tensor | Non
         hr = hr + a.o_proj(o.transpose(1, 2).reshape(B, R, -1))
         hp = hp + layer.mlp(layer.post_attention_layernorm(hp))
         hr = hr + layer.mlp(layer.post_attention_layernorm(hr))
-    head = model.lm_head
-    return torch.cat([head(body.norm(hp))[row], head(body.norm(hr))], 1)
+    # the prefix's hidden states to its rows first: one [B, T - 1, V] logits tensor, not two
+    return model.lm_head(body.norm(torch.cat([hp[row], hr], 1)))

@@ -117,7 +117,12 @@ def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml):
     for f in (f for f in audit["flags"] if f["arm"] == "grpo"):
         assert f["item"] == "global_batch" and f["reason"].startswith("measured:"), f
         m, r = f["value"]["measured"], f["reference"]["measured"]
-        assert any(abs(m[k] - r[k]) > MEASURED_TOLERANCE * abs(r[k]) for k in m), f
+        assert any(
+            m[k] is not None
+            and r[k] is not None
+            and abs(m[k] - r[k]) > MEASURED_TOLERANCE * abs(r[k])
+            for k in m
+        ), f
     assert (
         audit["arms"]["grpo"]["items"]["initial_policy"]
         == audit["arms"]["dapo"]["items"]["initial_policy"]

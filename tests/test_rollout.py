@@ -314,6 +314,45 @@ def test_the_static_cache_decoder_gives_the_models_own_logits(kv_heads):
         assert torch.allclose(logits, want, atol=1e-5), (t, (logits - want).abs().max())
 
 
+def test_the_decoder_in_bfloat16_is_as_close_to_float32_as_the_models_own_bfloat16_forward():
+    """A bfloat16 policy decodes (its cache and attention scores kept in float32, as SDPA
+    accumulates them) with logits no further from the float32 model's than transformers' own
+    bfloat16 forward is, and returns them in bfloat16."""
+
+    import copy
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sixblanks.harness.rollout.fastdecode import LlamaDecoder
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    model32 = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # sharp attention (scores of tens), where 16-bit scores lose most
+        for layer in model32.model.layers:
+            layer.self_attn.q_proj.weight.mul_(6.0)
+            layer.self_attn.k_proj.weight.mul_(6.0)
+    model16 = copy.deepcopy(model32).to(torch.bfloat16)
+    B, L, new = 3, 6, 12
+    ids = torch.randint(1, 50, (B, L))
+    attn = torch.ones((B, L), dtype=torch.long)
+    attn[1, :2] = 0
+    steps = torch.randint(1, 50, (B, new))
+    dec = LlamaDecoder(model16, ids, attn, new + 1)
+    got = [dec.prefill()] + [dec.step(steps[:, t]) for t in range(new)]
+    full = torch.cat([ids, steps], 1)
+    mask = torch.cat([attn, torch.ones((B, new), dtype=torch.long)], 1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        want = model32(input_ids=full, attention_mask=mask, position_ids=pos).logits
+        hf16 = model16(input_ids=full, attention_mask=mask, position_ids=pos).logits.float()
+    ours = torch.stack([g.float() for g in got], 1)  # [B, new + 1, V]
+    ref, theirs = want[:, L - 1 :], hf16[:, L - 1 :]
+    assert ours.dtype == torch.float32 and got[0].dtype == torch.bfloat16
+    assert float((ours - ref).abs().max()) <= 1.5 * float((theirs - ref).abs().max()) + 1e-3
+
+
 def test_the_decoder_samples_what_the_transformers_path_samples(policies):
     """The same seeded generation through both decode paths: the same tokens, log-probs equal to
     float precision; a LoRA policy or a reference with its adapter off takes transformers' path."""
@@ -354,14 +393,19 @@ def test_the_sampler_draws_tokens_at_their_probabilities():
         logits[:2] = float("-inf")  # filtered out (top-k / top-p)
         logp = torch.log_softmax(logits, -1)
         p = logp.double().exp()
-        got = sample_categorical(logp.expand(n, V), torch.Generator().manual_seed(7))
+
+        def draw(seed, logp=logp, chunk=25_000):  # chunks: 200,000 x 1000 float64 is 1.6 GB
+            g = torch.Generator().manual_seed(seed)
+            rows = logp.expand(chunk, -1)
+            return torch.cat([sample_categorical(rows, g) for _ in range(n // chunk)])
+
+        got = draw(7)
         assert bool((got >= 2).all()) and bool((got < V).all())
         freq = torch.bincount(got, minlength=V).double() / n
         se = (p * (1 - p) / n).sqrt()
         z = ((freq - p).abs() / se.clamp(min=1e-12))[2:]
         assert float(z.max()) < 4.5, (V, float(z.max()))
-        again = sample_categorical(logp.expand(n, V), torch.Generator().manual_seed(7))
-        assert torch.equal(got, again)
+        assert torch.equal(got, draw(7))
     # two different rows in one call: each drawn from its own distribution
     two = torch.log_softmax(torch.tensor([[0.0, -30.0, -30.0], [-30.0, -30.0, 0.0]]), -1)
     draws = sample_categorical(two.repeat(1000, 1), torch.Generator().manual_seed(0)).view(1000, 2)

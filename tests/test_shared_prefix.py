@@ -52,8 +52,16 @@ def _forward_and_grads(model, toks, am, act, split):
     return lp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("kv_heads", [4, 2])
-def test_shared_prompts_give_the_full_forwards_logprobs_and_gradients(kv_heads):
+@pytest.mark.parametrize("kv_heads,native", [(4, True), (2, True), (2, False)])
+def test_shared_prompts_give_the_full_forwards_logprobs_and_gradients(
+    kv_heads, native, monkeypatch
+):
+    """``native``: grouped-query attention by SDPA's enable_gqa (the CPU), or by repeating keys
+    and values per query head (what an accelerator takes)."""
+
+    import sixblanks.harness.shared_prefix as sp
+
+    monkeypatch.setattr(sp, "native_gqa", lambda device: native)
     model = _model(kv_heads)
     toks, am, act = _batch()
     split = split_point(act, am)

@@ -265,9 +265,11 @@ def sample_categorical(logp: torch.Tensor, generator=None) -> torch.Tensor:
     from ``generator``. One uniform a row, where the exponential race ``torch.multinomial`` runs
     (argmax p / q, q ~ Exp(1)) draws one exponential per token: at a 64 x 101 step that draw cost
     125 us against about 30 for this. Zero-probability tokens (``-inf``: filtered by top-k/top-p)
-    are never drawn; tests/test_rollout.py checks the frequencies against the probabilities."""
+    are never drawn; tests/test_rollout.py checks the frequencies against the probabilities.
+    Returns the tokens ``[B]``."""
 
-    cdf = logp.double().exp_().cumsum_(-1)  # [B, V]
+    wide = torch.float32 if logp.device.type == "mps" else torch.float64  # MPS has no float64
+    cdf = logp.to(wide).exp_().cumsum_(-1)  # [B, V]
     u = torch.rand((cdf.shape[0], 1), dtype=cdf.dtype, device=cdf.device, generator=generator)
     nxt = torch.searchsorted(cdf, u.mul_(cdf[:, -1:]), right=True)[:, 0]
     return nxt.clamp_(max=cdf.shape[-1] - 1)  # a NaN row (caught after the loop) stays in range

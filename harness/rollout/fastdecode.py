@@ -69,9 +69,12 @@ class LlamaDecoder:
         S = self.S = L + max_new
         dev, dtype = ids.device, next(model.parameters()).dtype
         n = len(self.body.layers)
-        self.kt = torch.zeros((n, B * K, D, S), dtype=dtype, device=dev)
-        self.v = torch.zeros((n, B * K, S, D), dtype=dtype, device=dev)
-        self.bias = torch.full((B * K, 1, S), float("-inf"), dtype=dtype, device=dev)
+        # the cache and the attention scores in float32 also for a 16-bit model (as SDPA's kernels
+        # accumulate them): a bfloat16 score is off by ~0.05 at a logit of 10
+        acc = self.acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+        self.kt = torch.zeros((n, B * K, D, S), dtype=acc, device=dev)
+        self.v = torch.zeros((n, B * K, S, D), dtype=acc, device=dev)
+        self.bias = torch.full((B * K, 1, S), float("-inf"), dtype=acc, device=dev)
         self.bias[:, 0, :L] = torch.where(attn.bool(), 0.0, float("-inf")).repeat_interleave(K, 0)
         self.pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L] positions of the prompt tokens
         self.length = 0  # cache entries filled
@@ -104,7 +107,8 @@ class LlamaDecoder:
         self.embed = self.body.embed_tokens.weight
 
     def _norm(self, norm, x: torch.Tensor) -> torch.Tensor:
-        """RMSNorm as transformers computes it (in float32, weight applied in the input dtype)."""
+        """RMSNorm of ``x`` [..., hidden] as transformers computes it (in float32, the weight
+        applied in the input dtype)."""
 
         if x.dtype == torch.float32:  # one fused op (the same values in float32)
             w = norm.weight
@@ -114,6 +118,8 @@ class LlamaDecoder:
         return norm.weight * y.to(x.dtype)
 
     def _head(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, V]`` of the last hidden states ``h`` [B, hidden]: final norm, then head."""
+
         head = self.model.lm_head
         return F.linear(self._norm(self.body.norm, h), head.weight, head.bias)
 
@@ -175,8 +181,9 @@ class LlamaDecoder:
             qk = self._rotate_pairs(qkv[:, : H + K], turn)  # [B, H + K, D]
             kt[:, :, t] = qk[:, H:].reshape(B * K, D)
             v[:, t] = qkv[:, H + K :].reshape(B * K, D)
-            scores = torch.baddbmm(self.bias, qk[:, :H].reshape(B * K, H // K, D), kt)
-            o = torch.bmm(scores.softmax(-1), v).view(B, H * D)
+            q = qk[:, :H].reshape(B * K, H // K, D).to(self.acc)
+            scores = torch.baddbmm(self.bias, q, kt)  # [B*K, H/K, S]
+            o = torch.bmm(scores.softmax(-1), v).view(B, H * D).to(h.dtype)
             h = torch.addmm(h, o, self.o_t[i])
             gate, up = F.linear(self._norm(norm2, h), self.gate_up[i]).chunk(2, -1)
             h = torch.addmm(h, self.act(gate) * up, self.down_t[i])
