@@ -17,11 +17,11 @@ step goes (generation, the training forward, backward, optimizer, other forwards
 Then the floor of each part: its matrix products alone at the step's shapes (and the sampler's
 random draws), and, where the ratio is below 1.5x, the generation time 1.5x would need.
 
-Measured here (1 thread each, 5 pairs x 6 steps, four invocations on 2026-12-02): 1.64-1.70x
+Measured here (1 thread each, 5 pairs x 6 steps, six invocations on 2026-12-02): 1.58-1.70x
 TRL's steps/s; generation 1.5-1.8x faster than TRL's (floor about 0.02 s/step against 0.06 taken:
 per-operation cost on a 0.34M-parameter model), the update and the rest about 1.5x (each shared
 prompt computed once; README, "Benchmarks"). The overlapped row (lag 1, a second process):
-1.9-2.7x, apart from the comparison.
+1.4-2.7x, apart from the comparison.
 
 TRL is a benchmark-only dependency in a venv of its own (``make trl`` builds ``.venv-trl``):
 
