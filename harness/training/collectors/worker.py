@@ -221,6 +221,10 @@ def process_main(init, rounds_q, weights_q, done_q, parent_pid: int) -> None:
                 return
             r = int(req["round"])
             newest_weights()
+            want = req.get("min_version")
+            while want is not None and (core.version is None or core.version < want):
+                # the broadcast sent before this request is still in flight: wait for it
+                core.load(*weights_q.get(timeout=60))
             done_q.put(("done", r, core.round(req)))
             r = -1
     except BaseException:  # noqa: BLE001 - reported to the trainer
