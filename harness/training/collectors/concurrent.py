@@ -196,9 +196,7 @@ class ConcurrentRounds(OnPolicyRounds):
                 "seeds": train_seeds(ctx.rng, n),
                 "group_offset": self.group_counter,
                 "gen_seed": ctx.settings.seed * 1_000_003 + r,
-                # the weights broadcast before this request: the collector samples with no older
-                # ones (the two messages travel on different queues and may arrive out of order)
-                "min_version": self.broadcast_version,
+                "min_version": self.broadcast_version,  # no older weights: worker.process_main
             }
             self.group_counter += n
             self.requests[r], self.permits[r] = req, res

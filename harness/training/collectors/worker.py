@@ -223,7 +223,8 @@ def process_main(init, rounds_q, weights_q, done_q, parent_pid: int) -> None:
             newest_weights()
             want = req.get("min_version")
             while want is not None and (core.version is None or core.version < want):
-                # the broadcast sent before this request is still in flight: wait for it
+                # the weights broadcast before this request travel on another queue and may
+                # arrive after it: sample with no older ones (the lag stays within the queue)
                 core.load(*weights_q.get(timeout=60))
             done_q.put(("done", r, core.round(req)))
             r = -1
