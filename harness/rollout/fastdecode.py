@@ -66,7 +66,7 @@ class LlamaDecoder:
         H, K = self.H, self.K
         D = self.D = getattr(c, "head_dim", None) or c.hidden_size // H
         B, L = ids.shape
-        S = self.S = L + max_new
+        S = L + max_new
         dev, dtype = ids.device, next(model.parameters()).dtype
         n = len(self.body.layers)
         # the cache and the attention scores in float32 also for a 16-bit model (as SDPA's kernels
