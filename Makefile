@@ -20,7 +20,7 @@ SHELL := /bin/bash
 # this machine's pip config names optional local indexes that may not exist; hide those warnings only
 PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: run test test-main test-vllm lint format setup vllm trl clean schema
+.PHONY: run test test-main test-vllm test-properties lint format setup vllm trl clean schema
 
 setup: $(STAMP)
 
@@ -62,8 +62,20 @@ run: $(STAMP)
 	@$(VENV)/bin/sixblanks --quiet schema -o sixblanks.schema.json
 	$(VENV)/bin/sixblanks run $(CONFIG)
 
-# the whole suite: everything in the main venv, then the vLLM tests for real in .venv-vllm
-test: test-main test-vllm
+# the whole suite: everything in the main venv, then the vLLM tests for real in .venv-vllm. Both
+# halves run whatever the first gives; each one's outcome is printed, and the target fails at the
+# end if either failed (set-up failures stop it at once: there is nothing to test).
+test: $(STAMP) $(SYSDEPS_STAMP) $(VLLM_STAMP)
+	@main=0; vllm=0; \
+	$(MAKE) --no-print-directory test-main || main=$$?; \
+	$(MAKE) --no-print-directory test-vllm || vllm=$$?; \
+	echo "make test: main half $$( [ $$main = 0 ] && echo passed || echo FAILED), vLLM half $$( [ $$vllm = 0 ] && echo passed || echo FAILED)"; \
+	[ $$main = 0 ] && [ $$vllm = 0 ]
+
+# the property tests with fresh random draws, 5000 examples each (slow; not part of `make test`,
+# whose draws are pinned): a failure prints the example to pin with @example
+test-properties: $(STAMP)
+	HYPOTHESIS_PROFILE=random $(PY) -m pytest -q -k "invariants_hold or search_total" tests/test_ledger.py tests/test_sweep.py
 
 $(SYSDEPS_STAMP): | $(STAMP)
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \

@@ -37,6 +37,7 @@ import numpy as np
 
 from sixblanks.algorithms.blanks import deep_merge
 from sixblanks.algorithms.presets import resolve
+from sixblanks.budgets.ledger import divide_budget
 
 from .config import ExperimentConfig
 from .errors import SixblanksError
@@ -121,7 +122,7 @@ class Ladder:
         self.spec = next(s for s in specs if s["arm"] == self.arm)
         self.spec = copy.deepcopy(self.spec)
         lad = self.cfg.ladder
-        self.spec["budget"] = dict(lad.budget) or {k: v / 10 for k, v in self.cfg.budget.items()}
+        self.spec["budget"] = dict(lad.budget) or divide_budget(self.cfg.budget, 10)
         self.spec["eval"]["every"] = None
         self.spec["eval"]["split"] = SPLIT  # the short runs select on validation, never on test
         self.task = attach_judge(

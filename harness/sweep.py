@@ -22,6 +22,7 @@ from typing import Any
 from sixblanks.algorithms.blanks import deep_merge
 from sixblanks.algorithms.presets import resolve
 from sixblanks.budgets.counters import COUNTERS
+from sixblanks.budgets.ledger import divide_budget
 
 from .config import ExperimentConfig, RolloutOverride, validate_mapping
 from .errors import ConfigError
@@ -63,7 +64,7 @@ class Sweep:
                 "{grpo: {optimizer.lr: {type: float, low: 1.0e-5, high: 1.0e-3, log: true}}}"
             )
         self.arms = list(sw.space)
-        self.trial_budget = dict(sw.trial_budget) or {k: v / 4 for k, v in cfg.budget.items()}
+        self.trial_budget = dict(sw.trial_budget) or divide_budget(cfg.budget, 4)
         self.total_budget = dict(sw.total_budget) or {
             k: v * sw.n_trials for k, v in self.trial_budget.items()
         }

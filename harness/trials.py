@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sixblanks.budgets.counters import COUNTERS
-from sixblanks.budgets.ledger import Budget, Ledger, Reservation
+from sixblanks.budgets.ledger import Budget, Ledger, Reservation, whole_units
 
 from .executors import SIGINT_SEEN, Interrupted
 from .orchestrator import plain_budget
@@ -30,24 +30,25 @@ class SearchLedger:
     """The arm's search budget: ``total`` (limits on counters), ``trial`` (one trial's own budget)."""
 
     def __init__(self, total: dict[str, float], trial: dict[str, float]):
-        self.total, self.trial = dict(total), dict(trial)
         self.ledger = Ledger(Budget(dict(total)))
+        self.total, self.trial = self.ledger.budget.limits, whole_units(trial, "trial budget.")
 
     def spent_before(self, counters: dict[str, float]) -> None:
         """What trials recorded in the study before this sweep process started (a resume)."""
 
-        known = {k: float(v) for k, v in counters.items() if k in COUNTERS and v}
+        known = {k: v for k, v in counters.items() if k in COUNTERS and v}
         if known:
             self.ledger.record(known, "trials before this sweep process")
 
     def open(self, label: str) -> tuple[dict[str, float], Reservation] | None:
         """The next trial's budget and its reservation; None when the search has nothing left on a
-        counter of the total (the trial is not launched). A counter of the total that the trial
-        budget does not limit reserves all that is left of it."""
+        counter of the total (not one whole unit, or no time beyond the ledger's tolerance: the
+        trial is not launched). A counter of the total that the trial budget does not limit
+        reserves all that is left of it."""
 
-        left = {k: self.ledger.remaining(k) for k in self.total}
-        if any(v <= 0 for v in left.values()):
+        if not all(self.ledger.has_left(k) for k in self.total):
             return None
+        left = {k: self.ledger.remaining(k) for k in self.total}
         budget = {k: min(v, left.get(k, float("inf"))) for k, v in self.trial.items()}
         worst = {k: budget.get(k, left[k]) for k in self.total}
         res = self.ledger.reserve(worst, label)
@@ -58,7 +59,7 @@ class SearchLedger:
         A count past the trial's reservation cannot happen (its own ledger stops it): the commit
         would raise. Time is committed as measured (bounded by estimates, not reservations)."""
 
-        self.ledger.commit(res, {k: float(v) for k, v in (spent or {}).items() if k in COUNTERS})
+        self.ledger.commit(res, {k: v for k, v in (spent or {}).items() if k in COUNTERS})
 
     @property
     def counters(self) -> dict[str, float]:

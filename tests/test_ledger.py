@@ -3,11 +3,11 @@
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
-from sixblanks.budgets.ledger import Budget, BudgetError, Ledger
+from sixblanks.budgets.ledger import TIME_COUNTERS, TIME_TOLERANCE, Budget, BudgetError, Ledger
 
 
 def test_reserve_refuses_work_that_would_exceed_a_limit():
@@ -44,49 +44,98 @@ def test_snapshot_and_state_round_trip():
     assert back.snapshots == led.snapshots and not back.check_invariants()
 
 
+# Work as the ledgers see it: ("launch", worst-case tokens, fraction of it spent, fraction of that
+# accepted) or ("add_time", seconds). Token amounts are whole; fractions are turned into whole
+# amounts the way the harness counts them (tokens are counted, never scaled).
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("launch"), st.floats(0, 50), st.floats(0, 1), st.floats(0, 1)),
+        st.tuples(st.just("launch"), st.integers(0, 50), st.floats(0, 1), st.floats(0, 1)),
         st.tuples(st.just("add_time"), st.floats(0, 10), st.just(0.0), st.just(0.0)),
     ),
     max_size=40,
 )
 
+LEDGERS = {
+    # the run ledger: tokens and device time limited, as an experiment's budget does
+    "run": lambda limit: Ledger(Budget({"launched_tokens": limit, "device_seconds": limit / 7})),
+    # the evaluation ledger: no limits, it only counts (the trainer's eval meter)
+    "evaluation": lambda limit: Ledger(),
+}
 
-@settings(max_examples=200, deadline=None)
-@given(ops, st.floats(1, 500), st.sampled_from(DISCARD_REASONS))
-def test_invariants_hold_for_any_sequence_of_work(operations, limit, reason):
-    led = Ledger(Budget({"launched_tokens": limit}))
+
+@pytest.mark.parametrize("kind", sorted(LEDGERS))
+@given(operations=ops, limit=st.integers(1, 500), reason=st.sampled_from(DISCARD_REASONS))
+def test_invariants_hold_for_any_sequence_of_work(kind, operations, limit, reason):
+    """Any sequence of reserved, committed, accepted and discarded work: counters never decrease,
+    no limit is passed, unit counters stay exact ints (launched = accepted + discarded with no
+    tolerance), and a refusal happens only when the work would not fit."""
+
+    led = LEDGERS[kind](limit)
     prev = dict(led.counters)
-    for kind, amount, accept_frac, _ in operations:
-        if kind == "launch":
+    for op, amount, spent_frac, accept_frac in operations:
+        if op == "launch":
+            before = led.remaining("launched_tokens")
             res = led.reserve({"launched_tokens": amount})
             if res is None:
-                assert (
-                    led.counters["launched_tokens"] + amount > limit
-                )  # refused only when it would not fit
+                assert amount > before  # refused only when it would not fit
                 continue
-            actual = amount * 0.9
+            actual = math.floor(amount * spent_frac)
             led.commit(res, {"launched_tokens": actual, "rollouts_launched": 1})
-            accepted = actual * accept_frac
+            accepted = math.floor(actual * accept_frac)
             led.add({"accepted_tokens": accepted, "rollouts_accepted": 1 if accepted > 0 else 0})
             led.discard(reason, actual - accepted, 0 if accepted > 0 else 1)
-        else:
+        elif led.fits({"device_seconds": amount}):
             led.add({"device_seconds": amount})
-        # counters never decrease, no limit is ever exceeded
-        assert all(led.counters[k] >= prev[k] - 1e-9 for k in COUNTERS)
-        assert led.counters["launched_tokens"] <= limit + 1e-9
+        else:
+            assert led.remaining("device_seconds") + TIME_TOLERANCE < amount
+        assert all(led.counters[k] >= prev[k] for k in COUNTERS)
+        assert led.counters["launched_tokens"] <= led.budget.limits.get("launched_tokens", math.inf)
+        assert led.counters["device_seconds"] <= limit / 7 + TIME_TOLERANCE or kind != "run"
+        assert all(type(led.counters[k]) is int for k in COUNTERS if k not in TIME_COUNTERS)
+        assert led.exhausted() == (
+            kind == "run"
+            and (
+                led.remaining("launched_tokens") <= 0
+                or led.remaining("device_seconds") <= TIME_TOLERANCE
+            )
+        )
         prev = dict(led.counters)
     assert not led.check_invariants()
-    assert led.counters["accepted_tokens"] <= led.counters["launched_tokens"] + 1e-9
-    assert math.isclose(
-        sum(led.discarded_by_reason.values()), led.counters["discarded_tokens"], abs_tol=1e-6
-    )
-    assert math.isclose(
-        led.counters["accepted_tokens"] + led.counters["discarded_tokens"],
-        led.counters["launched_tokens"],
-        abs_tol=1e-6,
-    )
+    c = led.counters
+    assert c["accepted_tokens"] + c["discarded_tokens"] == c["launched_tokens"]  # exactly
+    assert sum(led.discarded_by_reason.values()) == c["discarded_tokens"]
+
+
+def test_unit_counters_refuse_fractions_and_keep_exact_ints():
+    """Tokens, rollouts, calls and steps are counted in whole units: a fractional amount or limit
+    is refused by name; integral floats (a JSON round trip, a tensor's .item()) become ints, so a
+    remainder is never a floating-point residue."""
+
+    led = Ledger(Budget({"launched_tokens": 50.0, "device_seconds": 2.5}))
+    assert type(led.budget.limits["launched_tokens"]) is int
+    with pytest.raises(BudgetError, match=r"launched_tokens: counts whole units \(got 49.99"):
+        led.reserve({"launched_tokens": 50 * 0.9999999999999999})
+    with pytest.raises(BudgetError, match=r"budget.launched_tokens: counts whole units"):
+        Budget({"launched_tokens": 10.5})
+    with pytest.raises(BudgetError, match=r"discard 'failed': tokens: counts whole units"):
+        led.discard("failed", 0.5)
+    led.commit(led.reserve({"launched_tokens": 50.0}), {"launched_tokens": 49.0})
+    assert led.remaining("launched_tokens") == 1 and type(led.counters["launched_tokens"]) is int
+    assert not led.exhausted()
+    led.commit(led.reserve({"launched_tokens": 1}), {"launched_tokens": 1})
+    assert led.exhausted() and led.reserve({"launched_tokens": 1}) is None
+    # time is measured: compared with a tolerance, time left below it counts as none
+    led = Ledger(Budget({"device_seconds": 50.0}))
+    led.add({"device_seconds": 50 * 0.9999999999999999})
+    assert 0 < led.remaining("device_seconds") < TIME_TOLERANCE
+    assert led.exhausted() and not led.has_left("device_seconds")
+    # a state written before counts were ints (integral floats) resumes as exact ints
+    back = Ledger.from_state(
+        {"limits": {"launched_tokens": 100.0}, "counters": {"launched_tokens": 40.0},
+         "discarded_by_reason": {"failed": 3.0}, "n_events": 2}
+    )  # fmt: skip
+    assert type(back.counters["launched_tokens"]) is int and back.remaining("launched_tokens") == 60
+    assert type(back.discarded_by_reason["failed"]) is int
 
 
 def test_fits_checks_the_counters_asked_for():
