@@ -11,7 +11,7 @@ import polars as pl
 from .render import Block, Cell, Heading, Para, Table
 
 if TYPE_CHECKING:
-    from .build import Data
+    from .data import Data
 
 
 def flat_blanks(d: Data) -> tuple[list[str], dict[str, dict[str, Any]], set[str]]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,21 @@ import polars as pl
 
 from . import credit, diagnostics, lag, mismatch, render, selfplay, stats, worldmodel
 from .audit_tables import blanks_blocks, fairness_blocks
+from .data import (
+    CENSUS,
+    EVALS,
+    FAIRNESS,
+    INERT,
+    LADDER,
+    RUNS,
+    SPLIT_PREFERENCE,
+    TRIALS,
+    Data,
+    ReportError,
+    connect,
+    order,
+    read_table,
+)
 from .tables import (
     arm_table,
     budget_blocks,
@@ -34,164 +48,17 @@ from .tables import (
     search_blocks,
 )
 
-DB_NAME = "results.duckdb"
-COST_AXES = [
-    ("launched_tokens", "launched tokens"),
-    ("accepted_tokens", "accepted tokens"),
-    ("device_hours", "device-hours (CPU: process CPU time)"),
-    ("verifier_calls", "verifier calls"),
-    ("env_steps", "environment steps"),
-    ("wall_seconds", "wall-clock seconds"),
-]
-SPLIT_PREFERENCE = ("test", "heldout")
-"""The split scores come from: test (what reports show), or heldout in a store written before the
-split existed; validation (what sweeps select on) only where nothing else was evaluated."""
-
-
-class ReportError(Exception):
-    exit_code = 2
-
-    def __init__(self, message: str):
-        self.problems = [message]
-        super().__init__(message)
-
-
-def _connect(out_dir: Path):
-    import duckdb
-
-    path = out_dir / DB_NAME
-    if not path.exists():
-        raise ReportError(f"{path}: no results store (run `sixblanks run` first)")
-    try:
-        return duckdb.connect(str(path), read_only=True)
-    except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
-            raise ReportError(
-                f"{path} is being written by the orchestrator; build the report when it is done"
-            ) from None
-        raise ReportError(
-            f"{path} is damaged ({str(exc)[:160]}): `sixblanks ingest {out_dir}` sets it aside "
-            "and rebuilds it from the run directories"
-        ) from None
-    except duckdb.Error as exc:
-        raise ReportError(
-            f"{path} is damaged ({str(exc)[:160]}): `sixblanks ingest {out_dir}` sets it aside "
-            "and rebuilds it from the run directories"
-        ) from None
-
-
-# the columns read from each table; a column (or table) that an older store lacks reads as NULL
-RUNS = dict.fromkeys(
-    ("run_id", "arm", "preset", "task", "status", "blanks", "error", "ended_because"), "VARCHAR"
-) | {"seed": "BIGINT", "final_score": "DOUBLE", "steps": "BIGINT"}
-EVALS = (
-    {"run_id": "VARCHAR", "step": "BIGINT", "split": "VARCHAR", "score": "DOUBLE", "n": "BIGINT"}
-    | dict.fromkeys(
-        ("launched_tokens", "accepted_tokens", "device_seconds", "verifier_calls"), "DOUBLE"
-    )
-    | dict.fromkeys(("env_steps", "wall_seconds"), "DOUBLE")
-    | {"pass_at": "JSON", "position": "JSON"}
-    | {
-        f"eval_{k}": "DOUBLE"
-        for k in ("generated_tokens", "verifier_calls", "device_seconds", "wall_seconds")
-    }
-    # an inference-time search at evaluation (eval.beam): its score and compute, reported apart
-    | {"search_mode": "VARCHAR", "search_score": "DOUBLE", "search_generated_tokens": "DOUBLE"}
-)
-CENSUS = {"run_id": "VARCHAR", "step": "BIGINT"} | dict.fromkeys(
-    (
-        "groups_launched",
-        "groups_kept",
-        "dropped_all_correct",
-        "dropped_all_wrong",
-        "dropped_zero_variance",
-        "dropped_accuracy",
-        "dropped_surplus",
-        "tokens_launched",
-    ),
-    "BIGINT",
-)
-FAIRNESS = dict.fromkeys(("arm", "item", "reason", "value", "reference", "run_id"), "VARCHAR") | {
-    "flagged": "BOOLEAN"
-}
-INERT = dict.fromkeys(("experiment_id", "arm", "blank", "note"), "VARCHAR")
-TRIALS = {
-    "arm": "VARCHAR",
-    "trial": "BIGINT",
-    "state": "VARCHAR",
-    "params": "JSON",
-} | dict.fromkeys(("value", "launched_tokens", "device_seconds", "pruned_at"), "DOUBLE")
-LADDER = {"arm": "VARCHAR", "rung": "BIGINT"} | dict.fromkeys(
-    ("rung_name", "variant", "status", "evidence"), "VARCHAR"
-)
-
-
-def _table(con, table: str, columns: dict[str, str], tail: str = "") -> pl.DataFrame:
-    have = {
-        r[0]
-        for r in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
-        ).fetchall()
-    }
-    sel = ", ".join(
-        (f"CAST({c} AS VARCHAR) AS {c}" if t == "JSON" else c)
-        if c in have
-        else f"CAST(NULL AS {'VARCHAR' if t == 'JSON' else t}) AS {c}"
-        for c, t in columns.items()
-    )
-    source = f"{table} {tail}" if have else "(SELECT 1) WHERE false"
-    return con.sql(f"SELECT {sel} FROM {source}").pl()
-
-
-@dataclass
-class Data:
-    name: str
-    config: dict[str, Any]
-    runs: pl.DataFrame
-    evals: pl.DataFrame
-    budgets: pl.DataFrame
-    ledger_last: pl.DataFrame
-    curves: pl.DataFrame
-    fairness: pl.DataFrame
-    baseline: str | None
-    warm_start_score: float | None
-    trials: pl.DataFrame = field(default_factory=pl.DataFrame)
-    ladder: pl.DataFrame = field(default_factory=pl.DataFrame)
-    census: pl.DataFrame = field(default_factory=pl.DataFrame)
-    inert: pl.DataFrame = field(default_factory=pl.DataFrame)
-    diagnostics: pl.DataFrame = field(default_factory=pl.DataFrame)
-    lag: pl.DataFrame = field(default_factory=pl.DataFrame)
-    credit: dict[str, pl.DataFrame] = field(default_factory=dict)
-    selfplay: pl.DataFrame = field(default_factory=pl.DataFrame)
-    worldmodel: pl.DataFrame = field(default_factory=pl.DataFrame)
-    mismatch: pl.DataFrame = field(default_factory=pl.DataFrame)
-    split: str | None = None
-    tasks: list[str] = field(default_factory=list)
-    arms: list[str] = field(default_factory=list)
-    ranges: dict[str, tuple[float, float]] | None = None
-    scored: pl.DataFrame = field(default_factory=pl.DataFrame)
-    warm_by_task: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def score_label(self) -> str:
-        return f"{self.split} split" if self.split else "no evaluation"
-
-
-def _order(preferred: list[str], present: list[str]) -> list[str]:
-    seen = set(present)
-    return [x for x in dict.fromkeys(preferred) if x in seen] + sorted(seen - set(preferred))
-
 
 def load(out_dir: Path, baseline: str | None = None) -> Data:
-    con = _connect(out_dir)
+    con = connect(out_dir)
     try:
         exp = con.sql("SELECT name, config FROM experiments").pl()
         if exp.height == 0:
             raise ReportError(f"{out_dir}: the results store has no experiment")
         name = exp["name"][0]
         config = json.loads(exp["config"][0])
-        runs = _table(con, "runs", RUNS).with_columns(pl.col("task").fill_null("(no task)"))
-        evals = _table(con, "evals", EVALS)
+        runs = read_table(con, "runs", RUNS).with_columns(pl.col("task").fill_null("(no task)"))
+        evals = read_table(con, "evals", EVALS)
         budgets = con.sql("SELECT * FROM budgets").pl()
         ledger_last = con.sql(
             "SELECT l.* FROM ledger l JOIN (SELECT run_id, max(step) s FROM ledger GROUP BY run_id) m "
@@ -201,14 +68,14 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
             "SELECT m.run_id, m.step, m.name, m.value, l.launched_tokens FROM metrics m JOIN ledger l "
             "ON m.run_id = l.run_id AND m.step = l.step WHERE m.name IN ('trainable_group_frac', 'response_length')"
         ).pl()
-        census = _table(con, "census", CENSUS)
+        census = read_table(con, "census", CENSUS)
         if census.height:  # x-axis: the ledger's cumulative launched tokens after that step
             pos = con.sql("SELECT run_id, step, launched_tokens FROM ledger").pl()
             census = census.join(pos, on=["run_id", "step"], how="left")
-        fairness = _table(con, "fairness", FAIRNESS, "ORDER BY rowid")
-        inert = _table(con, "inert", INERT, "ORDER BY rowid")
-        trials = _table(con, "trials", TRIALS, "ORDER BY arm, trial")
-        ladder = _table(con, "ladder", LADDER, "ORDER BY arm, rung, variant = 'verdict', rowid")
+        fairness = read_table(con, "fairness", FAIRNESS, "ORDER BY rowid")
+        inert = read_table(con, "inert", INERT, "ORDER BY rowid")
+        trials = read_table(con, "trials", TRIALS, "ORDER BY arm, trial")
+        ladder = read_table(con, "ladder", LADDER, "ORDER BY arm, rung, variant = 'verdict', rowid")
         diag = diagnostics.query(con)
         lags = lag.query(con)
         credit_tables = credit.query(con)
@@ -218,12 +85,12 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
     finally:
         con.close()
     arms_cfg = list(config.get("arms", {}))
-    arms = _order(arms_cfg, runs["arm"].unique().to_list())
+    arms = order(arms_cfg, runs["arm"].unique().to_list())
     base = baseline or (arms_cfg[0] if arms_cfg else None)
     if runs.height and base is not None and base not in arms:
         raise ReportError(f"--baseline: unknown arm '{base}' (arms: {', '.join(sorted(arms))})")
     task_cfg = [t.get("name") for t in config.get("tasks") or [config.get("task") or {}]]
-    tasks = _order([t for t in task_cfg if t], runs["task"].drop_nulls().unique().to_list())
+    tasks = order([t for t in task_cfg if t], runs["task"].drop_nulls().unique().to_list())
     # an evaluation's position on the env-steps and wall-clock axes: its own columns, else the
     # counters recorded with it (a store written before those columns existed)
     evals = evals.with_columns(

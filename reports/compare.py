@@ -22,7 +22,8 @@ import polars as pl
 
 from . import plots, render, stats
 from .audit_tables import compact, flat_blanks
-from .build import DB_NAME, Data, ReportError, load
+from .build import load
+from .data import DB_NAME, Data, ReportError
 from .tables import ci, fmt, run_scores
 
 SKIP_CONFIG = ("name", "arms", "tracking")

@@ -17,7 +17,7 @@ import polars as pl
 from .render import Block, Heading, Image, Para, Table
 
 if TYPE_CHECKING:
-    from .build import Data
+    from .data import Data
 
 SECONDS = ("credit_seconds", "critic_seconds")
 OVER_TRAINING = ("prime.auc", "prime.intervention_drop", "prime.intervention_frac", "prm.brier")

@@ -14,7 +14,7 @@ from .lag import arm_labels
 from .render import Block, Cell, Heading, Para, Table
 
 if TYPE_CHECKING:
-    from .build import Data
+    from .data import Data
 
 METRICS = (
     ("trainable_group_frac", "trainable-group fraction", "mean"),

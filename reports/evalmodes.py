@@ -19,7 +19,7 @@ import polars as pl
 from .render import Block, Heading, Para, Table
 
 if TYPE_CHECKING:
-    from .build import Data
+    from .data import Data
 
 
 def tokens_per_instance(d: Data) -> dict[str, float]:

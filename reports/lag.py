@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 if TYPE_CHECKING:
-    from .build import Data
+    from .data import Data
 
 NAMES = ("lag.versions_behind", "lag.kl_p50", "lag.kl_p90")
 

@@ -13,7 +13,7 @@ import polars as pl
 from .render import Block, Heading, Image, Para, Table
 
 if TYPE_CHECKING:
-    from .build import Data
+    from .data import Data
 
 NAMES = ("mismatch.kl", "mismatch.ratio_out_frac")
 NOISE = 1e-6

@@ -19,7 +19,7 @@ import polars as pl
 from . import stats
 
 if TYPE_CHECKING:
-    from .build import Data
+    from .data import Data
 
 
 @dataclass
@@ -107,7 +107,7 @@ def plots(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .build import COST_AXES
+    from .data import COST_AXES
 
     out: dict[str, tuple[str, bytes]] = {}
     arms = [r["arm"] for r in rows]

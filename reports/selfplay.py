@@ -14,7 +14,7 @@ import polars as pl
 from .render import Block, Heading, Para, Table
 
 if TYPE_CHECKING:
-    from .build import Data
+    from .data import Data
 
 COLUMNS = (
     "run_id",

@@ -17,7 +17,7 @@ from .evalmodes import eval_mode_blocks
 from .render import Block, Heading, Para, Table
 
 if TYPE_CHECKING:
-    from .build import Data
+    from .data import Data
 
 STATS = ("mean", "median", "iqm")
 

@@ -12,7 +12,7 @@ import polars as pl
 from .render import Block, Heading, Para, Table
 
 if TYPE_CHECKING:
-    from .build import Data
+    from .data import Data
 
 HELD_OUT = (
     ("world_model.heldout_obs_nll", "observation NLL per token"),
