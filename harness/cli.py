@@ -882,6 +882,22 @@ def sweep(
 # --------------------------------------------------------------------------- entry point
 
 
+def _reflowed(doc: str) -> str:
+    """A docstring as help text: each paragraph on one line (the help table wraps it to the
+    terminal), paragraphs apart. Rich keeps a docstring's hard line breaks, which break lines
+    in the middle of the table's column."""
+
+    import inspect
+
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
+
+
+for _command in app.registered_commands:
+    if _command.help is None and _command.callback is not None and _command.callback.__doc__:
+        _command.help = _reflowed(_command.callback.__doc__)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args

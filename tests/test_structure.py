@@ -95,3 +95,20 @@ def test_no_module_imports_another_modules_underscore_names():
                     if private:
                         found.append(f"{path.relative_to(root)}:{node.lineno}: {private}")
     assert not found, "\n".join(found)
+
+
+def test_command_help_is_reflowed_into_paragraphs(cli):
+    """`sixblanks --help`: a command's docstring with hard line breaks reads as whole sentences in
+    the help table (the line "a starting preset, why, the" once ended a row mid-sentence)."""
+
+    import re
+
+    code, stdout, _ = cli("--help")
+    assert code == 0
+    rows = re.findall(r"│ (\w+)? +(.+?) *│", stdout)
+    text = " ".join(t for _, t in rows)
+    assert "(a starting preset, why, the main warning, the ladder rung to check first)" in text
+    # a row's text is cut only where the table wraps: never a short line mid-sentence
+    for (_, t), (nxt, _) in zip(rows, rows[1:]):
+        if not nxt and len(t) < 50:
+            raise AssertionError(f"a help line broken mid-sentence: {t!r}")
