@@ -7,6 +7,7 @@ raises :class:`ConfigError` with one ``key.path: message`` line per problem.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sixblanks.algorithms.blanks import Blanks
 from sixblanks.algorithms.presets import PRESETS, resolve
 from sixblanks.budgets.counters import COUNTERS
+from sixblanks.budgets.ledger import TIME_COUNTERS
 
 from .errors import ConfigError, format_validation_error, unknown_name
 from .tasks.registry import check_task
@@ -642,21 +644,25 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
     """Checks of names (presets, tasks, counters, blank fields) on the raw mapping."""
 
     problems: list[str] = []
-    budget = data.get("budget")
-    if isinstance(budget, dict):
-        for key in budget:
-            if key not in COUNTERS:
-                problems.append(f"budget.{key}: {unknown_name('counter', str(key), COUNTERS)}")
+    budgets = [("budget", data.get("budget"))]
     for section in ("ladder", "sweep"):
         sec = data.get(section) or {}
         for bkey in ("budget", "trial_budget", "total_budget"):
-            b = sec.get(bkey) if isinstance(sec, dict) else None
-            if isinstance(b, dict):
-                for key in b:
-                    if key not in COUNTERS:
-                        problems.append(
-                            f"{section}.{bkey}.{key}: {unknown_name('counter', str(key), COUNTERS)}"
-                        )
+            budgets.append((f"{section}.{bkey}", sec.get(bkey) if isinstance(sec, dict) else None))
+    for where, b in budgets:
+        for key, value in b.items() if isinstance(b, dict) else ():
+            if key not in COUNTERS:
+                problems.append(f"{where}.{key}: {unknown_name('counter', str(key), COUNTERS)}")
+            elif (
+                key not in TIME_COUNTERS
+                and isinstance(value, float)
+                and math.isfinite(value)
+                and not value.is_integer()
+            ):  # the ledger counts tokens, calls and steps in whole units
+                problems.append(
+                    f"{where}.{key}: {value:g} is not a whole number ({key} counts whole units; "
+                    f"e.g. {math.floor(value):d})"
+                )
     tasks: list[tuple[str, Any]] = []
     if isinstance(data.get("task"), dict):
         tasks.append(("task", data["task"]))
@@ -868,6 +874,10 @@ def validate_mapping(data: Any, source: str = "<config>") -> ExperimentConfig:
     for p in _semantic_problems(data):
         if p not in problems:
             problems.append(p)
+    if cfg is not None:  # settings valid one by one whose runs cannot work (config_checks.py)
+        from .config_checks import run_problems
+
+        problems += [p for p in run_problems(cfg) if p not in problems]
     if problems:
         # the blanks field is a raw dict to pydantic, so its errors come only from the semantic pass
         raise ConfigError(problems)

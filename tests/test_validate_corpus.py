@@ -23,6 +23,16 @@ CORPUS = [
         "budget.launched_tokenz: unknown counter",
     ),
     (
+        "a fraction of a token in a budget",
+        ARMS + "budget: {launched_tokens: 1500.5}\n",
+        "budget.launched_tokens: 1500.5 is not a whole number (launched_tokens counts whole units",
+    ),
+    (
+        "a fraction of a call in the sweep's trial budget",
+        ARMS + "sweep: {trial_budget: {verifier_calls: 40.25}}\n",
+        "sweep.trial_budget.verifier_calls: 40.25 is not a whole number",
+    ),
+    (
         "unknown counter in the sweep's trial budget",
         ARMS + "sweep: {trial_budget: {optimizer_stepz: 3}}\n",
         "sweep.trial_budget.optimizer_stepz: unknown counter",
@@ -115,6 +125,110 @@ CORPUS = [
     ),
     ("zero eval size", ARMS + "task: {eval_size: 0}\n", "task.eval_size: must be > 0"),
     ("negative Ray CPUs", ARMS + "executor: {num_cpus: -1}\n", "executor.num_cpus: must be > 0"),
+    # settings valid one by one whose runs cannot work, never end or train on nothing (config_checks)
+    (
+        "a lower clip bound below 0",
+        "arms: {a: {preset: grpo, blanks: {weight: {eps_low: 1.5}}}}\n",
+        "arms.a.blanks.weight.eps_low: 1.5 puts the lower clip bound at 1 - 1.5 = -0.5",
+    ),
+    (
+        "a lower clip bound of 0 on a sequence-level ratio",
+        "arms: {g: {preset: gspo, blanks: {weight: {eps_low: 1}}}}\n",
+        "arms.g.blanks.weight.eps_low: 1 puts the lower clip bound at 1 - 1 = 0",
+    ),
+    (
+        "an IS gate band that excludes ratio 1",
+        "arms: {a: {preset: grpo, blanks: {weight: {gate: {low: 1.2, high: 2}}}}}\n",
+        "arms.a.blanks.weight.gate: the ratio band [1.2, 2] excludes 1",
+    ),
+    (
+        "a truncated-IS cap below 1",
+        "arms: {a: {preset: grpo, blanks: {weight: {tis_cap: 0.5}}}}\n",
+        "arms.a.blanks.weight.tis_cap: 0.5 < 1",
+    ),
+    (
+        "group size 1 with group-relative advantages",
+        "arms: {a: {preset: grpo}, b: {preset: rloo}, c: {preset: ppo}}\n"
+        "rollout: {group_size: 1}\n",
+        "rollout.group_size: 1 sample per prompt gives arm(s) a (advantage.estimator 'group_norm'"
+        " with advantage.singleton 'zero'), b (advantage.estimator 'loo'",
+    ),
+    (
+        "an arm's group size 1 with turn returns against the group",
+        "arms: {t: {preset: turn_grpo, blanks: {data: {group_size: 1}}}}\n",
+        "arms.t.blanks.data.group_size: 1 sample per prompt with advantage.estimator 'turn_return'",
+    ),
+    (
+        "dynamic sampling with group size 1",
+        "arms: {d: {preset: dapo, blanks: {data: {group_size: 1}, advantage: {singleton: raw}}}}\n",
+        "arms.d.blanks.data.dynamic_sampling (from preset 'dapo'): with a group size of 1",
+    ),
+    (
+        "a budget below one step's launched tokens",
+        ARMS + "budget: {launched_tokens: 5}\n",
+        "budget.launched_tokens: 5 is below what one training step reserves before it starts, so "
+        "no step would ever run: arm 'a' needs 768 (prompts_per_step 8 x group size 8 x "
+        "max_new_tokens 12 x 1 turn(s))",
+    ),
+    (
+        "a verifier-call budget below one multi-turn step",
+        ARMS + "task: {name: guess_number}\nbudget: {verifier_calls: 100}\n",
+        "budget.verifier_calls: 100 is below what one training step reserves before it starts, "
+        "so no step would ever run: arm 'a' needs 320 (prompts_per_step 8 x group size 8 x 5 "
+        "turn(s))",
+    ),
+    (
+        "an optimizer-step budget below one step's minibatches",
+        "arms: {g: {preset: gspo}}\nbudget: {optimizer_steps: 3}\n",
+        "budget.optimizer_steps: 3 is below what one training step reserves before it starts, so "
+        "no step would ever run: arm 'g' needs 4 (data.epochs 1 x data.minibatches 4)",
+    ),
+    (
+        "a rollout budget below one ReMax step (greedy rollouts included)",
+        "arms: {r: {preset: remax}}\nbudget: {rollouts_launched: 10}\n",
+        "budget.rollouts_launched: 10 is below what one training step reserves before it starts, "
+        "so no step would ever run: arm 'r' needs 16",
+    ),
+    (
+        "a budget on a counter the arm never charges",
+        ARMS + "budget: {search_tokens: 1000}\n",
+        "budget.search_tokens: arm 'a' never charges this counter (search_tokens), so its runs "
+        "would never end",
+    ),
+    (
+        "an environment-step budget for demonstrations",
+        "arms: {s: {preset: sft}}\nbudget: {env_steps: 1000, verifier_calls: 1000}\n",
+        "budget: arm 's' never charges any of these counters (env_steps, verifier_calls)",
+    ),
+    (
+        "more minibatches than rows",
+        "arms: {a: {preset: grpo, blanks: {data: {minibatches: 1000}}}}\n",
+        "arms.a.blanks.data.minibatches: 1000 minibatches of a step's batch of at most 64 rows "
+        "(prompts_per_step 8 x group size 8)",
+    ),
+    (
+        "a preset's minibatches above a small step's rows",
+        "arms: {g: {preset: gspo}}\nrollout: {prompts_per_step: 1, group_size: 2}\n",
+        "arms.g.blanks.data.minibatches (from preset 'gspo'): 4 minibatches of a step's batch of "
+        "at most 2 rows",
+    ),
+    (
+        "a branching turn the task never reaches",
+        "arms: {b: {preset: branch_grpo}}\n",
+        "arms.b.blanks.data.branching.turns (from preset 'branch_grpo'): turn 1 never happens in "
+        "task 'arithmetic' (at most 1 turn(s), numbered from 0)",
+    ),
+    (
+        "a sweep trial budget below one step",
+        ARMS + "sweep:\n  trial_budget: {launched_tokens: 100}\n"
+        "  space: {a: {optimizer.lr: {type: float, low: 1.0e-5, high: 1.0e-3, log: true}}}\n",
+        "sweep.trial_budget.launched_tokens: 100 is below what one training step reserves",
+    ),
+    (
+        "a ladder budget below one step",
+        ARMS + "ladder: {budget: {launched_tokens: 100}}\n",
+        "ladder.budget.launched_tokens: 100 is below what one training step reserves",
+    ),
 ]
 
 
@@ -167,10 +281,36 @@ GOOD = [
         "params: {config: {min_terms: 2, max_terms: 3}}}\n",
     ),
     ("ladder variants", "ladder: {credit_variants: [gigpo], advantage_variants: [loo]}\n"),
+    ("a budget of exactly one step", "budget: {launched_tokens: 768}\n"),
+    (
+        "as many minibatches as rows",
+        "rollout: {prompts_per_step: 2, group_size: 2}\n"
+        "arms: {b: {preset: grpo, blanks: {data: {minibatches: 4}}}}\n",
+    ),
+    (
+        "group size 1 with singletons keeping their reward",
+        "rollout: {group_size: 1}\n"
+        "arms: {b: {preset: grpo, blanks: {advantage: {singleton: raw}}}}\n",
+    ),
+    (
+        "group size 1 with batch-whitened returns",
+        "rollout: {group_size: 1}\narms: {b: {preset: reinforce_pp}}\n",
+    ),
+    ("ReMax's and SAO's one sample per prompt", "arms: {r: {preset: remax}, s: {preset: sao}}\n"),
+    ("a GSPO-scale clip range", "arms: {g: {preset: gspo, blanks: {weight: {eps_low: 0.9}}}}\n"),
+    (
+        "a search budget for a search arm",
+        "arms: {e: {preset: rft}}\nbudget: {search_tokens: 100000}\n",
+    ),
+    (
+        "branching on a multi-turn task",
+        "arms: {b: {preset: branch_grpo}}\ntask: {name: chain_arithmetic, params: {steps: 2}}\n",
+    ),
 ]
 
 
 @pytest.mark.parametrize("label,text", GOOD, ids=[g[0] for g in GOOD])
 def test_a_good_config_passes_the_same_checks(cli, write_yaml, tmp_models, label, text):
-    code, out, err = cli("validate", write_yaml(ARMS + text.replace("{tmp}", str(tmp_models))))
+    text = text if text.startswith("arms:") or "\narms:" in text else ARMS + text
+    code, out, err = cli("validate", write_yaml(text.replace("{tmp}", str(tmp_models))))
     assert code == 0, (label, out, err)

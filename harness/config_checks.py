@@ -1,0 +1,416 @@
+"""Cross-field checks of a parsed experiment: settings each valid alone whose runs cannot work, would
+never end, or would train on nothing. Called by :func:`~.config.validate_mapping` on a configuration
+that parsed, before any model is loaded; each problem is one ``key.path: message`` line.
+
+- clip bounds outside their meaningful range (``weight.eps_low`` >= 1: a lower bound 1 - eps_low <= 0
+  clips nothing; a gate band that excludes ratio 1; a truncated-IS cap below 1);
+- a group size of 1 with a group-relative advantage (every advantage exactly 0) or with dynamic
+  sampling (every group dropped);
+- more minibatches than a step's batch has rows (``algorithms.data.minibatches`` would run fewer
+  optimizer steps than the step reserves);
+- a branching turn the task never reaches (the run would fail at its start);
+- a budget (``budget``, and an explicit ``sweep.trial_budget`` or ``ladder.budget``) below the worst
+  case one training step reserves, so no step is ever admitted; or one whose counters an arm never
+  charges, so its runs would never end.
+
+The worst case of one step mirrors the training loop's admission (``Trainer.step``): the collector's
+``worst_case()`` (``RunContext.worst_rollouts`` and the collectors' additions) plus the update's
+bound (``Trainer.worst_update``). Only what is certain is checked: additions that depend on the run
+(branch points, imagined rounds, time) are left out, so the computed cost is a lower bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sixblanks.algorithms.blanks import Blanks
+
+if TYPE_CHECKING:
+    from .config import ExperimentConfig, RolloutConfig, TaskConfig
+
+
+@dataclass
+class _Arm:
+    name: str
+    preset: str
+    override: dict[str, Any]
+    blanks: Blanks
+    rollout: RolloutConfig
+    group_size: int
+
+    def path(self, dotted: str) -> str:
+        """``arms.<arm>.blanks.<dotted>``, with where the value comes from when the arm does not
+        set it (the preset or the default)."""
+
+        node: Any = self.override
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        where = f"arms.{self.name}.blanks.{dotted}"
+        return where if node is not None else f"{where} (from preset '{self.preset}')"
+
+    @property
+    def group_path(self) -> str:
+        """Where the arm's group size is set: its data blank (or preset), else rollout.group_size."""
+
+        if self.blanks.data.group_size is None:
+            return "rollout.group_size"
+        return self.path("data.group_size")
+
+
+def _arms(cfg: ExperimentConfig) -> list[_Arm]:
+    """The arms whose blanks resolve (the others are reported by the semantic pass)."""
+
+    from pydantic import ValidationError
+
+    out = []
+    for name, spec in cfg.arms.items():
+        try:
+            blanks = cfg.resolved_blanks(name)
+        except (ValidationError, KeyError, ValueError):
+            continue
+        rollout = cfg.rollout_for(name)
+        g = blanks.data.group_size or rollout.group_size
+        out.append(_Arm(name, spec.preset, spec.blanks, blanks, rollout, g))
+    return out
+
+
+def _turns(task: TaskConfig) -> int | None:
+    """The task's turn limit as a run sees it (``RunContext.turns``); None when the task cannot be
+    built here (then 1 turn is the lower bound used)."""
+
+    from .tasks.registry import make_task
+
+    try:
+        return max(1, int(make_task(task.name, task.params).max_turns))
+    except Exception:  # noqa: BLE001 - reported by the semantic pass
+        return None
+
+
+# --------------------------------------------------------------------------- weight
+
+
+def _weight_problems(arm: _Arm) -> list[str]:
+    w, out = arm.blanks.weight, []
+    if w.trust_region in ("clip", "dis") and w.eps_low >= 1:
+        level = "sequence-level" if w.ratio in ("sequence", "gspo_token") else "token-level"
+        out.append(
+            f"{arm.path('weight.eps_low')}: {w.eps_low:g} puts the lower clip bound at "
+            f"1 - {w.eps_low:g} = {1 - w.eps_low:g}, where no ratio is (ratios are > 0): it clips "
+            f"nothing; a {level} ratio needs 0 < eps_low < 1 (e.g. 0.2"
+            + (", or GSPO's 3e-4)" if level == "sequence-level" else ")")
+        )
+    g = w.gate
+    if g is not None and g.metric == "ratio" and not g.low <= 1.0 <= g.high:
+        verb = "masks" if g.mode == "mask" else "reweights"
+        out.append(
+            f"{arm.path('weight.gate')}: the ratio band [{g.low:g}, {g.high:g}] excludes 1, so it "
+            f"{verb} every token whose trainer and behaviour policies agree; use low <= 1 <= high "
+            "(e.g. 0.5 and 2)"
+        )
+    if w.tis_cap is not None and w.tis_cap < 1:
+        verb = "drops" if w.tis_form.endswith("_mask") else "scales down"
+        out.append(
+            f"{arm.path('weight.tis_cap')}: {w.tis_cap:g} < 1 {verb} even the tokens whose "
+            "trainer and behaviour policies agree (ratio 1); use a cap >= 1 (e.g. 2)"
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- groups and batches
+
+
+def _zero_advantage(b: Blanks) -> tuple[str, str] | None:
+    """Why a group of one sample gets an advantage of exactly 0 on every token, and the blank
+    value that would give it one; None when it does not."""
+
+    a = b.advantage
+    if a.estimator in ("group_norm", "group_mean", "loo", "reinforce_pp_baseline", "prime"):
+        if a.singleton == "zero":
+            why = f"advantage.estimator '{a.estimator}' with advantage.singleton 'zero'"
+            return why, "advantage.singleton: raw (A = R)"
+    if a.estimator == "turn_return" and a.turn_baseline == "group":
+        why = "advantage.estimator 'turn_return' with advantage.turn_baseline 'group'"
+        return why, "advantage.turn_baseline: none"
+    if a.estimator == "prm" and a.prm.mode in ("sum", "min"):
+        return f"advantage.estimator 'prm' with advantage.prm.mode '{a.prm.mode}'", ""
+    return None
+
+
+_NO_GROUP = "an estimator without a group baseline (batch_mean, reinforce_pp, remax, gae)"
+
+
+def _group_problems(arms: list[_Arm]) -> list[str]:
+    """A group size of 1 with a group baseline (every A = 0) or with dynamic sampling (every group
+    dropped). Branching makes groups of its own at its branch points: left alone."""
+
+    out: list[str] = []
+    shared: list[str] = []
+    fixes: list[str] = []
+    for arm in arms:
+        b = arm.blanks
+        if arm.group_size != 1 or b.data.source != "rollouts" or b.data.branching is not None:
+            continue
+        zero = _zero_advantage(b) if b.objective == "pg" else None
+        if zero is not None:
+            why, fix = zero
+            if arm.group_path == "rollout.group_size":
+                shared.append(f"{arm.name} ({why})")
+                fixes += [fix] if fix and fix not in fixes else []
+            else:
+                out.append(
+                    f"{arm.group_path}: 1 sample per prompt with {why} gives every sample an "
+                    "advantage of exactly 0 (a group of one has no baseline): the arm would learn "
+                    f"nothing; use a group size >= 2, or {fix + ', or ' if fix else ''}{_NO_GROUP}"
+                )
+        if b.data.dynamic_sampling:
+            out.append(
+                f"{arm.path('data.dynamic_sampling')}: with a group size of 1 ({arm.group_path}) "
+                "every group's rewards are all equal, so dynamic sampling drops every group and no "
+                "step trains on anything; use a group size >= 2 or dynamic_sampling: false"
+            )
+    if shared:
+        out.insert(
+            0,
+            f"rollout.group_size: 1 sample per prompt gives arm(s) {', '.join(shared)} an "
+            "advantage of exactly 0 on every sample (a group of one has no baseline): they would "
+            "learn nothing; use a group size >= 2, or on those arms "
+            f"{', '.join(fixes) + ' or ' if fixes else ''}{_NO_GROUP}",
+        )
+    return out
+
+
+def _max_rows(arm: _Arm) -> tuple[int, str] | None:
+    """The most units (rows; pairs for DPO) one step's update can split into minibatches, and how
+    they are counted; None where it depends on the run (branching, imagined rounds, tree search)."""
+
+    d, r, g = arm.blanks.data, arm.rollout, arm.group_size
+    ppp = f"prompts_per_step {r.prompts_per_step}"
+    if d.source == "preference_pairs":
+        return r.prompts_per_step, f"at most one pair per prompt ({ppp})"
+    if d.source == "search":
+        if d.search.select == "best":
+            return r.prompts_per_step, f"the best sample of each prompt ({ppp})"
+        if d.search.mode == "best_of_n":
+            n = r.prompts_per_step * d.search.n
+            return n, f"{ppp} x data.search.n {d.search.n}"
+        return None
+    if d.branching is not None or d.world_model is not None:
+        return None
+    rows, how = r.prompts_per_step * g, f"{ppp} x group size {g}"
+    if d.source == "rollouts" and d.replay is not None:
+        rows += d.replay.per_step * g
+        how += f", plus data.replay.per_step {d.replay.per_step} replayed groups"
+    return rows, how
+
+
+def _minibatch_problems(arm: _Arm) -> list[str]:
+    d, bound = arm.blanks.data, _max_rows(arm)
+    if bound is None or d.minibatches <= bound[0]:
+        return []
+    rows, how = bound
+    return [
+        f"{arm.path('data.minibatches')}: {d.minibatches} minibatches of a step's batch of at most "
+        f"{rows} rows ({how}): a minibatch needs a row, so at most {rows} optimizer steps would run "
+        f"per epoch while {d.minibatches} are reserved; use at most {rows}"
+    ]
+
+
+def _branching_problems(arm: _Arm, tasks: list[tuple[str, int | None]]) -> list[str]:
+    br = arm.blanks.data.branching
+    if br is None:
+        return []
+    out = []
+    for name, turns in tasks:
+        if turns is not None and max(br.turns) >= turns:
+            out.append(
+                f"{arm.path('data.branching.turns')}: turn {max(br.turns)} never happens in task "
+                f"'{name}' (at most {turns} turn(s), numbered from 0)"
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[float, str]]:
+    """A lower bound on what the training loop reserves to admit one step of ``arm`` (exact but for
+    branch points and imagined rounds), per counter, with how it is counted."""
+
+    b, r, g = arm.blanks, arm.rollout, arm.group_size
+    d, L, P, ppp = b.data, r.max_new_tokens, r.max_prompt_tokens, r.prompts_per_step
+    t = f" x {turns} turn(s)"
+
+    def rollouts(n: int, how: str) -> dict[str, tuple[float, str]]:
+        return {  # RunContext.worst_rollouts
+            "launched_tokens": (n * turns * L, f"{how} x max_new_tokens {L}{t}"),
+            "prompt_tokens": (n * turns * P, f"{how} x max_prompt_tokens {P}{t}"),
+            "rollouts_launched": (n, how),
+            "env_steps": (n * turns, how + t),
+            "verifier_calls": (n * turns, how + t),
+            "judge_calls": (n * turns * judge_per_verify, f"{how}{t} x {judge_per_verify} call(s)"),
+        }
+
+    if d.source == "demonstrations":
+        n, how = ppp * g, f"prompts_per_step {ppp} x group size {g}"
+        worst = {
+            "launched_tokens": (n * L * turns, f"{how} x max_new_tokens {L}{t}"),
+            "rollouts_launched": (n, how),
+        }
+    elif d.source == "preference_pairs":
+        worst = rollouts(ppp * max(2, g), f"prompts_per_step {ppp} x {max(2, g)} samples")
+    elif d.source == "search":
+        sp = d.search
+        if sp.mode == "best_of_n":
+            worst = rollouts(ppp * sp.n, f"prompts_per_step {ppp} x data.search.n {sp.n}")
+        else:
+            if sp.mode == "beam":
+                calls = ppp * turns * sp.beam * sp.expand
+                how = f"prompts_per_step {ppp}{t} x beam {sp.beam} x expand {sp.expand}"
+            else:
+                calls = ppp * sp.expansions * sp.expand
+                how = f"prompts_per_step {ppp} x expansions {sp.expansions} x expand {sp.expand}"
+            steps = calls * turns  # each call, and a replay of its prefix where it cannot restore
+            worst = {
+                "launched_tokens": (calls * L, f"{how} x max_new_tokens {L}"),
+                "prompt_tokens": (calls * P, f"{how} x max_prompt_tokens {P}"),
+                "rollouts_launched": (calls, how),
+                "env_steps": (steps, how + t),
+                "verifier_calls": (steps, how + t),
+                "judge_calls": (steps * judge_per_verify, f"{how}{t} x {judge_per_verify}"),
+            }
+        for total, search in (
+            ("launched_tokens", "search_tokens"),
+            ("env_steps", "search_env_steps"),
+            ("verifier_calls", "search_verifier_calls"),
+        ):
+            worst[search] = worst[total]
+    else:  # the on-policy rounds and their subclasses (self-play, branching, imagined, concurrent)
+        greedy = b.advantage.estimator == "remax"
+        n = ppp * (g + (1 if greedy else 0))
+        per = f"(group size {g} + 1 greedy rollout)" if greedy else f"group size {g}"
+        worst = rollouts(n, f"prompts_per_step {ppp} x {per}")
+        if d.replay is not None:
+            worst["replayed_tokens"] = (
+                d.replay.per_step * g * turns * L,
+                f"data.replay.per_step {d.replay.per_step} x group size {g} x max_new_tokens {L}{t}",
+            )
+        if d.self_play is not None:
+            tokens, how = worst["launched_tokens"]
+            worst["opponent_tokens"] = (tokens, how + " (a reply to every move)")
+    steps = d.epochs * d.minibatches
+    launched, rows = worst["launched_tokens"], worst["rollouts_launched"]
+    worst.update(  # Trainer.worst_update: it accepts at most what it launched
+        optimizer_steps=(steps, f"data.epochs {d.epochs} x data.minibatches {d.minibatches}"),
+        accepted_tokens=launched,
+        rollouts_accepted=rows,
+    )
+    if b.advantage.estimator == "prm" and b.advantage.prm.scorer != "trained":
+        calls = worst.get("judge_calls", (0.0, ""))[0] + rows[0]
+        worst["judge_calls"] = (calls, f"{rows[1]}, one scorer call each, plus the verifier's")
+    return worst
+
+
+def _charged(arm: _Arm, task: TaskConfig) -> set[str]:
+    """The counters a run of ``arm`` on ``task`` can ever charge to its training ledger."""
+
+    from sixblanks.budgets.counters import COUNTERS
+
+    d = arm.blanks.data
+    never = {"search_tokens", "search_env_steps", "search_verifier_calls"}
+    if d.source == "search":
+        never = set()
+    if d.replay is None:
+        never.add("replayed_tokens")
+    if d.world_model is None:
+        never.add("imagined_env_steps")
+    if d.self_play is None:
+        never.add("opponent_tokens")
+    user_prm = (
+        arm.blanks.advantage.estimator == "prm" and arm.blanks.advantage.prm.scorer != "trained"
+    )
+    if task.judge is None and not user_prm:
+        never.add("judge_calls")
+    if d.source == "demonstrations":  # oracle demonstrations: no environment, no verifier
+        never |= {"prompt_tokens", "env_steps", "verifier_calls", "judge_calls"}
+    return set(COUNTERS) - never
+
+
+def _budget_problems(
+    where: str,
+    budget: dict[str, float],
+    arms: list[_Arm],
+    tasks: list[tuple[TaskConfig, int | None]],
+) -> list[str]:
+    """``budget`` (at ``where``) below one step's worst case of a run of ``arms`` x ``tasks``, or
+    limiting only counters such a run never charges."""
+
+    from sixblanks.budgets.counters import COUNTERS
+
+    budget = {k: v for k, v in budget.items() if k in COUNTERS}  # others: the semantic pass
+    out: list[str] = []
+    short: dict[str, list[tuple[float, str]]] = {}
+    several = len(tasks) > 1
+    if not budget:
+        return out
+    for arm in arms:
+        for task, turns in tasks:
+            run = f"arm '{arm.name}'" + (f" on task '{task.name}'" if several else "")
+            if not set(budget) & _charged(arm, task):
+                key = f"{where}.{next(iter(budget))}" if len(budget) == 1 else where
+                out.append(
+                    f"{key}: {run} never charges "
+                    f"{'this counter' if len(budget) == 1 else 'any of these counters'} "
+                    f"({', '.join(budget)}), so its runs would never end; add a limit it "
+                    "charges (e.g. launched_tokens)"
+                )
+                continue
+            judge = task.judge.max_calls_per_verify if task.judge is not None else 0
+            worst = step_worst(arm, turns or 1, judge)
+            for counter, limit in budget.items():
+                cost, how = worst.get(counter, (0.0, ""))
+                if cost > limit:
+                    at_least = "" if turns is not None else "at least "
+                    short.setdefault(counter, []).append(
+                        (cost, f"{run} needs {at_least}{cost:g} ({how})")
+                    )
+    for counter, runs in short.items():
+        need = max(c for c, _ in runs)
+        out.append(
+            f"{where}.{counter}: {budget[counter]:g} is below what one training step reserves "
+            f"before it starts, so no step would ever run: {'; '.join(h for _, h in runs)}; raise "
+            f"it to at least {need:g} or make the step smaller"
+        )
+    return out
+
+
+_STEP_KEYS = ("rollout.", "blanks.data.", "blanks.objective", "blanks.advantage.")
+"""Sweep-space paths that change what one step costs: an arm tuned on them is not checked."""
+
+
+def run_problems(cfg: ExperimentConfig) -> list[str]:
+    """Every problem of ``cfg``'s runs that shows before any of them starts."""
+
+    arms = _arms(cfg)
+    tasks = [(t, _turns(t)) for t in cfg.tasks or []]
+    out: list[str] = []
+    for arm in arms:
+        out += _weight_problems(arm)
+        out += _minibatch_problems(arm)
+        out += _branching_problems(arm, [(t.name, n) for t, n in tasks])
+    out += _group_problems(arms)
+    out += _budget_problems("budget", cfg.budget, arms, tasks)
+    first = tasks[:1]  # the ladder and the sweep run the first task
+    sw = cfg.sweep
+    if "trial_budget" in sw.model_fields_set and sw.trial_budget:
+        tuned = [
+            a
+            for a in arms
+            if a.name in sw.space and not any(p.startswith(_STEP_KEYS) for p in sw.space[a.name])
+        ]
+        out += _budget_problems("sweep.trial_budget", sw.trial_budget, tuned, first)
+    lad = cfg.ladder
+    if "budget" in lad.model_fields_set and lad.budget and arms:
+        arm = [a for a in arms if a.name == (lad.arm or next(iter(cfg.arms)))]
+        out += _budget_problems("ladder.budget", lad.budget, arm, first)
+    return out
