@@ -22,12 +22,12 @@ bound (``Trainer.worst_update``). Only what is certain is checked: additions tha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sixblanks.algorithms.blanks import Blanks
 
-if TYPE_CHECKING:
-    from .config import ExperimentConfig, RolloutConfig, TaskConfig
+# config.py's models, by name only: config.py calls this module, so it is not imported here
+ExperimentConfig = RolloutConfig = TaskConfig = Any
 
 
 @dataclass
