@@ -902,7 +902,11 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        app(args=args, standalone_mode=False)
+        code = app(args=args, standalone_mode=False)
+        if isinstance(code, int) and code:  # outside standalone mode typer returns an exit code,
+            if code == 130:  # typer.Exit's, and 130 for Ctrl-C (KeyboardInterrupt) before the
+                sys.stderr.write("interrupted\n")  # executor caught it (the warm start, say)
+            sys.exit(code)
     except SixblanksError as exc:
         if debug:
             raise

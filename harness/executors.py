@@ -21,13 +21,15 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from .errors import SixblanksError
 from .layout import RunDir
-from .runner import ACTIVE, STOP, run_worker
+from .runner import ACTIVE, run_worker
+from .stopping import request_stop
 
 Job = tuple[dict[str, Any], str, str]
 
@@ -44,17 +46,35 @@ def exit_with_parent(parent_pid: int, every: float = 1.0) -> None:
 
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
     # Ctrl-C reaches the whole process group: the orchestrator alone decides, and asks a worker to
-    # stop at its run's next step boundary with SIGTERM (runner.STOP)
+    # stop its run with SIGTERM (stopping.STOP: at its next step boundary or stop point)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _on_sigterm(*_: Any) -> None:
-    """A worker asked to stop: an idle one exits, a busy one stops its run at the next step."""
+    """A worker asked to stop: an idle one, or one still setting its run up, exits at once; one
+    whose run has begun stops it (harness/stopping.py)."""
 
     if not ACTIVE.is_set():
         os._exit(0)
-    STOP.set()
+    request_stop()
+
+
+@contextmanager
+def workers_ignore_ctrl_c() -> Iterator[None]:
+    """Worker processes started within the block (a pool starts them on ``submit``) start with
+    SIGINT blocked, as the signal mask is inherited: Ctrl-C, sent to the whole process group, does
+    not kill one that is still booting (before :func:`exit_with_parent` ignores it) with a
+    traceback. This thread gets a Ctrl-C of that time after the block (other threads at once)."""
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 SIGINT_SEEN = threading.Event()
@@ -130,12 +150,14 @@ class LocalExecutor:
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
         failures: dict[str, str] = {}
         with local_pool(self.workers) as pool:
-            futures = {
-                pool.submit(run_worker, (spec, rd, wd, self.threads, self.ckpt)): Path(rd).name
-                for spec, rd, wd in jobs
-            }
-            pending = set(futures)
-            try:
+            futures: dict[cf.Future, str] = {}
+            pending: set[cf.Future] = set()
+            try:  # Ctrl-C while the runs are handed out, too (a pool left alone waits for them)
+                with workers_ignore_ctrl_c():  # the pool starts its workers as runs are submitted
+                    for spec, rd, wd in jobs:
+                        f = pool.submit(run_worker, (spec, rd, wd, self.threads, self.ckpt))
+                        futures[f] = Path(rd).name
+                        pending.add(f)
                 while pending:
                     done, pending = cf.wait(pending, timeout=0.5)
                     for f in done:
@@ -150,8 +172,9 @@ class LocalExecutor:
         return failures
 
     def _interrupt(self, pool, futures, pending, runs, tick) -> Interrupted:
-        """Cancel the queued runs, stop the ones in flight at their next step (checkpointed),
-        kill what has not stopped after ``grace_seconds`` (or at a second Ctrl-C)."""
+        """Cancel the queued runs, stop the ones in flight (at their next step boundary or stop
+        point, harness/stopping.py), kill what has not stopped after ``grace_seconds`` (or at a
+        second Ctrl-C)."""
 
         workers = list(getattr(pool, "_processes", {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
@@ -159,13 +182,7 @@ class LocalExecutor:
             if p.is_alive():
                 os.kill(p.pid, signal.SIGTERM)
         # the pool cancels what it has not handed out from its own thread: decide at the end
-        try:
-            cf.wait(pending, timeout=self.grace_seconds)
-        except KeyboardInterrupt:  # a second Ctrl-C: no grace
-            pass
-        for p in workers:
-            if p.is_alive():
-                p.kill()
+        stop_workers(workers, pending, self.grace_seconds)
         stopped, not_started = [], []
         for f in pending:
             if f.cancelled():
@@ -195,7 +212,8 @@ class LocalSession:
         self.pool, self.grace_seconds = pool, grace_seconds
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> cf.Future:
-        return self.pool.submit(fn, *args)
+        with workers_ignore_ctrl_c():
+            return self.pool.submit(fn, *args)
 
     @staticmethod
     def wait(handles: list[cf.Future], timeout: float = 0.2) -> list[cf.Future]:
@@ -215,15 +233,7 @@ class LocalSession:
         for p in workers:
             if p.is_alive():
                 os.kill(p.pid, signal.SIGTERM)
-        try:
-            cf.wait(handles, timeout=self.grace_seconds)
-        except KeyboardInterrupt:
-            pass
-        partial = {h: _outcome(h) if h.done() else None for h in handles}
-        for p in workers:
-            if p.is_alive():
-                p.kill()
-        return partial
+        return stop_workers(workers, handles, self.grace_seconds)
 
     def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
         return run_one(self, fn, *args)
@@ -243,6 +253,34 @@ def run_one(session, fn: Callable[..., Any], *args: Any) -> Any:
         stop.partial = session.interrupt([handle])[handle]
         raise stop from None
     return session.result(handle)
+
+
+def stop_workers(workers: list, handles, grace_seconds: float) -> dict[cf.Future, Any]:
+    """After SIGTERM to ``workers``: wait until each of ``handles`` has its worker's answer or every
+    worker has exited, at most ``grace_seconds`` (a second Ctrl-C: no more), then kill the workers
+    left (idle by then, or stuck). Returns each handle's outcome (None: none came).
+
+    A future that failed because the pool broke (a worker that exited, its run stopped, breaks it
+    for all) is no answer: its own run may still be stopping, and is waited for until its worker
+    exits; what it left is in its status file."""
+
+    def answered(f: cf.Future) -> bool:
+        return f.done() and (f.cancelled() or not isinstance(f.exception(), BrokenProcessPool))
+
+    deadline = time.monotonic() + grace_seconds
+    try:
+        while time.monotonic() < deadline:
+            if all(map(answered, handles)) or not any(p.is_alive() for p in workers):
+                break
+            cf.wait([f for f in handles if not f.done()] or handles, timeout=0.05)
+            if all(f.done() for f in handles):  # some broke: wait for the workers instead
+                time.sleep(0.05)
+    except KeyboardInterrupt:  # a second Ctrl-C: no grace
+        pass
+    for p in workers:
+        if p.is_alive():
+            p.kill()
+    return {h: _outcome(h) if h.done() and not h.cancelled() else None for h in handles}
 
 
 def _outcome(f: cf.Future) -> dict[str, Any]:

@@ -19,26 +19,20 @@ from typing import Any
 
 from . import checkpoint
 from .layout import RunDir, write_json, write_text
-
-STOP = threading.Event()
-"""Set in a worker process whose orchestrator was interrupted (SIGTERM, see
-:func:`~sixblanks.harness.executors.exit_with_parent`): the run stops after its current step,
-checkpointed, in state ``interrupted``; a run not yet started does not start."""
-
+from .stopping import STOP, RunInterrupted, stop_point, stop_points
 
 ACTIVE = threading.Event()
-"""Set while this worker process executes a run (an idle worker just exits on SIGTERM)."""
+"""Set while this worker process executes a run past its setup. An idle worker, or one still
+setting a run up (imports, model loads: nothing of the run recorded yet, long stretches no stop
+point divides), just exits on SIGTERM, at once; the run stays as it was (pending, or resumable)."""
 
 
-def exit_soon(seconds: float = 2.0) -> None:
+def exit_soon(seconds: float = 0.25) -> None:
     """End this worker shortly after its interrupted run's result is sent: it takes no more work
-    (a pool that terminates its workers waits for them)."""
+    (a pool that terminates its workers waits for them). The orchestrator reads what a run left in
+    its status file, so a result lost to a busy machine loses nothing."""
 
     threading.Timer(seconds, os._exit, (0,)).start()
-
-
-class RunInterrupted(Exception):
-    """The run stopped at a step boundary because its orchestrator was interrupted (Ctrl-C)."""
 
 
 def spec_id(spec: dict[str, Any]) -> str:
@@ -93,6 +87,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     if settings.reward_range == (0.0, 1.0):
         settings.reward_range = task.reward_range
     model, tok = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+    stop_point("setup")  # each model load is long for a large model: a stop is seen between them
     set_gradient_checkpointing(model, bool(spec["model"].get("gradient_checkpointing")))
     if spec["model"].get("lora"):  # the reference is the base: the same weights, adapter off
         from .lora import AdapterOff, apply_lora
@@ -104,7 +99,9 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
         for p in ref.parameters():
             p.requires_grad_(False)
     ref.eval()
+    stop_point("setup")
     engine = make_engine(settings.rollout, model, tok, seed=int(spec["seed"]))
+    stop_point("setup")
     return Trainer(settings, task, model, tok, ref_model=ref, engine=engine)
 
 
@@ -120,6 +117,12 @@ def execute_run(
     A checkpoint is written after a step once ``checkpoint_seconds`` have passed since the last one
     (0: after every step); a killed run resumes from it and redoes only the steps after it.
 
+    Interrupted (:data:`STOP`, Ctrl-C): at a step boundary the step is checkpointed; inside a
+    phase (a stop point, :mod:`~sixblanks.harness.stopping`) the step in progress is abandoned.
+    Either way status.json says "interrupted", and it, the events and ``ledger.jsonl`` all stand
+    where the last checkpoint does (before any checkpoint: where the run started), the state the
+    next invocation resumes from; raises :class:`RunInterrupted` (a KeyboardInterrupt: itself).
+
     Raises on failure after recording it in status.json (state "failed", with the error).
     """
 
@@ -133,97 +136,118 @@ def execute_run(
     status: dict[str, Any] = rd.read_status()
     started = status.get("started") or time.time()
     resumed_from = None
+    trainer = None
+    saved: dict[str, Any] = {}  # the state the last checkpoint holds: a stopped run stands there
     try:
-        trainer = build_trainer(spec, warm_dir, rd.path)
-        ckpt = rd.checkpoint
-        state, refused = checkpoint.load_latest(
-            ckpt, lambda m: sys.stderr.write(f"{rd.run_id}: {m}\n")
-        )
-        if state is not None:
-            trainer.load_state_dict(state)
-            resumed_from = trainer.step_idx
-        elif refused:  # no checkpoint verifies: the run starts again from its first step
-            sys.stderr.write(f"{rd.run_id}: no usable checkpoint; the run starts from scratch\n")
-        recovery = {"refused": refused, "resumed_from": resumed_from} if refused else None
-        lost = _attach_ledger_log(rd, trainer, restarted=state is None)
-        if lost and recovery is not None:
-            recovery["charged"] = lost
-        _rewrite_events(rd, trainer)
-
-        def write_status(state: str, **extra: Any) -> None:
-            last = trainer.result.evals[-1] if trainer.result.evals else None
-            write_json(
-                rd.status,
-                {
-                    "state": state,
-                    "run_id": rd.run_id,
-                    "arm": spec["arm"],
-                    "task": spec["task"]["name"],
-                    "seed": spec["seed"],
-                    "step": trainer.step_idx,
-                    "counters": dict(trainer.ledger.counters),
-                    "limits": dict(trainer.ledger.budget.limits),
-                    "last_eval": {
-                        "score": last["score"],
-                        "step": last["step"],
-                        # where in the budget it was taken (the plain progress lines say so)
-                        "at": {k: last["position"].get(k, 0.0) for k in spec["budget"]},
-                    }
-                    if last
-                    else None,
-                    # a time limit is exceeded by at most this (one step and its checkpoint)
-                    "time_overshoot_bound": dict(trainer.ctx.meter.overshoot_bound),
-                    "time_by_kind": trainer.ctx.meter.time_by_kind,
-                    "started": started,
-                    "updated": time.time(),
-                    "resumed_from": resumed_from,
-                    **extra,
-                },
+        # setup and the start evaluation stop at once; a training step gets the grace to reach its
+        # boundary (harness/stopping.py)
+        with stop_points(grace=0.0):
+            stop_point("setup")  # handed out as the interrupt arrived: it does not start
+            trainer = build_trainer(spec, warm_dir, rd.path)
+            ckpt = rd.checkpoint
+            state, refused = checkpoint.load_latest(
+                ckpt, lambda m: sys.stderr.write(f"{rd.run_id}: {m}\n")
             )
+            if state is not None:
+                trainer.load_state_dict(state)
+                resumed_from = trainer.step_idx
+            elif refused:  # no checkpoint verifies: the run starts again from its first step
+                sys.stderr.write(
+                    f"{rd.run_id}: no usable checkpoint; the run starts from scratch\n"
+                )
+            stop_point("setup")
+            ACTIVE.set()  # a worker's SIGTERM now stops the run (STOP), which records from here
+            recovery = {"refused": refused, "resumed_from": resumed_from} if refused else None
+            lost = _attach_ledger_log(rd, trainer, restarted=state is None)
+            if lost and recovery is not None:
+                recovery["charged"] = lost
+            _rewrite_events(rd, trainer)
+            saved.update(_position(trainer))
 
-        write_status("running", **({"checkpoint_recovery": recovery} if recovery else {}))
-        events = open(rd.events, "a", encoding="utf-8")  # noqa: SIM115 - closed below
-        seen_evals = [len(trainer.result.evals)]
-        last_ckpt = [time.time()]
-        saved_at = [None]  # the step of the latest checkpoint: a run's end saves at most one more
+            def write_status(state: str, at: dict[str, Any] | None = None, **extra: Any) -> None:
+                """status.json; ``at``: the position it states (default: the trainer's now)."""
 
-        rec_time = [0.0]
+                at = at or _position(trainer)
+                evals = trainer.result.evals[: at["evals"]]
+                last = evals[-1] if evals else None
+                write_json(
+                    rd.status,
+                    {
+                        "state": state,
+                        "run_id": rd.run_id,
+                        "arm": spec["arm"],
+                        "task": spec["task"]["name"],
+                        "seed": spec["seed"],
+                        "step": at["step"],
+                        "counters": dict(at["counters"]),
+                        "limits": dict(trainer.ledger.budget.limits),
+                        "last_eval": {
+                            "score": last["score"],
+                            "step": last["step"],
+                            # where in the budget it was taken (the plain progress lines say so)
+                            "at": {k: last["position"].get(k, 0.0) for k in spec["budget"]},
+                        }
+                        if last
+                        else None,
+                        # a time limit is exceeded by at most this (one step and its checkpoint)
+                        "time_overshoot_bound": dict(trainer.ctx.meter.overshoot_bound),
+                        "time_by_kind": trainer.ctx.meter.time_by_kind,
+                        "started": started,
+                        "updated": time.time(),
+                        "resumed_from": resumed_from,
+                        **extra,
+                    },
+                )
 
-        def on_step(tr, metrics: dict[str, Any]) -> None:
-            t_rec = time.perf_counter()
-            lines = [{"type": "step", **metrics}]
-            if tr.result.census and tr.result.census[-1]["step"] == metrics["step"]:
-                lines.append({"type": "census", **tr.result.census[-1]})
-            for ev in tr.result.evals[seen_evals[0] :]:
-                lines.append({"type": "eval", **ev})
-            seen_evals[0] = len(tr.result.evals)
-            for line in lines:
-                events.write(json.dumps(line, default=str) + "\n")
-            events.flush()
-            if time.time() - last_ckpt[0] >= checkpoint_seconds or STOP.is_set():
-                _save_checkpoint(tr, ckpt)
-                last_ckpt[0], saved_at[0] = time.time(), tr.step_idx
-            if STOP.is_set():  # interrupted: stop here, resumable from this step's checkpoint
-                write_status("interrupted")
-                raise RunInterrupted(f"interrupted after step {tr.step_idx}")
-            write_status("running")
-            rec_time[0] += time.perf_counter() - t_rec
+            write_status("running", **({"checkpoint_recovery": recovery} if recovery else {}))
+            events = open(rd.events, "a", encoding="utf-8")  # noqa: SIM115 - closed below
+            seen_evals = [len(trainer.result.evals)]
+            last_ckpt = [time.time()]
+            # the step of the latest checkpoint: a run's end saves at most one more
+            saved_at: list[int | None] = [None]
+            rec_time = [0.0]
 
-        try:
-            if not trainer.result.evals:
-                trainer.maybe_eval(force=True)
-                for ev in trainer.result.evals:
-                    events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
-                events.flush()
-                seen_evals[0] = len(trainer.result.evals)
+            def save() -> None:
+                at = _position(trainer)  # what the checkpoint holds (its own time comes after)
                 _save_checkpoint(trainer, ckpt)
-            t_train = time.perf_counter()
-            result = trainer.train(evaluate_start=False, on_step=on_step)
-            train_seconds = time.perf_counter() - t_train
-            for ev in result.evals[seen_evals[0] :]:
-                events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
-        finally:
-            events.close()
+                last_ckpt[0] = time.time()
+                saved.update(at)
+
+            def on_step(tr, metrics: dict[str, Any]) -> None:
+                t_rec = time.perf_counter()
+                lines = [{"type": "step", **metrics}]
+                if tr.result.census and tr.result.census[-1]["step"] == metrics["step"]:
+                    lines.append({"type": "census", **tr.result.census[-1]})
+                for ev in tr.result.evals[seen_evals[0] :]:
+                    lines.append({"type": "eval", **ev})
+                seen_evals[0] = len(tr.result.evals)
+                for line in lines:
+                    events.write(json.dumps(line, default=str) + "\n")
+                events.flush()
+                if time.time() - last_ckpt[0] >= checkpoint_seconds or STOP.is_set():
+                    save()
+                    saved_at[0] = tr.step_idx
+                if STOP.is_set():  # interrupted: stop here, resumable from this step's checkpoint
+                    raise RunInterrupted(f"interrupted after step {tr.step_idx}")
+                write_status("running")
+                rec_time[0] += time.perf_counter() - t_rec
+
+            try:
+                if not trainer.result.evals:
+                    trainer.maybe_eval(force=True)
+                    for ev in trainer.result.evals:
+                        events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
+                    events.flush()
+                    seen_evals[0] = len(trainer.result.evals)
+                    save()
+                t_train = time.perf_counter()
+                with stop_points():
+                    result = trainer.train(evaluate_start=False, on_step=on_step)
+                train_seconds = time.perf_counter() - t_train
+                for ev in result.evals[seen_evals[0] :]:
+                    events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
+            finally:
+                events.close()
         # the final state, saved (and charged) before the result is written, so that the result's
         # counters include it; one checkpoint after the last step at most (the time bound's)
         if saved_at[0] != trainer.step_idx:
@@ -259,8 +283,14 @@ def execute_run(
         write_json(rd.result, summary)
         write_status("finished", finished=time.time())
         return summary
-    except RunInterrupted:
-        raise  # status says interrupted; the next invocation resumes from the checkpoint
+    except (RunInterrupted, KeyboardInterrupt) as exc:
+        # Ctrl-C: STOP seen (a stop point, a step boundary), or a KeyboardInterrupt reaching the
+        # run itself (a Ray task cancelled): resumable, not failed
+        if trainer is None or not saved:  # stopped in its setup: nothing of it ran
+            _stopped_before_start(rd, exc)
+        else:
+            _stopped_at_checkpoint(rd, trainer, saved, exc, write_status)
+        raise
     except BaseException as exc:
         from .errors import describe
 
@@ -268,8 +298,7 @@ def execute_run(
         status = rd.read_status()
         status.update(
             {
-                # Ctrl-C reaching the run itself (a Ray task cancelled): resumable, not failed
-                "state": "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
+                "state": "failed",
                 "error": err,
                 "traceback": traceback.format_exc(limit=20),
                 "updated": time.time(),
@@ -281,6 +310,51 @@ def execute_run(
         )
         write_json(rd.status, status)
         raise
+
+
+def _position(trainer) -> dict[str, Any]:
+    """Where ``trainer`` stands: its step, counters, ledger event number and how many step,
+    evaluation and census records it has (what a checkpoint taken now holds)."""
+
+    r = trainer.result
+    return {
+        "step": trainer.step_idx,
+        "counters": dict(trainer.ledger.counters),
+        "seq": trainer.ledger.seq,
+        "steps": len(r.steps),
+        "evals": len(r.evals),
+        "census": len(r.census),
+    }
+
+
+def _stopped_at_checkpoint(rd: RunDir, trainer, saved: dict[str, Any], exc, write_status) -> None:
+    """Record a run stopped by Ctrl-C where its last checkpoint (``saved``) stands: the ledger
+    events after it superseded (as a resume from it would), the events file its history, the
+    status "interrupted" at its step and counters. A step abandoned in a phase leaves nothing."""
+
+    sink = trainer.ledger.sink
+    if sink is not None:
+        if trainer.ledger.seq > saved["seq"]:
+            sink.resume(saved["seq"], saved["step"], interrupted=True)
+        sink.close()
+        trainer.ledger.sink = None
+    _rewrite_events(rd, trainer, saved)
+    abandoned = trainer.step_idx != saved["step"] or len(trainer.result.evals) != saved["evals"]
+    note = f"{exc}" + (
+        f"; resumes from the checkpoint of step {saved['step']}" if abandoned else ""
+    )
+    write_status("interrupted", at=saved, interrupted=note)
+
+
+def _stopped_before_start(rd: RunDir, exc) -> None:
+    """A run stopped by Ctrl-C in its setup (before it could record anything): a run that had not
+    started stays pending; one resumed stays as its last attempt left it, "interrupted"."""
+
+    status = rd.read_status()
+    if status.get("state", "pending") == "pending":
+        return
+    status.update({"state": "interrupted", "interrupted": f"{exc}", "updated": time.time()})
+    write_json(rd.status, status)
 
 
 def _attach_ledger_log(rd: RunDir, trainer, restarted: bool) -> dict[str, float] | None:
@@ -337,18 +411,20 @@ def _save_checkpoint(trainer, path: Path) -> None:
         checkpoint.save(trainer.state_dict(), path, trainer.step_idx)
 
 
-def _rewrite_events(rd: RunDir, trainer) -> None:
+def _rewrite_events(rd: RunDir, trainer, at: dict[str, Any] | None = None) -> None:
     """Make the events file exactly the checkpoint's history: what a killed run wrote after its last
-    checkpoint is dropped and will be redone, so nothing is double counted."""
+    checkpoint is dropped and will be redone, so nothing is double counted. ``at``: the position
+    (:func:`_position`) of the checkpoint, where it is not the trainer's own."""
 
-    lines = []
-    evals = sorted(trainer.result.evals, key=lambda e: e["step"])
-    census = {c["step"]: c for c in trainer.result.census}
+    r, at = trainer.result, at or _position(trainer)
+    lines, steps = [], r.steps[: at["steps"]]
+    evals = sorted(r.evals[: at["evals"]], key=lambda e: e["step"])
+    census = {c["step"]: c for c in r.census[: at["census"]]}
     ei = 0
-    while ei < len(evals) and evals[ei]["step"] == 0 and not trainer.result.steps:
+    while ei < len(evals) and evals[ei]["step"] == 0 and not steps:
         lines.append({"type": "eval", **evals[ei]})
         ei += 1
-    for m in trainer.result.steps:
+    for m in steps:
         while ei < len(evals) and evals[ei]["step"] <= m["step"]:
             lines.append({"type": "eval", **evals[ei]})
             ei += 1
@@ -367,7 +443,6 @@ def run_worker(args: tuple) -> dict[str, Any]:
     if STOP.is_set():  # handed out after the interrupt: never started
         exit_soon()
         return {"ok": False, "interrupted": True, "started": False, "run_id": Path(run_dir).name}
-    ACTIVE.set()
     try:
         return {"ok": True, "summary": execute_run(spec, run_dir, warm_dir, threads, ckpt_s)}
     except RunInterrupted as exc:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .orchestrator import PlainLines
 from .runner import ACTIVE, STOP, RunInterrupted, build_trainer, exit_soon
+from .stopping import stop_points
 
 
 def open_storage(ref: tuple[str, str]):
@@ -115,16 +116,20 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     counter = next(iter(spec["budget"]))
     every = spec["eval"]["every"]
     trainer = None
+    spent = [None]  # the counters at the last step boundary: an interrupted trial is charged them
     lines = PlainLines(job["name"], spec["budget"], job["plain"])  # it counts the evaluations seen
-    ACTIVE.set()  # SIGTERM (the sweep was interrupted) now stops the trial at its next step
     try:
-        trainer = build_trainer(spec, job["warm"])
+        with stop_points(grace=0.0):  # in its setup (SIGTERM: the worker exits at once) at once
+            trainer = build_trainer(spec, job["warm"])
+        ACTIVE.set()  # SIGTERM (the sweep was interrupted) now stops the trial (harness/stopping.py)
+        spent[0] = dict(trainer.ledger.counters)
 
         def on_step(tr, metrics):
+            spent[0] = dict(tr.ledger.counters)
             if STOP.is_set():
                 raise RunInterrupted(f"interrupted after step {tr.step_idx}")
             # spending so far, in the storage: a trial killed mid-way is still charged on resume
-            trial.set_user_attr("counters", dict(tr.ledger.counters))
+            trial.set_user_attr("counters", spent[0])
             for ev in tr.result.evals[lines.seen :]:
                 # pruning on the ledger resource: the score at each token checkpoint (aligned across trials)
                 trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
@@ -134,21 +139,21 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned at {counter} = {tr.ledger.counters[counter]:g}")
 
-        res = trainer.train(on_step=on_step)
-        lines.evals(trainer)  # the final evaluation, after the last step
-        return {
-            "state": "COMPLETE",
-            "value": float(res.evals[-1]["score"]),
-            "counters": dict(trainer.ledger.counters),
-        }
+        with stop_points():  # inside a long phase, too: the step in progress is then not charged
+            res = trainer.train(on_step=on_step)
+            lines.evals(trainer)  # the final evaluation, after the last step
+            return {
+                "state": "COMPLETE",
+                "value": float(res.evals[-1]["score"]),
+                "counters": dict(trainer.ledger.counters),
+            }
     except optuna.TrialPruned:
         counters = dict(trainer.ledger.counters)
         trial.set_user_attr("pruned_at", counters[counter])
         return {"state": "PRUNED", "counters": counters}
     except RunInterrupted as exc:
         exit_soon()  # this worker takes no more work
-        return {"state": "FAIL", "error": f"interrupted: {exc}",
-                "counters": dict(trainer.ledger.counters) if trainer is not None else None}  # fmt: skip
+        return {"state": "FAIL", "error": f"interrupted: {exc}", "counters": spent[0]}
     except Exception as exc:  # noqa: BLE001 - a failing trial is a FAIL, counted and reported
         return {
             "state": "FAIL",

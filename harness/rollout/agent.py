@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..stopping import stop_point
 from ..tasks.base import Instance, Task
 from ..tasks.verify import VerifierFailure, VerifierGate
 from .chat import chat_observation
@@ -279,6 +280,7 @@ def play_round(
         [ep.tokens for ep in active], params, n=1, generator=generator
     )
     for ep, (gen,) in zip(active, gens):
+        stop_point("episodes")  # an environment step may be long (a judge, a sandbox)
         turn = len(ep.actions)
         if snapshots:  # a snapshot that raises is replayed instead, when branched
             try:

@@ -17,6 +17,7 @@ import torch
 from sixblanks.algorithms.logprobs import process_logits
 
 from ..errors import SixblanksError
+from ..stopping import stop_point
 from ..tasks.verify import CallStats
 from .fastdecode import LlamaDecoder, supported
 
@@ -186,6 +187,7 @@ class HFEngine(RolloutEngine):
         cache_kw = _cache_kwarg(self.model)
         fast = LlamaDecoder(self.model, ids, attn, params.max_new_tokens) if self.fast else None
         for step in range(params.max_new_tokens):
+            stop_point("generation")  # Ctrl-C: between decode steps (harness/stopping.py)
             if fast is not None:  # a static cache in plain torch ops: the same logits
                 logits = fast.prefill() if step == 0 else fast.step(cur_ids[:, 0])
             else:

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from ..lora import is_peft, merged_state_dict
+from ..stopping import stop_point
 from .engine import EngineStats, Generation, RolloutEngine, RolloutError, SamplingParams
 
 INSTALL_HINT = (
@@ -340,6 +341,7 @@ class VLLMEngine(RolloutEngine):
         )
 
     def generate(self, prompts, params, n=1, generator=None):
+        stop_point("generation")  # Ctrl-C: one call to vLLM is not stopped inside (its own loop)
         too_long = [
             i for i, p in enumerate(prompts) if len(p) + params.max_new_tokens > self.max_model_len
         ]

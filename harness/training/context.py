@@ -17,6 +17,7 @@ from ..rollout.engine import RolloutEngine, SamplingParams
 from ..rollout.trajectory import TrajectoryBatch
 from ..seeds import train_seeds
 from ..shared_prefix import split_point
+from ..stopping import stop_point
 from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
 from .base import RunSettings, TrainingError
@@ -133,6 +134,7 @@ class RunContext:
         top-k and top-p, as the engine sampled from. The prompts the rows share are computed once
         each where ``rollout.shared_prefix`` allows (:mod:`..shared_prefix`)."""
 
+        stop_point("a forward pass")  # Ctrl-C: between micro-batches (harness/stopping.py)
         temp, top_k, top_p = self.score_params
         split = 0
         action_mask = getattr(batch, "action_mask", None)  # a probe of bare tokens has none

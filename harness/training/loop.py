@@ -27,6 +27,7 @@ from sixblanks.budgets.ledger import Budget, Ledger
 from ..evaluate import evaluate_run, evaluation_worst
 from ..lora import memory_metrics, param_counts, train_state_bytes
 from ..rollout.engine import HFEngine, RolloutEngine
+from ..stopping import RunInterrupted
 from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
 from .base import Collected, Prepared, RunResult, RunSettings, TrainingError, update_bound
@@ -232,9 +233,10 @@ class Trainer:
         self.in_on_step = False
         try:
             self.result.ended_because = self._steps(max_steps, on_step)
-        except BaseException:  # stopped by the caller (a pruned trial): what it launched counts;
-            close(drain=self.in_on_step)  # a failure: a resume recounts from the checkpoint
-            raise
+        except BaseException as exc:  # stopped by the caller (a pruned trial): what it launched
+            ctrl_c = isinstance(exc, (RunInterrupted, KeyboardInterrupt))  # counts; a failure or
+            close(drain=self.in_on_step and not ctrl_c)  # Ctrl-C (no waiting for the collector):
+            raise  # a resume recounts from the checkpoint
         drained = close(drain=True)  # rounds launched ahead: counted as launched and discarded,
         if drained:  # in a last record that trained on nothing
             self.account(m := {"step": self.ctx.step, "skipped": 1.0, **drained})

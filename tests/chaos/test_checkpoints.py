@@ -128,6 +128,10 @@ def test_a_damaged_checkpoint_is_refused_and_the_previous_one_loads(tmp_path, da
     assert ("checksum" if damage != "drop manifest" else "unreadable") in refused[0]
 
 
+class Killed(Exception):
+    """The run dies (a crash: a Ctrl-C would stop it where its last checkpoint stands)."""
+
+
 def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the_lost_work(
     tmp_path, monkeypatch, chaos
 ):
@@ -147,12 +151,12 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
     def dies_after_step_2(trainer, path):
         calls.append(trainer.step_idx)
         if trainer.step_idx == 3:  # the checkpoint after step 2 (step_idx counts steps done)
-            raise KeyboardInterrupt("killed")
+            raise Killed("killed")  # not Ctrl-C (which stops a run where its checkpoint is)
         save(trainer, path)
 
     monkeypatch.setattr(runner, "_save_checkpoint", dies_after_step_2)
     chaos.fault("the run killed after step 2")
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Killed):
         execute_run(spec, run_dir, str(orch.warm_dir), threads=1)
     monkeypatch.setattr(runner, "_save_checkpoint", save)
     rd = RunDir(run_dir)

@@ -215,7 +215,7 @@ class ConcurrentRounds(OnPolicyRounds):
 
     def _wait(self, r: int) -> str:
         w0 = last = time.perf_counter()
-        while r not in self.ready:
+        while r not in self.ready:  # each poll is a stop point (Ctrl-C, harness/stopping.py)
             msg = self.worker.poll(POLL_SECONDS)
             if msg is not None:
                 self._message(msg)
@@ -253,11 +253,11 @@ class ConcurrentRounds(OnPolicyRounds):
 
     def close(self, drain: bool = True) -> dict[str, float]:
         """The end of the run: rounds still launched are finished and counted as launched and
-        discarded (``drain``); the collector stops. Without ``drain`` (the run failed) it is
-        killed and its permits released: a resume recounts from the checkpoint. Returns what the
-        drain did (``async.drained_rounds``, ``async.wait_seconds``), for the run's last record."""
+        discarded (``drain``); the collector stops. Without ``drain`` (the run failed, Ctrl-C, a
+        drain that raised) it is killed and its permits released: a resume recounts from the
+        checkpoint. Returns what the drain did (``async.drained_rounds``, ``async.wait_seconds``)."""
 
-        self.wait_seconds, self.drained = 0.0, {}
+        self.wait_seconds, self.drained, drained = 0.0, {}, False
         if self.worker is None:
             return {}
         try:
@@ -266,8 +266,9 @@ class ConcurrentRounds(OnPolicyRounds):
                     for r in sorted(self.requests):
                         self._discard(self._wait(r), self.permits.pop(r))
                         del self.requests[r]
+            drained = drain
         finally:
-            self.worker.stop(kill=not drain)
+            self.worker.stop(kill=not drained)
             self.worker = None
             for res in self.permits.values():
                 self.ctx.meter.ledger.release(res)

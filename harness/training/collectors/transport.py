@@ -9,6 +9,7 @@ import queue
 import time
 from typing import Any
 
+from ...stopping import stop_point
 from .worker import CollectorCore, process_main
 
 READY_SECONDS = 600.0
@@ -42,8 +43,10 @@ class ProcessWorker:
         self.weights_q.put((version, path))
 
     def poll(self, timeout: float) -> tuple[str, int, str] | None:
-        """The next message (("done", round, file) or ("error", round, traceback)), or None."""
+        """The next message (("done", round, file) or ("error", round, traceback)), or None. A
+        stop point (Ctrl-C, harness/stopping.py) before it waits."""
 
+        stop_point("the wait for the collector")
         try:
             return self.done_q.get(timeout=timeout)
         except queue.Empty:
@@ -102,6 +105,7 @@ class RayWorker:
         self.actor.load.remote(version, path)
 
     def poll(self, timeout: float) -> tuple[str, int, str] | None:
+        stop_point("the wait for the collector")
         if not self.pending:
             time.sleep(min(timeout, 0.05))
             return None

@@ -17,6 +17,7 @@ import torch
 from sixblanks.algorithms.critic import target_kl_exceeded
 from sixblanks.algorithms.data import minibatches
 
+from ...stopping import stop_point
 from ..context import RunContext
 
 Weights = torch.Tensor | dict[str, torch.Tensor]
@@ -133,6 +134,7 @@ def accumulate(
             opt.zero_grad(set_to_none=True)
         mbm: dict[str, float] = {}
         for s in range(0, len(rows), micro):
+            stop_point("update")  # Ctrl-C: between micro-batches (harness/stopping.py)
             part = slice(s, s + micro)
             w = (
                 {k: v[part] for k, v in weights.items()}

@@ -32,6 +32,7 @@ from sixblanks.algorithms.weights import mismatch_stats
 from ...critic import ValueModel, pool_values, token_values
 from ...policy import policy_forward
 from ...rollout.trajectory import TrajectoryBatch
+from ...stopping import stop_point
 from ..base import Collected, Prepared, TrainingError
 from ..context import RunContext
 from .accumulate import accumulate
@@ -93,6 +94,7 @@ class ActorCritic:
         # the critic pass (with pi_old in the same forward where the trunk is shared), charged as one
         with ctx.meter.must_reserve({}, f"critic pass step {ctx.step}"), torch.no_grad():
             for s0 in range(0, batch.size, mb):
+                stop_point("the critic pass")  # Ctrl-C (harness/stopping.py)
                 sub = batch.select(list(range(s0, min(batch.size, s0 + mb))))
                 lp, _, hid = self.forward(sub)
                 tc = time.perf_counter()
@@ -223,6 +225,7 @@ class ActorCritic:
                 self.critic_optimizer.zero_grad(set_to_none=True)
                 mb = ctx.settings.rollout.micro_batch_size
                 for s0 in range(0, len(rows), mb):
+                    stop_point("the critic's update")
                     r_idx = rows[s0 : s0 + mb]
                     vw = current["value"][s0 : s0 + mb].to(dev)
                     vl, _ = value_part(batch.select(r_idx), r_idx, None, vw)

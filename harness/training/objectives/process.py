@@ -30,6 +30,7 @@ from ...process import (
     step_bce,
     user_scores,
 )
+from ...stopping import stop_point
 from ...tasks.judge import import_callable
 from ..base import Collected, Prepared, TrainingError
 from ..context import RunContext
@@ -142,6 +143,7 @@ class ProcessCredit(PolicyGradient):
         self.optimizer.zero_grad(set_to_none=True)
         total, mb = 0.0, ctx.settings.rollout.micro_batch_size
         for s0 in range(0, batch.size, mb):
+            stop_point("the process reward model's update")  # Ctrl-C (harness/stopping.py)
             rows = list(range(s0, min(batch.size, s0 + mb)))
             loss, k = step_bce(self.scorer.logits(batch.select(rows), ctx.device), labels[rows])
             if k:
@@ -155,12 +157,12 @@ class ProcessCredit(PolicyGradient):
 
     def batched(self, fn, batch) -> torch.Tensor:
         mb = self.ctx.settings.rollout.micro_batch_size
-        return torch.cat(
-            [
-                fn(batch.select(list(range(s, min(batch.size, s + mb))))).cpu()
-                for s in range(0, batch.size, mb)
-            ]
-        )
+
+        def part(s: int) -> torch.Tensor:
+            stop_point("a process reward pass")  # Ctrl-C (harness/stopping.py)
+            return fn(batch.select(list(range(s, min(batch.size, s + mb))))).cpu()
+
+        return torch.cat([part(s) for s in range(0, batch.size, mb)])
 
     # ------------------------------------------------------------------ PRIME
 
