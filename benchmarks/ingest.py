@@ -1,7 +1,7 @@
 """Ingest throughput: 1M metric rows into results.duckdb (target: at most 2 seconds on this machine).
 
 Builds a synthetic experiment directory (runs with events.jsonl written like real runs), then times
-`sixblanks.harness.store.ingest` end to end (parse events, Arrow tables, one transaction) and prints the figure.
+`sixblanks.harness.store.database.ingest` end to end (parse events, Arrow tables, one transaction) and prints the figure.
 
     .venv/bin/python benchmarks/ingest.py [--rows 1000000] [--runs 8]
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
 from sixblanks.harness.layout import ExperimentDir
-from sixblanks.harness.store import connect, ingest
+from sixblanks.harness.store.database import connect, ingest
 
 
 def synth(out: Path, rows: int, runs: int, metrics_per_step: int = 40) -> list[str]:

@@ -19,9 +19,9 @@ import torch
 
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import ExperimentDir
-from sixblanks.harness.orchestrator import Orchestrator
-from sixblanks.harness.runner import build_trainer, execute_run
-from sixblanks.harness.store import ingest
+from sixblanks.harness.orchestration.orchestrator import Orchestrator
+from sixblanks.harness.orchestration.runner import build_trainer, execute_run
+from sixblanks.harness.store.database import ingest
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
-from sixblanks.harness.store import append_rows
+from sixblanks.harness.store.database import append_rows
 
 
 def synth(out: Path, n_runs: int, arms: int = 10, steps: int = 50) -> None:

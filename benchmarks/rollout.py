@@ -144,8 +144,8 @@ def compare_engines(label: str, model, tok, prompts: list[list[int]], args) -> N
     """tokens/s of the HF and vLLM engines on the same prompts and sampling settings."""
 
     from sixblanks.algorithms.weights import mismatch_stats
-    from sixblanks.harness.policy import policy_logprobs
     from sixblanks.harness.rollout.vllm_engine import VLLMEngine
+    from sixblanks.harness.training.policy import policy_logprobs
 
     params = SamplingParams(temperature=1.0, max_new_tokens=args.vllm_new, ignore_eos=True)
     n = args.vllm_n

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from sixblanks.harness.config import validate_mapping
-from sixblanks.harness.orchestrator import Orchestrator
-from sixblanks.harness.sweep import Sweep
+from sixblanks.harness.orchestration.orchestrator import Orchestrator
+from sixblanks.harness.studies.sweep import Sweep
 
 
 def experiment(args, parallel: int) -> dict:

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from .errors import SixblanksError
 from .layout import ExperimentDir, read_json
-from .outlock import OutDirLock
+from .orchestration.outlock import OutDirLock
 
 app = typer.Typer(
     name="sixblanks",
@@ -54,9 +54,9 @@ AddOpt = Annotated[
 
 
 def _claim(out_path: Path, cfg, command: str, add: bool) -> None:
-    """The output directory belongs to one experiment definition (harness/definition.py)."""
+    """The output directory belongs to one experiment definition (harness/orchestration/definition.py)."""
 
-    from .definition import claim
+    from .orchestration.definition import claim
 
     claim(out_path, cfg, command, add=add, log=lambda m: err.print(f"[yellow]{m}[/yellow]"))
 
@@ -391,12 +391,12 @@ def rollouts(
     from rich.text import Text
 
     from .config import TaskConfig, load_config
-    from .contract import sample_and_check
     from .models import apply_chat_setting, load_policy
+    from .orchestration.warmstart import warm_start
     from .rollout.engine import make_engine
     from .tasks import make_task
     from .tasks.registry import TaskLoadError
-    from .warmstart import warm_start
+    from .training.contract import sample_and_check
 
     cfg = load_config(config)
     names = [t.name for t in cfg.tasks or []]
@@ -501,7 +501,7 @@ def run(
     of the same code, resumes unfinished ones)."""
 
     from .config import load_config
-    from .orchestrator import Orchestrator, RunFailed
+    from .orchestration.orchestrator import Orchestrator, RunFailed
 
     cfg = load_config(config)
     out_path = out_dir or default_out_dir(cfg)
@@ -632,7 +632,7 @@ def status(
 
     import time as _time
 
-    from .orchestrator import budget_fraction
+    from .orchestration.orchestrator import budget_fraction
 
     exp_dir = _experiment_dir(directory, "run `sixblanks run` first")
     run_ids = exp_dir.read_experiment()["runs"]
@@ -714,7 +714,7 @@ def sync(directory: Annotated[Path, typer.Argument(help="Experiment output direc
     """Send runs that MLflow has not received yet (e.g. after the tracking server was unreachable)."""
 
     from .config import validate_mapping
-    from .tracking import Tracker, tracking_uri
+    from .orchestration.tracking import Tracker, tracking_uri
 
     exp_dir = _experiment_dir(directory)
     exp = exp_dir.read_experiment()
@@ -738,7 +738,7 @@ def ingest(
     """Rebuild results.duckdb from the run directories (and the audit, ladder and sweep files); a
     damaged store is set aside as results.duckdb.damaged-<time> first, never deleted."""
 
-    from .store import rebuild
+    from .store.database import rebuild
 
     if not ExperimentDir(directory).experiment.exists():
         from .errors import ConfigError
@@ -792,7 +792,7 @@ def ladder(
     """Walk the ablation ladder for one arm, one axis at a time; stop at the first failing rung."""
 
     from .config import load_config
-    from .ladder import VERDICT, Ladder, LadderFailed, first_failure
+    from .studies.ladder import VERDICT, Ladder, LadderFailed, first_failure
 
     cfg = load_config(config)
     out_path = out_dir or default_out_dir(cfg)
@@ -836,7 +836,7 @@ def sweep(
     """Hyperparameter search per arm under a fixed search budget, then confirmation on fresh seeds."""
 
     from .config import load_config
-    from .sweep import Sweep
+    from .studies.sweep import Sweep
 
     cfg = load_config(config)
     out_path = out_dir or default_out_dir(cfg)

@@ -23,7 +23,7 @@
       spec.json                 the fully resolved spec (its content hash is the run id)
       status.json               state (pending/running/finished/failed), step, counters, last eval, timings
       events.jsonl              one line per step / evaluation / census record
-      ledger.jsonl              every ledger event, append-only (harness/ledgerlog.py)
+      ledger.jsonl              every ledger event, append-only (harness/orchestration/ledgerlog.py)
       checkpoint/               model, optimizers, RNG states, ledger, position (harness/checkpoint.py:
                                 safetensors + a weights-only state + a checksummed manifest;
                                 checkpoint.prev/ the one before)
@@ -133,7 +133,7 @@ class RunDir(Directory):
 
     @property
     def placement(self) -> Path:
-        """Where a Ray task ran the run and what it held (harness/placement.py); local runs: none."""
+        """Where a Ray task ran the run and what it held (harness/orchestration/placement.py); local runs: none."""
         return self.path / PLACEMENT_JSON
 
     @property

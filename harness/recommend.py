@@ -3,7 +3,7 @@
 A situation is seven answers (:data:`QUESTIONS`). The matrix (:data:`ROWS`) is read top to bottom
 and the first row whose conditions hold is the recommendation: a starting preset (a name in
 ``sixblanks.algorithms.presets.PRESETS``), the blank overrides of the starter arm, why, the main
-warning, and the ablation-ladder rung to check first (``harness/ladder.py``). :data:`NOTES` add
+warning, and the ablation-ladder rung to check first (``harness/studies/ladder.py``). :data:`NOTES` add
 lines that hold across rows (no demonstrations: no warm start), :data:`CONFLICTS` refuse
 situations with nothing to learn from, and :data:`STARTER_TASKS` pick the built-in task of the
 starter experiment that ``--write`` produces.
@@ -97,7 +97,7 @@ QUESTIONS: tuple[Question, ...] = (
 QUESTION_BY_NAME: dict[str, Question] = {q.name: q for q in QUESTIONS}
 DEFAULTS: dict[str, str] = {q.name: q.default for q in QUESTIONS}
 
-# rung numbers and names of the ablation ladder (harness/ladder.py's RUNGS; a test keeps them equal)
+# rung numbers and names of the ablation ladder (harness/studies/ladder.py's RUNGS; a test keeps them equal)
 RUNG_NAMES: dict[int, str] = {
     1: "contract",
     2: "frozen_batch",

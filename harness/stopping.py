@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 STOP = threading.Event()
 """Set in a worker process whose orchestrator was interrupted (SIGTERM, see
-:func:`~sixblanks.harness.executors.exit_with_parent`): its run stops at the next step boundary,
+:func:`~sixblanks.harness.orchestration.executors.exit_with_parent`): its run stops at the next step boundary,
 checkpointed, or at a stop point inside a long phase after the grace; a run not yet started does not
 start."""
 

@@ -94,8 +94,8 @@ def warm_policy(tmp_path_factory, task: str, params: dict, rollout: dict, warm: 
     ``task`` with ``params``; ``rollout`` and ``warm`` are the config's sections."""
 
     from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.orchestration.warmstart import warm_start
     from sixblanks.harness.tasks import make_task
-    from sixblanks.harness.warmstart import warm_start
 
     cfg = validate_mapping(
         {
@@ -159,7 +159,7 @@ def run_experiment(cli, write_yaml, tmp_path):
 def query(out, sql: str) -> list[tuple]:
     """Rows of ``sql`` on the results store of the experiment directory ``out`` (read only)."""
 
-    from sixblanks.harness.store import connect
+    from sixblanks.harness.store.database import connect
 
     con = connect(out, read_only=True)
     try:

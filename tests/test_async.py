@@ -14,7 +14,7 @@ import pytest
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness import checkpoint
 from sixblanks.harness.layout import RunDir, read_status
-from sixblanks.harness.runner import execute_run
+from sixblanks.harness.orchestration.runner import execute_run
 
 from .conftest import ROOT, Saved
 from .test_lag import _trainer
@@ -135,14 +135,14 @@ TINY = {
 
 def test_a_killed_trainer_resumes_and_counts_every_spooled_round_once(tmp_path):
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.orchestrator import Orchestrator
+    from sixblanks.harness.orchestration.orchestrator import Orchestrator
 
     orch = Orchestrator(validate_mapping(TINY), tmp_path / "exp", progress=False)
     spec = orch.prepare()[0]
     warm = str(orch.warm_dir)
     run_dir = tmp_path / "run"
     code = (
-        "import json,sys; from sixblanks.harness.runner import execute_run\n"
+        "import json,sys; from sixblanks.harness.orchestration.runner import execute_run\n"
         "if __name__ == '__main__':\n"
         f"    execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
     )

@@ -8,11 +8,11 @@ import pytest
 
 from sixblanks.algorithms.blanks import flatten
 from sixblanks.algorithms.presets import resolve
-from sixblanks.harness.audit import HELD_CONSTANT, fairness_audit, tokenizer_identity
 from sixblanks.harness.config import validate_mapping
-from sixblanks.harness.inert import inert_differences, inert_note
 from sixblanks.harness.models import build_tokenizer
-from sixblanks.harness.orchestrator import build_specs
+from sixblanks.harness.orchestration.orchestrator import build_specs
+from sixblanks.harness.store.audit import HELD_CONSTANT, fairness_audit, tokenizer_identity
+from sixblanks.harness.store.inert import inert_differences, inert_note
 
 BASE = {
     "name": "audit",

@@ -155,7 +155,7 @@ def test_guess_number_state_keys_recur_when_the_interval_does():
     """guess_number's environment names its state (the interval still open, the guesses left):
     two steps have the same key exactly when that state is the same, whatever was guessed."""
 
-    from sixblanks.harness.contract import check_turns
+    from sixblanks.harness.training.contract import check_turns
 
     task, _, _, batch = _fresh_rollouts("guess_number", {"low": 1, "high": 8, "max_turns": 4}, 8)
     states, keys = [], []
@@ -178,7 +178,7 @@ def test_env_state_keys_are_checked_against_the_history_of_observations_and_acti
     observations with different actions may have different environment keys; the same
     observations and actions may not."""
 
-    from sixblanks.harness.contract import check_turns
+    from sixblanks.harness.training.contract import check_turns
 
     _, _, _, batch = _fresh_rollouts("guess_number", {"low": 1, "high": 8, "max_turns": 4}, 8)
     assert check_turns(batch, env_keys=True).passed
@@ -307,7 +307,7 @@ def test_shaping_telescopes_to_minus_the_start_potential_and_reaches_the_advanta
 def test_potential_shaping_on_guess_number_and_refused_where_a_task_has_no_potential(guess_warm):
     import copy
 
-    from sixblanks.harness.audit import shaping_terms
+    from sixblanks.harness.store.audit import shaping_terms
     from sixblanks.harness.tasks import make_task
     from sixblanks.harness.training import RunSettings, Trainer, TrainingError
 
@@ -434,7 +434,7 @@ def _chain_run(preset, task, model, tok, tokens, eval_size):
 
 
 def test_gigpo_on_chain_arithmetic_finds_anchor_groups_at_every_step():
-    from sixblanks.harness.contract import check_turns
+    from sixblanks.harness.training.contract import check_turns
 
     torch.manual_seed(0)
     task, model, tok, batch = _fresh_rollouts("chain_arithmetic", {"steps": 2}, 4)

@@ -17,10 +17,10 @@ from sixblanks.algorithms.critic import (
 )
 from sixblanks.algorithms.presets import get_preset, ppo_checklist, resolve
 from sixblanks.harness.config import validate_mapping
-from sixblanks.harness.critic import pool_values, token_values
+from sixblanks.harness.orchestration.warmstart import warm_start
 from sixblanks.harness.tasks import make_task
 from sixblanks.harness.training import RunSettings, Trainer
-from sixblanks.harness.warmstart import warm_start
+from sixblanks.harness.training.critic import pool_values, token_values
 
 # one worker builds the module-scoped fixtures once (split across two, each built its own)
 pytestmark = pytest.mark.xdist_group("critic")

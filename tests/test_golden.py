@@ -35,8 +35,8 @@ def test_warm_start_through_the_loop_reproduces_the_golden_sft(tmp_path):
     import torch
 
     from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.orchestration.warmstart import warm_start
     from sixblanks.harness.tasks import make_task
-    from sixblanks.harness.warmstart import warm_start
 
     torch.set_num_threads(1)
     _, _, info = warm_start(validate_mapping(CONFIG), [make_task("arithmetic")], tmp_path)

@@ -323,7 +323,7 @@ def plan_warm(tmp_path_factory):
     """A policy warm-started (SFT on oracle demonstrations) on plan_execute, 2 subgoals."""
 
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.warmstart import warm_start
+    from sixblanks.harness.orchestration.warmstart import warm_start
 
     torch.manual_seed(0)
     cfg = validate_mapping(
@@ -340,9 +340,9 @@ def plan_warm(tmp_path_factory):
 
 
 def test_rollouts_record_levels_and_subgoal_labels_and_the_advantages_match_by_hand(plan_warm):
-    from sixblanks.harness.contract import check_contract
     from sixblanks.harness.rollout.agent import run_episodes
     from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
+    from sixblanks.harness.training.contract import check_contract
 
     _, task, model, tok = plan_warm
     engine = HFEngine(model, tok)

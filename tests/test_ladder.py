@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sixblanks.harness.config import validate_mapping
-from sixblanks.harness.ladder import (
+from sixblanks.harness.studies.ladder import (
     MARGIN,
     VERDICT,
     Ladder,
@@ -67,7 +67,7 @@ def _one_verdict_per_rung(rows):
 def test_shifted_mask_stops_at_the_contract_rung(tmp_path, monkeypatch, cli, write_yaml):
     import yaml
 
-    import sixblanks.harness.contract as contract
+    import sixblanks.harness.training.contract as contract
 
     real = contract.run_episodes
 
@@ -97,8 +97,8 @@ def test_drifting_environment_stops_at_the_no_update_rung(tmp_path, monkeypatch)
     """Also: one verdict per rung that ran, in the results, ladder.json and the store; rung 3's
     evaluations score the validation split."""
 
-    import sixblanks.harness.ladder_rungs as rungs
-    from sixblanks.harness.store import connect
+    import sixblanks.harness.studies.ladder_rungs as rungs
+    from sixblanks.harness.store.database import connect
 
     real, splits = rungs.evaluate, []
 
@@ -167,7 +167,7 @@ def _bare_ladder(tmp_path, monkeypatch, eval_size=4):
 def _planted_evaluations(monkeypatch, planted):
     """evaluate() answers the i-th call with planted[i]; records (split, engine version) per call."""
 
-    import sixblanks.harness.ladder_rungs as rungs
+    import sixblanks.harness.studies.ladder_rungs as rungs
 
     calls = []
 
@@ -296,7 +296,7 @@ def _fake_build_trainer(monkeypatch, by_estimator):
     """build_trainer that records each spec and trains nothing: its evaluations are planted per
     advantage estimator as (start, final) per-instance scores."""
 
-    import sixblanks.harness.ladder as ladder_mod
+    import sixblanks.harness.studies.ladder as ladder_mod
 
     specs = []
 
@@ -318,7 +318,7 @@ def _spec_ladder(tmp_path):
     """A ladder with a real resolved run spec (eval split 'test', as the experiment has it) and no
     warm start."""
 
-    from sixblanks.harness.orchestrator import build_specs
+    from sixblanks.harness.orchestration.orchestrator import build_specs
 
     cfg = _cfg()
     ladder = Ladder(cfg, tmp_path)
@@ -328,7 +328,7 @@ def _spec_ladder(tmp_path):
 
 
 def test_a_clear_win_fails_the_rung_with_a_verdict_naming_the_variant(tmp_path, monkeypatch):
-    from sixblanks.harness.runner import settings_from_spec
+    from sixblanks.harness.orchestration.runner import settings_from_spec
 
     zero = [0.0] * 8
     specs = _fake_build_trainer(
@@ -385,7 +385,7 @@ def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, m
     """A lagged arm (data.lag 4, no staleness bound) that the synchronous setting beats on 6 of 8
     instances fails rung 9; a synchronous arm has nothing to compare."""
 
-    import sixblanks.harness.ladder as ladder_mod
+    import sixblanks.harness.studies.ladder as ladder_mod
 
     zero = [0.0] * 8
     specs = []
@@ -475,7 +475,7 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     assert con.execute("SELECT count(DISTINCT rung) FROM ladder").fetchone()[0] == 9
     con.close()
     # the report renders the ladder table
-    from sixblanks.harness.orchestrator import Orchestrator
+    from sixblanks.harness.orchestration.orchestrator import Orchestrator
     from sixblanks.reports.build import build_report
 
     Orchestrator(
@@ -534,7 +534,7 @@ def test_ladder_of_a_vllm_arm_samples_with_vllm(tmp_path):
     """The ladder builds its engines as runs do: rollout.backend vllm means vLLM in every rung
     (contract, frozen batch, repeated evaluation, and the short training run of rung 4)."""
 
-    from sixblanks.harness.store import connect
+    from sixblanks.harness.store.database import connect
 
     # BASE's warm start: a 40-step one scores 0 on every instance, where rung 3 can only be
     # inconclusive (with hf, this warm start solves 6 of these 16 validation instances)

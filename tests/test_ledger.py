@@ -210,7 +210,7 @@ def test_the_ledger_log_replays_to_the_counters_across_a_resume_and_a_torn_line(
     """ledger.jsonl, append-only: a resume record supersedes the events after the checkpoint; a
     line torn by a kill is skipped; the standing events add up to the resumed ledger's counters."""
 
-    from sixblanks.harness.ledgerlog import (
+    from sixblanks.harness.orchestration.ledgerlog import (
         LedgerLog,
         compare,
         effective_events,

@@ -162,9 +162,9 @@ def test_smollm2_chat_template_in_a_multi_turn_episode(smollm2):
     episode's tokens decode to what the template renders for the same conversation (a second
     method: the whole history rendered at once)."""
 
-    from sixblanks.harness.contract import check_contract
     from sixblanks.harness.rollout.agent import run_episodes
     from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
+    from sixblanks.harness.training.contract import check_contract
 
     model, tok = smollm2
     params = SamplingParams(1.0, max_new_tokens=4)

@@ -13,8 +13,8 @@ import pytest
 from sixblanks.budgets.ledger import TIME_COUNTERS
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import read_status
-from sixblanks.harness.orchestrator import Orchestrator, build_specs
-from sixblanks.harness.runner import execute_run
+from sixblanks.harness.orchestration.orchestrator import Orchestrator, build_specs
+from sixblanks.harness.orchestration.runner import execute_run
 
 from .conftest import ROOT
 
@@ -64,7 +64,7 @@ def test_sigkill_at_a_random_point_then_resume_matches_an_uninterrupted_run(tmp_
     # a step drawn once, pinned (the kill lands wherever inside that step the run then is)
     kill_at = random.Random(20261202).randint(2, ref["steps"] - 3)
     code = (
-        "import json,sys; from sixblanks.harness.runner import execute_run; "
+        "import json,sys; from sixblanks.harness.orchestration.runner import execute_run; "
         f"execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], cwd=ROOT)
@@ -113,7 +113,7 @@ def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml):
     ).items()
     # GRPO matches DAPO in every configured item; only the measured batch figures may differ
     # (they follow the sampled lengths), and then only by more than the audit's tolerance
-    from sixblanks.harness.audit import MEASURED_TOLERANCE
+    from sixblanks.harness.store.audit import MEASURED_TOLERANCE
 
     for f in (f for f in audit["flags"] if f["arm"] == "grpo"):
         assert f["item"] == "global_batch" and f["reason"].startswith("measured:"), f
@@ -133,7 +133,7 @@ def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml):
     code, stdout, _ = cli("status", str(out), "--json")
     rows = json.loads(stdout)
     assert {r["state"] for r in rows} == {"finished"} and all(r["last_eval"] for r in rows)
-    from sixblanks.harness.store import connect
+    from sixblanks.harness.store.database import connect
 
     con = connect(out, read_only=True)
     code_version, warm_score = con.execute(
@@ -149,9 +149,9 @@ def test_a_code_change_reruns_unless_reuse_is_asked_and_then_flags(tmp_path, mon
     """Runs are tied to the code that made them: after a code change nothing is skipped as
     finished; --reuse-finished reuses the old runs, and the audit flags each as run by other code."""
 
-    import sixblanks.harness.audit as audit_mod
-    import sixblanks.harness.orchestrator as orch_mod
-    from sixblanks.harness.store import connect
+    import sixblanks.harness.orchestration.orchestrator as orch_mod
+    import sixblanks.harness.store.audit as audit_mod
+    from sixblanks.harness.store.database import connect
 
     cfg = _cfg(seeds=[0], arms={"grpo": {"preset": "grpo"}}, budget={"launched_tokens": 300})
     out = tmp_path / "out"
@@ -201,7 +201,7 @@ def test_editing_an_algorithm_file_changes_the_run_ids(tmp_path):
 
 
 def test_under_consumption_is_flagged(tmp_path):
-    from sixblanks.harness.audit import fairness_audit
+    from sixblanks.harness.store.audit import fairness_audit
 
     cfg = _cfg()
     specs = build_specs(cfg, "k")
@@ -246,7 +246,7 @@ def test_local_workers_end_when_the_orchestrator_is_killed(tmp_path):
     """A killed `sixblanks run` or sweep leaves no worker process waiting for work forever."""
 
     code = (
-        "import os, time; from sixblanks.harness.executors import local_pool\n"
+        "import os, time; from sixblanks.harness.orchestration.executors import local_pool\n"
         "pool = local_pool(1)\n"
         "print(pool.submit(os.getpid).result(), flush=True)\n"
         "time.sleep(600)\n"

@@ -218,11 +218,11 @@ def test_prime_intervention_a_corrupted_step_loses_process_reward(chain_all):
     """Trained on outcome labels only, the implicit PRM's process reward must drop at a step that
     is corrupted, and predict held-out outcomes; untrained (pi_phi = pi_ref) it cannot."""
 
-    from sixblanks.harness.policy import policy_logprobs
-    from sixblanks.harness.process import ImplicitPRM, auc, intervention
     from sixblanks.harness.rollout.agent import run_episodes
     from sixblanks.harness.rollout.engine import SamplingParams
     from sixblanks.harness.training.context import frozen_copy
+    from sixblanks.harness.training.policy import policy_logprobs
+    from sixblanks.harness.training.process_reward import ImplicitPRM, auc, intervention
 
     task, model, tok = chain_all
     ref = frozen_copy(model)
@@ -493,7 +493,7 @@ def test_credit_report_shows_each_schemes_extra_cost_next_to_its_score(tmp_path)
     import duckdb
 
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.orchestrator import Orchestrator
+    from sixblanks.harness.orchestration.orchestrator import Orchestrator
     from sixblanks.reports.build import build_report
 
     spec = {
@@ -550,8 +550,8 @@ def test_ladder_rung_2_takes_process_reward_arms(guess_warm):
     model's inputs are stood in for, and the loss and gradient still agree across repeats and
     micro-batch splits."""
 
-    from sixblanks.harness.ladder_rungs import frozen_batch_rung
     from sixblanks.harness.rollout.engine import HFEngine
+    from sixblanks.harness.studies.ladder_rungs import frozen_batch_rung
 
     cfg, task, model, tok = guess_warm
     for preset in ("prm_grpo", "prime"):

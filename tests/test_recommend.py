@@ -167,7 +167,7 @@ def test_a_row_with_a_bad_override_or_answer_is_reported(monkeypatch):
 
 
 def test_rung_names_are_the_ladders():
-    from sixblanks.harness.ladder import RUNGS
+    from sixblanks.harness.studies.ladder import RUNGS
 
     assert R.RUNG_NAMES == dict(RUNGS)
 

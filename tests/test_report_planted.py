@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from sixblanks.harness.store import append_rows
+from sixblanks.harness.store.database import append_rows
 from sixblanks.reports import plots, stats
 from sixblanks.reports.build import build_report, load
 
@@ -511,7 +511,7 @@ def test_the_report_shows_rollout_trainer_mismatch_over_training(tmp_path):
 
     import duckdb
 
-    from sixblanks.harness.store import append_rows
+    from sixblanks.harness.store.database import append_rows
     from sixblanks.reports.build import build_report
 
     out = plant(tmp_path)

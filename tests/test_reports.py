@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 
 from sixblanks.harness.config import validate_mapping
-from sixblanks.harness.orchestrator import Orchestrator
+from sixblanks.harness.orchestration.orchestrator import Orchestrator
 from sixblanks.reports import stats
 from sixblanks.reports.build import build_report
 

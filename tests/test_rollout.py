@@ -7,13 +7,13 @@ import torch
 
 from sixblanks.algorithms.logprobs import process_logits, token_logprobs
 from sixblanks.harness.config import ModelConfig
-from sixblanks.harness.contract import check_contract
-from sixblanks.harness.contract import check_contract as contract_check
 from sixblanks.harness.models import load_policy
 from sixblanks.harness.rollout.agent import run_episodes
 from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
 from sixblanks.harness.tasks import Instance, Task, make_task
 from sixblanks.harness.tasks.verify import VerifierGate
+from sixblanks.harness.training.contract import check_contract
+from sixblanks.harness.training.contract import check_contract as contract_check
 
 TASKS = ["arithmetic", "guess_number", "chain_arithmetic", "reasoning_gym:basic_arithmetic"]
 

@@ -262,8 +262,8 @@ def test_tree_value_model_learns_the_tree_labels(guess8):
 
     from sixblanks.harness.config import ModelConfig
     from sixblanks.harness.models import load_policy
-    from sixblanks.harness.process import TreeValue
     from sixblanks.harness.rollout.agent import episodes_to_batch
+    from sixblanks.harness.training.process_reward import TreeValue
 
     task, tok = guess8
     torch.manual_seed(0)
@@ -408,7 +408,7 @@ def test_search_arms_and_beam_evaluation_end_to_end(tmp_path, cli, write_yaml):
     path = write_yaml(yaml.safe_dump(cfg, sort_keys=False))  # grpo first: the reference arm
     code, _, err = cli("run", path, "--out", str(out), "--no-progress")
     assert code == 0, err
-    from sixblanks.harness.store import connect
+    from sixblanks.harness.store.database import connect
 
     con = connect(out, read_only=True)
     rows = con.sql(

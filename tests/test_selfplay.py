@@ -166,7 +166,7 @@ def test_an_opponent_that_raises_fails_its_games_only(nim_warm):
 
 
 def test_external_evaluation_of_scripted_players_by_hand(nim_warm):
-    from sixblanks.harness.selfplay import play_external
+    from sixblanks.harness.training.opponents import play_external
 
     cfg, task, _, tok = nim_warm
     piles = [i.data["pile"] for i in task.eval_instances(16, "test")]
@@ -230,7 +230,7 @@ def nim_warm(tmp_path_factory):
 
 
 def test_the_pool_keeps_at_most_pool_size_and_draws_by_its_rule(nim_warm):
-    from sixblanks.harness.selfplay import PolicyPool
+    from sixblanks.harness.training.opponents import PolicyPool
 
     _, task, model, tok = nim_warm
     params = SamplingParams(1.0, max_new_tokens=2, stop=("\n",))
@@ -284,8 +284,8 @@ def test_snapshot_cadence_pool_bound_and_opponent_tokens_recounted(nim_warm):
     opponent tokens are recounted by replaying every game by the rules and regenerating each reply
     with the member's stored weights; the evaluations play the external opponents apart."""
 
-    from sixblanks.harness.contract import check_contract
     from sixblanks.harness.training import Trainer
+    from sixblanks.harness.training.contract import check_contract
 
     cfg, task, model, tok = nim_warm
     sp = {"pool_size": 2, "snapshot_every": 2, "opponents": "latest", "opponent_temperature": 0}
@@ -407,7 +407,7 @@ def test_a_selfplay_run_killed_after_step_2_resumes_exactly(nim_warm):
 def test_end_to_end_the_external_evaluation_is_in_duckdb(tmp_path, cli, write_yaml):
     import yaml
 
-    from sixblanks.harness.store import connect, ingest
+    from sixblanks.harness.store.database import connect, ingest
 
     exp = {
         "name": "sp",

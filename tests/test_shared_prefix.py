@@ -1,4 +1,4 @@
-"""The training forward with shared prompts (harness/shared_prefix.py) against transformers' own
+"""The training forward with shared prompts (harness/training/shared_prefix.py) against transformers' own
 forward over every full sequence: log-probs, entropies and gradients, on batches with groups of
 prompts of different lengths, continuations of different lengths (right padding), grouped-query
 attention, temperature; and the cases that must take transformers' forward."""
@@ -6,8 +6,8 @@ attention, temperature; and the cases that must take transformers' forward."""
 import pytest
 import torch
 
-from sixblanks.harness.policy import policy_forward
-from sixblanks.harness.shared_prefix import prefix_logits, split_point, usable
+from sixblanks.harness.training.policy import policy_forward
+from sixblanks.harness.training.shared_prefix import prefix_logits, split_point, usable
 
 
 def _model(kv_heads: int, seed: int = 0):
@@ -59,7 +59,7 @@ def test_shared_prompts_give_the_full_forwards_logprobs_and_gradients(
     """``native``: grouped-query attention by SDPA's enable_gqa (the CPU), or by repeating keys
     and values per query head (what an accelerator takes)."""
 
-    import sixblanks.harness.shared_prefix as sp
+    import sixblanks.harness.training.shared_prefix as sp
 
     monkeypatch.setattr(sp, "native_gqa", lambda device: native)
     model = _model(kv_heads)
@@ -118,7 +118,7 @@ def test_the_run_context_uses_it_and_a_setting_turns_it_off(monkeypatch):
 
     import copy
 
-    import sixblanks.harness.policy as policy
+    import sixblanks.harness.training.policy as policy
     from sixblanks.algorithms.presets import resolve
     from sixblanks.harness.config import ModelConfig, validate_mapping
     from sixblanks.harness.models import load_policy

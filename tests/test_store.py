@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from sixblanks.harness.audit import HELD_CONSTANT
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import RunDir, read_status, write_json
-from sixblanks.harness.orchestrator import Orchestrator
-from sixblanks.harness.runner import execute_run
-from sixblanks.harness.store import (
+from sixblanks.harness.orchestration.orchestrator import Orchestrator
+from sixblanks.harness.orchestration.runner import execute_run
+from sixblanks.harness.store.audit import HELD_CONSTANT
+from sixblanks.harness.store.database import (
     SCHEMA,
     StoreBusy,
     connect,
@@ -187,7 +187,7 @@ def test_partial_run_is_ingested_and_completed_on_resume_without_duplicates(tmp_
     spec = orch.prepare()[0]
     run_dir = tmp_path / "runs" / spec["run_id"]
     code = (
-        "import json,sys; from sixblanks.harness.runner import execute_run; "
+        "import json,sys; from sixblanks.harness.orchestration.runner import execute_run; "
         f"execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {str(orch.warm_dir)!r}, threads=1)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], cwd=ROOT)
@@ -224,7 +224,7 @@ def test_unreachable_tracking_server_loses_nothing(tmp_path, monkeypatch, cli):
 
     import mlflow
 
-    from sixblanks.harness import servers
+    from sixblanks.harness.orchestration import servers
 
     checked = []
     monkeypatch.setattr(servers, "check_tracking", lambda uri, enabled=True: checked.append(uri))

@@ -241,7 +241,7 @@ def test_sweep_trials_run_through_the_ray_executor_like_local(tmp_path, chaos):
 
     pytest.importorskip("ray")
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.sweep import Sweep
+    from sixblanks.harness.studies.sweep import Sweep
 
     spec = json.loads(json.dumps(SPEC))
     spec.update(
@@ -300,7 +300,7 @@ def test_pruning_works_across_trials_running_at_once(tmp_path, cli, write_yaml):
     import duckdb
     import optuna
 
-    from sixblanks.harness.studies import open_storage
+    from sixblanks.harness.studies.sweep_worker import open_storage
 
     spec = json.loads(json.dumps(SPEC))
     spec.update(
@@ -372,7 +372,7 @@ def _kill_the_worker_of(out, number: int, chaos):
 
     import optuna
 
-    from sixblanks.harness.studies import open_storage
+    from sixblanks.harness.studies.sweep_worker import open_storage
 
     journal = out / "sweep" / "optuna.journal"
 
@@ -418,7 +418,7 @@ def test_parallel_trials_never_exceed_the_search_total(total, trial, parallel, o
     is opened with nothing to spend; with one at a time, each gets exactly min(trial budget, what
     is left) as the sequential search did."""
 
-    from sixblanks.harness.trials import SearchLedger
+    from sixblanks.harness.studies.sweep_trials import SearchLedger
 
     search = SearchLedger({"launched_tokens": total}, {"launched_tokens": trial})
     inflight = []
@@ -447,7 +447,7 @@ def test_the_search_opens_no_trial_for_a_residue():
     below the ledger's tolerance and no trial is opened for it."""
 
     from sixblanks.budgets.ledger import BudgetError
-    from sixblanks.harness.trials import SearchLedger
+    from sixblanks.harness.studies.sweep_trials import SearchLedger
 
     search = SearchLedger({"launched_tokens": 50}, {"launched_tokens": 50})
     _, res = search.open("t0")
@@ -467,7 +467,7 @@ def test_a_journal_cut_by_a_kill_is_repaired_before_the_search_resumes(tmp_path)
 
     import optuna
 
-    from sixblanks.harness.studies import open_storage, repair_journal
+    from sixblanks.harness.studies.sweep_worker import open_storage, repair_journal
 
     journal = tmp_path / "optuna.journal"
     study = optuna.create_study(study_name="s", storage=open_storage(("journal", str(journal))))

@@ -51,7 +51,7 @@ def test_pass_at_k_is_the_unbiased_estimator():
     import itertools
     import math
 
-    from sixblanks.harness.evaluate import pass_at_k
+    from sixblanks.harness.training.evaluate import pass_at_k
 
     # by hand: 4 samples, 1 correct, k = 2: 1 - C(3,2)/C(4,2) = 1 - 3/6
     assert pass_at_k(4, 1, 2) == 0.5 and pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 3, 2) == 1.0

@@ -12,8 +12,8 @@ import torch
 from sixblanks.algorithms.weights import mismatch_stats
 from sixblanks.harness.config import TinyModelConfig, validate_mapping
 from sixblanks.harness.models import build_tiny_model, build_tokenizer
-from sixblanks.harness.policy import policy_logprobs
 from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
+from sixblanks.harness.training.policy import policy_logprobs
 
 pytestmark = pytest.mark.vllm
 
@@ -140,10 +140,10 @@ def test_multi_turn_episodes_with_vllm_keep_the_trajectory_contract(tiny):
     """guess_number through the agent loop: the task's stop string ends each turn in vLLM, and the
     contract checks (log-probs within 1e-4 of the trainer's, masks, turn ids) pass."""
 
-    from sixblanks.harness.contract import check_contract
     from sixblanks.harness.rollout.agent import run_episodes
     from sixblanks.harness.rollout.vllm_engine import VLLMEngine
     from sixblanks.harness.tasks import make_task
+    from sixblanks.harness.training.contract import check_contract
 
     _, tok, _ = tiny
     # a fresh policy (earlier tests trained the shared one towards "999") and a longer context: the
@@ -212,8 +212,8 @@ def _vllm_cfg(name: str, arms: dict, budget: int, **extra):
 
 @pytest.mark.slow
 def test_grpo_run_with_vllm_backend_stores_mismatch_metrics(tmp_path):
-    from sixblanks.harness.orchestrator import Orchestrator
-    from sixblanks.harness.store import connect
+    from sixblanks.harness.orchestration.orchestrator import Orchestrator
+    from sixblanks.harness.store.database import connect
 
     # truncated IS against the engine's log-probs: the weight blank reads them
     cfg = _vllm_cfg(
@@ -258,8 +258,8 @@ def test_a_concurrent_collector_with_its_own_vllm_engine(tmp_path):
     own, loads the broadcast weights into it by version, and its samples arrive behind the
     trainer; its log-probs are the behaviour policy's, so the mismatch is real lag, not noise."""
 
-    from sixblanks.harness.orchestrator import Orchestrator
-    from sixblanks.harness.store import connect
+    from sixblanks.harness.orchestration.orchestrator import Orchestrator
+    from sixblanks.harness.store.database import connect
 
     cfg = _vllm_cfg(
         "vllm-async",

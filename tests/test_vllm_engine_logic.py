@@ -157,9 +157,9 @@ def test_backend_vllm_without_vllm_names_the_setup_command(tiny, monkeypatch):
 def test_an_experiment_with_backend_vllm_fails_before_the_warm_start_without_vllm(
     tmp_path, monkeypatch
 ):
-    from sixblanks.harness import orchestrator
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.errors import SixblanksError
+    from sixblanks.harness.orchestration import orchestrator
     from sixblanks.harness.rollout import vllm_engine
 
     monkeypatch.setattr(vllm_engine, "vllm_available", lambda: False)

@@ -5,11 +5,15 @@ import json
 import torch
 
 from sixblanks.harness.config import validate_mapping
-from sixblanks.harness.evaluate import evaluate
 from sixblanks.harness.models import load_policy, state_hash
+from sixblanks.harness.orchestration.warmstart import (
+    demonstration_batch,
+    warm_start,
+    warm_start_key,
+)
 from sixblanks.harness.rollout.engine import HFEngine
 from sixblanks.harness.tasks import make_task
-from sixblanks.harness.warmstart import demonstration_batch, warm_start, warm_start_key
+from sixblanks.harness.training.evaluate import evaluate
 
 
 def _cfg(**over):

@@ -46,7 +46,7 @@ def _episodes(task, tok, seeds, g=2, max_context_tokens=512):
 
 
 def test_transitions_by_hand(guess4):
-    from sixblanks.harness.worldmodel import transitions
+    from sixblanks.harness.training.world_model import transitions
 
     task, _, tok = guess4
     b = _episodes(task, tok, [0], g=1)  # secret 7: the bisection guesses 4, 6, 7
@@ -76,7 +76,7 @@ def test_the_world_model_learns_the_environment_and_imagines_without_the_verifie
     from sixblanks.harness.rollout.agent import run_episodes
     from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
     from sixblanks.harness.tasks.verify import VerifierGate
-    from sixblanks.harness.worldmodel import ImaginedTask, WorldModel, transitions
+    from sixblanks.harness.training.world_model import ImaginedTask, WorldModel, transitions
 
     task, model, tok = guess4
     train = transitions(_episodes(task, tok, list(range(40))))
@@ -169,7 +169,7 @@ def test_a_single_turn_task_is_refused(guess4):
 def test_the_report_shows_the_imagined_real_split_and_the_held_out_error(tmp_path):
     import duckdb
 
-    from sixblanks.harness.store import append_rows
+    from sixblanks.harness.store.database import append_rows
     from sixblanks.reports.build import build_report
     from tests.test_report_planted import plant
 

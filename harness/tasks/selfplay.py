@@ -210,7 +210,7 @@ class Nim(Task):
     has_oracle = True
     env_state_keys = True
     two_player = True
-    """A game: every evaluation also plays the external opponents (harness/selfplay.py), and
+    """A game: every evaluation also plays the external opponents (harness/training/opponents.py), and
     ``data.self_play`` can train against a pool of past checkpoints."""
     params: NimParams
 

@@ -11,17 +11,17 @@ from typing import Any
 
 import torch
 
-from ..policy import policy_logprobs
 from ..rollout.agent import run_episodes
 from ..rollout.engine import RolloutEngine, SamplingParams
 from ..rollout.trajectory import TrajectoryBatch
 from ..seeds import train_seeds
-from ..shared_prefix import split_point
 from ..stopping import stop_point
 from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
 from .base import RunSettings, TrainingError
 from .meter import Meter
+from .policy import policy_logprobs
+from .shared_prefix import split_point
 
 
 def frozen_copy(model):

@@ -24,7 +24,6 @@ import torch
 
 from sixblanks.budgets.ledger import Budget, Ledger
 
-from ..evaluate import evaluate_run, evaluation_worst
 from ..lora import memory_metrics, param_counts, train_state_bytes
 from ..rollout.engine import HFEngine, RolloutEngine
 from ..stopping import RunInterrupted
@@ -33,6 +32,7 @@ from ..tasks.verify import VerifierGate
 from .base import Collected, Prepared, RunResult, RunSettings, TrainingError, update_bound
 from .collectors import evaluate_apart, make_collector
 from .context import RunContext, frozen_copy
+from .evaluate import evaluate_run, evaluation_worst
 from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
 

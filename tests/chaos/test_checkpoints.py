@@ -12,8 +12,8 @@ import torch
 from sixblanks.harness import checkpoint
 from sixblanks.harness.checkpoint import CheckpointError
 from sixblanks.harness.layout import RunDir
-from sixblanks.harness.orchestrator import Orchestrator
-from sixblanks.harness.runner import execute_run
+from sixblanks.harness.orchestration.orchestrator import Orchestrator
+from sixblanks.harness.orchestration.runner import execute_run
 
 from ..test_orchestrator import _cfg
 
@@ -140,8 +140,13 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
     tokens discarded as 'restart', from its ledger events on disk); the counters of the finished
     run are what ledger.jsonl's standing events add up to, and launched = accepted + discarded."""
 
-    from sixblanks.harness import runner
-    from sixblanks.harness.ledgerlog import compare, effective_events, read_events, replay
+    from sixblanks.harness.orchestration import runner
+    from sixblanks.harness.orchestration.ledgerlog import (
+        compare,
+        effective_events,
+        read_events,
+        replay,
+    )
 
     orch = Orchestrator(_cfg(budget={"launched_tokens": 600}), tmp_path / "exp", progress=False)
     spec = orch.prepare()[0]

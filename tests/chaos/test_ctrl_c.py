@@ -25,8 +25,8 @@ import pytest
 from sixblanks.budgets.ledger import TIME_COUNTERS
 from sixblanks.harness import stopping
 from sixblanks.harness.layout import ExperimentDir, RunDir
-from sixblanks.harness.ledgerlog import compare, effective_events, read_events, replay
-from sixblanks.harness.runner import RunInterrupted, execute_run
+from sixblanks.harness.orchestration.ledgerlog import compare, effective_events, read_events, replay
+from sixblanks.harness.orchestration.runner import RunInterrupted, execute_run
 
 from ..conftest import ROOT, query
 
@@ -54,7 +54,7 @@ def prepared(tmp_path_factory):
     """(experiment directory, its one run spec, the warm-start policy directory)."""
 
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.orchestrator import Orchestrator
+    from sixblanks.harness.orchestration.orchestrator import Orchestrator
 
     out = tmp_path_factory.mktemp("ctrl-c") / "out"
     orch = Orchestrator(validate_mapping(EXPERIMENT), out, progress=False)

@@ -12,8 +12,8 @@ import pytest
 
 from sixblanks.budgets.ledger import TIME_COUNTERS
 from sixblanks.harness.layout import ExperimentDir, RunDir
-from sixblanks.harness.ledgerlog import effective_events, read_events, replay
-from sixblanks.harness.runner import execute_run
+from sixblanks.harness.orchestration.ledgerlog import effective_events, read_events, replay
+from sixblanks.harness.orchestration.runner import execute_run
 
 from ..conftest import ROOT, query
 from ..servers import MlflowServer
@@ -39,7 +39,7 @@ def finished(tmp_path_factory):
     """A finished two-run experiment (its directory: copy it before changing anything)."""
 
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.orchestrator import Orchestrator
+    from sixblanks.harness.orchestration.orchestrator import Orchestrator
 
     out = tmp_path_factory.mktemp("chaos") / "out"
     res = Orchestrator(validate_mapping(EXPERIMENT), out, progress=False).run()
@@ -95,7 +95,7 @@ def test_a_sigkill_inside_the_ingest_transaction_loses_nothing(finished, tmp_pat
     assert proc.returncode == -9
     for table, n in _counts(out).items():  # the transaction never committed: all still there
         chaos.rows(n, want[table], f"{table} rows after the kill")
-    from sixblanks.harness.store import ingest
+    from sixblanks.harness.store.database import ingest
 
     ingest(out)
     for table, n in _counts(out).items():
@@ -175,7 +175,7 @@ def test_a_nan_loss_fails_the_run_clearly_and_the_rerun_resumes_as_uninterrupted
 
 
 def test_a_verifier_that_raises_returns_nan_or_hangs_is_a_counted_failure(finished, chaos):
-    from sixblanks.harness.runner import build_trainer
+    from sixblanks.harness.orchestration.runner import build_trainer
 
     from . import faulty_task
 
@@ -229,7 +229,7 @@ def test_a_full_disk_fails_clearly_and_the_run_then_resumes(finished, tmp_path, 
 
     import resource
 
-    from sixblanks.harness.store import ingest
+    from sixblanks.harness.store.database import ingest
 
     out = _copy(finished, tmp_path)
     victim = sorted((out / "runs").iterdir())[0]
@@ -279,7 +279,7 @@ def test_an_mlflow_server_killed_mid_sync_loses_nothing_and_sync_sends_the_rest_
 
     from mlflow.tracking import MlflowClient
 
-    from sixblanks.harness import tracking
+    from sixblanks.harness.orchestration import tracking
 
     out = _copy(finished, tmp_path)
     exp = json.loads((out / "experiment.json").read_text())

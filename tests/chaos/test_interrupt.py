@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from sixblanks.harness import procs
 from sixblanks.harness.layout import ExperimentDir, RunDir
+from sixblanks.harness.orchestration import procs
 
 from ..conftest import ROOT, query
 
@@ -47,7 +47,7 @@ def _states(out) -> dict[str, dict]:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_run_then_a_killed_orchestrator_then_the_same_command_resumes(tmp_path, chaos):
-    from sixblanks.harness.ledgerlog import effective_events, read_events, replay
+    from sixblanks.harness.orchestration.ledgerlog import effective_events, read_events, replay
 
     out = tmp_path / "out"
     cfg = tmp_path / "exp.yaml"
@@ -144,7 +144,7 @@ def test_ctrl_c_in_the_ladder_records_the_finished_rungs_and_exits_130(
 
     import yaml
 
-    from sixblanks.harness.ladder import VERDICT, Ladder
+    from sixblanks.harness.studies.ladder import VERDICT, Ladder
 
     from ..test_ladder import BASE
 
@@ -170,7 +170,7 @@ def test_ctrl_c_in_the_ladder_records_the_finished_rungs_and_exits_130(
 
 LADDER_2 = (
     "import sys\n"
-    "import sixblanks.harness.ladder as ladder\n"
+    "import sixblanks.harness.studies.ladder as ladder\n"
     "ladder.RUNGS = ladder.RUNGS[:2]  # the first two rungs: contract, frozen batch\n"
     "from sixblanks.harness.cli import main\n"
     "main()\n"

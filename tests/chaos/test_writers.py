@@ -11,11 +11,11 @@ import sys
 import pytest
 import yaml
 
-from sixblanks.harness.outlock import LOCK_NAME, DirectoryBusy, OutDirLock
+from sixblanks.harness.orchestration.outlock import LOCK_NAME, DirectoryBusy, OutDirLock
 
 HOLD = (
     "import sys, time\n"
-    "from sixblanks.harness.outlock import OutDirLock\n"
+    "from sixblanks.harness.orchestration.outlock import OutDirLock\n"
     "OutDirLock(sys.argv[1], 'run').__enter__()\n"
     "print('held', flush=True)\n"
     "time.sleep(120)\n"
@@ -109,7 +109,7 @@ def test_a_changed_experiment_is_refused_in_an_old_output_directory_unless_added
 
     # the same experiment on other executor and tracking settings: the same definition
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.definition import claim
+    from sixblanks.harness.orchestration.definition import claim
 
     same = yaml.safe_load(first) | {"executor": {"workers": 1}, "tracking": {"mlflow": True}}
     assert claim(out, validate_mapping(same), "run")["history"] == []

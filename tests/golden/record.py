@@ -123,8 +123,8 @@ def main() -> None:
     from sixblanks.algorithms.presets import PRESETS
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.models import save_policy
+    from sixblanks.harness.orchestration.warmstart import warm_start
     from sixblanks.harness.tasks import make_task
-    from sixblanks.harness.warmstart import warm_start
 
     torch.set_num_threads(1)
     cfg = validate_mapping(CONFIG)

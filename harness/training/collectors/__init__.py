@@ -6,8 +6,8 @@ A new source of data (a concurrent collector, a replay buffer, search) is a new 
 
 from __future__ import annotations
 
-from ...selfplay import evaluate_apart  # the loop's evaluations apart (two-player games)
 from ..context import RunContext
+from ..opponents import evaluate_apart  # the loop's evaluations apart (two-player games)
 from .demonstrations import Demonstrations, demonstration_batch
 from .greedy import GreedyBaseline
 from .onpolicy import OnPolicyRounds

@@ -17,10 +17,10 @@ from typing import Any
 from ...rollout.agent import run_episodes
 from ...rollout.trajectory import TrajectoryBatch
 from ...tasks.verify import VerifierGate
-from ...worldmodel import ImaginedTask, Transition, WorldModel, transitions
 from ..base import Collected, TrainingError
 from ..context import RunContext
 from ..meter import UNIT_KINDS, add_costs
+from ..world_model import ImaginedTask, Transition, WorldModel, transitions
 from .onpolicy import OnPolicyRounds
 
 

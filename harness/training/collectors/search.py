@@ -21,7 +21,6 @@ import torch
 
 from sixblanks.algorithms.data import SamplingCensus, group_verdicts
 
-from ...process import TreeValue
 from ...rollout.agent import episodes_to_batch
 from ...rollout.engine import HFEngine
 from ...rollout.search import SearchTree, search, verifier_guide
@@ -29,6 +28,7 @@ from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected
 from ..context import RunContext
 from ..meter import UNIT_KINDS
+from ..process_reward import TreeValue
 
 SEARCH_OF = {
     "launched_tokens": "search_tokens",

@@ -1,6 +1,6 @@
 """Self-play rounds (issue 19, item 5; ``data.self_play``): on-policy rounds on a two-player game
 task in which each task group plays one member of a pool of the policy's past checkpoints
-(:class:`sixblanks.harness.selfplay.PolicyPool`; the initial policy is the first member, the current
+(:class:`sixblanks.harness.training.opponents.PolicyPool`; the initial policy is the first member, the current
 policy joins every ``snapshot_every`` steps, at most ``pool_size`` are kept). All G games of a group
 face the same member, so the group baseline compares like with like.
 
@@ -17,10 +17,10 @@ from typing import Any
 
 from ...rollout.engine import SamplingParams
 from ...rollout.trajectory import TrajectoryBatch
-from ...selfplay import PolicyPool
 from ..base import Collected, TrainingError
 from ..context import RunContext
 from ..meter import UNIT_KINDS
+from ..opponents import PolicyPool
 from .greedy import GreedyBaseline
 from .onpolicy import OnPolicyRounds
 

@@ -29,12 +29,12 @@ from sixblanks.algorithms.offpolicy import vtrace
 from sixblanks.algorithms.regularizers import kl_estimate
 from sixblanks.algorithms.weights import mismatch_stats
 
-from ...critic import ValueModel, pool_values, token_values
-from ...policy import policy_forward
 from ...rollout.trajectory import TrajectoryBatch
 from ...stopping import stop_point
 from ..base import Collected, Prepared, TrainingError
 from ..context import RunContext
+from ..critic import ValueModel, pool_values, token_values
+from ..policy import policy_forward
 from .accumulate import accumulate
 from .offpolicy import off_policy
 from .policy_gradient import batch_metrics

@@ -1,11 +1,11 @@
 """Policy gradient with a process reward model (issue 18): the A blank's 'prm' and 'prime'
 estimators, whose inputs come from a second model trained online in the same budget.
 
-- prm: an explicit step scorer (:class:`~sixblanks.harness.process.StepScorer`) trained on the
+- prm: an explicit step scorer (:class:`~sixblanks.harness.training.process_reward.StepScorer`) trained on the
   environment's step labels, or a user-supplied scorer (``module:function``, its calls counted as
   judge calls). Each batch is scored before the scorer trains on it, so the calibration counts
   (``prm_calib.*``) measure it on steps it has not seen.
-- prime: PRIME's implicit PRM (:class:`~sixblanks.harness.process.ImplicitPRM`), trained on the
+- prime: PRIME's implicit PRM (:class:`~sixblanks.harness.training.process_reward.ImplicitPRM`), trained on the
   outcome labels before (default) or after its token rewards are computed. Its outcome-prediction
   AUC is measured on each batch before it trains on it; the intervention probe runs every step.
 
@@ -20,7 +20,11 @@ from typing import Any
 
 import torch
 
-from ...process import (
+from ...stopping import stop_point
+from ...tasks.judge import import_callable
+from ..base import Collected, Prepared, TrainingError
+from ..context import RunContext
+from ..process_reward import (
     ImplicitPRM,
     StepScorer,
     auc,
@@ -30,10 +34,6 @@ from ...process import (
     step_bce,
     user_scores,
 )
-from ...stopping import stop_point
-from ...tasks.judge import import_callable
-from ..base import Collected, Prepared, TrainingError
-from ..context import RunContext
 from .policy_gradient import PolicyGradient
 
 

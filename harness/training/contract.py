@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from .rollout.agent import encode_observation, run_episodes, state_key
-from .rollout.engine import SamplingParams
-from .rollout.trajectory import TrajectoryBatch
+from ..rollout.agent import encode_observation, run_episodes, state_key
+from ..rollout.engine import SamplingParams
+from ..rollout.trajectory import TrajectoryBatch
 
 
 @dataclass

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import SixblanksError
-from .layout import write_json
+from ..errors import SixblanksError
+from ..layout import write_json
 
 DEFINITION = "definition.json"
 IGNORED = ("executor", "tracking")
@@ -37,7 +37,7 @@ class DefinitionChanged(SixblanksError):
 def definition(cfg) -> dict[str, Any]:
     """What identifies ``cfg``'s results: its resolved form without :data:`IGNORED`."""
 
-    from .config import resolved_dict
+    from ..config import resolved_dict
 
     return {k: v for k, v in resolved_dict(cfg).items() if k not in IGNORED}
 
@@ -144,10 +144,10 @@ def claim(
 def _empty_store(out: Path) -> None:
     """Delete every row of ``out``'s results store (all of it is derived from files on disk)."""
 
-    from .layout import ExperimentDir
+    from ..layout import ExperimentDir
 
     if not ExperimentDir(out).results_db.exists():
         return
-    from .store import clear
+    from ..store.database import clear
 
     clear(out)

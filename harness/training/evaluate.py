@@ -7,12 +7,12 @@ from typing import Any
 
 import torch
 
-from .rollout.agent import run_episodes
-from .rollout.engine import RolloutEngine, SamplingParams
-from .rollout.search import search
-from .seeds import eval_seeds
-from .tasks.base import Task
-from .tasks.verify import VerifierGate
+from ..rollout.agent import run_episodes
+from ..rollout.engine import RolloutEngine, SamplingParams
+from ..rollout.search import search
+from ..seeds import eval_seeds
+from ..tasks.base import Task
+from ..tasks.verify import VerifierGate
 
 
 def evaluate(

@@ -1,5 +1,5 @@
 """Processes on this machine, read from Linux's /proc (elsewhere: none found). Used to shut a Ray
-cluster down whole (harness/ray_executor.py) and by the tests' stray-process check."""
+cluster down whole (harness/orchestration/ray_executor.py) and by the tests' stray-process check."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The fairness audit: each item of the chapter's "hold constant or account for" list, measured per
 arm as a value or a content hash (never a proxy), differences flagged; with the inert differences
-(blanks in which arms differ but that never acted during their runs, harness/inert.py).
+(blanks in which arms differ but that never acted during their runs, harness/store/inert.py).
     initial_policy   content hash of the initial weights
     tokenizer        hashes of the vocabulary+merges and of the whole tokenizer, special tokens, the
                      chat template's hash and whether the rollouts apply one
@@ -34,10 +34,10 @@ from typing import Any
 
 from sixblanks.algorithms.blanks import Blanks
 
-from .config import ExperimentConfig
+from ..config import ExperimentConfig
+from ..layout import RunDir
+from ..version import code_fingerprint
 from .inert import inert_differences
-from .layout import RunDir
-from .version import code_fingerprint
 
 HELD_CONSTANT = (
     "initial_policy",
@@ -94,8 +94,8 @@ def _source_hash(obj: Any) -> str:
 
 @lru_cache(maxsize=64)
 def _task_and_reward(name: str, params_json: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    from .tasks import make_task
-    from .tasks.rgym import ReasoningGymTask
+    from ..tasks import make_task
+    from ..tasks.rgym import ReasoningGymTask
 
     task = make_task(name, json.loads(params_json))
     cls = type(task)
@@ -120,7 +120,7 @@ def judge_identity(judge: dict[str, Any]) -> dict[str, Any]:
 
     out = {k: judge.get(k) for k in ("kind", "use", "max_calls_per_verify")}
     if judge["kind"] == "callable":
-        from .tasks.judge import JudgeError, import_callable
+        from ..tasks.judge import JudgeError, import_callable
 
         out["callable"] = judge["callable"]
         try:
@@ -184,7 +184,7 @@ def spec_items(
     ident, verifier = _task_and_reward(
         spec["task"]["name"], json.dumps(spec["task"].get("params") or {}, sort_keys=True)
     )
-    from .tasks import make_task
+    from ..tasks import make_task
 
     max_turns = make_task(spec["task"]["name"], spec["task"].get("params")).max_turns
     judge = spec["task"].get("judge")

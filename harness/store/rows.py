@@ -1,6 +1,6 @@
 """The rows of the results store's tables, from what the runs and the orchestrator wrote: a run
 directory's spec, status, result and events (``run_tables``) and the fairness audit
-(``fairness_rows``). Pure conversion; ``harness/store.py`` writes them."""
+(``fairness_rows``). Pure conversion; ``harness/store/database.py`` writes them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
 
-from .layout import RunDir
+from ..layout import RunDir
 
 LEDGER_COLUMNS = list(COUNTERS)
 
@@ -179,7 +179,7 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
 
 def selfplay_rows(rid: str, evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per evaluation and external opponent of a two-player game task (the ``selfplay``
-    games of each evaluation record, harness/selfplay.py); none for other tasks."""
+    games of each evaluation record, harness/training/opponents.py); none for other tasks."""
 
     rows = []
     for e in evals:

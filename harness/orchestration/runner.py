@@ -17,9 +17,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint
-from .layout import RunDir, write_json, write_text
-from .stopping import STOP, RunInterrupted, stop_point, stop_points
+from .. import checkpoint
+from ..layout import RunDir, write_json, write_text
+from ..stopping import STOP, RunInterrupted, stop_point, stop_points
 
 ACTIVE = threading.Event()
 """Set while this worker process executes a run past its setup. An idle worker, or one still
@@ -44,8 +44,8 @@ def spec_id(spec: dict[str, Any]) -> str:
 def settings_from_spec(spec: dict[str, Any]):
     from sixblanks.algorithms.blanks import Blanks
 
-    from .config import OptimizerConfig, RolloutConfig
-    from .training import RunSettings
+    from ..config import OptimizerConfig, RolloutConfig
+    from ..training import RunSettings
 
     ev = spec["eval"]
     return RunSettings(
@@ -73,11 +73,11 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     ``rollout.backend`` names. Used by runs and by sweep trials alike. ``work_dir``: the run's
     directory (a concurrent collector spools its rounds there)."""
 
-    from .models import load_pretrained, set_gradient_checkpointing
-    from .rollout.engine import make_engine
-    from .tasks import make_task
-    from .tasks.judge import attach_judge
-    from .training import Trainer
+    from ..models import load_pretrained, set_gradient_checkpointing
+    from ..rollout.engine import make_engine
+    from ..tasks import make_task
+    from ..tasks.judge import attach_judge
+    from ..training import Trainer
 
     settings = settings_from_spec(spec)
     settings.work_dir = str(work_dir) if work_dir is not None else None
@@ -90,7 +90,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     stop_point("setup")  # each model load is long for a large model: a stop is seen between them
     set_gradient_checkpointing(model, bool(spec["model"].get("gradient_checkpointing")))
     if spec["model"].get("lora"):  # the reference is the base: the same weights, adapter off
-        from .lora import AdapterOff, apply_lora
+        from ..lora import AdapterOff, apply_lora
 
         model = apply_lora(model, spec["model"]["lora"])
         ref = AdapterOff(model)
@@ -292,7 +292,7 @@ def execute_run(
             _stopped_at_checkpoint(rd, trainer, saved, exc, write_status)
         raise
     except BaseException as exc:
-        from .errors import describe
+        from ..errors import describe
 
         err = describe(exc, f"run {rd.run_id}'s files")
         status = rd.read_status()
@@ -397,7 +397,7 @@ def _check_ledger_log(rd: RunDir, ledger) -> int:
     events = effective_events(read_events(rd.ledger_log))
     problems = compare(replay(events)["counters"], ledger.counters)
     if problems:
-        from .training.base import TrainingError
+        from ..training.base import TrainingError
 
         raise TrainingError(f"{rd.ledger_log} disagrees with the ledger: {'; '.join(problems)}")
     return len(events)
@@ -450,7 +450,7 @@ def run_worker(args: tuple) -> dict[str, Any]:
         return {"ok": False, "interrupted": True, "started": True, "error": str(exc),
                 "run_id": Path(run_dir).name}  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - reported back to the orchestrator
-        from .errors import describe
+        from ..errors import describe
 
         return {"ok": False, "error": describe(exc, f"run {Path(run_dir).name}'s files"),
                 "run_id": Path(run_dir).name}  # fmt: skip

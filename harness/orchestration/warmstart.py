@@ -20,22 +20,22 @@ from typing import Any
 
 from sixblanks.algorithms.presets import get_preset
 
-from .config import OptimizerConfig
-from .layout import WARM_START_JSON
-from .models import (
+from ..config import OptimizerConfig
+from ..layout import WARM_START_JSON
+from ..models import (
     apply_chat_setting,
     load_policy,
     save_policy,
     set_gradient_checkpointing,
     state_hash,
 )
-from .rollout.trajectory import TrajectoryBatch
-from .seeds import demo_seeds
-from .tasks.base import Task
-from .training import RunSettings, Trainer
-from .training.collectors import Demonstrations, demonstration_batch
-from .training.objectives import SFT
-from .version import code_fingerprint
+from ..rollout.trajectory import TrajectoryBatch
+from ..seeds import demo_seeds
+from ..tasks.base import Task
+from ..training import RunSettings, Trainer
+from ..training.collectors import Demonstrations, demonstration_batch
+from ..training.objectives import SFT
+from ..version import code_fingerprint
 
 
 def train_sft(
@@ -111,7 +111,7 @@ def warm_start(
     directory = Path(cache_root) / key
     info_path = directory / WARM_START_JSON
     if info_path.exists():
-        from .models import load_pretrained
+        from ..models import load_pretrained
 
         model, tok = load_pretrained(directory, cfg.model.device, cfg.model.dtype)
         info = json.loads(info_path.read_text())

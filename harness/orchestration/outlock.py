@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import SixblanksError
+from ..errors import SixblanksError
 
 LOCK_NAME = ".sixblanks.lock"
 

@@ -24,12 +24,12 @@ from sixblanks.algorithms.presets import resolve
 from sixblanks.budgets.counters import COUNTERS
 from sixblanks.budgets.ledger import divide_budget
 
-from .config import ExperimentConfig, RolloutOverride, validate_mapping
-from .errors import ConfigError
-from .executors import deferred_interrupts
-from .layout import ExperimentDir, write_json
-from .orchestrator import plain_wanted
-from .studies import make_pruner, open_storage, repair_journal, run_trial
+from ..config import ExperimentConfig, RolloutOverride, validate_mapping
+from ..errors import ConfigError
+from ..layout import ExperimentDir, write_json
+from ..orchestration.executors import deferred_interrupts
+from ..orchestration.orchestrator import plain_wanted
+from .sweep_worker import make_pruner, open_storage, repair_journal, run_trial
 
 TRIAL_SPLIT = "validation"
 """The split trials are scored (and selected) on; confirmation runs and reports score ``test``."""
@@ -156,14 +156,14 @@ class Sweep:
     def run(self) -> dict[str, Any]:
         import optuna
 
-        from .executors import make_executor
-        from .orchestrator import Orchestrator
+        from ..orchestration.executors import make_executor
+        from ..orchestration.orchestrator import Orchestrator
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         orch = Orchestrator(self.cfg, self.out, log=self.log, progress=False)
         orch.check_servers()  # and the study's database: both answer before the warm start
         if self.cfg.sweep.storage:
-            from .servers import check_database
+            from ..orchestration.servers import check_database
 
             check_database(self.cfg.sweep.storage, "sweep.storage")
         specs = orch.prepare()
@@ -190,7 +190,7 @@ class Sweep:
         import optuna
         from optuna.trial import TrialState
 
-        from .trials import SearchLedger, run_trials
+        from .sweep_trials import SearchLedger, run_trials
 
         base_spec = next(s for s in specs if s["arm"] == arm)
         study = optuna.create_study(
@@ -273,7 +273,7 @@ class Sweep:
     def confirm(self, summary: dict[str, Any]) -> dict[str, Any]:
         """Re-run each arm at its defaults and at its best configuration on fresh seeds, matched budget."""
 
-        from .orchestrator import Orchestrator
+        from ..orchestration.orchestrator import Orchestrator
 
         if not self.cfg.sweep.confirm_seeds:
             self.log("sweep.confirm_seeds is empty: no confirmation runs")
@@ -311,7 +311,7 @@ class Sweep:
         return {"failures": res["failures"], "runs": len(res["summary"])}
 
     def _store_trials(self, summary: dict[str, Any]) -> None:
-        from .store import write_trials
+        from ..store.database import write_trials
 
         write_trials(self.out, self.cfg.name, trial_rows(summary))
         self._track_trials(summary)
@@ -320,7 +320,7 @@ class Sweep:
         if not self.cfg.tracking.mlflow:
             return
         try:
-            from .tracking import Tracker, tracking_uri
+            from ..orchestration.tracking import Tracker, tracking_uri
 
             tr = Tracker(
                 self.out,

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import ExperimentConfig
-from .errors import SixblanksError
-from .layout import ExperimentDir, write_json
+from ..config import ExperimentConfig
+from ..errors import SixblanksError
+from ..layout import ExperimentDir, write_json
+from ..version import code_fingerprint
 from .runner import spec_id
-from .version import code_fingerprint
 
 
 class RunFailed(SixblanksError):
@@ -90,7 +90,7 @@ class Orchestrator:
     def prepare(self):
         """Warm start (cached) and the run specs."""
 
-        from .tasks import make_task
+        from ..tasks import make_task
         from .warmstart import warm_start, warm_start_key
 
         self._check_backend()
@@ -99,13 +99,13 @@ class Orchestrator:
         key = warm_start_key(self.cfg, tasks)
         _, tok, info = warm_start(self.cfg, tasks, self.dir.warm_start, log=self.log)
         self.warm_dir = self.dir.warm_policy(key)
-        from .audit import tokenizer_identity
+        from ..store.audit import tokenizer_identity
 
         self.warm_info = {**info, "tokenizer": tokenizer_identity(tok)}
         self.specs = build_specs(self.cfg, key)
         if self.reuse_finished:
             self.specs = self.reuse(self.specs)
-        from .config import resolved_dict
+        from ..config import resolved_dict
 
         write_json(
             self.dir.experiment,
@@ -123,7 +123,7 @@ class Orchestrator:
 
         if self.cfg.rollout.backend != "vllm" or self.cfg.executor.kind != "local":
             return  # Ray: vLLM must be on the workers, which the runs check themselves
-        from .rollout.vllm_engine import INSTALL_HINT, vllm_available
+        from ..rollout.vllm_engine import INSTALL_HINT, vllm_available
 
         if not vllm_available():
             raise SixblanksError(
@@ -205,7 +205,7 @@ class Orchestrator:
         }
 
     def ingest(self, audit: dict[str, Any] | None = None) -> dict[str, int]:
-        from .store import StoreDamaged, ingest, rebuild
+        from ..store.database import StoreDamaged, ingest, rebuild
 
         try:
             return ingest(self.out, self.dir.read_experiment(), audit)
@@ -321,7 +321,7 @@ class Orchestrator:
     # ------------------------------------------------------------------ audit and summary
 
     def fairness(self) -> dict[str, Any]:
-        from .audit import fairness_audit
+        from ..store.audit import fairness_audit
 
         audit = fairness_audit(self.cfg, self.specs, self.runs_dir, self.warm_info)
         write_json(self.dir.fairness, audit)

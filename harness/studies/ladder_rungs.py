@@ -5,7 +5,7 @@
     3 no_update_eval   the initial policy evaluated repeatedly on the validation split, then again
                        after an engine version bump (same weights): every instance must score the same
 
-Each returns its row and its one verdict row (see :mod:`sixblanks.harness.ladder_stats`).
+Each returns its row and its one verdict row (see :mod:`sixblanks.harness.studies.ladder_stats`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .contract import sample_and_check
-from .evaluate import evaluate
+from ..rollout.agent import run_episodes
+from ..rollout.engine import SamplingParams
+from ..seeds import TRAIN_SEED_RANGE
+from ..training.contract import sample_and_check
+from ..training.evaluate import evaluate
 from .ladder_stats import SPLIT, RungResult, judge_no_update, verdict
-from .rollout.agent import run_episodes
-from .rollout.engine import SamplingParams
-from .seeds import TRAIN_SEED_RANGE
 
 REPEATS = 2
 """Evaluations before the engine version bump; one more follows it."""
@@ -77,7 +77,7 @@ def frozen_batch_rung(engine, model, tok, task, rollout, blanks) -> list[RungRes
     from sixblanks.algorithms.loss import compute_advantages, policy_loss
     from sixblanks.algorithms.normalization import loss_weights
 
-    from .policy import policy_logprobs
+    from ..training.policy import policy_logprobs
 
     r = rollout
     G = blanks.data.group_size or r.group_size

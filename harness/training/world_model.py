@@ -20,11 +20,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .lora import plain_copy
-from .rollout.agent import encode_observation
-from .rollout.engine import HFEngine, SamplingParams
-from .rollout.trajectory import TrajectoryBatch
-from .tasks.base import Env, Instance, StepResult, Task
+from ..lora import plain_copy
+from ..rollout.agent import encode_observation
+from ..rollout.engine import HFEngine, SamplingParams
+from ..rollout.trajectory import TrajectoryBatch
+from ..tasks.base import Env, Instance, StepResult, Task
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Executors: run a list of (spec, run_dir, warm_dir) jobs, locally or on a Ray cluster.
 
-Both call :func:`sixblanks.harness.runner.execute_run` in a separate process per run; a run writes only inside
+Both call :func:`sixblanks.harness.orchestration.runner.execute_run` in a separate process per run; a run writes only inside
 its own directory. ``run(jobs, tick)`` returns {run_id: error} for failed runs and calls ``tick()``
 periodically (progress) and ``tick(final=True)`` at the end.
 
@@ -9,7 +9,7 @@ a session that submits ``fn(*args)`` to a worker process (local pool of ``worker
 waits for what is done and stops what is in flight on Ctrl-C; calling it runs one piece to its end.
 Workers (and a Ray cluster started here) live as long as the session.
 
-The Ray executor and its session are in :mod:`~sixblanks.harness.ray_executor`.
+The Ray executor and its session are in :mod:`~sixblanks.harness.orchestration.ray_executor`.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import SixblanksError
-from .layout import RunDir
+from ..errors import SixblanksError
+from ..layout import RunDir
+from ..stopping import request_stop
 from .runner import ACTIVE, run_worker
-from .stopping import request_stop
 
 Job = tuple[dict[str, Any], str, str]
 

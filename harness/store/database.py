@@ -28,9 +28,9 @@ import pyarrow as pa
 
 from sixblanks.budgets.counters import DISCARD_REASONS
 
-from .errors import SixblanksError
-from .layout import ExperimentDir, read_json
-from .store_rows import LEDGER_COLUMNS, fairness_rows, run_tables
+from ..errors import SixblanksError
+from ..layout import ExperimentDir, read_json
+from .rows import LEDGER_COLUMNS, fairness_rows, run_tables
 
 SCHEMA: dict[str, str] = {
     "experiments": """
@@ -140,7 +140,7 @@ def rebuild(out_dir: str | Path, log: Callable[[str], None] | None = None) -> di
 
 
 def _rebuild(out_dir, exp_dir: ExperimentDir, say: Callable[[str], None]) -> dict[str, int]:
-    from .layout import SweepDir
+    from ..layout import SweepDir
 
     path = exp_dir.results_db
     exp = exp_dir.read_experiment()
@@ -150,7 +150,7 @@ def _rebuild(out_dir, exp_dir: ExperimentDir, say: Callable[[str], None]) -> dic
         write_ladder(out_dir, exp["config"]["name"], lad["arm"], lad["rungs"])
     summary = SweepDir(out_dir).sweep_summary
     if summary.exists():
-        from .sweep import trial_rows
+        from ..studies.sweep import trial_rows
 
         write_trials(out_dir, exp["config"]["name"], trial_rows(read_json(summary, {})))
     with _transaction(out_dir) as con:
@@ -216,7 +216,7 @@ def _transaction(out_dir: str | Path) -> Iterator[Any]:
             raise
         con.execute("COMMIT")
     except (duckdb.IOException, duckdb.InternalException) as exc:  # a block it cannot read
-        from .errors import DiskFull, disk_full, disk_full_message
+        from ..errors import DiskFull, disk_full, disk_full_message
 
         path = ExperimentDir(out_dir).results_db
         if disk_full(exc):  # rolled back: the store holds what it held before
@@ -384,7 +384,7 @@ def append_rows(out_dir: str | Path, tables: dict[str, list[dict[str, Any]] | pa
 
 def clear(out_dir: str | Path) -> None:
     """Delete every row of every table, in one transaction: the experiment's definition changed
-    (``--add``, harness/definition.py) and the store is rebuilt from the current runs' directories."""
+    (``--add``, harness/orchestration/definition.py) and the store is rebuilt from the current runs' directories."""
 
     with _transaction(out_dir) as con:
         for table in SCHEMA:

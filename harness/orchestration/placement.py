@@ -27,8 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .errors import SixblanksError
-from .layout import write_json
+from ..errors import SixblanksError
+from ..layout import write_json
 
 SHARE_VAR = "SIXBLANKS_GPU_SHARE"
 """The GPU share of the run in this process (set by :func:`run_placed` for the task's duration)."""

@@ -2,7 +2,7 @@
 and one trial as an executor's worker runs it (a local process or a Ray task), reporting its
 token-checkpoint scores to the shared storage and stopping when the pruner says so.
 
-The sweep process (:mod:`~sixblanks.harness.sweep`, :mod:`~sixblanks.harness.trials`) asks the
+The sweep process (:mod:`~sixblanks.harness.studies.sweep`, :mod:`~sixblanks.harness.studies.sweep_trials`) asks the
 study for each trial and tells it the result; :func:`run_trial` is what runs in between.
 """
 
@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .orchestrator import PlainLines
-from .runner import ACTIVE, STOP, RunInterrupted, build_trainer, exit_soon
-from .stopping import stop_points
+from ..orchestration.orchestrator import PlainLines
+from ..orchestration.runner import ACTIVE, STOP, RunInterrupted, build_trainer, exit_soon
+from ..stopping import stop_points
 
 
 def open_storage(ref: tuple[str, str]):

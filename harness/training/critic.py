@@ -8,8 +8,8 @@ import copy
 import torch
 from torch import nn
 
-from .lora import adapter_active, add_value_adapter, peft_of
-from .models import backbone
+from ..lora import adapter_active, add_value_adapter, peft_of
+from ..models import backbone
 
 
 class ValueModel(nn.Module):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .rollout.fastdecode import supported
+from ..rollout.fastdecode import supported
 
 
 def split_point(action_mask: torch.Tensor, attention_mask: torch.Tensor) -> int:

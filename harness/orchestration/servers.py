@@ -12,7 +12,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
-from .errors import SixblanksError
+from ..errors import SixblanksError
 
 TIMEOUT_S = 5.0
 

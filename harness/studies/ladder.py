@@ -16,7 +16,7 @@
 Each rung is a small experiment under the same ledger machinery (a budget per rung). It gives rows
 (one per setting it tried) and exactly one verdict row (``variant == "verdict"``: pass, fail or
 inconclusive with a short reason); the ladder stops at the first failing verdict unless ``all_rungs``.
-A rung passes only on evidence that could have failed it (:mod:`sixblanks.harness.ladder_stats`).
+A rung passes only on evidence that could have failed it (:mod:`sixblanks.harness.studies.ladder_stats`).
 Every evaluation the ladder makes, its own and its short runs', scores the VALIDATION split: the
 ladder selects settings, and selection never sees the test instances reports show. Variants are
 compared to the arm's nominal setting by a paired bootstrap over the same validation instances, so
@@ -39,8 +39,16 @@ from sixblanks.algorithms.blanks import deep_merge
 from sixblanks.algorithms.presets import resolve
 from sixblanks.budgets.ledger import divide_budget
 
-from .config import ExperimentConfig
-from .errors import SixblanksError
+from ..config import ExperimentConfig
+from ..errors import SixblanksError
+from ..layout import ExperimentDir, write_json
+from ..models import load_pretrained
+from ..orchestration.orchestrator import PlainLines, plain_wanted
+from ..orchestration.runner import build_trainer
+from ..rollout.engine import RolloutError, make_engine
+from ..tasks import make_task
+from ..tasks.judge import attach_judge
+from ..training import TrainingError
 from .ladder_rungs import contract_rung, engine_name, frozen_batch_rung, no_update_rung
 from .ladder_stats import (
     MARGIN,
@@ -54,14 +62,6 @@ from .ladder_stats import (
     verdict,
     verdicts,
 )
-from .layout import ExperimentDir, write_json
-from .models import load_pretrained
-from .orchestrator import PlainLines, plain_wanted
-from .rollout.engine import RolloutError, make_engine
-from .runner import build_trainer
-from .tasks import make_task
-from .tasks.judge import attach_judge
-from .training import TrainingError
 
 __all__ = [
     "MARGIN",
@@ -97,7 +97,7 @@ class Ladder:
         arm: str | None = None,
         log: Callable[[str], None] | None = None,
     ):
-        from .orchestrator import Orchestrator
+        from ..orchestration.orchestrator import Orchestrator
 
         self.cfg = cfg
         self.out = Path(out_dir)
@@ -105,7 +105,7 @@ class Ladder:
         if self.arm in cfg.arms:  # the arm's sampling settings (its rollout overrides)
             self.rollout = cfg.rollout_for(self.arm)
         if self.arm not in cfg.arms:
-            from .errors import ConfigError, unknown_name
+            from ..errors import ConfigError, unknown_name
 
             raise ConfigError(f"--arm: {unknown_name('arm', self.arm, cfg.arms)}")
         self.log = log or (lambda _m: None)
@@ -285,7 +285,7 @@ class Ladder:
         self, rung: int, name: str, variants: dict[str, dict[str, Any]], nominal_key: str
     ) -> list[RungResult]:
         """Runs each variant under the rung budget, then judges them against the nominal setting
-        (:func:`~sixblanks.harness.ladder_stats.judge_compare`): rows and the rung's verdict."""
+        (:func:`~sixblanks.harness.studies.ladder_stats.judge_compare`): rows and the rung's verdict."""
 
         outs = {}
         for label, kw in variants.items():
@@ -418,7 +418,7 @@ class Ladder:
                     done["rungs"][str(rung)] = [asdict(r) for r in res]
                     write_json(ExperimentDir(self.out).ladder_progress, done)
             except KeyboardInterrupt:  # Ctrl-C: the rungs done so far are recorded
-                from .executors import Interrupted
+                from ..orchestration.executors import Interrupted
 
                 self.save(time.time() - t0)
                 n_done = len(verdicts(self.results))
@@ -452,7 +452,7 @@ class Ladder:
                 default=str,
             ).encode()
         ).hexdigest()[:16]
-        from .layout import read_json
+        from ..layout import read_json
 
         old = read_json(ExperimentDir(self.out).ladder_progress, {}) or {}
         if old.get("key") == key:
@@ -460,7 +460,7 @@ class Ladder:
         return {"key": key, "arm": self.arm, "rungs": {}}
 
     def save(self, seconds: float) -> None:
-        from .store import write_ladder
+        from ..store.database import write_ladder
 
         rows = [asdict(r) for r in self.results]
         path = ExperimentDir(self.out).ladder

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .layout import ExperimentDir, read_json, write_json
-from .version import code_fingerprint
+from ..layout import ExperimentDir, read_json, write_json
+from ..version import code_fingerprint
 
 PARAM_MAX = 6000
 KEY_MAX = 250

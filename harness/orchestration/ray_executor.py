@@ -1,6 +1,6 @@
 """The Ray executor: each run (and each sweep trial) a Ray task, on a cluster joined at
 ``executor.address`` or started on this machine; placement, fit and shared-storage checks in
-:mod:`~sixblanks.harness.placement`."""
+:mod:`~sixblanks.harness.orchestration.placement`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import SixblanksError
+from ..errors import SixblanksError
+from ..layout import RunDir
 from .executors import Interrupted, Job, run_one, runs_interrupted
-from .layout import RunDir
 from .placement import (
     PlacementError,
     check_fits,

@@ -11,7 +11,7 @@ from typing import Any
 
 from sixblanks.algorithms.blanks import Blanks, flatten
 
-from .layout import RunDir
+from ..layout import RunDir
 
 RATIO_ONE = 1e-6
 """An importance ratio within this of 1 counts as 1 (on-policy recomputation is exact up to this)."""

@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from .rollout.agent import encode_observation, run_episodes
-from .rollout.engine import HFEngine, SamplingParams
-from .tasks.selfplay import Position
-from .tasks.verify import VerifierGate
+from ..rollout.agent import encode_observation, run_episodes
+from ..rollout.engine import HFEngine, SamplingParams
+from ..tasks.selfplay import Position
+from ..tasks.verify import VerifierGate
 
 
 def position_seed(*parts: int) -> int:

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..models import backbone
+from ..rollout.trajectory import TrajectoryBatch
 from .critic import ValueModel
-from .models import backbone
-from .rollout.trajectory import TrajectoryBatch
 
 
 def step_positions(turn_ids: torch.Tensor, mask: torch.Tensor, K: int) -> torch.Tensor:
