@@ -393,7 +393,7 @@ def rollouts(
     from .config import TaskConfig, load_config
     from .models import apply_chat_setting, load_policy
     from .orchestration.warmstart import warm_start
-    from .rollout.engine import make_engine
+    from .rollout.backends import make_engine
     from .tasks import make_task
     from .tasks.registry import TaskLoadError
     from .training.contract import sample_and_check
@@ -632,7 +632,7 @@ def status(
 
     import time as _time
 
-    from .orchestration.orchestrator import budget_fraction
+    from .orchestration.progress import budget_fraction
 
     exp_dir = _experiment_dir(directory, "run `sixblanks run` first")
     run_ids = exp_dir.read_experiment()["runs"]

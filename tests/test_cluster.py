@@ -213,12 +213,8 @@ def test_a_gpu_share_sets_the_engine_memory_share_and_whole_gpus_above_one():
 
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.errors import SixblanksError
-    from sixblanks.harness.orchestration.placement import (
-        SHARE_VAR,
-        check_fits,
-        engine_memory_share,
-        gpu_share,
-    )
+    from sixblanks.harness.orchestration.placement import check_fits
+    from sixblanks.harness.rollout.gpu_share import SHARE_VAR, engine_memory_share, gpu_share
 
     assert engine_memory_share(0.3, gpu_share(0.5)) == pytest.approx(0.15)
     assert engine_memory_share(0.3, gpu_share(2.0)) == pytest.approx(0.3)  # whole GPUs: as set

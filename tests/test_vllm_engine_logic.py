@@ -11,7 +11,8 @@ import torch
 from sixblanks.algorithms.weights import mismatch_stats
 from sixblanks.harness.config import RolloutConfig, TinyModelConfig
 from sixblanks.harness.models import build_tiny_model, build_tokenizer
-from sixblanks.harness.rollout.engine import RolloutError, SamplingParams, make_engine
+from sixblanks.harness.rollout.backends import make_engine
+from sixblanks.harness.rollout.engine import RolloutError, SamplingParams
 from sixblanks.harness.rollout.vllm_engine import VLLMEngine
 
 

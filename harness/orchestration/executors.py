@@ -9,7 +9,8 @@ a session that submits ``fn(*args)`` to a worker process (local pool of ``worker
 waits for what is done and stops what is in flight on Ctrl-C; calling it runs one piece to its end.
 Workers (and a Ray cluster started here) live as long as the session.
 
-The Ray executor and its session are in :mod:`~sixblanks.harness.orchestration.ray_executor`.
+The Ray executor and its session are in :mod:`~sixblanks.harness.orchestration.ray_executor`; what
+both share (a job, Ctrl-C's handling and its message) in :mod:`.interrupts`.
 """
 
 from __future__ import annotations
@@ -26,12 +27,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import SixblanksError
 from ..layout import RunDir
 from ..stopping import request_stop
+from .interrupts import Interrupted, Job, run_one, runs_interrupted
 from .runner import ACTIVE, run_worker
-
-Job = tuple[dict[str, Any], str, str]
 
 
 def exit_with_parent(parent_pid: int, every: float = 1.0) -> None:
@@ -75,56 +74,6 @@ def workers_ignore_ctrl_c() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-SIGINT_SEEN = threading.Event()
-"""Set by :func:`deferred_interrupts`'s handler: Ctrl-C was pressed; acted on at the next safe point."""
-
-
-@contextmanager
-def deferred_interrupts() -> Iterator[threading.Event]:
-    """Within the block, Ctrl-C (SIGINT) only sets :data:`SIGINT_SEEN` (a second one raises
-    KeyboardInterrupt at once): the sweep acts on it between trials and while it waits for one, never
-    in the middle of a write to its study's storage. Only in the main thread; restored after."""
-
-    if threading.current_thread() is not threading.main_thread():
-        yield SIGINT_SEEN
-        return
-
-    def handler(*_: Any) -> None:
-        if SIGINT_SEEN.is_set():
-            raise KeyboardInterrupt
-        SIGINT_SEEN.set()
-
-    SIGINT_SEEN.clear()
-    old = signal.signal(signal.SIGINT, handler)
-    try:
-        yield SIGINT_SEEN
-    finally:
-        signal.signal(signal.SIGINT, old)
-        SIGINT_SEEN.clear()
-
-
-class Interrupted(SixblanksError):
-    """Ctrl-C (SIGINT) during an experiment: exit code 130 after what finished is recorded."""
-
-    exit_code = 130
-
-    def __init__(self, message: str, stopped: list[str], not_started: list[str]):
-        super().__init__(message)
-        self.stopped, self.not_started = stopped, not_started
-        self.partial: dict[str, Any] | None = None  # a session call's own result, if it returned
-
-
-def runs_interrupted(stopped: list[str], not_started: list[str]) -> Interrupted:
-    """What Ctrl-C left of an experiment's runs, as the one line the command ends with."""
-
-    return Interrupted(
-        f"interrupted: {len(stopped)} run(s) stopped in flight (resumable), "
-        f"{len(not_started)} not started; the same command resumes them",
-        stopped,
-        not_started,
-    )
 
 
 def local_pool(workers: int) -> cf.ProcessPoolExecutor:
@@ -237,22 +186,6 @@ class LocalSession:
 
     def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
         return run_one(self, fn, *args)
-
-
-def run_one(session, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` on ``session``, waited for; Ctrl-C (or :data:`SIGINT_SEEN`) stops it and
-    raises :class:`Interrupted` carrying its own result (``partial``)."""
-
-    handle = session.submit(fn, *args)
-    try:
-        while not session.wait([handle]):
-            if SIGINT_SEEN.is_set():
-                raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        stop = Interrupted("interrupted", ["in flight"], [])
-        stop.partial = session.interrupt([handle])[handle]
-        raise stop from None
-    return session.result(handle)
 
 
 def stop_workers(workers: list, handles, grace_seconds: float) -> dict[cf.Future, Any]:

@@ -8,7 +8,6 @@ resume from their last checkpoint.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ from ..config import ExperimentConfig
 from ..errors import SixblanksError
 from ..layout import ExperimentDir, write_json
 from ..version import code_fingerprint
+from .progress import EvalTail, budget_fraction, end_key, plain_eval_line, say
 from .runner import spec_id
 
 
@@ -166,7 +166,8 @@ class Orchestrator:
         ]
 
     def run(self) -> dict[str, Any]:
-        from .executors import Interrupted, make_executor
+        from .executors import make_executor
+        from .interrupts import Interrupted
 
         self.check_servers()
         specs = self.prepare()
@@ -300,7 +301,7 @@ class Orchestrator:
 
         runs = [(s, self.dir.run(s["run_id"])) for s in todo]
         tails = {rd.run_id: EvalTail(rd.events) for _, rd in runs}  # an earlier attempt's: said
-        ends = {rd.run_id: _end_key(rd.read_status()) for _, rd in runs}
+        ends = {rd.run_id: end_key(rd.read_status()) for _, rd in runs}
 
         def callback(final: bool = False) -> None:
             for s, rd in runs:
@@ -308,7 +309,7 @@ class Orchestrator:
                 st = rd.read_status()  # before the events: a finished run's are all written
                 for ev in tails[rd.run_id].new():
                     say(plain_eval_line(name, ev, s["budget"]))
-                state, key = st.get("state"), _end_key(st)
+                state, key = st.get("state"), end_key(st)
                 if state in ("finished", "failed") and key != ends[rd.run_id]:
                     ends[rd.run_id] = key
                     what = "FAILED: " + str(st.get("error", ""))[:200] if state == "failed" else (
@@ -348,93 +349,3 @@ class Orchestrator:
             )
         write_json(self.dir.summary, {"runs": rows, "written": time.time()})
         return rows
-
-
-def budget_fraction(status: dict[str, Any]) -> float:
-    limits = status.get("limits") or {}
-    counters = status.get("counters") or {}
-    if not limits:
-        return 0.0
-    return max(min(1.0, counters.get(k, 0.0) / v) for k, v in limits.items())
-
-
-# --------------------------------------------------------------------------- plain progress lines
-# Where the output is not a terminal (a log file, a cluster job): `run`, the sweep's trials and
-# confirmation runs and the ladder's short runs print one line per evaluation and per finished run.
-
-
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def plain_wanted(log: Callable[[str], None] | None) -> bool:
-    """Plain lines for a command that logs (not quiet) to something other than a terminal."""
-
-    return log is not None and not sys.stderr.isatty()
-
-
-def plain_budget(at: dict[str, float], budget: dict[str, float]) -> str:
-    return ", ".join(f"{k} {at.get(k, 0):g}/{v:g}" for k, v in budget.items())
-
-
-def plain_eval_line(name: str, ev: dict[str, Any], budget: dict[str, float]) -> str:
-    """One evaluation: its step, its score and its own place in the budget."""
-
-    at = ev.get("position") or {}
-    return f"{name}: eval at step {ev.get('step')}: score {ev['score']:.3f} ({plain_budget(at, budget)})"
-
-
-class PlainLines:
-    """The plain lines of a trainer in this process (a sweep trial, a ladder short run):
-    ``evals`` (an ``on_step`` callback, and once after training) says each new evaluation, ``end``
-    the remaining ones and how the run ended; silent unless ``on``."""
-
-    def __init__(self, name: str, budget: dict[str, float], on: bool):
-        self.name, self.budget, self.on, self.seen = name, budget, on, 0
-
-    def evals(self, trainer, _metrics: Any = None) -> None:
-        for ev in trainer.result.evals[self.seen :] if self.on else []:
-            say(plain_eval_line(self.name, ev, self.budget))
-        self.seen = len(trainer.result.evals)
-
-    def end(self, trainer, what: str) -> None:
-        if self.on:
-            self.evals(trainer)
-            say(f"{self.name}: {what}")
-
-
-def _end_key(status: dict[str, Any]) -> tuple[Any, Any]:
-    return (status.get("state"), status.get("updated"))
-
-
-class EvalTail:
-    """The evaluations appended to a run's events file since the last ``new()``. A resumed run
-    rewrites the file (a new file): it is read again, evaluations already seen skipped (by step)."""
-
-    def __init__(self, path: Path):
-        self.path, self.ino, self.pos, self.steps = path, None, 0, set()
-        self.new()  # what is there already
-
-    def new(self) -> list[dict[str, Any]]:
-        try:
-            f = open(self.path, "rb")  # noqa: SIM115 - closed below
-        except FileNotFoundError:
-            return []
-        with f:
-            st = os.fstat(f.fileno())
-            if st.st_ino != self.ino or st.st_size < self.pos:
-                self.ino, self.pos = st.st_ino, 0
-            f.seek(self.pos)
-            data = f.read()
-        data = data[: data.rfind(b"\n") + 1]  # a line still being written: read next time
-        self.pos += len(data)
-        out = []
-        for line in data.splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("type") == "eval" and rec.get("step") not in self.steps:
-                self.steps.add(rec.get("step"))
-                out.append(rec)
-        return out

@@ -15,8 +15,10 @@
   are measured per run, by the run's own process (CUDA time on a GPU); on a GPU shared with other
   runs (a share below 1) they are labelled ``shared``: the GPU was busy with others too.
 - **vLLM's memory share.** A run with a GPU share below 1 gives its vLLM engine that share of
-  ``rollout.vllm.gpu_memory_utilization`` (:func:`engine_memory_share`), so co-located runs do
-  not overcommit the device's memory.
+  ``rollout.vllm.gpu_memory_utilization`` (``rollout/gpu_share.py``), so co-located runs do not
+  overcommit the device's memory.
+
+The Ray task that runs one placed run is :func:`~.ray_executor.run_placed`.
 """
 
 from __future__ import annotations
@@ -28,10 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SixblanksError
-from ..layout import write_json
-
-SHARE_VAR = "SIXBLANKS_GPU_SHARE"
-"""The GPU share of the run in this process (set by :func:`run_placed` for the task's duration)."""
+from ..rollout.gpu_share import gpu_share
 
 
 class PlacementError(SixblanksError):
@@ -140,21 +139,6 @@ def check_shared_storage(out_dir: str | Path, nodes: list[dict[str, Any]]) -> No
         )
 
 
-def gpu_share(num_gpus: float) -> float:
-    """The share of one GPU a run holds: its request below 1, else 1 (whole GPUs)."""
-
-    return float(num_gpus) if 0 < num_gpus < 1 else 1.0
-
-
-def engine_memory_share(gpu_memory_utilization: float, share: float | None = None) -> float:
-    """vLLM's ``gpu_memory_utilization`` for a run holding ``share`` of a GPU (default: this
-    process's share, 1 outside a Ray task): the configured share of the run's slice of the device."""
-
-    if share is None:
-        share = float(os.environ.get(SHARE_VAR, "1"))
-    return float(gpu_memory_utilization) * min(1.0, max(share, 0.0))
-
-
 def placement_info(num_cpus: float, num_gpus: float) -> dict[str, Any]:
     """Where this Ray task runs and what it holds (``placement.json``)."""
 
@@ -173,19 +157,3 @@ def placement_info(num_cpus: float, num_gpus: float) -> dict[str, Any]:
         "gpu_share": share,
         "device_seconds": "shared" if 0 < share < 1 else "own",
     }
-
-
-def run_placed(args: tuple, num_cpus: float, num_gpus: float) -> dict[str, Any]:
-    """A Ray task's body for one run: record the placement in the run directory, then run it with
-    the GPU share set for its vLLM engine."""
-
-    from .runner import run_worker
-
-    info = placement_info(num_cpus, num_gpus)
-    Path(args[1]).mkdir(parents=True, exist_ok=True)
-    write_json(Path(args[1]) / "placement.json", info)
-    os.environ[SHARE_VAR] = str(info["gpu_share"] or 1.0)
-    try:
-        return run_worker(args)
-    finally:
-        os.environ.pop(SHARE_VAR, None)

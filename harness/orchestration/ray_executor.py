@@ -13,15 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SixblanksError
-from ..layout import RunDir
-from .executors import Interrupted, Job, run_one, runs_interrupted
+from ..layout import RunDir, write_json
+from ..rollout.gpu_share import SHARE_VAR
+from .interrupts import Interrupted, Job, run_one, runs_interrupted
 from .placement import (
     PlacementError,
     check_fits,
     check_shared_storage,
     cluster_nodes,
+    placement_info,
     resources,
-    run_placed,
     this_machine,
 )
 from .procs import cmdline, descendants, running
@@ -232,3 +233,19 @@ class RaySession:
 
     def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
         return run_one(self, fn, *args)
+
+
+def run_placed(args: tuple, num_cpus: float, num_gpus: float) -> dict[str, Any]:
+    """A Ray task's body for one run: record the placement in the run directory, then run it with
+    the GPU share set for its vLLM engine."""
+
+    from .runner import run_worker
+
+    info = placement_info(num_cpus, num_gpus)
+    Path(args[1]).mkdir(parents=True, exist_ok=True)
+    write_json(Path(args[1]) / "placement.json", info)
+    os.environ[SHARE_VAR] = str(info["gpu_share"] or 1.0)
+    try:
+        return run_worker(args)
+    finally:
+        os.environ.pop(SHARE_VAR, None)

@@ -74,7 +74,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     directory (a concurrent collector spools its rounds there)."""
 
     from ..models import load_pretrained, set_gradient_checkpointing
-    from ..rollout.engine import make_engine
+    from ..rollout.backends import make_engine
     from ..tasks import make_task
     from ..tasks.judge import attach_judge
     from ..training import Trainer

@@ -275,21 +275,3 @@ def sample_categorical(logp: torch.Tensor, generator=None) -> torch.Tensor:
     u = torch.rand((cdf.shape[0], 1), dtype=cdf.dtype, device=cdf.device, generator=generator)
     nxt = torch.searchsorted(cdf, u.mul_(cdf[:, -1:]), right=True)[:, 0]
     return nxt.clamp_(max=cdf.shape[-1] - 1)  # a NaN row (caught after the loop) stays in range
-
-
-def make_engine(rollout_cfg, model, tokenizer, seed: int = 0) -> RolloutEngine:
-    """The engine ``rollout.backend`` names: ``hf`` (default) or ``vllm`` (colocated vllm.LLM)."""
-
-    if rollout_cfg.backend == "hf":
-        return HFEngine(model, tokenizer, decode=rollout_cfg.decode)
-    from .vllm_engine import VLLMEngine
-
-    limit = getattr(model.config, "max_position_embeddings", None) or 10**9
-    max_len = min(limit, rollout_cfg.max_prompt_tokens + rollout_cfg.max_new_tokens)
-    return VLLMEngine(
-        model,
-        tokenizer,
-        max_model_len=max_len,
-        seed=seed,
-        options=rollout_cfg.vllm.model_dump(),
-    )

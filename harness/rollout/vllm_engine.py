@@ -211,7 +211,7 @@ def _make_llm(vllm, model, tokenizer, max_model_len: int, seed: int, opts: dict[
             "logprobs_mode": "processed_logprobs",
         }
         if next(model.parameters()).device.type == "cuda":
-            from ..orchestration.placement import engine_memory_share
+            from .gpu_share import engine_memory_share
 
             # a run holding a share of a GPU (executor.num_gpus < 1) takes that share of it
             kwargs["gpu_memory_utilization"] = engine_memory_share(

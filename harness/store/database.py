@@ -30,7 +30,7 @@ from sixblanks.budgets.counters import DISCARD_REASONS
 
 from ..errors import SixblanksError
 from ..layout import ExperimentDir, read_json
-from .rows import LEDGER_COLUMNS, fairness_rows, run_tables
+from .rows import LEDGER_COLUMNS, fairness_rows, run_tables, trial_rows
 
 SCHEMA: dict[str, str] = {
     "experiments": """
@@ -150,8 +150,6 @@ def _rebuild(out_dir, exp_dir: ExperimentDir, say: Callable[[str], None]) -> dic
         write_ladder(out_dir, exp["config"]["name"], lad["arm"], lad["rungs"])
     summary = SweepDir(out_dir).sweep_summary
     if summary.exists():
-        from ..studies.sweep import trial_rows
-
         write_trials(out_dir, exp["config"]["name"], trial_rows(read_json(summary, {})))
     with _transaction(out_dir) as con:
         counts = _counts(con)

@@ -276,3 +276,26 @@ def search_columns(search: dict[str, Any] | None) -> dict[str, Any]:
         "search_score": s.get("score"),
         **{f"search_{k}": s.get(k) for k in ("generated_tokens", "env_steps", "verifier_calls")},
     }
+
+
+def trial_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The store's rows (table ``trials``) of a sweep summary (sweep.json)."""
+
+    rows = []
+    for arm, rec in summary["arms"].items():
+        for t in rec["trials_detail"]:
+            c = t["counters"] or {}
+            rows.append(
+                {
+                    "arm": arm,
+                    "trial": t["number"],
+                    "state": t["state"],
+                    "params": t["params"],
+                    "value": t["value"],
+                    "launched_tokens": c.get("launched_tokens"),
+                    "device_seconds": c.get("device_seconds"),
+                    "pruned_at": t["pruned_at"],
+                    "split": t.get("split"),
+                }
+            )
+    return rows

@@ -43,9 +43,10 @@ from ..config import ExperimentConfig
 from ..errors import SixblanksError
 from ..layout import ExperimentDir, write_json
 from ..models import load_pretrained
-from ..orchestration.orchestrator import PlainLines, plain_wanted
+from ..orchestration.progress import PlainLines, plain_wanted
 from ..orchestration.runner import build_trainer
-from ..rollout.engine import RolloutError, make_engine
+from ..rollout.backends import make_engine
+from ..rollout.engine import RolloutError
 from ..tasks import make_task
 from ..tasks.judge import attach_judge
 from ..training import TrainingError
@@ -418,7 +419,7 @@ class Ladder:
                     done["rungs"][str(rung)] = [asdict(r) for r in res]
                     write_json(ExperimentDir(self.out).ladder_progress, done)
             except KeyboardInterrupt:  # Ctrl-C: the rungs done so far are recorded
-                from ..orchestration.executors import Interrupted
+                from ..orchestration.interrupts import Interrupted
 
                 self.save(time.time() - t0)
                 n_done = len(verdicts(self.results))

@@ -27,8 +27,8 @@ from sixblanks.budgets.ledger import divide_budget
 from ..config import ExperimentConfig, RolloutOverride, validate_mapping
 from ..errors import ConfigError
 from ..layout import ExperimentDir, write_json
-from ..orchestration.executors import deferred_interrupts
-from ..orchestration.orchestrator import plain_wanted
+from ..orchestration.interrupts import deferred_interrupts
+from ..orchestration.progress import plain_wanted
 from .sweep_worker import make_pruner, open_storage, repair_journal, run_trial
 
 TRIAL_SPLIT = "validation"
@@ -312,6 +312,7 @@ class Sweep:
 
     def _store_trials(self, summary: dict[str, Any]) -> None:
         from ..store.database import write_trials
+        from ..store.rows import trial_rows
 
         write_trials(self.out, self.cfg.name, trial_rows(summary))
         self._track_trials(summary)
@@ -354,26 +355,3 @@ class Sweep:
             client.set_terminated(parent)
         except Exception as exc:  # noqa: BLE001 - the trials are in DuckDB and sweep.json regardless
             self.log(f"MLflow unreachable for the sweep: {exc}")
-
-
-def trial_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The store's rows (table ``trials``) of a sweep summary (sweep.json)."""
-
-    rows = []
-    for arm, rec in summary["arms"].items():
-        for t in rec["trials_detail"]:
-            c = t["counters"] or {}
-            rows.append(
-                {
-                    "arm": arm,
-                    "trial": t["number"],
-                    "state": t["state"],
-                    "params": t["params"],
-                    "value": t["value"],
-                    "launched_tokens": c.get("launched_tokens"),
-                    "device_seconds": c.get("device_seconds"),
-                    "pruned_at": t["pruned_at"],
-                    "split": t.get("split"),
-                }
-            )
-    return rows

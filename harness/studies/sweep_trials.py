@@ -9,7 +9,7 @@ whatever the order in which parallel trials end, and with ``parallel: 1`` every 
 the budget the sequential search gave it. The number of trials per arm is ``sweep.n_trials``
 whatever ``parallel`` is (fewer only when the search budget runs out).
 
-Ctrl-C (under :func:`~sixblanks.harness.orchestration.executors.deferred_interrupts`) is acted on between
+Ctrl-C (under :func:`~sixblanks.harness.orchestration.interrupts.deferred_interrupts`) is acted on between
 launches and while the sweep waits: the trials in flight stop at their next step, each a failed
 trial charged what it spent.
 """
@@ -22,8 +22,8 @@ from typing import Any
 from sixblanks.budgets.counters import COUNTERS
 from sixblanks.budgets.ledger import Budget, Ledger, Reservation, whole_units
 
-from ..orchestration.executors import SIGINT_SEEN, Interrupted
-from ..orchestration.orchestrator import plain_budget
+from ..orchestration.interrupts import SIGINT_SEEN, Interrupted
+from ..orchestration.progress import plain_budget
 
 
 class SearchLedger:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..orchestration.orchestrator import PlainLines
+from ..orchestration.progress import PlainLines
 from ..orchestration.runner import ACTIVE, STOP, RunInterrupted, build_trainer, exit_soon
 from ..stopping import stop_points
 

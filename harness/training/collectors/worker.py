@@ -27,7 +27,8 @@ import torch
 
 from ...checkpoint import save_record
 from ...rollout.agent import run_episodes
-from ...rollout.engine import SamplingParams, make_engine
+from ...rollout.backends import make_engine
+from ...rollout.engine import SamplingParams
 from ...tasks.verify import VerifierGate
 from ..context import frozen_copy, rollout_cost
 from ..meter import DeviceTimer
