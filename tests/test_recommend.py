@@ -39,7 +39,7 @@ CASE_IDS = [c[0] for c in CASES]
 def _not_a_terminal(monkeypatch):
     """Deterministic: no question is asked unless a test says stdin is a terminal."""
 
-    monkeypatch.setattr("sixblanks.harness.cli._is_terminal", lambda: False)
+    monkeypatch.setattr("sixblanks.harness.cli.describe._is_terminal", lambda: False)
 
 
 def _json(cli, *args):
@@ -187,7 +187,7 @@ def test_defaults_are_reported_when_nothing_can_be_asked(cli):
 
 
 def test_on_a_terminal_the_missing_answers_are_asked(cli, monkeypatch):
-    monkeypatch.setattr("sixblanks.harness.cli._is_terminal", lambda: True)
+    monkeypatch.setattr("sixblanks.harness.cli.describe._is_terminal", lambda: True)
     # horizon and intermediate are missing: an invalid answer is asked again, then accepted
     monkeypatch.setattr("sys.stdin", io.StringIO("sideways\nmulti\nstates\n"))
     flags = ["--demos", "some", "--signal", "verifiable", "--sampling", "cheap"]
@@ -203,7 +203,7 @@ def test_on_a_terminal_the_missing_answers_are_asked(cli, monkeypatch):
 
 
 def test_defaults_flag_asks_nothing_on_a_terminal(cli, monkeypatch):
-    monkeypatch.setattr("sixblanks.harness.cli._is_terminal", lambda: True)
+    monkeypatch.setattr("sixblanks.harness.cli.describe._is_terminal", lambda: True)
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     data = _json(cli, "--defaults", "--horizon", "multi")
     assert data["row"] == "multi_turn"

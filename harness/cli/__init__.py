@@ -1,0 +1,72 @@
+"""The ``sixblanks`` command line: the application (``app``), its commands by part (``describe``:
+validate, schema, explain, recommend; ``experiment``: rollouts, run, report, status, sync, ingest,
+ui; ``studies``: ladder, sweep) and :func:`main`.
+
+Errors meant for the user (bad config, unknown names, commands not built yet)
+print one line per problem and exit non-zero without a traceback; ``--debug``
+shows the traceback.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+
+import typer
+
+from ..errors import SixblanksError
+from . import describe, experiment, studies  # noqa: F401 - each registers its commands on app
+from .app import app
+
+
+def _reflowed(doc: str) -> str:
+    """A docstring as help text: each paragraph on one line (the help table wraps it to the
+    terminal), paragraphs apart. Rich keeps a docstring's hard line breaks, which break lines
+    in the middle of the table's column."""
+
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
+
+
+for _command in app.registered_commands:
+    if _command.help is None and _command.callback is not None and _command.callback.__doc__:
+        _command.help = _reflowed(_command.callback.__doc__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        code = app(args=args, standalone_mode=False)
+        if isinstance(code, int) and code:  # outside standalone mode typer returns an exit code,
+            if code == 130:  # typer.Exit's, and 130 for Ctrl-C (KeyboardInterrupt) before the
+                sys.stderr.write("interrupted\n")  # executor caught it (the warm start, say)
+            sys.exit(code)
+    except SixblanksError as exc:
+        if debug:
+            raise
+        for line in exc.problems:
+            sys.stderr.write(f"error: {line}\n")
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if debug:
+            raise
+        from .errors import disk_full, disk_full_message
+
+        if disk_full(exc):  # the orchestrator's own files (experiment.json, the store, a report)
+            sys.stderr.write(f"error: {disk_full_message(exc, 'the output directory')}\n")
+            sys.exit(1)
+        sys.stderr.write(
+            f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)\n"
+        )
+        sys.exit(1)

@@ -1,0 +1,5 @@
+"""`python -m sixblanks.harness.cli`: the command line."""
+
+from . import main
+
+main()

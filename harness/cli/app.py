@@ -1,0 +1,97 @@
+"""The command line's application and what its commands share: the consoles, the global options'
+state, the argument and option types, and the helpers that print."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..layout import ExperimentDir
+
+app = typer.Typer(
+    name="sixblanks",
+    help="Fair comparisons of LLM RL algorithms: presets of six blanks under matched budgets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+STATE: dict[str, bool] = {"debug": False, "quiet": False}
+
+ConfigArg = Annotated[Path, typer.Argument(help="Experiment YAML file.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+ArmOpt = Annotated[
+    str | None, typer.Option("--arm", help="Arm to debug (default: ladder.arm or the first).")
+]
+AllRungsOpt = Annotated[bool, typer.Option("--all", help="Do not stop at the first failing rung.")]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="Experiment output directory; default runs/<name>."),
+]
+AddOpt = Annotated[
+    bool,
+    typer.Option(
+        "--add",
+        help="The output directory holds a different definition of the experiment: add this one "
+        "to it anyway (the store and the report then cover this definition's runs only).",
+    ),
+]
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]{message}[/yellow]")
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show Python tracebacks.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors and data.")] = False,
+) -> None:
+    STATE["debug"], STATE["quiet"] = debug, quiet
+
+
+def say(*args: Any, **kwargs: Any) -> None:
+    if not STATE["quiet"]:
+        out.print(*args, **kwargs)
+
+
+def dump_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def plan_table(cfg) -> Table:
+    table = Table(title=f"plan: {cfg.name}", show_lines=False)
+    for col in ("arm", "preset", "tasks", "seeds", "runs"):
+        table.add_column(col)
+    n_tasks = len(cfg.tasks or [])
+    for arm, spec in cfg.arms.items():
+        table.add_row(
+            arm,
+            spec.preset,
+            ", ".join(t.name for t in cfg.tasks or []),
+            ", ".join(map(str, cfg.seeds)),
+            str(n_tasks * len(cfg.seeds)),
+        )
+    return table
+
+
+def experiment_dir(directory: Path, hint: str = "") -> ExperimentDir:
+    """``directory`` as an experiment directory; a ConfigError when it is not one."""
+
+    exp_dir = ExperimentDir(directory)
+    if not exp_dir.experiment.exists():
+        from .errors import ConfigError
+
+        name = exp_dir.experiment.name
+        raise ConfigError(
+            f"{directory}: not an experiment directory (no {name}" + (f"; {hint})" if hint else ")")
+        )
+    return exp_dir

@@ -1,0 +1,400 @@
+"""Commands of an experiment's runs and results: ``rollouts`` (episodes and the contract checks),
+``run``, ``report``, ``status``, ``sync``, ``ingest`` and ``ui``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from ..errors import SixblanksError
+from ..layout import ExperimentDir, read_json
+from ..orchestration.outlock import OutDirLock
+from .app import (
+    STATE,
+    AddOpt,
+    ConfigArg,
+    JsonOpt,
+    OutOpt,
+    app,
+    dump_json,
+    err,
+    experiment_dir,
+    out,
+    plan_table,
+    say,
+    warn,
+)
+
+# --------------------------------------------------------------------------- rollouts
+
+
+@app.command()
+def rollouts(
+    config: ConfigArg = Path("experiments.yaml"),
+    task: Annotated[
+        str | None, typer.Option("--task", help="Task name (default: the first task).")
+    ] = None,
+    n: Annotated[int, typer.Option("--n", min=1, help="Task instances to sample.")] = 4,
+    group: Annotated[
+        int | None,
+        typer.Option("--group", min=1, help="Samples per instance (default: rollout.group_size)."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
+    warm: Annotated[
+        bool,
+        typer.Option(
+            "--warm-start/--no-warm-start",
+            help="Use the warm-start policy (built and cached if missing).",
+        ),
+    ] = True,
+    out_dir: OutOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Sample episodes with the configured policy, show them, and run the contract checks (exit 1 if one fails)."""
+
+    from rich.text import Text
+
+    from .config import TaskConfig, load_config
+    from .models import apply_chat_setting, load_policy
+    from .orchestration.warmstart import warm_start
+    from .rollout.backends import make_engine
+    from .tasks import make_task
+    from .tasks.registry import TaskLoadError
+    from .training.contract import sample_and_check
+
+    cfg = load_config(config)
+    names = [t.name for t in cfg.tasks or []]
+    chosen = task or names[0]
+    if chosen not in names:  # any registered task, with its defaults (the file does not list it)
+        try:
+            make_task(chosen)
+        except (TaskLoadError, ValueError) as exc:
+            from .errors import ConfigError
+
+            raise ConfigError(f"--task: {exc}") from None
+        cfg.tasks = [*(cfg.tasks or []), TaskConfig(name=chosen)]
+        names.append(chosen)
+    tcfg = next(t for t in cfg.tasks or [] if t.name == chosen)
+    tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
+    the_task = tasks[names.index(chosen)]
+    if warm:
+        from .orchestration.experiment import out_dir_of
+
+        log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not (STATE["quiet"] or as_json) else None
+        model, tok, _info = warm_start(
+            cfg, tasks, ExperimentDir(out_dir_of(cfg, out_dir)).warm_start, log=log
+        )
+    else:
+        model, tok = load_policy(cfg.model, tasks)
+        apply_chat_setting(tok, cfg.rollout.chat_template)
+    engine = make_engine(cfg.rollout, model, tok, seed=seed)
+    r = cfg.rollout
+    G = group or r.group_size
+    batch, report_ = sample_and_check(
+        engine,
+        model,
+        tok,
+        the_task,
+        the_task.instances(list(range(seed * 100_000, seed * 100_000 + n))),
+        G,
+        r,
+        seed=seed,
+        reward_range=tcfg.reward_range or the_task.reward_range,
+    )
+    if as_json:
+        episodes = []
+        for b in range(batch.size):
+            L = int(batch.attention_mask[b].sum())
+            episodes.append(
+                {
+                    "group": int(batch.group_ids[b]),
+                    "instance_seed": int(batch.instance_seeds[b]),
+                    "tokens": batch.tokens[b, :L].tolist(),
+                    "text": [tok.decode([t]) for t in batch.tokens[b, :L].tolist()],
+                    "action_mask": batch.action_mask[b, :L].tolist(),
+                    "logprobs": batch.behavior_logprobs[b, :L].tolist(),
+                    "turn_ids": batch.turn_ids[b, :L].tolist(),
+                    "turn_rewards": batch.turn_rewards[b].tolist(),
+                    "reward": float(batch.reward[b]),
+                    "truncated": bool(batch.truncated[b]),
+                    "failed": batch.failure_reasons[b],
+                }
+            )
+        dump_json({"task": chosen, "episodes": episodes, "contract": report_.to_dict()})
+    else:
+        for b in range(batch.size):
+            text = Text(f"[{b}] group {int(batch.group_ids[b])} ")
+            for kind, s, e in batch.segments[b]:
+                piece = tok.decode(batch.tokens[b, s:e].tolist(), skip_special_tokens=True)
+                text.append(
+                    piece.replace("\n", "\\n"), style="bold green" if kind == "action" else "dim"
+                )
+            text.append(
+                f"  reward {float(batch.reward[b]):g}"
+                + ("  (truncated)" if batch.truncated[b] else "")
+            )
+            if batch.failure_reasons[b]:
+                text.append(f"  FAILED: {batch.failure_reasons[b]}", style="red")
+            out.print(text)
+        out.print(
+            "[dim]dim: prompt/observation tokens (mask 0); green: action tokens (mask 1)[/dim]"
+        )
+        for res in report_.results:
+            mark = "[green]ok[/green]" if res.passed else "[red]FAIL[/red]"
+            out.print(f"contract {res.name}: {mark} {res.detail}")
+    if not report_.passed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    config: ConfigArg = Path("experiments.yaml"),
+    out_dir: OutOpt = None,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No live progress bars.")
+    ] = False,
+    reuse_finished: Annotated[
+        bool,
+        typer.Option(
+            "--reuse-finished",
+            help="Reuse finished runs made by other code (otherwise a code change reruns them); "
+            "the audit and the report flag them.",
+        ),
+    ] = False,
+    add: AddOpt = False,
+) -> None:
+    """Run every arm x task x seed of the experiment under its matched budget (skips finished runs
+    of the same code, resumes unfinished ones)."""
+
+    from .config import load_config
+    from .orchestration.experiment import out_dir_of, run_experiment
+    from .orchestration.orchestrator import RunFailed
+
+    cfg = load_config(config)
+    out_path = out_dir_of(cfg, out_dir)
+    say(f"[green]valid[/green]: {config}  ->  {out_path}")
+    say(plan_table(cfg))
+    log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not STATE["quiet"] else None
+    result, report_path = run_experiment(
+        cfg,
+        out_path,
+        log=log,
+        warn=warn,
+        progress=not (no_progress or STATE["quiet"]),
+        reuse_finished=reuse_finished,
+        add=add,
+        on_result=lambda result: _print_summary(result["summary"], cfg),
+    )
+    say(f"report: {report_path}")
+    flags = result["fairness"]["flags"]
+    if flags:
+        fairness = ExperimentDir(out_path).fairness
+        say(f"[yellow]fairness audit: {len(flags)} flag(s)[/yellow] (see {fairness})")
+        for f in flags[:10]:
+            say(f"  {f['arm']}: {f['item']}: {f['reason']}")
+    if result["failures"]:
+        raise RunFailed([f"run {rid} failed: {e}" for rid, e in result["failures"].items()])
+
+
+def _print_summary(rows, cfg) -> None:
+    table = Table(title="runs")
+    for col in ("arm", "task", "seed", "state", "start", "final", *cfg.budget):
+        table.add_column(col)
+    for r in rows:
+        counters = r.get("counters") or {}
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        table.add_row(
+            r["arm"],
+            r["task"],
+            str(r["seed"]),
+            str(r["state"]),
+            fmt(r.get("start_score")),
+            fmt(r.get("final_score")),
+            *[f"{counters.get(k, 0):g}/{v:g}" for k, v in cfg.budget.items()],
+        )
+    say(table)
+
+
+@app.command()
+def report(
+    directories: Annotated[
+        list[Path],
+        typer.Argument(help="Experiment output directory; two or more: compare the experiments."),
+    ],
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="Arm for P(improvement); default: the first.")
+    ] = None,
+    resamples: Annotated[
+        int, typer.Option("--resamples", min=100, help="Bootstrap resamples.")
+    ] = 2000,
+    compare_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="With two or more directories: where the comparison goes; default DIR1/compare.",
+        ),
+    ] = None,
+) -> None:
+    """Build the comparison report (DIR/report/index.html, report.md, scores.csv/.parquet) from
+    results.duckdb; with several directories, compare the experiments side by side (the same arms on
+    two backends, models or code versions): scores, differences and every audit item that differs."""
+
+    from .errors import ConfigError
+    from .orchestration.experiment import build_report_checked
+
+    if len(directories) == 1:
+        if compare_out is not None:
+            raise ConfigError("--out: only for comparing two or more experiment directories")
+        say(f"report: {build_report_checked(directories[0], baseline, resamples)}")
+        return
+    if baseline is not None:
+        raise ConfigError("--baseline: only for the report of one experiment directory")
+    path = build_report_checked(directories[0], None, resamples, directories[1:], compare_out)
+    say(f"comparison: {path}")
+
+
+@app.command()
+def status(
+    directory: Annotated[Path, typer.Argument(help="Experiment output directory.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Per run: state, consumption per budgeted counter, last evaluation and ETA."""
+
+    import time as _time
+
+    from .orchestration.progress import budget_fraction
+
+    exp_dir = experiment_dir(directory, "run `sixblanks run` first")
+    run_ids = exp_dir.read_experiment()["runs"]
+    rows = []
+    now = _time.time()
+    for rid in run_ids:
+        st = exp_dir.run(rid).read_status()
+        frac = budget_fraction(st)
+        eta = None
+        if st.get("state") == "running" and frac > 0 and st.get("started"):
+            eta = (st.get("updated", now) - st["started"]) * (1 - frac) / frac
+        rows.append(
+            {
+                "run_id": rid,
+                "arm": st.get("arm"),
+                "task": st.get("task"),
+                "seed": st.get("seed"),
+                "state": st.get("state", "pending"),
+                "step": st.get("step"),
+                "counters": st.get("counters"),
+                "limits": st.get("limits"),
+                "last_eval": st.get("last_eval"),
+                "time_overshoot_bound": st.get("time_overshoot_bound"),
+                "eta_seconds": eta,
+                "error": st.get("error"),
+            }
+        )
+    if as_json:
+        dump_json(rows)
+        return
+    table = Table(title=f"status: {directory}")
+    for col in ("run", "arm", "task", "seed", "state", "step", "budget", "last eval", "ETA"):
+        table.add_column(col)
+    for r in rows:
+        lim = r["limits"] or {}
+        used = ", ".join(_used(r, k, v) for k, v in lim.items()) if r["counters"] else "-"
+        ev = f"{r['last_eval']['score']:.3f}" if r["last_eval"] else "-"
+        eta = f"{r['eta_seconds']:.0f}s" if r["eta_seconds"] is not None else "-"
+        state = r["state"] + (f" ({r['error'][:50]})" if r.get("error") else "")
+        table.add_row(
+            r["run_id"],
+            str(r["arm"] or "-"),
+            str(r["task"] or "-"),
+            str(r["seed"] if r["seed"] is not None else "-"),
+            state,
+            str(r["step"] if r["step"] is not None else "-"),
+            used,
+            ev,
+            eta,
+        )
+    out.print(table)
+
+
+def _used(row: dict[str, Any], counter: str, limit: float) -> str:
+    """``counter used/limit``; a time limit can be passed by at most one step and its checkpoint:
+    the bound measured so far is shown beside it."""
+
+    bound = row["time_overshoot_bound"] or {}
+    extra = f" (+<={bound[counter]:.1f}s)" if counter in bound else ""
+    return f"{counter} {row['counters'].get(counter, 0):g}/{limit:g}{extra}"
+
+
+@app.command()
+def sync(directory: Annotated[Path, typer.Argument(help="Experiment output directory.")]) -> None:
+    """Send runs that MLflow has not received yet (e.g. after the tracking server was unreachable)."""
+
+    from .config import validate_mapping
+    from .orchestration.tracking import Tracker, tracking_uri
+
+    exp_dir = experiment_dir(directory)
+    exp = exp_dir.read_experiment()
+    cfg = validate_mapping(exp["config"] | {"tasks": exp["config"]["tasks"]})
+    fairness = read_json(exp_dir.fairness)
+    t = cfg.tracking
+    state = Tracker(
+        directory, tracking_uri(t.uri, directory), t.experiment or cfg.name, enabled=True
+    ).sync(exp["runs"], fairness, [exp_dir.report] if exp_dir.report.exists() else None)
+    if state.get("last_error"):
+        raise SixblanksError(
+            f"MLflow unreachable: {state['last_error']}; {len(state['pending'])} run(s) still pending"
+        )
+    say(f"synced {len(state['synced'])} run(s) to MLflow; pending: {len(state['pending'])}")
+
+
+@app.command()
+def ingest(
+    directory: Annotated[Path, typer.Argument(help="Experiment output directory.")],
+) -> None:
+    """Rebuild results.duckdb from the run directories (and the audit, ladder and sweep files); a
+    damaged store is set aside as results.duckdb.damaged-<time> first, never deleted."""
+
+    from .store.database import rebuild
+
+    if not ExperimentDir(directory).experiment.exists():
+        from .errors import ConfigError
+
+        raise ConfigError(f"{directory}: not an experiment output directory (no experiment.json)")
+    with OutDirLock(directory, "ingest", log=warn):
+        rebuild(directory, log=lambda m: err.print(m))
+
+
+@app.command()
+def ui(
+    directory: Annotated[Path, typer.Argument(help="Experiment output directory.")],
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1.")] = 5000,
+) -> None:
+    """Start the MLflow UI on the experiment's store, bound to localhost."""
+
+    import subprocess
+
+    db = ExperimentDir(directory).mlflow_db
+    if not db.exists():
+        from .errors import ConfigError
+
+        raise ConfigError(
+            f"{db}: no MLflow store here (run `sixblanks run` first, or set tracking.uri)"
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        f"sqlite:///{db.resolve()}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    say(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C to stop)")
+    raise typer.Exit(subprocess.call(cmd))
