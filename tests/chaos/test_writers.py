@@ -25,7 +25,7 @@ EXPERIMENT = """
 arms: {grpo: {preset: grpo}}
 task: {name: arithmetic}
 seeds: [0]
-budget: {launched_tokens: 200}
+budget: {launched_tokens: 1000}  # above one step (768): validate refuses less
 """
 
 
