@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(exc.exit_code)
         if debug:
             raise
-        from .errors import disk_full, disk_full_message
+        from ..errors import disk_full, disk_full_message
 
         if disk_full(exc):  # the orchestrator's own files (experiment.json, the store, a report)
             sys.stderr.write(f"error: {disk_full_message(exc, 'the output directory')}\n")

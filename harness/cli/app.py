@@ -88,7 +88,7 @@ def experiment_dir(directory: Path, hint: str = "") -> ExperimentDir:
 
     exp_dir = ExperimentDir(directory)
     if not exp_dir.experiment.exists():
-        from .errors import ConfigError
+        from ..errors import ConfigError
 
         name = exp_dir.experiment.name
         raise ConfigError(

@@ -36,7 +36,7 @@ def validate(
 ) -> None:
     """Check an experiment file and print its plan (arms x tasks x seeds, the budget)."""
 
-    from .config import load_config, resolved_dict
+    from ..config import load_config, resolved_dict
 
     cfg = load_config(config)
     plan = cfg.plan()
@@ -70,7 +70,7 @@ def schema(
 ) -> None:
     """Write the JSON Schema of experiments.yaml (for editor completion and checking)."""
 
-    from .config import ExperimentConfig
+    from ..config import ExperimentConfig
 
     text = json.dumps(ExperimentConfig.model_json_schema(), indent=2) + "\n"
     if output is None:
@@ -122,7 +122,7 @@ def explain(
         return
     cfg = None
     if config is not None:
-        from .config import load_config
+        from ..config import load_config
 
         cfg = load_config(config)
     columns: dict[str, dict[str, Any]] = {}
@@ -209,7 +209,7 @@ def explain(
 
 
 def _answer_opt(name: str) -> Any:
-    from .recommend import QUESTION_BY_NAME
+    from ..recommend import QUESTION_BY_NAME
 
     q = QUESTION_BY_NAME[name]
     return typer.Option(
@@ -250,8 +250,8 @@ def recommend(
 
     import click
 
-    from .recommend import complete, parse_answers, write_starter
-    from .recommend import recommend as recommend_row
+    from ..recommend import complete, parse_answers, write_starter
+    from ..recommend import recommend as recommend_row
 
     given = parse_answers(
         dict(

@@ -58,13 +58,13 @@ def rollouts(
 
     from rich.text import Text
 
-    from .config import TaskConfig, load_config
-    from .models import apply_chat_setting, load_policy
-    from .orchestration.warmstart import warm_start
-    from .rollout.backends import make_engine
-    from .tasks import make_task
-    from .tasks.registry import TaskLoadError
-    from .training.contract import sample_and_check
+    from ..config import TaskConfig, load_config
+    from ..models import apply_chat_setting, load_policy
+    from ..orchestration.warmstart import warm_start
+    from ..rollout.backends import make_engine
+    from ..tasks import make_task
+    from ..tasks.registry import TaskLoadError
+    from ..training.contract import sample_and_check
 
     cfg = load_config(config)
     names = [t.name for t in cfg.tasks or []]
@@ -73,7 +73,7 @@ def rollouts(
         try:
             make_task(chosen)
         except (TaskLoadError, ValueError) as exc:
-            from .errors import ConfigError
+            from ..errors import ConfigError
 
             raise ConfigError(f"--task: {exc}") from None
         cfg.tasks = [*(cfg.tasks or []), TaskConfig(name=chosen)]
@@ -82,7 +82,7 @@ def rollouts(
     tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
     the_task = tasks[names.index(chosen)]
     if warm:
-        from .orchestration.experiment import out_dir_of
+        from ..orchestration.experiment import out_dir_of
 
         log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not (STATE["quiet"] or as_json) else None
         model, tok, _info = warm_start(
@@ -170,9 +170,9 @@ def run(
     """Run every arm x task x seed of the experiment under its matched budget (skips finished runs
     of the same code, resumes unfinished ones)."""
 
-    from .config import load_config
-    from .orchestration.experiment import out_dir_of, run_experiment
-    from .orchestration.orchestrator import RunFailed
+    from ..config import load_config
+    from ..orchestration.experiment import out_dir_of, run_experiment
+    from ..orchestration.orchestrator import RunFailed
 
     cfg = load_config(config)
     out_path = out_dir_of(cfg, out_dir)
@@ -243,8 +243,8 @@ def report(
     results.duckdb; with several directories, compare the experiments side by side (the same arms on
     two backends, models or code versions): scores, differences and every audit item that differs."""
 
-    from .errors import ConfigError
-    from .orchestration.experiment import build_report_checked
+    from ..errors import ConfigError
+    from ..orchestration.experiment import build_report_checked
 
     if len(directories) == 1:
         if compare_out is not None:
@@ -266,7 +266,7 @@ def status(
 
     import time as _time
 
-    from .orchestration.progress import budget_fraction
+    from ..orchestration.progress import budget_fraction
 
     exp_dir = experiment_dir(directory, "run `sixblanks run` first")
     run_ids = exp_dir.read_experiment()["runs"]
@@ -333,8 +333,8 @@ def _used(row: dict[str, Any], counter: str, limit: float) -> str:
 def sync(directory: Annotated[Path, typer.Argument(help="Experiment output directory.")]) -> None:
     """Send runs that MLflow has not received yet (e.g. after the tracking server was unreachable)."""
 
-    from .config import validate_mapping
-    from .orchestration.tracking import Tracker, tracking_uri
+    from ..config import validate_mapping
+    from ..orchestration.tracking import Tracker, tracking_uri
 
     exp_dir = experiment_dir(directory)
     exp = exp_dir.read_experiment()
@@ -358,10 +358,10 @@ def ingest(
     """Rebuild results.duckdb from the run directories (and the audit, ladder and sweep files); a
     damaged store is set aside as results.duckdb.damaged-<time> first, never deleted."""
 
-    from .store.database import rebuild
+    from ..store.database import rebuild
 
     if not ExperimentDir(directory).experiment.exists():
-        from .errors import ConfigError
+        from ..errors import ConfigError
 
         raise ConfigError(f"{directory}: not an experiment output directory (no experiment.json)")
     with OutDirLock(directory, "ingest", log=warn):
@@ -379,7 +379,7 @@ def ui(
 
     db = ExperimentDir(directory).mlflow_db
     if not db.exists():
-        from .errors import ConfigError
+        from ..errors import ConfigError
 
         raise ConfigError(
             f"{db}: no MLflow store here (run `sixblanks run` first, or set tracking.uri)"

@@ -37,9 +37,9 @@ def ladder(
 ) -> None:
     """Walk the ablation ladder for one arm, one axis at a time; stop at the first failing rung."""
 
-    from .config import load_config
-    from .orchestration.experiment import claimed, out_dir_of
-    from .studies.ladder import VERDICT, Ladder, LadderFailed, first_failure
+    from ..config import load_config
+    from ..orchestration.experiment import claimed, out_dir_of
+    from ..studies.ladder import VERDICT, Ladder, LadderFailed, first_failure
 
     cfg = load_config(config)
     out_path = out_dir_of(cfg, out_dir)
@@ -81,9 +81,9 @@ def sweep(
 ) -> None:
     """Hyperparameter search per arm under a fixed search budget, then confirmation on fresh seeds."""
 
-    from .config import load_config
-    from .orchestration.experiment import build_report_checked, claimed, out_dir_of
-    from .studies.sweep import Sweep
+    from ..config import load_config
+    from ..orchestration.experiment import build_report_checked, claimed, out_dir_of
+    from ..studies.sweep import Sweep
 
     cfg = load_config(config)
     out_path = out_dir_of(cfg, out_dir)
