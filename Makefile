@@ -107,5 +107,12 @@ format: $(STAMP)
 schema: $(STAMP)
 	$(VENV)/bin/sixblanks schema -o sixblanks.schema.json
 
+# the documentation site (mkdocs-material, docs/ and mkdocs.yml) into site/; --strict: a broken link
+# fails it. The experiment file's keys and the layout table are generated as it builds
+# (docs/gen_reference.py). NO_MKDOCS_2_WARNING: mkdocs-material's banner about its successor.
+.PHONY: docs
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) .pytest_cache .ruff_cache

@@ -266,14 +266,14 @@ def test_matched_updates_only_where_every_arm_has_a_ratio():
     assert all("blanks" not in a for a in sft.values())  # sft has no ratio: batches not reused
 
 
-def test_readme_lists_the_matrix():
-    readme = (ROOT / "README.md").read_text()
-    assert "## Where to start: `sixblanks recommend`" in readme
+def test_the_guide_lists_the_matrix():
+    readme = (ROOT / "docs" / "guide" / "recommend.md").read_text()
+    assert "# Where to start: `sixblanks recommend`" in readme
     assert R.markdown_table() in readme, (
-        "README's matrix table differs from harness/recommend.py: regenerate it with "
+        "the guide's matrix table differs from the matrix in harness/recommend/: regenerate it with "
         "python -c 'from sixblanks.harness.recommend import markdown_table; print(markdown_table())'"
     )
-    section = readme.split("## Where to start: `sixblanks recommend`")[1].split("\n## ")[0]
+    section = readme.split("# Where to start: `sixblanks recommend`")[1].split("\n## ")[0]
     for r in R.ROWS:
         assert f"| `{r.id}` |" in section and f"`{r.preset}`" in section
     for q in R.QUESTIONS:
