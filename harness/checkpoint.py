@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .imports import import_object
+
 FORMAT = 1
 TENSORS, STATE, MANIFEST = "tensors.safetensors", "state.pt", "manifest.json"
 _KEY = "__sixblanks_tensor__"
@@ -103,12 +105,9 @@ def _join(obj: Any, tensors: dict[str, Any] | None) -> Any:
 def _rebuild(name: str, fields: dict[str, Any]) -> Any:
     """An instance of the allowed data class ``name`` from its fields."""
 
-    import importlib
-
     if name not in SAFE_CLASSES:
         raise CheckpointError(f"the checkpoint names the class {name}, which is not allowed")
-    module, _, cls = name.rpartition(".")
-    return getattr(importlib.import_module(module), cls)(**fields)
+    return import_object(name, "class")(**fields)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -166,21 +166,52 @@ def test_an_opponent_that_raises_fails_its_games_only(nim_warm):
 
 
 def test_external_evaluation_of_scripted_players_by_hand(nim_warm):
-    from sixblanks.harness.training.opponents import play_external
+    from sixblanks.harness.training.evaluate import greedy_games
 
     cfg, task, _, tok = nim_warm
     piles = [i.data["pile"] for i in task.eval_instances(16, "test")]
     winnable = sum(p % 4 != 0 for p in piles)  # by hand: a perfect first player wins these
-    perfect = Scripted(tok, lambda pile: f"{optimal_take(pile, 3)}\n")
-    row = play_external(perfect, tok, task, "optimal", 16, "test", cfg.rollout)
+    perfect = greedy_games(
+        Scripted(tok, lambda pile: f"{optimal_take(pile, 3)}\n"), tok, task, cfg.rollout
+    )
+    row = task.play_external(perfect, "optimal", 16, "test")
     assert (row["wins"], row["losses"], row["draws"]) == (winnable, 16 - winnable, 0)
     assert row["winnable"] == winnable and row["win_rate"] == winnable / 16
     assert row["verifier_calls"] == 16  # one outcome per game
-    row = play_external(perfect, tok, task, "random", 16, "test", cfg.rollout)
+    row = task.play_external(perfect, "random", 16, "test")
     assert winnable <= row["wins"] <= 16 and row["draws"] == 0
-    cheat = Scripted(tok, lambda pile: "9\n")  # always illegal: every game lost, none drawn
-    row = play_external(cheat, tok, task, "random", 16, "test", cfg.rollout)
+    cheat = greedy_games(Scripted(tok, lambda pile: "9\n"), tok, task, cfg.rollout)
+    row = task.play_external(cheat, "random", 16, "test")  # always illegal: every game lost
     assert (row["wins"], row["losses"], row["draws"]) == (0, 16, 0)
+
+
+def test_a_task_evaluates_apart_through_its_hook(nim_warm):
+    """The loop's evaluation apart goes through the task: a plain task measures nothing apart;
+    nim plays each external opponent once, ``eval_games`` games (else the evaluation size)."""
+
+    from sixblanks.harness.tasks.base import Games
+
+    calls = []
+
+    def play(label, instances):
+        calls.append((label, len(instances)))
+        n = len(instances)
+        return Games([1.0] * (n - 1) + [0.0], [True] * (n - 1) + [False], {"generated_tokens": 5.0})
+
+    assert make_task("arithmetic").evaluate_apart(play, 8, "test") == {} and not calls
+    _, task, _, _ = nim_warm
+    rows = task.evaluate_apart(play, 3, "validation")["selfplay"]
+    assert calls == [("selfplay random", 3), ("selfplay optimal", 3)]
+    assert [(r["opponent"], r["split"], r["wins"], r["losses"], r["draws"]) for r in rows] == [
+        ("random", "validation", 2, 0, 1),
+        ("optimal", "validation", 2, 0, 1),
+    ]
+    assert rows[0]["generated_tokens"] == 5.0
+    calls.clear()
+    make_task("nim", {"eval_games": 2, "eval_opponents": ["optimal"]}).evaluate_apart(
+        play, 3, "test"
+    )
+    assert calls == [("selfplay optimal", 2)]
 
 
 def test_bad_configuration_is_named():

@@ -112,3 +112,35 @@ def test_command_help_is_reflowed_into_paragraphs(cli):
     for (_, t), (nxt, _) in zip(rows, rows[1:]):
         if not nxt and len(t) < 50:
             raise AssertionError(f"a help line broken mid-sentence: {t!r}")
+
+
+def test_collectors_and_objectives_subclass_the_declared_bases():
+    """Every collector (a class with ``collect``) subclasses base.Collector and every objective (a
+    class with ``prepare`` and ``update``) base.Objective, so the loop calls their optional methods
+    (``update_bound``, ``close``, ``worst_extra``) plainly; the bases' defaults do what a collector
+    or objective without them needs."""
+
+    import importlib
+    import inspect
+
+    from sixblanks.harness.training.base import Collector, Objective
+
+    loose = []
+    for folder in ("collectors", "objectives"):
+        for path in sorted((TRAINING / folder).glob("*.py")):
+            module = importlib.import_module(f"sixblanks.harness.training.{folder}.{path.stem}")
+            for name, cls in inspect.getmembers(module, inspect.isclass):
+                if cls.__module__ != module.__name__:
+                    continue
+                if hasattr(cls, "collect") and not issubclass(cls, Collector):
+                    loose.append(f"{path.stem}.{name} is not a Collector")
+                if hasattr(cls, "prepare") and hasattr(cls, "update"):
+                    if not issubclass(cls, Objective):
+                        loose.append(f"{path.stem}.{name} is not an Objective")
+    assert not loose, loose
+    worst = {"rollouts_launched": 4.0, "launched_tokens": 96.0, "verifier_calls": 4.0}
+    assert Collector().update_bound(worst) == (4.0, 96.0)
+    assert Collector().close() == {} and Collector().close(drain=False) == {}
+    assert Objective().worst_extra(8) == {}
+    loop = (TRAINING / "loop.py").read_text()
+    assert "getattr(self.collector" not in loop and "getattr(self.objective" not in loop

@@ -10,7 +10,8 @@ transaction, so writing it twice adds nothing:
     write_trials    the search trials of one experiment
 
 Bulk inserts go through Arrow; the rows come from ``store_rows`` (run directories, the audit). The
-tables are documented in docs/results-schema.md.
+tables are documented in docs/results-schema.md (its column tables generated from ``SCHEMA``:
+harness/store/schema_doc.py).
 """
 
 from __future__ import annotations
@@ -76,6 +77,17 @@ SCHEMA: dict[str, str] = {
         eval_generated_tokens DOUBLE, eval_verifier_calls DOUBLE, eval_env_steps DOUBLE,
         eval_device_seconds DOUBLE, eval_wall_seconds DOUBLE""",
 }
+"""Every table of the store and its columns (``name TYPE [constraint]``, comma-separated). The one
+statement of the results schema: docs/results-schema.md's column tables are generated from it and
+from each column's meaning in harness/store/schema_doc.py (a new column needs one there), and
+tests/test_schema_contract.py checks that every column the reports read is here, its type
+compatible."""
+
+
+def schema_columns(table: str) -> dict[str, str]:
+    """``{column: type}`` of ``table`` as :data:`SCHEMA` declares it, in its order."""
+
+    return dict(col.split()[:2] for col in SCHEMA[table].split(","))
 
 
 class StoreBusy(SixblanksError):
@@ -162,8 +174,7 @@ def ensure_schema(con) -> None:
 
     for table, cols in SCHEMA.items():
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({cols})")
-        for col in cols.split(","):
-            name, kind = col.split()[:2]
+        for name, kind in schema_columns(table).items():
             con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind}")
 
 

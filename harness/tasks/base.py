@@ -59,6 +59,30 @@ class Verify(Protocol):
     def __call__(self, instance: Instance, response: str) -> float: ...
 
 
+@dataclass
+class Games:
+    """What the evaluated policy's games on a list of instances gave (what a task's
+    :meth:`Task.evaluate_apart` gets back from ``play``): per game, in the instances' order, its
+    outcome reward and whether it was decided; and what the games cost."""
+
+    rewards: list[float]
+    """The outcome reward of each game (its episode's total reward)."""
+    decided: list[bool]
+    """True where the episode ended in the environment (terminated) and did not fail; False where a
+    limit (generation, context) cut it short or it failed."""
+    cost: dict[str, float]
+    """``generated_tokens``, ``verifier_calls``, ``env_steps`` (counts), ``device_seconds``,
+    ``wall_seconds``: counted on the run's evaluation ledger, apart from the training budget."""
+
+
+class Play(Protocol):
+    """``play(label, instances) -> Games``: greedy episodes (temperature 0, one each) of the policy
+    being evaluated on ``instances``, reserved and charged to the run's evaluation ledger under
+    ``label`` (e.g. ``"selfplay random"``)."""
+
+    def __call__(self, label: str, instances: list[Instance]) -> Games: ...
+
+
 class Env:
     """Gymnasium-style text environment over one task instance.
 
@@ -156,6 +180,10 @@ class Task:
     """Text that ends an action (a turn's answer); generation stops there."""
     verifier_timeout_s: ClassVar[float | None] = 10.0
     """A call of ``verify`` running longer is abandoned and its sample a counted failure."""
+    two_player: ClassVar[bool] = False
+    """A two-player game (``nim``): it defines ``against(instance, opponent)`` (the instance played
+    against another player) and ``prompt(...)`` (a position's text for the player to move), so
+    ``data.self_play`` can train against a pool of the policy's past checkpoints."""
 
     def __init__(self, params: dict[str, Any] | TaskParams | None = None):
         self.params = (
@@ -192,6 +220,20 @@ class Task:
 
     def make_env(self, instance: Instance, verify: Verify) -> Env:
         return Env(self, instance, verify)
+
+    # ---- evaluation apart from the score ------------------------------------------
+
+    def evaluate_apart(self, play: Play, size: int, split: str) -> dict[str, Any]:
+        """What every held-out evaluation of a run also measures, apart from its score, as keys to
+        merge into the run's evaluation record. ``play`` plays the evaluated policy's games on
+        instances this method makes, each call charged to the evaluation ledger (never the training
+        budget); ``size`` and ``split``: the run's evaluation size and split.
+
+        Default: ``{}``, nothing. A two-player game returns ``{"selfplay": rows}``, its games
+        against fixed external opponents (:meth:`Nim.evaluate_apart
+        <sixblanks.harness.tasks.selfplay.Nim.evaluate_apart>`; the store's ``selfplay_evals``)."""
+
+        return {}
 
     # ---- demonstrations (for SFT), where an oracle exists -------------------------
 

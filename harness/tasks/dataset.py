@@ -10,7 +10,6 @@ held-out test and validation seeds onto their split's rows, in order.
 
 from __future__ import annotations
 
-import importlib
 import math
 import random
 import re
@@ -21,6 +20,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from ..imports import ImportObjectError, import_object
 from ..seeds import EVAL_SEED_OFFSET, SPLITS, VALIDATION_SEED_OFFSET, eval_seeds
 from .base import Instance, Task, TaskParams
 
@@ -236,11 +236,10 @@ def score(
 
 
 def _import(path: str):
-    module, _, fn = path.partition(":")
     try:
-        obj = getattr(importlib.import_module(module), fn)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"verifier '{path}': cannot import it: {exc}") from None
+        obj = import_object(path, "callable")
+    except ImportObjectError as exc:
+        raise ValueError(f"verifier {exc}") from None
     if not callable(obj):
         raise ValueError(f"verifier '{path}' is not callable")
     return obj

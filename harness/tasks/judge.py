@@ -19,13 +19,13 @@ one verification fails that sample (a :class:`JudgeFailure`, counted by reason) 
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..imports import ImportObjectError, import_object
 from .base import Instance
 from .verify import VERIFICATION, CallStats, VerifierFailure, call_with_timeout
 
@@ -119,18 +119,14 @@ class JudgeGate:
 
 
 def import_callable(path: str) -> Callable[..., Any]:
-    module_name, _, attr = path.partition(":")
-    if not attr:
-        raise JudgeError(f"task.judge.callable: {path!r} is not 'module:function'")
+    """The judge function ``path`` names (``module:function``; :func:`import_object`)."""
+
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise JudgeError(
-            f"task.judge.callable: cannot import module '{module_name}': {exc}"
-        ) from None
-    fn = getattr(module, attr, None)
+        fn = import_object(path, "callable")
+    except ImportObjectError as exc:
+        raise JudgeError(f"task.judge.callable: {exc}") from None
     if not callable(fn):
-        raise JudgeError(f"task.judge.callable: module '{module_name}' has no callable '{attr}'")
+        raise JudgeError(f"task.judge.callable: '{path}' is not callable")
     return fn
 
 

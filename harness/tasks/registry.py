@@ -5,7 +5,6 @@ Light to import (no torch): the config validator uses it to check names.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from pydantic import ValidationError
@@ -41,20 +40,15 @@ def _builtin(name: str):
 
 
 def _import_class(path: str):
+    from ..imports import ImportObjectError, import_object
     from .base import Task
 
-    module_name, _, cls_name = path.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TaskLoadError(
-            f"cannot import module '{module_name}' of task '{path}': {exc}"
-        ) from None
-    cls = getattr(module, cls_name, None)
-    if cls is None:
-        raise TaskLoadError(f"module '{module_name}' has no class '{cls_name}'")
+        cls = import_object(path, "class")
+    except ImportObjectError as exc:
+        raise TaskLoadError(f"task {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, Task)):
-        raise TaskLoadError(f"'{path}' is not a subclass of sixblanks.harness.tasks.Task")
+        raise TaskLoadError(f"task '{path}' is not a subclass of sixblanks.harness.tasks.Task")
     return cls
 
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from pydantic import Field, model_validator
 
-from .base import Env, Instance, StepResult, Task, TaskParams
+from .base import Env, Instance, Play, StepResult, Task, TaskParams
 
 _TAKE = re.compile(r"^\s*(\d{1,2})\s*$")
 _PILE = re.compile(r"(\d+):\s*$")
@@ -210,7 +210,7 @@ class Nim(Task):
     has_oracle = True
     env_state_keys = True
     two_player = True
-    """A game: every evaluation also plays the external opponents (harness/training/opponents.py), and
+    """A game: every evaluation also plays the external opponents (:meth:`evaluate_apart`), and
     ``data.self_play`` can train against a pool of past checkpoints."""
     params: NimParams
 
@@ -251,6 +251,41 @@ class Nim(Task):
         """The fixed opponents every evaluation plays (``eval_opponents``), by name."""
 
         return {n: scripted(n) for n in self.params.eval_opponents}
+
+    def evaluate_apart(self, play: Play, size: int, split: str) -> dict[str, Any]:
+        """Progress is never read from games against the training pool (a policy and its past
+        selves can agree on a private protocol): every evaluation plays the fixed external
+        opponents. ``{"selfplay": rows}``, one row per opponent of ``eval_opponents``
+        (:meth:`play_external`; ``eval_games`` games each, else ``size``)."""
+
+        games = self.params.eval_games or size
+        names = self.params.eval_opponents
+        return {"selfplay": [self.play_external(play, name, games, split) for name in names]}
+
+    def play_external(self, play: Play, opponent: str, games: int, split: str) -> dict[str, Any]:
+        """``games`` games (``play``: the evaluated policy's, greedy) against the external opponent
+        named ``opponent``, on the first held-out instances of ``split``. A game is won (reward 1),
+        lost (decided against the policy: an illegal move included) or drawn (undecided: cut by a
+        limit, or failed). Returns the tally, how many of the games perfect play wins
+        (``winnable``: the ceiling against the optimal player) and what they cost (``Games.cost``)."""
+
+        player = self.external_opponents()[opponent]
+        held_out = self.eval_instances(games, split)
+        got = play(f"selfplay {opponent}", [self.against(i, player) for i in held_out])
+        won = [r >= 1.0 for r in got.rewards]
+        wins = sum(won)
+        losses = sum(d and not w for d, w in zip(got.decided, won))
+        return {
+            "opponent": opponent,
+            "split": split,
+            "games": games,
+            "wins": wins,
+            "losses": losses,
+            "draws": games - wins - losses,
+            "win_rate": wins / games,
+            "winnable": sum(bool(self.winnable(i)) for i in held_out),
+            **got.cost,
+        }
 
     def make_env(self, instance: Instance, verify) -> Env:
         return NimEnv(self, instance, verify)

@@ -8,7 +8,7 @@ then into optimizer steps. See :mod:`sixblanks.harness.training.loop`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -92,7 +92,8 @@ class Prepared:
 
 
 class Stateless:
-    """A collector or objective with nothing to checkpoint."""
+    """A collector or objective with nothing to checkpoint (put it first among the bases:
+    ``class PreferencePairs(Stateless, Collector)``)."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -101,33 +102,89 @@ class Stateless:
         pass
 
 
-class Collector(Protocol):
+class Collector:
+    """Base class of every collector (:mod:`.collectors`): where a step's data comes from.
+
+    A subclass defines :meth:`worst_case`, :meth:`collect`, :meth:`state_dict` and
+    :meth:`load_state_dict` (:class:`Stateless`: nothing to checkpoint). :meth:`update_bound` and
+    :meth:`close` are optional: their defaults are what a collector that runs nothing ahead of the
+    step needs. The loop calls every method plainly; the factory (``Trainer(collector=...)``)
+    returns an instance of a subclass."""
+
     def worst_case(self) -> dict[str, float]:
-        """The most one ``collect()`` can cost (every counter it may charge, at least
-        ``launched_tokens`` and ``rollouts_launched``)."""
+        """The most one ``collect()`` can cost, by ledger counter (tokens, rollouts, calls, steps:
+        the counters' own units): every counter it may charge, at least ``launched_tokens`` and
+        ``rollouts_launched``. The loop reserves it with the update's bound before the step."""
+
+        raise NotImplementedError(f"{type(self).__name__} defines no worst_case()")
 
     def collect(self) -> Collected:
         """One step's data, charged to the budget (``nothing_fit``: no room for any of it)."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+        raise NotImplementedError(f"{type(self).__name__} defines no collect()")
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def update_bound(self, worst: dict[str, float]) -> tuple[float, float]:
+        """``(rows, tokens)``: the most rollouts and action tokens the next update can accept,
+        which the step's admission reserves for. ``worst``: this step's :meth:`worst_case`.
+
+        Default: what the step launches (``worst["rollouts_launched"]``,
+        ``worst["launched_tokens"]``). A collector whose worst case no longer counts the rounds
+        it launched ahead (a concurrent one) returns what it may still hand the update."""
+
+        return worst["rollouts_launched"], worst["launched_tokens"]
+
+    def close(self, drain: bool = True) -> dict[str, float]:
+        """The end of the run (``drain``) or its failure (``drain=False``: stop at once, a resume
+        recounts from the checkpoint). Returns metrics for a last record that trained on nothing
+        (what draining the work launched ahead cost, counted as launched and discarded); ``{}``:
+        no such record.
+
+        Default: nothing to stop, ``{}``. A collector that runs ahead of the step (a concurrent
+        one: a worker process, spooled rounds) finishes or kills it here."""
+
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly (RNG states, counters, queued work)."""
+
+        raise NotImplementedError(f"{type(self).__name__} defines no state_dict()")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} defines no load_state_dict()")
 
 
-def update_bound(collector, worst: dict[str, float]) -> tuple[float, float]:
-    """The most rows and tokens the next update can accept: what the collector may hand it (its
-    ``update_bound()`` where its worst case no longer counts rounds launched ahead)."""
+class Objective:
+    """Base class of every objective (:mod:`.objectives`): a collected batch into an update.
 
-    bound = getattr(collector, "update_bound", None)
-    return bound() if bound is not None else (worst["rollouts_launched"], worst["launched_tokens"])
+    A subclass defines :meth:`prepare`, :meth:`update`, :meth:`state_dict` and
+    :meth:`load_state_dict` (:class:`Stateless`: nothing to checkpoint); :meth:`worst_extra` is
+    optional (default: the update charges nothing beyond the loop's own counters)."""
 
+    def prepare(self, collected: Collected) -> Prepared:
+        """The no-grad passes over ``collected.batch`` (pi_old, reference, advantages, the trained
+        mask ``[B, T]``); no optimizer step."""
 
-class Objective(Protocol):
-    def prepare(self, collected: Collected) -> Prepared: ...
+        raise NotImplementedError(f"{type(self).__name__} defines no prepare()")
 
     def update(self, prepared: Prepared) -> dict[str, Any]:
         """Optimizer steps on the prepared batch; returns metrics with ``optimizer_steps``."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+        raise NotImplementedError(f"{type(self).__name__} defines no update()")
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def worst_extra(self, rows: int) -> dict[str, float]:
+        """The most the update of ``rows`` rollouts can charge to counters besides the loop's own
+        (``optimizer_steps``, ``accepted_tokens``, ``rollouts_accepted``), by ledger counter in its
+        own units: a second model's calls (a user PRM's ``judge_calls``). The step's admission
+        checks it fits before collecting; the objective reserves and charges it itself.
+
+        Default: ``{}``, nothing beyond the loop's counters."""
+
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly (a second model's weights and optimizer)."""
+
+        raise NotImplementedError(f"{type(self).__name__} defines no state_dict()")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} defines no load_state_dict()")

@@ -1,4 +1,6 @@
-"""Held-out evaluation on each task's deterministic evaluation set."""
+"""Held-out evaluation on each task's deterministic evaluation set, and what a task evaluates
+apart from its score (``Task.evaluate_apart``, harness/tasks/base.py: a game's fixed external
+opponents)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from ..rollout.agent import run_episodes
 from ..rollout.engine import RolloutEngine, SamplingParams
 from ..rollout.search import search
 from ..seeds import eval_seeds
-from ..tasks.base import Task
+from ..tasks.base import Games, Instance, Play, Task
 from ..tasks.verify import VerifierGate
 
 
@@ -190,3 +192,60 @@ def evaluate_run(ctx) -> tuple[dict[str, Any], dict[str, float]]:
         for k in ("verifier_calls", "judge_calls"):
             actual[k] += float(ev["search"][k])
     return ev, actual
+
+
+# ----------------------------------------------------------------------------- evaluation apart
+
+
+def greedy_games(engine: RolloutEngine, tokenizer, task: Task, rollout) -> Play:
+    """A task's ``play`` (:class:`~sixblanks.harness.tasks.base.Play`, uncharged): greedy games of
+    the policy behind ``engine``, one episode per instance, within the run's ``rollout`` limits
+    (``max_new_tokens``, ``max_prompt_tokens``); ``device_seconds`` and ``wall_seconds`` are the
+    caller's to add (:func:`evaluate_apart` measures them with its charge)."""
+
+    params = SamplingParams(temperature=0.0, max_new_tokens=rollout.max_new_tokens)
+
+    def play(label: str, instances: list[Instance]) -> Games:
+        gate = VerifierGate(task)
+        batch = run_episodes(
+            engine, tokenizer, task, instances, 1, params, gate,
+            max_context_tokens=rollout.max_prompt_tokens,
+        )  # fmt: skip
+        return Games(
+            rewards=batch.reward.tolist(),
+            decided=(batch.terminated & ~batch.failed).tolist(),
+            cost={
+                "generated_tokens": float(batch.launched_tokens()),
+                "verifier_calls": float(gate.stats.calls),
+                "env_steps": float(int(batch.n_turns.sum())),
+            },
+        )
+
+    return play
+
+
+def evaluate_apart(ctx, meter) -> dict[str, Any]:
+    """At an evaluation point of a run (``ctx``: its RunContext): what its task evaluates apart from
+    the score (:meth:`Task.evaluate_apart`; ``{}`` for most tasks, a game's rows against its
+    external opponents), to merge into the evaluation record. Each ``play`` is reserved at its
+    worst case on ``meter`` (the run's evaluation meter: apart from the training budget), charged
+    what it cost, and its device and wall seconds are added to its ``Games.cost``."""
+
+    s = ctx.settings
+    greedy = greedy_games(ctx.engine, ctx.tokenizer, ctx.task, s.rollout)
+
+    def play(label: str, instances: list[Instance]) -> Games:
+        worst = ctx.worst_rollouts(len(instances))
+        charge = meter.must_reserve(worst, f"evaluation {label} step {ctx.step}")
+        with charge:
+            games = greedy(label, instances)
+            charge.actual = {
+                "launched_tokens": games.cost["generated_tokens"],
+                "verifier_calls": games.cost["verifier_calls"],
+                "env_steps": games.cost["env_steps"],
+                "rollouts_launched": float(len(instances)),
+            }
+        games.cost.update(zip(("device_seconds", "wall_seconds"), charge.elapsed))
+        return games
+
+    return ctx.task.evaluate_apart(play, s.eval_size, s.eval_split)

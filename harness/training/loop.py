@@ -29,10 +29,10 @@ from ..rollout.engine import HFEngine, RolloutEngine
 from ..stopping import RunInterrupted
 from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
-from .base import Collected, Prepared, RunResult, RunSettings, TrainingError, update_bound
-from .collectors import evaluate_apart, make_collector
+from .base import Collected, Collector, Objective, Prepared, RunResult, RunSettings, TrainingError
+from .collectors import make_collector
 from .context import RunContext, frozen_copy
-from .evaluate import evaluate_run, evaluation_worst
+from .evaluate import evaluate_apart, evaluate_run, evaluation_worst
 from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
 
@@ -42,8 +42,9 @@ EVAL_RECORD += ("search",)  # an inference-time beam search's score and compute 
 
 
 class Trainer:
-    """The loop of one run. ``collector`` / ``objective``: factories of a RunContext; by default the
-    ones the blanks name (``data.source``, ``objective``, ``advantage.estimator``)."""
+    """The loop of one run. ``collector`` / ``objective``: factories of a RunContext that return a
+    :class:`Collector` / an :class:`Objective` (harness/training/base.py); by default the ones the
+    blanks name (``data.source``, ``objective``, ``advantage.estimator``)."""
 
     def __init__(
         self,
@@ -56,8 +57,8 @@ class Trainer:
         engine: RolloutEngine | None = None,
         ledger: Ledger | None = None,
         log: Callable[[str], None] | None = None,
-        collector: Callable[[RunContext], Any] | None = None,
-        objective: Callable[[RunContext], Any] | None = None,
+        collector: Callable[[RunContext], Collector] | None = None,
+        objective: Callable[[RunContext], Objective] | None = None,
     ):
         ref = ref_model if ref_model is not None else frozen_copy(model)
         engine = engine or HFEngine(model, tokenizer)
@@ -84,8 +85,8 @@ class Trainer:
             rng,
             gen,
         )
-        self.objective = (objective or make_objective)(self.ctx)
-        self.collector = (collector or make_collector)(self.ctx)
+        self.objective: Objective = (objective or make_objective)(self.ctx)
+        self.collector: Collector = (collector or make_collector)(self.ctx)
         trainable, total = param_counts(model)  # LoRA: the adapter's weights only
         mb = train_state_bytes(model) / 2**20
         self.sizes = {"memory.trainable_params": trainable, "memory.total_params": total}
@@ -108,11 +109,11 @@ class Trainer:
     # ------------------------------------------------------------------ one step
 
     def worst_update(self, rows: int, tokens: float, admission: bool = False) -> dict[str, float]:
-        d, extra = self.ctx.blanks.data, getattr(self.objective, "worst_extra", None)
+        d = self.ctx.blanks.data
         out = {"optimizer_steps": float(d.epochs * d.minibatches), "accepted_tokens": float(tokens)}
         out["rollouts_accepted"] = float(rows)
-        if admission and extra is not None:  # a second model's calls (a user PRM): the step's
-            out.update(extra(rows))  # admission checks them, the objective reserves and charges
+        if admission:  # a second model's calls (a user PRM): the step's admission checks them,
+            out.update(self.objective.worst_extra(rows))  # the objective reserves and charges
         return out
 
     def step(self) -> dict[str, Any] | None:
@@ -120,7 +121,7 @@ class Trainer:
 
         ctx = self.ctx
         worst = self.collector.worst_case()  # it accepts at most what it launches
-        bound = self.worst_update(*update_bound(self.collector, worst), admission=True)
+        bound = self.worst_update(*self.collector.update_bound(worst), admission=True)
         if not ctx.meter.fits(add_costs(worst, bound), time_of=UNIT_KINDS):
             return None
         step = ctx.meter.charge(f"step {ctx.step}")
@@ -195,7 +196,8 @@ class Trainer:
                 "wall_seconds": charge.elapsed[1],
             },
         }
-        self.result.evals.append(record | evaluate_apart(self))  # a game's external opponents
+        # and what the task evaluates apart from the score (a game's external opponents)
+        self.result.evals.append(record | evaluate_apart(ctx, self.eval_meter))
         return self.result.evals[-1]
 
     def maybe_eval(self, force: bool = False) -> None:
@@ -229,7 +231,7 @@ class Trainer:
             self.maybe_eval(force=True)
         # a time-limited run's first step reserves an estimate (meter.py), not nothing
         self.ctx.meter.first_step(self.result.evals, self.collector, self.ctx.blanks.data.epochs)
-        close = getattr(self.collector, "close", lambda drain: {})  # a concurrent collector
+        close = self.collector.close  # a concurrent collector's worker, rounds launched ahead
         self.in_on_step = False
         try:
             self.result.ended_because = self._steps(max_steps, on_step)

@@ -1,5 +1,4 @@
-"""Self-play (issue 19, item 5): the pool of past checkpoints the policy plays against, and the
-evaluation against a game task's fixed external opponents, apart from training.
+"""Self-play (issue 19, item 5): the pool of past checkpoints the policy plays against.
 
 The pool keeps CPU state dicts of past policy versions (the initial policy first), at most
 ``pool_size``, the oldest leaving first. One frozen copy of the model plays for whichever member a
@@ -11,9 +10,10 @@ inside ``env.step`` (simple, not batched); every token they generate is counted
 (``PolicyPool.tokens``) for the ledger's ``opponent_tokens``.
 
 Progress is never read from games against the pool (a policy and its past selves can agree on a
-private protocol): at every evaluation point, :func:`evaluate_apart` plays the task's external
-opponents (a scripted random player and the optimal one) with the greedy policy, on the held-out
-split's instances, charged to the evaluation ledger; the rows go to the ``selfplay_evals`` table.
+private protocol): at every evaluation point, the task's ``evaluate_apart`` (harness/tasks/
+selfplay.py) plays its fixed external opponents (a scripted random player and the optimal one)
+with the greedy policy, on the held-out split's instances, charged to the evaluation ledger
+(harness/training/evaluate.py); the rows go to the ``selfplay_evals`` table.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from typing import Any
 
 import torch
 
-from ..rollout.agent import encode_observation, run_episodes
+from ..rollout.agent import encode_observation
 from ..rollout.engine import HFEngine, SamplingParams
 from ..tasks.selfplay import Position
-from ..tasks.verify import VerifierGate
 
 
 def position_seed(*parts: int) -> int:
@@ -118,78 +117,3 @@ class PolicyPool:
         self.members = dict(state["members"])
         self.rng.setstate(state["rng"])
         self.loaded = None
-
-
-# ----------------------------------------------------------------------------- evaluation apart
-
-
-def play_external(
-    engine, tokenizer, task, opponent: str, games: int, split: str, rollout
-) -> dict[str, Any]:
-    """``games`` greedy games of the policy behind ``engine`` against the external opponent named
-    ``opponent``, on the first held-out instances of ``split``. A game is won (reward 1), lost
-    (decided against the policy: an illegal move included) or drawn (undecided: cut by a limit, or
-    failed). Returns the tally, how many of the games perfect play wins (``winnable``: the ceiling
-    against the optimal player) and what it cost."""
-
-    gate = VerifierGate(task)
-    player = task.external_opponents()[opponent]
-    held_out = task.eval_instances(games, split)
-    instances = [task.against(i, player) for i in held_out]
-    params = SamplingParams(temperature=0.0, max_new_tokens=rollout.max_new_tokens)
-    batch = run_episodes(
-        engine,
-        tokenizer,
-        task,
-        instances,
-        1,
-        params,
-        gate,
-        max_context_tokens=rollout.max_prompt_tokens,
-    )
-    won = batch.reward >= 1.0
-    lost = batch.terminated & ~won & ~batch.failed
-    wins, losses = int(won.sum()), int(lost.sum())
-    return {
-        "opponent": opponent,
-        "split": split,
-        "games": games,
-        "wins": wins,
-        "losses": losses,
-        "draws": games - wins - losses,
-        "win_rate": wins / games,
-        "winnable": sum(bool(task.winnable(i)) for i in held_out),
-        "generated_tokens": float(batch.launched_tokens()),
-        "verifier_calls": float(gate.stats.calls),
-        "env_steps": float(int(batch.n_turns.sum())),
-    }
-
-
-def evaluate_apart(trainer) -> dict[str, Any]:
-    """At an evaluation point of ``trainer``: on a two-player game task, ``{"selfplay": rows}``,
-    one row per external opponent (``task.params.eval_opponents``; games: ``eval_games``, else the
-    run's eval size), each charged to the evaluation ledger (apart from the training budget);
-    ``{}`` on any other task."""
-
-    ctx = trainer.ctx
-    task, s = ctx.task, ctx.settings
-    if not getattr(task, "two_player", False):
-        return {}
-    games = task.params.eval_games or s.eval_size
-    rows = []
-    for name in task.params.eval_opponents:
-        charge = trainer.eval_meter.must_reserve(
-            ctx.worst_rollouts(games), f"evaluation selfplay {name} step {ctx.step}"
-        )
-        with charge:
-            row = play_external(
-                ctx.engine, ctx.tokenizer, task, name, games, s.eval_split, s.rollout
-            )
-            charge.actual = {
-                "launched_tokens": row["generated_tokens"],
-                "verifier_calls": row["verifier_calls"],
-                "env_steps": row["env_steps"],
-                "rollouts_launched": float(games),
-            }
-        rows.append(row | dict(zip(("device_seconds", "wall_seconds"), charge.elapsed)))
-    return {"selfplay": rows}

@@ -1,13 +1,14 @@
 """Collectors: where a step's trajectories come from, charged to the budget as they are made.
 
-A collector has ``worst_case() -> cost``, ``collect() -> Collected | None`` and ``state_dict()``.
-A new source of data (a concurrent collector, a replay buffer, search) is a new file here.
+A collector subclasses :class:`~sixblanks.harness.training.base.Collector`: ``worst_case() -> cost``,
+``collect() -> Collected`` and ``state_dict()``; ``update_bound()`` and ``close()`` where the
+defaults do not fit (a concurrent collector). A new source of data (a concurrent collector, a replay
+buffer, search) is a new file here.
 """
 
 from __future__ import annotations
 
 from ..context import RunContext
-from ..opponents import evaluate_apart  # the loop's evaluations apart (two-player games)
 from .demonstrations import Demonstrations, demonstration_batch
 from .greedy import GreedyBaseline
 from .onpolicy import OnPolicyRounds
@@ -53,6 +54,5 @@ __all__ = [
     "OnPolicyRounds",
     "PreferencePairs",
     "demonstration_batch",
-    "evaluate_apart",
     "make_collector",
 ]

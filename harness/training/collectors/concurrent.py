@@ -63,9 +63,9 @@ class ConcurrentRounds(OnPolicyRounds):
             {k: v for k, v in worst.items() if k == "replayed_tokens"} if self.requests else worst
         )
 
-    def update_bound(self) -> tuple[float, float]:
-        worst = super().worst_case()
-        return worst["rollouts_launched"], worst["launched_tokens"]
+    def update_bound(self, worst: dict[str, float]) -> tuple[float, float]:
+        # a whole round's, not the step's worst case (which omits the rounds launched ahead)
+        return super().update_bound(super().worst_case())
 
     def _reserve(self, r: int, time_estimate: bool = True):
         meter, worst = self.ctx.meter, super().worst_case()

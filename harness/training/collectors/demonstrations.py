@@ -16,7 +16,7 @@ from ...rollout.trajectory import TrajectoryBatch
 from ...seeds import train_seeds
 from ...tasks.base import Task
 from ...tasks.verify import VerifierGate
-from ..base import Collected, TrainingError
+from ..base import Collected, Collector, TrainingError
 from ..context import RunContext
 
 
@@ -60,7 +60,7 @@ def demonstration_batch(
     return episodes_to_batch(episodes, tokenizer, 0, task.name)
 
 
-class Demonstrations:
+class Demonstrations(Collector):
     """``pool`` None: n = prompts_per_step x G fresh oracle demonstrations per step. With a ``pool``,
     ``batch_size`` rows drawn uniformly with replacement (from ``seed``) each step."""
 

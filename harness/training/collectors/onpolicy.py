@@ -11,7 +11,7 @@ from typing import Any
 from sixblanks.algorithms.data import DynamicSampler
 
 from ...rollout.trajectory import TrajectoryBatch
-from ..base import Collected, TrainingError
+from ..base import Collected, Collector, TrainingError
 from ..context import RunContext
 from ..meter import UNIT_KINDS
 from .greedy import GreedyBaseline
@@ -19,7 +19,7 @@ from .lagged import LaggedPolicy, drop_stale
 from .replay import ReplayBuffer
 
 
-class OnPolicyRounds:
+class OnPolicyRounds(Collector):
     def __init__(self, ctx: RunContext, greedy: GreedyBaseline | None = None):
         self.ctx = ctx
         self.greedy = greedy

@@ -7,11 +7,11 @@ from __future__ import annotations
 import torch
 
 from ...rollout.engine import HFEngine
-from ..base import Collected, Stateless
+from ..base import Collected, Collector, Stateless
 from ..context import RunContext
 
 
-class PreferencePairs(Stateless):
+class PreferencePairs(Stateless, Collector):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self.n_prompts = ctx.settings.rollout.prompts_per_step

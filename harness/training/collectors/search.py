@@ -25,7 +25,7 @@ from ...rollout.agent import episodes_to_batch
 from ...rollout.engine import HFEngine
 from ...rollout.search import SearchTree, search, verifier_guide
 from ...rollout.trajectory import TrajectoryBatch
-from ..base import Collected
+from ..base import Collected, Collector
 from ..context import RunContext
 from ..meter import UNIT_KINDS
 from ..process_reward import TreeValue
@@ -77,7 +77,7 @@ def train_once(batch: TrajectoryBatch, paths: list[list[int]], keep: list[int]) 
             seen.add(node)
 
 
-class SearchRounds:
+class SearchRounds(Collector):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self.spec = ctx.blanks.data.search

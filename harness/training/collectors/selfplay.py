@@ -28,7 +28,7 @@ from .onpolicy import OnPolicyRounds
 class SelfPlayRounds(OnPolicyRounds):
     def __init__(self, ctx: RunContext, greedy: GreedyBaseline | None = None):
         super().__init__(ctx, greedy)
-        if not getattr(ctx.task, "two_player", False):
+        if not ctx.task.two_player:
             raise TrainingError(
                 f"{ctx.settings.name}: data.self_play needs a two-player game task (nim), not "
                 f"'{ctx.task.name}'"

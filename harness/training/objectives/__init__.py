@@ -1,6 +1,8 @@
-"""Objectives: how a collected batch becomes optimizer steps. Each has ``prepare(collected)`` (the
-no-grad passes), ``update(prepared)`` (through the shared minibatch routine, :mod:`.accumulate`) and
-``state_dict()``. An objective with a second trained model is a new file here."""
+"""Objectives: how a collected batch becomes optimizer steps. Each subclasses
+:class:`~sixblanks.harness.training.base.Objective`: ``prepare(collected)`` (the no-grad passes),
+``update(prepared)`` (through the shared minibatch routine, :mod:`.accumulate`) and
+``state_dict()``; ``worst_extra(rows)`` where the update charges a second model's calls. An
+objective with a second trained model is a new file here."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from sixblanks.algorithms.weights import mismatch_stats
 
 from ...rollout.trajectory import TrajectoryBatch
 from ...stopping import stop_point
-from ..base import Collected, Prepared, TrainingError
+from ..base import Collected, Objective, Prepared, TrainingError
 from ..context import RunContext
 from ..critic import ValueModel, pool_values, token_values
 from ..policy import policy_forward
@@ -40,7 +40,7 @@ from .offpolicy import off_policy
 from .policy_gradient import batch_metrics
 
 
-class ActorCritic:
+class ActorCritic(Objective):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self.spec = ctx.blanks.advantage.critic

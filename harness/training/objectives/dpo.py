@@ -11,12 +11,12 @@ import torch
 
 from sixblanks.algorithms.loss import dpo_loss
 
-from ..base import Collected, Prepared, Stateless, TrainingError
+from ..base import Collected, Objective, Prepared, Stateless, TrainingError
 from ..context import RunContext
 from .accumulate import accumulate
 
 
-class DPO(Stateless):
+class DPO(Stateless, Objective):
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
 

@@ -17,7 +17,7 @@ from sixblanks.algorithms.normalization import loss_weights
 from sixblanks.algorithms.weights import mismatch_stats
 
 from ...rollout.trajectory import TrajectoryBatch
-from ..base import Collected, Prepared, Stateless, TrainingError
+from ..base import Collected, Objective, Prepared, Stateless, TrainingError
 from ..context import RunContext
 from .accumulate import accumulate
 from .offpolicy import off_policy
@@ -65,7 +65,7 @@ def reads_old_before_update(blanks) -> bool:
     )
 
 
-class PolicyGradient(Stateless):
+class PolicyGradient(Stateless, Objective):
     SKIPS_UNUSED = True
     """Subclasses that read pi_old or pi_ref for a model of their own (PRIME) set False."""
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
+from ...imports import ImportObjectError, import_object
 from ...stopping import stop_point
-from ...tasks.judge import import_callable
 from ..base import Collected, Prepared, TrainingError
 from ..context import RunContext
 from ..process_reward import (
@@ -70,9 +70,13 @@ class ProcessCredit(PolicyGradient):
             )
         else:
             try:
-                self.user = import_callable(a.prm.scorer)
-            except Exception as exc:  # noqa: BLE001 - the loader's message names the problem
+                self.user = import_object(a.prm.scorer, "callable")
+            except ImportObjectError as exc:
                 raise TrainingError(f"{name}: advantage.prm.scorer: {exc}") from None
+            if not callable(self.user):
+                raise TrainingError(
+                    f"{name}: advantage.prm.scorer: '{a.prm.scorer}' is not callable"
+                )
 
     def worst_extra(self, rows: int) -> dict[str, float]:
         """A user-supplied scorer's calls: one per episode (judge calls)."""

@@ -11,12 +11,12 @@ import torch
 from sixblanks.algorithms.loss import sft_loss
 from sixblanks.algorithms.normalization import loss_weights
 
-from ..base import Collected, Prepared, Stateless, TrainingError
+from ..base import Collected, Objective, Prepared, Stateless, TrainingError
 from ..context import RunContext
 from .accumulate import accumulate
 
 
-class SFT(Stateless):
+class SFT(Stateless, Objective):
     def __init__(self, ctx: RunContext, kl_to_reference: bool = True):
         self.ctx = ctx
         self.kl_to_reference = kl_to_reference
