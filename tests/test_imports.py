@@ -151,7 +151,6 @@ UPWARD_ALLOWED = {
     # the experiment file is checked against the task registry (names, parameters, judges) before
     # anything runs: validation, not use
     ("config", "tasks"),
-    ("config_checks", "tasks"),
 }
 
 

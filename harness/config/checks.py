@@ -1,5 +1,5 @@
 """Cross-field checks of a parsed experiment: settings each valid alone whose runs cannot work, would
-never end, or would train on nothing. Called by :func:`~.config.validate_mapping` on a configuration
+never end, or would train on nothing. Called by :func:`~.loading.validate_mapping` on a configuration
 that parsed, before any model is loaded; each problem is one ``key.path: message`` line.
 
 - clip bounds outside their meaningful range (``weight.eps_low`` >= 1: a lower bound 1 - eps_low <= 0
@@ -26,8 +26,8 @@ from typing import Any
 
 from sixblanks.algorithms.blanks import Blanks
 
-# config.py's models, by name only: config.py calls this module, so it is not imported here
-ExperimentConfig = RolloutConfig = TaskConfig = Any
+from .experiment import ExperimentConfig
+from .sections import RolloutConfig, TaskConfig
 
 
 @dataclass
@@ -79,7 +79,7 @@ def _turns(task: TaskConfig) -> int | None:
     """The task's turn limit as a run sees it (``RunContext.turns``); None when the task cannot be
     built here (then 1 turn is the lower bound used)."""
 
-    from .tasks.registry import make_task
+    from ..tasks.registry import make_task
 
     try:
         return max(1, int(make_task(task.name, task.params).max_turns))

