@@ -1,0 +1,79 @@
+"""Where to start: the selection matrix (chapter section 18) as data, behind ``sixblanks recommend``.
+
+A situation is seven answers (:data:`QUESTIONS`). The matrix (:data:`ROWS`) is read top to bottom
+and the first row whose conditions hold is the recommendation: a starting preset (a name in
+``sixblanks.algorithms.presets.PRESETS``), the blank overrides of the starter arm, why, the main
+warning, and the ablation-ladder rung to check first (``harness/studies/ladder.py``). :data:`NOTES` add
+lines that hold across rows (no demonstrations: no warm start), :data:`CONFLICTS` refuse
+situations with nothing to learn from, and :data:`STARTER_TASKS` pick the built-in task of the
+starter experiment that ``--write`` produces.
+
+Everything here is data; the functions only match it. Light to import (no torch): the CLI builds
+its options from :data:`QUESTIONS`.
+"""
+
+from .advice import (
+    Recommendation,
+    check_matrix,
+    complete,
+    markdown_table,
+    match,
+    parse_answers,
+    reachable_rows,
+    recommend,
+    starter_mapping,
+    starter_yaml,
+    write_starter,
+)
+from .matrix import (
+    BASELINE,
+    CONFLICTS,
+    DEFAULTS,
+    MATCHED_UPDATES,
+    NOTES,
+    QUESTION_BY_NAME,
+    QUESTIONS,
+    ROW_BY_ID,
+    ROWS,
+    RUNG_NAMES,
+    STARTER_TASKS,
+    WARM_START,
+    Note,
+    Question,
+    Row,
+    StarterTask,
+    When,
+    matches,
+)
+
+__all__ = [
+    "BASELINE",
+    "CONFLICTS",
+    "DEFAULTS",
+    "MATCHED_UPDATES",
+    "NOTES",
+    "Note",
+    "QUESTIONS",
+    "QUESTION_BY_NAME",
+    "Question",
+    "ROWS",
+    "ROW_BY_ID",
+    "RUNG_NAMES",
+    "Recommendation",
+    "Row",
+    "STARTER_TASKS",
+    "StarterTask",
+    "WARM_START",
+    "When",
+    "check_matrix",
+    "complete",
+    "markdown_table",
+    "match",
+    "matches",
+    "parse_answers",
+    "reachable_rows",
+    "recommend",
+    "starter_mapping",
+    "starter_yaml",
+    "write_starter",
+]
