@@ -11,7 +11,12 @@ Conventions (``[B, T]`` unless stated):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from .blanks import Blanks
 
 
 def gae(
@@ -166,3 +171,57 @@ def sao_policy_lambda(mask: torch.Tensor, alpha: float) -> torch.Tensor:
     return torch.where(
         length > 0, 1.0 - 1.0 / (alpha * length.clamp(min=1.0)), torch.zeros_like(length)
     )
+
+
+def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:
+    """The chapter's PPO checklist answered for a critic arm (empty for critic-free blanks)."""
+
+    a = blanks.advantage
+    if a.estimator != "gae":
+        return []
+    c, w, n, r, d = a.critic, blanks.weight, blanks.normalization, blanks.regularizer, blanks.data
+    kl = []
+    if r.reward_kl_coef > 0:
+        kl.append(
+            f"in the reward ({r.reward_kl_estimator}, beta {r.reward_kl_coef:g}, from pi_old)"
+        )
+    if r.loss_kl_coef > 0:
+        kl.append(f"in the loss ({r.loss_kl_estimator}, beta {r.loss_kl_coef:g}, on pi_theta)")
+    clip = "symmetric" if w.eps_low == w.eps_high else "asymmetric (clip-higher)"
+    return [
+        (
+            "value granularity",
+            f"{c.granularity} ({'separate critic' if c.trunk == 'separate' else 'shared trunk'})",
+        ),
+        (
+            "truncation bootstrap",
+            "V(next state) where a limit cut the episode; 0 at terminal states"
+            if c.bootstrap_truncated
+            else "none: 0 after the last token",
+        ),
+        ("advantage normalization population", c.whiten),
+        (
+            "value clipping and its reference",
+            f"±{c.value_clip:g} around V_old (the rollout-time value)" if c.value_clip else "off",
+        ),
+        ("epochs / minibatches", f"{d.epochs} / {d.minibatches}"),
+        (
+            "clip symmetry and target-KL",
+            f"{clip}: [1-{w.eps_low:g}, 1+{w.eps_high:g}]"
+            + (f", dual clip c={w.dual_clip_c:g}" if w.dual_clip_c else "")
+            + (
+                f"; early stop at approx_kl > 1.5 x {w.target_kl:g}"
+                if w.target_kl
+                else "; no target-KL stop"
+            ),
+        ),
+        ("KL placement", "; ".join(kl) if kl else "none"),
+        (
+            "global loss denominator",
+            f"{n.mode} over the whole optimizer-step batch (all micro-batches)",
+        ),
+        (
+            "GAE",
+            f"gamma {a.gamma:g}, lambda {a.lam:g}, skip-observation (gamma counts action tokens)",
+        ),
+    ]

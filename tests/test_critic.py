@@ -11,11 +11,12 @@ from sixblanks.algorithms.critic import (
     explained_variance,
     gae,
     place_rewards,
+    ppo_checklist,
     target_kl_exceeded,
     value_loss,
     whiten_population,
 )
-from sixblanks.algorithms.presets import get_preset, ppo_checklist, resolve
+from sixblanks.algorithms.presets import get_preset, resolve
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.orchestration.warmstart import warm_start
 from sixblanks.harness.tasks import make_task

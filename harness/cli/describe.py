@@ -105,9 +105,10 @@ def explain(
     """
 
     from sixblanks.algorithms.blanks import BLANK_NAMES, flatten
+    from sixblanks.algorithms.critic import ppo_checklist
     from sixblanks.algorithms.errors import UnknownNameError
     from sixblanks.algorithms.fields import applicable_fields
-    from sixblanks.algorithms.presets import PRESETS, get_preset, ppo_checklist
+    from sixblanks.algorithms.presets import PRESETS, get_preset
 
     if list_ or not names:
         if as_json:

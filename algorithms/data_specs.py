@@ -1,0 +1,301 @@
+"""The data blank's specs: which samples a step trains on and how often they are reused (sources,
+dynamic sampling, epochs and minibatches, lag and staleness, replay, a concurrent collector,
+shaping, a world model, branching, search, self-play). Pure data, like :mod:`.specs`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .specs import Spec
+
+
+class OverlongShaping(Spec):
+    """DAPO soft overlong punishment: 0 up to L_max - L_cache, then linear to -factor at L_max."""
+
+    enabled: bool = Field(False, description="Add the length penalty to R before the advantage.")
+    cache: int = Field(4, gt=0, description="L_cache, in tokens.")
+    factor: float = Field(1.0, gt=0, description="Penalty at L_max.")
+
+
+class ReplaySpec(Spec):
+    """A replay buffer of prompt groups (FORMULAS §20's seventh control): each step trains on its
+    fresh groups plus ``per_step`` groups drawn from the buffer, each group at most ``reuse`` more
+    times; beyond ``capacity`` groups the buffer evicts. Replayed tokens are counted apart
+    (``replayed_tokens``), never launched or accepted again."""
+
+    capacity: int = Field(32, ge=1, description="Groups the buffer keeps.")
+    reuse: int = Field(1, ge=1, description="Times a group may be replayed after its first use.")
+    per_step: int = Field(4, ge=1, description="Groups replayed into each step's batch.")
+    eviction: Literal["fifo", "random"] = Field(
+        "fifo", description="Which group leaves a full buffer: the oldest, or one at random."
+    )
+
+
+class ConcurrentSpec(Spec):
+    """A concurrent collector (FORMULAS §19): rollouts run beside the trainer in another process
+    (or a Ray actor) with an engine of its own, on the weights last broadcast to it, while the
+    trainer updates. Up to ``queue`` rounds are launched ahead, each reserved on the budget before
+    launch; the trainer consumes them in order as they are ready."""
+
+    queue: int = Field(
+        2, ge=1, description="Rounds launched ahead of the trainer (the bounded queue's size)."
+    )
+    backend: Literal["process", "ray"] = Field(
+        "process", description="process: a child process on this machine; ray: a Ray actor."
+    )
+    restarts: int = Field(
+        3, ge=0, description="Times a dead (or stuck) collector is restarted before the run fails."
+    )
+    round_timeout: float = Field(
+        900.0,
+        gt=0,
+        description="Seconds the trainer waits for a round without any report from the collector "
+        "before it counts the collector as stuck and restarts it.",
+    )
+    keep_spool: bool = Field(
+        False,
+        description="Keep every round's trajectories in the run directory's spool (for "
+        "inspection); by default a round's file is deleted once a checkpoint has counted it.",
+    )
+
+
+class PotentialShaping(Spec):
+    """Potential-based shaping (FORMULAS §16): each turn's reward gains gamma Phi(s') - Phi(s),
+    Phi the task's potential of a state (``Env.potential()``), 0 at the end of an episode."""
+
+    enabled: bool = Field(False, description="Add the shaping terms to the turn rewards before A.")
+    gamma: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Discount of the shaping terms; None: the learner's (advantage.gamma), which "
+        "keeps the optimal policy unchanged.",
+    )
+
+
+class WorldModelSpec(Spec):
+    """A learned world model (issue 19): a causal LM copied from the initial policy, trained on the
+    real transitions of each step to predict the environment's next observation, the turn's reward
+    and the episode's end. Each step's real transitions are its held-out validation before it trains
+    on them. After warmup_steps, each step also rolls imagined episodes in it; their steps are
+    counted in imagined_env_steps, never in env_steps."""
+
+    imagined_rounds: int = Field(
+        1,
+        ge=0,
+        description="Imagined rounds per step (each prompts_per_step x G episodes in the learned "
+        "model), trained on with the step's real round.",
+    )
+    warmup_steps: int = Field(
+        2, ge=0, description="Steps of real rounds only, before the first imagined round."
+    )
+    train_steps: int = Field(8, ge=1, description="Optimizer steps of the model per step.")
+    batch_size: int = Field(16, ge=1, description="Transitions per optimizer step of the model.")
+    lr: float = Field(1e-3, gt=0, description="The model's learning rate.")
+    buffer: int = Field(
+        2048, ge=1, description="The most recent real transitions kept to train the model on."
+    )
+    max_obs_tokens: int = Field(
+        8, ge=1, description="The longest observation the model generates (it stops at a newline)."
+    )
+
+
+class BranchSpec(Spec):
+    """Branching counterfactuals: at chosen turns, the environment's state is restored (or the
+    seed and action prefix replayed) and M continuations are rolled from it; each branch point's
+    continuations form a group, so the group baseline at that turn credits the action by its
+    continuation return against its siblings. Every branch token and env step is charged."""
+
+    turns: list[int] = Field(
+        [1], min_length=1, description="Turn indices to branch at (0 is the first action)."
+    )
+    width: int = Field(4, ge=2, description="M: continuations rolled from each branch point.")
+    per_group: int = Field(
+        1, ge=1, description="Episodes of each task group that branch at each of those turns."
+    )
+
+
+class SearchSpec(Spec):
+    """Search as a data source (issue 19): best-of-N, beam or tree search per prompt, then
+    selection. Every sample the search draws is charged to the totals and to the search counters
+    (search_tokens, search_env_steps, search_verifier_calls); samples not selected are discarded as
+    'search_selection', so the cost of selection stays in the ledger. Selection biases what trains:
+    the kept samples are not draws from the policy (search.selection_bias is logged)."""
+
+    mode: Literal["best_of_n", "beam", "tree"] = Field(
+        "best_of_n",
+        description="best_of_n: n independent samples per prompt, scored by the verifier; beam: "
+        "over turns, each kept node expanded 'expand' times and the 'beam' best unfinished children "
+        "kept (by the guide); tree: best-first, each round expanding the best frontier node "
+        "'expand' times, 'expansions' rounds. Beam and tree fork the environment (snapshot, else "
+        "replay of seed and actions, counted).",
+    )
+    n: int = Field(8, ge=1, description="best_of_n: samples per prompt.")
+    beam: int = Field(2, ge=1, description="beam: unfinished nodes kept per prompt each turn.")
+    expand: int = Field(2, ge=1, description="beam/tree: children of each expanded node.")
+    expansions: int = Field(
+        8,
+        ge=1,
+        description="tree: expansion rounds per prompt (one node expanded per round); a prompt "
+        "whose search reaches no finished episode contributes nothing.",
+    )
+    guide: Literal["verifier", "value"] = Field(
+        "verifier",
+        description="What ranks partial episodes (beam/tree): verifier: the return so far plus the "
+        "task's potential of the current state (0 where it has none); value: a value model trained "
+        "on the tree's own Monte Carlo node values (the mean reward of the finished leaves under "
+        "each node), step after step.",
+    )
+    value_lr: float = Field(1e-4, gt=0, description="guide value: the value model's learning rate.")
+    value_steps: int = Field(
+        4, ge=1, description="guide value: optimizer steps on each search's tree labels."
+    )
+    tree_labels: bool = Field(
+        False,
+        description="beam/tree: give the selected trajectories the tree's Monte Carlo node values "
+        "as step labels (the value of the node each action led to), for a process reward model "
+        "(advantage.estimator 'prm') to train on, in place of the environment's step labels.",
+    )
+    select: Literal["best", "all_passing", "all"] = Field(
+        "best",
+        description="best: the highest-reward sample of each prompt (the first among ties); "
+        "all_passing: every sample at or above min_reward; all: every finished sample (for a "
+        "policy gradient that needs the whole group). A token shared by several selected leaves "
+        "(a beam or tree prefix) trains once, in the first of them.",
+    )
+    min_reward: float = Field(
+        1.0,
+        description="A selected sample must reach this reward (rejection sampling); a prompt whose "
+        "samples all fall short contributes nothing. Not used by select 'all'.",
+    )
+    policy: Literal["current", "initial"] = Field(
+        "current",
+        description="current: search with the policy being trained (expert iteration: search, "
+        "distill, repeat); initial: with the frozen initial policy (distillation of its best-of-N).",
+    )
+
+    @model_validator(mode="after")
+    def _per_mode(self) -> SearchSpec:
+        if self.mode == "best_of_n" and (self.guide != "verifier" or self.tree_labels):
+            raise ValueError(
+                "data.search.guide / tree_labels: a guide and tree labels need a tree "
+                "(mode 'beam' or 'tree'); best_of_n samples independently"
+            )
+        return self
+
+
+class SelfPlaySpec(Spec):
+    """Self-play (issue 19): the policy plays a two-player game task (``nim``) against a pool of
+    its past checkpoints, the initial policy first. Each task group's games are against one member
+    drawn from the pool; the opponents' generated tokens are charged to ``opponent_tokens`` (never
+    trained on). Progress is measured apart, against the task's fixed external opponents."""
+
+    pool_size: int = Field(
+        4, ge=1, description="Most past checkpoints kept; the oldest leaves when a new one comes."
+    )
+    snapshot_every: int = Field(
+        1, ge=1, description="Steps between adding the current policy to the pool."
+    )
+    opponents: Literal["uniform", "latest"] = Field(
+        "uniform",
+        description="uniform: each group's opponent drawn uniformly from the pool; latest: the "
+        "newest checkpoint.",
+    )
+    opponent_temperature: float | None = Field(
+        None,
+        ge=0,
+        description="Sampling temperature of the checkpoint opponents (0: greedy); None: the "
+        "rollout's. Their randomness is seeded by the game's position, so replays agree.",
+    )
+
+
+class DataSpec(Spec):
+    """(i): which samples, how many per prompt, how often reused."""
+
+    source: Literal["rollouts", "demonstrations", "preference_pairs", "search"] = Field(
+        "rollouts",
+        description="rollouts: online; demonstrations: SFT; preference_pairs: DPO pairs from scored rollouts of the initial policy; search: the trajectories a search selects (data.search), distilled by SFT (objective sft) or trained by the policy gradient (objective pg: the samples carry the behaviour log-probs of the distribution actually sampled; the selection biases them).",
+    )
+    group_size: int | None = Field(
+        None, ge=1, description="G samples per prompt; None: the rollout section's group_size."
+    )
+    dynamic_sampling: bool = Field(
+        False, description="DAPO: drop groups whose rewards are all equal and resample."
+    )
+    max_sampling_rounds: int = Field(
+        10, ge=1, description="Cap on generation rounds per step with dynamic sampling."
+    )
+    on_round_cap: Literal["error", "train_short"] = Field(
+        "train_short",
+        description="At the cap: error (verl recipe) or train on the short batch (recorded).",
+    )
+    epochs: int = Field(1, ge=1, description="Passes over each rollout batch.")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch.")
+    overlong_shaping: OverlongShaping = Field(
+        OverlongShaping(), description="DAPO length penalty added to R before A."
+    )
+    potential_shaping: PotentialShaping = Field(
+        PotentialShaping(), description="gamma Phi(s') - Phi(s) added to each turn's reward."
+    )
+    search: SearchSpec = Field(
+        SearchSpec(), description="The search of data.source 'search' (best-of-N and selection)."
+    )
+    branching: BranchSpec | None = Field(
+        None,
+        description="Branching counterfactuals: M continuations from restored states at chosen "
+        "turns, each branch point a group of its own; None: off.",
+    )
+    world_model: WorldModelSpec | None = Field(
+        None,
+        description="A learned model of a multi-turn task's environment, trained on real "
+        "transitions, that adds imagined episodes to each step (imagined_env_steps); None: off.",
+    )
+    accuracy_filter: tuple[float, float] | None = Field(
+        None,
+        description="PRIME's accuracy filter [low, high]: with dynamic sampling, a group whose mean "
+        "reward lies outside the band is dropped (census verdict 'accuracy') and resampled; None: off.",
+    )
+    staleness: int | None = Field(
+        None,
+        ge=0,
+        description="Bounded staleness: drop samples more than K policy versions behind the trainer "
+        "(discard reason 'staleness'); None: no bound.",
+    )
+    broadcast_every: int = Field(
+        1,
+        ge=1,
+        description="The behaviour policy receives new weights every n policy versions (a version: "
+        "the weights after a step's update), so samples come from the last broadcast; 1: every step.",
+    )
+    replay: ReplaySpec | None = Field(
+        None, description="A replay buffer of past groups (off-policy reuse); None: single use."
+    )
+    lag: int = Field(
+        0,
+        ge=0,
+        description="Deterministic lag: sample each batch with the policy of k versions earlier (a "
+        "ring of weight snapshots, reproducible from the seed); 0: synchronous.",
+    )
+    concurrent: ConcurrentSpec | None = Field(
+        None,
+        description="Asynchronous training: a concurrent collector (its own process and engine) "
+        "samples ahead of the trainer; None: rollouts run in the trainer's process.",
+    )
+    self_play: SelfPlaySpec | None = Field(
+        None,
+        description="Self-play on a two-player game task: the opponents are a pool of past "
+        "checkpoints of the policy; None: the task's own (scripted) opponent.",
+    )
+
+    @model_validator(mode="after")
+    def _self_play(self) -> DataSpec:
+        if self.self_play is not None and (
+            self.source != "rollouts" or self.branching is not None or self.concurrent is not None
+        ):
+            raise ValueError(
+                "data.self_play: games against the pool are online rollouts in the trainer's "
+                "process (data.source 'rollouts'), not with data.branching or data.concurrent"
+            )
+        return self
