@@ -133,128 +133,179 @@ def execute_run(
     torch.set_num_threads(max(1, threads))
     if not rd.spec.exists():
         write_json(rd.spec, spec)
-    status: dict[str, Any] = rd.read_status()
-    started = status.get("started") or time.time()
-    resumed_from = None
-    trainer = None
-    saved: dict[str, Any] = {}  # the state the last checkpoint holds: a stopped run stands there
+    started = rd.read_status().get("started") or time.time()
+    trainer, recorder = None, None
     try:
         # setup and the start evaluation stop at once; a training step gets the grace to reach its
         # boundary (harness/stopping.py)
         with stop_points(grace=0.0):
             stop_point("setup")  # handed out as the interrupt arrived: it does not start
             trainer = build_trainer(spec, warm_dir, rd.path)
-            ckpt = rd.checkpoint
-            state, refused = checkpoint.load_latest(
-                ckpt, lambda m: sys.stderr.write(f"{rd.run_id}: {m}\n")
+            resumed_from, recovery = _resume(rd, trainer)
+            recorder = RunRecorder(spec, rd, trainer, started, resumed_from, checkpoint_seconds)
+            recorder.write_status(
+                "running", **({"checkpoint_recovery": recovery} if recovery else {})
             )
-            if state is not None:
-                trainer.load_state_dict(state)
-                resumed_from = trainer.step_idx
-            elif refused:  # no checkpoint verifies: the run starts again from its first step
-                sys.stderr.write(
-                    f"{rd.run_id}: no usable checkpoint; the run starts from scratch\n"
-                )
-            stop_point("setup")
-            ACTIVE.set()  # a worker's SIGTERM now stops the run (STOP), which records from here
-            recovery = {"refused": refused, "resumed_from": resumed_from} if refused else None
-            lost = _attach_ledger_log(rd, trainer, restarted=state is None)
-            if lost and recovery is not None:
-                recovery["charged"] = lost
-            _rewrite_events(rd, trainer)
-            saved.update(_position(trainer))
+            result, train_seconds = recorder.train()
+        return recorder.finish(result, train_seconds, recovery)
+    except (RunInterrupted, KeyboardInterrupt) as exc:
+        # Ctrl-C: STOP seen (a stop point, a step boundary), or a KeyboardInterrupt reaching the
+        # run itself (a Ray task cancelled): resumable, not failed
+        if recorder is None:  # stopped in its setup: nothing of it ran
+            _stopped_before_start(rd, exc)
+        else:
+            _stopped_at_checkpoint(rd, trainer, recorder.saved, exc, recorder.write_status)
+        raise
+    except BaseException as exc:
+        _record_failure(rd, spec, exc)
+        raise
 
-            def write_status(state: str, at: dict[str, Any] | None = None, **extra: Any) -> None:
-                """status.json; ``at``: the position it states (default: the trainer's now)."""
 
-                at = at or _position(trainer)
-                evals = trainer.result.evals[: at["evals"]]
-                last = evals[-1] if evals else None
-                write_json(
-                    rd.status,
-                    {
-                        "state": state,
-                        "run_id": rd.run_id,
-                        "arm": spec["arm"],
-                        "task": spec["task"]["name"],
-                        "seed": spec["seed"],
-                        "step": at["step"],
-                        "counters": dict(at["counters"]),
-                        "limits": dict(trainer.ledger.budget.limits),
-                        "last_eval": {
-                            "score": last["score"],
-                            "step": last["step"],
-                            # where in the budget it was taken (the plain progress lines say so)
-                            "at": {k: last["position"].get(k, 0.0) for k in spec["budget"]},
-                        }
-                        if last
-                        else None,
-                        # a time limit is exceeded by at most this (one step and its checkpoint)
-                        "time_overshoot_bound": dict(trainer.ctx.meter.overshoot_bound),
-                        "time_by_kind": trainer.ctx.meter.time_by_kind,
-                        "started": started,
-                        "updated": time.time(),
-                        "resumed_from": resumed_from,
-                        **extra,
-                    },
-                )
+def _resume(rd: RunDir, trainer) -> tuple[int | None, dict[str, Any] | None]:
+    """Load the run's latest checkpoint that verifies into ``trainer`` (none: it starts from its
+    first step, charged what an earlier attempt spent), attach its ledger log, rewrite its events
+    to the checkpoint's history. Returns (the step resumed from, the recovery record or None)."""
 
-            write_status("running", **({"checkpoint_recovery": recovery} if recovery else {}))
-            events = open(rd.events, "a", encoding="utf-8")  # noqa: SIM115 - closed below
-            seen_evals = [len(trainer.result.evals)]
-            last_ckpt = [time.time()]
-            # the step of the latest checkpoint: a run's end saves at most one more
-            saved_at: list[int | None] = [None]
-            rec_time = [0.0]
+    state, refused = checkpoint.load_latest(
+        rd.checkpoint, lambda m: sys.stderr.write(f"{rd.run_id}: {m}\n")
+    )
+    resumed_from = None
+    if state is not None:
+        trainer.load_state_dict(state)
+        resumed_from = trainer.step_idx
+    elif refused:  # no checkpoint verifies: the run starts again from its first step
+        sys.stderr.write(f"{rd.run_id}: no usable checkpoint; the run starts from scratch\n")
+    stop_point("setup")
+    ACTIVE.set()  # a worker's SIGTERM now stops the run (STOP), which records from here
+    recovery = {"refused": refused, "resumed_from": resumed_from} if refused else None
+    lost = _attach_ledger_log(rd, trainer, restarted=state is None)
+    if lost and recovery is not None:
+        recovery["charged"] = lost
+    _rewrite_events(rd, trainer)
+    return resumed_from, recovery
 
-            def save() -> None:
-                at = _position(trainer)  # what the checkpoint holds (its own time comes after)
-                _save_checkpoint(trainer, ckpt)
-                last_ckpt[0] = time.time()
-                saved.update(at)
 
-            def on_step(tr, metrics: dict[str, Any]) -> None:
-                t_rec = time.perf_counter()
-                lines = [{"type": "step", **metrics}]
-                if tr.result.census and tr.result.census[-1]["step"] == metrics["step"]:
-                    lines.append({"type": "census", **tr.result.census[-1]})
-                for ev in tr.result.evals[seen_evals[0] :]:
-                    lines.append({"type": "eval", **ev})
-                seen_evals[0] = len(tr.result.evals)
-                for line in lines:
-                    events.write(json.dumps(line, default=str) + "\n")
-                events.flush()
-                if time.time() - last_ckpt[0] >= checkpoint_seconds or STOP.is_set():
-                    save()
-                    saved_at[0] = tr.step_idx
-                if STOP.is_set():  # interrupted: stop here, resumable from this step's checkpoint
-                    raise RunInterrupted(f"interrupted after step {tr.step_idx}")
-                write_status("running")
-                rec_time[0] += time.perf_counter() - t_rec
+class RunRecorder:
+    """What one run writes while it trains: status.json, the events file (a line per step, census
+    and evaluation), checkpoints (after a step once ``checkpoint_seconds`` passed, and at a stop),
+    and at the end the result. ``saved``: the position the latest checkpoint holds (where a stopped
+    run is recorded)."""
 
-            try:
-                if not trainer.result.evals:
-                    trainer.maybe_eval(force=True)
-                    for ev in trainer.result.evals:
-                        events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
-                    events.flush()
-                    seen_evals[0] = len(trainer.result.evals)
-                    save()
-                t_train = time.perf_counter()
-                with stop_points():
-                    result = trainer.train(evaluate_start=False, on_step=on_step)
-                train_seconds = time.perf_counter() - t_train
-                for ev in result.evals[seen_evals[0] :]:
-                    events.write(json.dumps({"type": "eval", **ev}, default=str) + "\n")
-            finally:
-                events.close()
-        # the final state, saved (and charged) before the result is written, so that the result's
-        # counters include it; one checkpoint after the last step at most (the time bound's)
-        if saved_at[0] != trainer.step_idx:
-            _save_checkpoint(trainer, ckpt)
-        ledger_events = _check_ledger_log(rd, trainer.ledger)
+    def __init__(self, spec, rd: RunDir, trainer, started, resumed_from, checkpoint_seconds):
+        self.spec, self.rd, self.trainer = spec, rd, trainer
+        self.started, self.resumed_from = started, resumed_from
+        self.checkpoint_seconds = checkpoint_seconds
+        self.saved: dict[str, Any] = _position(trainer)
+        self.seen_evals = len(trainer.result.evals)
+        self.last_checkpoint = time.time()
+        self.saved_at: int | None = (
+            None  # the step of the latest checkpoint: the end saves one more
+        )
+        self.recording_seconds = 0.0
+        self.events = None
+
+    def write_status(self, state: str, at: dict[str, Any] | None = None, **extra: Any) -> None:
+        """status.json; ``at``: the position it states (default: the trainer's now)."""
+
+        trainer, spec = self.trainer, self.spec
+        at = at or _position(trainer)
+        evals = trainer.result.evals[: at["evals"]]
+        last = evals[-1] if evals else None
+        write_json(
+            self.rd.status,
+            {
+                "state": state,
+                "run_id": self.rd.run_id,
+                "arm": spec["arm"],
+                "task": spec["task"]["name"],
+                "seed": spec["seed"],
+                "step": at["step"],
+                "counters": dict(at["counters"]),
+                "limits": dict(trainer.ledger.budget.limits),
+                "last_eval": {
+                    "score": last["score"],
+                    "step": last["step"],
+                    # where in the budget it was taken (the plain progress lines say so)
+                    "at": {k: last["position"].get(k, 0.0) for k in spec["budget"]},
+                }
+                if last
+                else None,
+                # a time limit is exceeded by at most this (one step and its checkpoint)
+                "time_overshoot_bound": dict(trainer.ctx.meter.overshoot_bound),
+                "time_by_kind": trainer.ctx.meter.time_by_kind,
+                "started": self.started,
+                "updated": time.time(),
+                "resumed_from": self.resumed_from,
+                **extra,
+            },
+        )
+
+    def save(self) -> None:
+        at = _position(self.trainer)  # what the checkpoint holds (its own time comes after)
+        _save_checkpoint(self.trainer, self.rd.checkpoint)
+        self.last_checkpoint = time.time()
+        self.saved.update(at)
+
+    def write_lines(self, lines: list[dict[str, Any]]) -> None:
+        for line in lines:
+            self.events.write(json.dumps(line, default=str) + "\n")
+        self.events.flush()
+
+    def new_evals(self) -> list[dict[str, Any]]:
+        """The evaluations not written yet, as event lines."""
+
+        evals = self.trainer.result.evals
+        lines = [{"type": "eval", **ev} for ev in evals[self.seen_evals :]]
+        self.seen_evals = len(evals)
+        return lines
+
+    def on_step(self, tr, metrics: dict[str, Any]) -> None:
+        """After each training step: its lines, a checkpoint when due (or at a stop), the status."""
+
+        t_rec = time.perf_counter()
+        lines = [{"type": "step", **metrics}]
+        if tr.result.census and tr.result.census[-1]["step"] == metrics["step"]:
+            lines.append({"type": "census", **tr.result.census[-1]})
+        self.write_lines(lines + self.new_evals())
+        if time.time() - self.last_checkpoint >= self.checkpoint_seconds or STOP.is_set():
+            self.save()
+            self.saved_at = tr.step_idx
+        if STOP.is_set():  # interrupted: stop here, resumable from this step's checkpoint
+            raise RunInterrupted(f"interrupted after step {tr.step_idx}")
+        self.write_status("running")
+        self.recording_seconds += time.perf_counter() - t_rec
+
+    def train(self):
+        """The start evaluation (a new run: then checkpointed), then training to the budget's end.
+        Returns (the training result, its seconds)."""
+
+        trainer = self.trainer
+        self.events = open(self.rd.events, "a", encoding="utf-8")  # noqa: SIM115 - closed below
+        try:
+            if not trainer.result.evals:
+                trainer.maybe_eval(force=True)
+                self.write_lines(self.new_evals())
+                self.save()
+            t_train = time.perf_counter()
+            with stop_points():
+                result = trainer.train(evaluate_start=False, on_step=self.on_step)
+            train_seconds = time.perf_counter() - t_train
+            self.write_lines(self.new_evals())
+        finally:
+            self.events.close()
+        return result, train_seconds
+
+    def finish(self, result, train_seconds: float, recovery) -> dict[str, Any]:
+        """The final state, saved (and charged) before the result is written, so that the result's
+        counters include it (one checkpoint after the last step at most: the time bound's); then
+        result.json and the finished status. Returns the result."""
+
+        trainer, spec = self.trainer, self.spec
+        if self.saved_at != trainer.step_idx:
+            _save_checkpoint(trainer, self.rd.checkpoint)
+        ledger_events = _check_ledger_log(self.rd, trainer.ledger)
         summary = {
-            "run_id": rd.run_id,
+            "run_id": self.rd.run_id,
             "arm": spec["arm"],
             "preset": spec["preset"],
             "task": spec["task"]["name"],
@@ -274,42 +325,36 @@ def execute_run(
             "eval_cost": result.eval_cost,
             "time_overshoot_bound": dict(trainer.ctx.meter.overshoot_bound),
             "time_by_kind": trainer.ctx.meter.time_by_kind,
-            "resumed_from": resumed_from,
+            "resumed_from": self.resumed_from,
             "checkpoint_recovery": recovery,
             "train_seconds": train_seconds,
-            "recording_seconds": rec_time[0],
+            "recording_seconds": self.recording_seconds,
             "ledger_events": ledger_events,
         }
-        write_json(rd.result, summary)
-        write_status("finished", finished=time.time())
+        write_json(self.rd.result, summary)
+        self.write_status("finished", finished=time.time())
         return summary
-    except (RunInterrupted, KeyboardInterrupt) as exc:
-        # Ctrl-C: STOP seen (a stop point, a step boundary), or a KeyboardInterrupt reaching the
-        # run itself (a Ray task cancelled): resumable, not failed
-        if trainer is None or not saved:  # stopped in its setup: nothing of it ran
-            _stopped_before_start(rd, exc)
-        else:
-            _stopped_at_checkpoint(rd, trainer, saved, exc, write_status)
-        raise
-    except BaseException as exc:
-        from ..errors import describe
 
-        err = describe(exc, f"run {rd.run_id}'s files")
-        status = rd.read_status()
-        status.update(
-            {
-                "state": "failed",
-                "error": err,
-                "traceback": traceback.format_exc(limit=20),
-                "updated": time.time(),
-                "arm": spec["arm"],
-                "seed": spec["seed"],
-                "task": spec["task"]["name"],
-                "run_id": rd.run_id,
-            }
-        )
-        write_json(rd.status, status)
-        raise
+
+def _record_failure(rd: RunDir, spec: dict[str, Any], exc: BaseException) -> None:
+    """status.json says "failed", with the error and its traceback (the run's other files stay)."""
+
+    from ..errors import describe
+
+    status = rd.read_status()
+    status.update(
+        {
+            "state": "failed",
+            "error": describe(exc, f"run {rd.run_id}'s files"),
+            "traceback": traceback.format_exc(limit=20),
+            "updated": time.time(),
+            "arm": spec["arm"],
+            "seed": spec["seed"],
+            "task": spec["task"]["name"],
+            "run_id": rd.run_id,
+        }
+    )
+    write_json(rd.status, status)
 
 
 def _position(trainer) -> dict[str, Any]:
