@@ -29,6 +29,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import polars as pl
 
+# In a source checkout the library's parts are folders beside this one (harness/, algorithms/,
+# budgets/, reports/): they are found there, so a second checkout of the repository (a git worktree,
+# a clean clone) runs its own code in an environment installed from another. An installed wheel
+# holds them inside this folder, where they are found first.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "harness" / "__init__.py").is_file():
+    __path__.append(str(_CHECKOUT))
+
 __all__ = ["Results", "load", "run", "ladder", "sweep"]
 
 
