@@ -33,9 +33,14 @@ __all__ = [
     "broadcast",
     "get_estimator",
     "group_stats",
+    "anchor_groups",
+    "gigpo",
     "hierarchical",
     "prime",
     "prm",
+    "to_tokens",
+    "turn_return",
+    "turn_returns",
     "whiten",
 ]
 
@@ -230,7 +235,16 @@ def remax(
 
 # the turn- and step-level estimators register after the outcome ones (the registry lists names in
 # the order they were registered)
-from .step_advantages import hierarchical, prime, prm  # noqa: E402
+from .step_advantages import (  # noqa: E402
+    anchor_groups,
+    gigpo,
+    hierarchical,
+    prime,
+    prm,
+    to_tokens,
+    turn_return,
+    turn_returns,
+)
 
 ESTIMATORS.add(
     Variant(

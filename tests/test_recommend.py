@@ -143,7 +143,7 @@ def test_a_shadowed_row_is_reported(monkeypatch):
         "rung why",
     )
     rows = (R.ROWS[0], shadowed, *R.ROWS[1:])
-    monkeypatch.setattr(R, "ROWS", rows)
+    monkeypatch.setattr(R.advice, "ROWS", rows)  # where the matcher reads it
     assert R.check_matrix() == ["row 'shadowed': shadowed by the rows above it"]
 
 
@@ -159,7 +159,7 @@ def test_a_row_with_a_bad_override_or_answer_is_reported(monkeypatch):
         "rung why",
         overrides={"data": {"group_sise": 4}},
     )
-    monkeypatch.setattr(R, "ROWS", (bad, *R.ROWS))
+    monkeypatch.setattr(R.advice, "ROWS", (bad, *R.ROWS))
     problems = "\n".join(R.check_matrix())
     assert "row 'bad': risk: unknown answers ['extreme']" in problems
     assert "row 'bad': preset grpo with its overrides" in problems and "group_sise" in problems
