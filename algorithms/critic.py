@@ -165,7 +165,7 @@ def target_kl_exceeded(kl: float, target_kl: float | None, factor: float = 1.5) 
 
 def sao_policy_lambda(mask: torch.Tensor, alpha: float) -> torch.Tensor:
     """SAO's per-sample lambda for the policy's GAE: 1 - 1/(alpha l), l the number of action tokens
-    of the sample (FORMULAS §21); a sample without any gets 0. ``[B]`` from the mask ``[B, T]``."""
+    of the sample; a sample without any gets 0. ``[B]`` from the mask ``[B, T]``."""
 
     length = (mask > 0).sum(1).double()
     return torch.where(

@@ -26,7 +26,7 @@ def overlong_penalty(
 def potential_shaping(
     turn_rewards: torch.Tensor, potentials: torch.Tensor, gamma: float
 ) -> torch.Tensor:
-    """Potential-based shaping (Ng, Harada, Russell 1999; FORMULAS §16): turn k's reward becomes
+    """Potential-based shaping (Ng, Harada, Russell 1999): turn k's reward becomes
     r_k + gamma Phi(s_{k+1}) - Phi(s_k). It leaves the optimal policy unchanged; the discounted sum
     of the added terms over an episode is gamma^K Phi(s_K) - Phi(s_0), i.e. -Phi(s_0) when the end
     state has Phi = 0.

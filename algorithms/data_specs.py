@@ -20,7 +20,7 @@ class OverlongShaping(Spec):
 
 
 class ReplaySpec(Spec):
-    """A replay buffer of prompt groups (FORMULAS §20's seventh control): each step trains on its
+    """A replay buffer of prompt groups (the seventh of the off-policy controls: reuse across steps): each step trains on its
     fresh groups plus ``per_step`` groups drawn from the buffer, each group at most ``reuse`` more
     times; beyond ``capacity`` groups the buffer evicts. Replayed tokens are counted apart
     (``replayed_tokens``), never launched or accepted again."""
@@ -34,7 +34,7 @@ class ReplaySpec(Spec):
 
 
 class ConcurrentSpec(Spec):
-    """A concurrent collector (FORMULAS §19): rollouts run beside the trainer in another process
+    """A concurrent collector: rollouts run beside the trainer in another process
     (or a Ray actor) with an engine of its own, on the weights last broadcast to it, while the
     trainer updates. Up to ``queue`` rounds are launched ahead, each reserved on the budget before
     launch; the trainer consumes them in order as they are ready."""
@@ -62,7 +62,7 @@ class ConcurrentSpec(Spec):
 
 
 class PotentialShaping(Spec):
-    """Potential-based shaping (FORMULAS §16): each turn's reward gains gamma Phi(s') - Phi(s),
+    """Potential-based shaping: each turn's reward gains gamma Phi(s') - Phi(s),
     Phi the task's potential of a state (``Env.potential()``), 0 at the end of an episode."""
 
     enabled: bool = Field(False, description="Add the shaping terms to the turn rewards before A.")
@@ -76,7 +76,7 @@ class PotentialShaping(Spec):
 
 
 class WorldModelSpec(Spec):
-    """A learned world model (issue 19): a causal LM copied from the initial policy, trained on the
+    """A learned world model: a causal LM copied from the initial policy, trained on the
     real transitions of each step to predict the environment's next observation, the turn's reward
     and the episode's end. Each step's real transitions are its held-out validation before it trains
     on them. After warmup_steps, each step also rolls imagined episodes in it; their steps are
@@ -118,7 +118,7 @@ class BranchSpec(Spec):
 
 
 class SearchSpec(Spec):
-    """Search as a data source (issue 19): best-of-N, beam or tree search per prompt, then
+    """Search as a data source: best-of-N, beam or tree search per prompt, then
     selection. Every sample the search draws is charged to the totals and to the search counters
     (search_tokens, search_env_steps, search_verifier_calls); samples not selected are discarded as
     'search_selection', so the cost of selection stays in the ledger. Selection biases what trains:
@@ -187,7 +187,7 @@ class SearchSpec(Spec):
 
 
 class SelfPlaySpec(Spec):
-    """Self-play (issue 19): the policy plays a two-player game task (``nim``) against a pool of
+    """Self-play: the policy plays a two-player game task (``nim``) against a pool of
     its past checkpoints, the initial policy first. Each task group's games are against one member
     drawn from the pool; the opponents' generated tokens are charged to ``opponent_tokens`` (never
     trained on). Progress is measured apart, against the task's fixed external opponents."""

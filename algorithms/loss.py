@@ -170,7 +170,7 @@ def behavior_weight(
     behavior_logp: torch.Tensor | None,
     mask: torch.Tensor,
 ) -> torch.Tensor | float:
-    """The detached per-token weight of the off-policy corrections that weigh (FORMULAS §20): truncated
+    """The detached per-token weight of the off-policy corrections that weigh: truncated
     IS in its token or sequence form (``weight.tis_cap``, ``weight.tis_form``) and a gate in clamp mode
     (``weight.gate``). ``[B, T]``, or 1.0 when none applies."""
 

@@ -1,5 +1,5 @@
 """Off-policy corrections for asynchronous training: V-trace, IS weights and masks, ratio gates,
-DIS (SAO), bounded staleness and lag statistics. Pure torch (FORMULAS §19, §20, §21).
+DIS (SAO), bounded staleness and lag statistics. Pure torch.
 
 Conventions (``[B, T]`` unless stated), as in :mod:`sixblanks.algorithms.critic`:
 
@@ -74,7 +74,7 @@ def vtrace(
     c_bar: float = 1.0,
     rho_bar_pg: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018; FORMULAS §19).
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018).
 
     With pi/mu = exp(log_rhos) at step s (the target policy over the behaviour policy that sampled
     the token), s+ the next action token of the row and x_{s+} its state:
@@ -218,7 +218,7 @@ def ratio_gate(
     metric: str = "ratio",
     mode: str = "mask",
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Train/rollout mismatch gate (IcePop-style; AReaL ``rejection_sampling``; FORMULAS §20).
+    """Train/rollout mismatch gate (IcePop-style; AReaL ``rejection_sampling``).
 
     With d_t = log pi_train - log pi_roll on the sampled tokens:
 
@@ -308,7 +308,7 @@ def dis(
     eps_low: float,
     eps_high: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """SAO's DIS band (FORMULAS §21): rho_t = pi_theta/pi_roll (no pi_old); keep the tokens with
+    """SAO's DIS band: rho_t = pi_theta/pi_roll (no pi_old); keep the tokens with
     1 - eps_low < rho_t < 1 + eps_high, STRICT inequalities, compared in log space.
 
     Both tails are masked whatever the advantage's sign (unlike PPO's clip, which passes the
@@ -381,7 +381,7 @@ def within_staleness(versions_behind: torch.Tensor, max_staleness: int) -> torch
 
 
 def staleness_capacity(eta: int, version: int, batch_size: int, accepted: int, running: int) -> int:
-    """Rollouts that may still be started (AReaL; FORMULAS §20): (eta + i + 1) B - (accepted + running).
+    """Rollouts that may still be started (AReaL): (eta + i + 1) B - (accepted + running).
 
     Equivalent to admitting the next rollout iff floor((N_r - 1)/B) <= i + eta with N_r = accepted +
     running + 1 the count including it. <= 0 means start none. ``accepted`` counts all accepted

@@ -1,7 +1,6 @@
 """Named algorithms as presets of the six blanks.
 
-Each preset states which variant it implements where frameworks disagree
-(../shared/FORMULAS.md section 23): std epsilon, aggregation, dual clip, KL
+Each preset states which variant it implements where frameworks disagree: std epsilon, aggregation, dual clip, KL
 placement, GSPO sequence vs token form.
 """
 
@@ -254,7 +253,7 @@ for _p in [
     Preset(
         "turn_grpo",
         _b(advantage={"estimator": "turn_return", "gamma": 1.0, "turn_baseline": "group"}),
-        "Turn-level credit for multi-turn tasks (FORMULAS §17): each turn's reward-to-go minus the "
+        "Turn-level credit for multi-turn tasks: each turn's reward-to-go minus the "
         "group's mean reward-to-go at the same turn index, on that turn's action tokens.",
         (
             "No canonical paper: gamma 1.0 per environment step, group-mean baseline per turn index, "
@@ -289,7 +288,7 @@ for _p in [
     Preset(
         "hier_grpo",
         _b(advantage={"estimator": "hierarchical", "hierarchical_norm": "mean_std_norm"}),
-        "Hierarchical credit for two-level tasks (FORMULAS §17, one baseline per level): "
+        "Hierarchical credit for two-level tasks (one baseline per level): "
         "high-level (plan) turns get the outcome R group-normalized over the task group's "
         "high-level turns; low-level (execute) turns get their subgoal reward (the environment's "
         "step label) group-normalized over the group's low-level turns at the same subgoal index.",
@@ -310,7 +309,7 @@ for _p in [
             normalization=_PG_SEQ_MEAN,  # every other blank as grpo
             regularizer={"loss_kl_coef": 0.04, "loss_kl_estimator": "k3"},
         ),
-        "GRPO with an explicit process reward model (FORMULAS §16): a step scorer trained online "
+        "GRPO with an explicit process reward model: a step scorer trained online "
         "on the environment's step labels; its normalized step scores, summed from each step on, "
         "join the group-normalized outcome (DeepSeekMath process supervision).",
         (
@@ -412,7 +411,7 @@ for _p in [
         "(policy lambda 1 - 1/(1.5 l), critic lambda 1), DIS band 0.7 < pi/pi_rollout < 6.0 "
         "(math eps 0.3/5.0), 2 critic updates per actor update, no KL or entropy.",
         (
-            "From secondary sources (FORMULAS §21): whether f(rho) is detached and whether rejected "
+            "From secondary sources: whether f(rho) is detached and whether rejected "
             "tokens stay in Z are unstated; here f is detached and tokens outside the band at the "
             "batch's start leave Z (discard reason 'dis').",
             "The critic's frozen attention with trainable MoE projections is stood in for by a copy of "

@@ -29,7 +29,7 @@ class MaskSpec(Spec):
 
 class GateSpec(Spec):
     """A ratio/KL gate between pi_old (recomputed by the trainer) and the behaviour policy that
-    sampled (FORMULAS §20): a mask (tokens or sequences outside the band leave the gradient and Z,
+    sampled: a mask (tokens or sequences outside the band leave the gradient and Z,
     discard reason 'masking') or a clamp (the IS weight clamped into the band)."""
 
     level: Literal["token", "sequence"] = Field(
@@ -156,7 +156,7 @@ class CriticSpec(Spec):
 
 
 class PrmSpec(Spec):
-    """The explicit process reward model of the 'prm' estimator (FORMULAS §16): a step scorer
+    """The explicit process reward model of the 'prm' estimator: a step scorer
     whose score of each step (in [0, 1]) becomes process supervision. A trained scorer is a second
     model, paid for in the same budget (its device time is labelled 'prm')."""
 
@@ -194,7 +194,7 @@ class PrmSpec(Spec):
 
 
 class PrimeSpec(Spec):
-    """PRIME's implicit PRM (Cui et al. 2025, FORMULAS §15): a second causal LM pi_phi (a copy of
+    """PRIME's implicit PRM (Cui et al. 2025): a second causal LM pi_phi (a copy of
     the warm start) trained online on outcome labels with BCE(sigma(beta sum_t log pi_phi/pi_ref),
     r_o); its token rewards beta log(pi_phi/pi_ref) feed the 'prime' estimator. Its forward and
     backward passes are charged in the same budget (device time labelled 'prime')."""

@@ -128,7 +128,7 @@ def gigpo(
     gigpo_norm: str = "mean_norm",
     token_penalty: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """GiGPO (Feng et al. 2025, FORMULAS §18): A = A^E + omega A^S, per step, on its tokens.
+    """GiGPO (Feng et al. 2025): A = A^E + omega A^S, per step, on its tokens.
 
     A^E(tau_i) = (R_i - mean_j R_j) / F over the task group's episodes; A^S = (G_{i,k} - mean) / F
     over the anchor group of step (i, k): the steps of the same task group whose environment state
@@ -190,7 +190,7 @@ def prm(
     std_eps: float = 1e-6,
     token_penalty: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Explicit process reward model (FORMULAS §16): step scores ``s [B, K]`` (NaN past an episode's
+    """Explicit process reward model: step scores ``s [B, K]`` (NaN past an episode's
     steps) as process supervision, with the outcome R kept or not.
 
     - ``sum``: R'_i = sum_k s_{i,k} (+ R_i); A_i = (R'_i - mean_g R') / (std_g R' + eps), on every
@@ -256,7 +256,7 @@ def prime(
     singleton: str = "zero",
     token_penalty: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """PRIME (Cui et al. 2025, FORMULAS §15), exact leave-one-out (not the code's K/(K-1) form), gamma 1,
+    """PRIME (Cui et al. 2025), exact leave-one-out (not the code's K/(K-1) form), gamma 1,
     no final whitening:
 
         A_{i,t} = sum_{s >= t} [r_{i,s} - (1/(K-1)) sum_{j != i} r(y^j)/|y^j|] + R_i - (1/(K-1)) sum_{j != i} R_j
@@ -300,7 +300,7 @@ def hierarchical(
     token_penalty: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Hierarchical credit: an outcome advantage for high-level turns and a subgoal advantage for
-    low-level ones, each level against its own baseline (FORMULAS §17, one baseline per level).
+    low-level ones, each level against its own baseline (one baseline per level).
 
     Args:
         rewards: ``[B]`` outcome R. mask: ``[B, T]``. group_ids: ``[B]`` task group.

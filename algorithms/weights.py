@@ -107,7 +107,7 @@ def _gspo_token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
 )
 def _behavior_ratio(logp, behavior_logp, adv, mask, log_ratio_clamp):
     """rho_t = pi_theta / pi_rollout per token, against the rollout engine's log-probs (no pi_old):
-    SAO's DIS ratio (FORMULAS §21)."""
+    SAO's DIS ratio."""
 
     return token_ratio(logp, behavior_logp, clamp=log_ratio_clamp), adv
 
@@ -183,7 +183,7 @@ def _sapo(ratio, adv, tau_pos, tau_neg):
 
 @TRUST_REGIONS.register("dis", reads=("weight.eps_low", "weight.eps_high"))
 def dis_surrogate(ratio, adv, eps_low, eps_high):
-    """SAO's DIS (FORMULAS §21): a token passes only when 1 - eps_low < rho < 1 + eps_high (strict),
+    """SAO's DIS: a token passes only when 1 - eps_low < rho < 1 + eps_high (strict),
     both tails masked for either advantage sign. l = -1[band] rho A, whose gradient is
     1[band] rho A grad log pi = sg[f(rho)] A grad log pi. ``clipped``: the tokens outside the band
     (counted, and discarded as reason ``dis`` by the trainer)."""

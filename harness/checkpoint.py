@@ -1,4 +1,4 @@
-"""Safe, verified run checkpoints (issue 22).
+"""Safe, verified run checkpoints.
 
 A checkpoint is a directory ``checkpoint/`` of three files:
 

@@ -1,4 +1,4 @@
-"""LoRA through ``peft`` (issue 20, ``model.lora``): the policy trains low-rank adapters on a
+"""LoRA through ``peft`` (``model.lora``): the policy trains low-rank adapters on a
 frozen base; the reference policy is the same model with its adapter disabled (no second copy of
 the weights); a value model trains an adapter of its own on the same frozen base; a rollout engine
 that holds its own weights (vLLM) receives the merged weights; the training state's size is

@@ -1,4 +1,4 @@
-"""Process and agent credit in the report (issue 18): what each credit scheme's extra model or
+"""Process and agent credit in the report: what each credit scheme's extra model or
 extra rollouts cost, and whether the extra model can be trusted.
 
 - cost: the device-seconds of each arm's second model per run (a PRM, PRIME's implicit PRM, a

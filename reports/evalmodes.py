@@ -1,4 +1,4 @@
-"""Single-sample and search-time scores, never in one budget row (issue 19, item 3; the chapter:
+"""Single-sample and search-time scores, never in one budget row (the chapter:
 "do not report search-time and single-sample policies under the same compute budget without
 separation").
 

@@ -1,4 +1,4 @@
-"""Rollout/trainer mismatch in the report (issue 20): per arm and step, the k3 KL between the
+"""Rollout/trainer mismatch in the report: per arm and step, the k3 KL between the
 distribution the rollout engine sampled from and the trainer's recomputation (``mismatch.kl``) and
 the share of tokens whose ratio is outside [0.5, 2] (``mismatch.ratio_out_frac``), averaged over
 runs. A vLLM engine and the trainer differ by kernels and precision; the same-process HF engine's

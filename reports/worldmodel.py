@@ -1,4 +1,4 @@
-"""A learned world model in the report (issue 19, item 4): per arm, the real and imagined
+"""A learned world model in the report: per arm, the real and imagined
 environment steps of the ledger (the split) and the model's prediction error on held-out real
 transitions (each step's real transitions, measured before the model trained on them) at the last
 step, averaged over runs. No section where no arm used a world model."""

@@ -1,4 +1,4 @@
-"""The chaos suite's summary (issue 22, item 5).
+"""The chaos suite's summary.
 
 Each chaos case (``tests/chaos/``, and the sweep's kill and Ctrl-C test) takes the ``chaos`` fixture: it names each
 fault it injects (:meth:`Case.fault`) and checks what survived through :meth:`Case.same` (counters

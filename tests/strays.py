@@ -1,4 +1,4 @@
-"""Process hygiene for the test suite (issue 22, item 8): no process started by a test outlives it.
+"""Process hygiene for the test suite: no process started by a test outlives it.
 
 Every process the suite starts inherits two environment variables: ``SIXBLANKS_TEST_RUN`` (one
 value for the whole ``pytest`` invocation, xdist workers included) and ``SIXBLANKS_TEST_WORKER``

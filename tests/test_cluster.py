@@ -1,4 +1,4 @@
-"""A cluster, on this machine (issue 23, items 2-4): two Ray nodes (`ray start --head`, then
+"""A cluster, on this machine : two Ray nodes (`ray start --head`, then
 `ray start --address`, each on ports of its own), a PostgreSQL server holding the sweep's Optuna
 study, and an MLflow tracking server on a PostgreSQL database. The tests start every one of them
 and stop them afterwards (tests/servers.py)."""

@@ -395,7 +395,7 @@ def test_validate_catches_what_would_fail_inside_every_run(tmp_path, cli, write_
 
 def test_the_schema_flags_misspelt_presets_task_names_and_task_parameters(cli):
     """An editor validating against the JSON Schema flags `grpoo`, `arithmatic` and `digitz`;
-    the shipped experiments and the other task forms pass (issue 20)."""
+    the shipped experiments and the other task forms pass."""
 
     import json
 

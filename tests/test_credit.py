@@ -1,4 +1,4 @@
-"""Process and agent credit (issue 18, first part): environment state keys, turn-level advantages
+"""Process and agent credit : environment state keys, turn-level advantages
 with KL in the reward, GiGPO, and their presets end to end on a multi-turn task."""
 
 import math

@@ -1,4 +1,4 @@
-"""Dataset tasks (issue 20): prompts and answers from JSONL, CSV, Parquet or a datasets directory,
+"""Dataset tasks: prompts and answers from JSONL, CSV, Parquet or a datasets directory,
 deterministic splits, the standard verifiers by hand, counted through the verifier gate, and one
 end-to-end run with math_verify on the shipped file."""
 

@@ -1,4 +1,4 @@
-"""Hierarchical credit (issue 18): the two-level task plan_execute (a planning turn chooses
+"""Hierarchical credit: the two-level task plan_execute (a planning turn chooses
 subgoals, executor turns carry them out, the environment reports each subgoal's completion), the
 'hierarchical' estimator by hand, and its preset hier_grpo end to end."""
 

@@ -1,4 +1,4 @@
-"""LoRA through peft (issue 20): only adapter weights train, the base stays as it was, the reference
+"""LoRA through peft: only adapter weights train, the base stays as it was, the reference
 policy is the base itself (adapter disabled, no second copy), and the training state's size
 follows the trainable parameters, against the full fine-tune."""
 

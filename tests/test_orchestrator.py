@@ -274,7 +274,7 @@ def test_without_a_terminal_run_prints_a_line_per_evaluation_and_per_finished_ru
     tmp_path, cli, write_yaml
 ):
     """Output to a log file (no terminal): no progress bars, but one plain line per evaluation and
-    per finished run as they happen (issue 20)."""
+    per finished run as they happen."""
 
     import yaml
 

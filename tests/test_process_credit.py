@@ -1,4 +1,4 @@
-"""Process credit with a second model (issue 18): the explicit PRM ('prm') and PRIME's implicit PRM
+"""Process credit with a second model: the explicit PRM ('prm') and PRIME's implicit PRM
 ('prime'): estimators against hand-computed values, the accuracy filter, the PRIME intervention
 test, and both presets end to end on chain_arithmetic."""
 

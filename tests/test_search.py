@@ -1,4 +1,4 @@
-"""Search as a collector (issue 19, items 1-2 in part): best-of-N with selection, distilled by SFT
+"""Search as a collector : best-of-N with selection, distilled by SFT
 (expert iteration, or distillation of the frozen initial policy), and its accounting: every
 sample charged to the totals and to the search counters, the unselected ones discarded as
 search_selection."""

@@ -1,4 +1,4 @@
-"""Self-play (issue 19, item 5): the two-player game ``nim`` and its scripted opponents, checked by
+"""Self-play: the two-player game ``nim`` and its scripted opponents, checked by
 hand and by minimax; a pool of past checkpoints as the training opponents (size bound, snapshot
 cadence, their tokens charged exactly as ``opponent_tokens``, resumed exactly); and the evaluation
 against the fixed external opponents, apart from training, recorded in DuckDB."""

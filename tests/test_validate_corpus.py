@@ -1,6 +1,5 @@
 """A corpus of bad experiment files: each is refused by `sixblanks validate` with exit code 2, its
-key path, and no traceback, before any model is loaded or any run starts (issue 22, validation
-completeness). Fast: no model is built, nothing is run."""
+key path, and no traceback, before any model is loaded or any run starts. Fast: no model is built, nothing is run."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""A learned world model (issue 19, item 4): real transitions extracted by hand, the model's held-out
+"""A learned world model: real transitions extracted by hand, the model's held-out
 prediction error falling as it trains on real transitions, imagined episodes that never touch the
 verifier, and the ledger's imagined/real env-step split recounted from the batches."""
 

@@ -1,4 +1,4 @@
-"""An output directory belongs to one experiment definition (issue 22, item 6).
+"""An output directory belongs to one experiment definition.
 
 ``run``, ``sweep`` and ``ladder`` call :func:`claim` (under the directory's lock) before they write.
 The first one records the definition in ``<out>/definition.json``: the fully resolved experiment,

@@ -1,4 +1,4 @@
-"""A run's ledger events on disk, append-only (issue 22, item 3): ``runs/<id>/ledger.jsonl``.
+"""A run's ledger events on disk, append-only: ``runs/<id>/ledger.jsonl``.
 
 The trainer's :class:`~sixblanks.budgets.ledger.Ledger` hands every event to a :class:`LedgerLog`
 (its ``sink``), which appends it as one JSON line. Nothing is ever rewritten. A run resumed from a

@@ -1,4 +1,4 @@
-"""One writer per output directory (issue 22): ``run``, ``sweep`` and ``ladder`` hold an advisory
+"""One writer per output directory: ``run``, ``sweep`` and ``ladder`` hold an advisory
 lock on ``<out>/.sixblanks.lock`` while they work.
 
 The lock is an ``flock`` on that file, so the kernel releases it when its holder dies however it

@@ -1,4 +1,4 @@
-"""Where to start: the selection matrix (chapter section 18) as data, behind ``sixblanks recommend``.
+"""Where to start: the selection matrix as data, behind ``sixblanks recommend``.
 
 A situation is seven answers (:data:`QUESTIONS`). The matrix (:data:`ROWS`) is read top to bottom
 and the first row whose conditions hold is the recommendation: a starting preset (a name in

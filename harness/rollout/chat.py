@@ -1,4 +1,4 @@
-"""Chat templates in episodes (issue 20, ``rollout.chat_template``): where the tokenizer has a chat
+"""Chat templates in episodes (``rollout.chat_template``): where the tokenizer has a chat
 template, the prompt is a user message (after the task's system message, if it has one) and every
 later observation a user or tool message (the task's ``observation_role``), rendered by it, so a
 multi-turn episode's tokens are the template's rendering of its conversation, action for action."""

@@ -1,4 +1,4 @@
-"""A static-KV-cache decoder for Llama-architecture policies (issue 21, item 2).
+"""A static-KV-cache decoder for Llama-architecture policies.
 
 transformers' generic forward spends most of a tiny model's decode step in Python: cache objects,
 a 4-D mask rebuilt at every token, keyword plumbing. :class:`LlamaDecoder` runs the same model

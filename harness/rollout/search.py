@@ -1,4 +1,4 @@
-"""Search over turns (issue 19, item 1): beam search and best-first tree search. A node is an
+"""Search over turns: beam search and best-first tree search. A node is an
 episode at some turn; expanding it forks the episode (its environment brought to the same state:
 restored from ``snapshot()``, else replayed from the seed and the actions, with the replayed steps
 counted) and plays one action in each fork. A partial episode is scored by a guide: ``verifier``

@@ -1,4 +1,4 @@
-"""A study's trials, up to ``sweep.parallel`` at once, under the arm's fixed search budget (issue 23).
+"""A study's trials, up to ``sweep.parallel`` at once, under the arm's fixed search budget.
 
 Each trial reserves its worst case (its own budget, clamped to what the search has left after the
 spending and the reservations of the trials before it) on the arm's search ledger

@@ -1,4 +1,4 @@
-"""The sweep's Optuna studies (issue 23): where a study is stored, the pruner every process asks,
+"""The sweep's Optuna studies: where a study is stored, the pruner every process asks,
 and one trial as an executor's worker runs it (a local process or a Ray task), reporting its
 token-checkpoint scores to the shared storage and stopping when the pruner says so.
 

@@ -1,4 +1,4 @@
-"""``dataset``: prompts and answers from a file (issue 20): JSONL, CSV, Parquet, or a directory
+"""``dataset``: prompts and answers from a file: JSONL, CSV, Parquet, or a directory
 saved by ``datasets`` (``save_to_disk``; a ``DatasetDict``'s splits are its splits), scored by a
 standard answer verifier through the counted verifier gate.
 

@@ -1,4 +1,4 @@
-"""A two-player text game for self-play (issue 19, item 5): ``nim``, single-pile Nim.
+"""A two-player text game for self-play: ``nim``, single-pile Nim.
 
 A pile of N objects (N drawn per instance from [low, high]); the players take turns removing 1 to
 ``max_take`` objects; whoever takes the last object wins. The policy always moves first; its

@@ -1,4 +1,4 @@
-"""Self-play (issue 19, item 5): the pool of past checkpoints the policy plays against.
+"""Self-play: the pool of past checkpoints the policy plays against.
 
 The pool keeps CPU state dicts of past policy versions (the initial policy first), at most
 ``pool_size``, the oldest leaving first. One frozen copy of the model plays for whichever member a

@@ -1,5 +1,5 @@
-"""Process reward models (issue 18): the second models of the 'prm' and 'prime' estimators, and
-the measures that check them (FORMULAS §15-16).
+"""Process reward models: the second models of the 'prm' and 'prime' estimators, and
+the measures that check them.
 
 - :class:`StepScorer`: an explicit PRM, a head that scores each step (the state after the step's
   last action token), trained on the environment's step labels; or a user-supplied scorer.
@@ -274,7 +274,7 @@ def intervention(
 
 
 class TreeValue:
-    """A value model trained from a search tree (issue 19, item 2): a :class:`StepScorer` head on
+    """A value model trained from a search tree: a :class:`StepScorer` head on
     the policy's detached hidden states whose step k predicts the Monte Carlo value of the node
     action k led to (the mean reward of the finished leaves under it), trained by BCE on those soft
     labels. It guides a value-guided search (``data.search.guide: value``)."""

@@ -1,4 +1,4 @@
-"""The training forward with each distinct prompt computed once (issue 21).
+"""The training forward with each distinct prompt computed once.
 
 A GRPO batch holds ``G`` samples of every prompt, so transformers' forward over the full sequences
 computes every prompt ``G`` times, and the batch's last token, which predicts nothing, once per

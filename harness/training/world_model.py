@@ -1,4 +1,4 @@
-"""A learned world model of a multi-turn task (issue 19, item 4): a causal LM (a copy of the policy,
+"""A learned world model of a multi-turn task: a causal LM (a copy of the policy,
 trained apart) that predicts the environment's next observation from the episode so far, with a
 head for the turn's reward and whether the episode ends. It is trained on real transitions and
 imagines episodes: :class:`ImaginedTask` plays the learned model in place of the environment, so

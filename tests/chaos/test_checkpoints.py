@@ -1,4 +1,4 @@
-"""Safe, verified checkpoints (issue 22): tensors in safetensors, the rest read weights-only, a
+"""Safe, verified checkpoints: tensors in safetensors, the rest read weights-only, a
 checksummed manifest, written atomically with the previous one kept. A planted pickle payload is
 refused without running; a truncated or altered checkpoint falls back to the previous one, or the
 run starts again from scratch, with nothing counted twice."""

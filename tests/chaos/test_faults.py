@@ -1,4 +1,4 @@
-"""The chaos suite's faults inside a run and its store (issue 22, item 5): a SIGKILL inside the
+"""The chaos suite's faults inside a run and its store: a SIGKILL inside the
 store's ingest, a truncated results.duckdb, a NaN loss, a verifier that raises, returns NaN or
 hangs, and a tokenizer that does not belong to its weights. Each case ends by checking that nothing
 was lost or counted twice (tests/chaos_summary.py prints the totals)."""

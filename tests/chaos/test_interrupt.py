@@ -1,4 +1,4 @@
-"""Ctrl-C (issue 22): SIGINT to `sixblanks run`'s process group, as a terminal sends it, stops
+"""Ctrl-C: SIGINT to `sixblanks run`'s process group, as a terminal sends it, stops
 the experiment promptly: the runs in flight stop at a step boundary, checkpointed (`interrupted`,
 `partial` in the store), the queued runs never start, the results so far are ingested, and the
 command exits 130 with a one-line summary. A second invocation is SIGKILLed (the orchestrator

@@ -1,4 +1,4 @@
-"""One writer per output directory (issue 22): a second run, sweep or ladder on a busy output
+"""One writer per output directory: a second run, sweep or ladder on a busy output
 directory is refused at once with exit code 3, naming the holder; a lock left by a killed holder
 is taken over with a message."""
 

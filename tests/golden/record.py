@@ -4,7 +4,7 @@ from a fixed initial policy, and the warm start's SFT losses.
 Recorded with the trainer as it stood before the training loop was split into collectors and
 objectives (commit 9deaf3b; its warm start logged every SFT loss through a spy on its own SFT loop,
 where the current one reports them in ``info["losses"]``). ``tests/test_golden.py`` checks that the current code reproduces it
-(ledger counters exactly; scores and losses to 1e-6). Re-recorded once (issue 16), for diagnostics
+(ledger counters exactly; scores and losses to 1e-6). Re-recorded once, for diagnostics
 only: the trainable-group fraction is measured by the collector on every launched group before
 dynamic sampling filters any (all arms, critic ones included; the census gains ``groups_varied``),
 and the ratio/clip diagnostics are plain means over action tokens (``ratio_min`` added,
@@ -12,10 +12,10 @@ and the ratio/clip diagnostics are plain means over action tokens (``ratio_min``
 unchanged (the warm start's block was kept as recorded); and once more when the overlong penalty
 was logged (``overlong_penalty_mean``/``_frac`` added to DAPO's steps, nothing else); the discard
 reason ``dis`` (SAO) and the counter ``replayed_tokens`` (replay buffers) were added to every preset
-as 0 by hand, as was the discard reason ``unconsumed`` (concurrent collectors, issue 17), and the
+as 0 by hand, as was the discard reason ``unconsumed`` (concurrent collectors), and the
 search counters ``search_tokens``, ``search_env_steps``, ``search_verifier_calls`` with the discard
-reason ``search_selection`` (issue 19), and the counters ``imagined_env_steps`` (world models) and
-``opponent_tokens`` (self-play), and the discard reason ``restart`` (issue 22). Re-recorded (issue 21) when
+reason ``search_selection``, and the counters ``imagined_env_steps`` (world models) and
+``opponent_tokens`` (self-play), and the discard reason ``restart``. Re-recorded when
 the training forward began to compute each shared prompt once (``rollout.shared_prefix``): before
 re-recording, the code with ``shared_prefix: false`` reproduced the old fixture bit for bit; with it on,
 ledgers, discards and evaluations are unchanged, losses, gradient norms and KLs moved by at most

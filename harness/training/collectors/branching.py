@@ -1,4 +1,4 @@
-"""Branching counterfactuals (issue 18, FORMULAS §17): synchronous rounds, then, at chosen turns of
+"""Branching counterfactuals: synchronous rounds, then, at chosen turns of
 some of the round's episodes, the environment is brought back to the state before that turn and M
 continuations are rolled from it. The continuations of one branch point form a group of their own:
 they share the state (and the environment's randomness) and differ only by what the policy samples,

@@ -1,4 +1,4 @@
-"""Imagined rounds in a learned world model (issue 19, item 4; ``data.world_model``): each step runs
+"""Imagined rounds in a learned world model (``data.world_model``): each step runs
 the usual real round(s); the world model (:mod:`harness.worldmodel`) is measured on the step's real
 transitions before it trains on them (its held-out error: real-environment validation), then trains
 on the most recent real transitions; after ``warmup_steps``, ``imagined_rounds`` rounds roll the

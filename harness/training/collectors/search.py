@@ -1,4 +1,4 @@
-"""Search as a collector (issue 19, item 1): for each of ``prompts_per_step`` instances the search
+"""Search as a collector: for each of ``prompts_per_step`` instances the search
 policy draws ``data.search.n`` independent episodes (best-of-N), or searches over turns (beam or
 best-first tree: :mod:`harness.rollout.search`), the verifier scores the finished ones, and the
 selection keeps the best one (or every passing one, or all). The selected trajectories are the

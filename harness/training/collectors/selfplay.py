@@ -1,4 +1,4 @@
-"""Self-play rounds (issue 19, item 5; ``data.self_play``): on-policy rounds on a two-player game
+"""Self-play rounds (``data.self_play``): on-policy rounds on a two-player game
 task in which each task group plays one member of a pool of the policy's past checkpoints
 (:class:`sixblanks.harness.training.opponents.PolicyPool`; the initial policy is the first member, the current
 policy joins every ``snapshot_every`` steps, at most ``pool_size`` are kept). All G games of a group

@@ -1,4 +1,4 @@
-"""Policy gradient with a process reward model (issue 18): the A blank's 'prm' and 'prime'
+"""Policy gradient with a process reward model: the A blank's 'prm' and 'prime'
 estimators, whose inputs come from a second model trained online in the same budget.
 
 - prm: an explicit step scorer (:class:`~sixblanks.harness.training.process_reward.StepScorer`) trained on the
