@@ -10,6 +10,9 @@ A GRPO arm, say, gets no ``advantage.critic.*`` (only the ``gae`` estimator read
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+
 from .advantages import ESTIMATORS
 from .blanks import Blanks, flatten
 from .loss import OBJECTIVES
@@ -104,3 +107,34 @@ def _switched_on(path: str, value: object) -> tuple[str, ...]:
     if path in WHEN_ON and value:
         return WHEN_ON[path]
     return ()
+
+
+@dataclass
+class SideBySide:
+    """Several fillings of the blanks compared field by field (``sixblanks explain``).
+
+    ``columns``: label -> {dotted field: value} over ``keys`` (every field of any column with
+    ``all_fields``; else those that apply to at least one column); ``applies``: label -> the fields
+    its blanks read; ``differing``: the keys whose values differ between columns; ``hidden``: how
+    many fields apply to no column (left out without ``all_fields``)."""
+
+    columns: dict[str, dict[str, object]]
+    applies: dict[str, list[str]]
+    keys: list[str]
+    differing: set[str]
+    hidden: int
+
+
+def side_by_side(blanks: dict[str, Blanks], all_fields: bool = False) -> SideBySide:
+    """``blanks`` (label -> a filling) as a :class:`SideBySide`."""
+
+    flat = {label: flatten(b) for label, b in blanks.items()}
+    every = list(dict.fromkeys(k for c in flat.values() for k in c))
+    applies = {label: applicable_fields(b) for label, b in blanks.items()}
+    union = {k for fields in applies.values() for k in fields}
+    keys = every if all_fields else [k for k in every if k in union]
+    columns = {label: {k: c.get(k) for k in keys} for label, c in flat.items()}
+    differing = {
+        k for k in keys if len({json.dumps(c[k], default=str) for c in columns.values()}) > 1
+    }
+    return SideBySide(columns, applies, keys, differing, len(every) - len(keys))

@@ -104,96 +104,31 @@ def explain(
     no SAPO temperatures, ...); --all shows every field.
     """
 
-    from sixblanks.algorithms.blanks import BLANK_NAMES, flatten
     from sixblanks.algorithms.critic import ppo_checklist
-    from sixblanks.algorithms.errors import UnknownNameError
-    from sixblanks.algorithms.fields import applicable_fields
-    from sixblanks.algorithms.presets import PRESETS, get_preset
+    from sixblanks.algorithms.fields import side_by_side
 
     if list_ or not names:
-        if as_json:
-            dump_json({n: p.summary for n, p in sorted(PRESETS.items())})
-            return
-        table = Table(title="presets")
-        table.add_column("name")
-        table.add_column("summary")
-        for n, p in sorted(PRESETS.items()):
-            table.add_row(n, p.summary)
-        out.print(table)
+        _list_presets(as_json)
         return
-    cfg = None
-    if config is not None:
-        from ..config import load_config
-
-        cfg = load_config(config)
-    columns: dict[str, dict[str, Any]] = {}
-    blank_objs: dict[str, Any] = {}
-    notes: dict[str, tuple[str, ...]] = {}
-    problems = []
-    for name in names:
-        if cfg is not None and name in cfg.arms:
-            blanks = cfg.resolved_blanks(name)
-            label = f"{name} ({cfg.arms[name].preset})"
-            notes[label] = get_preset(cfg.arms[name].preset).notes
-        else:
-            try:
-                preset = get_preset(name)
-            except UnknownNameError as exc:
-                problems.append(f"{name}: {exc}")
-                continue
-            blanks, label = preset.blanks, name
-            notes[label] = preset.notes
-        columns[label] = flatten(blanks)
-        blank_objs[label] = blanks
-    if problems:
-        raise SixblanksError(problems)
-    every = list(dict.fromkeys(k for c in columns.values() for k in c))
-    applies = {label: applicable_fields(b) for label, b in blank_objs.items()}
-    union = {k for fields in applies.values() for k in fields}
-    keys = every if all_ else [k for k in every if k in union]
-    hidden = len(every) - len(keys)
-    for label, c in columns.items():
-        columns[label] = {k: c.get(k) for k in keys}
-    differing = {
-        k for k in keys if len({json.dumps(c[k], default=str) for c in columns.values()}) > 1
-    }
-    checklists = {label: ppo_checklist(b) for label, b in blank_objs.items() if ppo_checklist(b)}
+    blanks, notes = _named_blanks(names, config)
+    view = side_by_side(blanks, all_fields=all_)
+    checklists = {label: ppo_checklist(b) for label, b in blanks.items() if ppo_checklist(b)}
     if as_json:
         dump_json(
             {
-                "blanks": columns,
-                "applies": applies,
-                "differs": sorted(differing),
+                "blanks": view.columns,
+                "applies": view.applies,
+                "differs": sorted(view.differing),
                 "notes": notes,
                 "ppo_checklist": {k: dict(v) for k, v in checklists.items()},
             }
         )
         return
-    table = Table(title="six blanks" + (" (differences in yellow)" if len(columns) > 1 else ""))
-    table.add_column("blank")
-    table.add_column("field")
-    for label in columns:
-        table.add_column(label)
-    last_blank = None
-    for key in keys:
-        blank, _, field = key.partition(".")
-        if blank not in BLANK_NAMES:
-            blank, field = "template", key
-        style = "bold yellow" if key in differing else ""
-        table.add_row(
-            blank if blank != last_blank else "",
-            field,
-            # a field shown for another column but not read by this one: "-" (unless --all)
-            *[
-                str(c[key]) if all_ or key in applies[label] else "[dim]-[/dim]"
-                for label, c in columns.items()
-            ],
-            style=style,
+    out.print(_blanks_table(view, all_))
+    if view.hidden:
+        say(
+            f"[dim]{view.hidden} fields that apply to no column are hidden (--all shows them)[/dim]"
         )
-        last_blank = blank
-    out.print(table)
-    if hidden:
-        say(f"[dim]{hidden} fields that apply to no column are hidden (--all shows them)[/dim]")
     for label, lines in notes.items():
         for line in lines:
             say(f"[dim]{label}:[/dim] {line}")
@@ -204,6 +139,82 @@ def explain(
         for item, answer in items:
             table.add_row(item, answer)
         out.print(table)
+
+
+def _list_presets(as_json: bool) -> None:
+    from sixblanks.algorithms.presets import PRESETS
+
+    if as_json:
+        dump_json({n: p.summary for n, p in sorted(PRESETS.items())})
+        return
+    table = Table(title="presets")
+    table.add_column("name")
+    table.add_column("summary")
+    for n, p in sorted(PRESETS.items()):
+        table.add_row(n, p.summary)
+    out.print(table)
+
+
+def _named_blanks(names: list[str], config: Path | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each name's blanks (an arm of ``config``, else a preset) under its column label, and each
+    column's preset notes; every unknown name at once."""
+
+    from sixblanks.algorithms.errors import UnknownNameError
+    from sixblanks.algorithms.presets import get_preset
+
+    cfg = None
+    if config is not None:
+        from ..config import load_config
+
+        cfg = load_config(config)
+    blanks: dict[str, Any] = {}
+    notes: dict[str, tuple[str, ...]] = {}
+    problems = []
+    for name in names:
+        if cfg is not None and name in cfg.arms:
+            label = f"{name} ({cfg.arms[name].preset})"
+            blanks[label] = cfg.resolved_blanks(name)
+            notes[label] = get_preset(cfg.arms[name].preset).notes
+            continue
+        try:
+            preset = get_preset(name)
+        except UnknownNameError as exc:
+            problems.append(f"{name}: {exc}")
+            continue
+        blanks[name], notes[name] = preset.blanks, preset.notes
+    if problems:
+        raise SixblanksError(problems)
+    return blanks, notes
+
+
+def _blanks_table(view, all_: bool) -> Table:
+    """The blanks side by side, one row per field, differing rows in yellow; a field another
+    column reads but this one does not shows "-" (unless --all)."""
+
+    from sixblanks.algorithms.blanks import BLANK_NAMES
+
+    columns = view.columns
+    table = Table(title="six blanks" + (" (differences in yellow)" if len(columns) > 1 else ""))
+    table.add_column("blank")
+    table.add_column("field")
+    for label in columns:
+        table.add_column(label)
+    last_blank = None
+    for key in view.keys:
+        blank, _, field = key.partition(".")
+        if blank not in BLANK_NAMES:
+            blank, field = "template", key
+        table.add_row(
+            blank if blank != last_blank else "",
+            field,
+            *[
+                str(c[key]) if all_ or key in view.applies[label] else "[dim]-[/dim]"
+                for label, c in columns.items()
+            ],
+            style="bold yellow" if key in view.differing else "",
+        )
+        last_blank = blank
+    return table
 
 
 # --------------------------------------------------------------------------- recommend
