@@ -56,20 +56,50 @@ def rollouts(
 ) -> None:
     """Sample episodes with the configured policy, show them, and run the contract checks (exit 1 if one fails)."""
 
-    from rich.text import Text
-
-    from ..config import TaskConfig, load_config
-    from ..models import apply_chat_setting, load_policy
-    from ..orchestration.warmstart import warm_start
+    from ..config import load_config
     from ..rollout.backends import make_engine
     from ..tasks import make_task
-    from ..tasks.registry import TaskLoadError
     from ..training.contract import sample_and_check
 
     cfg = load_config(config)
+    chosen = _add_task(cfg, task)
+    names = [t.name for t in cfg.tasks or []]
+    tcfg = cfg.tasks[names.index(chosen)]
+    tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
+    the_task = tasks[names.index(chosen)]
+    model, tok = _episode_policy(cfg, tasks, warm, out_dir, quiet=STATE["quiet"] or as_json)
+    engine = make_engine(cfg.rollout, model, tok, seed=seed)
+    batch, contract = sample_and_check(
+        engine,
+        model,
+        tok,
+        the_task,
+        the_task.instances(list(range(seed * 100_000, seed * 100_000 + n))),
+        group or cfg.rollout.group_size,
+        cfg.rollout,
+        seed=seed,
+        reward_range=tcfg.reward_range or the_task.reward_range,
+    )
+    if as_json:
+        episodes = [_episode_record(batch, b, tok) for b in range(batch.size)]
+        dump_json({"task": chosen, "episodes": episodes, "contract": contract.to_dict()})
+    else:
+        _print_episodes(batch, tok, contract)
+    if not contract.passed:
+        raise typer.Exit(1)
+
+
+def _add_task(cfg, task: str | None) -> str:
+    """The task to sample (``--task``, default the first); a registered task the file does not
+    list is added to ``cfg`` with its defaults. An unknown one is a ConfigError."""
+
+    from ..config import TaskConfig
+    from ..tasks import make_task
+    from ..tasks.registry import TaskLoadError
+
     names = [t.name for t in cfg.tasks or []]
     chosen = task or names[0]
-    if chosen not in names:  # any registered task, with its defaults (the file does not list it)
+    if chosen not in names:
         try:
             make_task(chosen)
         except (TaskLoadError, ValueError) as exc:
@@ -77,77 +107,72 @@ def rollouts(
 
             raise ConfigError(f"--task: {exc}") from None
         cfg.tasks = [*(cfg.tasks or []), TaskConfig(name=chosen)]
-        names.append(chosen)
-    tcfg = next(t for t in cfg.tasks or [] if t.name == chosen)
-    tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
-    the_task = tasks[names.index(chosen)]
-    if warm:
-        from ..orchestration.experiment import out_dir_of
+    return chosen
 
-        log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not (STATE["quiet"] or as_json) else None
+
+def _episode_policy(cfg, tasks, warm: bool, out_dir: Path | None, quiet: bool):
+    """The policy and tokenizer episodes are sampled with: the warm-start policy (built and cached
+    if missing) or the configured model as it loads."""
+
+    from ..models import apply_chat_setting, load_policy
+    from ..orchestration.experiment import out_dir_of
+    from ..orchestration.warmstart import warm_start
+
+    if warm:
+        log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not quiet else None
         model, tok, _info = warm_start(
             cfg, tasks, ExperimentDir(out_dir_of(cfg, out_dir)).warm_start, log=log
         )
-    else:
-        model, tok = load_policy(cfg.model, tasks)
-        apply_chat_setting(tok, cfg.rollout.chat_template)
-    engine = make_engine(cfg.rollout, model, tok, seed=seed)
-    r = cfg.rollout
-    G = group or r.group_size
-    batch, report_ = sample_and_check(
-        engine,
-        model,
-        tok,
-        the_task,
-        the_task.instances(list(range(seed * 100_000, seed * 100_000 + n))),
-        G,
-        r,
-        seed=seed,
-        reward_range=tcfg.reward_range or the_task.reward_range,
-    )
-    if as_json:
-        episodes = []
-        for b in range(batch.size):
-            L = int(batch.attention_mask[b].sum())
-            episodes.append(
-                {
-                    "group": int(batch.group_ids[b]),
-                    "instance_seed": int(batch.instance_seeds[b]),
-                    "tokens": batch.tokens[b, :L].tolist(),
-                    "text": [tok.decode([t]) for t in batch.tokens[b, :L].tolist()],
-                    "action_mask": batch.action_mask[b, :L].tolist(),
-                    "logprobs": batch.behavior_logprobs[b, :L].tolist(),
-                    "turn_ids": batch.turn_ids[b, :L].tolist(),
-                    "turn_rewards": batch.turn_rewards[b].tolist(),
-                    "reward": float(batch.reward[b]),
-                    "truncated": bool(batch.truncated[b]),
-                    "failed": batch.failure_reasons[b],
-                }
-            )
-        dump_json({"task": chosen, "episodes": episodes, "contract": report_.to_dict()})
-    else:
-        for b in range(batch.size):
-            text = Text(f"[{b}] group {int(batch.group_ids[b])} ")
-            for kind, s, e in batch.segments[b]:
-                piece = tok.decode(batch.tokens[b, s:e].tolist(), skip_special_tokens=True)
-                text.append(
-                    piece.replace("\n", "\\n"), style="bold green" if kind == "action" else "dim"
-                )
+        return model, tok
+    model, tok = load_policy(cfg.model, tasks)
+    apply_chat_setting(tok, cfg.rollout.chat_template)
+    return model, tok
+
+
+def _episode_record(batch, b: int, tok) -> dict[str, Any]:
+    """Episode ``b`` of ``batch`` as JSON: its tokens (and each decoded), masks, log-probs, turns,
+    rewards and failure."""
+
+    length = int(batch.attention_mask[b].sum())
+    tokens = batch.tokens[b, :length].tolist()
+    return {
+        "group": int(batch.group_ids[b]),
+        "instance_seed": int(batch.instance_seeds[b]),
+        "tokens": tokens,
+        "text": [tok.decode([t]) for t in tokens],
+        "action_mask": batch.action_mask[b, :length].tolist(),
+        "logprobs": batch.behavior_logprobs[b, :length].tolist(),
+        "turn_ids": batch.turn_ids[b, :length].tolist(),
+        "turn_rewards": batch.turn_rewards[b].tolist(),
+        "reward": float(batch.reward[b]),
+        "truncated": bool(batch.truncated[b]),
+        "failed": batch.failure_reasons[b],
+    }
+
+
+def _print_episodes(batch, tok, contract) -> None:
+    """Each episode on a line (actions in green, prompts and observations dim), then the contract
+    checks."""
+
+    from rich.text import Text
+
+    for b in range(batch.size):
+        text = Text(f"[{b}] group {int(batch.group_ids[b])} ")
+        for kind, start, end in batch.segments[b]:
+            piece = tok.decode(batch.tokens[b, start:end].tolist(), skip_special_tokens=True)
             text.append(
-                f"  reward {float(batch.reward[b]):g}"
-                + ("  (truncated)" if batch.truncated[b] else "")
+                piece.replace("\n", "\\n"), style="bold green" if kind == "action" else "dim"
             )
-            if batch.failure_reasons[b]:
-                text.append(f"  FAILED: {batch.failure_reasons[b]}", style="red")
-            out.print(text)
-        out.print(
-            "[dim]dim: prompt/observation tokens (mask 0); green: action tokens (mask 1)[/dim]"
+        text.append(
+            f"  reward {float(batch.reward[b]):g}" + ("  (truncated)" if batch.truncated[b] else "")
         )
-        for res in report_.results:
-            mark = "[green]ok[/green]" if res.passed else "[red]FAIL[/red]"
-            out.print(f"contract {res.name}: {mark} {res.detail}")
-    if not report_.passed:
-        raise typer.Exit(1)
+        if batch.failure_reasons[b]:
+            text.append(f"  FAILED: {batch.failure_reasons[b]}", style="red")
+        out.print(text)
+    out.print("[dim]dim: prompt/observation tokens (mask 0); green: action tokens (mask 1)[/dim]")
+    for res in contract.results:
+        mark = "[green]ok[/green]" if res.passed else "[red]FAIL[/red]"
+        out.print(f"contract {res.name}: {mark} {res.detail}")
 
 
 @app.command()
