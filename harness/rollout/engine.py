@@ -161,14 +161,8 @@ class HFEngine(RolloutEngine):
         was_training = self.model.training
         self.model.eval()
         B = len(prompts)
-        L = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.full((B, L), pad, dtype=torch.long)
-        attn = torch.zeros((B, L), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, L - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attn[i, L - len(p) :] = 1
-        ids, attn = ids.to(dev), attn.to(dev)
+        ids, attn = left_padded(prompts, pad, dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         eos = self.tokenizer.eos_token_id
         stop_mask = self._stop_ids(tuple(params.stop))
@@ -226,8 +220,17 @@ class HFEngine(RolloutEngine):
             if fast is None:
                 attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=dev)], dim=1)
                 cur_pos = cur_pos[:, -1:] + 1
-        # NaN or +inf logits make the sampled token's log-prob NaN: checked once, after the loop
-        # (a check each token costs a synchronisation and two operations a step)
+        self._check_finite(logps)
+        if not can_stop:
+            lengths[:] = params.max_new_tokens
+        if was_training:
+            self.model.train()
+        return self._generations(tokens, logps, lengths, reason)
+
+    def _check_finite(self, logps: torch.Tensor) -> None:
+        """NaN or +inf logits make the sampled token's log-prob NaN: checked once, after the loop
+        (a check each token costs a synchronisation and two operations a step). ``logps [B, N]``."""
+
         bad = ~torch.isfinite(logps)
         if bool(bad.any()):
             step = int(bad.any(0).float().argmax())
@@ -235,30 +238,35 @@ class HFEngine(RolloutEngine):
                 f"the policy produced non-finite logits at generation step {step} (version "
                 f"{self.policy_version}); its weights have diverged (lower optimizer.lr)"
             )
-        if not can_stop:
-            lengths[:] = params.max_new_tokens
-        if was_training:
-            self.model.train()
-        tokens_l, logps_l, lengths_l, reason_l = (
-            tokens.tolist(),
-            logps.tolist(),
-            lengths.tolist(),
-            reason.tolist(),
-        )
+
+    def _generations(self, tokens, logps, lengths, reason) -> list[Generation]:
+        """Each row's first ``lengths`` tokens ``[B, N]`` and log-probs, why it ended (``reason``:
+        0 length, 1 stop string, 2 EOS) and its text."""
+
         names = {0: "length", 1: "stop", 2: "eos"}
-        gens = []
-        for i in range(B):
-            n_i = lengths_l[i]
-            toks = tokens_l[i][:n_i]
-            gens.append(
-                Generation(
-                    toks,
-                    logps_l[i][:n_i],
-                    names[reason_l[i]],
-                    self.tokenizer.decode(toks, skip_special_tokens=True),
-                )
+        rows = zip(tokens.tolist(), logps.tolist(), lengths.tolist(), reason.tolist())
+        return [
+            Generation(
+                toks[:n],
+                lps[:n],
+                names[why],
+                self.tokenizer.decode(toks[:n], skip_special_tokens=True),
             )
-        return gens
+            for toks, lps, n, why in rows
+        ]
+
+
+def left_padded(prompts: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts left-padded to the longest with ``pad``: token ids and attention mask, both
+    ``[B, L]`` on ``device``."""
+
+    length = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), length), pad, dtype=torch.long)
+    attn = torch.zeros((len(prompts), length), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, length - len(p) :] = torch.tensor(p, dtype=torch.long)
+        attn[i, length - len(p) :] = 1
+    return ids.to(device), attn.to(device)
 
 
 def sample_categorical(logp: torch.Tensor, generator=None) -> torch.Tensor:
