@@ -84,37 +84,10 @@ def compute_advantages(
     mask = mask.float()
     rewards = rewards.double().clone()
     info: dict[str, Any] = {}
-    lengths = mask.sum(1)
-    shaping = b.data.overlong_shaping
-    if shaping.enabled:
-        if l_max is None:
-            raise ValueError("overlong shaping needs l_max (the generation budget in tokens)")
-        pen = overlong_penalty(lengths, l_max, shaping.cache, shaping.factor)
-        rewards = rewards + pen
-        info["overlong_penalty"] = pen
-    ps = b.data.potential_shaping
-    if ps.enabled:  # gamma Phi(s') - Phi(s) on each turn's reward, and their sum on R
-        if potentials is None or turn_rewards is None:
-            raise ValueError("potential shaping needs turn_rewards and potentials (Phi per state)")
-        shaped = potential_shaping(
-            turn_rewards, potentials, a.gamma if ps.gamma is None else ps.gamma
-        )
-        added = (shaped - turn_rewards.double()).sum(1)
-        rewards, turn_rewards = rewards + added, shaped
-        info["potential_shaping"] = added
+    rewards, turn_rewards = _shaped(b, rewards, mask, turn_rewards, potentials, l_max, info)
     if b.mask.overlong_filter and truncated is not None:
         mask = overlong_filter_mask(mask, truncated)
-    token_penalty = None
-    reg = b.regularizer
-    if reg.reward_kl_coef > 0:
-        if old_logp is None or ref_logp is None:
-            raise ValueError("KL in the reward needs old_logp and ref_logp")
-        kl_tok = kl_estimate(old_logp.detach(), ref_logp.detach(), reg.reward_kl_estimator) * mask
-        info["reward_kl"] = float((kl_tok.sum(1)).mean())
-        if a.estimator in adv_mod.TOKEN_LEVEL:
-            token_penalty = reg.reward_kl_coef * kl_tok
-        else:
-            rewards = rewards - reg.reward_kl_coef * kl_tok.double().sum(1)
+    rewards, token_penalty = _kl_in_reward(b, rewards, mask, old_logp, ref_logp, info)
     info["shaped_rewards"] = rewards
     estimator = adv_mod.ESTIMATORS[a.estimator]
     tensors = {
@@ -140,6 +113,62 @@ def compute_advantages(
             float((size[reached] > 1).double().mean()) if reached.any() else 0.0
         )
     return adv.detach() * mask, mask, info
+
+
+def _shaped(
+    b: Blanks,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    turn_rewards: torch.Tensor | None,
+    potentials: torch.Tensor | None,
+    l_max: int | None,
+    info: dict[str, Any],
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The rewards ``[B]`` (and turn rewards ``[B, K]``) after overlong shaping (a penalty by
+    response length, ``mask [B, T]``) and potential-based shaping; what each added goes to
+    ``info``."""
+
+    shaping = b.data.overlong_shaping
+    if shaping.enabled:
+        if l_max is None:
+            raise ValueError("overlong shaping needs l_max (the generation budget in tokens)")
+        pen = overlong_penalty(mask.sum(1), l_max, shaping.cache, shaping.factor)
+        rewards = rewards + pen
+        info["overlong_penalty"] = pen
+    ps = b.data.potential_shaping
+    if ps.enabled:  # gamma Phi(s') - Phi(s) on each turn's reward, and their sum on R
+        if potentials is None or turn_rewards is None:
+            raise ValueError("potential shaping needs turn_rewards and potentials (Phi per state)")
+        gamma = b.advantage.gamma if ps.gamma is None else ps.gamma
+        shaped = potential_shaping(turn_rewards, potentials, gamma)
+        added = (shaped - turn_rewards.double()).sum(1)
+        rewards, turn_rewards = rewards + added, shaped
+        info["potential_shaping"] = added
+    return rewards, turn_rewards
+
+
+def _kl_in_reward(
+    b: Blanks,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    info: dict[str, Any],
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """KL to the reference in the reward: per token ``[B, T]`` for the estimators that take it so
+    (returned as the token penalty), else subtracted from the sequence reward ``[B]``. Its mean
+    per sequence goes to ``info["reward_kl"]``."""
+
+    reg = b.regularizer
+    if reg.reward_kl_coef <= 0:
+        return rewards, None
+    if old_logp is None or ref_logp is None:
+        raise ValueError("KL in the reward needs old_logp and ref_logp")
+    kl_tok = kl_estimate(old_logp.detach(), ref_logp.detach(), reg.reward_kl_estimator) * mask
+    info["reward_kl"] = float((kl_tok.sum(1)).mean())
+    if b.advantage.estimator in adv_mod.TOKEN_LEVEL:
+        return rewards, reg.reward_kl_coef * kl_tok
+    return rewards - reg.reward_kl_coef * kl_tok.double().sum(1), None
 
 
 def _check_inputs(estimator: Variant, tensors: dict[str, torch.Tensor | None]) -> None:
