@@ -208,6 +208,39 @@ def is_mask(
     return (m & keep).to(mask.dtype)
 
 
+def _check_gate(level: str, metric: str, mode: str, low: float, high: float) -> None:
+    if level not in ("token", "sequence"):
+        raise ValueError(f"unknown gate level '{level}' (valid: token, sequence)")
+    if metric not in ("ratio", "kl"):
+        raise ValueError(f"unknown gate metric '{metric}' (valid: ratio, kl)")
+    if mode not in ("mask", "clamp"):
+        raise ValueError(f"unknown gate mode '{mode}' (valid: mask, clamp)")
+    if mode == "clamp" and metric != "ratio":
+        raise ValueError("mode='clamp' clamps an importance ratio: it needs metric='ratio'")
+    if metric == "ratio" and low > high:
+        raise ValueError(f"low ({low}) must be <= high ({high})")
+
+
+def _kl_inside(train_logp, roll_logp, m, n, level: str, high: float, info) -> torch.Tensor:
+    """The KL gate: k3 estimates of KL(pi_roll || pi_train) on the action tokens ``m [B, T]``, per
+    token or their mean over a row's ``n [B]`` action tokens; kept where at most ``high``
+    (``[B, T]``, or ``[B, 1]`` at sequence level). Its mean and max go to ``info``."""
+
+    kl = torch.where(
+        m, kl_estimate(roll_logp.detach().double(), train_logp.detach().double(), "k3"), 0.0
+    )
+    if level == "sequence":
+        stat = kl.sum(1) / n.clamp(min=1.0)
+        inside = (stat <= high)[:, None]
+        stat = stat[n > 0]
+    else:
+        inside = kl <= high
+        stat = kl[m]
+    info["kl_mean"] = float(stat.mean()) if stat.numel() else float("nan")
+    info["kl_max"] = float(stat.max()) if stat.numel() else float("nan")
+    return inside
+
+
 def ratio_gate(
     train_logp: torch.Tensor,
     roll_logp: torch.Tensor,
@@ -248,17 +281,7 @@ def ratio_gate(
         gated KL statistic (kl metric). Percentiles are NaN without action tokens.
     """
 
-    if level not in ("token", "sequence"):
-        raise ValueError(f"unknown gate level '{level}' (valid: token, sequence)")
-    if metric not in ("ratio", "kl"):
-        raise ValueError(f"unknown gate metric '{metric}' (valid: ratio, kl)")
-    if mode not in ("mask", "clamp"):
-        raise ValueError(f"unknown gate mode '{mode}' (valid: mask, clamp)")
-    if mode == "clamp" and metric != "ratio":
-        raise ValueError("mode='clamp' clamps an importance ratio: it needs metric='ratio'")
-    if metric == "ratio" and low > high:
-        raise ValueError(f"low ({low}) must be <= high ({high})")
-
+    _check_gate(level, metric, mode, low, high)
     m, n = _rows(mask)
     d = _log_diff(train_logp, roll_logp, m)
     info: dict[str, float] = {}
@@ -267,18 +290,7 @@ def ratio_gate(
 
     lo, hi = _log_bound(low), _log_bound(high)
     if metric == "kl":
-        kl = torch.where(
-            m, kl_estimate(roll_logp.detach().double(), train_logp.detach().double(), "k3"), 0.0
-        )
-        if level == "sequence":
-            stat = kl.sum(1) / n.clamp(min=1.0)
-            inside = (stat <= high)[:, None]
-            stat = stat[n > 0]
-        else:
-            inside = kl <= high
-            stat = kl[m]
-        info["kl_mean"] = float(stat.mean()) if stat.numel() else float("nan")
-        info["kl_max"] = float(stat.max()) if stat.numel() else float("nan")
+        inside = _kl_inside(train_logp, roll_logp, m, n, level, high, info)
         log_r = d
     elif level == "sequence":
         seq = d.sum(1) / n.clamp(min=1.0)
