@@ -64,6 +64,27 @@ def parse_yaml(text: str, source: str = "<string>") -> Any:
 def _semantic_problems(data: dict[str, Any]) -> list[str]:
     """Checks of names (presets, tasks, counters, blank fields) on the raw mapping."""
 
+    problems = _budget_problems(data) + _task_problems(data) + _arm_problems(data)
+    arms = data.get("arms")
+    problems += _model_and_eval_problems(data)
+    ladder = data.get("ladder")
+    if (
+        isinstance(ladder, dict)
+        and isinstance(arms, dict)
+        and ladder.get("arm") not in (None, *arms)
+    ):
+        problems.append(f"ladder.arm: {unknown_name('arm', str(ladder['arm']), arms)}")
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict) and isinstance(arms, dict) and isinstance(sweep.get("space"), dict):
+        for arm in sweep["space"]:
+            if arm not in arms:
+                problems.append(f"sweep.space.{arm}: {unknown_name('arm', str(arm), arms)}")
+    return problems
+
+
+def _budget_problems(data: dict[str, Any]) -> list[str]:
+    """Every budget's counters known, and whole numbers where the counter counts units."""
+
     problems: list[str] = []
     budgets = [("budget", data.get("budget"))]
     for section in ("ladder", "sweep"):
@@ -84,6 +105,13 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
                     f"{where}.{key}: {value:g} is not a whole number ({key} counts whole units; "
                     f"e.g. {math.floor(value):d})"
                 )
+    return problems
+
+
+def _task_problems(data: dict[str, Any]) -> list[str]:
+    """Each task's name and parameters, and its judge's callable or model directory."""
+
+    problems: list[str] = []
     tasks: list[tuple[str, Any]] = []
     if isinstance(data.get("task"), dict):
         tasks.append(("task", data["task"]))
@@ -109,6 +137,13 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
                 problems.append(
                     f"{where}.judge.path: {judge['path']!r} is not a local model directory"
                 )
+    return problems
+
+
+def _arm_problems(data: dict[str, Any]) -> list[str]:
+    """Each arm's name, preset and blank overrides."""
+
+    problems: list[str] = []
     arms = data.get("arms")
     if isinstance(arms, dict):
         for arm, spec in arms.items():
@@ -128,19 +163,6 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
                     resolve(preset, over)
                 except ValidationError as exc:
                     problems += format_validation_error(exc, Blanks, prefix=("arms", arm, "blanks"))
-    problems += _model_and_eval_problems(data)
-    ladder = data.get("ladder")
-    if (
-        isinstance(ladder, dict)
-        and isinstance(arms, dict)
-        and ladder.get("arm") not in (None, *arms)
-    ):
-        problems.append(f"ladder.arm: {unknown_name('arm', str(ladder['arm']), arms)}")
-    sweep = data.get("sweep")
-    if isinstance(sweep, dict) and isinstance(arms, dict) and isinstance(sweep.get("space"), dict):
-        for arm in sweep["space"]:
-            if arm not in arms:
-                problems.append(f"sweep.space.{arm}: {unknown_name('arm', str(arm), arms)}")
     return problems
 
 
