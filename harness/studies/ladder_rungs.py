@@ -73,8 +73,11 @@ def contract_rung(
     ]
 
 
-def frozen_batch_rung(engine, model, tok, task, rollout, blanks) -> list[RungResult]:
-    from sixblanks.algorithms.loss import compute_advantages, policy_loss
+def _frozen_batch(engine, model, tok, task, rollout, blanks):
+    """One batch of episodes with its pi_old log-probs, advantages, trained mask and loss weights
+    (a process reward model's inputs stood in for), to update on repeatedly."""
+
+    from sixblanks.algorithms.loss import compute_advantages
     from sixblanks.algorithms.normalization import loss_weights
 
     from ..training.policy import policy_logprobs
@@ -114,27 +117,45 @@ def frozen_batch_rung(engine, model, tok, task, rollout, blanks) -> list[RungRes
         else (batch.action_mask * 0, batch.action_mask, {})
     )
     w = loss_weights(mask, blanks.normalization.mode, l_max)
+    return batch, old, adv, mask, w
+
+
+def _loss_and_grad(model, blanks, rollout, batch, old, adv, mask, w, splits: list[list[int]]):
+    """The policy loss of ``batch`` accumulated over the row ``splits`` (micro-batches) and the
+    gradient it leaves (flattened, copied)."""
+
+    from sixblanks.algorithms.loss import policy_loss
+
+    from ..training.policy import policy_logprobs
+
+    model.zero_grad(set_to_none=True)
+    total = 0.0
+    for rows in splits:
+        sub = batch.select(rows)
+        lp, _ = policy_logprobs(model, sub.tokens, sub.attention_mask, rollout.temperature)
+        loss, _ = policy_loss(
+            blanks,
+            lp,
+            old[rows],
+            adv[rows],
+            mask[rows],
+            w[rows],
+            ref_logp=old[rows],
+            behavior_logp=batch.behavior_logprobs[rows],  # off-policy corrections need it
+        )
+        loss.backward()
+        total += float(loss.detach())
+    g = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    return total, g.clone()
+
+
+def frozen_batch_rung(engine, model, tok, task, rollout, blanks) -> list[RungResult]:
+    """Rung 2: one update on a frozen batch reproduces on a repeat and across a micro-batch split."""
+
+    batch, old, adv, mask, w = _frozen_batch(engine, model, tok, task, rollout, blanks)
 
     def loss_and_grad(splits: list[list[int]]):
-        model.zero_grad(set_to_none=True)
-        total = 0.0
-        for rows in splits:
-            sub = batch.select(rows)
-            lp, _ = policy_logprobs(model, sub.tokens, sub.attention_mask, r.temperature)
-            loss, _ = policy_loss(
-                blanks,
-                lp,
-                old[rows],
-                adv[rows],
-                mask[rows],
-                w[rows],
-                ref_logp=old[rows],
-                behavior_logp=batch.behavior_logprobs[rows],  # off-policy corrections need it
-            )
-            loss.backward()
-            total += float(loss.detach())
-        g = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-        return total, g.clone()
+        return _loss_and_grad(model, blanks, rollout, batch, old, adv, mask, w, splits)
 
     rows = list(range(batch.size))
     l1, g1 = loss_and_grad([rows])
