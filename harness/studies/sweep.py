@@ -187,26 +187,10 @@ class Sweep:
         return summary
 
     def _search_arm(self, arm, specs, warm, storage, session, threads, summary) -> None:
-        import optuna
-        from optuna.trial import TrialState
-
         from .sweep_trials import SearchLedger, run_trials
 
         base_spec = next(s for s in specs if s["arm"] == arm)
-        study = optuna.create_study(
-            study_name=f"{self.cfg.name}:{arm}",
-            storage=storage,
-            direction="maximize",
-            sampler=self._sampler(),
-            pruner=make_pruner(*self._pruner_ref()),
-            load_if_exists=True,
-        )
-        # a trial interrupted by a kill is left RUNNING: count it as failed, with what it had spent
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study.tell(t.number, state=TrialState.FAIL)
-            self.log(f"sweep {arm} trial {t.number}: FAIL: interrupted (a killed sweep)")
-        if not study.trials:
-            study.enqueue_trial(self._default_params(arm, base_spec))
+        study = self._open_study(arm, storage, base_spec)
         search = SearchLedger(self.total_budget, self.trial_budget)
         before = dict.fromkeys(COUNTERS, 0.0)
         for t in study.trials:
@@ -237,11 +221,41 @@ class Sweep:
         stopped = run_trials(
             self, arm, study, search, session, make_job, run_trial, self.parallel, self.log
         )
+        summary["arms"][arm] = self._arm_summary(arm, study, search, base_spec, stopped)
+
+    def _open_study(self, arm: str, storage, base_spec: dict[str, Any]):
+        """The arm's Optuna study (resumed where it exists): a trial a kill left running counts as
+        failed; a new study's first trial is the arm's default setting."""
+
+        import optuna
+        from optuna.trial import TrialState
+
+        study = optuna.create_study(
+            study_name=f"{self.cfg.name}:{arm}",
+            storage=storage,
+            direction="maximize",
+            sampler=self._sampler(),
+            pruner=make_pruner(*self._pruner_ref()),
+            load_if_exists=True,
+        )
+        # a trial interrupted by a kill is left RUNNING: count it as failed, with what it had spent
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study.tell(t.number, state=TrialState.FAIL)
+            self.log(f"sweep {arm} trial {t.number}: FAIL: interrupted (a killed sweep)")
+        if not study.trials:
+            study.enqueue_trial(self._default_params(arm, base_spec))
+        return study
+
+    def _arm_summary(self, arm, study, search, base_spec, stopped) -> dict[str, Any]:
+        """What the search of one arm did: its trials by state, what they spent, the best."""
+
+        from optuna.trial import TrialState
+
         used = search.counters
         states = [t.state.name for t in study.trials]
         complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
         best = max(complete, key=lambda t: t.value) if complete else None
-        summary["arms"][arm] = {
+        return {
             "trials": len(study.trials),
             "complete": states.count("COMPLETE"),
             "pruned": states.count("PRUNED"),
