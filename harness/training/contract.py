@@ -60,88 +60,105 @@ def check_masks(batch: TrajectoryBatch, tokenizer, task=None) -> CheckResult:
     """Action mask == exactly the policy-generated tokens; observations re-encode to the recorded tokens."""
 
     for b in range(batch.size):
-        segs = batch.segments[b]
-        n = int(batch.attention_mask[b].sum())
-        row_tokens = batch.tokens[b].tolist()
-        row_mask = batch.action_mask[b].tolist()
-        row_turns = batch.turn_ids[b].tolist()
-        expected = [0.0] * batch.seq_len
-        expected_turn = [-1] * batch.seq_len
-        pos, obs_i, act_i = 0, 0, 0
-        for kind, s, e in segs:
-            if s != pos:
-                return CheckResult(
-                    "masks", False, f"sample {b}: segments leave a gap at token {pos}", b, pos
-                )
-            if kind == "obs":
-                if obs_i >= len(batch.observations[b]):
-                    return CheckResult(
-                        "masks",
-                        False,
-                        f"sample {b}: more observation spans than observations",
-                        b,
-                        s,
-                    )
-                want = encode_observation(
-                    tokenizer, batch.observations[b][obs_i], first=obs_i == 0, task=task
-                )
-                got = row_tokens[s:e]
-                if want != got:
-                    k = next(
-                        (i for i, (x, y) in enumerate(zip(want, got)) if x != y),
-                        min(len(want), len(got)),
-                    )
-                    return CheckResult(
-                        "masks",
-                        False,
-                        f"sample {b}, token {s + k}: observation {obs_i} re-encodes differently from the batch tokens",
-                        b,
-                        s + k,
-                    )
-                obs_i += 1
-            else:
-                if not batch.failed[b]:
-                    for t in range(s, e):
-                        expected[t], expected_turn[t] = 1.0, act_i
-                else:
-                    for t in range(s, e):
-                        expected_turn[t] = act_i
-                act_i += 1
-            pos = e
-        if pos != n:
-            return CheckResult(
-                "masks",
-                False,
-                f"sample {b}: segments end at {pos} but the sequence has {n} tokens",
-                b,
-                pos,
-            )
-        for t in range(batch.seq_len):
-            if row_mask[t] != expected[t]:
-                where = (
-                    "padding"
-                    if t >= n
-                    else ("a policy token" if expected[t] else "a prompt/observation token")
-                )
-                return CheckResult(
-                    "masks",
-                    False,
-                    f"sample {b}, token {t} ({_tok_text(tokenizer, row_tokens[t])}): action_mask is {row_mask[t]:g} "
-                    f"but the token is {where}",
-                    b,
-                    t,
-                )
-            if row_turns[t] != expected_turn[t]:
-                return CheckResult(
-                    "masks",
-                    False,
-                    f"sample {b}, token {t}: turn_id is {row_turns[t]} but the token belongs to turn {expected_turn[t]}",
-                    b,
-                    t,
-                )
+        expected = _expected_masks(batch, b, tokenizer, task)
+        if isinstance(expected, CheckResult):
+            return expected
+        problem = _mask_difference(batch, b, tokenizer, *expected)
+        if problem is not None:
+            return problem
     return CheckResult(
         "masks", True, f"{batch.size} samples, {batch.action_tokens()} action tokens"
     )
+
+
+def _expected_masks(batch: TrajectoryBatch, b: int, tokenizer, task):
+    """Sample ``b``'s action mask and turn ids as its segments make them (``[T]`` lists: 1 on the
+    policy's tokens of an episode that did not fail, each action token's turn), or the
+    :class:`CheckResult` of the first problem: a gap between segments, an observation span too many
+    or one whose observation re-encodes differently, segments that end before the sequence."""
+
+    n = int(batch.attention_mask[b].sum())
+    row_tokens = batch.tokens[b].tolist()
+    expected = [0.0] * batch.seq_len
+    expected_turn = [-1] * batch.seq_len
+    pos, obs_i, act_i = 0, 0, 0
+    for kind, s, e in batch.segments[b]:
+        if s != pos:
+            return CheckResult(
+                "masks", False, f"sample {b}: segments leave a gap at token {pos}", b, pos
+            )
+        if kind == "obs":
+            if obs_i >= len(batch.observations[b]):
+                return CheckResult(
+                    "masks", False, f"sample {b}: more observation spans than observations", b, s
+                )
+            want = encode_observation(
+                tokenizer, batch.observations[b][obs_i], first=obs_i == 0, task=task
+            )
+            got = row_tokens[s:e]
+            if want != got:
+                k = next(
+                    (i for i, (x, y) in enumerate(zip(want, got)) if x != y),
+                    min(len(want), len(got)),
+                )
+                return CheckResult(
+                    "masks",
+                    False,
+                    f"sample {b}, token {s + k}: observation {obs_i} re-encodes differently from the batch tokens",
+                    b,
+                    s + k,
+                )
+            obs_i += 1
+        else:
+            for t in range(s, e):
+                expected_turn[t] = act_i
+                if not batch.failed[b]:
+                    expected[t] = 1.0
+            act_i += 1
+        pos = e
+    if pos != n:
+        return CheckResult(
+            "masks",
+            False,
+            f"sample {b}: segments end at {pos} but the sequence has {n} tokens",
+            b,
+            pos,
+        )
+    return expected, expected_turn
+
+
+def _mask_difference(batch, b: int, tokenizer, expected, expected_turn) -> CheckResult | None:
+    """The first token of sample ``b`` whose recorded action mask or turn id differs from the
+    expected ones, as a failed check; None when none does."""
+
+    n = int(batch.attention_mask[b].sum())
+    row_tokens = batch.tokens[b].tolist()
+    row_mask = batch.action_mask[b].tolist()
+    row_turns = batch.turn_ids[b].tolist()
+    for t in range(batch.seq_len):
+        if row_mask[t] != expected[t]:
+            where = (
+                "padding"
+                if t >= n
+                else ("a policy token" if expected[t] else "a prompt/observation token")
+            )
+            return CheckResult(
+                "masks",
+                False,
+                f"sample {b}, token {t} ({_tok_text(tokenizer, row_tokens[t])}): action_mask is {row_mask[t]:g} "
+                f"but the token is {where}",
+                b,
+                t,
+            )
+        if row_turns[t] != expected_turn[t]:
+            return CheckResult(
+                "masks",
+                False,
+                f"sample {b}, token {t}: turn_id is {row_turns[t]} but the token belongs to turn {expected_turn[t]}",
+                b,
+                t,
+            )
+    return None
 
 
 @torch.no_grad()
