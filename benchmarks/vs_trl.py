@@ -20,7 +20,7 @@ random draws), and, where the ratio is below 1.5x, the generation time 1.5x woul
 Measured here (1 thread each, 5 pairs x 6 steps, six invocations on 2026-12-02): 1.58-1.70x
 TRL's steps/s; generation 1.5-1.8x faster than TRL's (floor about 0.02 s/step against 0.06 taken:
 per-operation cost on a 0.34M-parameter model), the update and the rest about 1.5x (each shared
-prompt computed once; README, "Benchmarks"). The overlapped row (lag 1, a second process):
+prompt computed once; docs/benchmarks.md). The overlapped row (lag 1, a second process):
 1.4-2.7x, apart from the comparison.
 
 TRL is a benchmark-only dependency in a venv of its own (``make trl`` builds ``.venv-trl``):

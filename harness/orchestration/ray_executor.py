@@ -67,7 +67,7 @@ class RayExecutor:
             except (ConnectionError, RuntimeError) as exc:
                 raise SixblanksError(
                     f"executor.address: no Ray cluster answers at {self.address!r} ({exc}); start "
-                    "one (`ray start --head`, README: 'A Ray cluster') or leave the address out"
+                    "one (`ray start --head`; docs/guide/ray.md) or leave the address out"
                 ) from None
             how = "joined"
         else:

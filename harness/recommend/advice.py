@@ -1,6 +1,6 @@
 """Matching a situation to the matrix's first row that holds (:func:`recommend`), the starter
 experiment file that ``--write`` produces, and the checks of the matrix itself (every row reachable,
-every preset and rung real) and its Markdown table for the README."""
+every preset and rung real) and its Markdown table for the guide (docs/guide/recommend.md)."""
 
 from __future__ import annotations
 
@@ -245,7 +245,7 @@ def starter_yaml(rec: Recommendation, path: str | Path = "experiments.yaml") -> 
         *[line for n in rec.notes for line in _comment(f"Note: {n}")],
         *_comment(
             f"The task is the built-in '{task}' ({_task_why(rec)}), small enough for a laptop CPU: "
-            "put your own task in its place (README, Tasks)."
+            "put your own task in its place (docs/guide/tasks.md)."
         ),
         *_comment(
             f"Compare the arms' blanks: sixblanks explain -c {path} {r.arm_name} {BASELINE}. "
@@ -338,7 +338,7 @@ def check_matrix() -> list[str]:
 
 
 def markdown_table() -> str:
-    """The matrix as the README's table (a test keeps the README equal to it)."""
+    """The matrix as the guide's table (docs/guide/recommend.md; a test keeps the guide equal to it)."""
 
     def when(r: Row) -> str:
         if not r.when:

