@@ -107,129 +107,207 @@ def plots(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .data import COST_AXES
-
     out: dict[str, tuple[str, bytes]] = {}
     arms = [r["arm"] for r in rows]
     colors = {a: plt.cm.tab10(i % 10) for i, a in enumerate(arms)}
-    finished = set(scores.filter(pl.col("status") == "finished")["run_id"].to_list())
-    ev = d.scored.with_columns((pl.col("device_seconds") / 3600).alias("device_hours"))
-    # the runs behind the statistics: finished ones (all, for an arm with none finished yet)
-    ev = (
-        pl.concat(
-            [
-                g.filter(pl.col("run_id").is_in(finished))
-                if g.filter(pl.col("run_id").is_in(finished)).height
-                else g
-                for _, g in ev.group_by("arm", maintain_order=True)
-            ]
-        )
-        if ev.height
-        else ev
-    )
-    last = ev.sort("step").group_by("run_id").last()
-    sl = d.score_label
-    ylabel = f"score ({sl}{', normalized per task' if d.ranges else ''})"
-
-    axes_cols = [
-        (c, lab) for c, lab in COST_AXES if ev.height and (ev[c].drop_nulls().max() or 0) > 0
-    ]
-    if axes_cols:
-        nrow = math.ceil(len(axes_cols) / 2)
-        fig, axes = plt.subplots(nrow, 2, figsize=(12, 4 * nrow), squeeze=False)
-        for ax, (col, label) in zip(axes.ravel(), axes_cols):
-            partial = False
-            for arm in arms:
-                sub = ev.filter(pl.col("arm") == arm)
-                curves, tasks = _runs_of(sub, col)
-                c = curve(curves, tasks)
-                if c is None:
-                    continue
-                partial |= draw(ax, c, colors[arm], arm)
-                fin = last.filter(pl.col("arm") == arm)
-                ax.scatter(
-                    [fin[col].mean()],
-                    [fin["nscore"].mean()],
-                    marker="x",
-                    color=colors[arm],
-                    zorder=4,
-                )
-            if d.warm_start_score is not None:
-                ax.axhline(d.warm_start_score, color="gray", ls="--", lw=1, label="warm start")
-            _fewer_runs_note(ax, partial)
-            ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 5))
-            ax.set_xlabel(label)
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
-        for ax in axes.ravel()[len(axes_cols) :]:
-            ax.axis("off")
-        fig.suptitle(
-            f"{sl} score against cost: mean over runs{' x tasks' if len(d.tasks) > 1 else ''}, 95% "
-            "stratified bootstrap band; x: final score (mean over runs at their ends)"
-        )
-        fig.tight_layout()
-        out["score_vs_cost.png"] = ("Score against cost", fig_png(fig))
-
-    if len(d.tasks) > 1 and ev.height:
-        fig, axes = plt.subplots(1, len(d.tasks), figsize=(5 * len(d.tasks), 4), squeeze=False)
-        for ax, task in zip(axes[0], d.tasks):
-            partial = False
-            for arm in arms:
-                sub = ev.filter((pl.col("arm") == arm) & (pl.col("task") == task))
-                c = curve(_runs_of(sub, "launched_tokens", "score")[0])
-                if c is None:
-                    continue
-                partial |= draw(ax, c, colors[arm], arm)
-                fin = last.filter((pl.col("arm") == arm) & (pl.col("task") == task))
-                ax.scatter(
-                    [fin["launched_tokens"].mean()],
-                    [fin["score"].mean()],
-                    marker="x",
-                    color=colors[arm],
-                    zorder=4,
-                )
-            if task in d.warm_by_task:
-                ax.axhline(d.warm_by_task[task], color="gray", ls="--", lw=1, label="warm start")
-            _fewer_runs_note(ax, partial)
-            ax.set_title(task)
-            ax.set_xlabel("launched tokens")
-            ax.set_ylabel(f"score ({sl}, raw)")
-            ax.grid(alpha=0.3)
-        out["task_curves.png"] = ("Per task: score against launched tokens", fig_png(fig))
-
+    evals = _statistics_evals(d, scores)
+    last_evals = evals.sort("step").group_by("run_id").last()
+    ylabel = f"score ({d.score_label}{', normalized per task' if d.ranges else ''})"
+    cost_png = _score_vs_cost_png(d, evals, last_evals, arms, colors, ylabel)
+    if cost_png:
+        out["score_vs_cost.png"] = ("Score against cost", cost_png)
+    task_png = _task_curves_png(d, evals, last_evals, arms, colors)
+    if task_png:
+        out["task_curves.png"] = ("Per task: score against launched tokens", task_png)
     census = sampling_census_png(d, arms)
     if census:
         out["sampling_census.png"] = ("Dynamic sampling over training", census)
+    out["census.png"] = ("Budget census", _budget_census_png(d, arms))
+    out["training_curves.png"] = ("Training", _training_curves_png(d, arms, colors))
+    out["final_scores.png"] = (
+        "Final scores",
+        _final_scores_png(d, rows, last_evals, colors, ylabel),
+    )
+    return out
 
-    led = d.ledger_last.join(d.runs.select("run_id", "arm"), on="run_id")
-    reasons = [c for c in led.columns if c.startswith("discarded_") and c != "discarded_tokens"]
+
+def _statistics_evals(data: Data, scores: pl.DataFrame) -> pl.DataFrame:
+    """The scored evaluations (with device hours) of the runs behind the statistics: the finished
+    ones (all of an arm's, for an arm with none finished yet)."""
+
+    finished = set(scores.filter(pl.col("status") == "finished")["run_id"].to_list())
+    evals = data.scored.with_columns((pl.col("device_seconds") / 3600).alias("device_hours"))
+    if not evals.height:
+        return evals
+    return pl.concat(
+        [
+            arm_evals.filter(pl.col("run_id").is_in(finished))
+            if arm_evals.filter(pl.col("run_id").is_in(finished)).height
+            else arm_evals
+            for _, arm_evals in evals.group_by("arm", maintain_order=True)
+        ]
+    )
+
+
+def _curve_and_final(ax, mean_curve: Curve, final: pl.DataFrame, x: str, y: str, color, arm: str):
+    """Draws an arm's mean curve and a cross at its final score (the mean of ``final``'s runs at
+    their ends); returns whether a dotted part was drawn."""
+
+    partial = draw(ax, mean_curve, color, arm)
+    ax.scatter([final[x].mean()], [final[y].mean()], marker="x", color=color, zorder=4)
+    return partial
+
+
+def _cost_panel(
+    ax,
+    data: Data,
+    evals: pl.DataFrame,
+    last_evals: pl.DataFrame,
+    arms: list[str],
+    colors,
+    column: str,
+) -> bool:
+    """Draws each arm's normalized score against one cost counter ``column`` on ``ax``; returns
+    whether a dotted part was drawn."""
+
+    partial = False
+    for arm in arms:
+        curves, tasks = _runs_of(evals.filter(pl.col("arm") == arm), column)
+        mean_curve = curve(curves, tasks)
+        if mean_curve is None:
+            continue
+        final = last_evals.filter(pl.col("arm") == arm)
+        partial |= _curve_and_final(ax, mean_curve, final, column, "nscore", colors[arm], arm)
+    if data.warm_start_score is not None:
+        ax.axhline(data.warm_start_score, color="gray", ls="--", lw=1, label="warm start")
+    return partial
+
+
+def _score_vs_cost_png(
+    data: Data, evals: pl.DataFrame, last_evals: pl.DataFrame, arms: list[str], colors, ylabel: str
+) -> bytes | None:
+    """The score against each cost counter that moved, a panel per counter (None: none moved)."""
+
+    import matplotlib.pyplot as plt
+
+    from .data import COST_AXES
+
+    axes_cols = [
+        (column, label)
+        for column, label in COST_AXES
+        if evals.height and (evals[column].drop_nulls().max() or 0) > 0
+    ]
+    if not axes_cols:
+        return None
+    nrow = math.ceil(len(axes_cols) / 2)
+    fig, axes = plt.subplots(nrow, 2, figsize=(12, 4 * nrow), squeeze=False)
+    for ax, (column, label) in zip(axes.ravel(), axes_cols):
+        _fewer_runs_note(ax, _cost_panel(ax, data, evals, last_evals, arms, colors, column))
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 5))
+        ax.set_xlabel(label)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    for ax in axes.ravel()[len(axes_cols) :]:
+        ax.axis("off")
+    fig.suptitle(
+        f"{data.score_label} score against cost: mean over runs"
+        f"{' x tasks' if len(data.tasks) > 1 else ''}, 95% "
+        "stratified bootstrap band; x: final score (mean over runs at their ends)"
+    )
+    fig.tight_layout()
+    return fig_png(fig)
+
+
+def _task_panel(
+    ax,
+    data: Data,
+    evals: pl.DataFrame,
+    last_evals: pl.DataFrame,
+    arms: list[str],
+    colors,
+    task: str,
+) -> bool:
+    """Draws each arm's raw score on ``task`` against launched tokens on ``ax``; returns whether a
+    dotted part was drawn."""
+
+    partial = False
+    for arm in arms:
+        of_arm_task = (pl.col("arm") == arm) & (pl.col("task") == task)
+        mean_curve = curve(_runs_of(evals.filter(of_arm_task), "launched_tokens", "score")[0])
+        if mean_curve is None:
+            continue
+        final = last_evals.filter(of_arm_task)
+        partial |= _curve_and_final(
+            ax, mean_curve, final, "launched_tokens", "score", colors[arm], arm
+        )
+    if task in data.warm_by_task:
+        ax.axhline(data.warm_by_task[task], color="gray", ls="--", lw=1, label="warm start")
+    return partial
+
+
+def _task_curves_png(
+    data: Data, evals: pl.DataFrame, last_evals: pl.DataFrame, arms: list[str], colors
+) -> bytes | None:
+    """Per task, the raw score against launched tokens (None: one task, or no evaluation)."""
+
+    if not (len(data.tasks) > 1 and evals.height):
+        return None
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(data.tasks), figsize=(5 * len(data.tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], data.tasks):
+        _fewer_runs_note(ax, _task_panel(ax, data, evals, last_evals, arms, colors, task))
+        ax.set_title(task)
+        ax.set_xlabel("launched tokens")
+        ax.set_ylabel(f"score ({data.score_label}, raw)")
+        ax.grid(alpha=0.3)
+    return fig_png(fig)
+
+
+def _arm_means(ledger: pl.DataFrame, arms: list[str], column: str) -> np.ndarray:
+    """Each arm's mean of ``column`` over its runs' last ledger rows (0 where there is none)."""
+
+    return np.array([ledger.filter(pl.col("arm") == a)[column].mean() or 0.0 for a in arms])
+
+
+def _budget_census_png(data: Data, arms: list[str]) -> bytes:
+    """Tokens per run by arm: accepted, discarded by reason (stacked), launched (a mark)."""
+
+    import matplotlib.pyplot as plt
+
+    ledger = data.ledger_last.join(data.runs.select("run_id", "arm"), on="run_id")
+    reasons = [c for c in ledger.columns if c.startswith("discarded_") and c != "discarded_tokens"]
     fig, ax = plt.subplots(figsize=(max(6, len(arms) * 1.1), 4))
     bottom = np.zeros(len(arms))
-    acc = np.array([led.filter(pl.col("arm") == a)["accepted_tokens"].mean() or 0.0 for a in arms])
-    ax.bar(arms, acc, label="accepted", color="#4c72b0")
-    bottom += acc
-    for i, r in enumerate(reasons):
-        vals = np.array([led.filter(pl.col("arm") == a)[r].mean() or 0.0 for a in arms])
-        if vals.sum() > 0:
+    accepted = _arm_means(ledger, arms, "accepted_tokens")
+    ax.bar(arms, accepted, label="accepted", color="#4c72b0")
+    bottom += accepted
+    for i, reason in enumerate(reasons):
+        discarded = _arm_means(ledger, arms, reason)
+        if discarded.sum() > 0:
             ax.bar(
                 arms,
-                vals,
+                discarded,
                 bottom=bottom,
-                label=f"discarded: {r[len('discarded_') :]}",
+                label=f"discarded: {reason[len('discarded_') :]}",
                 color=plt.cm.Set2(i),
             )
-            bottom += vals
-    launched = np.array(
-        [led.filter(pl.col("arm") == a)["launched_tokens"].mean() or 0.0 for a in arms]
-    )
+            bottom += discarded
+    launched = _arm_means(ledger, arms, "launched_tokens")
     ax.scatter(arms, launched, marker="_", s=400, color="black", label="launched", zorder=3)
     ax.set_ylabel("tokens per run (mean over runs)")
     ax.set_title("budget census: launched = accepted + discarded (by reason)")
     ax.legend(fontsize=8)
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
-    out["census.png"] = ("Budget census", fig_png(fig))
+    return fig_png(fig)
 
-    cur = d.curves.join(d.runs.select("run_id", "arm"), on="run_id")
+
+def _training_curves_png(data: Data, arms: list[str], colors) -> bytes:
+    """The trainable-group fraction and the response length against launched tokens, per arm."""
+
+    import matplotlib.pyplot as plt
+
+    metrics = data.curves.join(data.runs.select("run_id", "arm"), on="run_id")
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for ax, name, label in (
         (axes[0], "trainable_group_frac", "trainable-group fraction"),
@@ -237,40 +315,51 @@ def plots(
     ):
         partial = False
         for arm in arms:
-            sub = cur.filter((pl.col("arm") == arm) & (pl.col("name") == name)).sort("step")
+            arm_metric = metrics.filter((pl.col("arm") == arm) & (pl.col("name") == name))
             curves = [
                 (g["launched_tokens"].to_numpy(), g["value"].to_numpy())
-                for _, g in sub.group_by("run_id")
+                for _, g in arm_metric.sort("step").group_by("run_id")
             ]
-            c = curve(curves, resamples=0)
-            if c is not None:
-                partial |= draw(ax, c, colors[arm], arm, band=False)
+            mean_curve = curve(curves, resamples=0)
+            if mean_curve is not None:
+                partial |= draw(ax, mean_curve, colors[arm], arm, band=False)
         _fewer_runs_note(ax, partial)
         ax.set_xlabel("launched tokens")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    out["training_curves.png"] = ("Training", fig_png(fig))
+    return fig_png(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 0.5 * len(arms) + 1.5))
-    for i, r in enumerate(rows):
-        if "mean" not in r:
+
+def _final_scores_png(
+    data: Data, rows: list[dict[str, Any]], last_evals: pl.DataFrame, colors, ylabel: str
+) -> bytes:
+    """Each arm's final score: mean and 95% interval, the runs' own final scores as dots."""
+
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(rows) + 1.5))
+    for i, row in enumerate(rows):
+        if "mean" not in row:
             continue
-        f = last.filter(pl.col("arm") == r["arm"])
+        finals = last_evals.filter(pl.col("arm") == row["arm"])
         ax.scatter(
-            f["nscore"].to_numpy(), np.full(f.height, i) + 0.15, s=12, color="gray", alpha=0.7
+            finals["nscore"].to_numpy(),
+            np.full(finals.height, i) + 0.15,
+            s=12,
+            color="gray",
+            alpha=0.7,
         )
-        if not math.isnan(r["mean_lo"]):
-            ax.plot([r["mean_lo"], r["mean_hi"]], [i, i], color=colors[r["arm"]], lw=3)
-        ax.scatter([r["mean"]], [i], color=colors[r["arm"]], zorder=3)
-    if d.warm_start_score is not None:
-        ax.axvline(d.warm_start_score, color="gray", ls=":", label="warm start")
+        if not math.isnan(row["mean_lo"]):
+            ax.plot([row["mean_lo"], row["mean_hi"]], [i, i], color=colors[row["arm"]], lw=3)
+        ax.scatter([row["mean"]], [i], color=colors[row["arm"]], zorder=3)
+    if data.warm_start_score is not None:
+        ax.axvline(data.warm_start_score, color="gray", ls=":", label="warm start")
         ax.legend(fontsize=8)
     ax.set_yticks(range(len(rows)), [r["arm"] for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel(f"final {ylabel}: mean, 95% stratified bootstrap CI; dots: runs")
     ax.grid(alpha=0.3, axis="x")
-    out["final_scores.png"] = ("Final scores", fig_png(fig))
-    return out
+    return fig_png(fig)
 
 
 VERDICT_COLUMNS = (
