@@ -26,124 +26,58 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
     result = rd.read_result()
     events = rd.read_events()
     rid = rd.run_id
-    state = status.get("state", "pending")
-    db_status = {
-        "finished": "finished",
-        "failed": "failed",
-        "running": "partial",
-        "interrupted": "partial",
-    }.get(state, state)
     steps = [e for e in events if e["type"] == "step"]
     evals = [e for e in events if e["type"] == "eval"]
-    step_idx = [int(e["step"]) for e in steps]
-    n = len(steps)
-    # column-wise construction: one pass per key, not per (step, key) pair
-    ledger_cols: dict[str, list] = {"run_id": [rid] * n, "step": step_idx}
-    for c in LEDGER_COLUMNS:
-        key = f"ledger.{c}"
-        ledger_cols[c] = [float(e.get(key, 0.0)) for e in steps]
-    discards = []
-    for r in DISCARD_REASONS:
-        tok = [float(e.get(f"ledger.discarded_tokens.{r}", 0.0)) for e in steps]
-        rol = [float(e.get(f"ledger.discarded_rollouts.{r}", 0.0)) for e in steps]
-        ledger_cols[f"discarded_{r}"] = tok
-        pt = pr = 0.0
-        for i in range(n):
-            dt, dr = tok[i] - pt, rol[i] - pr
-            if dt > 0 or dr > 0:
-                discards.append(
-                    {"run_id": rid, "step": step_idx[i], "reason": r, "rollouts": dr, "tokens": dt}
-                )
-            pt, pr = tok[i], rol[i]
-    ledger_rows = pa.table(ledger_cols) if n else []
-    # metrics: steps grouped by their key set, then one list comprehension per (group, key)
-    groups: dict[tuple, list[int]] = {}
-    for i, e in enumerate(steps):
-        groups.setdefault(tuple(e), []).append(i)
-    parts = []
-    for keys, idxs in groups.items():
-        sub = [steps[i] for i in idxs]
-        sub_steps = pa.array([step_idx[i] for i in idxs], pa.int64())
-        m = len(sub)
-        for k in keys:
-            if (
-                k in ("type", "step")
-                or k.startswith("ledger.")
-                or not isinstance(sub[0][k], (int, float))
-            ):
-                continue
-            vals = pa.array([e[k] for e in sub], pa.float64())
-            tbl = pa.table(
-                {
-                    "run_id": pa.array([rid] * m, pa.string()),
-                    "step": sub_steps,
-                    "name": pa.array([k] * m, pa.string()),
-                    "value": vals,
-                }
-            )
-            if vals.null_count:
-                tbl = tbl.filter(vals.is_valid())
-            parts.append(tbl)
-    metrics = (
-        pa.concat_tables(parts)
-        if parts
-        else pa.table(
-            {
-                "run_id": pa.array([], pa.string()),
-                "step": pa.array([], pa.int64()),
-                "name": pa.array([], pa.string()),
-                "value": pa.array([], pa.float64()),
-            }
-        )
-    )
-    eval_rows = []
-    for e in evals:
-        pos = e.get("position", {})
-        cost = e.get("cost") or {}
-        eval_rows.append(
-            {
-                "run_id": rid,
-                "step": int(e["step"]),
-                "split": e.get("split", "test"),
-                "score": float(e["score"]),
-                "n": int(e["n"]),
-                "success_rate": float(e.get("success_rate", e["score"])),
-                "launched_tokens": float(pos.get("launched_tokens", 0.0)),
-                "accepted_tokens": float(pos.get("accepted_tokens", 0.0)),
-                "device_seconds": float(pos.get("device_seconds", 0.0)),
-                "verifier_calls": float(pos.get("verifier_calls", 0.0)),
-                "env_steps": float(pos.get("env_steps", 0.0)),
-                "wall_seconds": float(pos.get("wall_seconds", 0.0)),
-                "pass_at": json.dumps(e.get("pass_at") or {"1": float(e["score"])}),
-                "position": json.dumps(pos),
-                "detail": json.dumps({spec["task"]["name"]: e.get("per_instance")}),
-                # what the evaluation itself cost (counted apart from the training budget)
-                **{f"eval_{k}": cost.get(k) for k in EVAL_COST},
-                # an inference-time search's score and its own compute (eval.beam), apart
-                **search_columns(e.get("search")),
-            }
-        )
-    last_counters = result.get("counters") or status.get("counters") or {}
-    budgets = [
-        {
-            "run_id": rid,
-            "counter": k,
-            "limit_value": float(v),
-            "consumed": float(last_counters.get(k, 0.0)),
-        }
-        for k, v in spec["budget"].items()
-    ]
+    ledger = ledger_table(rid, steps)
+    discards = discard_rows(rid, steps)
+    metrics = metrics_table(rid, steps)
+    evals_rows = eval_rows(rid, spec, evals)
+    budgets = budget_rows(rid, spec, status, result)
+    run = run_row(rd, spec, status, result, steps, evals)
+    return {
+        "runs": [run],
+        "budgets": budgets,
+        "ledger": ledger,
+        "metrics": metrics,
+        "evals": evals_rows,
+        "discards": discards,
+        "census": census_rows(rid, events),
+        "selfplay_evals": selfplay_rows(rid, evals),
+    }
+
+
+DB_STATUS = {
+    "finished": "finished",
+    "failed": "failed",
+    "running": "partial",
+    "interrupted": "partial",
+}
+"""The store's run status of a run's state (any other state as it is)."""
+
+
+def run_row(
+    rd: RunDir,
+    spec: dict[str, Any],
+    status: dict[str, Any],
+    result: dict[str, Any],
+    steps: list[dict[str, Any]],
+    evals: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The run's ``runs`` row: its spec, state, times and final score (the last evaluation's where
+    the result has none)."""
+
+    state = status.get("state", "pending")
     final = result.get("final_score")
     if final is None and evals:
         final = float(evals[-1]["score"])
-    run_row = {
-        "run_id": rid,
+    return {
+        "run_id": rd.run_id,
         "experiment_id": None,
         "arm": spec["arm"],
         "preset": spec["preset"],
         "task": spec["task"]["name"],
         "seed": int(spec["seed"]),
-        "status": db_status,
+        "status": DB_STATUS.get(state, state),
         "spec": json.dumps(spec),
         "blanks": json.dumps(spec["blanks"]),
         "initial_policy_hash": None,
@@ -157,7 +91,153 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
         # node, resources, GPU share of a run placed by Ray (device-seconds "shared" on a shared GPU)
         "placement": rd.placement.read_text() if rd.placement.exists() else None,
     }
-    census = [
+
+
+def budget_rows(
+    rid: str, spec: dict[str, Any], status: dict[str, Any], result: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One ``budgets`` row per budget counter: its limit and what the run consumed of it."""
+
+    last_counters = result.get("counters") or status.get("counters") or {}
+    return [
+        {
+            "run_id": rid,
+            "counter": k,
+            "limit_value": float(v),
+            "consumed": float(last_counters.get(k, 0.0)),
+        }
+        for k, v in spec["budget"].items()
+    ]
+
+
+def ledger_table(rid: str, steps: list[dict[str, Any]]) -> pa.Table | list:
+    """The ledger's cumulative counters after each step, discarded tokens by reason included, as
+    one table (an empty list for a run without steps)."""
+
+    n_steps = len(steps)
+    # column-wise construction: one pass per key, not per (step, key) pair
+    ledger_cols: dict[str, list] = {
+        "run_id": [rid] * n_steps,
+        "step": [int(e["step"]) for e in steps],
+    }
+    for counter in LEDGER_COLUMNS:
+        key = f"ledger.{counter}"
+        ledger_cols[counter] = [float(e.get(key, 0.0)) for e in steps]
+    for reason in DISCARD_REASONS:
+        key = f"ledger.discarded_tokens.{reason}"
+        ledger_cols[f"discarded_{reason}"] = [float(e.get(key, 0.0)) for e in steps]
+    return pa.table(ledger_cols) if n_steps else []
+
+
+def discard_rows(rid: str, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``discards`` row per reason and step that discarded something: the rollouts and tokens
+    discarded in that step (the increase of the ledger's cumulative counts)."""
+
+    discards = []
+    for reason in DISCARD_REASONS:
+        tokens = [float(e.get(f"ledger.discarded_tokens.{reason}", 0.0)) for e in steps]
+        rollouts = [float(e.get(f"ledger.discarded_rollouts.{reason}", 0.0)) for e in steps]
+        prev_tokens = prev_rollouts = 0.0
+        for step, step_tokens, step_rollouts in zip(steps, tokens, rollouts):
+            new_tokens, new_rollouts = step_tokens - prev_tokens, step_rollouts - prev_rollouts
+            if new_tokens > 0 or new_rollouts > 0:
+                discards.append(
+                    {
+                        "run_id": rid,
+                        "step": int(step["step"]),
+                        "reason": reason,
+                        "rollouts": new_rollouts,
+                        "tokens": new_tokens,
+                    }
+                )
+            prev_tokens, prev_rollouts = step_tokens, step_rollouts
+    return discards
+
+
+METRICS_SCHEMA = {
+    "run_id": pa.string(),
+    "step": pa.int64(),
+    "name": pa.string(),
+    "value": pa.float64(),
+}
+
+
+def metrics_table(rid: str, steps: list[dict[str, Any]]) -> pa.Table:
+    """The steps' numeric metrics (not the ledger's), one (run, step, name, value) row each;
+    null values left out."""
+
+    # steps grouped by their key set, then one list comprehension per (group, key)
+    groups: dict[tuple, list[int]] = {}
+    for i, e in enumerate(steps):
+        groups.setdefault(tuple(e), []).append(i)
+    parts = []
+    for keys, idxs in groups.items():
+        group = [steps[i] for i in idxs]
+        group_steps = pa.array([int(e["step"]) for e in group], pa.int64())
+        size = len(group)
+        for key in keys:
+            if (
+                key in ("type", "step")
+                or key.startswith("ledger.")
+                or not isinstance(group[0][key], (int, float))
+            ):
+                continue
+            values = pa.array([e[key] for e in group], pa.float64())
+            table = pa.table(
+                {
+                    "run_id": pa.array([rid] * size, pa.string()),
+                    "step": group_steps,
+                    "name": pa.array([key] * size, pa.string()),
+                    "value": values,
+                }
+            )
+            if values.null_count:
+                table = table.filter(values.is_valid())
+            parts.append(table)
+    if parts:
+        return pa.concat_tables(parts)
+    return pa.table({name: pa.array([], kind) for name, kind in METRICS_SCHEMA.items()})
+
+
+def eval_rows(rid: str, spec: dict[str, Any], evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``evals`` row per evaluation record: score, position on every cost axis, pass@k,
+    per-instance detail, its own cost and any inference-time search's."""
+
+    rows = []
+    for record in evals:
+        pos = record.get("position", {})
+        cost = record.get("cost") or {}
+        rows.append(
+            {
+                "run_id": rid,
+                "step": int(record["step"]),
+                "split": record.get("split", "test"),
+                "score": float(record["score"]),
+                "n": int(record["n"]),
+                "success_rate": float(record.get("success_rate", record["score"])),
+                "launched_tokens": float(pos.get("launched_tokens", 0.0)),
+                "accepted_tokens": float(pos.get("accepted_tokens", 0.0)),
+                "device_seconds": float(pos.get("device_seconds", 0.0)),
+                "verifier_calls": float(pos.get("verifier_calls", 0.0)),
+                "env_steps": float(pos.get("env_steps", 0.0)),
+                "wall_seconds": float(pos.get("wall_seconds", 0.0)),
+                "pass_at": json.dumps(record.get("pass_at") or {"1": float(record["score"])}),
+                "position": json.dumps(pos),
+                "detail": json.dumps({spec["task"]["name"]: record.get("per_instance")}),
+                # what the evaluation itself cost (counted apart from the training budget)
+                **{f"eval_{k}": cost.get(k) for k in EVAL_COST},
+                # an inference-time search's score and its own compute (eval.beam), apart
+                **search_columns(record.get("search")),
+            }
+        )
+    return rows
+
+
+def census_rows(rid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``census`` row per dynamic-sampling census record: its counts and the dropped groups
+    by verdict."""
+
+    return [
         {
             "run_id": rid,
             **{k: c.get(k) for k in CENSUS_COLUMNS},
@@ -165,16 +245,6 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
         }
         for c in (e for e in events if e["type"] == "census")
     ]
-    return {
-        "runs": [run_row],
-        "budgets": budgets,
-        "ledger": ledger_rows,
-        "metrics": metrics,
-        "evals": eval_rows,
-        "discards": discards,
-        "census": census,
-        "selfplay_evals": selfplay_rows(rid, evals),
-    }
 
 
 def selfplay_rows(rid: str, evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
