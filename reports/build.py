@@ -50,6 +50,47 @@ from .tables import (
 
 
 def load(out_dir: Path, baseline: str | None = None) -> Data:
+    """The report's data from ``out_dir``'s results store, ``baseline`` the arm P(improvement) is
+    measured against (default: the first arm of the config); :class:`ReportError` for an empty
+    store or an unknown baseline."""
+
+    stored = _read_store(out_dir)
+    config, runs = stored["config"], stored["runs"]
+    arms_cfg = list(config.get("arms", {}))
+    arms = order(arms_cfg, runs["arm"].unique().to_list())
+    base = baseline or (arms_cfg[0] if arms_cfg else None)
+    if runs.height and base is not None and base not in arms:
+        raise ReportError(f"--baseline: unknown arm '{base}' (arms: {', '.join(sorted(arms))})")
+    task_cfg = [t.get("name") for t in config.get("tasks") or [config.get("task") or {}]]
+    tasks = order([t for t in task_cfg if t], runs["task"].drop_nulls().unique().to_list())
+    evals = _with_positions(stored.pop("evals"))
+    split = _score_split(evals["split"].unique().to_list())
+    scored = evals.filter(pl.col("split") == (split or "")).join(
+        runs.select("run_id", "arm", "task", "seed", "status"), on="run_id"
+    )
+    scored, ranges = _normalized(scored, tasks)
+    start = scored.filter(pl.col("step") == 0)
+    warm_by_task = {
+        t: float(m) for t, m in start.group_by("task").agg(pl.col("score").mean()).iter_rows()
+    }
+    return Data(
+        **stored,
+        evals=evals,
+        baseline=base,
+        warm_start_score=float(start["nscore"].mean()) if start.height else None,
+        split=split,
+        tasks=tasks,
+        arms=arms,
+        ranges=ranges,
+        scored=scored,
+        warm_by_task=warm_by_task,
+    )
+
+
+def _read_store(out_dir: Path) -> dict[str, Any]:
+    """{Data field: value} of every table the report reads, as the store holds it (the name and
+    config of its experiment; ReportError where it has none)."""
+
     con = connect(out_dir)
     try:
         exp = con.sql("SELECT name, config FROM experiments").pl()
@@ -72,42 +113,63 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         if census.height:  # x-axis: the ledger's cumulative launched tokens after that step
             pos = con.sql("SELECT run_id, step, launched_tokens FROM ledger").pl()
             census = census.join(pos, on=["run_id", "step"], how="left")
-        fairness = read_table(con, "fairness", FAIRNESS, "ORDER BY rowid")
-        inert = read_table(con, "inert", INERT, "ORDER BY rowid")
-        trials = read_table(con, "trials", TRIALS, "ORDER BY arm, trial")
-        ladder = read_table(con, "ladder", LADDER, "ORDER BY arm, rung, variant = 'verdict', rowid")
-        diag = diagnostics.query(con)
-        lags = lag.query(con)
-        credit_tables = credit.query(con)
-        selfplay_rows = selfplay.query(con)
-        worldmodel_rows = worldmodel.query(con)
-        mismatch_rows = mismatch.query(con)
+        return {
+            "name": name,
+            "config": config,
+            "runs": runs,
+            "evals": evals,
+            "budgets": budgets,
+            "ledger_last": ledger_last,
+            "curves": curves,
+            "census": census,
+            "fairness": read_table(con, "fairness", FAIRNESS, "ORDER BY rowid"),
+            "inert": read_table(con, "inert", INERT, "ORDER BY rowid"),
+            "trials": read_table(con, "trials", TRIALS, "ORDER BY arm, trial"),
+            "ladder": read_table(
+                con, "ladder", LADDER, "ORDER BY arm, rung, variant = 'verdict', rowid"
+            ),
+            "diagnostics": diagnostics.query(con),
+            "lag": lag.query(con),
+            "credit": credit.query(con),
+            "selfplay": selfplay.query(con),
+            "worldmodel": worldmodel.query(con),
+            "mismatch": mismatch.query(con),
+        }
     finally:
         con.close()
-    arms_cfg = list(config.get("arms", {}))
-    arms = order(arms_cfg, runs["arm"].unique().to_list())
-    base = baseline or (arms_cfg[0] if arms_cfg else None)
-    if runs.height and base is not None and base not in arms:
-        raise ReportError(f"--baseline: unknown arm '{base}' (arms: {', '.join(sorted(arms))})")
-    task_cfg = [t.get("name") for t in config.get("tasks") or [config.get("task") or {}]]
-    tasks = order([t for t in task_cfg if t], runs["task"].drop_nulls().unique().to_list())
-    # an evaluation's position on the env-steps and wall-clock axes: its own columns, else the
-    # counters recorded with it (a store written before those columns existed)
-    evals = evals.with_columns(
+
+
+def _with_positions(evals: pl.DataFrame) -> pl.DataFrame:
+    """``evals`` with a split on every row (``heldout``: a store written before splits) and each
+    evaluation's position on the env-steps and wall-clock axes: its own columns, else the counters
+    recorded with it (a store written before those columns existed)."""
+
+    return evals.with_columns(
         pl.col("split").fill_null("heldout"),
         *[
             pl.col(c).fill_null(pl.col("position").str.json_path_match(f"$.{c}").cast(pl.Float64))
             for c in ("env_steps", "wall_seconds")
         ],
     )
-    splits = evals["split"].unique().to_list()
-    split = next((s for s in SPLIT_PREFERENCE if s in splits), None) or next(
+
+
+def _score_split(splits: list[str]) -> str | None:
+    """The split the scores come from: the first of SPLIT_PREFERENCE evaluated, else the first
+    other split in sorted order but validation, validation as the last resort; None without
+    evaluations."""
+
+    return next((s for s in SPLIT_PREFERENCE if s in splits), None) or next(
         (s for s in sorted(splits) if s != "validation"), "validation" if splits else None
     )
-    scored = evals.filter(pl.col("split") == (split or "")).join(
-        runs.select("run_id", "arm", "task", "seed", "status"), on="run_id"
-    )
-    # rliable: scores normalized per task where tasks differ in scale (built-in rewards lie in [0, 1])
+
+
+def _normalized(
+    scored: pl.DataFrame, tasks: list[str]
+) -> tuple[pl.DataFrame, dict[str, tuple[float, float]] | None]:
+    """(``scored`` with ``nscore``, the per-task ranges or None). As rliable: scores min-max
+    normalized per task where tasks differ in scale (built-in rewards lie in [0, 1]); otherwise
+    ``nscore`` is the raw score."""
+
     ranges = None
     if len(tasks) > 1:
         ranges = stats.task_ranges(
@@ -120,39 +182,7 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
         nscore = pl.when(span > 0).then((pl.col("score") - lo) / span).otherwise(0.0)
     else:
         nscore = pl.col("score")
-    scored = scored.with_columns(nscore.alias("nscore"))
-    start = scored.filter(pl.col("step") == 0)
-    warm_by_task = {
-        t: float(m) for t, m in start.group_by("task").agg(pl.col("score").mean()).iter_rows()
-    }
-    return Data(
-        name,
-        config,
-        runs,
-        evals,
-        budgets,
-        ledger_last,
-        curves,
-        fairness,
-        base,
-        float(start["nscore"].mean()) if start.height else None,
-        trials=trials,
-        ladder=ladder,
-        census=census,
-        inert=inert,
-        diagnostics=diag,
-        lag=lags,
-        credit=credit_tables,
-        selfplay=selfplay_rows,
-        worldmodel=worldmodel_rows,
-        mismatch=mismatch_rows,
-        split=split,
-        tasks=tasks,
-        arms=arms,
-        ranges=ranges,
-        scored=scored,
-        warm_by_task=warm_by_task,
-    )
+    return scored.with_columns(nscore.alias("nscore")), ranges
 
 
 # ----------------------------------------------------------------------------- the report
