@@ -31,6 +31,8 @@ SKIP_CONFIG = ("name", "arms", "tracking")
 audit items) and where results are tracked."""
 NOT_RUN, NOT_AUDITED = "(arm not run)", "(not recorded)"
 STYLES = ("-", "--", "-.", ":")
+ArmTaskStats = dict[tuple[str, str], dict[str, Any]]
+"""One directory's statistics per (arm, task) (``arm_task_stats``)."""
 
 
 def labels(dirs: list[Path]) -> list[str]:
@@ -60,7 +62,7 @@ def diff_ci(
     return point, float(lo), float(hi)
 
 
-def arm_task_stats(d: Data, resamples: int) -> dict[tuple[str, str], dict[str, Any]]:
+def arm_task_stats(d: Data, resamples: int) -> ArmTaskStats:
     """{(arm, task): runs, finished, final scores, mean [CI] and launched tokens per finished run}."""
 
     scores = run_scores(d)
@@ -235,6 +237,41 @@ def build_comparison(
     names = labels(dirs)
     datas = [load(p) for p in dirs]  # a directory without results.duckdb: ReportError naming it
     table = [arm_task_stats(d, resamples) for d in datas]
+    keys = shared_keys(dirs, datas, table)
+    diffs = differences(keys, table, names, resamples)
+    audit, agree = audit_differences(
+        [audit_facts(p, d) for p, d in zip(dirs, datas)], [{a for a, _ in t} for t in table]
+    )
+    blocks: list[render.Block] = [
+        render.Para(
+            "Experiments: "
+            + "; ".join(f"{n} = {p} (experiment '{d.name}')" for n, p, d in zip(names, dirs, datas))
+            + ". Scores are raw final scores (never normalized across experiments); intervals are "
+            f"95% bootstrap over seeds ({resamples} resamples)."
+        ),
+        render.Heading("Arms side by side"),
+        side_by_side_table(names, datas, table, keys),
+        *difference_blocks(diffs),
+        *audit_blocks(audit, agree, names),
+    ]
+    out = Path(out) if out is not None else dirs[0] / "compare"
+    out.mkdir(parents=True, exist_ok=True)
+    if with_plots:
+        blocks += figure_blocks(out, datas, names, keys)
+    title = f"sixblanks comparison: {' vs '.join(names)}"
+    (out / "index.html").write_text(render.to_html(title, blocks), encoding="utf-8")
+    (out / "compare.md").write_text(render.to_markdown(title, blocks), encoding="utf-8")
+    summary = comparison_summary(names, dirs, table, keys, diffs, audit, agree)
+    (out / "compare.json").write_text(json.dumps(summary, indent=2, default=str))
+    return out / "index.html"
+
+
+def shared_keys(
+    dirs: list[Path], datas: list[Data], table: list[ArmTaskStats]
+) -> list[tuple[str, str]]:
+    """Every (arm, task) of the directories, in each one's arm order; :class:`ReportError` where
+    no (arm, task) is in two of them."""
+
     keys = list(
         dict.fromkeys(k for d, t in zip(datas, table) for a in d.arms for k in t if k[0] == a)
     )
@@ -246,10 +283,17 @@ def build_comparison(
                 for p, d in zip(dirs, datas)
             )
         )
-    diffs = differences(keys, table, names, resamples)
-    audit, agree = audit_differences(
-        [audit_facts(p, d) for p, d in zip(dirs, datas)], [{a for a, _ in t} for t in table]
-    )
+    return keys
+
+
+def side_by_side_table(
+    names: list[str],
+    datas: list[Data],
+    table: list[ArmTaskStats],
+    keys: list[tuple[str, str]],
+) -> render.Table:
+    """Per arm x task, each directory's final score [CI], finished/runs and launched tokens."""
+
     header = ["arm", "task"]
     for name, d in zip(names, datas):
         header += [
@@ -260,15 +304,13 @@ def build_comparison(
     side = [
         [arm, task, *(x for t in table for x in _cells(t.get((arm, task))))] for arm, task in keys
     ]
-    blocks: list[render.Block] = [
-        render.Para(
-            "Experiments: "
-            + "; ".join(f"{n} = {p} (experiment '{d.name}')" for n, p, d in zip(names, dirs, datas))
-            + ". Scores are raw final scores (never normalized across experiments); intervals are "
-            f"95% bootstrap over seeds ({resamples} resamples)."
-        ),
-        render.Heading("Arms side by side"),
-        render.Table(header, side),
+    return render.Table(header, side)
+
+
+def difference_blocks(diffs: list[dict[str, Any]]) -> list[render.Block]:
+    """The section of the differences of mean final scores between directories (unpaired)."""
+
+    return [
         render.Heading("Differences between experiments"),
         render.Para(
             "Second minus first mean final score. The experiments are different runs, not paired: "
@@ -289,6 +331,16 @@ def build_comparison(
                 for x in diffs
             ],
         ),
+    ]
+
+
+def audit_blocks(
+    audit: list[tuple[str, str, list[str]]], agree: dict[str, int], names: list[str]
+) -> list[render.Block]:
+    """The section of the audit items that differ (a table of them, if any) and the count of
+    those that agree."""
+
+    blocks: list[render.Block] = [
         render.Heading("Audit differences"),
         render.Para(
             f"{len(audit)} audit item(s) differ between the directories"
@@ -301,19 +353,35 @@ def build_comparison(
     if audit:
         rows = [[item, arm, *vals] for item, arm, vals in audit]
         blocks.append(render.Table(["item", "arm", *names], rows, ["diff"] * len(audit)))
-    out = Path(out) if out is not None else dirs[0] / "compare"
-    out.mkdir(parents=True, exist_ok=True)
-    png = (
-        score_figure(datas, names, list(dict.fromkeys(a for a, _ in keys))) if with_plots else None
-    )
-    if png:
-        title = "Score vs launched tokens (colour: arm; line style: experiment)"
-        (out / "score_vs_launched.png").write_bytes(png)
-        blocks += [render.Heading(title), render.Image("score_vs_launched.png", title, png)]
-    title = f"sixblanks comparison: {' vs '.join(names)}"
-    (out / "index.html").write_text(render.to_html(title, blocks), encoding="utf-8")
-    (out / "compare.md").write_text(render.to_markdown(title, blocks), encoding="utf-8")
-    summary = {
+    return blocks
+
+
+def figure_blocks(
+    out: Path, datas: list[Data], names: list[str], keys: list[tuple[str, str]]
+) -> list[render.Block]:
+    """The score figure's heading and image, written into ``out`` (none without evaluations)."""
+
+    png = score_figure(datas, names, list(dict.fromkeys(a for a, _ in keys)))
+    if not png:
+        return []
+    title = "Score vs launched tokens (colour: arm; line style: experiment)"
+    (out / "score_vs_launched.png").write_bytes(png)
+    return [render.Heading(title), render.Image("score_vs_launched.png", title, png)]
+
+
+def comparison_summary(
+    names: list[str],
+    dirs: list[Path],
+    table: list[ArmTaskStats],
+    keys: list[tuple[str, str]],
+    diffs: list[dict[str, Any]],
+    audit: list[tuple[str, str, list[str]]],
+    agree: dict[str, int],
+) -> dict[str, Any]:
+    """compare.json: the directories, each arm x task's statistics per directory, the differences
+    and the audit items that differ or agree."""
+
+    return {
         "experiments": dict(zip(names, map(str, dirs))),
         "rows": [
             {"arm": a, "task": t} | {n: tb[(a, t)] for n, tb in zip(names, table) if (a, t) in tb}
@@ -325,5 +393,3 @@ def build_comparison(
         ],
         "audit_agree": agree,
     }
-    (out / "compare.json").write_text(json.dumps(summary, indent=2, default=str))
-    return out / "index.html"
