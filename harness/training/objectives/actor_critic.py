@@ -158,90 +158,22 @@ class ActorCritic(Objective):
         return Prepared(batch, mask, batch.size, tensors, metrics)
 
     def update(self, p: Prepared) -> dict[str, Any]:
-        ctx, b = self.ctx, self.ctx.blanks
-        batch, mask, t, dev, spec = p.batch, p.mask, p.tensors, self.ctx.device, self.spec
-        current: dict[str, torch.Tensor] = {}
-        critic_time = [p.metrics["critic_seconds"]]
+        """Minibatch updates of the policy and the value model on one batch (``accumulate``), the
+        critic stepped with the policy, then ``updates_per_step - 1`` more times alone."""
 
-        def weigh(rows: list[int]) -> dict[str, torch.Tensor] | None:
-            sub = mask[rows]
-            if float(sub.sum()) == 0:
-                return None
-            vm = t["vmask"][rows]
-            n = b.normalization
-            current["value"] = vm / vm.sum().clamp(min=1.0)  # the extra critic steps reuse it
-            return {
-                "loss": loss_weights(sub, n.mode, ctx.l_max, n.count_empty_rows),
-                "value": current["value"],
-            }
-
-        def value_part(sub, rows, hid, vw):
-            v_new, _, _ = self.values(sub, hid)
-            vl_tok, clipped = value_loss(
-                v_new, t["old_v"][rows].to(dev), t["ret"][rows].to(dev), spec.value_clip
-            )
-            return (vl_tok * vw).sum(), clipped
-
-        def micro_step(rows: list[int], w: dict[str, torch.Tensor], epoch: int) -> dict[str, float]:
-            sub, weights = batch.select(rows), w["loss"]
-            logp, ent, hid = self.forward(sub, entropy=True)
-            m_dev = mask[rows].to(dev)
-            pl, met = policy_loss(
-                b,
-                logp,
-                t["old_logp"][rows].to(dev),
-                t["adv"][rows].to(dev),
-                m_dev,
-                weights.to(dev),
-                behavior_logp=sub.behavior_logprobs.to(dev),
-                ref_logp=t["ref_logp"][rows].to(dev),
-                entropy=ent,
-            )
-            tc = time.perf_counter()  # the value part's time (the update's charge counts it)
-            vw = w["value"].to(dev)
-            vl, vclipped = value_part(sub, rows, hid, vw)
-            total = pl + spec.vf_coef * vl
-            if not torch.isfinite(total):
-                raise TrainingError(
-                    f"{ctx.settings.name}: loss is {float(total.detach())} at step {ctx.step} "
-                    f"(epoch {epoch}); policy {met.get('pg_loss')}, value {float(vl.detach())}"
-                )
-            total.backward()
-            critic_time[0] += time.perf_counter() - tc
-            kl = approx_kl(logp, t["old_logp"][rows].to(dev), m_dev) * float(weights.sum())
-            met.update(
-                value_loss=float(vl.detach()),
-                value_clip_count=float((vclipped * (vw > 0)).sum()),
-                value_tokens=float((vw > 0).sum()),
-                approx_kl_num=kl,
-            )
-            return met
-
-        def after_step(rows: list[int]) -> None:
-            if self.critic_optimizer is None:
-                return
-            self.step_critic()
-            for _ in range(spec.updates_per_step - 1):
-                self.critic_optimizer.zero_grad(set_to_none=True)
-                mb = ctx.settings.rollout.micro_batch_size
-                for s0 in range(0, len(rows), mb):
-                    stop_point("the critic's update")
-                    r_idx = rows[s0 : s0 + mb]
-                    vw = current["value"][s0 : s0 + mb].to(dev)
-                    vl, _ = value_part(batch.select(r_idx), r_idx, None, vw)
-                    (spec.vf_coef * vl).backward()
-                self.step_critic()
-
+        ctx = self.ctx
+        self.prepared, self.value_weights = p, None  # this update's batch; the value loss weights
+        self.critic_time = p.metrics["critic_seconds"]
         ctx.model.train()
         self.critic.train()
         extra = (self.critic_optimizer,) if self.critic_optimizer is not None else ()
         out = accumulate(
             ctx,
             p.units,
-            weigh,
-            micro_step,
+            self._weigh,
+            self._micro_step,
             optimizers=extra,
-            after_step=after_step,
+            after_step=self._after_step,
         )
         ctx.model.eval()
         self.critic.eval()
@@ -249,9 +181,88 @@ class ActorCritic(Objective):
             **out.summary(),
             **out.early_stop_metrics(),
             **p.metrics,
-            "critic_seconds": critic_time[0],
+            "critic_seconds": self.critic_time,
             "policy_version": float(ctx.engine.policy_version),
         }
+
+    def _weigh(self, rows: list[int]) -> dict[str, torch.Tensor] | None:
+        """The loss weights of a minibatch's rows (None: no trained token in them) and the value
+        loss's, a mean over its value tokens (the extra critic steps reuse them)."""
+
+        mask, vmask = self.prepared.mask[rows], self.prepared.tensors["vmask"][rows]
+        if float(mask.sum()) == 0:
+            return None
+        norm = self.ctx.blanks.normalization
+        self.value_weights = vmask / vmask.sum().clamp(min=1.0)
+        return {
+            "loss": loss_weights(mask, norm.mode, self.ctx.l_max, norm.count_empty_rows),
+            "value": self.value_weights,
+        }
+
+    def _value_part(self, sub, rows, hid, vw):
+        """The clipped value loss of ``rows`` (weighted by ``vw``) and which tokens were clipped."""
+
+        t, dev = self.prepared.tensors, self.ctx.device
+        v_new, _, _ = self.values(sub, hid)
+        vl_tok, clipped = value_loss(
+            v_new, t["old_v"][rows].to(dev), t["ret"][rows].to(dev), self.spec.value_clip
+        )
+        return (vl_tok * vw).sum(), clipped
+
+    def _micro_step(self, rows: list[int], w: dict[str, torch.Tensor], epoch: int) -> dict:
+        """One micro-batch: policy loss plus vf_coef x value loss, backpropagated."""
+
+        ctx, t, dev = self.ctx, self.prepared.tensors, self.ctx.device
+        sub, weights = self.prepared.batch.select(rows), w["loss"]
+        logp, ent, hid = self.forward(sub, entropy=True)
+        m_dev = self.prepared.mask[rows].to(dev)
+        pl, met = policy_loss(
+            ctx.blanks,
+            logp,
+            t["old_logp"][rows].to(dev),
+            t["adv"][rows].to(dev),
+            m_dev,
+            weights.to(dev),
+            behavior_logp=sub.behavior_logprobs.to(dev),
+            ref_logp=t["ref_logp"][rows].to(dev),
+            entropy=ent,
+        )
+        tc = time.perf_counter()  # the value part's time (the update's charge counts it)
+        vw = w["value"].to(dev)
+        vl, vclipped = self._value_part(sub, rows, hid, vw)
+        total = pl + self.spec.vf_coef * vl
+        if not torch.isfinite(total):
+            raise TrainingError(
+                f"{ctx.settings.name}: loss is {float(total.detach())} at step {ctx.step} "
+                f"(epoch {epoch}); policy {met.get('pg_loss')}, value {float(vl.detach())}"
+            )
+        total.backward()
+        self.critic_time += time.perf_counter() - tc
+        kl = approx_kl(logp, t["old_logp"][rows].to(dev), m_dev) * float(weights.sum())
+        met.update(
+            value_loss=float(vl.detach()),
+            value_clip_count=float((vclipped * (vw > 0)).sum()),
+            value_tokens=float((vw > 0).sum()),
+            approx_kl_num=kl,
+        )
+        return met
+
+    def _after_step(self, rows: list[int]) -> None:
+        """After each optimizer step: the critic's, then its extra steps on the same rows."""
+
+        if self.critic_optimizer is None:
+            return
+        self.step_critic()
+        micro = self.ctx.settings.rollout.micro_batch_size
+        for _ in range(self.spec.updates_per_step - 1):
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            for s0 in range(0, len(rows), micro):
+                stop_point("the critic's update")
+                part = rows[s0 : s0 + micro]
+                vw = self.value_weights[s0 : s0 + micro].to(self.ctx.device)
+                vl, _ = self._value_part(self.prepared.batch.select(part), part, None, vw)
+                (self.spec.vf_coef * vl).backward()
+            self.step_critic()
 
     def step_critic(self) -> None:
         torch.nn.utils.clip_grad_norm_(
