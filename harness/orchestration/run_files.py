@@ -192,14 +192,14 @@ def position(trainer) -> dict[str, Any]:
     """Where ``trainer`` stands: its step, counters, ledger event number and how many step,
     evaluation and census records it has (what a checkpoint taken now holds)."""
 
-    r = trainer.result
+    result = trainer.result
     return {
         "step": trainer.step_idx,
         "counters": dict(trainer.ledger.counters),
         "seq": trainer.ledger.seq,
-        "steps": len(r.steps),
-        "evals": len(r.evals),
-        "census": len(r.census),
+        "steps": len(result.steps),
+        "evals": len(result.evals),
+        "census": len(result.census),
     }
 
 

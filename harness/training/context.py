@@ -66,16 +66,20 @@ class RunContext:
     step: int = 0
 
     def __post_init__(self) -> None:
-        r = self.settings.rollout
+        rollout = self.settings.rollout
         self.blanks = self.settings.blanks
         self.device = next(self.model.parameters()).device
-        self.group_size = self.blanks.data.group_size or r.group_size
+        self.group_size = self.blanks.data.group_size or rollout.group_size
         self.params = SamplingParams(
-            r.temperature, r.top_p, r.top_k, r.max_new_tokens, ignore_eos=r.ignore_eos
+            rollout.temperature,
+            rollout.top_p,
+            rollout.top_k,
+            rollout.max_new_tokens,
+            ignore_eos=rollout.ignore_eos,
         )
         self.score_params = self.params.scoring()
         self.turns = max(1, self.task.max_turns)
-        self.l_max = self.blanks.normalization.l_max or r.max_new_tokens * self.turns
+        self.l_max = self.blanks.normalization.l_max or rollout.max_new_tokens * self.turns
         self.pad_id = self.tokenizer.pad_token_id or 0
 
     # ------------------------------------------------------------------ data and its cost
@@ -86,10 +90,10 @@ class RunContext:
     def worst_rollouts(self, n: int) -> dict[str, float]:
         """The most ``n`` episodes can cost: every turn at the generation and context limits."""
 
-        r = self.settings.rollout
+        rollout = self.settings.rollout
         return {
-            "launched_tokens": float(n * self.turns * r.max_new_tokens),
-            "prompt_tokens": float(n * self.turns * r.max_prompt_tokens),
+            "launched_tokens": float(n * self.turns * rollout.max_new_tokens),
+            "prompt_tokens": float(n * self.turns * rollout.max_prompt_tokens),
             "rollouts_launched": float(n),
             "env_steps": float(n * self.turns),
             "verifier_calls": float(n * self.turns),

@@ -388,24 +388,28 @@ def sample_and_check(
     """Fresh episodes (``group_size`` per instance, the rollout's sampling settings, generator seeded
     by ``seed``) from ``engine``, and the contract checked on them against ``model``."""
 
-    r = rollout
     batch = run_episodes(
         engine,
         tokenizer,
         task,
         instances,
         group_size,
-        SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens),
-        max_context_tokens=r.max_prompt_tokens,
+        SamplingParams(
+            rollout.temperature,
+            rollout.top_p,
+            rollout.top_k,
+            rollout.max_new_tokens,
+        ),
+        max_context_tokens=rollout.max_prompt_tokens,
         generator=torch.Generator().manual_seed(seed),
     )
     report = check_contract(
         batch,
         model,
         tokenizer,
-        temperature=r.temperature,
-        top_k=r.top_k,
-        top_p=r.top_p,
+        temperature=rollout.temperature,
+        top_k=rollout.top_k,
+        top_p=rollout.top_p,
         reward_range=reward_range,
         group_size=group_size,
         policy_version=engine.policy_version,

@@ -273,7 +273,7 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly: weights, optimizers, RNG states, ledgers, results."""
 
-        r = self.result
+        result = self.result
         return {
             **self.ctx.state_dict(),
             "meter": self.ctx.meter.state_dict(),
@@ -281,7 +281,7 @@ class Trainer:
             "collector": self.collector.state_dict(),
             "objective": self.objective.state_dict(),
             "next_eval": self.next_eval,
-            "result": {k: getattr(r, k) for k in ("steps", "evals", "census", "eval_cost")},
+            "result": {k: getattr(result, k) for k in ("steps", "evals", "census", "eval_cost")},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -291,6 +291,8 @@ class Trainer:
         self.ctx.meter.load_state_dict(state["meter"])
         self.eval_meter.load_state_dict(state["eval_meter"])
         self.next_eval = state["next_eval"]
-        r = state["result"]
-        self.result = RunResult(list(r["steps"]), list(r["evals"]), list(r["census"]), self.ledger)
-        self.result.eval_cost = dict(r["eval_cost"])
+        result = state["result"]
+        self.result = RunResult(
+            list(result["steps"]), list(result["evals"]), list(result["census"]), self.ledger
+        )
+        self.result.eval_cost = dict(result["eval_cost"])

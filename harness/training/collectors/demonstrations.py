@@ -72,13 +72,15 @@ class Demonstrations(Collector):
         seed: int = 0,
     ):
         self.ctx, self.pool = ctx, pool
-        r = ctx.settings.rollout
+        rollout = ctx.settings.rollout
         self.n = (
-            min(batch_size, pool.size) if pool is not None else r.prompts_per_step * ctx.group_size
+            min(batch_size, pool.size)
+            if pool is not None
+            else rollout.prompts_per_step * ctx.group_size
         )
         self.pool_gen = torch.Generator().manual_seed(seed)
         longest = int(pool.row_action_tokens().max()) if pool is not None else 0
-        self.max_tokens = max(longest, r.max_new_tokens * ctx.turns)
+        self.max_tokens = max(longest, rollout.max_new_tokens * ctx.turns)
 
     def worst_case(self) -> dict[str, float]:
         return {

@@ -56,8 +56,10 @@ class ReplayBuffer:
     def worst_case_tokens(self) -> float:
         """The most a draw can replay: per_step groups of G episodes at the length limits."""
 
-        r = self.ctx.settings.rollout
-        return float(self.spec.per_step * self.ctx.group_size * self.ctx.turns * r.max_new_tokens)
+        rollout = self.ctx.settings.rollout
+        return float(
+            self.spec.per_step * self.ctx.group_size * self.ctx.turns * rollout.max_new_tokens
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"groups": self.groups}

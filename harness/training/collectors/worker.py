@@ -126,11 +126,15 @@ class CollectorCore:
         self.model = init["model"].to(init.get("device", "cpu"))
         self.model.eval()
         self.timer = DeviceTimer(torch.device(init.get("device", "cpu")))
-        r = init["rollout"]
+        rollout = init["rollout"]
         self.params = SamplingParams(
-            r.temperature, r.top_p, r.top_k, r.max_new_tokens, ignore_eos=r.ignore_eos
+            rollout.temperature,
+            rollout.top_p,
+            rollout.top_k,
+            rollout.max_new_tokens,
+            ignore_eos=rollout.ignore_eos,
         )
-        self.engine = make_engine(r, self.model, init["tokenizer"], seed=int(init["seed"]))
+        self.engine = make_engine(rollout, self.model, init["tokenizer"], seed=int(init["seed"]))
         self.gate = VerifierGate(init["task"])
         self.spool = Path(init["spool"])
         self.version: int | None = None

@@ -29,10 +29,10 @@ def batch_metrics(
     """Rewards, advantage size, lengths and failures of a trained batch; with step labels from
     the environment (a multi-step task), the share of labelled steps that were right."""
 
-    r = batch.reward
+    rewards = batch.reward
     out = {
-        "reward_mean": float(r.mean()),
-        "reward_std": float(r.std()) if r.numel() > 1 else 0.0,
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
         "adv_abs_mean": float((adv.abs() * mask).sum() / mask.sum().clamp(min=1)),
         "truncated_frac": float(batch.truncated.float().mean()),
         "failed": float(batch.failed.sum()),
@@ -46,8 +46,8 @@ def batch_metrics(
 def reads_reference(blanks) -> bool:
     """Whether any blank reads the reference policy's log-probs (KL in the loss or the reward)."""
 
-    r = blanks.regularizer
-    return r.loss_kl_coef > 0 or r.reward_kl_coef > 0
+    reg = blanks.regularizer
+    return reg.loss_kl_coef > 0 or reg.reward_kl_coef > 0
 
 
 def reads_old_before_update(blanks) -> bool:
