@@ -262,11 +262,68 @@ def _fill_factory_defaults(cls: Any, raw: dict[str, Any]) -> None:
                 prop["default"] = to_jsonable_python(field.get_default(call_default_factory=True))
 
 
+def _budget_keys(prop: dict[str, Any]) -> list[str]:
+    """The ``budget`` section: every ledger counter as a key."""
+
+    from sixblanks.budgets.counters import COUNTERS
+    from sixblanks.budgets.ledger import TIME_COUNTERS
+
+    out: list[str] = []
+    out += [
+        "### `budget` {#budget}",
+        "",
+        _rst_to_md(prop.get("description", "")) + " Any ledger counter may be limited "
+        "(the same keys in `ladder.budget`, `sweep.trial_budget` and "
+        "`sweep.total_budget`):",
+        "",
+        "| key | type | default | description |",
+        "|---|---|---|---|",
+    ]
+    out += [
+        f"| `budget.{k}` | {'seconds, > 0' if k in TIME_COUNTERS else 'whole number, > 0'} | "
+        f"no limit | {_cell(v)} |"
+        for k, v in COUNTERS.items()
+    ]
+    out.append("")
+    return out
+
+
+def _arm_keys(schema, prop: dict[str, Any]) -> list[str]:
+    """The ``arms.<arm>`` section and every blank an arm may override."""
+
+    from sixblanks.algorithms.blanks import Blanks
+
+    out: list[str] = []
+    arm = schema.resolve(prop["additionalProperties"])
+    arm_md = _render_sections(
+        schema, [("arms.<arm>", arm, "One arm: a preset and its overrides.")], 3
+    )
+    out += [
+        line.replace("| mapping |", "| mapping, [below](#arms-arm-blanks) |")
+        if line.startswith("| `arms.<arm>.blanks` |")
+        else line
+        for line in arm_md
+    ]
+    blanks_raw = Blanks.model_json_schema()
+    _fill_factory_defaults(Blanks, blanks_raw)
+    blanks = _Schema(blanks_raw)
+    out += [
+        "### `arms.<arm>.blanks` {#arms-arm-blanks}",
+        "",
+        "Overrides of the preset's blanks, by dotted path (`weight.eps_high`); the "
+        "defaults below are the template's, which a preset changes (`sixblanks explain "
+        "PRESET`). The blanks are described in [the six blanks](../algorithms.md).",
+        "",
+    ]
+    nested: list[tuple[str, dict[str, Any], str]] = []
+    out += _table(blanks.rows(blanks_raw, "arms.<arm>.blanks", nested))
+    out += _render_sections(blanks, nested, 4)
+    return out
+
+
 def experiment_keys() -> str:
     """Every key of the experiment file, by section."""
 
-    from sixblanks.algorithms.blanks import Blanks
-    from sixblanks.budgets.counters import COUNTERS
     from sixblanks.harness.config import ExperimentConfig
 
     raw = ExperimentConfig.model_json_schema()
@@ -303,46 +360,9 @@ def experiment_keys() -> str:
                 "",
             ]
         elif key == "budget":  # a mapping: any ledger counter may be limited
-            out += [
-                "### `budget` {#budget}",
-                "",
-                _rst_to_md(prop.get("description", "")) + " Any ledger counter may be limited "
-                "(the same keys in `ladder.budget`, `sweep.trial_budget` and "
-                "`sweep.total_budget`):",
-                "",
-                "| key | type | default | description |",
-                "|---|---|---|---|",
-            ]
-            out += [
-                f"| `budget.{k}` | number, > 0 | no limit | {_cell(v)} |"
-                for k, v in COUNTERS.items()
-            ]
-            out.append("")
+            out += _budget_keys(prop)
         elif key == "arms":  # a mapping of arm name to ArmConfig, whose blanks are Blanks
-            arm = schema.resolve(prop["additionalProperties"])
-            arm_md = _render_sections(
-                schema, [("arms.<arm>", arm, "One arm: a preset and its overrides.")], 3
-            )
-            out += [
-                line.replace("| mapping |", "| mapping, [below](#arms-arm-blanks) |")
-                if line.startswith("| `arms.<arm>.blanks` |")
-                else line
-                for line in arm_md
-            ]
-            blanks_raw = Blanks.model_json_schema()
-            _fill_factory_defaults(Blanks, blanks_raw)
-            blanks = _Schema(blanks_raw)
-            out += [
-                "### `arms.<arm>.blanks` {#arms-arm-blanks}",
-                "",
-                "Overrides of the preset's blanks, by dotted path (`weight.eps_high`); the "
-                "defaults below are the template's, which a preset changes (`sixblanks explain "
-                "PRESET`). The blanks are described in [the six blanks](../algorithms.md).",
-                "",
-            ]
-            nested: list[tuple[str, dict[str, Any], str]] = []
-            out += _table(blanks.rows(blanks_raw, "arms.<arm>.blanks", nested))
-            out += _render_sections(blanks, nested, 4)
+            out += _arm_keys(schema, prop)
     return "\n".join(out)
 
 
