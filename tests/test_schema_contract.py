@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from reports import data as report_data
 from sixblanks.harness.store.database import SCHEMA, append_rows, schema_columns
 from sixblanks.harness.store.schema_doc import DOC, NOTES, SchemaDocError, column_table, render
+from sixblanks.reports import data as report_data
 
 READ = {
     "runs": report_data.RUNS,
@@ -28,7 +28,7 @@ COMPATIBLE = {("VARCHAR", "JSON")}
 
 
 def test_every_column_the_reports_read_is_in_the_store_with_a_compatible_type():
-    from reports.selfplay import COLUMNS as SELFPLAY
+    from sixblanks.reports.selfplay import COLUMNS as SELFPLAY
 
     problems = []
     for table, columns in [*READ.items(), ("selfplay_evals", dict.fromkeys(SELFPLAY))]:
@@ -46,7 +46,7 @@ def test_the_reports_queries_bind_on_a_store_of_the_schema(tmp_path):
     holds the schema and rows enough to reach each query: a column its SQL names that the store
     lacks is a DuckDB binder error."""
 
-    from reports.build import load
+    from sixblanks.reports.build import load
 
     append_rows(
         tmp_path,

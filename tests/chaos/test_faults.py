@@ -80,7 +80,7 @@ def test_a_sigkill_inside_the_ingest_transaction_loses_nothing(finished, tmp_pat
         chaos.rows(want[table], n, f"{table} rows ingested by the run")
     dying = (
         "import os, signal, sys\n"
-        "from sixblanks.harness import store\n"
+        "from sixblanks.harness.store import database as store\n"
         "calls, insert = [0], store._insert\n"
         "def dying(con, table, rows):\n"
         "    insert(con, table, rows)\n"
