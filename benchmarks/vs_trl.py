@@ -309,23 +309,15 @@ def trl_generation(task, model0, tok, steps: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=6, help="Timed steps per run (after one warm-up).")
-    ap.add_argument("--reps", type=int, default=5, help="Alternating runs of each side.")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (both sides).")
-    args = ap.parse_args()
+    """Times sixblanks against TRL's GRPOTrainer (alternating runs, then the instrumented runs and
+    the floors) and prints the comparison."""
+
+    args = parse_args()
     try:
         import trl
     except ImportError:
         sys.exit("benchmarks/vs_trl.py needs TRL: run `make trl`, then .venv-trl/bin/python ...")
-    import logging
-    import warnings
-
-    import transformers
-
-    warnings.filterwarnings("ignore")
-    transformers.logging.set_verbosity_error()
-    logging.getLogger("trl").setLevel(logging.ERROR)
+    quiet_logs()
     torch.set_num_threads(args.threads)
     task, model0, tok = policy()
     n_params = sum(p.numel() for p in model0.parameters())
@@ -334,38 +326,92 @@ def main() -> None:
         f"{NEW_TOKENS} tokens, fp32, {args.threads} threads, TRL {trl.__version__}, "
         f"torch {torch.__version__}; {args.reps} alternating runs x {args.steps} steps each"
     )
+    ours, theirs, ratio = alternating_runs(task, model0, tok, args.steps, args.reps)
+    lagged = statistics.median(sixblanks_run(task, model0, tok, args.steps, overlap=True))
+    print(
+        f"{'sixblanks overlapped (lag 1)':30s} {lagged:8.3f} {1 / lagged:8.2f}   "
+        f"{theirs / lagged:.2f}x TRL: a separate row, not the identical algorithm (a collector "
+        "process samples batch k+1 during the update on batch k)"
+    )
+    s_gen, total, t_gen = step_breakdowns(task, model0, tok, args.steps)
+    g_floor, u_floor = floors(model0, tok)
+    print(
+        f"\nfloors (matrix products alone at the step's shapes, the sampler's random draws; "
+        f"{args.threads} thread):\n"
+        f"  {'generation':30s} {g_floor:7.3f} s/step (sixblanks {s_gen:.3f}, TRL {t_gen:.3f})\n"
+        f"  {'the update (fwd + bwd)':30s} {u_floor:7.3f} s/step (the same work on both sides; "
+        "sixblanks computes each shared prompt once, so its share is smaller)"
+    )
+    if ratio >= 1.5:
+        print(f"1.5x: met ({ratio:.2f}x, median of {args.reps} alternating pairs)")
+    else:
+        # the generation time giving 1.5x, the rest of sixblanks' step as now
+        need = theirs / 1.5 - (ours - s_gen * ours / total)
+        print(
+            f"1.5x: not met ({ratio:.2f}x); it needs sixblanks at {theirs / 1.5:.3f} s/step: with "
+            f"the rest of its step as measured, generation at {need:.3f} s/step "
+            f"({s_gen * ours / total / max(need, 1e-9):.2f}x faster than now; floor {g_floor:.3f})"
+        )
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line's options: timed steps per run, alternating runs, torch threads."""
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=6, help="Timed steps per run (after one warm-up).")
+    ap.add_argument("--reps", type=int, default=5, help="Alternating runs of each side.")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (both sides).")
+    return ap.parse_args()
+
+
+def quiet_logs() -> None:
+    """Silences the warnings and the transformers and TRL logs below errors."""
+
+    import logging
+    import warnings
+
+    import transformers
+
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    logging.getLogger("trl").setLevel(logging.ERROR)
+
+
+def alternating_runs(task, model0, tok, steps: int, reps: int) -> tuple[float, float, float]:
+    """(sixblanks s/step, TRL s/step, their steps/s ratio): medians over ``reps`` alternating runs
+    of each side, after one uncounted run of each; prints each pair and the medians."""
+
     # one uncounted run of each side first (the process's first run pays one-off start-up costs)
     sixblanks_run(task, model0, tok, 1)
     with contextlib.redirect_stdout(sys.stderr):
         trl_run(task, model0, tok, 1)
     ours, theirs, ratios = [], [], []
-    for r in range(args.reps):
-        a = statistics.median(sixblanks_run(task, model0, tok, args.steps))
+    for r in range(reps):
+        a = statistics.median(sixblanks_run(task, model0, tok, steps))
         with contextlib.redirect_stdout(sys.stderr):
-            b = statistics.median(trl_run(task, model0, tok, args.steps))
+            b = statistics.median(trl_run(task, model0, tok, steps))
         ours.append(a)
         theirs.append(b)
         ratios.append(b / a)
         print(f"  run {r + 1}: sixblanks {a:.3f} s/step, TRL {b:.3f} s/step, ratio {b / a:.2f}x")
-    a, b = statistics.median(ours), statistics.median(theirs)
+    ours_step, trl_step = statistics.median(ours), statistics.median(theirs)
     print(f"\n{'':30s} {'s/step':>8s} {'steps/s':>8s}")
-    print(f"{'TRL GRPOTrainer':30s} {b:8.3f} {1 / b:8.2f}")
-    print(f"{'sixblanks (synchronous)':30s} {a:8.3f} {1 / a:8.2f}")
-    print(
-        f"sixblanks / TRL steps/s: {statistics.median(ratios):.2f}x (median of {args.reps} pairs)"
-    )
-    lagged = statistics.median(sixblanks_run(task, model0, tok, args.steps, overlap=True))
-    print(
-        f"{'sixblanks overlapped (lag 1)':30s} {lagged:8.3f} {1 / lagged:8.2f}   "
-        f"{b / lagged:.2f}x TRL: a separate row, not the identical algorithm (a collector process "
-        "samples batch k+1 during the update on batch k)"
-    )
-    per, total = breakdown(task, model0, tok, args.steps)
+    print(f"{'TRL GRPOTrainer':30s} {trl_step:8.3f} {1 / trl_step:8.2f}")
+    print(f"{'sixblanks (synchronous)':30s} {ours_step:8.3f} {1 / ours_step:8.2f}")
+    print(f"sixblanks / TRL steps/s: {statistics.median(ratios):.2f}x (median of {reps} pairs)")
+    return ours_step, trl_step, statistics.median(ratios)
+
+
+def step_breakdowns(task, model0, tok, steps: int) -> tuple[float, float, float]:
+    """(sixblanks' generation s/step, its whole step's s/step, TRL's generation s/step) of the
+    instrumented runs; prints where a sixblanks step goes and both sides' generation."""
+
+    per, total = breakdown(task, model0, tok, steps)
     print(f"\nwhere a sixblanks step goes ({total:.3f} s/step, instrumented run):")
     for k, v in sorted(per.items(), key=lambda kv: -kv[1]):
         print(f"  {k:45s} {v:7.3f} s {100 * v / total:5.1f}%")
     with contextlib.redirect_stdout(sys.stderr):
-        t_gen, t_all = trl_generation(task, model0, tok, args.steps)
+        t_gen, t_all = trl_generation(task, model0, tok, steps)
     s_gen = per["generation"]
     print(f"\n{'':32s} {'sixblanks':>10s} {'TRL':>8s}   (s/step, instrumented runs)")
     print(f"{'generation':32s} {s_gen:10.3f} {t_gen:8.3f}   ({t_gen / s_gen:.2f}x)")
@@ -375,24 +421,7 @@ def main() -> None:
         f"ceiling of the steps/s ratio with sixblanks' generation free: "
         f"{t_all / (total - s_gen):.2f}x (TRL's step over sixblanks' step without generation)"
     )
-    g_floor, u_floor = floors(model0, tok)
-    print(
-        f"\nfloors (matrix products alone at the step's shapes, the sampler's random draws; "
-        f"{args.threads} thread):\n"
-        f"  {'generation':30s} {g_floor:7.3f} s/step (sixblanks {s_gen:.3f}, TRL {t_gen:.3f})\n"
-        f"  {'the update (fwd + bwd)':30s} {u_floor:7.3f} s/step (the same work on both sides; "
-        "sixblanks computes each shared prompt once, so its share is smaller)"
-    )
-    ratio = statistics.median(ratios)
-    if ratio >= 1.5:
-        print(f"1.5x: met ({ratio:.2f}x, median of {args.reps} alternating pairs)")
-    else:
-        need = b / 1.5 - (a - s_gen * a / total)  # generation time giving 1.5x, the rest as now
-        print(
-            f"1.5x: not met ({ratio:.2f}x); it needs sixblanks at {b / 1.5:.3f} s/step: with the "
-            f"rest of its step as measured, generation at {need:.3f} s/step "
-            f"({s_gen * a / total / max(need, 1e-9):.2f}x faster than now; floor {g_floor:.3f})"
-        )
+    return s_gen, total, t_gen
 
 
 if __name__ == "__main__":
