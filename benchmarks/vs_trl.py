@@ -309,8 +309,7 @@ def trl_generation(task, model0, tok, steps: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    """Times sixblanks against TRL's GRPOTrainer (alternating runs, then the instrumented runs and
-    the floors) and prints the comparison."""
+    """Prints sixblanks against TRL: alternating runs, instrumented runs, floors, the 1.5x test."""
 
     args = parse_args()
     try:
@@ -378,8 +377,7 @@ def quiet_logs() -> None:
 
 
 def alternating_runs(task, model0, tok, steps: int, reps: int) -> tuple[float, float, float]:
-    """(sixblanks s/step, TRL s/step, their steps/s ratio): medians over ``reps`` alternating runs
-    of each side, after one uncounted run of each; prints each pair and the medians."""
+    """(sixblanks s/step, TRL s/step, ratio): medians of alternating runs, pairs printed."""
 
     # one uncounted run of each side first (the process's first run pays one-off start-up costs)
     sixblanks_run(task, model0, tok, 1)
@@ -403,8 +401,7 @@ def alternating_runs(task, model0, tok, steps: int, reps: int) -> tuple[float, f
 
 
 def step_breakdowns(task, model0, tok, steps: int) -> tuple[float, float, float]:
-    """(sixblanks' generation s/step, its whole step's s/step, TRL's generation s/step) of the
-    instrumented runs; prints where a sixblanks step goes and both sides' generation."""
+    """(sixblanks generation, sixblanks step, TRL generation) s/step, instrumented runs."""
 
     per, total = breakdown(task, model0, tok, steps)
     print(f"\nwhere a sixblanks step goes ({total:.3f} s/step, instrumented run):")

@@ -50,9 +50,7 @@ from .tables import (
 
 
 def load(out_dir: Path, baseline: str | None = None) -> Data:
-    """The report's data from ``out_dir``'s results store, ``baseline`` the arm P(improvement) is
-    measured against (default: the first arm of the config); :class:`ReportError` for an empty
-    store or an unknown baseline."""
+    """The report's data from ``out_dir``'s store; ReportError for an unknown ``baseline`` arm."""
 
     stored = _read_store(out_dir)
     config, runs = stored["config"], stored["runs"]
@@ -88,9 +86,9 @@ def load(out_dir: Path, baseline: str | None = None) -> Data:
 
 
 def _read_store(out_dir: Path) -> dict[str, Any]:
-    """{Data field: value} of every table the report reads, as the store holds it (the name and
-    config of its experiment; ReportError where it has none)."""
+    """{Data field: value} of every table the report reads, as the store holds it."""
 
+    # ReportError: no store, or one without an experiment
     con = connect(out_dir)
     try:
         exp = con.sql("SELECT name, config FROM experiments").pl()
@@ -140,10 +138,11 @@ def _read_store(out_dir: Path) -> dict[str, Any]:
 
 
 def _with_positions(evals: pl.DataFrame) -> pl.DataFrame:
-    """``evals`` with a split on every row (``heldout``: a store written before splits) and each
-    evaluation's position on the env-steps and wall-clock axes: its own columns, else the counters
-    recorded with it (a store written before those columns existed)."""
+    """``evals`` with the split and the env-steps and wall-clock positions of older stores."""
 
+    # a store written before splits: heldout; an evaluation's position on the env-steps and
+    # wall-clock axes: its own columns, else the counters recorded with it (a store written before
+    # those columns existed)
     return evals.with_columns(
         pl.col("split").fill_null("heldout"),
         *[
@@ -154,10 +153,9 @@ def _with_positions(evals: pl.DataFrame) -> pl.DataFrame:
 
 
 def _score_split(splits: list[str]) -> str | None:
-    """The split the scores come from: the first of SPLIT_PREFERENCE evaluated, else the first
-    other split in sorted order but validation, validation as the last resort; None without
-    evaluations."""
+    """The split scores come from (SPLIT_PREFERENCE, else not validation); None without any."""
 
+    # validation (what sweeps select on) only where nothing else was evaluated
     return next((s for s in SPLIT_PREFERENCE if s in splits), None) or next(
         (s for s in sorted(splits) if s != "validation"), "validation" if splits else None
     )
@@ -166,10 +164,9 @@ def _score_split(splits: list[str]) -> str | None:
 def _normalized(
     scored: pl.DataFrame, tasks: list[str]
 ) -> tuple[pl.DataFrame, dict[str, tuple[float, float]] | None]:
-    """(``scored`` with ``nscore``, the per-task ranges or None). As rliable: scores min-max
-    normalized per task where tasks differ in scale (built-in rewards lie in [0, 1]); otherwise
-    ``nscore`` is the raw score."""
+    """(``scored`` with ``nscore``, per-task ranges or None): min-max per task if scales differ."""
 
+    # rliable: scores normalized per task where tasks differ in scale (built-in rewards lie in [0, 1])
     ranges = None
     if len(tasks) > 1:
         ranges = stats.task_ranges(

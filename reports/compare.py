@@ -269,8 +269,7 @@ def build_comparison(
 def shared_keys(
     dirs: list[Path], datas: list[Data], table: list[ArmTaskStats]
 ) -> list[tuple[str, str]]:
-    """Every (arm, task) of the directories, in each one's arm order; :class:`ReportError` where
-    no (arm, task) is in two of them."""
+    """Every (arm, task) in each directory's arm order; ReportError where none is shared."""
 
     keys = list(
         dict.fromkeys(k for d, t in zip(datas, table) for a in d.arms for k in t if k[0] == a)
@@ -337,8 +336,7 @@ def difference_blocks(diffs: list[dict[str, Any]]) -> list[render.Block]:
 def audit_blocks(
     audit: list[tuple[str, str, list[str]]], agree: dict[str, int], names: list[str]
 ) -> list[render.Block]:
-    """The section of the audit items that differ (a table of them, if any) and the count of
-    those that agree."""
+    """The audit section: the items that differ (a table, if any) and the count that agree."""
 
     blocks: list[render.Block] = [
         render.Heading("Audit differences"),
@@ -378,8 +376,7 @@ def comparison_summary(
     audit: list[tuple[str, str, list[str]]],
     agree: dict[str, int],
 ) -> dict[str, Any]:
-    """compare.json: the directories, each arm x task's statistics per directory, the differences
-    and the audit items that differ or agree."""
+    """compare.json: the directories, their statistics, the differences and the audit."""
 
     return {
         "experiments": dict(zip(names, map(str, dirs))),

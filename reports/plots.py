@@ -132,8 +132,7 @@ def plots(
 
 
 def _statistics_evals(data: Data, scores: pl.DataFrame) -> pl.DataFrame:
-    """The scored evaluations (with device hours) of the runs behind the statistics: the finished
-    ones (all of an arm's, for an arm with none finished yet)."""
+    """The scored evaluations, device hours added, of the finished runs (all if an arm has none)."""
 
     finished = set(scores.filter(pl.col("status") == "finished")["run_id"].to_list())
     evals = data.scored.with_columns((pl.col("device_seconds") / 3600).alias("device_hours"))
@@ -150,8 +149,7 @@ def _statistics_evals(data: Data, scores: pl.DataFrame) -> pl.DataFrame:
 
 
 def _curve_and_final(ax, mean_curve: Curve, final: pl.DataFrame, x: str, y: str, color, arm: str):
-    """Draws an arm's mean curve and a cross at its final score (the mean of ``final``'s runs at
-    their ends); returns whether a dotted part was drawn."""
+    """Whether a dotted part was drawn, drawing an arm's mean curve and its final-score cross."""
 
     partial = draw(ax, mean_curve, color, arm)
     ax.scatter([final[x].mean()], [final[y].mean()], marker="x", color=color, zorder=4)
@@ -167,8 +165,7 @@ def _cost_panel(
     colors,
     column: str,
 ) -> bool:
-    """Draws each arm's normalized score against one cost counter ``column`` on ``ax``; returns
-    whether a dotted part was drawn."""
+    """Whether a dotted part was drawn, drawing each arm's score against cost ``column``."""
 
     partial = False
     for arm in arms:
@@ -227,8 +224,7 @@ def _task_panel(
     colors,
     task: str,
 ) -> bool:
-    """Draws each arm's raw score on ``task`` against launched tokens on ``ax``; returns whether a
-    dotted part was drawn."""
+    """Whether a dotted part was drawn, drawing each arm's raw score on ``task``."""
 
     partial = False
     for arm in arms:

@@ -63,8 +63,7 @@ def run_row(
     steps: list[dict[str, Any]],
     evals: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """The run's ``runs`` row: its spec, state, times and final score (the last evaluation's where
-    the result has none)."""
+    """The run's ``runs`` row (final score: the result's, else the last evaluation's)."""
 
     state = status.get("state", "pending")
     final = result.get("final_score")
@@ -111,8 +110,7 @@ def budget_rows(
 
 
 def ledger_table(rid: str, steps: list[dict[str, Any]]) -> pa.Table | list:
-    """The ledger's cumulative counters after each step, discarded tokens by reason included, as
-    one table (an empty list for a run without steps)."""
+    """The ledger after each step, discards by reason included ([] for a run without steps)."""
 
     n_steps = len(steps)
     # column-wise construction: one pass per key, not per (step, key) pair
@@ -130,9 +128,9 @@ def ledger_table(rid: str, steps: list[dict[str, Any]]) -> pa.Table | list:
 
 
 def discard_rows(rid: str, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One ``discards`` row per reason and step that discarded something: the rollouts and tokens
-    discarded in that step (the increase of the ledger's cumulative counts)."""
+    """One ``discards`` row per reason and step that discarded something (that step's share)."""
 
+    # a step's share: the increase of the ledger's cumulative counts over the step before
     discards = []
     for reason in DISCARD_REASONS:
         tokens = [float(e.get(f"ledger.discarded_tokens.{reason}", 0.0)) for e in steps]
@@ -163,8 +161,7 @@ METRICS_SCHEMA = {
 
 
 def metrics_table(rid: str, steps: list[dict[str, Any]]) -> pa.Table:
-    """The steps' numeric metrics (not the ledger's), one (run, step, name, value) row each;
-    null values left out."""
+    """The steps' numeric non-ledger metrics, a (run, step, name, value) row each, no nulls."""
 
     # steps grouped by their key set, then one list comprehension per (group, key)
     groups: dict[tuple, list[int]] = {}
@@ -200,8 +197,7 @@ def metrics_table(rid: str, steps: list[dict[str, Any]]) -> pa.Table:
 
 
 def eval_rows(rid: str, spec: dict[str, Any], evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One ``evals`` row per evaluation record: score, position on every cost axis, pass@k,
-    per-instance detail, its own cost and any inference-time search's."""
+    """One ``evals`` row per evaluation: score, positions, pass@k, detail, own and search cost."""
 
     rows = []
     for record in evals:
@@ -234,8 +230,7 @@ def eval_rows(rid: str, spec: dict[str, Any], evals: list[dict[str, Any]]) -> li
 
 
 def census_rows(rid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One ``census`` row per dynamic-sampling census record: its counts and the dropped groups
-    by verdict."""
+    """One ``census`` row per dynamic-sampling census record, the dropped groups by verdict."""
 
     return [
         {
