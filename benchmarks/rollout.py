@@ -23,7 +23,7 @@ import torch
 from sixblanks.harness.config import ModelConfig
 from sixblanks.harness.models import load_policy
 from sixblanks.harness.rollout.agent import run_episodes
-from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
+from sixblanks.harness.rollout.engine import HFEngine, SamplingParams, left_padded
 from sixblanks.harness.tasks import make_task
 
 
@@ -79,23 +79,12 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token ids, attention mask) of ``prompts`` padded on the left to the longest."""
-
-    width = max(map(len, prompts))
-    ids = torch.full((len(prompts), width), pad_id)
-    attn = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :], attn[i, width - len(p) :] = torch.tensor(p), 1
-    return ids, attn
-
-
 def engine_and_generate_rates(
     model, tok, prompts: list[list[int]], new: int, repeats: int
 ) -> dict[str, float]:
     """Best tokens/s of the HF engine and of bare model.generate, ``new`` tokens each."""
 
-    ids, attn = left_padded(prompts, tok.pad_token_id)
+    ids, attn = left_padded(prompts, tok.pad_token_id, "cpu")
     width = ids.shape[1]
     engine = HFEngine(model, tok)
     # no stop, no EOS: both generate exactly `new` tokens per sequence
