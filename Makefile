@@ -20,7 +20,7 @@ SHELL := /bin/bash
 # this machine's pip config names optional local indexes that may not exist; hide those warnings only
 PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: run test test-main test-vllm test-properties lint format setup vllm trl clean schema
+.PHONY: run findings test test-main test-vllm test-properties lint format setup vllm trl clean schema
 
 setup: $(STAMP)
 
@@ -61,6 +61,11 @@ $(TRL_STAMP): pyproject.toml $(CONSTRAINTS)
 run: $(STAMP)
 	@$(VENV)/bin/sixblanks --quiet schema -o sixblanks.schema.json
 	$(VENV)/bin/sixblanks run $(CONFIG)
+
+# every published claim under experiments/findings (seeds added until the arms separate), the
+# findings report in runs/findings/index.html, and README's table of verdicts rewritten
+findings: $(STAMP)
+	$(VENV)/bin/sixblanks findings experiments/findings --out runs/findings --readme README.md
 
 # the whole suite: everything in the main venv, then the vLLM tests for real in .venv-vllm. Both
 # halves run whatever the first gives; each one's outcome is printed, and the target fails at the

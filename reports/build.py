@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import credit, diagnostics, lag, mismatch, render, selfplay, stats, worldmodel
+from . import credit, diagnostics, lag, mismatch, pairs, render, selfplay, stats, worldmodel
 from .audit_tables import blanks_blocks, fairness_blocks
 from .data import (
     CENSUS,
@@ -299,8 +299,10 @@ def build_report(
 
     blocks = intro_blocks(d, resamples)
     blocks += scores_blocks(d, rows, task_rows)
+    blocks += pairs.paired_blocks(d)
     for name in ("final_scores.png", "score_vs_cost.png", "task_curves.png"):
         blocks += image(name)
+    blocks += pairs.curve_blocks(d, resamples=max(20, min(200, resamples // 10)))
     blocks += census_blocks(d)
     for name in ("sampling_census.png", "census.png", "training_curves.png", "lag.png"):
         blocks += image(name)

@@ -71,7 +71,7 @@ EVALS = (
         ("launched_tokens", "accepted_tokens", "device_seconds", "verifier_calls"), "DOUBLE"
     )
     | dict.fromkeys(("env_steps", "wall_seconds"), "DOUBLE")
-    | {"pass_at": "JSON", "position": "JSON"}
+    | {"pass_at": "JSON", "position": "JSON", "detail": "JSON"}
     | {
         f"eval_{k}": "DOUBLE"
         for k in ("generated_tokens", "verifier_calls", "device_seconds", "wall_seconds")

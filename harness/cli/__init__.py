@@ -15,7 +15,7 @@ import sys
 import typer
 
 from ..errors import SixblanksError
-from . import describe, experiment, studies  # noqa: F401 - each registers its commands on app
+from . import describe, experiment, findings, studies  # noqa: F401 - each registers its commands on app
 from .app import app
 
 

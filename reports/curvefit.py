@@ -1,0 +1,217 @@
+"""Compute curves: score against a budget axis fitted per arm with ScaleRL's sigmoid (Khatri et al.
+2025)
+
+    R(C) = R0 + (A - R0) / (1 + (C_mid / C) ** B)
+
+R0 is the score at C = 0 (the warm-start policy every arm starts from, held fixed), A the
+asymptote, B the efficiency exponent and C_mid the compute at which half of the gain A - R0 is
+reached. Two arms can differ in the asymptote (what they reach) or only in the efficiency (how fast
+they get there); a difference at one budget cannot tell which. Intervals resample an arm's runs
+(seeds) with replacement and refit.
+
+Shapes: ``c`` and ``r`` are ``[points]``; a run is one ``(c, r)`` pair, an arm a list of runs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+
+DIFFERS_ASYMPTOTE, DIFFERS_EFFICIENCY, NO_DIFFERENCE = (
+    "differs in asymptote",
+    "differs in efficiency",
+    "no difference",
+)
+
+
+def sigmoid(c: np.ndarray, a: float, b: float, c_mid: float, r0: float) -> np.ndarray:
+    """R(C) for ``c`` ``[points]`` (C > 0)."""
+
+    c = np.asarray(c, dtype=float)
+    return r0 + (a - r0) / (1.0 + (c_mid / c) ** b)
+
+
+@dataclass(frozen=True)
+class Fit:
+    a: float
+    b: float
+    c_mid: float
+    r0: float
+    rmse: float
+    points: int
+
+    def predict(self, c) -> np.ndarray:
+        return sigmoid(c, self.a, self.b, self.c_mid, self.r0)
+
+
+# the efficiency parameters are searched on a grid (A is then a closed-form least-squares value),
+# then the best point is refined; bootstrap refits reuse the grid with resampling weights, which
+# makes a few hundred refits one matrix product
+B_GRID = np.geomspace(0.1, 10.0, 48)
+MID_STEPS = 64
+
+
+def _grid(c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``[combos]`` B and log C_mid values and ``[combos, points]`` the shape g(C) = 1 / (1 +
+    (C_mid / C)^B) at each."""
+
+    lo, hi = np.log(c.min()) - 3.0, np.log(c.max()) + 4.0
+    b, m = np.meshgrid(B_GRID, np.linspace(lo, hi, MID_STEPS), indexing="ij")
+    b, m = b.ravel(), m.ravel()
+    g = 1.0 / (1.0 + np.exp(b[:, None] * (m[:, None] - np.log(c)[None, :])))
+    return b, m, g
+
+
+def _weighted_best(
+    w: np.ndarray, y: np.ndarray, g: np.ndarray, r0: float, bounds: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each weight row of ``w`` ``[resamples, points]``: the best grid combo, its asymptote A
+    and its weighted sum of squares. With y = R - R0, the model is y = (A - R0) g, linear in A."""
+
+    num = (w * y) @ g.T  # [resamples, combos]
+    den = w @ (g * g).T
+    with np.errstate(all="ignore"):
+        gain = np.clip(num / den, bounds[0] - r0, bounds[1] - r0)
+    sse = (w @ (y * y))[:, None] - 2 * gain * num + gain * gain * den
+    best = np.argmin(sse, axis=1)
+    rows = np.arange(len(w))
+    return best, gain[rows, best] + r0, sse[rows, best]
+
+
+def fit_curve(
+    c: np.ndarray, r: np.ndarray, r0: float, bounds: tuple[float, float] = (0.0, 1.0)
+) -> Fit | None:
+    """Least-squares fit of A, B, C_mid to the points with C > 0; ``bounds`` is the range the
+    scores can take (A is kept inside it). None with fewer than three distinct C."""
+
+    c, r = np.asarray(c, dtype=float), np.asarray(r, dtype=float)
+    keep = (c > 0) & np.isfinite(r)
+    c, r = c[keep], r[keep]
+    if len(np.unique(c)) < 3:
+        return None
+    b, m, g = _grid(c)
+    k, a, _ = _weighted_best(np.ones((1, len(c))), r - r0, g, r0, bounds)
+    p0 = (float(a[0]), float(b[k[0]]), float(m[k[0]]))
+    lo = [bounds[0], B_GRID[0], m.min() - 1]
+    hi = [bounds[1], B_GRID[-1], m.max() + 1]
+
+    def resid(p):
+        return sigmoid(c, p[0], p[1], np.exp(p[2]), r0) - r
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            x0 = np.clip(p0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
+            p = optimize.least_squares(resid, x0, bounds=(lo, hi)).x
+    except (ValueError, np.linalg.LinAlgError):
+        p = np.array(p0)
+    if np.mean(resid(p) ** 2) > np.mean(resid(np.array(p0)) ** 2):
+        p = np.array(p0)
+    err = float(np.sqrt(np.mean(resid(p) ** 2)))
+    return Fit(float(p[0]), float(p[1]), float(np.exp(p[2])), float(r0), err, int(len(c)))
+
+
+def _pooled(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    return (
+        np.concatenate([np.asarray(c, dtype=float) for c, _ in runs]),
+        np.concatenate([np.asarray(r, dtype=float) for _, r in runs]),
+    )
+
+
+@dataclass(frozen=True)
+class ArmFit:
+    fit: Fit | None
+    boots: np.ndarray  # [resamples, 3]: A, B, log C_mid of the refits
+
+    def interval(self, k: int) -> tuple[float, float]:
+        if len(self.boots) < 10:
+            return float("nan"), float("nan")
+        lo, hi = np.quantile(self.boots[:, k], [0.025, 0.975])
+        return float(lo), float(hi)
+
+
+def fit_arm(
+    runs: list[tuple[np.ndarray, np.ndarray]],
+    r0: float,
+    bounds: tuple[float, float] = (0.0, 1.0),
+    resamples: int = 200,
+    seed: int = 0,
+) -> ArmFit:
+    """The fit to every run's points pooled, and refits to runs resampled with replacement (a
+    resample weighs each run's points by how often the run was drawn; refits are on the grid)."""
+
+    fit = fit_curve(*_pooled(runs), r0, bounds) if runs else None
+    if fit is None or len(runs) < 2:
+        return ArmFit(fit, np.zeros((0, 3)))
+    c, r = _pooled(runs)
+    keep = (c > 0) & np.isfinite(r)
+    run_of = np.concatenate([np.full(len(cc), i) for i, (cc, _) in enumerate(runs)])[keep]
+    c, r = c[keep], r[keep]
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(runs), size=(resamples, len(runs)))
+    counts = np.stack([np.bincount(d, minlength=len(runs)) for d in draws])  # [resamples, runs]
+    b, m, g = _grid(c)
+    k, a, _ = _weighted_best(counts[:, run_of].astype(float), r - r0, g, r0, bounds)
+    return ArmFit(fit, np.column_stack([a, b[k], m[k]]))
+
+
+@dataclass(frozen=True)
+class CurveComparison:
+    verdict: str
+    d_a: tuple[float, float, float]  # difference of asymptotes: point, low, high
+    d_b: tuple[float, float, float]  # difference of efficiency exponents
+    d_log_mid: tuple[float, float, float]  # difference of log C_mid
+
+
+def compare_fits(x: ArmFit, y: ArmFit) -> CurveComparison | None:
+    """Arm x minus arm y: intervals of each parameter's difference from the independent refits
+    (paired by resample index). "differs in asymptote" where A's interval excludes 0; else
+    "differs in efficiency" where B's or log C_mid's does; else "no difference". None where either
+    arm has no fit or too few refits."""
+
+    if x.fit is None or y.fit is None or min(len(x.boots), len(y.boots)) < 10:
+        return None
+    n = min(len(x.boots), len(y.boots))
+    diff = x.boots[:n] - y.boots[:n]
+    points = (x.fit.a - y.fit.a, x.fit.b - y.fit.b, np.log(x.fit.c_mid / y.fit.c_mid))
+
+    def ci(k: int) -> tuple[float, float, float]:
+        lo, hi = np.quantile(diff[:, k], [0.025, 0.975])
+        return float(points[k]), float(lo), float(hi)
+
+    d_a, d_b, d_mid = ci(0), ci(1), ci(2)
+
+    def excludes_zero(t):
+        return t[1] > 0 or t[2] < 0
+
+    verdict = (
+        DIFFERS_ASYMPTOTE
+        if excludes_zero(d_a)
+        else DIFFERS_EFFICIENCY
+        if excludes_zero(d_b) or excludes_zero(d_mid)
+        else NO_DIFFERENCE
+    )
+    return CurveComparison(verdict, d_a, d_b, d_mid)
+
+
+def extrapolation_check(
+    runs: list[tuple[np.ndarray, np.ndarray]], r0: float, bounds=(0.0, 1.0)
+) -> dict[str, float] | None:
+    """Fit on the first half of the budget axis and predict the score at its end: the prediction,
+    the observed mean of the last points and their difference. None where the first half holds
+    fewer than three distinct positions."""
+
+    c, r = _pooled(runs)
+    end = float(c.max()) if len(c) else 0.0
+    first = c <= end / 2
+    fit = fit_curve(c[first], r[first], r0, bounds)
+    if fit is None:
+        return None
+    last = np.array([np.asarray(rr, dtype=float)[np.argmax(cc)] for cc, rr in runs if len(cc)])
+    at = np.array([np.max(cc) for cc, _ in runs if len(cc)])
+    predicted = float(np.mean(fit.predict(at)))
+    observed = float(last.mean())
+    return {"predicted": predicted, "observed": observed, "error": predicted - observed, "at": float(at.mean())}

@@ -1,0 +1,279 @@
+"""Every pair of arms, compared as the design allows: paired on seeds and held-out instances, with
+the minimum detectable effect beside each difference, and the compute-curve fit (asymptote or
+efficiency) on each budget axis.
+
+The final evaluation of each finished run gives one outcome per held-out instance; two arms pair
+on the seeds both finished, and every arm of an experiment is evaluated on the same instances, so
+the difference is taken per seed and instance (``paired.paired_difference``). Several pairs are
+judged together: "separated" uses Holm's step-down over the pairs' t-test p-values, so the chance
+of any false separation stays at 5%.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+from scipy import stats as sps
+
+from . import curvefit, paired
+from .render import Block, Cell, Heading, Para, Table
+from .tables import fmt
+
+if TYPE_CHECKING:
+    from .data import Data
+
+AXES = {
+    "launched_tokens": "launched tokens",
+    "verifier_calls": "verifier calls",
+    "device_seconds": "device-seconds",
+}
+
+
+def instance_scores(d: Data) -> dict[str, dict[int, np.ndarray]]:
+    """``{arm: {seed: [instances]}}``: each finished run's last evaluation of the score split,
+    every task's per-instance outcomes concatenated in the report's task order (normalized where the
+    tasks are)."""
+
+    if not d.scored.height or "detail" not in d.scored.columns:
+        return {}
+    ev = d.scored.filter(pl.col("status") == "finished").sort("run_id", "step")
+    out: dict[str, dict[int, list[np.ndarray]]] = {}
+    for (arm, seed), g in ev.group_by(["arm", "seed"], maintain_order=True):
+        by_task: dict[str, np.ndarray] = {}
+        for rid, rows in g.group_by("run_id", maintain_order=True):
+            last = rows.row(rows.height - 1, named=True)
+            detail = json.loads(last["detail"] or "{}")
+            for task, values in (detail or {}).items():
+                if values:
+                    v = np.asarray(values, dtype=float)
+                    if d.ranges and task in d.ranges:
+                        lo, hi = d.ranges[task]
+                        v = np.zeros_like(v) if hi == lo else (v - lo) / (hi - lo)
+                    by_task[task] = v
+        if by_task:
+            parts = [by_task[t] for t in d.tasks if t in by_task] or list(by_task.values())
+            out.setdefault(arm, {})[int(seed)] = np.concatenate(parts)
+    return out
+
+
+def holm(pvalues: list[float], alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down: which hypotheses are rejected with family-wise error ``alpha``."""
+
+    order = np.argsort(pvalues)
+    rejected = [False] * len(pvalues)
+    for rank, k in enumerate(order):
+        if not pvalues[k] <= alpha / (len(pvalues) - rank):
+            break
+        rejected[k] = True
+    return rejected
+
+
+def pair_rows(d: Data, confidence: float = 0.95) -> list[dict[str, Any]]:
+    """One row per pair of arms with shared seeds: the paired difference (first arm minus second),
+    its interval, standard errors paired and unpaired, the correlation of the arms' outcomes, the
+    minimum detectable effect at 80% power, the t-test p-value and the Holm verdict."""
+
+    scores = instance_scores(d)
+    arms = [a for a in d.arms if a in scores]
+    rows = []
+    for i, a in enumerate(arms):
+        for b in arms[i + 1 :]:
+            seeds = sorted(
+                s
+                for s in set(scores[a]) & set(scores[b])
+                if len(scores[a][s]) == len(scores[b][s])
+            )
+            if not seeds or len({len(scores[a][s]) for s in seeds}) != 1:
+                continue
+            ya = np.stack([scores[a][s] for s in seeds])
+            yb = np.stack([scores[b][s] for s in seeds])
+            pd_ = paired.paired_difference(ya, yb, confidence)
+            p = (
+                float(2 * sps.t.sf(abs(pd_.diff) / pd_.se, pd_.df))
+                if pd_.se > 0 and np.isfinite(pd_.df)
+                else (1.0 if pd_.se == 0 and pd_.diff == 0 else float("nan"))
+            )
+            rows.append({"a": a, "b": b, "p": p, **pd_.as_dict()})
+    verdicts = holm([r["p"] if np.isfinite(r["p"]) else 1.0 for r in rows], 1 - confidence)
+    for r, sep in zip(rows, verdicts):
+        r["separated"] = sep
+    return rows
+
+
+def arm_curves(d: Data, axis: str) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
+    """``{arm: [(positions on the axis, scores)]}``, one pair per finished run."""
+
+    ev = d.scored.filter(pl.col("status") == "finished")
+    if axis not in ev.columns:
+        return {}
+    out: dict[str, list] = {}
+    for (arm, _), g in ev.sort("step").group_by(["arm", "run_id"], maintain_order=True):
+        c = g[axis].to_numpy().astype(float)
+        if np.isfinite(c).all():
+            out.setdefault(arm, []).append((c, g["nscore"].to_numpy().astype(float)))
+    return out
+
+
+def curve_rows(d: Data, resamples: int = 100) -> tuple[dict, list[dict[str, Any]]]:
+    """Per axis and arm the sigmoid fit with intervals, and per axis and pair the verdict."""
+
+    r0 = d.warm_start_score
+    if r0 is None:
+        return {}, []
+    fits: dict[str, dict[str, curvefit.ArmFit]] = {}
+    for axis in AXES:
+        curves = arm_curves(d, axis)
+        fits[axis] = {
+            a: curvefit.fit_arm(curves[a], r0, resamples=resamples)
+            for a in d.arms
+            if a in curves
+        }
+    pairs = []
+    for i, a in enumerate(d.arms):
+        for b in d.arms[i + 1 :]:
+            row = {"a": a, "b": b}
+            for axis, by_arm in fits.items():
+                c = (
+                    curvefit.compare_fits(by_arm[a], by_arm[b])
+                    if a in by_arm and b in by_arm
+                    else None
+                )
+                row[axis] = c
+            pairs.append(row)
+    return fits, pairs
+
+
+def _diff_cell(r: dict[str, Any]) -> Cell:
+    text = f"{fmt(r['diff'])} [{fmt(r['low'])}, {fmt(r['high'])}]"
+    return Cell(text, "flag" if r["separated"] else "")
+
+
+def paired_blocks(d: Data) -> list[Block]:
+    rows = pair_rows(d)
+    if not rows:
+        return []
+    table = Table(
+        [
+            "arm A",
+            "arm B",
+            f"A − B, paired, mean [95% CI] ({d.score_label})",
+            "seeds × instances",
+            "SE paired / unpaired",
+            "outcome correlation",
+            "smallest detectable difference (80% power)",
+            "p (t-test)",
+            f"separated (Holm over {len(rows)} pairs)",
+        ],
+        [
+            [
+                r["a"],
+                r["b"],
+                _diff_cell(r),
+                f"{r['seeds']} × {r['instances']}",
+                f"{fmt(r['se'])} / {fmt(r['se_unpaired'])}"
+                + (
+                    f" ({100 * (1 - r['se'] / r['se_unpaired']):.0f}% smaller)"
+                    if r["se_unpaired"] > 0 and np.isfinite(r["se"])
+                    else ""
+                ),
+                fmt(r["correlation"], 2),
+                fmt(r["mde"]),
+                fmt(r["p"]),
+                "yes" if r["separated"] else "no: " + _no_verdict(r),
+            ]
+            for r in rows
+        ],
+    )
+    return [
+        Heading("Paired differences"),
+        Para(
+            "Each pair of arms compared on the seeds both finished and the held-out instances every "
+            "arm is evaluated on: the difference is taken per seed and instance, so the noise the "
+            "two arms share cancels. The interval counts the seeds' spread and the evaluation's own "
+            "sampling noise together (two-way random effects: seeds and instances, Student t with "
+            "Satterthwaite's degrees of freedom). 'Smallest detectable difference' is the true "
+            "difference this many seeds and instances would detect 80% of the time (two-sided, 5%): "
+            "a pair that is not separated and whose difference would matter only below it is "
+            "inconclusive, not equal.",
+            "caption",
+        ),
+        table,
+    ]
+
+
+def _no_verdict(r: dict[str, Any]) -> str:
+    if not np.isfinite(r["mde"]):
+        return "one seed and one instance: no interval"
+    return f"inconclusive below {fmt(r['mde'])}"
+
+
+def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
+    fits, pairs = curve_rows(d, resamples)
+    curves = {axis: arm_curves(d, axis) for axis in fits}
+    if not any(fits.values()):
+        return []
+    fit_rows = []
+    for axis, by_arm in fits.items():
+        for arm, f in by_arm.items():
+            if f.fit is None:
+                fit_rows.append([AXES[axis], arm, "too few positions to fit", "", "", "", ""])
+                continue
+            (alo, ahi), (blo, bhi), (mlo, mhi) = f.interval(0), f.interval(1), f.interval(2)
+            fit_rows.append(
+                [
+                    AXES[axis],
+                    arm,
+                    f"{fmt(f.fit.a)} [{fmt(alo)}, {fmt(ahi)}]",
+                    f"{fmt(f.fit.b, 2)} [{fmt(blo, 2)}, {fmt(bhi, 2)}]",
+                    f"{f.fit.c_mid:.3g} [{np.exp(mlo):.3g}, {np.exp(mhi):.3g}]"
+                    if np.isfinite(mlo)
+                    else f"{f.fit.c_mid:.3g}",
+                    fmt(f.fit.rmse),
+                    _extrapolated(curves[axis][arm], d.warm_start_score),
+                ]
+            )
+    verdict_rows = [
+        [p["a"], p["b"]] + [_curve_cell(p[axis]) for axis in AXES] for p in pairs
+    ]
+    return [
+        Heading("Compute curves: asymptote or efficiency"),
+        Para(
+            "Each arm's held-out score against each budget axis, fitted with R(C) = R0 + (A − R0) / "
+            "(1 + (C_mid / C)^B): R0 the warm-start score, A the asymptote, B and C_mid the "
+            "efficiency. Intervals resample the arm's runs and refit. A pair 'differs in "
+            "asymptote' where the interval of A's difference excludes 0; else 'differs in "
+            "efficiency' where B's or C_mid's does. Budgets that end before the curves bend leave A "
+            "poorly determined: the intervals say so.",
+            "caption",
+        ),
+        Table(
+            [
+                "axis",
+                "arm",
+                "A [95% CI]",
+                "B [95% CI]",
+                "C_mid [95% CI]",
+                "RMSE",
+                "fit on the first half: predicted / observed at the end",
+            ],
+            fit_rows,
+        ),
+        Table(["arm A", "arm B"] + [f"on {v}" for v in AXES.values()], verdict_rows),
+    ]
+
+
+def _curve_cell(c: curvefit.CurveComparison | None) -> Cell | str:
+    if c is None:
+        return "no fit"
+    note = f"ΔA {fmt(c.d_a[0])} [{fmt(c.d_a[1])}, {fmt(c.d_a[2])}], ΔB {fmt(c.d_b[0], 2)}"
+    return Cell(c.verdict, "flag" if c.verdict != curvefit.NO_DIFFERENCE else "", note)
+
+
+def _extrapolated(runs, r0: float) -> str:
+    x = curvefit.extrapolation_check(runs, r0)
+    if x is None:
+        return "too few positions in the first half"
+    return f"{fmt(x['predicted'])} / {fmt(x['observed'])} (error {x['error']:+.3f})"
