@@ -20,11 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-DIFFERS_ASYMPTOTE, DIFFERS_EFFICIENCY, NO_DIFFERENCE = (
+DIFFERS_ASYMPTOTE, DIFFERS_EFFICIENCY, NO_DIFFERENCE, TOO_FEW = (
     "differs in asymptote",
     "differs in efficiency",
     "no difference",
+    "too few seeds for a verdict",
 )
+# a percentile bootstrap over fewer runs is too narrow to decide on (three runs have ten distinct
+# resamples): below this many runs per arm the fits are shown without a verdict
+MIN_RUNS = 5
 
 
 def sigmoid(c: np.ndarray, a: float, b: float, c_mid: float, r0: float) -> np.ndarray:
@@ -126,6 +130,8 @@ class ArmFit:
     fit: Fit | None
     boots: np.ndarray  # [resamples, 3]: A, B, log C_mid of the refits
 
+    runs: int = 0
+
     def interval(self, k: int) -> tuple[float, float]:
         if len(self.boots) < 10:
             return float("nan"), float("nan")
@@ -145,7 +151,7 @@ def fit_arm(
 
     fit = fit_curve(*_pooled(runs), r0, bounds) if runs else None
     if fit is None or len(runs) < 2:
-        return ArmFit(fit, np.zeros((0, 3)))
+        return ArmFit(fit, np.zeros((0, 3)), len(runs))
     c, r = _pooled(runs)
     keep = (c > 0) & np.isfinite(r)
     run_of = np.concatenate([np.full(len(cc), i) for i, (cc, _) in enumerate(runs)])[keep]
@@ -155,7 +161,7 @@ def fit_arm(
     counts = np.stack([np.bincount(d, minlength=len(runs)) for d in draws])  # [resamples, runs]
     b, m, g = _grid(c)
     k, a, _ = _weighted_best(counts[:, run_of].astype(float), r - r0, g, r0, bounds)
-    return ArmFit(fit, np.column_stack([a, b[k], m[k]]))
+    return ArmFit(fit, np.column_stack([a, b[k], m[k]]), len(runs))
 
 
 @dataclass(frozen=True)
@@ -183,6 +189,8 @@ def compare_fits(x: ArmFit, y: ArmFit) -> CurveComparison | None:
         return float(points[k]), float(lo), float(hi)
 
     d_a, d_b, d_mid = ci(0), ci(1), ci(2)
+    if min(x.runs, y.runs) < MIN_RUNS:
+        return CurveComparison(TOO_FEW, d_a, d_b, d_mid)
 
     def excludes_zero(t):
         return t[1] > 0 or t[2] < 0

@@ -245,8 +245,10 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
             "(1 + (C_mid / C)^B): R0 the warm-start score, A the asymptote, B and C_mid the "
             "efficiency. Intervals resample the arm's runs and refit. A pair 'differs in "
             "asymptote' where the interval of A's difference excludes 0; else 'differs in "
-            "efficiency' where B's or C_mid's does. Budgets that end before the curves bend leave A "
-            "poorly determined: the intervals say so.",
+            "efficiency' where B's or C_mid's does; with fewer than "
+            f"{curvefit.MIN_RUNS} finished runs per arm the fits are shown without a verdict (a "
+            "bootstrap over so few runs is too narrow). Budgets that end before the curves bend "
+            "leave A poorly determined: the intervals say so.",
             "caption",
         ),
         Table(
@@ -269,7 +271,8 @@ def _curve_cell(c: curvefit.CurveComparison | None) -> Cell | str:
     if c is None:
         return "no fit"
     note = f"ΔA {fmt(c.d_a[0])} [{fmt(c.d_a[1])}, {fmt(c.d_a[2])}], ΔB {fmt(c.d_b[0], 2)}"
-    return Cell(c.verdict, "flag" if c.verdict != curvefit.NO_DIFFERENCE else "", note)
+    flagged = c.verdict in (curvefit.DIFFERS_ASYMPTOTE, curvefit.DIFFERS_EFFICIENCY)
+    return Cell(c.verdict, "flag" if flagged else "", note)
 
 
 def _extrapolated(runs, r0: float) -> str:

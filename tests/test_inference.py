@@ -198,6 +198,9 @@ def test_curve_comparison_tells_asymptote_from_efficiency():
     assert curvefit.compare_fits(base, lower).verdict == curvefit.DIFFERS_ASYMPTOTE
     assert curvefit.compare_fits(base, slower).verdict == curvefit.DIFFERS_EFFICIENCY
     assert curvefit.compare_fits(base, same).verdict == curvefit.NO_DIFFERENCE
+    # three runs per arm: fits, but no verdict from a bootstrap that narrow
+    few = curvefit.fit_arm(_runs(0.55, 1.6, 5000, n=3, seed=7), 0.2)
+    assert few.fit is not None and curvefit.compare_fits(base, few).verdict == curvefit.TOO_FEW
 
 
 def test_first_half_predicts_the_end_of_a_saturating_curve():

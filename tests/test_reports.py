@@ -240,3 +240,29 @@ def test_report_renders_in_headless_chromium(experiment, tmp_path):
     # the embedded plots put many distinct colours on the page (a blank or broken page has few)
     colours = {tuple(p) for p in img[::7, ::7].reshape(-1, 3).astype(int)}
     assert len(colours) > 200
+
+
+def test_report_compares_every_pair_paired_with_its_detectable_effect_and_curve_fits(experiment):
+    """Two arms x two seeds: the paired table's difference is the per-seed-and-instance mean of the
+    stored per-instance outcomes, and the curve tables cover every arm and axis."""
+
+    from sixblanks.reports import pairs
+    from sixblanks.reports.build import load
+
+    d = load(experiment)
+    (row,) = pairs.pair_rows(d)
+    scores = pairs.instance_scores(d)
+    a, b = row["a"], row["b"]
+    seeds = sorted(set(scores[a]) & set(scores[b]))
+    by_hand = np.mean([scores[a][s] - scores[b][s] for s in seeds])
+    assert row["diff"] == pytest.approx(by_hand)
+    assert row["seeds"] == len(seeds) and row["instances"] == len(scores[a][seeds[0]])
+    assert row["mde"] >= 0 and row["low"] <= row["diff"] <= row["high"]
+    md = (build_report(experiment, resamples=200).parent / "report.md").read_text()
+    paired_part = md.split("## Paired differences", 1)[1].split("\n## ", 1)[0]
+    assert f"| {a} | {b} |" in paired_part and "smallest detectable difference" in paired_part
+    curves = md.split("## Compute curves: asymptote or efficiency", 1)[1].split("\n## ", 1)[0]
+    for axis in ("launched tokens", "verifier calls", "device-seconds"):
+        for arm in (a, b):
+            assert f"| {axis} | {arm} |" in curves
+    assert f"| {a} | {b} |" in curves
