@@ -9,6 +9,8 @@ that parsed, before any model is loaded; each problem is one ``key.path: message
 - more minibatches than a step's batch has rows (``algorithms.data.minibatches`` would run fewer
   optimizer steps than the step reserves);
 - a branching turn the task never reaches (the run would fail at its start);
+- a reward fault (``fault.rewards``) on an arm whose objective reads no reward (SFT, DPO), and the
+  gradient-noise probe (``rollout.grad_noise_probe``) on arms whose objective has none;
 - a budget (``budget``, and an explicit ``sweep.trial_budget`` or ``ladder.budget``) below the worst
   case one training step reserves, so no step is ever admitted; or one whose counters an arm never
   charges, so its runs would never end.
@@ -115,6 +117,38 @@ def _weight_problems(arm: _Arm) -> list[str]:
             "trainer and behaviour policies agree (ratio 1); use a cap >= 1 (e.g. 2)"
         )
     return out
+
+
+def _fault_problems(cfg: ExperimentConfig, arm: _Arm) -> list[str]:
+    """A reward fault on an arm whose update reads no reward (SFT, DPO: nothing to shuffle)."""
+
+    fault = cfg.arms[arm.name].fault.rewards
+    if fault == "none" or arm.blanks.objective == "pg":
+        return []
+    return [
+        f"arms.{arm.name}.fault.rewards: '{fault}' acts on the rewards the advantages are "
+        f"computed from, and the arm's objective '{arm.blanks.objective}' ({arm.path('objective')}) "
+        "computes none; plant it on a policy-gradient arm, or set rewards: none"
+    ]
+
+
+def _probe_problems(cfg: ExperimentConfig, arms: list[_Arm]) -> list[str]:
+    """The gradient-noise probe on arms whose objective has none (actor-critic, SFT, DPO)."""
+
+    if not cfg.rollout.grad_noise_probe:
+        return []
+    loose = []
+    for arm in arms:
+        objective, estimator = arm.blanks.objective, arm.blanks.advantage.estimator
+        if objective != "pg" or estimator == "gae":
+            loose.append(f"{arm.name} (objective '{objective}', advantage.estimator '{estimator}')")
+    if not loose:
+        return []
+    return [
+        f"rollout.grad_noise_probe: only the critic-free policy-gradient objective measures the "
+        f"gradient's noise, and arm(s) {', '.join(loose)} would log nothing; leave them out of the "
+        "probe's experiment or set grad_noise_probe: false"
+    ]
 
 
 # --------------------------------------------------------------------------- groups and batches
@@ -398,7 +432,9 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
         out += _weight_problems(arm)
         out += _minibatch_problems(arm)
         out += _branching_problems(arm, [(t.name, n) for t, n in tasks])
+        out += _fault_problems(cfg, arm)
     out += _group_problems(arms)
+    out += _probe_problems(cfg, arms)
     out += _budget_problems("budget", cfg.budget, arms, tasks)
     first = tasks[:1]  # the ladder and the sweep run the first task
     sw = cfg.sweep

@@ -245,6 +245,14 @@ class RolloutConfig(Section):
         description="Log the KL to the reference (metric kl) even when no blank reads it: one "
         "reference forward per step.",
     )
+    grad_noise_probe: bool = Field(
+        False,
+        description="Log the policy gradient's noise across steps: grad.sq_norm (the step's "
+        "gradient, before clipping) and grad.noise_to_signal (trace of the gradients' covariance "
+        "over the steps so far / squared norm of their mean). For comparing estimators on a frozen "
+        "policy (optimizer.lr: 0); keeps two float64 copies of the gradient on the CPU. "
+        "Critic-free policy-gradient arms only.",
+    )
     chat_template: str = Field(
         "auto",
         description="auto: where the tokenizer has a chat template, prompts and observations are "
@@ -262,7 +270,10 @@ class RolloutConfig(Section):
 
 class OptimizerConfig(Section):
     lr: float = Field(
-        3e-4, gt=0, description="3e-4 for the tiny model; unset, a pretrained model gets 1e-6."
+        3e-4,
+        ge=0,
+        description="3e-4 for the tiny model; unset, a pretrained model gets 1e-6. 0: the policy "
+        "never moves (a frozen-policy probe, e.g. of the gradient's noise).",
     )
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -271,7 +282,7 @@ class OptimizerConfig(Section):
 
 
 class OptimizerOverride(Section):
-    lr: float | None = Field(None, gt=0)
+    lr: float | None = Field(None, ge=0)
     weight_decay: float | None = Field(None, ge=0)
     betas: tuple[float, float] | None = None
     grad_clip: float | None = Field(None, gt=0)
@@ -350,6 +361,24 @@ class RolloutOverride(Section):
     prompts_per_step: int | None = Field(None, ge=1)
 
 
+REWARD_FAULTS = ("none", "shuffle")
+"""The planted faults of the training rewards (``arms.<arm>.fault.rewards``)."""
+
+
+class FaultConfig(Section):
+    """A fault planted in an arm's training (a negative control: a check that a comparison can see
+    an arm that must lose). Training only: the held-out evaluation and the ledger are untouched, and
+    the fairness audit flags the arm (item ``fault``)."""
+
+    rewards: Literal["none", "shuffle"] = Field(
+        "none",
+        description="shuffle: before the advantages are computed, each training batch's outcome "
+        "rewards (with each row's per-turn rewards) are permuted at random across its rows, seeded "
+        "by the run's seed and step, so the policy learns from rewards unrelated to its answers "
+        "(the logged reward_mean stays the true one); none: the rewards as they are.",
+    )
+
+
 class ArmConfig(Section):
     preset: str = Field(
         description="A preset name: sixblanks explain --list.",
@@ -366,6 +395,30 @@ class ArmConfig(Section):
         "trials); set by `sixblanks sweep` on its tuned arms. None: not tuned. The audit flags arms "
         "that differ.",
     )
+    seed_offset: int = Field(
+        0,
+        description="Added to the seed of every run of this arm for all its training randomness "
+        "(instances drawn, sampling, batch order, anything seeded by the run): two arms identical "
+        "but for it are independent draws of one setting. The held-out evaluation (its instances "
+        "and sampling) keeps the experiment's seed, and the run's `seed` stays the experiment's, "
+        "so runs still pair by seed across arms. The fairness audit records it, never flags it.",
+    )
+    fault: FaultConfig = Field(
+        default_factory=FaultConfig,
+        description="A fault planted in the arm's training (a negative control); the fairness "
+        "audit flags it.",
+    )
+
+    def run_fields(self) -> dict[str, Any]:
+        """What a run spec of this arm carries beyond its blanks, optimizer and rollout: the
+        settings away from their defaults (none: {}, so default arms' run ids do not change)."""
+
+        out: dict[str, Any] = {}
+        if self.seed_offset:
+            out["seed_offset"] = self.seed_offset
+        if self.fault.rewards != "none":
+            out["fault"] = self.fault.model_dump(mode="json")
+        return out
 
 
 class ExecutorConfig(Section):

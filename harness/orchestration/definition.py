@@ -26,6 +26,10 @@ from ..layout import write_json
 DEFINITION = "definition.json"
 IGNORED = ("executor", "tracking")
 """Top-level sections that decide where runs go and are copied, not what they compute."""
+ARM_DEFAULTS = {"seed_offset": 0, "fault": {"rewards": "none"}}
+ROLLOUT_DEFAULTS = {"grad_noise_probe": False}
+"""Arm and rollout keys left out of a definition at these values (keys added after definitions
+were first recorded: a directory made before them holds the same definition)."""
 
 
 class DefinitionChanged(SixblanksError):
@@ -39,7 +43,14 @@ def definition(cfg) -> dict[str, Any]:
 
     from ..config import resolved_dict
 
-    return {k: v for k, v in resolved_dict(cfg).items() if k not in IGNORED}
+    out = {k: v for k, v in resolved_dict(cfg).items() if k not in IGNORED}
+    for section, defaults in [(out.get("rollout"), ROLLOUT_DEFAULTS)] + [
+        (arm, ARM_DEFAULTS) for arm in (out.get("arms") or {}).values()
+    ]:
+        for key, default in defaults.items():
+            if section is not None and key in section and section[key] == default:
+                del section[key]
+    return out
 
 
 def digest(d: dict[str, Any]) -> str:

@@ -54,6 +54,7 @@ def build_specs(
                     "warm_start_key": warm_key,
                     "code_version": code,
                 }
+                spec.update(cfg.arms[arm].run_fields())  # seed_offset, fault: only where set
                 spec["run_id"] = spec_id(spec)
                 specs.append(spec)
     return specs

@@ -49,6 +49,9 @@ def spec_id(spec: dict[str, Any]) -> str:
 
 
 def settings_from_spec(spec: dict[str, Any]):
+    """The RunSettings of a spec. An arm's ``seed_offset`` and ``fault`` are in its specs only
+    when set (``ArmConfig.run_fields``): a spec without them runs with neither."""
+
     from sixblanks.algorithms.blanks import Blanks
 
     from ..config import OptimizerConfig, RolloutConfig
@@ -72,6 +75,8 @@ def settings_from_spec(spec: dict[str, Any]):
         if spec["task"].get("reward_range")
         else (0.0, 1.0),
         name=f"{spec['arm']}/{spec['task']['name']}/seed{spec['seed']}",
+        seed_offset=int(spec.get("seed_offset", 0)),
+        reward_fault=(spec.get("fault") or {}).get("rewards", "none"),
     )
 
 
@@ -107,7 +112,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
             p.requires_grad_(False)
     ref.eval()
     stop_point("setup")
-    engine = make_engine(settings.rollout, model, tok, seed=int(spec["seed"]))
+    engine = make_engine(settings.rollout, model, tok, seed=settings.train_seed)
     stop_point("setup")
     return Trainer(settings, task, model, tok, ref_model=ref, engine=engine)
 

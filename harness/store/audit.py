@@ -20,6 +20,10 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      (its token limit is the arm's max_new_tokens, audited under limits)
     budget           the limits
     search_budget    what tuning the arm cost (``arms.<arm>.search_budget``; None: not tuned)
+    fault            a fault planted in the arm's training (``arms.<arm>.fault``; the experiment's
+                     value: none): a negative control, flagged as not a fair arm
+    seed_offset      what the arm adds to the seed of its training randomness
+                     (``arms.<arm>.seed_offset``): recorded, never flagged (:data:`RECORDED`)
 With several tasks, task-dependent items hold one value per task.
 """
 
@@ -51,7 +55,14 @@ HELD_CONSTANT = (
     "evaluation",
     "budget",
     "search_budget",
+    "fault",
+    "seed_offset",
 )
+RECORDED = ("seed_offset",)
+"""Items of :data:`HELD_CONSTANT` recorded for every arm and never flagged: differences an
+experiment makes on purpose that leave a comparison fair (an arm's training randomness drawn apart,
+its evaluation instances and its runs' seeds those of the other arms)."""
+NO_FAULT = {"rewards": "none"}
 MEASURED_TOLERANCE = 0.10
 """Measured batch figures (unique prompts, optimizer steps per accepted token) differ when they are
 more than this far apart, relative to the experiment's value."""
@@ -177,7 +188,9 @@ def spec_items(
     spec: dict[str, Any], cfg: ExperimentConfig, warm_info: dict[str, Any], shaped: bool = True
 ) -> dict[str, Any]:
     """The configured value of every held-constant item for one run spec (``shaped=False``: the
-    reward without the arm's shaping, the experiment's reference)."""
+    experiment's reference: the reward without the arm's shaping, no fault, no seed offset). An
+    arm's fault and seed offset are read from the spec (``ArmConfig.run_fields``: there when set),
+    what its runs ran with."""
 
     blanks = Blanks.model_validate(spec["blanks"])
     r, d = spec["rollout"], blanks.data
@@ -228,6 +241,8 @@ def spec_items(
         },
         "budget": spec["budget"],
         "search_budget": cfg.arms[spec["arm"]].search_budget if spec["arm"] in cfg.arms else None,
+        "fault": (spec.get("fault") or NO_FAULT) if shaped else NO_FAULT,
+        "seed_offset": int(spec.get("seed_offset", 0)) if shaped else 0,
     }
 
 
@@ -332,7 +347,7 @@ def fairness_audit(
     flags = []
     for arm, rec in per_arm.items():
         for item in HELD_CONSTANT:
-            if _differs(item, rec["items"][item], reference[item]):
+            if item not in RECORDED and _differs(item, rec["items"][item], reference[item]):
                 flags.append(
                     {
                         "arm": arm,
@@ -378,11 +393,22 @@ def _reason(item: str, value: Any, ref: Any) -> str:
                 for k in m
                 if m[k] is not None and r.get(k) is not None and m[k] != r[k]
             )
+        if item == "fault":
+            return (
+                f"a fault is planted in this arm's training ({compact_fault(value)}): a negative "
+                "control that must lose, not an arm to compare on equal terms"
+            )
         if item == "reward" and value.get("shaping"):
             return f"the reward is shaped ({', '.join(sorted(value['shaping']))}): not the task's reward"
         if keys:
             return f"differs from the experiment's value in {', '.join(keys)}"
     return "differs from the experiment's held-constant value"
+
+
+def compact_fault(fault: dict[str, Any]) -> str:
+    """``rewards: shuffle``: the fault's settings away from none."""
+
+    return ", ".join(f"{k}: {v}" for k, v in sorted(fault.items()) if v != "none") or "none"
 
 
 def _run_flags(

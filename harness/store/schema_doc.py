@@ -139,16 +139,17 @@ NOTES: dict[str, dict[str, str]] = {
     "fairness": {
         "experiment_id, arm": "the experiment and the arm",
         "item": "initial_policy, tokenizer, task, reward, sampling, limits, global_batch, "
-        "training_search, evaluation, budget, search_budget, consumption, or code",
-        "flagged": "the arm differs from the experiment's value, a run consumed < 90% of the "
-        "matched budget, or a run was made by other code",
+        "training_search, evaluation, budget, search_budget, fault, seed_offset, consumption, or "
+        "code",
+        "flagged": "the arm differs from the experiment's value (seed_offset: recorded, never "
+        "flagged), a run consumed < 90% of the matched budget, or a run was made by other code",
         "reason": "why it is flagged (which keys differ)",
         "value, reference": "the arm's value and the experiment's (JSON): content hashes of the "
         "tokenizer (vocabulary and merges, whole tokenizer, chat template), of the task class and "
         "verifier source, resolved task parameters, the reasoning-gym version, every "
         "reward-shaping term, sampling, limits, the global batch (configured, and measured: unique "
         "prompts, optimizer steps per 1000 accepted tokens), the evaluation scaffold, the search "
-        "budget",
+        "budget, a planted fault (`rewards: shuffle`; the experiment's: none), the seed offset",
         "run_id": "for per-run flags (consumption, code)",
     },
     "inert": {

@@ -47,6 +47,19 @@ class RunSettings:
     work_dir: str | None = None
     """The run's directory: a concurrent collector spools its rounds under ``work_dir/spool``
     (None: a temporary directory, so a killed run cannot recover them)."""
+    seed_offset: int = 0
+    """Added to ``seed`` for all the run's training randomness (``arms.<arm>.seed_offset``): see
+    :attr:`train_seed`. The held-out evaluation keeps ``seed``."""
+    reward_fault: str = "none"
+    """A fault planted in training (``arms.<arm>.fault.rewards``): "shuffle" permutes each batch's
+    rewards across its rows before its advantages are computed (:mod:`.faults`)."""
+
+    @property
+    def train_seed(self) -> int:
+        """The seed of everything random in training (instances, sampling, batch order, faults):
+        ``seed + seed_offset``."""
+
+        return self.seed + self.seed_offset
 
 
 @dataclass

@@ -64,9 +64,10 @@ class Trainer:
         engine = engine or HFEngine(model, tokenizer)
         ledger = ledger or Ledger(Budget(dict(settings.budget)))
         timer = DeviceTimer(next(model.parameters()).device)
-        rng = random.Random(settings.seed)
-        gen = torch.Generator().manual_seed(settings.seed)
-        torch.manual_seed(settings.seed)
+        seed = settings.train_seed  # the evaluation keeps settings.seed (evaluate.py)
+        rng = random.Random(seed)
+        gen = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
         o = settings.optimizer
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay

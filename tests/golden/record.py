@@ -29,7 +29,10 @@ a new random stream, so every sampled token and every number after it changed (t
 frequencies are tested against its probabilities in tests/test_rollout.py); and once more when the
 shared-prefix forward applied the head to the rows' hidden states in one block: ledgers, discards and
 evaluations unchanged, the logged numbers moved by float32 rounding grown through 19 steps of
-training (KLs up to a few percent late in a run). Re-record only for a
+training (KLs up to a few percent late in a run). Extended (2026-12-02) with four new per-step
+diagnostics only (entropy_token_mean, response_length_correct / _incorrect,
+trainable_group_frac_kept): every value recorded before was checked unchanged to 1e-6 and kept as
+it was. Re-record only for a
 deliberate, explained
 change of the numbers:
 

@@ -195,7 +195,7 @@ class ConcurrentRounds(OnPolicyRounds):
                 "round": r,
                 "seeds": train_seeds(ctx.rng, n),
                 "group_offset": self.group_counter,
-                "gen_seed": ctx.settings.seed * 1_000_003 + r,
+                "gen_seed": ctx.settings.train_seed * 1_000_003 + r,
                 "min_version": self.broadcast_version,  # no older weights: worker.process_main
             }
             self.group_counter += n

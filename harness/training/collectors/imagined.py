@@ -39,7 +39,7 @@ class ImaginedRounds(OnPolicyRounds):
         )
         self.imagined = ImaginedTask(ctx.task, self.model, ctx.tokenizer)
         self.buffer: list[Transition] = []
-        self.rng = random.Random(ctx.settings.seed)
+        self.rng = random.Random(ctx.settings.train_seed)
         self.imagine = False  # this step's imagined rounds fit (set by worst_case)
 
     def imagined_worst(self) -> dict[str, float]:

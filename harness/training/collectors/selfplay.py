@@ -45,7 +45,7 @@ class SelfPlayRounds(OnPolicyRounds):
             params,
             spec.pool_size,
             spec.opponents,
-            ctx.settings.seed,
+            ctx.settings.train_seed,
         )
         self.pool.add(ctx.engine.policy_version, ctx.model.state_dict())  # the initial policy
         self.played: list[int] = []

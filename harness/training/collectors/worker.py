@@ -102,7 +102,7 @@ def collector_init(ctx, spool: Path, worker: str) -> dict[str, Any]:
         "rollout": ctx.settings.rollout,
         "group_size": ctx.group_size,
         "max_context_tokens": ctx.settings.rollout.max_prompt_tokens,
-        "seed": ctx.settings.seed,
+        "seed": ctx.settings.train_seed,
         "spool": str(spool),
         "worker": worker,
         "device": str(ctx.device),

@@ -64,9 +64,11 @@ PLAIN_MEANS = {
     "clip_frac": ("clip_count", "action_tokens"),
     "ratio_mean": ("ratio_sum", "action_tokens"),
     "value_clip_frac": ("value_clip_count", "value_tokens"),
+    "entropy_token_mean": ("entropy_token_sum", "action_tokens"),
 }
 """Metrics that are plain means over tokens: (numerator count, denominator count), both summed over
-every micro-batch, minibatch and epoch of the pass."""
+every micro-batch, minibatch and epoch of the pass; a metric whose numerator no micro-step reported
+is absent."""
 
 
 def merge(into: dict[str, float], met: dict[str, float]) -> None:
@@ -90,8 +92,8 @@ def finish(sums: dict[str, float], n_minibatches: int) -> dict[str, float]:
     sums = dict(sums)
     out = {}
     for name, (num, den) in PLAIN_MEANS.items():
-        if den in sums:
-            out[name] = sums.pop(num, 0.0) / max(sums[den], 1.0)
+        if den in sums and num in sums:
+            out[name] = sums.pop(num) / max(sums[den], 1.0)
     for den in {d for _, d in PLAIN_MEANS.values()}:
         sums.pop(den, None)
     for k, v in sums.items():
@@ -107,6 +109,7 @@ def accumulate(
     *,
     optimizers: tuple[torch.optim.Optimizer, ...] = (),
     after_step: Callable[[list[int]], None] | None = None,
+    before_step: Callable[[], None] | None = None,
 ) -> Pass:
     """Run the data blank's epochs x minibatches over ``units`` and step the policy after each.
 
@@ -120,6 +123,8 @@ def accumulate(
         micro_step: loss and backward of one micro-batch.
         optimizers: further optimizers zeroed with the policy's (a separate critic).
         after_step: runs after each policy step with the minibatch's units (critic steps).
+        before_step: runs before each policy step, its gradient accumulated and not yet clipped
+            (the gradient-noise probe reads it).
     """
 
     d = ctx.blanks.data
@@ -150,6 +155,8 @@ def accumulate(
                 out.early_stop = {"epoch": epoch, "minibatch": n_mb, "approx_kl": kl_mb}
                 ctx.optimizer.zero_grad(set_to_none=True)
                 break
+        if before_step is not None:
+            before_step()
         out.grad_norms.append(ctx.clip_and_step())
         if after_step is not None:
             after_step(rows)

@@ -34,6 +34,8 @@ from ...stopping import stop_point
 from ..base import Collected, Objective, Prepared, TrainingError
 from ..context import RunContext
 from ..critic import ValueModel, pool_values, token_values
+from ..diagnostics import ENTROPY_SUM, entropy_token_sum, step_diagnostics
+from ..faults import planted_rewards
 from ..policy import policy_forward
 from .accumulate import accumulate
 from .offpolicy import off_policy
@@ -111,7 +113,11 @@ class ActorCritic(Objective):
             kl_tok = kl_estimate(old_logp, ref_logp, reg.reward_kl_estimator) * mask
             penalty = reg.reward_kl_coef * kl_tok
             metrics["reward_kl"] = float(kl_tok.sum(1).mean())
-        token_rewards = place_rewards(mask, batch.turn_ids, batch.turn_rewards, penalty)
+        _, turn_rewards = planted_rewards(  # a planted fault's rewards (arms.<arm>.fault)
+            ctx.settings.reward_fault, batch.reward, batch.turn_rewards, batch.n_turns,
+            ctx.settings.train_seed, ctx.step,
+        )  # fmt: skip
+        token_rewards = place_rewards(mask, batch.turn_ids, turn_rewards, penalty)
         # bootstrap only where a limit cut the episode short; never past the environment's terminal state
         cut = ~batch.terminated & ~batch.failed
         bootstrap = torch.where(
@@ -145,6 +151,7 @@ class ActorCritic(Objective):
                 "groups_launched": float(collected.groups_launched),
                 "critic_seconds": critic_seconds,
                 **mismatch_stats(old_logp, batch.behavior_logprobs, batch.action_mask),
+                **step_diagnostics(batch, mask, ctx.group_size),
             }
         )
         tensors = {
@@ -227,6 +234,7 @@ class ActorCritic(Objective):
             ref_logp=t["ref_logp"][rows].to(dev),
             entropy=ent,
         )
+        met[ENTROPY_SUM] = entropy_token_sum(ent, m_dev)
         tc = time.perf_counter()  # the value part's time (the update's charge counts it)
         vw = w["value"].to(dev)
         vl, vclipped = self._value_part(sub, rows, hid, vw)

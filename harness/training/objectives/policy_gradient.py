@@ -19,6 +19,14 @@ from sixblanks.algorithms.weights import mismatch_stats
 from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected, Objective, Prepared, Stateless, TrainingError
 from ..context import RunContext
+from ..diagnostics import (
+    ENTROPY_SUM,
+    entropy_token_sum,
+    grad_noise_probe,
+    step_diagnostics,
+    trained_params,
+)
+from ..faults import planted_rewards
 from .accumulate import accumulate
 from .offpolicy import off_policy
 
@@ -89,6 +97,7 @@ class PolicyGradient(Stateless, Objective):
             and b.data.minibatches == 1
             and not reads_old_before_update(b)
         )
+        self.probe = grad_noise_probe(ctx)  # rollout.grad_noise_probe
 
     def process_inputs(self, collected: Collected, old_logp, ref_logp) -> dict[str, Any]:
         """Inputs from a second model (a process reward model): none here; see :mod:`.process`."""
@@ -102,16 +111,21 @@ class PolicyGradient(Stateless, Objective):
         old_logp = None if self.reuse_forward else ctx.batched_logprobs(ctx.model, batch)
         ref_logp = ctx.batched_logprobs(ctx.ref_model, batch) if self.ref_forward else None
         mask0 = batch.action_mask.clone()
+        # the rewards learnt from: the batch's, or a planted fault's (arms.<arm>.fault)
+        reward, turn_rewards = planted_rewards(
+            ctx.settings.reward_fault, batch.reward, batch.turn_rewards, batch.n_turns,
+            ctx.settings.train_seed, ctx.step,
+        )  # fmt: skip
         adv, mask, info = compute_advantages(
             ctx.blanks,
-            batch.reward,
+            reward,
             mask0,
             batch.group_ids,
             old_logp=old_logp,
             ref_logp=ref_logp,
             baseline_rewards=collected.baseline_rewards,
             l_max=ctx.l_max,
-            **batch.advantage_inputs(),
+            **{**batch.advantage_inputs(), "turn_rewards": turn_rewards},
             **self.process_inputs(collected, old_logp, ref_logp),
         )
         filtered = (mask0.sum(1) > 0) & (mask.sum(1) == 0)
@@ -123,6 +137,7 @@ class PolicyGradient(Stateless, Objective):
             **batch_metrics(batch, adv, mask),
             "response_length": float(mask0.sum(1).float().mean()),
             "groups_launched": float(collected.groups_launched),
+            **step_diagnostics(batch, mask, ctx.group_size),
         }
         if old_logp is not None:  # else measured on the training forward (update)
             metrics.update(mismatch_stats(old_logp, batch.behavior_logprobs, mask0))
@@ -176,6 +191,7 @@ class PolicyGradient(Stateless, Objective):
                 ref_logp=ref[rows].to(dev) if ref is not None else None,
                 entropy=ent,
             )
+            met[ENTROPY_SUM] = entropy_token_sum(ent, mask[rows])
             if not torch.isfinite(loss):
                 raise TrainingError(
                     f"{ctx.settings.name}: loss is {float(loss.detach())} at step {ctx.step} "
@@ -188,8 +204,12 @@ class PolicyGradient(Stateless, Objective):
                 )
             return met
 
+        probe = self.probe
         ctx.model.train()
-        out = accumulate(ctx, p.units, weigh, micro_step)
+        out = accumulate(
+            ctx, p.units, weigh, micro_step,
+            before_step=(lambda: probe.add_update(trained_params(ctx.model))) if probe else None,
+        )  # fmt: skip
         ctx.model.eval()
         # measured on the tokens trained (a minibatch with none is never forwarded)
         mismatch = mismatch_stats(fresh, batch.behavior_logprobs, mask) if reused else {}
@@ -198,5 +218,13 @@ class PolicyGradient(Stateless, Objective):
             **(out.early_stop_metrics() if target_kl is not None else {}),
             **p.metrics,
             **mismatch,
+            **(probe.end_step() if probe is not None else {}),
             "policy_version": float(ctx.engine.policy_version),
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"grad_noise_probe": self.probe.state_dict()} if self.probe is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.probe is not None and "grad_noise_probe" in state:
+            self.probe.load_state_dict(state["grad_noise_probe"])

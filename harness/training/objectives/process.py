@@ -206,7 +206,7 @@ class ProcessCredit(PolicyGradient):
                     ctx.tokenizer,
                     score,
                     spec.probes,
-                    random.Random(ctx.settings.seed * 100003 + ctx.step),
+                    random.Random(ctx.settings.train_seed * 100003 + ctx.step),
                 )
             )
         self.extra.update(m)
@@ -215,16 +215,19 @@ class ProcessCredit(PolicyGradient):
     # ------------------------------------------------------------------ checkpoint
 
     def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()  # the gradient-noise probe's, if any
         if self.implicit is not None:
-            return {"prime": self.implicit.state_dict()}
+            return {**out, "prime": self.implicit.state_dict()}
         if self.scorer is not None:
             return {
+                **out,
                 "prm": {k: v.detach().cpu().clone() for k, v in self.scorer.state_dict().items()},
                 "prm_optimizer": self.optimizer.state_dict(),
             }
-        return {}
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
         if self.implicit is not None:
             self.implicit.load_state_dict(state["prime"])
         elif self.scorer is not None:
