@@ -222,4 +222,9 @@ def extrapolation_check(
     at = np.array([np.max(cc) for cc, _ in runs if len(cc)])
     predicted = float(np.mean(fit.predict(at)))
     observed = float(last.mean())
-    return {"predicted": predicted, "observed": observed, "error": predicted - observed, "at": float(at.mean())}
+    return {
+        "predicted": predicted,
+        "observed": observed,
+        "error": predicted - observed,
+        "at": float(at.mean()),
+    }

@@ -17,10 +17,7 @@ VERDICT_CLASS = {"reproduced": "", "contradicted": "flag", "inconclusive": "iner
 
 
 def load_verdicts(out: Path) -> list[dict[str, Any]]:
-    return [
-        json.loads(p.read_text())
-        for p in sorted(Path(out).glob("*/verdict.json"))
-    ]
+    return [json.loads(p.read_text()) for p in sorted(Path(out).glob("*/verdict.json"))]
 
 
 def _effect(ax: dict[str, Any]) -> str:
@@ -51,7 +48,11 @@ def rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "statement": r["claim"],
                     "source": r["source"],
                     "compared": f"{r['arm']} vs {r['than']} ({r['metric']}, expected "
-                    + (f"{r['expect']}" if r["expect"] != "equal" else f"within ±{r['smallest_effect']:g}")
+                    + (
+                        f"{r['expect']}"
+                        if r["expect"] != "equal"
+                        else f"within ±{r['smallest_effect']:g}"
+                    )
                     + ")",
                     "axis": ", ".join(f"{k} {v:g}" for k, v in ax["budget"].items()),
                     "verdict": ax["verdict"],
@@ -107,10 +108,12 @@ def figure(r: dict[str, Any]) -> bytes | None:
     axes_data = r["axes"]
     if not axes_data:
         return None
-    fig, axs = plt.subplots(1, len(axes_data), figsize=(3.2 * len(axes_data) + 0.6, 2.6), squeeze=False)
+    fig, axs = plt.subplots(
+        1, len(axes_data), figsize=(3.2 * len(axes_data) + 0.6, 2.6), squeeze=False
+    )
     for ax, a in zip(axs[0], axes_data):
         ya, yb = a["per_seed"][r["arm"]], a["per_seed"][r["than"]]
-        for i, (u, v) in enumerate(zip(yb, ya)):
+        for u, v in zip(yb, ya):
             ax.plot([0, 1], [u, v], color="#999", lw=0.8, marker="o", ms=3)
         ax.set_xticks([0, 1], [r["than"], r["arm"]])
         ax.set_xlim(-0.4, 1.4)
@@ -156,7 +159,10 @@ def build_findings_report(out: str | Path) -> Path:
         table,
     ]
     for r in verdicts:
-        blocks += [render.Heading(r["name"], 3), render.Para(f"{r['claim']} Source: {r['source']}.")]
+        blocks += [
+            render.Heading(r["name"], 3),
+            render.Para(f"{r['claim']} Source: {r['source']}."),
+        ]
         if r.get("meaning"):
             blocks.append(render.Para(r["meaning"], "caption"))
         png = figure(r)
@@ -184,4 +190,6 @@ def update_readme(readme: str | Path, verdicts: list[dict[str, Any]]) -> None:
         raise ValueError(f"{p}: no '{README_START}' ... '{README_END}' block to fill")
     head, rest = text.split(README_START, 1)
     _, tail = rest.split(README_END, 1)
-    p.write_text(f"{head}{README_START}\n{table_markdown(verdicts)}\n{README_END}{tail}", encoding="utf-8")
+    p.write_text(
+        f"{head}{README_START}\n{table_markdown(verdicts)}\n{README_END}{tail}", encoding="utf-8"
+    )

@@ -156,7 +156,9 @@ def paired_difference(
     if a.ndim == 1:
         a, b = a[:, None], b[:, None]
     if a.shape != b.shape:
-        raise ValueError(f"paired arms need the same seeds x instances, got {a.shape} and {b.shape}")
+        raise ValueError(
+            f"paired arms need the same seeds x instances, got {a.shape} and {b.shape}"
+        )
     mean, se, df = twoway_se(a - b)
     se_a, se_b = twoway_se(a)[1], twoway_se(b)[1]
     if np.isfinite(se) and np.isfinite(df) and df > 0:
@@ -180,7 +182,9 @@ def paired_difference(
     )
 
 
-def minimum_detectable_effect(se: float, df: float, alpha: float = 0.05, power: float = 0.8) -> float:
+def minimum_detectable_effect(
+    se: float, df: float, alpha: float = 0.05, power: float = 0.8
+) -> float:
     """The smallest true difference a two-sided t-test at level ``alpha`` with this standard error
     and these degrees of freedom detects with probability ``power``: the delta with
     P(|T| > t_{1-alpha/2, df}) = power for T noncentral t with noncentrality delta / se.

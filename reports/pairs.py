@@ -43,7 +43,7 @@ def instance_scores(d: Data) -> dict[str, dict[int, np.ndarray]]:
     out: dict[str, dict[int, list[np.ndarray]]] = {}
     for (arm, seed), g in ev.group_by(["arm", "seed"], maintain_order=True):
         by_task: dict[str, np.ndarray] = {}
-        for rid, rows in g.group_by("run_id", maintain_order=True):
+        for _, rows in g.group_by("run_id", maintain_order=True):
             last = rows.row(rows.height - 1, named=True)
             detail = json.loads(last["detail"] or "{}")
             for task, values in (detail or {}).items():
@@ -82,9 +82,7 @@ def pair_rows(d: Data, confidence: float = 0.95) -> list[dict[str, Any]]:
     for i, a in enumerate(arms):
         for b in arms[i + 1 :]:
             seeds = sorted(
-                s
-                for s in set(scores[a]) & set(scores[b])
-                if len(scores[a][s]) == len(scores[b][s])
+                s for s in set(scores[a]) & set(scores[b]) if len(scores[a][s]) == len(scores[b][s])
             )
             if not seeds or len({len(scores[a][s]) for s in seeds}) != 1:
                 continue
@@ -127,9 +125,7 @@ def curve_rows(d: Data, resamples: int = 100) -> tuple[dict, list[dict[str, Any]
     for axis in AXES:
         curves = arm_curves(d, axis)
         fits[axis] = {
-            a: curvefit.fit_arm(curves[a], r0, resamples=resamples)
-            for a in d.arms
-            if a in curves
+            a: curvefit.fit_arm(curves[a], r0, resamples=resamples) for a in d.arms if a in curves
         }
     pairs = []
     for i, a in enumerate(d.arms):
@@ -235,9 +231,7 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
                     _extrapolated(curves[axis][arm], d.warm_start_score),
                 ]
             )
-    verdict_rows = [
-        [p["a"], p["b"]] + [_curve_cell(p[axis]) for axis in AXES] for p in pairs
-    ]
+    verdict_rows = [[p["a"], p["b"]] + [_curve_cell(p[axis]) for axis in AXES] for p in pairs]
     return [
         Heading("Compute curves: asymptote or efficiency"),
         Para(

@@ -145,7 +145,9 @@ class SequentialTest:
         n = y.shape[0]
         perms = self._perms[:, :n, :]  # [B, n, m]
         permuted = np.take_along_axis(np.broadcast_to(y, perms.shape), perms, axis=-1)
-        return np.stack([(permuted[:, :, i] - permuted[:, :, j]).mean(axis=1) for i, j in self._index], 1)
+        return np.stack(
+            [(permuted[:, :, i] - permuted[:, :, j]).mean(axis=1) for i, j in self._index], 1
+        )
 
     def _boundary(self, top: np.ndarray, level: float) -> tuple[float, float]:
         """The smallest boundary whose crossing probability among the surviving permutations keeps

@@ -191,3 +191,40 @@ class Saved:
             return checkpoint.load(self.dir)
         finally:
             shutil.rmtree(self.dir.parent, ignore_errors=True)
+
+
+def screenshot(page: Path, tmp_path: Path, window: str = "1300,2600"):
+    """``[H, W, 3]`` ints: ``page`` rendered by headless Chromium. `make test` installs Chromium
+    (Makefile, SYSDEPS_STAMP): missing, this fails rather than skips."""
+
+    import subprocess
+
+    import numpy as np
+    from PIL import Image
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, (
+        "headless Chromium is not installed: run `make test` (it apt-installs chromium)"
+    )
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--window-size={window}",
+            f"--screenshot={shot}",
+            Path(page).resolve().as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return np.asarray(Image.open(shot).convert("RGB")).astype(int)

@@ -4,13 +4,13 @@ report in a real browser."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 from sixblanks.harness.studies.findings import aggregate
+
+from .conftest import screenshot
 
 TINY = """
 finding:
@@ -34,8 +34,6 @@ arms:
   plain: {preset: grpo}
   shuffled: {preset: grpo, fault: {rewards: shuffle}}
 """
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def test_aggregate_by_hand():
@@ -66,8 +64,10 @@ def test_a_tiny_claim_end_to_end(cli, write_yaml, tmp_path):
     from sixblanks.reports.data import connect
 
     con = connect(out / "tiny_fault" / "budget")
-    runs = con.execute("SELECT count(*), sum(b.consumed) FROM runs r JOIN budgets b USING (run_id) "
-                       "WHERE b.counter = 'launched_tokens'").fetchone()
+    runs = con.execute(
+        "SELECT count(*), sum(b.consumed) FROM runs r JOIN budgets b USING (run_id) "
+        "WHERE b.counter = 'launched_tokens'"
+    ).fetchone()
     con.close()
     assert runs == (2 * n, axis["spent"]["launched_tokens"])
     # the per-seed values are the runs' mean final outcomes; the effect is their paired difference
@@ -93,36 +93,16 @@ def test_a_tiny_claim_end_to_end(cli, write_yaml, tmp_path):
 
 
 def _renders(index, tmp_path):
-    assert CHROMIUM, "headless Chromium is not installed: run `make test` (it apt-installs chromium)"
-    shot = tmp_path / "findings.png"
-    subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--window-size=1200,1200",
-            f"--screenshot={shot}",
-            index.resolve().as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    from PIL import Image
-
-    img = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    img = screenshot(index, tmp_path, "1200,1200")
     # text, the verdict table and the embedded figure: many colours, not a blank page
     assert len({tuple(p) for p in img[::5, ::5].reshape(-1, 3)}) > 50
 
 
 def test_a_claim_whose_arms_differ_beyond_it_is_refused(cli, write_yaml, tmp_path):
-    bad = TINY.replace("shuffled: {preset: grpo, fault: {rewards: shuffle}}",
-                       "shuffled: {preset: grpo, fault: {rewards: shuffle}, optimizer: {lr: 0.001}}")
+    bad = TINY.replace(
+        "shuffled: {preset: grpo, fault: {rewards: shuffle}}",
+        "shuffled: {preset: grpo, fault: {rewards: shuffle}, optimizer: {lr: 0.001}}",
+    )
     code, _, err = cli("findings", write_yaml(bad, "bad.yaml"), "--out", str(tmp_path / "o"))
     assert code == 2
     assert "differ beyond what the claim is about (fault)" in err and "optimizer.lr" in err
@@ -142,7 +122,7 @@ def test_finding_file_errors_are_named(cli, write_yaml, tmp_path):
 def test_every_shipped_claim_is_valid_and_fair():
     from sixblanks.harness.config.claims import load_finding
     from sixblanks.harness.orchestration.experiment import as_config
-    from sixblanks.harness.studies.findings import _experiment, undeclared_differences
+    from sixblanks.harness.studies.findings import experiment_mapping, undeclared_differences
 
     from .conftest import ROOT
 
@@ -151,5 +131,5 @@ def test_every_shipped_claim_is_valid_and_fair():
     for p in files:
         f = load_finding(p)
         m = f.finding
-        cfg = as_config(_experiment(f, "check", f.experiment["budget"], m.seeds.pilot))
+        cfg = as_config(experiment_mapping(f, "check", f.experiment["budget"], m.seeds.pilot))
         assert undeclared_differences(cfg, m.arm, m.than, m.about) == [], p.name

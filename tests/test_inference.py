@@ -10,7 +10,6 @@ from scipy import stats
 
 from sixblanks.reports import curvefit, paired, sequential
 
-
 # ----------------------------------------------------------------------------- paired differences
 
 
@@ -39,7 +38,9 @@ def test_paired_interval_by_hand_on_a_small_case():
     ms_s = 3 * (rows**2).sum() / 1  # 1/6
     ms_i = 2 * (cols**2).sum() / 2  # 0.5
     ms_e = (resid**2).sum() / 2  # 1/6
-    assert ms_s == pytest.approx(1 / 6) and ms_i == pytest.approx(0.5) and ms_e == pytest.approx(1 / 6)
+    assert (
+        ms_s == pytest.approx(1 / 6) and ms_i == pytest.approx(0.5) and ms_e == pytest.approx(1 / 6)
+    )
     # the seed component is estimated at zero (MS_seed = MS_cell): Var = MS_instance / (S I)
     var, df = ms_i / 6, 2.0
     half = stats.t.ppf(0.975, df) * np.sqrt(var)

@@ -3,7 +3,6 @@
 import json
 import math
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -13,6 +12,8 @@ from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.orchestration.orchestrator import Orchestrator
 from sixblanks.reports import stats
 from sixblanks.reports.build import build_report
+
+from .conftest import screenshot
 
 # one worker builds the module-scoped fixtures once (split across two, each built its own)
 pytestmark = pytest.mark.xdist_group("reports")
@@ -203,42 +204,11 @@ def test_report_cli_errors(cli, tmp_path, experiment):
     assert code == 2 and "unknown arm 'nope'" in err
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 def test_report_renders_in_headless_chromium(experiment, tmp_path):
-    # `make test` installs Chromium (Makefile, SYSDEPS_STAMP): missing, this fails rather than skips
-    assert CHROMIUM, (
-        "headless Chromium is not installed: run `make test` (it apt-installs chromium)"
-    )
-    index = build_report(experiment, resamples=200)
-    shot = tmp_path / "shot.png"
-    subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--window-size=1300,2600",
-            f"--screenshot={shot}",
-            index.resolve().as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    from PIL import Image
-
-    img = np.asarray(Image.open(shot).convert("RGB")).astype(float)
+    img = screenshot(build_report(experiment, resamples=200), tmp_path)
     assert img.shape[0] >= 2000
     # the embedded plots put many distinct colours on the page (a blank or broken page has few)
-    colours = {tuple(p) for p in img[::7, ::7].reshape(-1, 3).astype(int)}
+    colours = {tuple(p) for p in img[::7, ::7].reshape(-1, 3)}
     assert len(colours) > 200
 
 

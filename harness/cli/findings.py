@@ -21,7 +21,9 @@ def findings(
     ] = Path("runs/findings"),
     readme: Annotated[
         Path | None,
-        typer.Option("--readme", help="Also write the table of verdicts into this file's findings block."),
+        typer.Option(
+            "--readme", help="Also write the table of verdicts into this file's findings block."
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -36,7 +38,11 @@ def findings(
     from ..studies.findings import finding_files, run_finding
 
     files = finding_files(paths or [Path("experiments/findings")])
-    log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not (STATE["quiet"] or as_json) else (lambda m: None)
+    log = (
+        (lambda m: err.print(f"[dim]{m}[/dim]"))
+        if not (STATE["quiet"] or as_json)
+        else (lambda m: None)
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     records = []
     with OutDirLock(out_dir, "findings", log=warn):

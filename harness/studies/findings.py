@@ -136,7 +136,9 @@ def aggregate(values: list[float], launched: list[float | None], how: str) -> fl
     return float(np.polyfit(x[ok], v[ok], 1)[0])
 
 
-def _experiment(f: Finding, axis: str, budget: dict[str, float], seeds: int) -> dict[str, Any]:
+def experiment_mapping(
+    f: Finding, axis: str, budget: dict[str, float], seeds: int
+) -> dict[str, Any]:
     data = json.loads(json.dumps(f.experiment))
     data["name"] = f"{f.name}-{axis}"
     data["budget"] = dict(budget)
@@ -158,10 +160,12 @@ def run_axis(f: Finding, axis: str, budget: dict[str, float], out: Path, log: Lo
     values: dict[str, dict[int, np.ndarray]] = {}
     while not test.finished:
         n = test.next_seeds
-        res = ledger.reserve({k: v * arms * (n - done) for k, v in budget.items()}, f"seeds {done}-{n}")
+        res = ledger.reserve(
+            {k: v * arms * (n - done) for k, v in budget.items()}, f"seeds {done}-{n}"
+        )
         if res is None:
             raise SixblanksError(f"{f.name} ({axis}): the ledger refused seeds {done}..{n - 1}")
-        cfg = as_config(_experiment(f, axis, budget, n))
+        cfg = as_config(experiment_mapping(f, axis, budget, n))
         # each look adds seeds to the same experiment: the --add notice is expected, not news
         result, _ = run_experiment(
             cfg, out, add=True, warn=lambda msg: None if msg.startswith("--add") else log(msg)
@@ -236,7 +240,9 @@ def _verdict(f, axis, values, test, looks, ledger, budget, seconds) -> dict[str,
         "looks": looks,
         "spent": {k: ledger.counters.get(k, 0.0) for k in budget},
         "limit": dict(ledger.budget.limits),
-        "per_seed": {a: [float(values[a][s].mean()) for s in range(seeds)] for a in (m.arm, m.than)},
+        "per_seed": {
+            a: [float(values[a][s].mean()) for s in range(seeds)] for a in (m.arm, m.than)
+        },
         "seconds": seconds,
     }
 
@@ -246,7 +252,7 @@ def run_finding(path: Path, out: Path, log: Log) -> dict[str, Any]:
 
     f = load_finding(path)
     m = f.finding
-    cfg = as_config(_experiment(f, "check", f.experiment.get("budget") or {}, m.seeds.pilot))
+    cfg = as_config(experiment_mapping(f, "check", f.experiment.get("budget") or {}, m.seeds.pilot))
     extra = undeclared_differences(cfg, m.arm, m.than, m.about)
     if extra:
         raise ConfigError(
@@ -254,9 +260,7 @@ def run_finding(path: Path, out: Path, log: Log) -> dict[str, Any]:
             f"({', '.join(m.about)}): " + "; ".join(extra)
         )
     budgets = m.budgets or {"budget": dict(f.experiment.get("budget") or {})}
-    axes = [
-        run_axis(f, axis, dict(b), out / f.name / axis, log) for axis, b in budgets.items()
-    ]
+    axes = [run_axis(f, axis, dict(b), out / f.name / axis, log) for axis, b in budgets.items()]
     record = {
         "name": f.name,
         "path": str(path),
