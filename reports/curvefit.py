@@ -54,8 +54,8 @@ class Fit:
 # the efficiency parameters are searched on a grid (A is then a closed-form least-squares value),
 # then the best point is refined; bootstrap refits reuse the grid with resampling weights, which
 # makes a few hundred refits one matrix product
-B_GRID = np.geomspace(0.1, 10.0, 48)
-MID_STEPS = 64
+B_GRID = np.geomspace(0.1, 10.0, 96)
+MID_STEPS = 128
 
 
 def _grid(c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -172,11 +172,13 @@ class CurveComparison:
     d_log_mid: tuple[float, float, float]  # difference of log C_mid
 
 
-def compare_fits(x: ArmFit, y: ArmFit) -> CurveComparison | None:
-    """Arm x minus arm y: intervals of each parameter's difference from the independent refits
-    (paired by resample index). "differs in asymptote" where A's interval excludes 0; else
-    "differs in efficiency" where B's or log C_mid's does; else "no difference". None where either
-    arm has no fit or too few refits."""
+def compare_fits(x: ArmFit, y: ArmFit, alpha: float = 0.05) -> CurveComparison | None:
+    """Arm x minus arm y: intervals of each parameter's difference from the two arms' independent
+    refits. Three parameters are tested, so each interval is at level alpha / 3 (Bonferroni), and
+    a percentile bootstrap over n runs is widened by sqrt(n / (n - 1)) around the estimate (it
+    is too narrow by about that factor with few runs). "differs in asymptote" where A's interval
+    excludes 0; else "differs in efficiency" where B's or log C_mid's does; else "no difference".
+    None where either arm has no fit or too few refits."""
 
     if x.fit is None or y.fit is None or min(len(x.boots), len(y.boots)) < 10:
         return None
@@ -184,9 +186,14 @@ def compare_fits(x: ArmFit, y: ArmFit) -> CurveComparison | None:
     diff = x.boots[:n] - y.boots[:n]
     points = (x.fit.a - y.fit.a, x.fit.b - y.fit.b, np.log(x.fit.c_mid / y.fit.c_mid))
 
+    runs = max(2, min(x.runs, y.runs))
+    widen = np.sqrt(runs / (runs - 1))
+    tail = alpha / 3 / 2
+
     def ci(k: int) -> tuple[float, float, float]:
-        lo, hi = np.quantile(diff[:, k], [0.025, 0.975])
-        return float(points[k]), float(lo), float(hi)
+        lo, hi = np.quantile(diff[:, k], [tail, 1 - tail])
+        p = float(points[k])
+        return p, float(p - (p - lo) * widen), float(p + (hi - p) * widen)
 
     d_a, d_b, d_mid = ci(0), ci(1), ci(2)
     if min(x.runs, y.runs) < MIN_RUNS:

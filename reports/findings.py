@@ -38,6 +38,14 @@ def _detectable(r: dict[str, Any], ax: dict[str, Any]) -> str:
     return text
 
 
+def _expected(r: dict[str, Any]) -> str:
+    delta = f"{r['smallest_effect']:g}"
+    return {
+        "equal": f"within ±{delta}",
+        "not_smaller": f"not smaller by more than {delta}",
+    }.get(r["expect"], r["expect"])
+
+
 def rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in verdicts:
@@ -48,11 +56,7 @@ def rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "statement": r["claim"],
                     "source": r["source"],
                     "compared": f"{r['arm']} vs {r['than']} ({r['metric']}, expected "
-                    + (
-                        f"{r['expect']}"
-                        if r["expect"] != "equal"
-                        else f"within ±{r['smallest_effect']:g}"
-                    )
+                    + _expected(r)
                     + ")",
                     "axis": ", ".join(f"{k} {v:g}" for k, v in ax["budget"].items()),
                     "verdict": ax["verdict"],
@@ -61,6 +65,7 @@ def rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "spent": _spent(ax),
                     "detectable": _detectable(r, ax),
                     "meaning": r.get("meaning", ""),
+                    "audit": "; ".join(ax.get("audit", [])) or "none",
                 }
             )
     return out
@@ -129,7 +134,14 @@ def build_findings_report(out: str | Path) -> Path:
     out = Path(out)
     verdicts = load_verdicts(out)
     table = render.Table(
-        HEADER[:4] + ["effect, arm − other [95% CI]", "seeds per arm", "budget spent", HEADER[-1]],
+        HEADER[:4]
+        + [
+            "effect, arm − other [95% CI]",
+            "seeds per arm",
+            "budget spent",
+            HEADER[-1],
+            "fairness audit flags",
+        ],
         [
             [
                 render.Cell(r["claim"], note=r["statement"]),
@@ -140,6 +152,7 @@ def build_findings_report(out: str | Path) -> Path:
                 r["seeds"],
                 r["spent"],
                 r["detectable"],
+                render.Cell(r["audit"], "" if r["audit"] == "none" else "flag"),
             ]
             for r in rows(verdicts)
         ],
@@ -149,11 +162,13 @@ def build_findings_report(out: str | Path) -> Path:
             "Each claim ran as an experiment of two arms that differ only in the blanks the claim "
             "is about, matched on the budget shown. Seeds were added in batches until the arms "
             "separated or the cap was reached, under a group-sequential randomization test that "
-            "holds the error of declaring a difference at 5% over all looks. 'reproduced': "
-            "separated in the claimed direction (for a claim of no difference: the interval lies "
-            "within the smallest effect that matters); 'contradicted': separated the other way "
-            "(or, for a claim of no difference, separated); 'inconclusive': neither, and the last "
-            "column says how large a difference the seeds used could have detected.",
+            "holds the error of declaring a difference at the claim's alpha (5% unless it says "
+            "otherwise) over all looks. 'reproduced': separated in the claimed direction; for a "
+            "claim of no difference, the interval lies within ± the smallest effect that matters; "
+            "for a 'no worse' claim, above minus it. 'contradicted': separated the other way, or "
+            "the interval lies beyond the smallest effect. 'inconclusive': neither, and the "
+            "smallest detectable effect says how large a difference the seeds used could have "
+            "seen.",
             "caption",
         ),
         table,

@@ -77,6 +77,8 @@ def test_a_tiny_claim_end_to_end(cli, write_yaml, tmp_path):
     # the smallest detectable effect: 0 only where every paired difference is 0
     assert axis["effect"]["mde"] >= 0
     assert (axis["effect"]["mde"] == 0) == (axis["effect"]["se"] == 0)
+    # the audit's flags ride along: the planted fault is the difference the claim is about
+    assert any(a.startswith("shuffled: fault:") for a in axis["audit"])
     assert "tiny_fault" in stdout and "report:" in stdout
     text = readme.read_text()
     assert "old" not in text and f"**{axis['verdict']}**" in text and text.endswith("after\n")

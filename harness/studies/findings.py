@@ -177,15 +177,45 @@ def run_axis(f: Finding, axis: str, budget: dict[str, float], out: Path, log: Lo
         spent = _consumed(out, budget, range(done, n))
         ledger.commit(res, spent)
         values, label = per_seed_values(out, f)
-        missing = [a for a in (m.arm, m.than) if len(values.get(a, {})) < n]
+        missing = [
+            f"{a} seed {s}" for a in (m.arm, m.than) for s in range(n) if s not in values.get(a, {})
+        ]
         if missing:
-            raise SixblanksError(f"{f.name} ({axis}): no {label} recorded for arm(s) {missing}")
+            raise SixblanksError(
+                f"{f.name} ({axis}): no {label} recorded for {', '.join(missing)} (is the metric "
+                "logged by these arms? see the results store's metrics table)"
+            )
         per_seed = {a: np.array([values[a][s].mean() for s in range(n)]) for a in (m.arm, m.than)}
+        bad = [
+            f"{a} seed {s}" for a, v in per_seed.items() for s in range(n) if not np.isfinite(v[s])
+        ]
+        if bad:
+            raise SixblanksError(
+                f"{f.name} ({axis}): {label} is not a number for {', '.join(bad)} (a slope needs "
+                "two steps or more; a metric absent from every step has no mean)"
+            )
         decision = test.update(per_seed)[(m.arm, m.than)]
         looks.append({"seeds": n, "decision": decision, "spent_level": test.spent})
         log(f"{f.name} ({axis}): {n} seeds per arm, {label}: {decision}")
         done = n
-    return _verdict(f, axis, values, test, looks, ledger, budget, time.time() - started)
+    record = _verdict(f, axis, values, test, looks, ledger, budget, time.time() - started)
+    record["audit"] = audit_flags(out, m.arm, m.than)
+    return record
+
+
+def audit_flags(out: Path, *arms: str) -> list[str]:
+    """The fairness audit's flags on the claim's arms (``item: reason``): a difference the claim is
+    about shows here too (a planted fault), and so does a run that consumed under 90% of its
+    budget; the report prints them beside the verdict."""
+
+    con = connect(out, read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT DISTINCT arm, item, reason FROM fairness WHERE flagged ORDER BY ALL"
+        ).fetchall()
+    finally:
+        con.close()
+    return [f"{arm}: {item}: {reason}" for arm, item, reason in rows if arm in arms or arm is None]
 
 
 def _consumed(out: Path, budget: dict[str, float], seeds) -> dict[str, float]:
@@ -204,31 +234,39 @@ def _consumed(out: Path, budget: dict[str, float], seeds) -> dict[str, float]:
     return {k: (got.get(k, 0.0) if "seconds" in k else round(got.get(k, 0.0))) for k in budget}
 
 
+def claim_verdict(expect: str, decision: str, low: float, high: float, delta: float) -> str:
+    """The claim's verdict from the sequential test's decision and the paired interval [low, high]
+    of arm minus other, with ``delta`` the smallest effect that matters.
+
+    larger / smaller: reproduced when the test separated the arms that way, contradicted when it
+    separated them the other way, else inconclusive. equal: reproduced when the interval lies
+    within +-delta (a separation smaller than what matters does not contradict it), contradicted
+    when it lies beyond delta on one side, else inconclusive. not_smaller ("no worse"): reproduced
+    when the interval lies above -delta, contradicted when it lies below it, else inconclusive."""
+
+    separated = decision in (sequential.LARGER, sequential.SMALLER)
+    if expect in (sequential.LARGER, sequential.SMALLER):
+        return (
+            "reproduced" if decision == expect else "contradicted" if separated else "inconclusive"
+        )
+    if expect == "equal":
+        if low >= -delta and high <= delta:
+            return "reproduced"
+        return "contradicted" if low > delta or high < -delta else "inconclusive"
+    if low > -delta:
+        return "reproduced"
+    return "contradicted" if high < -delta else "inconclusive"
+
+
 def _verdict(f, axis, values, test, looks, ledger, budget, seconds) -> dict[str, Any]:
     m = f.finding
     seeds = looks[-1]["seeds"]
     ya = np.stack([values[m.arm][s] for s in range(seeds)])
     yb = np.stack([values[m.than][s] for s in range(seeds)])
-    pd_ = paired.paired_difference(ya, yb)
+    pd_ = paired.paired_difference(ya, yb, confidence=1 - m.alpha)
     decision = test.decisions[(m.arm, m.than)]
     d_mde = sequential.sequential_mde(test.design) * float(np.std(ya.mean(1) - yb.mean(1), ddof=1))
-    if m.expect == "equal":
-        inside = pd_.low >= -m.smallest_effect and pd_.high <= m.smallest_effect
-        verdict = (
-            "contradicted"
-            if decision in (sequential.LARGER, sequential.SMALLER)
-            else "reproduced"
-            if inside
-            else "inconclusive"
-        )
-    else:
-        verdict = (
-            "reproduced"
-            if decision == m.expect
-            else "contradicted"
-            if decision in (sequential.LARGER, sequential.SMALLER)
-            else "inconclusive"
-        )
+    verdict = claim_verdict(m.expect, decision, pd_.low, pd_.high, m.smallest_effect)
     return {
         "axis": axis,
         "budget": budget,
