@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from sixblanks.harness.studies.findings import aggregate
+from sixblanks.harness.studies.findings import aggregate, claim_verdict
 
 from .conftest import screenshot
 
@@ -42,6 +42,23 @@ def test_aggregate_by_hand():
     # value = 1 + 0.5 * (tokens / 1000): slope 0.5 per 1000 launched tokens
     assert aggregate([1.0, 1.5, 2.0], [0, 1000, 2000], "slope") == pytest.approx(0.5)
     assert np.isnan(aggregate([1.0], [0], "slope"))
+
+
+def test_verdicts_by_hand():
+    # directional claims follow the sequential test's decision
+    assert claim_verdict("larger", "larger", 0.1, 0.3, 0.05) == "reproduced"
+    assert claim_verdict("larger", "smaller", -0.3, -0.1, 0.05) == "contradicted"
+    assert claim_verdict("larger", "no difference", -0.1, 0.3, 0.05) == "inconclusive"
+    # equivalence: the interval against +-delta, separated or not
+    assert claim_verdict("equal", "larger", 0.01, 0.04, 0.05) == "reproduced"
+    assert claim_verdict("equal", "no difference", -0.02, 0.03, 0.05) == "reproduced"
+    assert claim_verdict("equal", "larger", 0.06, 0.2, 0.05) == "contradicted"
+    assert claim_verdict("equal", "no difference", -0.1, 0.1, 0.05) == "inconclusive"
+    # no worse: above -delta
+    assert claim_verdict("not_smaller", "larger", 0.1, 0.3, 0.05) == "reproduced"
+    assert claim_verdict("not_smaller", "no difference", -0.04, 0.2, 0.05) == "reproduced"
+    assert claim_verdict("not_smaller", "smaller", -0.3, -0.06, 0.05) == "contradicted"
+    assert claim_verdict("not_smaller", "no difference", -0.2, 0.1, 0.05) == "inconclusive"
 
 
 @pytest.mark.slow
