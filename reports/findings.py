@@ -97,7 +97,11 @@ def table_markdown(verdicts: list[dict[str, Any]]) -> str:
             r["detectable"],
         ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines)
+    notes = [
+        f"- **{r['name']}**: {r['claim']} ({r['source']}). {r.get('meaning', '')}".rstrip()
+        for r in verdicts
+    ]
+    return "\n".join(lines + [""] + notes)
 
 
 def figure(r: dict[str, Any]) -> bytes | None:
