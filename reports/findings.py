@@ -43,6 +43,7 @@ def _expected(r: dict[str, Any]) -> str:
     return {
         "equal": f"within ±{delta}",
         "not_smaller": f"not smaller by more than {delta}",
+        "no_difference": "not separated",
     }.get(r["expect"], r["expect"])
 
 

@@ -54,6 +54,9 @@ def test_verdicts_by_hand():
     assert claim_verdict("equal", "no difference", -0.02, 0.03, 0.05) == "reproduced"
     assert claim_verdict("equal", "larger", 0.06, 0.2, 0.05) == "contradicted"
     assert claim_verdict("equal", "no difference", -0.1, 0.1, 0.05) == "inconclusive"
+    # calibration: no winner declared between identical arms, however wide the interval
+    assert claim_verdict("no_difference", "no difference", -0.1, 0.1, 0.05) == "reproduced"
+    assert claim_verdict("no_difference", "smaller", -0.1, -0.02, 0.05) == "contradicted"
     # no worse: above -delta
     assert claim_verdict("not_smaller", "larger", 0.1, 0.3, 0.05) == "reproduced"
     assert claim_verdict("not_smaller", "no difference", -0.04, 0.2, 0.05) == "reproduced"

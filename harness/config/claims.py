@@ -47,9 +47,11 @@ class FindingSection(Section):
         description="A training metric's one value per run: its mean over steps, its last value, "
         "or its least-squares slope per 1000 launched tokens.",
     )
-    expect: Literal["larger", "smaller", "equal", "not_smaller"] = Field(
+    expect: Literal["larger", "smaller", "equal", "not_smaller", "no_difference"] = Field(
         description="`arm`'s metric is larger / smaller than `than`'s, equal to it within "
-        '`smallest_effect`, or not smaller by more than `smallest_effect` (a "no worse" claim).'
+        '`smallest_effect`, not smaller by more than `smallest_effect` (a "no worse" claim), or '
+        "`no_difference`: the sequential test does not separate the arms (a calibration check "
+        "that the harness declares no winner between identical arms; weaker than `equal`)."
     )
     smallest_effect: float = Field(gt=0, description="The smallest difference that matters.")
     alpha: float = Field(0.05, gt=0, lt=1, description="Family-wise error over looks.")

@@ -245,6 +245,8 @@ def claim_verdict(expect: str, decision: str, low: float, high: float, delta: fl
     when the interval lies above -delta, contradicted when it lies below it, else inconclusive."""
 
     separated = decision in (sequential.LARGER, sequential.SMALLER)
+    if expect == "no_difference":
+        return "contradicted" if separated else "reproduced"
     if expect in (sequential.LARGER, sequential.SMALLER):
         return (
             "reproduced" if decision == expect else "contradicted" if separated else "inconclusive"
