@@ -169,6 +169,8 @@ ACTIVE = {
     "groups_dropped": 3.0,
     "overlong_penalized": 0.2,
     "overlong_filtered": 0.0,
+    "shaping_logged": 4.0,
+    "shaping_moved": 0.3,
 }
 
 
@@ -200,6 +202,13 @@ def test_inert_rules_by_hand():
     assert "overlong zone" in inert_note(
         "data.overlong_shaping.enabled", dapo, {**ACTIVE, "overlong_penalized": 0.0}
     )
+    # potential shaping whose terms summed to 0 for every sample (outcome credit: it telescopes)
+    shaped = _blanks("grpo", {"data": {"potential_shaping": {"enabled": True}}})
+    still = {**ACTIVE, "shaping_moved": 0.0}
+    assert "summed to 0" in inert_note("data.potential_shaping.enabled", shaped, still)
+    assert inert_note("data.potential_shaping.enabled", shaped, ACTIVE) is None
+    unlogged = {**still, "shaping_logged": 0.0}  # an older run without the metric: cannot tell
+    assert inert_note("data.potential_shaping.enabled", shaped, unlogged) is None
     assert "target-KL stop never fired" in inert_note(
         "weight.target_kl", _blanks("grpo", {"weight": {"target_kl": 0.02}}), ACTIVE
     )

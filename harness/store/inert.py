@@ -1,6 +1,7 @@
 """Inert differences: blanks in which the arms differ but that never acted in an arm's runs (a trust
 region whose ratios were all 1, a clip with clip fraction 0, a clip bound under a soft gate, a KL
-estimator under a zero coefficient, dynamic sampling that dropped no group, overlong shaping that
+estimator under a zero coefficient, dynamic sampling that dropped no group, potential shaping whose
+terms summed to 0 for every sample, overlong shaping that
 never penalized, a target-KL stop that never fired), found from what the runs recorded."""
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def _activity(runs_dir: Path, run_ids: list[str]) -> dict[str, float]:
         "groups_dropped": 0.0,
         "overlong_penalized": 0.0,
         "overlong_filtered": 0.0,
+        "shaping_logged": 0.0,
+        "shaping_moved": 0.0,
     }
     for rid in run_ids:
         rd = RunDir(runs_dir / rid)
@@ -61,6 +64,9 @@ def _activity(runs_dir: Path, run_ids: list[str]) -> dict[str, float]:
                 act["clip_frac"] = max(act["clip_frac"], e.get("clip_frac", 0.0))
             act["early_stops"] += float(e.get("early_stop_epoch", -1.0) >= 0)
             act["overlong_penalized"] += e.get("overlong_penalty_frac", 0.0)
+            if "potential_shaping_absmax" in e:
+                act["shaping_logged"] += 1
+                act["shaping_moved"] = max(act["shaping_moved"], e["potential_shaping_absmax"])
         res = rd.read_result()
         act["overlong_filtered"] += (res.get("discarded_by_reason") or {}).get(
             "overlong_filter", 0.0
@@ -110,6 +116,17 @@ def inert_note(field: str, blanks: dict[str, Any], act: dict[str, float]) -> str
     if field.startswith("data.overlong_shaping.") and blanks["data.overlong_shaping.enabled"]:
         if not act["overlong_penalized"]:
             return "never acted: no response reached the overlong zone (penalty 0 throughout)"
+    if (
+        field.startswith("data.potential_shaping.")
+        and blanks["data.potential_shaping.enabled"]
+        and act["shaping_logged"]
+        and not act["shaping_moved"]
+    ):
+        return (
+            "never acted: every sample's shaping terms summed to 0 (they telescope to "
+            "gamma^T potential(end) - potential(start); with one outcome advantage per response "
+            "nothing changes: use per-turn credit)"
+        )
     if field == "mask.overlong_filter" and blanks[field] and not act["overlong_filtered"]:
         return "never acted: no response was truncated"
     return None

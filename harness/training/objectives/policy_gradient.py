@@ -147,7 +147,12 @@ class PolicyGradient(Stateless, Objective):
             if k in info:
                 metrics[k.replace("gigpo_", "gigpo.")] = info[k]
         if "potential_shaping" in info:
-            metrics["potential_shaping_mean"] = float(info["potential_shaping"].mean())
+            shaping = info["potential_shaping"]
+            metrics["potential_shaping_mean"] = float(shaping.mean())
+            # the audit's evidence that shaping acted: a mean of 0 can hide terms that cancel
+            metrics["potential_shaping_absmax"] = (
+                float(shaping.abs().max()) if shaping.numel() else 0.0
+            )
         if "overlong_penalty" in info:
             pen = info["overlong_penalty"]
             metrics["overlong_penalty_mean"] = float(pen.mean())
