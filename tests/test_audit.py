@@ -209,6 +209,10 @@ def test_inert_rules_by_hand():
     assert inert_note("data.potential_shaping.enabled", shaped, ACTIVE) is None
     unlogged = {**still, "shaping_logged": 0.0}  # an older run without the metric: cannot tell
     assert inert_note("data.potential_shaping.enabled", shaped, unlogged) is None
+    # per-turn credit: terms that sum to 0 over an episode still move each turn's return
+    turns = _blanks("turn_grpo", {"data": {"potential_shaping": {"enabled": True}}})
+    assert inert_note("data.potential_shaping.enabled", turns, still) is None
+    assert inert_note("data.potential_shaping.enabled", shaped, unlogged) is None
     assert "target-KL stop never fired" in inert_note(
         "weight.target_kl", _blanks("grpo", {"weight": {"target_kl": 0.02}}), ACTIVE
     )

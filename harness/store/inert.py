@@ -121,6 +121,7 @@ def inert_note(field: str, blanks: dict[str, Any], act: dict[str, float]) -> str
         and blanks["data.potential_shaping.enabled"]
         and act["shaping_logged"]
         and not act["shaping_moved"]
+        and not _per_turn_credit(blanks["advantage.estimator"])
     ):
         return (
             "never acted: every sample's shaping terms summed to 0 (they telescope to "
@@ -130,6 +131,16 @@ def inert_note(field: str, blanks: dict[str, Any], act: dict[str, float]) -> str
     if field == "mask.overlong_filter" and blanks[field] and not act["overlong_filtered"]:
         return "never acted: no response was truncated"
     return None
+
+
+def _per_turn_credit(estimator: str) -> bool:
+    """Whether the advantage estimator reads rewards turn by turn (turn or token rewards), where
+    potential shaping acts even when an episode's terms sum to 0."""
+
+    from sixblanks.algorithms.advantages import ESTIMATORS
+
+    inputs = ESTIMATORS[estimator].inputs or ()
+    return "turn_rewards" in inputs or "token_rewards" in inputs
 
 
 def inert_differences(specs: list[dict[str, Any]], runs_dir: Path) -> list[dict[str, str]]:
