@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from sixblanks.algorithms.data import group_verdicts
+
 ENTROPY_SUM = "entropy_token_sum"
 """The micro-steps' summable entropy figure: ``entropy_token_mean = entropy_token_sum /
 action_tokens`` over the step (:data:`.objectives.accumulate.PLAIN_MEANS`)."""
@@ -56,12 +58,9 @@ def kept_group_frac(
 
     if group_size <= 1:
         return {}
-    trained = mask.sum(1) > 0
-    kept = varied = 0
-    for g in torch.unique(group_ids[trained]).tolist():
-        r = reward[group_ids == g]
-        kept += 1
-        varied += int(bool((r != r[0]).any()))
+    verdicts = group_verdicts(reward, group_ids)  # "keep": rewards not all equal
+    trained = torch.unique(group_ids[mask.sum(1) > 0]).tolist()
+    kept, varied = len(trained), sum(verdicts[g] == "keep" for g in trained)
     return {"trainable_group_frac_kept": varied / kept} if kept else {}
 
 
