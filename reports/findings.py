@@ -29,7 +29,7 @@ def _spent(ax: dict[str, Any]) -> str:
     return ", ".join(f"{v:g} of {ax['limit'].get(k, 0):g} {k}" for k, v in ax["spent"].items())
 
 
-def _detectable(r: dict[str, Any], ax: dict[str, Any]) -> str:
+def _detectable(ax: dict[str, Any]) -> str:
     mde = ax["effect"]["mde"]
     seq = ax.get("sequential_mde")
     text = fmt(mde)
@@ -64,7 +64,7 @@ def rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "effect": _effect(ax),
                     "seeds": str(ax["seeds"]),
                     "spent": _spent(ax),
-                    "detectable": _detectable(r, ax),
+                    "detectable": _detectable(ax),
                     "meaning": r.get("meaning", ""),
                     "audit": "; ".join(ax.get("audit", [])) or "none",
                 }
