@@ -134,6 +134,41 @@ def group_mean(
     return broadcast(adv, mask)
 
 
+@ESTIMATORS.register(
+    "group_mean_batch_std",
+    inputs=INPUTS_RG,
+    reads=("advantage.batch_std", "advantage.std_ddof", "advantage.std_eps", "advantage.singleton"),
+)
+def group_mean_batch_std(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    batch_std: str = "rewards",
+    std_ddof: int = 1,
+    std_eps: float = 1e-6,
+    singleton: str = "zero",
+) -> torch.Tensor:
+    """Lite PPO: A_i = (R_i - mean_g) / (std_batch + eps), a group baseline with one batch-level
+    scale (small groups' stds no longer blow up their advantages).
+
+    ``batch_std``: ``rewards``: the std of the raw rewards about the batch mean (ROLL, the Lite PPO
+    authors' code; TRL ``scale_rewards="batch"``); ``centered``: the std of the group-centred values
+    R_i - mean_g (AReaL's group/batch norm; ScaleRL's Â/std(Â)). Both with ``std_ddof``. A group whose
+    rewards are all equal gets A = 0; ``singleton`` as in ``group_norm``. ``[B]`` -> ``[B, T]``.
+    """
+
+    r = rewards.double()
+    mean, _, count, equal = group_stats(r, group_ids)
+    centred = torch.where(equal, torch.zeros_like(r), r - mean)
+    x = r if batch_std == "rewards" else centred
+    n = x.numel()
+    std = x.std(correction=std_ddof) if n > std_ddof else torch.zeros((), dtype=torch.float64)
+    adv = centred / (std + std_eps)
+    if singleton == "raw":
+        adv = torch.where(count == 1, r, adv)
+    return broadcast(adv, mask)
+
+
 def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """(x - mu) / sqrt(var + eps) over the valid tokens, ddof 0 (OpenRLHF); zero off the mask."""
 

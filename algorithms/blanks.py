@@ -81,13 +81,56 @@ class Blanks(Spec):
             )
         if w.tis_form != "token" and w.tis_cap is None:
             raise ValueError(f"weight.tis_form: '{w.tis_form}' needs weight.tis_cap (the cap C)")
-        if w.gate is not None and w.gate.mode == "clamp" and w.gate.metric == "kl":
-            raise ValueError("weight.gate: a KL gate can only mask (mode: mask), not clamp")
+        if w.gate is not None and w.gate.mode == "clamp" and w.gate.metric != "ratio":
+            raise ValueError(
+                "weight.gate: a KL gate can only mask or weigh (mode: mask or weight), not clamp"
+            )
+        if w.gate is not None and w.gate.level == "sequence_sum" and w.gate.metric != "ratio":
+            raise ValueError(
+                "weight.gate.level: 'sequence_sum' bounds the product of the token ratios; use "
+                "metric 'ratio' (a KL gate takes level token or sequence)"
+            )
+        self._weight_forms_consistent()
         if w.gate is not None and w.gate.metric == "ratio" and w.gate.low >= w.gate.high:
             raise ValueError("weight.gate: low must be below high")
         if w.ratio == "none" and w.trust_region != "none":
             raise ValueError(
                 "weight.trust_region: ratio 'none' (w = 1) has no trust region; set trust_region: none"
+            )
+
+    def _weight_forms_consistent(self) -> None:
+        """CISPO and DPPO weigh log pi by a token ratio; the bypass form must not correct twice."""
+
+        w = self.weight
+        if w.trust_region in ("cispo", "dppo_tv", "dppo_kl") and w.ratio not in (
+            "token",
+            "behavior",
+        ):
+            raise ValueError(
+                f"weight.trust_region: '{w.trust_region}' weighs each token's log pi by its own "
+                "ratio; set weight.ratio: token (anchor pi_old) or behavior (anchor pi_rollout)"
+            )
+        if w.ratio_cap is not None and w.trust_region not in ("dppo_tv", "dppo_kl"):
+            raise ValueError(
+                "weight.ratio_cap: truncates DPPO's detached ratio (trust_region dppo_tv or "
+                "dppo_kl); PPO's dual clip is weight.dual_clip_c"
+            )
+        if w.old_policy != "rollout":
+            return
+        if w.ratio == "behavior":
+            raise ValueError(
+                "weight.old_policy: 'rollout' already makes the ratio pi/pi_rollout; keep "
+                "weight.ratio: token (ratio 'behavior' is the same ratio without pi_old)"
+            )
+        if w.ratio != "none" and (
+            (w.tis_cap is not None and not w.tis_form.endswith("_mask"))
+            or (w.gate is not None and w.gate.mode == "clamp")
+        ):
+            raise ValueError(
+                "weight.tis_cap / weight.gate: with old_policy 'rollout' the ratio is already "
+                "pi/pi_rollout; an importance weight pi/pi_rollout on top corrects twice (use a "
+                "mask form, a gate in mask or weight mode, or weight.ratio: none as verl's "
+                "bypass_pg_is)"
             )
 
     def _source_consistent(self) -> None:
@@ -200,6 +243,25 @@ class Blanks(Spec):
             )
         if (self.data.lag or self.data.broadcast_every > 1) and self.data.source != "rollouts":
             raise ValueError("data.lag: only online rollouts (data.source 'rollouts') can lag")
+        if self.data.zero_variance_filter and self.data.dynamic_sampling:
+            raise ValueError(
+                "data.zero_variance_filter: dynamic sampling already drops zero-variance groups "
+                "(and resamples); use one of the two"
+            )
+        if self.data.retire_pass_rate is not None and self.data.prompt_pool is None:
+            raise ValueError(
+                "data.retire_pass_rate: retiring a prompt matters only where prompts recur; set "
+                "data.prompt_pool (a fixed pool of N prompts)"
+            )
+        if self.data.prompt_pool is not None and (
+            self.data.source != "rollouts"
+            or self.data.concurrent is not None
+            or self.data.self_play is not None
+        ):
+            raise ValueError(
+                "data.prompt_pool: drawn by the trainer's own online rounds (data.source "
+                "'rollouts'), not by a concurrent collector or self-play"
+            )
         if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none":
             raise ValueError(
                 "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance ratio; weight.ratio is 'none'"

@@ -109,6 +109,8 @@ class SamplingCensus:
     tokens_launched: int = 0
     tokens_accepted: int = 0
     cap_hit: bool = False
+    prompts_retired: int = 0
+    """Prompts retired from later sampling by this step (no-positive-resampling)."""
 
     def as_dict(self) -> dict:
         return asdict(self)

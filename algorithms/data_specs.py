@@ -224,6 +224,28 @@ class DataSpec(Spec):
     dynamic_sampling: bool = Field(
         False, description="DAPO: drop groups whose rewards are all equal and resample."
     )
+    zero_variance_filter: bool = Field(
+        False,
+        description="ScaleRL: drop the groups whose rewards are all equal from the step's batch "
+        "without resampling (the step trains on fewer groups; census and ledger reason "
+        "'zero_variance_filter').",
+    )
+    prompt_pool: int | None = Field(
+        None,
+        ge=1,
+        description="Train on a fixed pool of N prompts (task instances drawn once from the run's "
+        "seed), visited in shuffled passes, instead of a fresh instance each time; None: a fresh "
+        "procedurally generated instance for every prompt.",
+    )
+    retire_pass_rate: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="ScaleRL's no-positive-resampling: a prompt whose pass rate over all its "
+        "samples so far (reward >= 1 counts as a pass) reaches this value is never sampled again "
+        "(the current group still trains); needs data.prompt_pool, where prompts recur. None: "
+        "off.",
+    )
     max_sampling_rounds: int = Field(
         10, ge=1, description="Cap on generation rounds per step with dynamic sampling."
     )

@@ -48,7 +48,8 @@ WHEN_ON: dict[str, tuple[str, ...]] = {
         "normalization.l_max",
     ),
     "regularizer.reward_kl_coef": ("regularizer.reward_kl_estimator",),
-    "weight.tis_cap": ("weight.tis_form",),
+    "weight.tis_cap": ("weight.tis_form", "weight.old_policy"),
+    "data.prompt_pool": ("data.retire_pass_rate",),
 }
 """Fields that apply only while another field is on (True, or a coefficient > 0)."""
 

@@ -200,8 +200,9 @@ def behavior_weight(
     mask: torch.Tensor,
 ) -> torch.Tensor | float:
     """The detached per-token weight of the off-policy corrections that weigh: truncated
-    IS in its token or sequence form (``weight.tis_cap``, ``weight.tis_form``) and a gate in clamp mode
-    (``weight.gate``). ``[B, T]``, or 1.0 when none applies."""
+    IS in its token or sequence form (``weight.tis_cap``, ``weight.tis_form``) and a gate in clamp or
+    weight mode (``weight.gate``; weight: IcePop/KPop's k on the kept tokens, 0 outside). ``[B, T]``,
+    or 1.0 when none applies. ``old_logp`` is pi_old, or pi_theta detached in the bypass form."""
 
     w_spec, out = blanks.weight, 1.0
     if w_spec.tis_cap is not None and w_spec.tis_form == "token":
@@ -209,13 +210,11 @@ def behavior_weight(
     elif w_spec.tis_cap is not None and w_spec.tis_form == "sequence":
         out = out * sequence_is_weight(old_logp, behavior_logp, mask, w_spec.tis_cap)[:, None]
     g = w_spec.gate
-    if g is not None and g.mode == "clamp":
-        out = (
-            out
-            * ratio_gate(old_logp, behavior_logp, mask, g.low, g.high, g.level, g.metric, "clamp")[
-                0
-            ]
+    if g is not None and g.mode in ("clamp", "weight"):
+        gated, _ = ratio_gate(
+            old_logp, behavior_logp, mask, g.low, g.high, g.level, g.metric, g.mode
         )
+        out = out * gated
     return out.to(old_logp.dtype) if isinstance(out, torch.Tensor) else out
 
 
@@ -225,7 +224,8 @@ def behavior_mask(
     """The off-policy corrections that mask, applied once per batch before Z is computed (so the
     tokens they drop leave the gradient and Z): truncated IS in a mask form, a gate in mask mode
     (reason ``masking``) and SAO's DIS band at the batch's start (reason ``dis``: pi_theta is pi_old
-    then; the loss keeps enforcing the band as pi_theta moves).
+    then; the loss keeps enforcing the band as pi_theta moves). A gate in weight mode leaves the
+    mask (its tokens stay in Z) and only reports the tokens it weighs 0 as dropped.
 
     Args: ``[B, T]`` log-probs of pi_old (recomputed by the trainer) and of the behaviour policy, and
     the mask. Returns (the mask ``[B, T]``, {reason: (tokens dropped, rows left with none)}, metrics).
@@ -255,6 +255,8 @@ def behavior_mask(
             after = gated.to(m.dtype)
             drop("masking", m, after)
             m = after
+        elif g.mode == "weight":  # weighted 0, kept in Z: no gradient, so discarded all the same
+            drop("masking", m, m * (gated > 0).to(m.dtype))
     if w_spec.trust_region == "dis":
         keep, _ = dis(old_logp, behavior_logp, m, w_spec.eps_low, w_spec.eps_high)
         after = m * keep.to(m.dtype)
@@ -283,7 +285,9 @@ def policy_loss(
         weights: ``[B, T]`` Z weights from :func:`sixblanks.algorithms.normalization.loss_weights`, computed on the
             *whole* optimizer-step batch and sliced like the other tensors; summing this function's
             loss over micro-batches gives the full-batch loss.
-        behavior_logp: ``[B, T]`` rollout-engine log-probs (truncated IS).
+        behavior_logp: ``[B, T]`` rollout-engine log-probs (truncated IS, gates, the ratio
+            'behavior' and the bypass form ``weight.old_policy: rollout``, where they replace
+            ``old_logp``).
         ref_logp: ``[B, T]`` reference log-probs (KL in the loss). entropy: ``[B, T]`` (entropy bonus).
 
     Returns:
@@ -305,12 +309,22 @@ def policy_loss(
             "weight.ratio 'behavior', weight.tis_cap and weight.gate need behavior_logp "
             "(the rollout engine's log-probs)"
         )
+    bypass = w_spec.old_policy == "rollout"
+    if bypass and behavior_logp is None:
+        raise ValueError("weight.old_policy 'rollout' needs behavior_logp (the rollout log-probs)")
+    if bypass:  # pi_old := pi_rollout; the corrections read pi_theta (detached) in its place
+        old_logp = behavior_logp
     inputs = {"logp": logp, "old_logp": old_logp, "adv": adv, "mask": mask}
     ratio, adv = RATIOS[w_spec.ratio].call({**inputs, "behavior_logp": behavior_logp}, fields)
+    anchor = behavior_logp if w_spec.ratio == "behavior" else old_logp
     tok_loss, clipped = TRUST_REGIONS[w_spec.trust_region].call(
-        {"ratio": ratio, "adv": adv}, fields
+        {"ratio": ratio, "adv": adv, "logp": logp, "anchor_logp": anchor}, fields
     )
-    tok_loss = tok_loss * behavior_weight(b, old_logp, behavior_logp, mask)
+    corr_old = logp.detach() if bypass else old_logp
+    tok_loss = tok_loss * behavior_weight(b, corr_old, behavior_logp, mask)
+    if bypass:  # the masking corrections zero tokens in each micro-batch; Z keeps them (verl)
+        kept, _, _ = behavior_mask(b, corr_old, behavior_logp, mask.to(logp.dtype))
+        tok_loss = tok_loss * kept.to(logp.dtype)
     weights = weights.to(logp.dtype)
     pg = aggregate(tok_loss * m, weights)
     total = pg
@@ -391,7 +405,6 @@ OBJECTIVES.add(
             "mask.overlong_filter",  # compute_advantages
             "weight.ratio",
             "weight.trust_region",
-            "weight.tis_cap",
             "weight.gate",
             "advantage.estimator",
             "normalization.mode",
@@ -402,6 +415,8 @@ OBJECTIVES.add(
             "data.source",
             "data.group_size",
             "data.dynamic_sampling",
+            "data.zero_variance_filter",
+            "data.prompt_pool",
             "data.epochs",
             "data.minibatches",
             "data.overlong_shaping.enabled",

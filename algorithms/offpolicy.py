@@ -208,27 +208,54 @@ def is_mask(
     return (m & keep).to(mask.dtype)
 
 
+GATE_LEVELS = ("token", "sequence", "sequence_sum")
+GATE_METRICS = ("ratio", "kl", "binary_kl")
+GATE_MODES = ("mask", "clamp", "weight")
+
+
 def _check_gate(level: str, metric: str, mode: str, low: float, high: float) -> None:
-    if level not in ("token", "sequence"):
-        raise ValueError(f"unknown gate level '{level}' (valid: token, sequence)")
-    if metric not in ("ratio", "kl"):
-        raise ValueError(f"unknown gate metric '{metric}' (valid: ratio, kl)")
-    if mode not in ("mask", "clamp"):
-        raise ValueError(f"unknown gate mode '{mode}' (valid: mask, clamp)")
+    if level not in GATE_LEVELS:
+        raise ValueError(f"unknown gate level '{level}' (valid: {', '.join(GATE_LEVELS)})")
+    if metric not in GATE_METRICS:
+        raise ValueError(f"unknown gate metric '{metric}' (valid: {', '.join(GATE_METRICS)})")
+    if mode not in GATE_MODES:
+        raise ValueError(f"unknown gate mode '{mode}' (valid: {', '.join(GATE_MODES)})")
     if mode == "clamp" and metric != "ratio":
         raise ValueError("mode='clamp' clamps an importance ratio: it needs metric='ratio'")
+    if level == "sequence_sum" and metric != "ratio":
+        raise ValueError("level='sequence_sum' bounds a product of ratios: it needs metric='ratio'")
     if metric == "ratio" and low > high:
         raise ValueError(f"low ({low}) must be <= high ({high})")
 
 
-def _kl_inside(train_logp, roll_logp, m, n, level: str, high: float, info) -> torch.Tensor:
-    """The KL gate: k3 estimates of KL(pi_roll || pi_train) on the action tokens ``m [B, T]``, per
+def binary_kl_max(train_logp: torch.Tensor, roll_logp: torch.Tensor, clamp: float = 1e-8):
+    """KPop's statistic ``[B, T]``: max(KL_B(p_train || p_roll), KL_B(p_roll || p_train)), KL_B the
+    KL between the Bernoulli distributions (p, 1 - p) of the sampled token's probability under
+    each policy, probabilities clamped into [clamp, 1 - clamp] (AReaL: 1e-8)."""
+
+    p = torch.exp(train_logp.detach().double()).clamp(clamp, 1 - clamp)
+    q = torch.exp(roll_logp.detach().double()).clamp(clamp, 1 - clamp)
+
+    def kl(a, b):
+        return a * torch.log(a / b) + (1 - a) * torch.log((1 - a) / (1 - b))
+
+    return torch.maximum(kl(p, q), kl(q, p))
+
+
+def _kl_inside(
+    train_logp, roll_logp, m, n, level: str, high: float, info, metric: str = "kl"
+) -> torch.Tensor:
+    """The KL gate: k3 estimates of KL(pi_roll || pi_train) (or, for ``binary_kl``, KPop's
+    binary KL of :func:`binary_kl_max`) on the action tokens ``m [B, T]``, per
     token or their mean over a row's ``n [B]`` action tokens; kept where at most ``high``
     (``[B, T]``, or ``[B, 1]`` at sequence level). Its mean and max go to ``info``."""
 
-    kl = torch.where(
-        m, kl_estimate(roll_logp.detach().double(), train_logp.detach().double(), "k3"), 0.0
-    )
+    if metric == "binary_kl":
+        kl = torch.where(m, binary_kl_max(train_logp, roll_logp), 0.0)
+    else:
+        kl = torch.where(
+            m, kl_estimate(roll_logp.detach().double(), train_logp.detach().double(), "k3"), 0.0
+        )
     if level == "sequence":
         stat = kl.sum(1) / n.clamp(min=1.0)
         inside = (stat <= high)[:, None]
@@ -263,9 +290,17 @@ def ratio_gate(
       per token, or its mean over the row's action tokens at sequence level. Only ``high``
       applies: drop when KL > high.
 
+    - ``level="sequence_sum", metric="ratio"``: keep a whole row iff low <= exp(sum_t d_t) <= high
+      (the product of its token ratios; verl's ``seq_sum_k1``, whose bounds apply to 1/k);
+    - ``metric="binary_kl"`` (KPop): keep where :func:`binary_kl_max` <= ``high``, per token or
+      its mean over the row.
+
     ``mode="mask"`` returns the new mask (``mask.dtype``). ``mode="clamp"`` (ratio metric only, as in
     AReaL) returns the detached weights ``[B, T]``: the token (or sequence) ratio clamped into
-    [low, high], zero off the mask; the mask itself is unchanged. Whether dropped tokens stay in Z
+    [low, high], zero off the mask; the mask itself is unchanged. ``mode="weight"`` (IcePop, KPop;
+    with a sequence level, OpenRLHF's seq-mask-tis) returns the detached weights ``[B, T]``: each
+    kept token's own ratio e^{d_t}, 0 on what is outside; the mask is unchanged, so what is
+    outside stays in Z contributing 0, as in verl, OpenRLHF, AReaL and TRL. Whether dropped tokens stay in Z
     is the caller's choice: aggregate over the original mask to keep them (contributing 0) or over
     the returned one to drop them.
 
@@ -275,7 +310,7 @@ def ratio_gate(
 
     Returns:
         ``(mask_or_weight [B, T], info)``; info (floats): ``masked_frac`` (share of action tokens
-        dropped; 0 in clamp mode), ``clamped_frac`` (share of action tokens whose weight was clamped;
+        dropped, or weighted 0 in weight mode; 0 in clamp mode), ``clamped_frac`` (share of action tokens whose weight was clamped;
         0 in mask mode), ``log_ratio_p1/p50/p99`` (token d_t before any truncation), and at
         sequence level ``seq_log_ratio_p1/p50/p99`` (ratio metric) or ``kl_mean``/``kl_max`` of the
         gated KL statistic (kl metric). Percentiles are NaN without action tokens.
@@ -289,9 +324,15 @@ def ratio_gate(
     info.update(log_ratio_p1=p1, log_ratio_p50=p50, log_ratio_p99=p99)
 
     lo, hi = _log_bound(low), _log_bound(high)
-    if metric == "kl":
-        inside = _kl_inside(train_logp, roll_logp, m, n, level, high, info)
+    if metric in ("kl", "binary_kl"):
+        inside = _kl_inside(train_logp, roll_logp, m, n, level, high, info, metric)
         log_r = d
+    elif level == "sequence_sum":
+        seq = d.sum(1)
+        q1, q50, q99 = quantiles(seq[n > 0], (0.01, 0.5, 0.99))
+        info.update(seq_log_ratio_p1=q1, seq_log_ratio_p50=q50, seq_log_ratio_p99=q99)
+        inside = ((seq >= lo) & (seq <= hi))[:, None]
+        log_r = seq[:, None].expand_as(d)
     elif level == "sequence":
         seq = d.sum(1) / n.clamp(min=1.0)
         q1, q50, q99 = quantiles(seq[n > 0], (0.01, 0.5, 0.99))
@@ -308,6 +349,10 @@ def ratio_gate(
     if mode == "mask":
         info.update(masked_frac=frac, clamped_frac=0.0)
         return (m & inside).to(mask.dtype), info
+    if mode == "weight":  # IcePop / KPop: each kept token weighs by its own ratio k, unclamped
+        info.update(masked_frac=frac, clamped_frac=0.0)
+        k = torch.exp(d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        return torch.where(m & inside, k, torch.zeros_like(k)).to(train_logp.dtype), info
     info.update(masked_frac=0.0, clamped_frac=frac)
     w = torch.exp(log_r.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(min=max(low, 0.0), max=high)
     return torch.where(m, w, torch.zeros_like(w)).to(train_logp.dtype), info

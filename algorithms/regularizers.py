@@ -37,13 +37,25 @@ def k3(d: torch.Tensor) -> torch.Tensor:
     return (torch.exp(-d) - 1.0 + d).clamp(max=10.0)
 
 
+@KL_ESTIMATORS.register("k3+")
+def k3_straight_through(d: torch.Tensor) -> torch.Tensor:
+    """Straight-through k3 (verl's ``low_var_kl+``/``k3+``): k2 - sg(k2) + sg(k3), whose value is
+    k3's (unbiased, low variance, >= 0) and whose gradient is k2's, d = log pi - log pi_ref per
+    token: the unbiased gradient of the reverse KL(pi || pi_ref), where plain k3's gradient
+    (1 - e^{-d}) is the forward KL's. ``[B, T]``."""
+
+    two = k2(d)
+    return two - two.detach() + k3(d).detach()
+
+
 def kl_estimate(
     logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str, clamp: float = 20.0
 ) -> torch.Tensor:
     """Per-token KL estimate with d = log pi - log pi_ref (samples from pi). ``[B, T]``.
 
     k1 = d (unbiased, can be negative); k2 = d^2/2 (gradient: reverse KL);
-    k3 = exp(-d) - 1 + d (unbiased, >= 0; gradient: forward KL), clamped to 10 as in verl.
+    k3 = exp(-d) - 1 + d (unbiased, >= 0; gradient: forward KL), clamped to 10 as in verl;
+    k3+ = k3's value with k2's gradient (straight-through).
     An unknown ``estimator`` raises :class:`~sixblanks.algorithms.errors.UnknownNameError`.
     """
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Spec(BaseModel):
@@ -28,22 +28,30 @@ class MaskSpec(Spec):
 
 
 class GateSpec(Spec):
-    """A ratio/KL gate between pi_old (recomputed by the trainer) and the behaviour policy that
-    sampled: a mask (tokens or sequences outside the band leave the gradient and Z,
-    discard reason 'masking') or a clamp (the IS weight clamped into the band)."""
+    """A gate between pi_old (recomputed by the trainer; pi_theta in the bypass form) and the
+    behaviour policy that sampled, with k = pi_old/pi_behaviour per token: a mask (tokens or
+    sequences outside the band leave the gradient and Z, discard reason 'masking'), a clamp (the
+    IS weight clamped into the band) or a weight (IcePop/KPop: k on the tokens kept, 0 outside,
+    every token staying in Z)."""
 
-    level: Literal["token", "sequence"] = Field(
+    level: Literal["token", "sequence", "sequence_sum"] = Field(
         "token",
-        description="token: per token; sequence: on the sequence's geometric-mean ratio or mean KL.",
+        description="token: per token; sequence: on the sequence's geometric-mean ratio (or mean "
+        "KL); sequence_sum: on the product of its token ratios (the sum of log k, as verl's "
+        "seq_sum_k1; ratio metric only).",
     )
-    metric: Literal["ratio", "kl"] = Field(
-        "ratio", description="ratio: pi_old/pi_behavior in [low, high]; kl: k3 KL <= high."
+    metric: Literal["ratio", "kl", "binary_kl"] = Field(
+        "ratio",
+        description="ratio: k in [low, high]; kl: the k3 KL (k - 1 - log k) <= high; binary_kl "
+        "(KPop): max of the two binary KLs between the token's probabilities under pi_old and "
+        "pi_behaviour <= high.",
     )
-    mode: Literal["mask", "clamp"] = Field(
+    mode: Literal["mask", "clamp", "weight"] = Field(
         "mask",
-        description="mask: drop what is outside; clamp: weight by the ratio clamped into [low, high].",
+        description="mask: drop what is outside (it leaves Z); clamp: weight by the ratio clamped "
+        "into [low, high]; weight: weight each kept token by its k, 0 outside, all in Z (IcePop).",
     )
-    low: float = Field(0.5, ge=0, description="Lower bound of the ratio (ignored for kl).")
+    low: float = Field(0.5, ge=0, description="Lower bound of the ratio (ignored for the KLs).")
     high: float = Field(2.0, gt=0, description="Upper bound of the ratio, or of the KL.")
 
 
@@ -58,14 +66,22 @@ class WeightSpec(Spec):
             "stop-gradient token form of GSPO; behavior: rho_t = pi/pi_rollout (SAO's DIS, no pi_old)."
         ),
     )
-    trust_region: Literal["none", "clip", "sapo", "dis"] = Field(
+    trust_region: Literal["none", "clip", "sapo", "dis", "cispo", "dppo_tv", "dppo_kl"] = Field(
         "clip",
         description="clip: PPO min(rA, clip(r)A); sapo: soft gate (4/tau) sigmoid(tau(r-1)); dis: "
-        "SAO's band 1-eps_low < rho < 1+eps_high (strict), tokens outside it masked; none: rA.",
+        "SAO's band 1-eps_low < rho < 1+eps_high (strict), tokens outside it masked; cispo: "
+        "-sg(clip(r, 1-eps_low, 1+eps_high)) A log pi (every token keeps a gradient); dppo_tv / "
+        "dppo_kl: -A sg(min(r, ratio_cap)) M log pi with DPPO's binary total-variation / KL mask "
+        "M keyed to the sign of A (thresholds eps_low, eps_high); none: rA.",
     )
-    eps_low: float = Field(0.2, gt=0, description="Lower clip range: r >= 1 - eps_low.")
+    eps_low: float = Field(
+        0.2, gt=0, description="Lower clip range: r >= 1 - eps_low (DPPO: the threshold delta_low)."
+    )
     eps_high: float = Field(
-        0.2, gt=0, description="Upper clip range: r <= 1 + eps_high (clip-higher when > eps_low)."
+        0.2,
+        gt=0,
+        description="Upper clip range: r <= 1 + eps_high (clip-higher when > eps_low; DPPO: the "
+        "threshold delta_high).",
     )
     dual_clip_c: float | None = Field(
         None,
@@ -87,6 +103,20 @@ class WeightSpec(Spec):
         "min(prod_t ratio_t, C) per sequence (summed log-differences, as TRL); token_mask / "
         "sequence_mask: drop the tokens (sequences) whose ratio exceeds C instead (discard reason "
         "'masking').",
+    )
+    ratio_cap: float | None = Field(
+        None,
+        gt=0,
+        description="DPPO: C in -A sg(min(r, C)) M log pi, the truncation of the detached ratio "
+        "(the authors' code: 10; verl: clip_ratio_c, 3 by default); None: no truncation.",
+    )
+    old_policy: Literal["recomputed", "rollout"] = Field(
+        "recomputed",
+        description="recomputed: pi_old is the trainer's forward of the pre-update weights, and "
+        "the corrections (tis_cap, gate) weigh pi_old/pi_rollout once per batch (decoupled, three "
+        "policies); rollout: the bypass form, pi_old := the rollout engine's log-probs (no "
+        "recomputation), the ratio is pi/pi_rollout and the corrections use pi_theta/pi_rollout "
+        "recomputed in each micro-batch, zeroing tokens without removing them from Z.",
     )
     gate: GateSpec | None = Field(
         None,
@@ -228,6 +258,7 @@ class AdvantageSpec(Spec):
         "loo",
         "group_norm",
         "group_mean",
+        "group_mean_batch_std",
         "reinforce_pp",
         "reinforce_pp_baseline",
         "remax",
@@ -242,7 +273,8 @@ class AdvantageSpec(Spec):
         description=(
             "unit: A = 1 (SFT); return: A = R (no baseline); batch_mean: R - mean (per group when "
             "groups exist); loo: leave-one-out (RLOO); group_norm: (R - mean_g)/(std_g + eps) (GRPO); "
-            "group_mean: R - mean_g (Dr. GRPO); reinforce_pp: token returns whitened over the batch; "
+            "group_mean: R - mean_g (Dr. GRPO); group_mean_batch_std: (R - mean_g)/(std_batch + eps) "
+            "(Lite PPO; advantage.batch_std picks the std); reinforce_pp: token returns whitened over the batch; "
             "reinforce_pp_baseline: R - mean_g then batch whitening; remax: R - R(greedy); "
             "turn_return: reward-to-go from each turn with gamma; gigpo: episode groups plus "
             "step groups of identical environment states (GiGPO); hierarchical: outcome credit for "
@@ -255,6 +287,12 @@ class AdvantageSpec(Spec):
     std_ddof: Literal[0, 1] = Field(1, description="ddof of the group std (verl, TRL: 1).")
     std_eps: float = Field(
         1e-6, ge=0, description="Added to the std: (R - mean)/(std + eps). verl 1e-6, TRL 1e-4."
+    )
+    batch_std: Literal["rewards", "centered"] = Field(
+        "rewards",
+        description="group_mean_batch_std: the batch std of the raw rewards about the batch mean "
+        "(rewards: ROLL's Lite PPO, TRL scale_rewards='batch') or of the group-centred rewards "
+        "(centered: AReaL's group/batch norm, ScaleRL).",
     )
     singleton: Literal["zero", "raw"] = Field(
         "zero",
@@ -291,11 +329,24 @@ class AdvantageSpec(Spec):
 class NormalizationSpec(Spec):
     """Z: the loss denominator, always over the whole optimizer-step batch."""
 
-    mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "constant"] = Field(
+    mode: Literal[
+        "token-mean",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum",
+        "constant",
+        "token-sum",
+        "prompt-mean",
+        "task-mean",
+        "turn-mean",
+    ] = Field(
         "token-mean",
         description=(
             "token-mean: sum(m l)/sum(m); seq-mean-token-mean: (1/B) sum_i sum_t m l / T_i; "
-            "seq-mean-token-sum: (1/B) sum_i sum_t m l; constant: sum(m l)/(B * L_max) (Dr. GRPO)."
+            "seq-mean-token-sum: (1/B) sum_i sum_t m l; constant: sum(m l)/(B * L_max) (Dr. GRPO); "
+            "token-sum: sum(m l) (verl); prompt-mean: a token-mean inside each prompt's group, then "
+            "the mean over prompts (ScaleRL); task-mean: the mean over prompts of the mean of their "
+            "sequences' token-means; turn-mean: each environment turn weighs alike. Underscores "
+            "may replace the hyphens (token_sum)."
         ),
     )
     l_max: int | None = Field(
@@ -304,8 +355,15 @@ class NormalizationSpec(Spec):
         description="L_max for mode constant; None: the rollout's max_new_tokens (the generation budget).",
     )
     count_empty_rows: bool = Field(
-        False, description="Whether all-masked rows count in B (TRL: yes; verl: no)."
+        False,
+        description="Whether all-masked rows count in B (TRL: yes; verl: no), and groups with no "
+        "action token in P (prompt-mean, task-mean).",
     )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _hyphens(cls, v: object) -> object:
+        return v.replace("_", "-") if isinstance(v, str) else v
 
 
 class RegularizerSpec(Spec):
@@ -314,14 +372,18 @@ class RegularizerSpec(Spec):
     reward_kl_coef: float = Field(
         0.0, ge=0, description="beta of KL to the reference placed in the reward."
     )
-    reward_kl_estimator: Literal["k1", "k2", "k3"] = Field(
-        "k1", description="Only k1 gives the reverse-KL gradient in the reward."
+    reward_kl_estimator: Literal["k1", "k2", "k3", "k3+"] = Field(
+        "k1",
+        description="Only k1 gives the reverse-KL gradient in the reward (k3+ is k3 there: no "
+        "gradient flows through a reward).",
     )
     loss_kl_coef: float = Field(
         0.0, ge=0, description="beta of KL to the reference added to the loss."
     )
-    loss_kl_estimator: Literal["k1", "k2", "k3"] = Field(
-        "k3", description="k2: reverse KL gradient; k3: forward KL gradient."
+    loss_kl_estimator: Literal["k1", "k2", "k3", "k3+"] = Field(
+        "k3",
+        description="k2: reverse KL gradient; k3: forward KL gradient; k3+: straight-through, k3's "
+        "value with k2's gradient (verl's 'low_var_kl+').",
     )
     entropy_coef: float = Field(0.0, ge=0, description="alpha of the entropy bonus -alpha*H.")
     dpo_beta: float = Field(0.1, gt=0, description="DPO beta (objective dpo only).")

@@ -69,22 +69,26 @@ def gspo_token_ratio(logp, old_logp, mask, clamp: float = 10.0) -> torch.Tensor:
 KL_STOP = ("weight.target_kl",)
 """With a ratio to pi_old, the training loop's minibatch routine stops the epochs at a target KL."""
 
+TO_OLD = (*KL_STOP, "weight.tis_cap", "weight.old_policy")
+"""A ratio to pi_old also takes truncated IS against the rollout, and pi_old may be the rollout's
+(the bypass form); the ratio 'behavior' is already against the rollout and takes neither."""
 
-@RATIOS.register("none")
+
+@RATIOS.register("none", applies=("weight.tis_cap",))
 def _no_ratio(logp, old_logp, adv, mask):
     """w = 1: on-policy REINFORCE, no ratio to pi_old."""
 
     return self_ratio(logp), adv
 
 
-@RATIOS.register("token", reads=("weight.log_ratio_clamp",), applies=KL_STOP)
+@RATIOS.register("token", reads=("weight.log_ratio_clamp",), applies=TO_OLD)
 def _token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     """r_t per token."""
 
     return token_ratio(logp, old_logp, clamp=log_ratio_clamp), adv
 
 
-@RATIOS.register("sequence", reads=("weight.log_ratio_clamp",), applies=KL_STOP)
+@RATIOS.register("sequence", reads=("weight.log_ratio_clamp",), applies=TO_OLD)
 def _sequence_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     """GSPO s_i on every token, with one advantage per sequence: the mean over its trained tokens."""
 
@@ -93,7 +97,7 @@ def _sequence_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     return ratio, ((adv * m).sum(1) / m.sum(1).clamp(min=1.0))[:, None].expand_as(adv)
 
 
-@RATIOS.register("gspo_token", reads=("weight.log_ratio_clamp",), applies=KL_STOP)
+@RATIOS.register("gspo_token", reads=("weight.log_ratio_clamp",), applies=TO_OLD)
 def _gspo_token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     """GSPO-token s_{i,t}, with the token-level advantage."""
 
@@ -193,6 +197,81 @@ def dis_surrogate(ratio, adv, eps_low, eps_high):
     return -adv * ratio * keep.to(ratio.dtype), (~keep).to(ratio.dtype)
 
 
+TR_INPUTS = ("ratio", "adv", "logp", "anchor_logp")
+"""The trust regions that weigh log pi directly (CISPO, DPPO) take it, and the log-probs of the
+ratio's denominator (the anchor: pi_old, or pi_rollout for ratio 'behavior')."""
+
+
+@TRUST_REGIONS.register(
+    "cispo", inputs=("ratio", "adv", "logp"), reads=("weight.eps_low", "weight.eps_high")
+)
+def cispo_surrogate(ratio, adv, logp, eps_low, eps_high):
+    """CISPO (MiniMax-M1): l = -sg(clip(r, 1 - eps_low, 1 + eps_high)) A log pi. The weight is
+    clipped under a stop-gradient instead of the token being dropped, so every token keeps a
+    gradient, -clip(r) A grad log pi. The band's lower edge 1 - eps_low <= 0 (eps_low >= 1) leaves
+    only the upper cap (the [0, 5] of SkyRL, AReaL, ART and ScaleRL is eps_low 1, eps_high 4).
+    ``ratio``, ``adv``, ``logp``: ``[B, T]``. ``clipped``: the tokens whose weight was clipped."""
+
+    r = ratio.detach()
+    w = r.clamp(min=max(1.0 - eps_low, 0.0), max=1.0 + eps_high)
+    return -w * adv * logp, (w != r).to(ratio.dtype)
+
+
+def binary_kl(p: torch.Tensor, q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """KL between the Bernoulli distributions (p, 1 - p) and (q, 1 - q): the divergence of the
+    sampled token's probability alone (DPPO's binary KL, KPop). ``[B, T]`` -> ``[B, T]``."""
+
+    return p * torch.log((p + eps) / (q + eps)) + (1 - p) * torch.log((1 - p + eps) / (1 - q + eps))
+
+
+def dppo_keep(logp, anchor_logp, adv, delta_low, delta_high, metric: str) -> torch.Tensor:
+    """DPPO's binary trust-region mask ``[B, T]`` (bool, detached), keyed to the advantage's sign,
+    with p = pi(token) and mu = the anchor's probability of it:
+
+    - ``tv``: for A > 0 drop the token when p - mu > delta_high; for A < 0 when p - mu < -delta_low;
+    - ``kl``: with KL_B = mu log(mu/p) + (1 - mu) log((1 - mu)/(1 - p)) (1e-8 inside the second log,
+      as verl), for A > 0 drop when KL_B > delta_high and p > mu; for A < 0 when KL_B > delta_low
+      and p < mu.
+
+    A token moving against its advantage's direction is never dropped (its update is corrective).
+    """
+
+    p, mu = torch.exp(logp.detach().double()), torch.exp(anchor_logp.detach().double())
+    pos, neg = adv > 0, adv < 0
+    if metric == "tv":
+        out = (pos & (p - mu > delta_high)) | (neg & (p - mu < -delta_low))
+    else:
+        kl = mu * torch.log(mu / p) + (1 - mu) * torch.log((1 - mu + 1e-8) / (1 - p + 1e-8))
+        out = (pos & (kl > delta_high) & (p > mu)) | (neg & (kl > delta_low) & (p < mu))
+    return ~out
+
+
+def _dppo(metric: str):
+    def surrogate(ratio, adv, logp, anchor_logp, eps_low, eps_high, ratio_cap):
+        keep = dppo_keep(logp, anchor_logp, adv, eps_low, eps_high, metric)
+        w = ratio.detach() if ratio_cap is None else ratio.detach().clamp(max=ratio_cap)
+        w = w * keep.to(ratio.dtype)
+        return -w * adv * logp, (~keep).to(ratio.dtype)
+
+    surrogate.__name__ = f"dppo_{metric}_surrogate"
+    surrogate.__doc__ = (
+        f"DPPO binary {metric.upper()} (Rethinking the Trust Region in LLM RL): "
+        "l = -A sg(min(r, C)) M log pi, M the binary mask of :func:`dppo_keep` with thresholds "
+        "delta_low = eps_low, delta_high = eps_high, anchored on the ratio's denominator (pi_old for "
+        "ratio 'token', as verl; pi_rollout for ratio 'behavior', as the authors' Stable-RL, SkyRL "
+        "and prime-rl), C = weight.ratio_cap (None: no truncation). ``clipped``: the masked tokens."
+    )
+    return surrogate
+
+
+for _metric in ("tv", "kl"):
+    TRUST_REGIONS.register(
+        f"dppo_{_metric}",
+        inputs=TR_INPUTS,
+        reads=("weight.eps_low", "weight.eps_high", "weight.ratio_cap"),
+    )(_dppo(_metric))
+
+
 def truncated_is_weight(
     old_logp: torch.Tensor, behavior_logp: torch.Tensor, cap: float
 ) -> torch.Tensor:
@@ -207,29 +286,60 @@ MISMATCH_RATIO_BAND = (0.5, 2.0)
 def mismatch_stats(
     train_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor
 ) -> dict[str, float]:
-    """Trainer-recomputed vs rollout-engine log-probs on the sampled tokens.
+    """Trainer-recomputed vs rollout-engine log-probs on the sampled tokens, before any
+    truncation or masking.
 
     Args:
         train_logp: ``[B, T]`` log pi_train(a_t) recomputed by the trainer with the rollout weights.
         engine_logp: ``[B, T]`` log pi_roll(a_t) reported by the engine that sampled a_t.
         mask: ``[B, T]`` 1 on sampled (action) tokens.
 
-    Returns (empty when no token is masked in) with d_t = log pi_train - log pi_roll:
+    Returns (empty when no token is masked in) with d_t = log pi_train - log pi_roll and the
+    importance ratio k_t = e^{d_t}:
         ``mismatch.logp_abs_mean`` / ``mismatch.logp_abs_max``: mean / max |d_t|;
         ``mismatch.kl``: k3 estimate of KL(pi_roll || pi_train), mean of e^d - 1 - d (tokens are
         samples of pi_roll, so it is unbiased and >= 0);
-        ``mismatch.ratio_out_frac``: share of tokens whose ratio e^d leaves [0.5, 2].
+        ``mismatch.ratio_out_frac``: share of tokens whose ratio e^d leaves [0.5, 2];
+        ``mismatch.ratio_abs_dev``: mean |k_t - 1|;
+        ``mismatch.ratio_p1`` / ``_p50`` / ``_p99``: percentiles of k_t;
+        ``mismatch.ess``: the normalized effective sample size of the token weights,
+        (sum k)^2 / (N sum k^2), 1 when every k is equal;
+        ``mismatch.seq_ess``: the same over the sequences' weights prod_t k_t (log-sum clamped to
+        ±20), which long sequences drive toward 1/B.
     """
 
     m = mask > 0
     if not bool(m.any()):
         return {}
-    d = (train_logp.double() - engine_logp.double())[m]
+    dd = torch.where(m, train_logp.double() - engine_logp.double(), 0.0)
+    d = dd[m]
     ratio = d.exp()
     lo, hi = MISMATCH_RATIO_BAND
+    p1, p50, p99 = _quantiles(ratio, (0.01, 0.5, 0.99))
+    seq = torch.exp(dd.sum(1)[m.any(1)].clamp(-20.0, 20.0))
     return {
         "mismatch.logp_abs_mean": float(d.abs().mean()),
         "mismatch.logp_abs_max": float(d.abs().max()),
         "mismatch.kl": float((ratio - 1.0 - d).mean()),
         "mismatch.ratio_out_frac": float(((ratio < lo) | (ratio > hi)).double().mean()),
+        "mismatch.ratio_abs_dev": float((ratio - 1.0).abs().mean()),
+        "mismatch.ratio_p1": p1,
+        "mismatch.ratio_p50": p50,
+        "mismatch.ratio_p99": p99,
+        "mismatch.ess": float(ratio.sum() ** 2 / (ratio.numel() * (ratio**2).sum())),
+        "mismatch.seq_ess": float(seq.sum() ** 2 / (seq.numel() * (seq**2).sum())),
     }
+
+
+def _quantiles(x: torch.Tensor, qs: tuple[float, ...]) -> list[float]:
+    """Linear-interpolation quantiles (numpy's default) of a non-empty 1-D tensor ``[N]``."""
+
+    s = x.sort().values
+    n = s.numel()
+    out = []
+    for q in qs:
+        pos = q * (n - 1)
+        lo = int(pos)
+        hi = min(lo + 1, n - 1)
+        out.append(float(s[lo] + (pos - lo) * (s[hi] - s[lo])))
+    return out

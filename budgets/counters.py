@@ -30,6 +30,7 @@ COUNTERS: dict[str, str] = {
 
 DISCARD_REASONS: tuple[str, ...] = (
     "dynamic_sampling",
+    "zero_variance_filter",
     "overlong_filter",
     "staleness",
     "masking",
@@ -40,9 +41,11 @@ DISCARD_REASONS: tuple[str, ...] = (
     "search_selection",
     "restart",
 )
-"""Why launched tokens did not enter a gradient. "failed": a task or verifier failure; "baseline":
+"""Why launched tokens did not enter a gradient. "zero_variance_filter": groups whose rewards were all
+equal, dropped without resampling (ScaleRL); "failed": a task or verifier failure; "baseline":
 ReMax's greedy rollouts (a cost of the estimator, never trained on); "staleness": samples past the
-bounded-staleness limit; "masking": tokens an off-policy gate or a masked truncated-IS form dropped;
+bounded-staleness limit; "masking": tokens an off-policy gate or a masked truncated-IS form dropped (or, in a
+gate's weight mode, weighted 0);
 "dis": tokens outside SAO's DIS band; "unconsumed": rounds a concurrent collector launched that
 were never trained on (still queued when the run ended, or made after the checkpoint a killed
 trainer resumed from); "search_selection": samples a search drew and did not select (the cost of

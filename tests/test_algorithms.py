@@ -568,7 +568,7 @@ def test_every_preset_is_valid_and_states_its_variant():
     assert get_preset("dr_grpo").blanks.normalization.mode == "constant"
     assert get_preset("gspo").blanks.weight.ratio == "sequence"
     with pytest.raises(UnknownNameError, match="did you mean 'dapo'"):
-        get_preset("dappo")
+        get_preset("dapoo")
 
 
 def test_diff_names_exactly_the_differing_fields():

@@ -119,6 +119,13 @@ class TrajectoryBatch:
             "step_labels": self.step_labels,
         }
 
+    def unit_ids(self, rows: list[int]) -> dict[str, torch.Tensor]:
+        """The prompt group ``[R]`` and turn ``[R, T]`` of ``rows``, by the keywords the
+        normalization blank's weights take (prompt-, task- and turn-level modes)."""
+
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        return {"group_ids": self.group_ids[idx], "turn_ids": self.turn_ids[idx]}
+
     def select(self, idx: list[int] | torch.Tensor) -> TrajectoryBatch:
         idx_t = torch.as_tensor(idx, dtype=torch.long)
         kw: dict[str, Any] = {name: getattr(self, name)[idx_t] for name in self._TENSORS}

@@ -116,7 +116,10 @@ def _frozen_batch(engine, model, tok, task, rollout, blanks):
         if blanks.advantage.estimator != "gae"
         else (batch.action_mask * 0, batch.action_mask, {})
     )
-    w = loss_weights(mask, blanks.normalization.mode, l_max)
+    n = blanks.normalization
+    w = loss_weights(
+        mask, n.mode, l_max, n.count_empty_rows, **batch.unit_ids(list(range(batch.size)))
+    )
     return batch, old, adv, mask, w
 
 

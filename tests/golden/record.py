@@ -32,7 +32,10 @@ evaluations unchanged, the logged numbers moved by float32 rounding grown throug
 training (KLs up to a few percent late in a run). Extended (2026-12-02) with four new per-step
 diagnostics only (entropy_token_mean, response_length_correct / _incorrect,
 trainable_group_frac_kept): every value recorded before was checked unchanged to 1e-6 and kept as
-it was. Re-record only for a
+it was. Extended (2026-12-03) the same way with the discard reason ``zero_variance_filter`` (0
+everywhere), the census field ``prompts_retired`` (0) and six mismatch diagnostics
+(``mismatch.ratio_abs_dev``, ``mismatch.ratio_p1/_p50/_p99``, ``mismatch.ess``,
+``mismatch.seq_ess``). Re-record only for a
 deliberate, explained
 change of the numbers:
 

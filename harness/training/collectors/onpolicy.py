@@ -16,6 +16,7 @@ from ..context import RunContext
 from ..meter import UNIT_KINDS
 from .greedy import GreedyBaseline
 from .lagged import LaggedPolicy, drop_stale
+from .pool import PromptPool
 from .replay import ReplayBuffer
 
 
@@ -32,6 +33,12 @@ class OnPolicyRounds(Collector):
         self.replay = ReplayBuffer(ctx) if ctx.blanks.data.replay is not None else None
         self.engine = ctx.engine  # the behaviour policy's engine of the current step
         self.snapshots = False  # keep environment snapshots (a branching collector needs them)
+        self.pool = (
+            PromptPool(d.prompt_pool, ctx.settings.train_seed, ctx.rng, d.retire_pass_rate)
+            if d.prompt_pool is not None
+            else None
+        )
+        self.retired_now = 0  # prompts retired by this step's rounds
 
     def worst_case(self) -> dict[str, float]:
         """One round (with its greedy rollouts): a step that cannot afford one does not start."""
@@ -57,7 +64,11 @@ class OnPolicyRounds(Collector):
             return None
         with charge:
             calls0 = ctx.gate.counts()
-            instances = ctx.train_instances(self.n_prompts)
+            if self.pool is None:
+                seeds, instances = None, ctx.train_instances(self.n_prompts)
+            else:
+                seeds = self.pool.draw(self.n_prompts)
+                instances = ctx.task.instances(seeds)
             batch = ctx.episodes(
                 self.engine,
                 instances,
@@ -65,12 +76,14 @@ class OnPolicyRounds(Collector):
                 group_offset=self.group_counter,
                 snapshots=self.snapshots,
             )
-            self.group_counter += self.n_prompts
+            self.group_counter += len(instances)
             greedy = self.greedy.run(instances, self.engine) if self.greedy is not None else None
             done = [batch] + ([greedy] if greedy is not None else [])
             charge.actual = ctx.rollout_cost(done, calls0)
         if greedy is not None:
             self.greedy.charge(greedy)
+        if self.pool is not None:  # each prompt's pass rate, before any filter drops its group
+            self.retired_now += self.pool.record(seeds, batch.reward, batch.group_ids)
         return batch, greedy
 
     def collect(self) -> Collected:
@@ -78,7 +91,11 @@ class OnPolicyRounds(Collector):
         self.engine = self.lagged.engine_for_step() if self.lagged is not None else ctx.engine
         lag_metrics: dict[str, float] = {}
         rounds = d.max_sampling_rounds if d.dynamic_sampling else 1
-        sampler = DynamicSampler(self.n_prompts, rounds, d.dynamic_sampling, d.accuracy_filter)
+        filtering = d.dynamic_sampling or d.zero_variance_filter
+        # the zero-variance filter drops like dynamic sampling, in one round, never resampling
+        reason = "zero_variance_filter" if d.zero_variance_filter else "dynamic_sampling"
+        sampler = DynamicSampler(self.n_prompts, rounds, filtering, d.accuracy_filter)
+        self.retired_now = 0
         kept, kept_greedy = [], []
         while not sampler.done:
             out = self.round()
@@ -98,12 +115,15 @@ class OnPolicyRounds(Collector):
             keep = set(sampler.add_round(batch.reward, batch.group_ids, tokens))
             rows = [i for i, g in enumerate(batch.group_ids.tolist()) if g in keep]
             dropped = [i for i in range(batch.size) if i not in set(rows)]
-            ctx.meter.discard("dynamic_sampling", float(tokens[dropped].sum()), len(dropped))
+            ctx.meter.discard(reason, float(tokens[dropped].sum()), len(dropped))
             if rows:
                 kept.append(batch.select(rows))
                 if greedy is not None:  # the greedy rollout of each kept row's instance
                     kept_greedy.append(greedy.select([i // ctx.group_size for i in rows]))
         census = sampler.census
+        census.cap_hit = census.cap_hit and d.dynamic_sampling  # one round is the filter's design
+        if self.pool is not None:
+            census.prompts_retired = self.retired_now
         if census.cap_hit and d.dynamic_sampling and d.on_round_cap == "error":
             raise TrainingError(
                 f"{ctx.settings.name}: dynamic sampling kept {census.groups_kept}/{self.n_prompts} "
@@ -116,6 +136,9 @@ class OnPolicyRounds(Collector):
         # measured on every launched group, before dynamic sampling drops any (one sample per
         # prompt has no group to compare: no value)
         metrics = {"sampling_rounds": float(census.rounds), **lag_metrics}
+        if self.pool is not None:
+            metrics["pool.retired"] = float(len(self.pool.retired))
+            metrics["pool.epochs"] = float(self.pool.epochs)
         if ctx.group_size > 1:
             metrics["trainable_group_frac"] = census.trainable_group_frac
         if not kept:
@@ -140,6 +163,8 @@ class OnPolicyRounds(Collector):
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"group_counter": self.group_counter}
+        if self.pool is not None:
+            state["pool"] = self.pool.state_dict()
         if self.lagged is not None:
             state["lagged"] = self.lagged.state_dict()
         if self.replay is not None:
@@ -148,6 +173,8 @@ class OnPolicyRounds(Collector):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.group_counter = state["group_counter"]
+        if self.pool is not None:
+            self.pool.load_state_dict(state["pool"])
         if self.lagged is not None:
             self.lagged.load_state_dict(state["lagged"])
         if self.replay is not None:

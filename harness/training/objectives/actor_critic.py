@@ -202,7 +202,13 @@ class ActorCritic(Objective):
         norm = self.ctx.blanks.normalization
         self.value_weights = vmask / vmask.sum().clamp(min=1.0)
         return {
-            "loss": loss_weights(mask, norm.mode, self.ctx.l_max, norm.count_empty_rows),
+            "loss": loss_weights(
+                mask,
+                norm.mode,
+                self.ctx.l_max,
+                norm.count_empty_rows,
+                **self.prepared.batch.unit_ids(rows),
+            ),  # fmt: skip
             "value": self.value_weights,
         }
 

@@ -26,7 +26,10 @@ def off_policy(
 
     d, w = ctx.blanks.data, ctx.blanks.weight
     metrics: dict[str, float] = {}
-    if w.gate is not None or w.trust_region == "dis" or w.tis_form.endswith("_mask"):
+    masking = w.gate is not None or w.trust_region == "dis" or w.tis_form.endswith("_mask")
+    # the bypass form (pi_old := pi_rollout) applies its corrections inside the loss, to
+    # pi_theta/pi_rollout of each micro-batch, zeroing tokens that stay in Z (policy_loss)
+    if masking and w.old_policy != "rollout":
         fresh = batch.size - replayed_rows
         parts = []
         for rows in (slice(0, fresh), slice(fresh, batch.size)):

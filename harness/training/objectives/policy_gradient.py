@@ -63,11 +63,12 @@ def reads_old_before_update(blanks) -> bool:
     the corrections that mask off-policy tokens, or the lag's measured divergence."""
 
     d, w = blanks.data, blanks.weight
+    masks_before = w.old_policy != "rollout" and (  # the bypass form masks inside the loss
+        w.gate is not None or w.trust_region == "dis" or w.tis_form.endswith("_mask")
+    )
     return (
         blanks.regularizer.reward_kl_coef > 0
-        or w.gate is not None
-        or w.trust_region == "dis"
-        or w.tis_form.endswith("_mask")
+        or masks_before
         or bool(d.lag or d.broadcast_every > 1 or d.staleness is not None)
         or d.concurrent is not None
     )
@@ -107,8 +108,14 @@ class PolicyGradient(Stateless, Objective):
     def prepare(self, collected: Collected) -> Prepared:
         ctx, batch = self.ctx, collected.batch
         ctx.model.eval()
-        # pi_old: recomputed by the trainer, or (exactly on-policy) taken from the training forward
-        old_logp = None if self.reuse_forward else ctx.batched_logprobs(ctx.model, batch)
+        # pi_old: recomputed by the trainer, or (exactly on-policy) taken from the training
+        # forward, or (the bypass form, weight.old_policy: rollout) the rollout's own log-probs
+        if ctx.blanks.weight.old_policy == "rollout":
+            old_logp = batch.behavior_logprobs.clone()
+        elif self.reuse_forward:
+            old_logp = None
+        else:
+            old_logp = ctx.batched_logprobs(ctx.model, batch)
         ref_logp = ctx.batched_logprobs(ctx.ref_model, batch) if self.ref_forward else None
         mask0 = batch.action_mask.clone()
         # the rewards learnt from: the batch's, or a planted fault's (arms.<arm>.fault)
@@ -139,7 +146,8 @@ class PolicyGradient(Stateless, Objective):
             "groups_launched": float(collected.groups_launched),
             **step_diagnostics(batch, mask, ctx.group_size),
         }
-        if old_logp is not None:  # else measured on the training forward (update)
+        if old_logp is not None and ctx.blanks.weight.old_policy != "rollout":
+            # else measured on the training forward (update)
             metrics.update(mismatch_stats(old_logp, batch.behavior_logprobs, mask0))
         # every shaping term of the reward is logged (the audit lists them; a term that never
         # changed a reward is reported as inert)
@@ -171,19 +179,26 @@ class PolicyGradient(Stateless, Objective):
             if float(sub.sum()) == 0:
                 return None
             n = b.normalization
-            return loss_weights(sub, n.mode, ctx.l_max, n.count_empty_rows)
+            return loss_weights(sub, n.mode, ctx.l_max, n.count_empty_rows, **batch.unit_ids(rows))
 
         reused = t["old_logp"] is None  # pi_old is the training forward's, detached
-        fresh = torch.zeros(batch.action_mask.shape, dtype=torch.float32) if reused else None
+        # the trainer's log-probs against the rollout's, where no separate forward measured them:
+        # each row's first training forward (in the bypass form with several minibatches, after
+        # the earlier minibatches' updates)
+        measure = reused or b.weight.old_policy == "rollout"
+        fresh = torch.zeros(batch.action_mask.shape, dtype=torch.float32) if measure else None
+        seen = torch.zeros(batch.size, dtype=torch.bool)
 
         def micro_step(rows: list[int], weights: torch.Tensor, epoch: int) -> dict[str, float]:
             sub = batch.select(rows)
             logp, ent = ctx.logprobs(ctx.model, sub, entropy=True, grad=True)
-            if reused:
-                old = logp.detach()
-                fresh[rows] = old.float().cpu()
-            else:
-                old = t["old_logp"][rows].to(dev)
+            if measure:
+                first = [i for i, r in enumerate(rows) if not seen[r]]
+                if first:
+                    idx = [rows[i] for i in first]
+                    fresh[idx] = logp.detach()[first].float().cpu()
+                    seen[idx] = True
+            old = logp.detach() if reused else t["old_logp"][rows].to(dev)
             ref = t["ref_logp"]
             loss, met = policy_loss(
                 b,
@@ -217,7 +232,7 @@ class PolicyGradient(Stateless, Objective):
         )  # fmt: skip
         ctx.model.eval()
         # measured on the tokens trained (a minibatch with none is never forwarded)
-        mismatch = mismatch_stats(fresh, batch.behavior_logprobs, mask) if reused else {}
+        mismatch = mismatch_stats(fresh, batch.behavior_logprobs, mask) if measure else {}
         return {
             **out.summary(),
             **(out.early_stop_metrics() if target_kl is not None else {}),

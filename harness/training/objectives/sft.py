@@ -33,7 +33,9 @@ class SFT(Stateless, Objective):
         dev = ctx.device
 
         def weigh(rows: list[int]) -> torch.Tensor:
-            return loss_weights(p.mask[rows], n.mode, ctx.l_max, n.count_empty_rows)
+            return loss_weights(
+                p.mask[rows], n.mode, ctx.l_max, n.count_empty_rows, **p.batch.unit_ids(rows)
+            )
 
         def micro_step(rows: list[int], weights: torch.Tensor, epoch: int) -> dict[str, float]:
             sub = p.batch.select(rows)

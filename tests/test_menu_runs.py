@@ -1,0 +1,96 @@
+"""The current menu's presets run end to end on real rollouts: the data filters are counted in the
+census and the ledger by reason, a retired prompt is never drawn again, the bypass form computes no
+pi_old, and each correction's drops are logged."""
+
+import copy
+
+import pytest
+import torch
+
+from sixblanks.algorithms.presets import resolve
+from sixblanks.harness.training import RunSettings, Trainer
+from sixblanks.harness.training.collectors.pool import PromptPool
+from tests.test_trainer import initial  # noqa: F401  (the golden fixture's initial policy)
+
+
+def _run(initial, preset, budget=1200.0, rollout=None, **over):
+    cfg, task, model0, tok = initial
+    s = RunSettings(
+        blanks=resolve(preset, over),
+        rollout=cfg.rollout.model_copy(update=rollout or {}),
+        optimizer=cfg.optimizer,
+        budget={"launched_tokens": budget},
+        seed=0,
+        eval_size=8,
+        name=preset,
+    )
+    trainer = Trainer(s, task, copy.deepcopy(model0), tok)
+    return trainer, trainer.train(evaluate_start=False)
+
+
+def test_scalerl_filters_without_resampling_and_retires_solved_prompts(initial):
+    """Zero-variance groups are dropped in the one round a step samples (never resampled) and
+    discarded as 'zero_variance_filter'; prompts whose pass rate reached the threshold are retired;
+    the ledger balances."""
+
+    trainer, res = _run(
+        initial, "scalerl", budget=1200, data={"prompt_pool": 6, "retire_pass_rate": 0.5}
+    )
+    led = res.ledger
+    assert all(c["rounds"] == 1 and not c["cap_hit"] for c in res.census)
+    dropped = sum(sum(c["groups_dropped"].values()) for c in res.census)
+    assert dropped > 0 and led.discarded_by_reason["zero_variance_filter"] > 0
+    assert led.discarded_by_reason["dynamic_sampling"] == 0
+    assert led.counters["launched_tokens"] == pytest.approx(
+        led.counters["accepted_tokens"] + sum(led.discarded_by_reason.values())
+    )
+    pool = trainer.collector.pool
+    retired = sum(c["prompts_retired"] for c in res.census)
+    assert retired == len(pool.retired) > 0
+    for seed in pool.retired:  # retired by its own history
+        assert pool.passes[seed] / pool.samples[seed] >= 0.5
+    assert res.steps[-1]["pool.retired"] == len(pool.retired)
+
+
+def test_a_retired_prompt_is_never_drawn_again():
+    """ScaleRL's example: 16/16 and 15/16 correct retire at 0.9, 8/16 stays."""
+
+    import random
+
+    pool = PromptPool(3, seed=0, rng=random.Random(0), retire_at=0.9)
+    seeds = pool.draw(3)
+    rewards = torch.tensor([1.0] * 16 + [1.0] * 15 + [0.0] + [1.0] * 8 + [0.0] * 8)
+    groups = torch.arange(3).repeat_interleave(16)
+    assert pool.record(seeds, rewards, groups) == 2
+    assert pool.retired == {seeds[0], seeds[1]}
+    assert all(pool.draw(2) == [seeds[2]] for _ in range(5))  # only the live one, every time
+    # its pass rate over all its samples: (8 + 64) / (16 + 64) = 0.9
+    assert pool.record([seeds[2]], torch.ones(64), torch.zeros(64, dtype=torch.long)) == 1
+    with pytest.raises(Exception, match="every prompt of the pool"):
+        pool.draw(1)
+
+
+def test_bypass_icepop_runs_without_a_pi_old_forward(initial, monkeypatch):
+    """The bypass form takes pi_old from the rollout: the trainer's batched pi_old forward is
+    never called, the mismatch is measured on the training forward, and the gate's zeroed
+    tokens are logged."""
+
+    from sixblanks.harness.training.context import RunContext
+
+    calls = []
+    real = RunContext.batched_logprobs
+    monkeypatch.setattr(
+        RunContext, "batched_logprobs", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
+    )
+    _, res = _run(initial, "icepop", budget=600, weight={"old_policy": "rollout"}, data={"epochs": 2})
+    trained = [m for m in res.steps if not m.get("skipped")]
+    assert trained and not calls
+    assert all(0 <= m["mismatch.ess"] <= 1 and "mismatch.ratio_p99" in m for m in trained)
+
+
+@pytest.mark.parametrize("preset", ["cispo", "dppo", "lite_ppo"])
+def test_preset_trains(initial, preset):
+    _, res = _run(initial, preset, budget=500)
+    trained = [m for m in res.steps if not m.get("skipped")]
+    assert trained and all(torch.isfinite(torch.tensor(m["loss"])) for m in trained)
+    assert res.ledger.check_invariants() == []
