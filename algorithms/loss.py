@@ -16,6 +16,7 @@ loss-side R. Both take plain tensors, so they can be used without the harness::
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import torch
@@ -216,6 +217,26 @@ def behavior_weight(
         )
         out = out * gated
     return out.to(old_logp.dtype) if isinstance(out, torch.Tensor) else out
+
+
+def correction_stats(
+    blanks: Blanks, old_logp: torch.Tensor, behavior_logp: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """The share of action tokens whose truncated-IS weight hit its cap (``tis.truncated_frac``),
+    for the forms that weigh (the masking forms report their drops in :func:`behavior_mask`).
+    ``[B, T]`` inputs; empty without truncated IS or action tokens."""
+
+    w = blanks.weight
+    m = mask > 0
+    if w.tis_cap is None or w.tis_form.endswith("_mask") or not bool(m.any()):
+        return {}
+    log_cap = math.log(w.tis_cap)
+    d = (old_logp.detach().double() - behavior_logp.detach().double()).masked_fill(~m, 0.0)
+    if w.tis_form == "token":
+        hit = d > log_cap
+    else:
+        hit = (d.sum(1) > log_cap)[:, None].expand_as(d)
+    return {"tis.truncated_frac": float((hit & m).sum() / m.sum())}
 
 
 def behavior_mask(

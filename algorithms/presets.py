@@ -432,10 +432,8 @@ for _p in [
         ),
         "CISPO (MiniMax-M1, 2025): l = -sg(clip(r, 0, 5)) A log pi, every token keeps a gradient; group-normalized A, token-mean, 4 minibatches, no KL.",
         (
-            "Cap r <= 5 with no lower bound (eps_low 1, eps_high 4): SkyRL, AReaL, ART and ScaleRL. "
-            "verl's default band is [0.8, 1.2] (clip_ratio 0.2/0.2), Trinity-RFT's [0, 1.28] with a "
-            "PPO-style hard mask, TRL's an absolute min(r, epsilon_high) whose unset default 0.2 "
-            "scales every token by 0.2.",
+            "Cap r <= 5 with no lower bound (eps_low 1, eps_high 4), as SkyRL, AReaL, ART and "
+            "ScaleRL (MiniMax-M1 states only an upper cap).",
             "4 minibatches per rollout batch (as gspo here): with one on-policy update r = 1 and "
             "CISPO is REINFORCE with group-normalized advantages.",
         ),

@@ -10,6 +10,7 @@ not by running this code.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -443,3 +444,26 @@ def test_mismatch_figures_by_hand():
     same = mismatch_stats(t(LO), t(LO), t(M))
     assert same["mismatch.kl"] == 0 and same["mismatch.ratio_abs_dev"] == 0
     assert same["mismatch.ess"] == 1.0
+
+
+# -------------------------------------------------------------------------------------- explain
+
+
+def test_explain_names_the_caps_and_prints_each_modes_weights(cli):
+    """explain cispo names the frameworks' CISPO caps; the weights table is computed by hand on
+    the example (prompts of 3+1 and 2+1 tokens)."""
+
+    code, out, _ = cli("explain", "cispo", "dppo", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert any("verl [0.8, 1.2]" in n and "[0, 5]" in n for n in data["value_notes"]["cispo"])
+    assert any("pi_rollout" in n and "= 10" in n for n in data["value_notes"]["dppo"])
+    w = data["normalization_weights"]
+    assert w["prompt-mean"] == pytest.approx([1 / 8, 1 / 8, 1 / 6, 1 / 6])
+    assert w["task-mean"] == pytest.approx([1 / 12, 1 / 4, 1 / 8, 1 / 4])
+    assert w["token-sum"] == [1.0] * 4 and w["token-mean"] == pytest.approx([1 / 7] * 4)
+    assert w["constant"] == pytest.approx([1 / 16] * 4)
+    assert any("one name, two estimators" in e for e in data["normalization_equivalences"])
+    code, out, _ = cli("explain", "scalerl")
+    rows = [line for line in out.splitlines() if line.startswith("│ prompt-mean")]
+    assert code == 0 and len(rows) == 1 and "scal" in rows[0]  # the arm's mode is marked

@@ -10,7 +10,19 @@ import torch
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness.training import RunSettings, Trainer
 from sixblanks.harness.training.collectors.pool import PromptPool
-from tests.test_trainer import initial  # noqa: F401  (the golden fixture's initial policy)
+from tests.golden.record import CONFIG, INITIAL_DIR
+
+
+@pytest.fixture(scope="module")
+def initial():
+    """The golden fixture's initial policy, config and task."""
+
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.models import load_pretrained
+    from sixblanks.harness.tasks import make_task
+
+    model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
+    return validate_mapping(CONFIG), make_task("arithmetic"), model, tok
 
 
 def _run(initial, preset, budget=1200.0, rollout=None, **over):
@@ -82,15 +94,28 @@ def test_bypass_icepop_runs_without_a_pi_old_forward(initial, monkeypatch):
     monkeypatch.setattr(
         RunContext, "batched_logprobs", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
     )
-    _, res = _run(initial, "icepop", budget=600, weight={"old_policy": "rollout"}, data={"epochs": 2})
+    _, res = _run(
+        initial, "icepop", budget=600, weight={"old_policy": "rollout"}, data={"epochs": 2}
+    )
     trained = [m for m in res.steps if not m.get("skipped")]
     assert trained and not calls
     assert all(0 <= m["mismatch.ess"] <= 1 and "mismatch.ratio_p99" in m for m in trained)
 
 
-@pytest.mark.parametrize("preset", ["cispo", "dppo", "lite_ppo"])
+@pytest.mark.parametrize("preset", ["cispo", "dppo", "lite_ppo", "icepop"])
 def test_preset_trains(initial, preset):
     _, res = _run(initial, preset, budget=500)
     trained = [m for m in res.steps if not m.get("skipped")]
     assert trained and all(torch.isfinite(torch.tensor(m["loss"])) for m in trained)
     assert res.ledger.check_invariants() == []
+    if preset == "icepop":  # the gate's share of zeroed tokens, before any truncation
+        assert all(m["gate.masked_frac"] == 0.0 for m in trained)  # no mismatch: nothing out
+        assert all("gate.log_ratio_p99" in m for m in trained)
+
+
+def test_truncated_is_logs_how_often_it_caps(initial):
+    """A cap below every ratio (0.5 < k = 1) truncates every token: tis.truncated_frac is 1."""
+
+    _, res = _run(initial, "grpo", budget=400, weight={"tis_cap": 0.5})
+    trained = [m for m in res.steps if not m.get("skipped")]
+    assert trained and all(m["tis.truncated_frac"] == 1.0 for m in trained)

@@ -110,9 +110,13 @@ def explain(
     if list_ or not names:
         _list_presets(as_json)
         return
+    from sixblanks.algorithms.notes import EQUIVALENCES, example_weights, value_notes
+
     blanks, notes = _named_blanks(names, config)
     view = side_by_side(blanks, all_fields=all_)
     checklists = {label: ppo_checklist(b) for label, b in blanks.items() if ppo_checklist(b)}
+    derived = {label: value_notes(b) for label, b in blanks.items()}
+    modes = {label: b.normalization.mode for label, b in blanks.items()}
     if as_json:
         dump_json(
             {
@@ -120,6 +124,9 @@ def explain(
                 "applies": view.applies,
                 "differs": sorted(view.differing),
                 "notes": notes,
+                "value_notes": derived,
+                "normalization_weights": example_weights(),
+                "normalization_equivalences": list(EQUIVALENCES),
                 "ppo_checklist": {k: dict(v) for k, v in checklists.items()},
             }
         )
@@ -130,8 +137,11 @@ def explain(
             f"[dim]{view.hidden} fields that apply to no column are hidden (--all shows them)[/dim]"
         )
     for label, lines in notes.items():
-        for line in lines:
+        for line in [*lines, *derived[label]]:
             say(f"[dim]{label}:[/dim] {line}")
+    out.print(_weights_table(modes))
+    for line in EQUIVALENCES:
+        say(f"[dim]- {line}[/dim]")
     for label, items in checklists.items():
         table = Table(title=f"PPO checklist: {label}")
         table.add_column("item")
@@ -139,6 +149,38 @@ def explain(
         for item, answer in items:
             table.add_row(item, answer)
         out.print(table)
+
+
+def _weights_table(modes: dict[str, str]) -> Table:
+    """The weight one token of each example sequence gets under every normalization mode (rows),
+    with the sum of the weights (the gradient's scale), the columns' modes marked."""
+
+    from sixblanks.algorithms.notes import EXAMPLE_LENGTHS, example_weights
+
+    table = Table(
+        title="Z: one token's weight under each mode (prompts of 3+1 and 2+1 tokens, L_max 4)"
+    )
+    table.add_column("mode", no_wrap=True)
+    heads = [
+        f"p{g + 1} s{i + 1} ({n})"
+        for g, grp in enumerate(EXAMPLE_LENGTHS)
+        for i, n in enumerate(grp)
+    ]
+    for h in heads:
+        table.add_column(h, justify="right")
+    table.add_column("sum", justify="right")
+    table.add_column("used by")
+    lengths = [n for grp in EXAMPLE_LENGTHS for n in grp]
+    for mode, ws in example_weights().items():
+        users = [label for label, m in modes.items() if m == mode]
+        table.add_row(
+            mode,
+            *[f"{w:.4g}" for w in ws],
+            f"{sum(w * n for w, n in zip(ws, lengths)):.4g}",
+            ", ".join(users),
+            style="bold" if users else "",
+        )
+    return table
 
 
 def _list_presets(as_json: bool) -> None:

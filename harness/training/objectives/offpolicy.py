@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from sixblanks.algorithms.loss import behavior_mask
+from sixblanks.algorithms.loss import behavior_mask, correction_stats
 from sixblanks.algorithms.offpolicy import lag_stats
 
 from ...rollout.trajectory import TrajectoryBatch
@@ -39,10 +39,14 @@ def off_policy(
             parts.append(m)
             if rows.start == 0:
                 metrics = met
+                total = max(float(mask[rows].sum()), 1.0)
                 for reason, (tokens, n) in dropped.items():
                     ctx.meter.discard(reason, tokens, n)
                     metrics[f"dropped.{reason}_tokens"] = tokens
+                    metrics[f"dropped.{reason}_frac"] = tokens / total
         mask = torch.cat(parts)
+    if w.old_policy != "rollout" and old_logp is not None:  # truncated IS: how often capped
+        metrics.update(correction_stats(ctx.blanks, old_logp, batch.behavior_logprobs, mask))
     if d.lag or d.broadcast_every > 1 or d.staleness is not None or d.concurrent is not None:
         behind = (ctx.engine.policy_version - batch.policy_version).clamp(min=0)
         stats = lag_stats(batch.behavior_logprobs, old_logp, batch.action_mask, behind)

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from sixblanks.algorithms.critic import approx_kl
-from sixblanks.algorithms.loss import compute_advantages, policy_loss
+from sixblanks.algorithms.loss import compute_advantages, correction_stats, policy_loss
 from sixblanks.algorithms.normalization import loss_weights
 from sixblanks.algorithms.weights import mismatch_stats
 
@@ -233,6 +233,8 @@ class PolicyGradient(Stateless, Objective):
         ctx.model.eval()
         # measured on the tokens trained (a minibatch with none is never forwarded)
         mismatch = mismatch_stats(fresh, batch.behavior_logprobs, mask) if measure else {}
+        if reused:  # pi_old came from the training forward: truncated IS measured on it
+            mismatch.update(correction_stats(b, fresh, batch.behavior_logprobs, mask))
         return {
             **out.summary(),
             **(out.early_stop_metrics() if target_kl is not None else {}),
