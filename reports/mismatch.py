@@ -1,8 +1,12 @@
 """Rollout/trainer mismatch in the report: per arm and step, the k3 KL between the
 distribution the rollout engine sampled from and the trainer's recomputation (``mismatch.kl``) and
 the share of tokens whose ratio is outside [0.5, 2] (``mismatch.ratio_out_frac``), averaged over
-runs. A vLLM engine and the trainer differ by kernels and precision; the same-process HF engine's
-mismatch is float noise, so the section appears only where some arm's mismatch exceeds it."""
+runs; per arm, the importance ratios before any correction (mean |k - 1|, 1st and 99th
+percentiles, the effective sample size of the token and sequence weights) and what each
+correction did (the share of tokens a mask or gate dropped, the share truncated IS capped). A vLLM
+engine and the trainer differ by kernels and precision, and the mismatch lab (``rollout.mismatch``)
+injects a controlled difference; the same-process HF engine's mismatch is float noise, so the
+section appears only where some arm's mismatch exceeds it."""
 
 from __future__ import annotations
 
@@ -16,12 +20,25 @@ if TYPE_CHECKING:
     from .data import Data
 
 NAMES = ("mismatch.kl", "mismatch.ratio_out_frac")
+DETAIL = (
+    ("mismatch.ratio_abs_dev", "mean |k - 1|"),
+    ("mismatch.ratio_p1", "k, 1st pct."),
+    ("mismatch.ratio_p99", "k, 99th pct."),
+    ("mismatch.ess", "ESS, tokens"),
+    ("mismatch.seq_ess", "ESS, sequences"),
+    ("gate.masked_frac", "gate drops"),
+    ("dropped.masking_frac", "masked (IS/gate)"),
+    ("dropped.dis_frac", "DIS drops"),
+    ("tis.truncated_frac", "TIS capped"),
+)
+"""Per-arm columns: the ratios before any correction, then what each correction dropped or capped
+(shares of action tokens; a column no arm logs is left out)."""
 NOISE = 1e-6
 """Mismatch KL at or below this is float noise (the HF engine's is about 1e-14)."""
 
 
 def query(con) -> pl.DataFrame:
-    names = ", ".join(f"'{n}'" for n in NAMES)
+    names = ", ".join(f"'{n}'" for n in (*NAMES, *(k for k, _ in DETAIL)))
     return con.sql(
         "SELECT r.arm, m.step, m.name, avg(m.value) AS value FROM metrics m JOIN runs r "
         f"USING (run_id) WHERE m.name IN ({names}) GROUP BY r.arm, m.step, m.name ORDER BY m.step"
@@ -80,6 +97,21 @@ def mismatch_blocks(d: Data, with_plots: bool = True) -> list[Block]:
             ],
         ),
     ]
+    cols = [(k, label) for k, label in DETAIL if t.filter(pl.col("name") == k).height]
+    if cols:
+        blocks += [
+            Para(
+                "The importance ratio k = pi_trainer / pi_rollout on the sampled tokens before any "
+                "truncation or masking (means over steps and runs; ESS = (sum k)^2 / (N sum k^2), "
+                "1 when no token is reweighted), and the share of action tokens each correction "
+                "dropped or capped.",
+                "caption",
+            ),
+            Table(
+                ["arm", *(label for _, label in cols)],
+                [[a, *(stat(a, k, "mean") for k, _ in cols)] for a in arms],
+            ),
+        ]
     if with_plots:
         blocks.append(Image("mismatch.png", "Rollout/trainer mismatch", mismatch_png(t, arms)))
     return blocks

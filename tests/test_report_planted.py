@@ -526,9 +526,21 @@ def test_the_report_shows_rollout_trainer_mismatch_over_training(tmp_path):
                 {"run_id": rid, "step": step, "name": "mismatch.kl", "value": kl},
                 {"run_id": rid, "step": step, "name": "mismatch.ratio_out_frac", "value": 0.0},
             ]
+            if arm == "A":  # the ratios' ESS and an IcePop-style gate's drops
+                rows += [
+                    {
+                        "run_id": rid,
+                        "step": step,
+                        "name": "mismatch.ess",
+                        "value": 0.9 - 0.1 * step,
+                    },
+                    {"run_id": rid, "step": step, "name": "dropped.masking_frac", "value": 0.1},
+                ]
     append_rows(out, {"metrics": rows})
     text = (build_report(out, baseline="B", resamples=100).parent / "report.md").read_text()
     assert "Rollout/trainer mismatch over training" in text
     assert "| A | 2.00e-03 | 3.00e-03 | 0.00e+00 | 0.00e+00 |" in text  # mean of 1, 2, 3 e-3
     assert "| B | 1.00e-14 | 1.00e-14 |" in text
+    assert "| arm | ESS, tokens | masked (IS/gate) |" in text  # only the columns an arm logs
+    assert "| A | 8.00e-01 | 1.00e-01 |" in text and "| B | — | — |" in text
     assert (out / "report" / "mismatch.png").exists()
