@@ -262,9 +262,14 @@ class Blanks(Spec):
                 "data.prompt_pool: drawn by the trainer's own online rounds (data.source "
                 "'rollouts'), not by a concurrent collector or self-play"
             )
-        if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none":
+        bypass_is = (  # verl's bypass_pg_is: the weight pi_theta/pi_rollout corrects the reuse
+            w.old_policy == "rollout" and w.tis_cap is not None and not w.tis_form.endswith("_mask")
+        )
+        if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none" and not bypass_is:
             raise ValueError(
-                "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance ratio; weight.ratio is 'none'"
+                "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance ratio; "
+                "weight.ratio is 'none' (or, in the bypass form, a truncated IS weight: "
+                "weight.old_policy: rollout with weight.tis_cap)"
             )
 
 

@@ -356,7 +356,8 @@ class NormalizationSpec(Spec):
     )
     count_empty_rows: bool = Field(
         False,
-        description="Whether all-masked rows count in B (TRL: yes; verl: no), and groups with no "
+        description="Whether all-masked rows count in B (TRL: yes; verl: yes on its engine path, "
+        "no in its single-process fallback), and groups with no "
         "action token in P (prompt-mean, task-mean).",
     )
 

@@ -467,3 +467,13 @@ def test_explain_names_the_caps_and_prints_each_modes_weights(cli):
     code, out, _ = cli("explain", "scalerl")
     rows = [line for line in out.splitlines() if line.startswith("│ prompt-mean")]
     assert code == 0 and len(rows) == 1 and "scal" in rows[0]  # the arm's mode is marked
+
+
+def test_bypass_is_may_reuse_a_batch():
+    """verl's bypass_pg_is over several minibatches: the weight min(prod pi_theta/pi_rollout, C),
+    recomputed in each micro-batch, corrects the reuse; without it reuse needs a ratio."""
+
+    weight = {"tis_cap": 2.0, "tis_form": "sequence", "old_policy": "rollout"}
+    assert resolve("reinforce", {"weight": weight, "data": {"minibatches": 4}})
+    with pytest.raises(ValueError, match="needs an importance ratio"):
+        resolve("reinforce", {"data": {"minibatches": 4}})

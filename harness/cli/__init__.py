@@ -1,6 +1,6 @@
 """The ``sixblanks`` command line: the application (``app``), its commands by part (``describe``:
 validate, schema, explain, recommend; ``experiment``: rollouts, run, report, status, sync, ingest,
-ui; ``studies``: ladder, sweep) and :func:`main`.
+ui; ``studies``: ladder, sweep; ``translate``: other frameworks' configurations) and :func:`main`.
 
 Errors meant for the user (bad config, unknown names, commands not built yet)
 print one line per problem and exit non-zero without a traceback; ``--debug``
@@ -15,7 +15,13 @@ import sys
 import typer
 
 from ..errors import SixblanksError
-from . import describe, experiment, findings, studies  # noqa: F401 - each registers its commands on app
+from . import (  # noqa: F401 - each registers its commands on app
+    describe,
+    experiment,
+    findings,
+    studies,
+    translate,
+)
 from .app import app
 
 
