@@ -275,16 +275,19 @@ def save_policy(model, tokenizer, directory: str | Path) -> Path:
 def load_policy(model_cfg, tasks: list | None = None):
     """(model, tokenizer) for a ModelConfig: tiny (built for the tasks' alphabet), HF dir, or GGUF."""
 
-    if model_cfg.gguf:
-        return load_pretrained(resolve_gguf(model_cfg.gguf), model_cfg.device, model_cfg.dtype)
-    if model_cfg.path:
-        model, tok = load_pretrained(model_cfg.path, model_cfg.device, model_cfg.dtype)
+    fp32_head = getattr(model_cfg, "fp32_lm_head", False)
+    if model_cfg.gguf or model_cfg.path:
+        source = resolve_gguf(model_cfg.gguf) if model_cfg.gguf else model_cfg.path
+        model, tok = load_pretrained(source, model_cfg.device, model_cfg.dtype)
+        set_fp32_lm_head(model, fp32_head)
         return model, tok
     alphabet = "".join(t.alphabet() for t in tasks or [])
     tokenizer = build_tokenizer(alphabet)
     check_round_trip(tokenizer)
     model = build_tiny_model(model_cfg.tiny, tokenizer, seed=model_cfg.seed)
-    return model.to(device=model_cfg.device, dtype=_dtype(model_cfg.dtype)), tokenizer
+    model = model.to(device=model_cfg.device, dtype=_dtype(model_cfg.dtype))
+    set_fp32_lm_head(model, fp32_head)
+    return model, tokenizer
 
 
 def set_gradient_checkpointing(model, on: bool) -> None:
@@ -293,6 +296,46 @@ def set_gradient_checkpointing(model, on: bool) -> None:
 
     if on:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+class Fp32Head(torch.nn.Linear):
+    """An output head (``nn.Linear``) computed in float32: hidden states and weight upcast, float32
+    logits. The weight stays in the model's dtype (the optimizer updates it there; checkpoints and
+    ``state_dict`` are unchanged). ``model.fp32_lm_head``: :func:`set_fp32_lm_head`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = self.bias.float() if self.bias is not None else None
+        return torch.nn.functional.linear(x.float(), self.weight.float(), bias)
+
+
+def set_fp32_lm_head(model, on: bool = True) -> None:
+    """``model.fp32_lm_head``: the policy's output head computes its logits in float32 (an LM head
+    that is a plain ``nn.Linear``, as every transformers causal LM has; through a peft wrapper, the
+    base model's). Every forward that reaches the head module gets it: transformers' forward, the
+    shared-prefix training forward and the HF engine's static-cache decoder. On a float32 model
+    the logits are the same bits; the class is swapped anyway, so a sampler copy cast to 16 bits
+    (``rollout.mismatch.sampler_dtype``) keeps a float32 head, as vLLM's ``head_dtype`` does."""
+
+    if not on:
+        return
+    head = (
+        model.get_base_model() if hasattr(model, "get_base_model") else model
+    ).get_output_embeddings()
+    if type(head) is torch.nn.Linear:
+        head.__class__ = Fp32Head
+    elif not isinstance(head, Fp32Head):
+        raise ModelError(
+            f"model.fp32_lm_head: the policy's output head is a {type(head).__name__}, not a plain "
+            "torch.nn.Linear; its float32 computation is not supported"
+        )
+
+
+def has_fp32_head(model) -> bool:
+    """Whether :func:`set_fp32_lm_head` applies to ``model``."""
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    get = getattr(inner, "get_output_embeddings", None)
+    return isinstance(get(), Fp32Head) if get is not None else False
 
 
 def backbone(policy):

@@ -37,6 +37,7 @@ def test_the_example_experiments_validate(cli):
         "async.yaml",
         "credit.yaml",
         "hierarchical.yaml",
+        "mismatch.yaml",
         "search.yaml",
         "selfplay.yaml",
         "smollm2.yaml",

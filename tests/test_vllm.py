@@ -236,6 +236,12 @@ def test_grpo_run_with_vllm_backend_stores_mismatch_metrics(tmp_path):
         "mismatch.logp_abs_max",
         "mismatch.kl",
         "mismatch.ratio_out_frac",
+        "mismatch.ratio_abs_dev",
+        "mismatch.ratio_p1",
+        "mismatch.ratio_p50",
+        "mismatch.ratio_p99",
+        "mismatch.ess",
+        "mismatch.seq_ess",
     }
     assert all(c == steps for c, _ in got.values())
     # synced every step: the engine's log-probs stay within float32 noise of the trainer's

@@ -11,6 +11,7 @@ that parsed, before any model is loaded; each problem is one ``key.path: message
 - a branching turn the task never reaches (the run would fail at its start);
 - a reward fault (``fault.rewards``) on an arm whose objective reads no reward (SFT, DPO), and the
   gradient-noise probe (``rollout.grad_noise_probe``) on arms whose objective has none;
+- a sampler mismatch the rollout backend cannot inject (``rollout.mismatch.logit_noise`` on vLLM);
 - a budget (``budget``, and an explicit ``sweep.trial_budget`` or ``ladder.budget``) below the worst
   case one training step reserves, so no step is ever admitted; or one whose counters an arm never
   charges, so its runs would never end.
@@ -129,6 +130,26 @@ def _fault_problems(cfg: ExperimentConfig, arm: _Arm) -> list[str]:
         f"arms.{arm.name}.fault.rewards: '{fault}' acts on the rewards the advantages are "
         f"computed from, and the arm's objective '{arm.blanks.objective}' ({arm.path('objective')}) "
         "computes none; plant it on a policy-gradient arm, or set rewards: none"
+    ]
+
+
+def _mismatch_problems(cfg: ExperimentConfig, arm: _Arm) -> list[str]:
+    """``rollout.mismatch`` (the mismatch lab) where the backend cannot inject it: vLLM takes a
+    sampler dtype (its engine's dtype) and a nucleus (its top_p), not per-step logit noise."""
+
+    m = arm.rollout.mismatch
+    if arm.rollout.backend != "vllm" or m.logit_noise <= 0:
+        return []
+    own = cfg.arms[arm.name].rollout.mismatch
+    where = (
+        f"arms.{arm.name}.rollout.mismatch.logit_noise"
+        if own is not None and "logit_noise" in own.model_fields_set
+        else "rollout.mismatch.logit_noise"
+    )
+    return [
+        f"{where}: {m.logit_noise:g} needs rollout.backend hf: the vLLM engine's sampler adds no "
+        "noise to its logits (it does inject mismatch.sampler_dtype, as its dtype, and "
+        "mismatch.top_p); set logit_noise: 0 or use the hf backend"
     ]
 
 
@@ -433,6 +454,7 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
         out += _minibatch_problems(arm)
         out += _branching_problems(arm, [(t.name, n) for t, n in tasks])
         out += _fault_problems(cfg, arm)
+        out += [p for p in _mismatch_problems(cfg, arm) if p not in out]  # one line a key
     out += _group_problems(arms)
     out += _probe_problems(cfg, arms)
     out += _budget_problems("budget", cfg.budget, arms, tasks)

@@ -109,7 +109,14 @@ class ExperimentConfig(Section):
         return resolve(self.arms[arm].preset, self.arms[arm].blanks)
 
     def rollout_for(self, arm: str) -> RolloutConfig:
-        over = self.arms[arm].rollout.model_dump(exclude_none=True)
+        """The experiment's rollout section with the arm's overrides; an arm's ``mismatch`` keys
+        replace the experiment's ``rollout.mismatch`` keys one by one."""
+
+        arm_rollout = self.arms[arm].rollout
+        over: dict[str, Any] = arm_rollout.model_dump(exclude_none=True, exclude={"mismatch"})
+        if arm_rollout.mismatch is not None:
+            keys = arm_rollout.mismatch.model_dump(exclude_unset=True)
+            over["mismatch"] = self.rollout.mismatch.model_copy(update=keys)
         return self.rollout.model_copy(update=over)
 
     def optimizer_for(self, arm: str) -> OptimizerConfig:

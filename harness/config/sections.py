@@ -7,7 +7,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from sixblanks.algorithms.presets import PRESETS
 
@@ -72,6 +79,14 @@ class ModelConfig(Section):
         description="Recompute activations in the backward pass instead of keeping them (less "
         "memory, more compute; the same gradients), in the warm start and in RL.",
     )
+    fp32_lm_head: bool = Field(
+        False,
+        description="With a 16-bit dtype (bfloat16, float16): the final projection (LM head) runs "
+        "in float32 (hidden states and head weight upcast; float32 logits) in the trainer's "
+        "log-prob forwards and in the rollout engine (the HF engine's sampler, vLLM's head_dtype), "
+        "so that logits are not rounded to 16 bits before the log-softmax (which is float32 "
+        "either way). The weights stay in the model's dtype. No effect on a float32 model.",
+    )
 
     @field_validator("device")
     @classmethod
@@ -89,6 +104,15 @@ class ModelConfig(Section):
     @property
     def kind(self) -> str:
         return "gguf" if self.gguf else "hf" if self.path else "tiny"
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler):
+        # fp32_lm_head only where set: a default model section dumps (spec, definition, warm-start
+        # key) as it did before the key existed
+        out = handler(self)
+        if not self.fp32_lm_head:
+            out.pop("fp32_lm_head", None)
+        return out
 
 
 # --------------------------------------------------------------------------- tasks
@@ -196,6 +220,43 @@ class VLLMConfig(Section):
     enforce_eager: bool = Field(True, description="No CUDA graphs / compilation: faster start-up.")
 
 
+class MismatchConfig(Section):
+    """A controlled train-inference mismatch (the mismatch lab, docs/guide/mismatch-lab.md): the
+    rollout engine samples from a distribution other than the one the trainer scores, by as much as
+    these settings say, so that rollout corrections (truncated IS, masking gates, ...) can be
+    compared against a known mismatch. Off by default. Training rollouts only: the held-out
+    evaluation, the greedy baseline and the contract check sample from the policy itself (on vLLM,
+    whose engine has one dtype, a sampler dtype applies to every generation)."""
+
+    sampler_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None,
+        description="The dtype of the sampler's forward pass while the trainer keeps model.dtype: "
+        "the HF engine samples with a copy of the policy cast to it (refreshed whenever the "
+        "weights change); vLLM runs its engine in it. None: the model's own dtype.",
+    )
+    logit_noise: float = Field(
+        0.0,
+        ge=0,
+        description="Standard deviation sigma of Gaussian noise N(0, sigma^2) added to every logit "
+        "at every decode step, before temperature, top-k and top-p; drawn from the rollout's seeded "
+        "generator (a run replays from its seed). HF backend only.",
+    )
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="A nucleus the sampler alone truncates to (renormalized; with rollout.top_p < 1 "
+        "too, the smaller of the two), while the trainer scores the distribution rollout.top_p "
+        "gives. 1: off.",
+    )
+
+    @property
+    def active(self) -> bool:
+        """Whether any setting is away from its default (no setting: the engine as without it)."""
+
+        return self.sampler_dtype is not None or self.logit_noise > 0 or self.top_p < 1
+
+
 class RolloutConfig(Section):
     backend: Literal["hf", "vllm"] = Field(
         "hf",
@@ -259,6 +320,11 @@ class RolloutConfig(Section):
         "user messages rendered by it (the generation prompt added, the history extended as the "
         "template does); none: raw text; or the path of a Jinja template file to use instead.",
     )
+    mismatch: MismatchConfig = Field(
+        default_factory=MismatchConfig,
+        description="A controlled sampler-trainer mismatch injected into training rollouts (the "
+        "mismatch lab); off by default.",
+    )
 
     @model_validator(mode="after")
     def _chat_template(self) -> RolloutConfig:
@@ -266,6 +332,15 @@ class RolloutConfig(Section):
         if t not in ("auto", "none") and not Path(t).is_file():
             raise ValueError(f"chat_template: '{t}' is not 'auto', 'none' or an existing file")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler):
+        # the mismatch only where set: a default rollout section dumps (run spec and run id,
+        # definition) as it did before the key existed
+        out = handler(self)
+        if not self.mismatch.active:
+            out.pop("mismatch", None)
+        return out
 
 
 class OptimizerConfig(Section):
@@ -359,6 +434,18 @@ class RolloutOverride(Section):
     top_k: int | None = Field(None, ge=0)
     max_new_tokens: int | None = Field(None, gt=0)
     prompts_per_step: int | None = Field(None, ge=1)
+    mismatch: MismatchConfig | None = Field(
+        None,
+        description="The arm's sampler-trainer mismatch: the keys set here replace the "
+        "experiment's rollout.mismatch keys (the others keep its values).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler):
+        out = handler(self)
+        if self.mismatch is None:  # as before the key existed
+            out.pop("mismatch", None)
+        return out
 
 
 REWARD_FAULTS = ("none", "shuffle")

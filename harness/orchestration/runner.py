@@ -85,7 +85,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     ``rollout.backend`` names. Used by runs and by sweep trials alike. ``work_dir``: the run's
     directory (a concurrent collector spools its rounds there)."""
 
-    from ..models import load_pretrained, set_gradient_checkpointing
+    from ..models import load_pretrained, set_fp32_lm_head, set_gradient_checkpointing
     from ..rollout.backends import make_engine
     from ..tasks import make_task
     from ..tasks.judge import attach_judge
@@ -100,6 +100,8 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
         settings.reward_range = task.reward_range
     model, tok = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
     stop_point("setup")  # each model load is long for a large model: a stop is seen between them
+    fp32_head = bool(spec["model"].get("fp32_lm_head"))  # in the spec only where set
+    set_fp32_lm_head(model, fp32_head)
     set_gradient_checkpointing(model, bool(spec["model"].get("gradient_checkpointing")))
     if spec["model"].get("lora"):  # the reference is the base: the same weights, adapter off
         from ..lora import AdapterOff, apply_lora
@@ -108,6 +110,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
         ref = AdapterOff(model)
     else:
         ref, _ = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+        set_fp32_lm_head(ref, fp32_head)
         for p in ref.parameters():
             p.requires_grad_(False)
     ref.eval()

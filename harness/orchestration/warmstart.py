@@ -26,6 +26,7 @@ from ..models import (
     apply_chat_setting,
     load_policy,
     save_policy,
+    set_fp32_lm_head,
     set_gradient_checkpointing,
     state_hash,
 )
@@ -114,6 +115,7 @@ def warm_start(
         from ..models import load_pretrained
 
         model, tok = load_pretrained(directory, cfg.model.device, cfg.model.dtype)
+        set_fp32_lm_head(model, cfg.model.fp32_lm_head)
         info = json.loads(info_path.read_text())
         info["cached"] = True
         return model, tok, info

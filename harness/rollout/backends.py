@@ -15,10 +15,8 @@ def make_engine(rollout_cfg, model, tokenizer, seed: int = 0) -> RolloutEngine:
 
     limit = getattr(model.config, "max_position_embeddings", None) or 10**9
     max_len = min(limit, rollout_cfg.max_prompt_tokens + rollout_cfg.max_new_tokens)
-    return VLLMEngine(
-        model,
-        tokenizer,
-        max_model_len=max_len,
-        seed=seed,
-        options=rollout_cfg.vllm.model_dump(),
-    )
+    options = rollout_cfg.vllm.model_dump()
+    mismatch = getattr(rollout_cfg, "mismatch", None)
+    if mismatch is not None and mismatch.sampler_dtype is not None:
+        options["dtype"] = mismatch.sampler_dtype  # the mismatch lab: vLLM runs in that dtype
+    return VLLMEngine(model, tokenizer, max_model_len=max_len, seed=seed, options=options)

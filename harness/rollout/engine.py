@@ -27,6 +27,38 @@ class RolloutError(SixblanksError):
 
 
 @dataclass(frozen=True)
+class SamplerMismatch:
+    """A controlled train-inference mismatch of the sampler (``rollout.mismatch``, the mismatch
+    lab): what the engine samples from differs from what the trainer scores
+    (:meth:`SamplingParams.scoring`), and the log-probs it reports are those of the distribution
+    it actually sampled from."""
+
+    sampler_dtype: str | None = None
+    """The sampler's forward in this dtype (``float32``, ``bfloat16``, ``float16``); None: the
+    model's own."""
+    logit_noise: float = 0.0
+    """sigma of N(0, sigma^2) noise added to every logit at every step, before temperature."""
+    top_p: float = 1.0
+    """A nucleus the sampler alone truncates to (the smaller of it and ``SamplingParams.top_p``)."""
+
+    @classmethod
+    def of(cls, cfg) -> SamplerMismatch | None:
+        """From a ``rollout.mismatch`` section (None where it sets nothing: the plain sampler)."""
+
+        if cfg is None or not cfg.active:
+            return None
+        return cls(cfg.sampler_dtype, float(cfg.logit_noise), float(cfg.top_p))
+
+    @property
+    def torch_dtype(self) -> torch.dtype | None:
+        if self.sampler_dtype is None:
+            return None
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+            self.sampler_dtype
+        ]
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 1.0
     """0: greedy (argmax); its log-probs are then those of the temperature-1 distribution."""
@@ -37,13 +69,25 @@ class SamplingParams:
     """Generation of a sequence ends after a token whose text contains one of these."""
     ignore_eos: bool = False
     """Keep sampling past EOS (fixed-length generation, e.g. for throughput benchmarks)."""
+    mismatch: SamplerMismatch | None = None
+    """A controlled sampler-trainer mismatch (training rollouts of the mismatch lab); None: the
+    sampler draws from the distribution :meth:`scoring` names, as the trainer scores it."""
 
     def scoring(self) -> tuple[float, int, float]:
-        """(temperature, top_k, top_p) of the distribution log-probs refer to."""
+        """(temperature, top_k, top_p) of the distribution log-probs refer to (the trainer's)."""
 
         if self.temperature == 0:
             return 1.0, 0, 1.0
         return self.temperature, self.top_k, self.top_p
+
+    def sampler(self) -> tuple[float, int, float]:
+        """(temperature, top_k, top_p) the sampler applies: :meth:`scoring`'s, with the
+        mismatch's own nucleus where it sets one."""
+
+        temp, top_k, top_p = self.scoring()
+        if self.mismatch is not None and self.temperature != 0:
+            top_p = min(top_p, self.mismatch.top_p)
+        return temp, top_k, top_p
 
 
 @dataclass
@@ -112,6 +156,8 @@ class HFEngine(RolloutEngine):
         self.policy_version = 0
         self.stats = EngineStats()
         self._stop_cache: dict[tuple[str, ...], torch.Tensor] = {}
+        self._cast = None  # the policy cast to a mismatch's sampler dtype (see _sampling_model)
+        self._cast_of: tuple | None = None  # (dtype, policy_version) its weights were copied at
 
     @property
     def device(self) -> torch.device:
@@ -125,6 +171,30 @@ class HFEngine(RolloutEngine):
         if state_dict is not None:
             self.model.load_state_dict(state_dict)
         self.policy_version += 1
+        self._cast_of = None  # the weights changed: a cast copy is refreshed before it samples
+
+    def _sampling_model(self, mismatch: SamplerMismatch | None):
+        """The model the sampler runs: the policy itself, or (a mismatch's ``sampler_dtype`` other
+        than the policy's) a frozen copy cast to that dtype, whose weights are copied from the
+        policy again once they may have changed (a weight load, or another policy version: a
+        lagged engine sets the version it loaded)."""
+
+        dtype = mismatch.torch_dtype if mismatch is not None else None
+        if dtype is None or dtype == next(self.model.parameters()).dtype:
+            return self.model
+        key = (dtype, self.policy_version)
+        if self._cast is None or next(self._cast.parameters()).dtype != dtype:
+            import copy
+
+            self._cast = copy.deepcopy(self.model).to(dtype)
+            for p in self._cast.parameters():
+                p.requires_grad_(False)
+                p.grad = None
+        elif self._cast_of != key:
+            self._cast.load_state_dict(self.model.state_dict())  # copied and cast per tensor
+        self._cast.eval()
+        self._cast_of = key
+        return self._cast
 
     def _stop_ids(self, stop: tuple[str, ...]) -> torch.Tensor:
         """Boolean [V]: tokens whose text contains a stop string (computed once per stop set)."""
@@ -160,13 +230,16 @@ class HFEngine(RolloutEngine):
         dev = self.device
         was_training = self.model.training
         self.model.eval()
+        mismatch = params.mismatch
+        model = self._sampling_model(mismatch)
+        noise = mismatch.logit_noise if mismatch is not None else 0.0
         B = len(prompts)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         ids, attn = left_padded(prompts, pad, dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         eos = self.tokenizer.eos_token_id
         stop_mask = self._stop_ids(tuple(params.stop))
-        temp, top_k, top_p = params.scoring()
+        temp, top_k, top_p = params.sampler()
         greedy = params.temperature == 0
 
         tokens = torch.zeros((B, params.max_new_tokens), dtype=torch.long, device=dev)
@@ -178,14 +251,14 @@ class HFEngine(RolloutEngine):
         can_stop = (eos is not None and not params.ignore_eos) or bool(stop_mask.any())
         past = None
         cur_ids, cur_pos = ids, pos
-        cache_kw = _cache_kwarg(self.model)
-        fast = LlamaDecoder(self.model, ids, attn, params.max_new_tokens) if self.fast else None
+        cache_kw = _cache_kwarg(model)
+        fast = LlamaDecoder(model, ids, attn, params.max_new_tokens) if self.fast else None
         for step in range(params.max_new_tokens):
             stop_point("generation")  # Ctrl-C: between decode steps (harness/stopping.py)
             if fast is not None:  # a static cache in plain torch ops: the same logits
                 logits = fast.prefill() if step == 0 else fast.step(cur_ids[:, 0])
             else:
-                res = self.model(
+                res = model(
                     input_ids=cur_ids,
                     attention_mask=attn,
                     position_ids=cur_pos,
@@ -195,6 +268,10 @@ class HFEngine(RolloutEngine):
                 )
                 past = getattr(res, cache_kw)
                 logits = res.logits[:, -1, :]
+            if noise > 0:  # the mismatch lab's logit noise, from the rollout's generator
+                where = generator.device if generator is not None else logits.device
+                eps = torch.randn(logits.shape, device=where, generator=generator)
+                logits = logits.float() + noise * eps.to(logits.device)
             z = process_logits(logits, temp, top_k, top_p)
             logp = torch.log_softmax(z, dim=-1)
             nxt = logits.argmax(-1) if greedy else sample_categorical(logp, generator)

@@ -118,10 +118,10 @@ class LlamaDecoder:
         return norm.weight * y.to(x.dtype)
 
     def _head(self, h: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, V]`` of the last hidden states ``h`` [B, hidden]: final norm, then head."""
+        """Logits ``[B, V]`` of the last hidden states ``h`` [B, hidden]: final norm, then head
+        (the model's own head module: ``model.fp32_lm_head`` computes it in float32)."""
 
-        head = self.model.lm_head
-        return F.linear(self._norm(self.body.norm, h), head.weight, head.bias)
+        return self.model.lm_head(self._norm(self.body.norm, h))
 
     def _rotate_pairs(self, qk: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
         """``qk`` [..., heads, D] (pairs adjacent) rotated by ``turn`` [..., 1, D/2] (complex),

@@ -11,6 +11,11 @@
   a sync, so no KV computed with old weights is reused.
 * The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): weights pass as
   tensors, not through pickles, and "colocated" means one process, one copy of the trainer.
+* The mismatch lab (``rollout.mismatch``, docs/guide/mismatch-lab.md): ``sampler_dtype`` is the
+  engine's dtype (the weights are synced cast to it; evaluations then sample in it too),
+  ``top_p`` its nucleus; ``logit_noise`` is refused (its sampler takes no per-step noise from
+  the run's generator). ``model.fp32_lm_head`` is vLLM's own ``hf_overrides={"head_dtype":
+  "float32"}`` (``ModelConfig.head_dtype``: its logits processor projects in float32).
 
 vLLM is an optional dependency (``make vllm`` builds ``.venv-vllm``; see docs/guide/vllm.md);
 this module imports it only when an engine is made.
@@ -34,6 +39,7 @@ from typing import Any
 import torch
 
 from ..lora import is_peft, merged_state_dict
+from ..models import has_fp32_head
 from ..stopping import stop_point
 from .engine import EngineStats, Generation, RolloutEngine, RolloutError, SamplingParams
 
@@ -155,6 +161,23 @@ def _dtype_name(model) -> str:
     return str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
+def engine_dtype(model, opts: dict[str, Any]) -> str:
+    """The dtype vLLM runs in: ``rollout.mismatch.sampler_dtype`` where set (the mismatch lab),
+    else the policy's."""
+
+    return str(opts.get("dtype") or _dtype_name(model))
+
+
+def head_overrides(model, dtype: str) -> dict[str, Any]:
+    """``model.fp32_lm_head`` for vLLM: ``hf_overrides={"head_dtype": "float32"}`` (vLLM's own
+    switch, ``ModelConfig.head_dtype``: its logits processor projects in float32) where the engine
+    runs in 16 bits; nothing otherwise."""
+
+    if dtype != "float32" and has_fp32_head(model):
+        return {"head_dtype": "float32"}
+    return {}
+
+
 # One engine per process: vLLM's distributed state is process-global, and building an engine costs
 # seconds, so a later run in the same worker process with the same architecture reuses it (its
 # weights are replaced by the first sync, as for any run).
@@ -183,10 +206,13 @@ def _shutdown_cached() -> None:
 def _make_llm(vllm, model, tokenizer, max_model_len: int, seed: int, opts: dict[str, Any]):
     if next(model.parameters()).device.type == "cpu":
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(opts.get("kv_cache_gib", 1)))
+    dtype = engine_dtype(model, opts)
+    overrides = head_overrides(model, dtype)
     key = json.dumps(
         {
             "config": model.config.to_dict(),
-            "dtype": _dtype_name(model),
+            "dtype": dtype,
+            "hf_overrides": overrides,
             "max_model_len": max_model_len,
             "opts": opts,
             "vocab": len(tokenizer),
@@ -203,13 +229,15 @@ def _make_llm(vllm, model, tokenizer, max_model_len: int, seed: int, opts: dict[
         kwargs: dict[str, Any] = {
             "model": str(tmp),
             "tokenizer": str(tmp),
-            "dtype": _dtype_name(model),
+            "dtype": dtype,
             "max_model_len": max_model_len,
             "seed": seed,
             "enforce_eager": bool(opts.get("enforce_eager", True)),
             "enable_prefix_caching": False,
             "logprobs_mode": "processed_logprobs",
         }
+        if overrides:
+            kwargs["hf_overrides"] = overrides
         if next(model.parameters()).device.type == "cuda":
             from .gpu_share import engine_memory_share
 
@@ -266,6 +294,8 @@ class VLLMEngine(RolloutEngine):
     ):
         self.model, self.tokenizer = model, tokenizer
         self.max_model_len = max_model_len
+        self.dtype = engine_dtype(model, dict(options or {}))
+        """The dtype vLLM runs in (the policy's, or ``rollout.mismatch.sampler_dtype``)."""
         self.policy_version = 0
         self.stats = EngineStats()
         self.sync_method: str | None = None
@@ -292,7 +322,11 @@ class VLLMEngine(RolloutEngine):
     # ------------------------------------------------------------------ weight sync
 
     def _push(self, state_dict: dict[str, torch.Tensor]) -> None:
-        items = [(k, v.detach()) for k, v in state_dict.items()]
+        cast = getattr(torch, self.dtype, None)  # a sampler dtype of its own: sent in it
+        items = [
+            (k, v.detach().to(cast) if cast is not None and v.is_floating_point() else v.detach())
+            for k, v in state_dict.items()
+        ]
         t0 = time.perf_counter()
         errors = []
         methods = _sync_methods(self.llm)
@@ -326,11 +360,32 @@ class VLLMEngine(RolloutEngine):
 
     # ------------------------------------------------------------------ sampling
 
+    def _check_mismatch(self, params: SamplingParams) -> None:
+        """What of a sampler mismatch (``rollout.mismatch``) vLLM can inject: its dtype (the
+        engine's, fixed when it was built) and its nucleus; logit noise it cannot (its sampler
+        takes no per-step noise from the run's generator). The config check refuses these first."""
+
+        m = params.mismatch
+        if m is None:
+            return
+        if m.logit_noise > 0:
+            raise RolloutError(
+                "rollout.mismatch.logit_noise: the vLLM engine cannot add noise to its logits "
+                "(use rollout.backend hf for the logit-noise mismatch)"
+            )
+        if m.sampler_dtype is not None and m.sampler_dtype != self.dtype:
+            raise RolloutError(
+                f"rollout.mismatch.sampler_dtype: {m.sampler_dtype} asked of a vLLM engine built in "
+                f"{self.dtype} (its dtype is fixed when it starts: make it with the run's rollout "
+                "section, harness/rollout/backends.py make_engine)"
+            )
+
     def _sampling(self, params: SamplingParams, n: int, seed: int | None):
         return self._sampling_cls(
             n=n,
             temperature=params.temperature,
-            top_p=params.top_p,
+            # the sampler's nucleus: rollout.top_p, or a mismatch's own smaller one
+            top_p=params.sampler()[2] if params.temperature else params.top_p,
             top_k=params.top_k if params.top_k > 0 else -1,
             max_tokens=params.max_new_tokens,
             stop=list(params.stop) or None,
@@ -342,6 +397,7 @@ class VLLMEngine(RolloutEngine):
 
     def generate(self, prompts, params, n=1, generator=None):
         stop_point("generation")  # Ctrl-C: one call to vLLM is not stopped inside (its own loop)
+        self._check_mismatch(params)
         too_long = [
             i for i, p in enumerate(prompts) if len(p) + params.max_new_tokens > self.max_model_len
         ]

@@ -8,7 +8,9 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      the reasoning-gym version and dataset source for its tasks
     reward           hash of the verifier's source, and every shaping term of the arm (overlong
                      shaping, potential shaping, KL in the reward); the experiment's reward has none
-    sampling         backend, temperature, top-p, top-k (samples per prompt: global_batch)
+    sampling         backend, temperature, top-p, top-k (samples per prompt: global_batch), and
+                     the sampler-trainer mismatch the arm injects (``rollout.mismatch``: in the item
+                     only where set, so that an arm without one reads as before)
     limits           tokens per turn, context tokens, turns per episode
     global_batch     prompts per step, samples per prompt, updates per batch (epochs x minibatches),
                      and, measured over the arm's finished runs, unique prompts consumed and optimizer
@@ -217,6 +219,7 @@ def spec_items(
             "temperature": r["temperature"],
             "top_p": r["top_p"],
             "top_k": r["top_k"],
+            **({"mismatch": r["mismatch"]} if r.get("mismatch") else {}),
         },
         "limits": {
             "max_new_tokens": r["max_new_tokens"],
@@ -400,9 +403,27 @@ def _reason(item: str, value: Any, ref: Any) -> str:
             )
         if item == "reward" and value.get("shaping"):
             return f"the reward is shaped ({', '.join(sorted(value['shaping']))}): not the task's reward"
+        if item == "sampling" and "mismatch" in keys:
+            others = [k for k in keys if k != "mismatch"]
+            return (
+                f"rollout.mismatch differs: this arm's is {compact_mismatch(value)}, the "
+                f"experiment's value {compact_mismatch(ref)} (a sampler-trainer mismatch injected "
+                "on purpose: the arms' rollouts come from differently corrupted samplers)"
+                + (f"; also differs in {', '.join(others)}" if others else "")
+            )
         if keys:
             return f"differs from the experiment's value in {', '.join(keys)}"
     return "differs from the experiment's held-constant value"
+
+
+def compact_mismatch(sampling: dict[str, Any]) -> str:
+    """``sampler_dtype bfloat16, logit_noise 0.5``: a sampling item's mismatch settings away from
+    their defaults, or ``none``."""
+
+    m = sampling.get("mismatch") or {}
+    defaults = {"sampler_dtype": None, "logit_noise": 0.0, "top_p": 1.0}
+    shown = [f"{k} {m[k]}" for k in sorted(m) if m[k] != defaults.get(k)]
+    return ", ".join(shown) or "none"
 
 
 def compact_fault(fault: dict[str, Any]) -> str:

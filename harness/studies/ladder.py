@@ -42,7 +42,7 @@ from sixblanks.budgets.ledger import divide_budget
 from ..config import ExperimentConfig
 from ..errors import SixblanksError
 from ..layout import ExperimentDir, write_json
-from ..models import load_pretrained
+from ..models import load_pretrained, set_fp32_lm_head
 from ..orchestration.progress import PlainLines, plain_wanted
 from ..orchestration.runner import build_trainer
 from ..rollout.backends import make_engine
@@ -136,6 +136,7 @@ class Ladder:
         model, tok = load_pretrained(
             self.warm, self.spec["model"]["device"], self.spec["model"]["dtype"]
         )
+        set_fp32_lm_head(model, bool(self.spec["model"].get("fp32_lm_head")))
         return model, tok
 
     def _engine(self, model, tok):

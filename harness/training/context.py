@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..rollout.agent import run_episodes
-from ..rollout.engine import RolloutEngine, SamplingParams
+from ..rollout.engine import RolloutEngine, SamplerMismatch, SamplingParams
 from ..rollout.trajectory import TrajectoryBatch
 from ..seeds import train_seeds
 from ..stopping import stop_point
@@ -32,6 +32,21 @@ def frozen_copy(model):
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
+
+
+def training_params(rollout) -> SamplingParams:
+    """The sampling parameters of a run's training rollouts (``rollout``: its RolloutConfig),
+    with the sampler-trainer mismatch ``rollout.mismatch`` injects (the mismatch lab; None where it
+    sets nothing)."""
+
+    return SamplingParams(
+        rollout.temperature,
+        rollout.top_p,
+        rollout.top_k,
+        rollout.max_new_tokens,
+        ignore_eos=rollout.ignore_eos,
+        mismatch=SamplerMismatch.of(getattr(rollout, "mismatch", None)),
+    )
 
 
 def rollout_cost(
@@ -70,14 +85,8 @@ class RunContext:
         self.blanks = self.settings.blanks
         self.device = next(self.model.parameters()).device
         self.group_size = self.blanks.data.group_size or rollout.group_size
-        self.params = SamplingParams(
-            rollout.temperature,
-            rollout.top_p,
-            rollout.top_k,
-            rollout.max_new_tokens,
-            ignore_eos=rollout.ignore_eos,
-        )
-        self.score_params = self.params.scoring()
+        self.params = training_params(rollout)
+        self.score_params = self.params.scoring()  # the trainer's (never the mismatch's)
         self.turns = max(1, self.task.max_turns)
         self.l_max = self.blanks.normalization.l_max or rollout.max_new_tokens * self.turns
         self.pad_id = self.tokenizer.pad_token_id or 0
@@ -135,8 +144,10 @@ class RunContext:
 
     def logprobs(self, model, batch: TrajectoryBatch, entropy: bool = False, grad: bool = False):
         """Log-probs ``[B, T]`` (and entropy) of the sampling distribution, i.e. after temperature,
-        top-k and top-p, as the engine sampled from. The prompts the rows share are computed once
-        each where ``rollout.shared_prefix`` allows (:mod:`..shared_prefix`)."""
+        top-k and top-p, as the engine sampled from (the trainer's side of it: a
+        ``rollout.mismatch`` corrupts the sampler only, and this is what it is measured against).
+        The prompts the rows share are computed once each where ``rollout.shared_prefix`` allows
+        (:mod:`..shared_prefix`)."""
 
         stop_point("a forward pass")  # Ctrl-C: between micro-batches (harness/stopping.py)
         temp, top_k, top_p = self.score_params

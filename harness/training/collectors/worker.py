@@ -28,9 +28,8 @@ import torch
 from ...checkpoint import save_record
 from ...rollout.agent import run_episodes
 from ...rollout.backends import make_engine
-from ...rollout.engine import SamplingParams
 from ...tasks.verify import VerifierGate
-from ..context import frozen_copy, rollout_cost
+from ..context import frozen_copy, rollout_cost, training_params
 from ..meter import DeviceTimer
 
 
@@ -127,13 +126,7 @@ class CollectorCore:
         self.model.eval()
         self.timer = DeviceTimer(torch.device(init.get("device", "cpu")))
         rollout = init["rollout"]
-        self.params = SamplingParams(
-            rollout.temperature,
-            rollout.top_p,
-            rollout.top_k,
-            rollout.max_new_tokens,
-            ignore_eos=rollout.ignore_eos,
-        )
+        self.params = training_params(rollout)  # the run's, its rollout.mismatch included
         self.engine = make_engine(rollout, self.model, init["tokenizer"], seed=int(init["seed"]))
         self.gate = VerifierGate(init["task"])
         self.spool = Path(init["spool"])
