@@ -246,7 +246,8 @@ def behavior_mask(
     tokens they drop leave the gradient and Z): truncated IS in a mask form, a gate in mask mode
     (reason ``masking``) and SAO's DIS band at the batch's start (reason ``dis``: pi_theta is pi_old
     then; the loss keeps enforcing the band as pi_theta moves). A gate in weight mode leaves the
-    mask (its tokens stay in Z) and only reports the tokens it weighs 0 as dropped.
+    mask: its tokens stay in Z and are accepted (trained with weight 0); the share it weighs 0 is
+    the metric ``gate.masked_frac``, not a discard.
 
     Args: ``[B, T]`` log-probs of pi_old (recomputed by the trainer) and of the behaviour policy, and
     the mask. Returns (the mask ``[B, T]``, {reason: (tokens dropped, rows left with none)}, metrics).
@@ -276,8 +277,7 @@ def behavior_mask(
             after = gated.to(m.dtype)
             drop("masking", m, after)
             m = after
-        elif g.mode == "weight":  # weighted 0, kept in Z: no gradient, so discarded all the same
-            drop("masking", m, m * (gated > 0).to(m.dtype))
+
     if w_spec.trust_region == "dis":
         keep, _ = dis(old_logp, behavior_logp, m, w_spec.eps_low, w_spec.eps_high)
         after = m * keep.to(m.dtype)

@@ -44,8 +44,7 @@ DISCARD_REASONS: tuple[str, ...] = (
 """Why launched tokens did not enter a gradient. "zero_variance_filter": groups whose rewards were all
 equal, dropped without resampling (ScaleRL); "failed": a task or verifier failure; "baseline":
 ReMax's greedy rollouts (a cost of the estimator, never trained on); "staleness": samples past the
-bounded-staleness limit; "masking": tokens an off-policy gate or a masked truncated-IS form dropped (or, in a
-gate's weight mode, weighted 0);
+bounded-staleness limit; "masking": tokens an off-policy gate or a masked truncated-IS form dropped;
 "dis": tokens outside SAO's DIS band; "unconsumed": rounds a concurrent collector launched that
 were never trained on (still queued when the run ended, or made after the checkpoint a killed
 trainer resumed from); "search_selection": samples a search drew and did not select (the cost of

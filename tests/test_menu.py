@@ -153,9 +153,9 @@ def test_icepop_weighs_kept_tokens_by_k_and_keeps_the_rest_in_z():
     would mean the masked tokens left the denominator)."""
 
     b = ppo(gate={"level": "token", "metric": "ratio", "mode": "weight", "low": 0.5, "high": 5.0})
-    m, dropped, _ = behavior_mask(b, t(LO), t(LR), t(M))
-    assert torch.equal(m, t(M))  # the tokens stay in Z
-    assert dropped["masking"] == (2.0, 0)  # but take no gradient
+    m, dropped, met = behavior_mask(b, t(LO), t(LR), t(M))
+    assert torch.equal(m, t(M))  # the tokens stay in Z (and in the ledger's accepted tokens)
+    assert "masking" not in dropped and met["gate.masked_frac"] == pytest.approx(2 / 5)
     loss, _, _ = loss_and_grad(b)
     assert loss == pytest.approx(-0.288061, abs=1e-6)
     icepop = get_preset("icepop").blanks.weight.gate

@@ -119,3 +119,44 @@ def test_truncated_is_logs_how_often_it_caps(initial):
     _, res = _run(initial, "grpo", budget=400, weight={"tis_cap": 0.5})
     trained = [m for m in res.steps if not m.get("skipped")]
     assert trained and all(m["tis.truncated_frac"] == 1.0 for m in trained)
+
+
+def test_an_uncorrected_arm_under_injected_mismatch_is_flagged():
+    """The behaviour-policy mistake's other face: a sampler corrupted on purpose and no blank that
+    reads the rollout's log-probs. Each correcting arm passes; no mismatch, no flag."""
+
+    from sixblanks.algorithms.presets import get_preset
+    from sixblanks.harness.store.audit import _uncorrected
+
+    noisy = {"mismatch": {"logit_noise": 1.0}}
+
+    def spec(arm, blanks, rollout):
+        return {"arm": arm, "blanks": blanks.model_dump(mode="json"), "rollout": rollout}
+
+    specs = [
+        spec("plain", get_preset("grpo").blanks, noisy),
+        spec("plain", get_preset("grpo").blanks, noisy),  # a second seed: one flag per arm
+        spec("tis", resolve("grpo", {"weight": {"tis_cap": 2.0}}), noisy),
+        spec("icepop", get_preset("icepop").blanks, noisy),
+        spec("dppo", get_preset("dppo").blanks, noisy),
+        spec("bypass", resolve("grpo", {"weight": {"old_policy": "rollout"}}), noisy),
+        spec("clean", get_preset("grpo").blanks, {}),
+    ]
+    flags = _uncorrected(specs)
+    assert [(f["arm"], f["item"]) for f in flags] == [("plain", "correction")]
+    assert "logit_noise 1.0" in flags[0]["reason"]
+
+
+def test_icepop_under_injected_mismatch_zeroes_tokens_and_the_ledger_balances(initial):
+    """With noise on the sampler's logits, IcePop's gate weighs some tokens 0; they stay accepted
+    (trained with weight 0, in Z), so launched = accepted + discarded still holds."""
+
+    from sixblanks.harness.config.sections import MismatchConfig
+
+    _, res = _run(
+        initial, "icepop", budget=500, rollout={"mismatch": MismatchConfig(logit_noise=2.0)}
+    )
+    trained = [m for m in res.steps if not m.get("skipped")]
+    assert res.ledger.check_invariants() == []
+    assert trained and max(m["gate.masked_frac"] for m in trained) > 0
+    assert all(m["mismatch.kl"] > 1e-3 and m["mismatch.ess"] < 1 for m in trained)

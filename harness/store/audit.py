@@ -361,6 +361,7 @@ def fairness_audit(
                     }
                 )
         flags += _run_flags(cfg, arm, rec["runs"], code)
+    flags += _uncorrected(specs)
     return {
         "held_constant": HELD_CONSTANT,
         "reference": reference,
@@ -369,6 +370,44 @@ def fairness_audit(
         "flagged_arms": sorted({f["arm"] for f in flags}),
         "inert": inert_differences(specs, runs_dir),
     }
+
+
+def corrects_the_sampler(blanks: Blanks) -> bool:
+    """Whether any blank weighs or masks by the rollout's own log-probs: truncated IS, a gate,
+    a ratio to the rollout (SAO's DIS, DPPO's anchor), or pi_old taken from the rollout."""
+
+    w = blanks.weight
+    return (
+        w.tis_cap is not None
+        or w.gate is not None
+        or w.ratio == "behavior"
+        or w.old_policy == "rollout"
+    )
+
+
+def _uncorrected(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An arm whose sampler is corrupted on purpose (``rollout.mismatch``) with no correction:
+    its ratio is pi/pi_old with pi_old the trainer's recomputation, so nothing weighs
+    pi_old/pi_rollout and its gradient is biased by the mismatch (flag ``correction``, one per arm)."""
+
+    flags, seen = [], set()
+    for s in specs:
+        arm, mismatch = s["arm"], s["rollout"].get("mismatch")
+        if arm in seen or not mismatch:
+            continue
+        seen.add(arm)
+        if not corrects_the_sampler(Blanks.model_validate(s["blanks"])):
+            flags.append(
+                {
+                    "arm": arm,
+                    "item": "correction",
+                    "reason": f"samples with an injected mismatch ({compact_mismatch(s['rollout'])}) "
+                    "and corrects for none of it: the ratio is pi/pi_old(recomputed), nothing "
+                    "weighs pi_old/pi_rollout (set weight.tis_cap, a weight.gate, or "
+                    "weight.old_policy: rollout); a no-correction control arm, not a recipe",
+                }
+            )
+    return flags
 
 
 def _reason(item: str, value: Any, ref: Any) -> str:

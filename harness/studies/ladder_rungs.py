@@ -10,15 +10,16 @@ Each returns its row and its one verdict row (see :mod:`sixblanks.harness.studie
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..rollout.agent import run_episodes
-from ..rollout.engine import SamplingParams
+from ..rollout.engine import SamplerMismatch, SamplingParams
 from ..seeds import TRAIN_SEED_RANGE
-from ..training.contract import sample_and_check
+from ..training.contract import recompute_logprobs, sample_and_check
 from ..training.evaluate import evaluate
 from .ladder_stats import SPLIT, RungResult, judge_no_update, verdict
 
@@ -51,11 +52,13 @@ def contract_rung(
         seed=seed,
         reward_range=task.reward_range,
     )
-    detail = {**rep.to_dict(), "engine": engine_name(engine)}
+    figures = mismatch_figures(engine, model, tok, task, instances, group_size, r, seed, batch)
+    detail = {**rep.to_dict(), "engine": engine_name(engine), "mismatch": figures}
     if rep.passed:
         reason = f"every contract check holds on {len(instances) * group_size} fresh rollouts"
+        summary = rep.summary() + _mismatch_line(figures)
         return [
-            RungResult(1, "contract", "fresh rollouts", "pass", rep.summary(), detail=detail),
+            RungResult(1, "contract", "fresh rollouts", "pass", summary, detail=detail),
             verdict(1, "contract", "pass", reason),
         ]
     fails = "; ".join(f"{f.name}: {f.detail}" for f in rep.failures)
@@ -71,6 +74,55 @@ def contract_rung(
         ),
         verdict(1, "contract", "fail", reason),
     ]
+
+
+def mismatch_figures(
+    engine, model, tok, task, instances, group_size: int, rollout, seed: int, batch
+) -> dict[str, Any]:
+    """The sampler-trainer mismatch the arm's training rollouts carry (every figure of
+    :func:`~sixblanks.algorithms.weights.mismatch_stats`, before any correction): of the contract's
+    own rollouts, or, where ``rollout.mismatch`` corrupts the training sampler on purpose (the
+    contract is checked on the clean one), of the same instances sampled through it.
+    ``injected``: the settings, or None."""
+
+    from sixblanks.algorithms.weights import mismatch_stats
+
+    injected = SamplerMismatch.of(getattr(rollout, "mismatch", None))
+    if injected is not None:
+        batch = run_episodes(
+            engine,
+            tok,
+            task,
+            instances,
+            group_size,
+            SamplingParams(
+                rollout.temperature,
+                rollout.top_p,
+                rollout.top_k,
+                rollout.max_new_tokens,
+                mismatch=injected,
+            ),
+            max_context_tokens=rollout.max_prompt_tokens,
+            generator=torch.Generator().manual_seed(seed),
+        )
+    trainer = recompute_logprobs(model, batch, rollout.temperature, rollout.top_k, rollout.top_p)
+    stats = mismatch_stats(trainer, batch.behavior_logprobs, batch.action_mask)
+    return {
+        "injected": None if injected is None else asdict(injected),
+        **stats,
+    }
+
+
+def _mismatch_line(figures: dict[str, Any]) -> str:
+    """The rung's sentence on the mismatch: the injected one's size, else nothing (float noise)."""
+
+    if figures.get("injected") is None or "mismatch.kl" not in figures:
+        return ""
+    return (
+        f"; the training sampler's injected mismatch: KL {figures['mismatch.kl']:.3g}, "
+        f"mean |k - 1| {figures['mismatch.ratio_abs_dev']:.3g}, ESS {figures['mismatch.ess']:.3g} "
+        "(before any correction)"
+    )
 
 
 def _frozen_batch(engine, model, tok, task, rollout, blanks):
