@@ -3,6 +3,8 @@ census and the ledger by reason, a retired prompt is never drawn again, the bypa
 pi_old, and each correction's drops are logged."""
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +13,8 @@ from sixblanks.algorithms.presets import resolve
 from sixblanks.harness.training import RunSettings, Trainer
 from sixblanks.harness.training.collectors.pool import PromptPool
 from tests.golden.record import CONFIG, INITIAL_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +130,7 @@ def test_an_uncorrected_arm_under_injected_mismatch_is_flagged():
     reads the rollout's log-probs. Each correcting arm passes; no mismatch, no flag."""
 
     from sixblanks.algorithms.presets import get_preset
-    from sixblanks.harness.store.audit import _uncorrected
+    from sixblanks.harness.store.audit import uncorrected_flags
 
     noisy = {"mismatch": {"logit_noise": 1.0}}
 
@@ -142,7 +146,7 @@ def test_an_uncorrected_arm_under_injected_mismatch_is_flagged():
         spec("bypass", resolve("grpo", {"weight": {"old_policy": "rollout"}}), noisy),
         spec("clean", get_preset("grpo").blanks, {}),
     ]
-    flags = _uncorrected(specs)
+    flags = uncorrected_flags(specs)
     assert [(f["arm"], f["item"]) for f in flags] == [("plain", "correction")]
     assert "logit_noise 1.0" in flags[0]["reason"]
 
@@ -160,3 +164,48 @@ def test_icepop_under_injected_mismatch_zeroes_tokens_and_the_ledger_balances(in
     assert res.ledger.check_invariants() == []
     assert trained and max(m["gate.masked_frac"] for m in trained) > 0
     assert all(m["mismatch.kl"] > 1e-3 and m["mismatch.ess"] < 1 for m in trained)
+
+
+def test_rung_one_checks_the_clean_sampler_and_reports_the_injected_mismatch(initial):
+    """Rung 1 checks the contract on the clean sampler (it passes under the mismatch lab) and
+    reports the training sampler's mismatch: float noise when none is injected."""
+
+    from sixblanks.harness.config.sections import MismatchConfig
+    from sixblanks.harness.rollout.backends import make_engine
+    from sixblanks.harness.studies.ladder_rungs import contract_rung
+
+    cfg, task, model, tok = initial
+    noisy = cfg.rollout.model_copy(update={"mismatch": MismatchConfig(logit_noise=1.0)})
+    rows = contract_rung(make_engine(noisy, model, tok), model, tok, task, noisy, 4, 0)
+    assert [r.status for r in rows] == ["pass", "pass"]
+    fig = rows[0].detail["mismatch"]
+    assert fig["injected"]["logit_noise"] == 1.0 and fig["mismatch.kl"] > 1e-3
+    assert "injected mismatch: KL" in rows[0].evidence
+    clean = contract_rung(make_engine(cfg.rollout, model, tok), model, tok, task, cfg.rollout, 4, 0)
+    assert clean[0].detail["mismatch"]["injected"] is None
+    assert clean[0].detail["mismatch"]["mismatch.kl"] < 1e-10
+
+
+def test_the_mismatch_experiment_reports_its_diagnostics_per_arm(tmp_path, cli):
+    """experiments/mismatch.yaml, shrunk (one seed, a small budget), end to end: every arm runs
+    under the same injected mismatch and the report's mismatch section has a row per arm; the
+    uncorrected arm is flagged."""
+
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "experiments" / "mismatch.yaml").read_text())
+    cfg.update(seeds=[0], budget={"launched_tokens": 1200})
+    cfg["warm_start"]["steps"] = 40
+    cfg["task"]["eval_size"] = cfg["eval"]["size"] = 16
+    cfg["eval"]["every"] = 1200
+    path = tmp_path / "mismatch.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    code, out, err = cli("run", str(path), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    report = (tmp_path / "out" / "report" / "report.md").read_text()
+    section = report.split("## Rollout/trainer mismatch over training")[1].split("\n## ")[0]
+    for arm in cfg["arms"]:
+        assert f"| {arm} |" in section
+    assert "ESS, tokens" in section and "TIS capped" in section and "gate drops" in section
+    flags = json.loads((tmp_path / "out" / "fairness.json").read_text())["flags"]
+    assert ("no_correction", "correction") in {(f["arm"], f["item"]) for f in flags}

@@ -26,6 +26,9 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      value: none): a negative control, flagged as not a fair arm
     seed_offset      what the arm adds to the seed of its training randomness
                      (``arms.<arm>.seed_offset``): recorded, never flagged (:data:`RECORDED`)
+Beyond the items, an arm that samples under an injected mismatch (``rollout.mismatch``) with no
+blank reading the rollout's log-probs (truncated IS, a gate, a ratio to the rollout, the bypass
+form) is flagged ``correction``: its gradient carries the mismatch's bias uncorrected.
 With several tasks, task-dependent items hold one value per task.
 """
 
@@ -361,7 +364,7 @@ def fairness_audit(
                     }
                 )
         flags += _run_flags(cfg, arm, rec["runs"], code)
-    flags += _uncorrected(specs)
+    flags += uncorrected_flags(specs)
     return {
         "held_constant": HELD_CONSTANT,
         "reference": reference,
@@ -385,7 +388,7 @@ def corrects_the_sampler(blanks: Blanks) -> bool:
     )
 
 
-def _uncorrected(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def uncorrected_flags(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """An arm whose sampler is corrupted on purpose (``rollout.mismatch``) with no correction:
     its ratio is pi/pi_old with pi_old the trainer's recomputation, so nothing weighs
     pi_old/pi_rollout and its gradient is biased by the mismatch (flag ``correction``, one per arm)."""
@@ -404,7 +407,7 @@ def _uncorrected(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "reason": f"samples with an injected mismatch ({compact_mismatch(s['rollout'])}) "
                     "and corrects for none of it: the ratio is pi/pi_old(recomputed), nothing "
                     "weighs pi_old/pi_rollout (set weight.tis_cap, a weight.gate, or "
-                    "weight.old_policy: rollout); a no-correction control arm, not a recipe",
+                    "weight.old_policy: rollout); deliberate only in a no-correction control arm",
                 }
             )
     return flags

@@ -41,7 +41,7 @@ def contract_rung(
     instances = task.instances(
         [int(x) for x in rng.integers(0, TRAIN_SEED_RANGE, r.prompts_per_step)]
     )
-    _, rep = sample_and_check(
+    batch, rep = sample_and_check(
         engine,
         model,
         tok,
