@@ -124,13 +124,13 @@ class Blanks(Spec):
             )
         if w.ratio != "none" and (
             (w.tis_cap is not None and not w.tis_form.endswith("_mask"))
-            or (w.gate is not None and w.gate.mode == "clamp")
+            or (w.gate is not None and w.gate.mode in ("clamp", "weight"))
         ):
             raise ValueError(
                 "weight.tis_cap / weight.gate: with old_policy 'rollout' the ratio is already "
-                "pi/pi_rollout; an importance weight pi/pi_rollout on top corrects twice (use a "
-                "mask form, a gate in mask or weight mode, or weight.ratio: none as verl's "
-                "bypass_pg_is)"
+                "pi/pi_rollout; an importance weight pi/pi_rollout on top (truncated IS, a "
+                "clamping or weighing gate) corrects twice: use a mask form, a gate in mask mode, "
+                "or weight.ratio: none (REINFORCE, as verl's bypass_pg_is and bypass IcePop)"
             )
 
     def _source_consistent(self) -> None:
@@ -243,6 +243,13 @@ class Blanks(Spec):
             )
         if (self.data.lag or self.data.broadcast_every > 1) and self.data.source != "rollouts":
             raise ValueError("data.lag: only online rollouts (data.source 'rollouts') can lag")
+        if self.data.zero_variance_filter and (
+            self.data.source != "rollouts" or self.objective != "pg"
+        ):
+            raise ValueError(
+                "data.zero_variance_filter: filters the groups of online rollouts for the policy "
+                "gradient (data.source 'rollouts', objective pg)"
+            )
         if self.data.zero_variance_filter and self.data.dynamic_sampling:
             raise ValueError(
                 "data.zero_variance_filter: dynamic sampling already drops zero-variance groups "
@@ -262,14 +269,15 @@ class Blanks(Spec):
                 "data.prompt_pool: drawn by the trainer's own online rounds (data.source "
                 "'rollouts'), not by a concurrent collector or self-play"
             )
-        bypass_is = (  # verl's bypass_pg_is: the weight pi_theta/pi_rollout corrects the reuse
-            w.old_policy == "rollout" and w.tis_cap is not None and not w.tis_form.endswith("_mask")
-        )
+        bypass_is = w.old_policy == "rollout" and (  # verl's bypass_pg_is / bypass IcePop:
+            (w.tis_cap is not None and not w.tis_form.endswith("_mask"))  # the weight pi_theta/
+            or (w.gate is not None and w.gate.mode in ("clamp", "weight"))  # pi_rollout corrects
+        )  # the reuse
         if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none" and not bypass_is:
             raise ValueError(
                 "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance ratio; "
-                "weight.ratio is 'none' (or, in the bypass form, a truncated IS weight: "
-                "weight.old_policy: rollout with weight.tis_cap)"
+                "weight.ratio is 'none' (or, in the bypass form, an importance weight: "
+                "weight.old_policy: rollout with weight.tis_cap or a weighing gate)"
             )
 
 

@@ -95,7 +95,27 @@ def applicable_fields(blanks: Blanks) -> list[str]:
             if key not in found:
                 found.add(key)
                 todo.extend(_switched_on(key, values[key]))
-    return [k for k in values if k in found and (k not in ONLY_WHEN or _holds(values, k))]
+    return [
+        k
+        for k in values
+        if k in found
+        and (k not in ONLY_WHEN or _holds(values, k))
+        and (k != "weight.old_policy" or _bypass_possible(values))
+    ]
+
+
+def _bypass_possible(values: dict[str, object]) -> bool:
+    """Whether ``weight.old_policy: rollout`` would be a valid choice: not with the ratio
+    'behavior' (already against the rollout), nor with an importance weight on top of a ratio
+    (truncated IS in a weighing form, a clamping or weighing gate: it would correct twice)."""
+
+    if values["weight.ratio"] == "behavior":
+        return False
+    weighs = (
+        values["weight.tis_cap"] is not None
+        and not str(values["weight.tis_form"]).endswith("_mask")
+    ) or values.get("weight.gate.mode") in ("clamp", "weight")
+    return values["weight.ratio"] == "none" or not weighs
 
 
 def _switched_on(path: str, value: object) -> tuple[str, ...]:
@@ -107,6 +127,8 @@ def _switched_on(path: str, value: object) -> tuple[str, ...]:
         return SOURCE_FIELDS.get(str(value), ())
     if path in WHEN_ON and value:
         return WHEN_ON[path]
+    if path.startswith("weight.gate."):  # a gate (set) reads pi_old, or pi_theta in the bypass
+        return ("weight.old_policy",)  # form: the choice applies wherever a gate does
     return ()
 
 

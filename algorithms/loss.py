@@ -330,6 +330,13 @@ def policy_loss(
             "weight.ratio 'behavior', weight.tis_cap and weight.gate need behavior_logp "
             "(the rollout engine's log-probs)"
         )
+    # padding (m = 0) may hold NaN or inf log-probs (an engine's, or ART-style NaN old log-probs):
+    # zeroed before any product, since a NaN times a zero weight (or a zero gradient) is NaN
+    on = mask > 0
+    old_logp, behavior_logp, ref_logp = (
+        None if x is None else torch.where(on, x, torch.zeros_like(x))
+        for x in (old_logp, behavior_logp, ref_logp)
+    )
     bypass = w_spec.old_policy == "rollout"
     if bypass and behavior_logp is None:
         raise ValueError("weight.old_policy 'rollout' needs behavior_logp (the rollout log-probs)")
@@ -342,10 +349,13 @@ def policy_loss(
         {"ratio": ratio, "adv": adv, "logp": logp, "anchor_logp": anchor}, fields
     )
     corr_old = logp.detach() if bypass else old_logp
-    tok_loss = tok_loss * behavior_weight(b, corr_old, behavior_logp, mask)
+    corr = behavior_weight(b, corr_old, behavior_logp, mask)
+    tok_loss = tok_loss * corr
+    zeroed = None
     if bypass:  # the masking corrections zero tokens in each micro-batch; Z keeps them (verl)
         kept, _, _ = behavior_mask(b, corr_old, behavior_logp, mask.to(logp.dtype))
         tok_loss = tok_loss * kept.to(logp.dtype)
+        zeroed = (kept == 0) | (corr == 0) if isinstance(corr, torch.Tensor) else kept == 0
     weights = weights.to(logp.dtype)
     pg = aggregate(tok_loss * m, weights)
     total = pg
@@ -360,6 +370,11 @@ def policy_loss(
         if bool(on.any()):  # extremes of the tokens there are (none: nothing to widen the range)
             metrics["ratio_max"] = float(r[on].max())
             metrics["ratio_min"] = float(r[on].min())
+        if zeroed is not None:  # the bypass form's corrections, measured where they act
+            metrics["bypass_zeroed_count"] = float((zeroed & on).sum())
+            capped = correction_stats(b, corr_old, behavior_logp, mask)
+            if capped:
+                metrics["tis_capped_count"] = capped["tis.truncated_frac"] * float(on.sum())
     if ref_logp is not None:
         kl_tok = kl_estimate(logp, ref_logp.detach(), reg.loss_kl_estimator) * m
         kl = aggregate(kl_tok, weights)

@@ -62,7 +62,8 @@ def constant(mask: torch.Tensor, l_max: int | None, count_empty_rows: bool) -> t
 
 @NORMALIZATIONS.register("token-sum")
 def token_sum(mask: torch.Tensor) -> torch.Tensor:
-    """sum(m l): no denominator (verl's ``token-sum``); the gradient grows with the batch's tokens."""
+    """sum(m l): no denominator (verl's ``token-sum``); the gradient grows with the batch's tokens.
+    ``mask [B, T]`` -> weights ``[B, T]``."""
 
     return mask.clone()
 

@@ -291,16 +291,19 @@ def ratio_gate(
       applies: drop when KL > high.
 
     - ``level="sequence_sum", metric="ratio"``: keep a whole row iff low <= exp(sum_t d_t) <= high
-      (the product of its token ratios; verl's ``seq_sum_k1``, whose bounds apply to 1/k);
+      (the product of its token ratios; verl's ``seq_sum_k1`` bounds 1/k, so its "lo_hi" is
+      [1/hi, 1/lo] here);
     - ``metric="binary_kl"`` (KPop): keep where :func:`binary_kl_max` <= ``high``, per token or
       its mean over the row.
 
     ``mode="mask"`` returns the new mask (``mask.dtype``). ``mode="clamp"`` (ratio metric only, as in
     AReaL) returns the detached weights ``[B, T]``: the token (or sequence) ratio clamped into
     [low, high], zero off the mask; the mask itself is unchanged. ``mode="weight"`` (IcePop, KPop;
-    with a sequence level, OpenRLHF's seq-mask-tis) returns the detached weights ``[B, T]``: each
-    kept token's own ratio e^{d_t}, 0 on what is outside; the mask is unchanged, so what is
-    outside stays in Z contributing 0, as in verl, OpenRLHF, AReaL and TRL. Whether dropped tokens stay in Z
+    with level ``sequence``, OpenRLHF's seq-mask-tis) returns the detached weights ``[B, T]``: each
+    kept token's own ratio e^{d_t} (at ``sequence_sum``, the row's product exp(sum_t d_t) on every
+    token: verl's sequence IS with "lo_hi", TRL's ``sequence_mask``), 0 on what is outside; the
+    mask is unchanged, so what is outside stays in Z contributing 0, as in verl, OpenRLHF, AReaL
+    and TRL. Whether dropped tokens stay in Z
     is the caller's choice: aggregate over the original mask to keep them (contributing 0) or over
     the returned one to drop them.
 
@@ -349,9 +352,12 @@ def ratio_gate(
     if mode == "mask":
         info.update(masked_frac=frac, clamped_frac=0.0)
         return (m & inside).to(mask.dtype), info
-    if mode == "weight":  # IcePop / KPop: each kept token weighs by its own ratio k, unclamped
+    if mode == "weight":  # IcePop / KPop: what is kept weighs by its ratio, unclamped
         info.update(masked_frac=frac, clamped_frac=0.0)
-        k = torch.exp(d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        # the product's own ratio at sequence_sum (verl's sequence IS, TRL's sequence_mask); each
+        # token's own k at token and sequence level (OpenRLHF's seq-mask-tis)
+        log_k = log_r if level == "sequence_sum" else d
+        k = torch.exp(log_k.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
         return torch.where(m & inside, k, torch.zeros_like(k)).to(train_logp.dtype), info
     info.update(masked_frac=0.0, clamped_frac=frac)
     w = torch.exp(log_r.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(min=max(low, 0.0), max=high)

@@ -480,7 +480,8 @@ for _p in [
         (
             "Decoupled form (pi_old recomputed); tokens outside [0.5, 5] weigh 0 and stay in Z, as "
             "in verl (rollout_is_threshold '0.5_5.0'), OpenRLHF, AReaL and TRL. The bypass form "
-            "is weight.old_policy: rollout. KPop is gate metric binary_kl.",
+            "(verl's bypass_pg_token_icepop) is REINFORCE: weight.ratio and trust_region none, "
+            "old_policy: rollout. KPop is gate metric binary_kl.",
         ),
     ),
     Preset(
@@ -522,7 +523,8 @@ for _p in [
             "Zero-variance groups leave the batch without resampling; a prompt whose pass rate "
             "reaches 0.9 is never sampled again; prompts come from a pool of 256 (data.prompt_pool: "
             "a dataset visited in epochs, where retiring matters).",
-            "Synchronous here; ScaleRL's PipelineRL-8 asynchrony is data.concurrent.",
+            "Synchronous here: ScaleRL's PipelineRL-8 asynchrony (data.concurrent) draws its own "
+            "prompts, so it cannot retire them from a pool.",
         ),
     ),
     Preset(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from .offpolicy import quantiles
 from .registry import Registry
 
 RATIOS = Registry("ratio", inputs=("logp", "old_logp", "adv", "mask"))
@@ -217,15 +218,9 @@ def cispo_surrogate(ratio, adv, logp, eps_low, eps_high):
     return -w * adv * logp, (w != r).to(ratio.dtype)
 
 
-def binary_kl(p: torch.Tensor, q: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """KL between the Bernoulli distributions (p, 1 - p) and (q, 1 - q): the divergence of the
-    sampled token's probability alone (DPPO's binary KL, KPop). ``[B, T]`` -> ``[B, T]``."""
-
-    return p * torch.log((p + eps) / (q + eps)) + (1 - p) * torch.log((1 - p + eps) / (1 - q + eps))
-
-
 def dppo_keep(logp, anchor_logp, adv, delta_low, delta_high, metric: str) -> torch.Tensor:
-    """DPPO's binary trust-region mask ``[B, T]`` (bool, detached), keyed to the advantage's sign,
+    """DPPO's binary trust-region mask ``[B, T]`` (bool, detached) from ``logp``, ``anchor_logp``,
+    ``adv`` ``[B, T]``, keyed to the advantage's sign,
     with p = pi(token) and mu = the anchor's probability of it:
 
     - ``tv``: for A > 0 drop the token when p - mu > delta_high; for A < 0 when p - mu < -delta_low;
@@ -259,7 +254,9 @@ def _dppo(metric: str):
         "l = -A sg(min(r, C)) M log pi, M the binary mask of :func:`dppo_keep` with thresholds "
         "delta_low = eps_low, delta_high = eps_high, anchored on the ratio's denominator (pi_old for "
         "ratio 'token', as verl; pi_rollout for ratio 'behavior', as the authors' Stable-RL, SkyRL "
-        "and prime-rl), C = weight.ratio_cap (None: no truncation). ``clipped``: the masked tokens."
+        "and prime-rl), C = weight.ratio_cap (None: no truncation). ``ratio``, ``adv``, ``logp``, "
+        "``anchor_logp``: ``[B, T]``. Returns (per-token loss ``[B, T]``, ``clipped`` ``[B, T]``: "
+        "the masked tokens)."
     )
     return surrogate
 
@@ -313,14 +310,14 @@ def mismatch_stats(
         return {}
     dd = torch.where(m, train_logp.double() - engine_logp.double(), 0.0)
     d = dd[m]
-    ratio = d.exp()
+    ratio = d.clamp(-20.0, 20.0).exp()  # a token that far out is outside any band anyway
     lo, hi = MISMATCH_RATIO_BAND
-    p1, p50, p99 = _quantiles(ratio, (0.01, 0.5, 0.99))
+    p1, p50, p99 = quantiles(ratio, (0.01, 0.5, 0.99))
     seq = torch.exp(dd.sum(1)[m.any(1)].clamp(-20.0, 20.0))
     return {
         "mismatch.logp_abs_mean": float(d.abs().mean()),
         "mismatch.logp_abs_max": float(d.abs().max()),
-        "mismatch.kl": float((ratio - 1.0 - d).mean()),
+        "mismatch.kl": float((ratio - 1.0 - d.clamp(-20.0, 20.0)).mean()),
         "mismatch.ratio_out_frac": float(((ratio < lo) | (ratio > hi)).double().mean()),
         "mismatch.ratio_abs_dev": float((ratio - 1.0).abs().mean()),
         "mismatch.ratio_p1": p1,
@@ -329,17 +326,3 @@ def mismatch_stats(
         "mismatch.ess": float(ratio.sum() ** 2 / (ratio.numel() * (ratio**2).sum())),
         "mismatch.seq_ess": float(seq.sum() ** 2 / (seq.numel() * (seq**2).sum())),
     }
-
-
-def _quantiles(x: torch.Tensor, qs: tuple[float, ...]) -> list[float]:
-    """Linear-interpolation quantiles (numpy's default) of a non-empty 1-D tensor ``[N]``."""
-
-    s = x.sort().values
-    n = s.numel()
-    out = []
-    for q in qs:
-        pos = q * (n - 1)
-        lo = int(pos)
-        hi = min(lo + 1, n - 1)
-        out.append(float(s[lo] + (pos - lo) * (s[hi] - s[lo])))
-    return out

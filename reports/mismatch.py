@@ -30,6 +30,7 @@ DETAIL = (
     ("dropped.masking_frac", "masked (IS/gate)"),
     ("dropped.dis_frac", "DIS drops"),
     ("tis.truncated_frac", "TIS capped"),
+    ("bypass.zeroed_frac", "zeroed (bypass)"),
 )
 """Per-arm columns: the ratios before any correction, then what each correction dropped or capped
 (shares of action tokens; a column no arm logs is left out)."""

@@ -77,8 +77,25 @@ class MlflowServer:
         if wait:
             self.wait(timeout)
 
-    def wait(self, timeout: float = 90.0) -> None:
-        _wait(self._healthy, self.proc, self.log, "mlflow server", timeout)
+    def wait(self, timeout: float = 90.0, retries: int = 3) -> None:
+        """Until it answers. A port taken between :func:`free_port` and the server's bind (another
+        server, a Ray node starting meanwhile) is a race, not a failure: the server restarts on a
+        fresh port (``url`` changes: read it after this returns)."""
+
+        for attempt in range(retries + 1):
+            try:
+                _wait(self._healthy, self.proc, self.log, "mlflow server", timeout)
+                return
+            except AssertionError:
+                taken = (
+                    self.proc.poll() is not None
+                    and "address already in use" in (self.log.read_text()[-2000:])
+                )
+                if not taken or attempt == retries:
+                    raise
+                self.port = free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
+                self.start(wait=False)
 
     def kill(self) -> None:
         _killpg(self.proc)

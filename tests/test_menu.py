@@ -250,6 +250,7 @@ def test_bypass_masks_zero_tokens_but_keep_them_in_z():
         {"ratio": "behavior", "old_policy": "rollout"},
         {"tis_cap": 2.0, "old_policy": "rollout"},
         {"gate": {"mode": "clamp"}, "old_policy": "rollout"},
+        {"gate": {"mode": "weight", "low": 0.5, "high": 5.0}, "old_policy": "rollout"},
     ],
 )
 def test_correcting_twice_is_refused(weight):
@@ -477,3 +478,35 @@ def test_bypass_is_may_reuse_a_batch():
     assert resolve("reinforce", {"weight": weight, "data": {"minibatches": 4}})
     with pytest.raises(ValueError, match="needs an importance ratio"):
         resolve("reinforce", {"data": {"minibatches": 4}})
+
+
+def test_trl_sequence_mask_weighs_kept_rows_by_their_product():
+    """TRL's sequence_mask, C = 3: w = prod k where <= 3, else 0, every token in Z: [0, 0.670320];
+    with TRL's PPO (no dual clip) the loss is 0.127707."""
+
+    b = ppo(
+        dual_clip_c=None,
+        gate={"level": "sequence_sum", "mode": "weight", "low": 0.0, "high": 3.0},
+    )
+    loss, g, _ = loss_and_grad(b)
+    assert loss == pytest.approx(0.127707, abs=1e-6)
+    assert torch.equal(g[0], torch.zeros(3, dtype=D))  # the first sequence (prod k = 5.75) is out
+
+
+@pytest.mark.parametrize("preset", ["cispo", "dppo", "icepop", "grpo"])
+def test_nan_padding_never_reaches_the_loss_or_its_gradient(preset):
+    """NaN in the padded positions of pi_old, pi_rollout and pi_ref (ART-style missing log-probs)
+    changes nothing: the same loss and gradient as with zeros there."""
+
+    def run(pad):
+        old, beh, ref = t(LO), t(LR), t(LO)
+        for x in (old, beh, ref):
+            x[1, 2] = pad
+        logp = t(LP).requires_grad_()
+        b = resolve(preset, {"regularizer": {"loss_kl_coef": 0.1}})
+        loss, _ = policy_loss(b, logp, old, t(A), t(M), t(M) / N, behavior_logp=beh, ref_logp=ref)
+        (g,) = torch.autograd.grad(loss, logp)
+        return float(loss.detach()), g
+
+    (l0, g0), (l1, g1) = run(0.0), run(float("nan"))
+    assert math.isfinite(l1) and l1 == l0 and torch.equal(g0, g1)

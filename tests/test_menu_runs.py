@@ -60,7 +60,7 @@ def test_scalerl_filters_without_resampling_and_retires_solved_prompts(initial):
     assert led.counters["launched_tokens"] == pytest.approx(
         led.counters["accepted_tokens"] + sum(led.discarded_by_reason.values())
     )
-    pool = trainer.collector.pool
+    pool = trainer.collector.prompt_pool
     retired = sum(c["prompts_retired"] for c in res.census)
     assert retired == len(pool.retired) > 0
     for seed in pool.retired:  # retired by its own history
@@ -87,10 +87,12 @@ def test_a_retired_prompt_is_never_drawn_again():
 
 
 def test_bypass_icepop_runs_without_a_pi_old_forward(initial, monkeypatch):
-    """The bypass form takes pi_old from the rollout: the trainer's batched pi_old forward is
+    """verl's bypass IcePop (REINFORCE weighed by rho 1[0.5 <= rho <= 5], two epochs) takes pi_old
+    from the rollout: the trainer's batched pi_old forward is
     never called, the mismatch is measured on the training forward, and the gate's zeroed
     tokens are logged."""
 
+    from sixblanks.harness.config.sections import MismatchConfig
     from sixblanks.harness.training.context import RunContext
 
     calls = []
@@ -99,11 +101,19 @@ def test_bypass_icepop_runs_without_a_pi_old_forward(initial, monkeypatch):
         RunContext, "batched_logprobs", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
     )
     _, res = _run(
-        initial, "icepop", budget=600, weight={"old_policy": "rollout"}, data={"epochs": 2}
+        initial,
+        "icepop",
+        budget=600,
+        weight={"ratio": "none", "trust_region": "none", "old_policy": "rollout"},
+        data={"epochs": 2},
+        rollout={"mismatch": MismatchConfig(logit_noise=2.0)},
     )
     trained = [m for m in res.steps if not m.get("skipped")]
     assert trained and not calls
-    assert all(0 <= m["mismatch.ess"] <= 1 and "mismatch.ratio_p99" in m for m in trained)
+    assert all(0 < m["mismatch.ess"] < 1 and m["mismatch.kl"] > 1e-3 for m in trained)
+    # the gate zeroes tokens outside [0.5, 5] in the loss, and says how many
+    assert all(0 < m["bypass.zeroed_frac"] < 1 for m in trained)
+    assert res.ledger.check_invariants() == []
 
 
 @pytest.mark.parametrize("preset", ["cispo", "dppo", "lite_ppo", "icepop"])
@@ -145,10 +155,15 @@ def test_an_uncorrected_arm_under_injected_mismatch_is_flagged():
         spec("dppo", get_preset("dppo").blanks, noisy),
         spec("bypass", resolve("grpo", {"weight": {"old_policy": "rollout"}}), noisy),
         spec("clean", get_preset("grpo").blanks, {}),
+        spec("lagged", resolve("grpo", {"data": {"lag": 2}}), {}),
+        spec("lagged_tis", resolve("grpo", {"data": {"lag": 2}, "weight": {"tis_cap": 2}}), {}),
     ]
     flags = uncorrected_flags(specs)
-    assert [(f["arm"], f["item"]) for f in flags] == [("plain", "correction")]
-    assert "logit_noise 1.0" in flags[0]["reason"]
+    assert [(f["arm"], f["item"]) for f in flags] == [
+        ("plain", "correction"),
+        ("lagged", "correction"),
+    ]
+    assert "logit_noise 1.0" in flags[0]["reason"] and "data.lag 2" in flags[1]["reason"]
 
 
 def test_icepop_under_injected_mismatch_zeroes_tokens_and_the_ledger_balances(initial):
@@ -209,3 +224,14 @@ def test_the_mismatch_experiment_reports_its_diagnostics_per_arm(tmp_path, cli):
     assert "ESS, tokens" in section and "TIS capped" in section and "gate drops" in section
     flags = json.loads((tmp_path / "out" / "fairness.json").read_text())["flags"]
     assert ("no_correction", "correction") in {(f["arm"], f["item"]) for f in flags}
+
+
+def test_the_pool_visits_every_prompt_once_a_pass():
+    """Pool 5, 3 a draw: after 5 draws (15 = 3 passes) every prompt was drawn exactly 3 times."""
+
+    import collections
+    import random
+
+    pool = PromptPool(5, seed=1, rng=random.Random(1), retire_at=None)
+    counts = collections.Counter(s for _ in range(5) for s in pool.draw(3))
+    assert sorted(counts.values()) == [3] * 5 and pool.epochs == 3

@@ -348,7 +348,8 @@ def test_the_audit_flags_arms_whose_mismatch_differs_naming_the_values(tmp_path)
     )
     audit = fairness_audit(cfg, build_specs(cfg, "k"), tmp_path, warm)
     held = [f for f in audit["flags"] if f["item"] not in ("consumption", "code")]
-    assert [(f["arm"], f["item"]) for f in held] == [("b", "sampling")]
+    # b's mismatch differs (sampling); and b corrects for none of it (correction)
+    assert [(f["arm"], f["item"]) for f in held] == [("b", "sampling"), ("b", "correction")]
     reason = held[0]["reason"]
     assert "rollout.mismatch" in reason and "sampler_dtype bfloat16" in reason
     assert "experiment's value none" in reason

@@ -250,13 +250,11 @@ CASES = [
         "trl",
         {"use_vllm": True},
         "grpo",
-        {
-            "weight.tis_cap": 3.0,
-            "weight.tis_form": "sequence",
+        {  # the product kept where <= 3, weighing by itself; 0 outside, in Z: exact
             "weight.gate": {
                 "level": "sequence_sum",
                 "metric": "ratio",
-                "mode": "mask",
+                "mode": "weight",
                 "low": 0.0,
                 "high": 3.0,
             },

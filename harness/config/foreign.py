@@ -993,17 +993,10 @@ def _trl_vllm(b: _Builder) -> None:
         b.set("weight.tis_cap", None, *src)
         b.gate(src, level="token", metric="ratio", mode="weight", low=low, high=cmax)
         return
-    # sequence_mask: the sequence ratio prod_t k_t where it is in [low, high], else 0
-    b.set("weight.tis_cap", cmax, *src)
-    b.set("weight.tis_form", "sequence", *src)
-    b.gate(src, level="sequence_sum", metric="ratio", mode="mask", low=low, high=cmax)
-    b.lacks(
-        "vllm_importance_sampling_mode",
-        "TRL weighs a kept sequence by its ratio and a masked one by 0 while its tokens stay in "
-        "the denominator; the arm weighs by the capped sequence ratio (tis sequence) and masks "
-        "with a sequence_sum gate, whose masked tokens leave Z",
-        mode,
-    )
+    # sequence_mask: the sequence ratio prod_t k_t where it is in [low, high], else 0, every
+    # token staying in Z: a weighing gate on the product
+    b.set("weight.tis_cap", None, *src)
+    b.gate(src, level="sequence_sum", metric="ratio", mode="weight", low=low, high=cmax)
 
 
 def _trl_batches(b: _Builder, G: int, world_size: int | None) -> None:
@@ -1497,7 +1490,7 @@ def _verl(b: _Builder) -> list[Trap]:
                 f"{low_key}={low:g}: a lower bound below 0 clips nothing (ratios are "
                 "> 0), as eps_low 1"
             )
-        b.set("weight.eps_low", min(low or 0.2, 1.0), *lo_src)
+        b.set("weight.eps_low", min(low if low is not None else 0.2, 1.0), *lo_src)
         b.set("weight.eps_high", high, *hi_src)
     elif loss in ("dppo_tv", "dppo_kl"):
         b.set("weight.ratio", "token", *lm)  # anchored on pi_old (core_algos.py:1431-1436)
@@ -1698,7 +1691,7 @@ def _verl_threshold(b: _Builder, key: str, value: Any) -> tuple[float | None, fl
 
 
 def _verl_correction(b: _Builder, bypass: bool, bypass_loss: str) -> None:
-    """algorithm.rollout_correction (trainer/ppo/rollout_corr_helper.py; FORMULAS-MENU §4)."""
+    """algorithm.rollout_correction (trainer/ppo/rollout_corr_helper.py)."""
 
     f = b.f
     isl = f.text(_RC + "rollout_is", ("token", "sequence"))

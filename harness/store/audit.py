@@ -26,9 +26,10 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      value: none): a negative control, flagged as not a fair arm
     seed_offset      what the arm adds to the seed of its training randomness
                      (``arms.<arm>.seed_offset``): recorded, never flagged (:data:`RECORDED`)
-Beyond the items, an arm that samples under an injected mismatch (``rollout.mismatch``) with no
-blank reading the rollout's log-probs (truncated IS, a gate, a ratio to the rollout, the bypass
-form) is flagged ``correction``: its gradient carries the mismatch's bias uncorrected.
+Beyond the items, an arm that samples under an injected mismatch (``rollout.mismatch``) or a lagged
+behaviour policy (``data.lag``, ``broadcast_every``, a concurrent collector) with no blank reading
+the rollout's log-probs (truncated IS, a gate, a ratio to the rollout, the bypass form) is flagged
+``correction``: its gradient carries the difference's bias uncorrected.
 With several tasks, task-dependent items hold one value per task.
 """
 
@@ -389,25 +390,38 @@ def corrects_the_sampler(blanks: Blanks) -> bool:
 
 
 def uncorrected_flags(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An arm whose sampler is corrupted on purpose (``rollout.mismatch``) with no correction:
-    its ratio is pi/pi_old with pi_old the trainer's recomputation, so nothing weighs
-    pi_old/pi_rollout and its gradient is biased by the mismatch (flag ``correction``, one per arm)."""
+    """An arm whose behaviour policy differs from pi_old on purpose, by an injected mismatch
+    (``rollout.mismatch``) or by lag (``data.lag``, ``broadcast_every``, a concurrent collector),
+    with no correction: its ratio is pi/pi_old with pi_old the trainer's recomputation, so nothing
+    weighs pi_old/pi_rollout and its gradient is biased by the difference (flag ``correction``,
+    one per arm)."""
 
     flags, seen = [], set()
     for s in specs:
-        arm, mismatch = s["arm"], s["rollout"].get("mismatch")
-        if arm in seen or not mismatch:
+        arm = s["arm"]
+        if arm in seen:
             continue
         seen.add(arm)
-        if not corrects_the_sampler(Blanks.model_validate(s["blanks"])):
+        blanks = Blanks.model_validate(s["blanks"])
+        d, why = blanks.data, []
+        if s["rollout"].get("mismatch"):
+            why.append(f"an injected mismatch ({compact_mismatch(s['rollout'])})")
+        if d.lag or d.broadcast_every > 1 or d.concurrent is not None:
+            lag = (
+                "a concurrent collector"
+                if d.concurrent is not None
+                else f"data.lag {d.lag}, broadcast_every {d.broadcast_every}"
+            )
+            why.append(f"a lagged behaviour policy ({lag})")
+        if why and not corrects_the_sampler(blanks):
             flags.append(
                 {
                     "arm": arm,
                     "item": "correction",
-                    "reason": f"samples with an injected mismatch ({compact_mismatch(s['rollout'])}) "
-                    "and corrects for none of it: the ratio is pi/pi_old(recomputed), nothing "
-                    "weighs pi_old/pi_rollout (set weight.tis_cap, a weight.gate, or "
-                    "weight.old_policy: rollout); deliberate only in a no-correction control arm",
+                    "reason": f"samples with {' and '.join(why)} and corrects for none of it: "
+                    "the ratio is pi/pi_old(recomputed), nothing weighs pi_old/pi_rollout (set "
+                    "weight.tis_cap, a weight.gate, or weight.old_policy: rollout); deliberate "
+                    "only in a no-correction control arm",
                 }
             )
     return flags

@@ -33,7 +33,7 @@ class OnPolicyRounds(Collector):
         self.replay = ReplayBuffer(ctx) if ctx.blanks.data.replay is not None else None
         self.engine = ctx.engine  # the behaviour policy's engine of the current step
         self.snapshots = False  # keep environment snapshots (a branching collector needs them)
-        self.pool = (
+        self.prompt_pool = (
             PromptPool(d.prompt_pool, ctx.settings.train_seed, ctx.rng, d.retire_pass_rate)
             if d.prompt_pool is not None
             else None
@@ -64,10 +64,10 @@ class OnPolicyRounds(Collector):
             return None
         with charge:
             calls0 = ctx.gate.counts()
-            if self.pool is None:
+            if self.prompt_pool is None:
                 seeds, instances = None, ctx.train_instances(self.n_prompts)
             else:
-                seeds = self.pool.draw(self.n_prompts)
+                seeds = self.prompt_pool.draw(self.n_prompts)
                 instances = ctx.task.instances(seeds)
             batch = ctx.episodes(
                 self.engine,
@@ -82,8 +82,10 @@ class OnPolicyRounds(Collector):
             charge.actual = ctx.rollout_cost(done, calls0)
         if greedy is not None:
             self.greedy.charge(greedy)
-        if self.pool is not None:  # each prompt's pass rate, before any filter drops its group
-            self.retired_now += self.pool.record(seeds, batch.reward, batch.group_ids)
+        if (
+            self.prompt_pool is not None
+        ):  # each prompt's pass rate, before any filter drops its group
+            self.retired_now += self.prompt_pool.record(seeds, batch.reward, batch.group_ids)
         return batch, greedy
 
     def collect(self) -> Collected:
@@ -122,7 +124,7 @@ class OnPolicyRounds(Collector):
                     kept_greedy.append(greedy.select([i // ctx.group_size for i in rows]))
         census = sampler.census
         census.cap_hit = census.cap_hit and d.dynamic_sampling  # one round is the filter's design
-        if self.pool is not None:
+        if self.prompt_pool is not None:
             census.prompts_retired = self.retired_now
         if census.cap_hit and d.dynamic_sampling and d.on_round_cap == "error":
             raise TrainingError(
@@ -136,9 +138,9 @@ class OnPolicyRounds(Collector):
         # measured on every launched group, before dynamic sampling drops any (one sample per
         # prompt has no group to compare: no value)
         metrics = {"sampling_rounds": float(census.rounds), **lag_metrics}
-        if self.pool is not None:
-            metrics["pool.retired"] = float(len(self.pool.retired))
-            metrics["pool.epochs"] = float(self.pool.epochs)
+        if self.prompt_pool is not None:
+            metrics["pool.retired"] = float(len(self.prompt_pool.retired))
+            metrics["pool.epochs"] = float(self.prompt_pool.epochs)
         if ctx.group_size > 1:
             metrics["trainable_group_frac"] = census.trainable_group_frac
         if not kept:
@@ -163,8 +165,8 @@ class OnPolicyRounds(Collector):
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"group_counter": self.group_counter}
-        if self.pool is not None:
-            state["pool"] = self.pool.state_dict()
+        if self.prompt_pool is not None:
+            state["prompt_pool"] = self.prompt_pool.state_dict()
         if self.lagged is not None:
             state["lagged"] = self.lagged.state_dict()
         if self.replay is not None:
@@ -173,8 +175,8 @@ class OnPolicyRounds(Collector):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.group_counter = state["group_counter"]
-        if self.pool is not None:
-            self.pool.load_state_dict(state["pool"])
+        if self.prompt_pool is not None:
+            self.prompt_pool.load_state_dict(state["prompt_pool"])
         if self.lagged is not None:
             self.lagged.load_state_dict(state["lagged"])
         if self.replay is not None:

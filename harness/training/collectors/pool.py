@@ -32,7 +32,9 @@ class PromptPool:
         self.epochs = 0
 
     def draw(self, n: int) -> list[int]:
-        """``n`` distinct live seeds (fewer if fewer are live), continuing the current pass."""
+        """``n`` distinct live seeds (fewer if fewer are live), continuing the current pass: every
+        live prompt is drawn once a pass. A pass that ends within a draw is followed by a fresh
+        shuffle whose prompts already in this draw go to its end (drawn later in that pass)."""
 
         live = [s for s in self.seeds if s not in self.retired]
         if not live:
@@ -42,10 +44,11 @@ class PromptPool:
             )
         out: list[int] = []
         while len(out) < min(n, len(live)):
-            self.order = [s for s in self.order if s not in self.retired and s not in out]
+            self.order = [s for s in self.order if s not in self.retired]
             if not self.order:
-                self.order = [s for s in live if s not in out]
-                self.rng.shuffle(self.order)
+                fresh = list(live)
+                self.rng.shuffle(fresh)
+                self.order = [s for s in fresh if s not in out] + [s for s in fresh if s in out]
                 self.epochs += 1
             out.append(self.order.pop(0))
         return out
@@ -55,6 +58,10 @@ class PromptPool:
         first appearance, ``rewards``/``group_ids`` ``[B]``); returns how many prompts it retired."""
 
         groups = list(dict.fromkeys(group_ids.tolist()))
+        if len(groups) != len(seeds):
+            raise TrainingError(
+                f"prompt pool: {len(groups)} groups came back for {len(seeds)} prompts drawn"
+            )
         newly = 0
         for g, seed in zip(groups, seeds):
             r = rewards[group_ids == g]

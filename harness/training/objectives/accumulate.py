@@ -65,6 +65,9 @@ PLAIN_MEANS = {
     "ratio_mean": ("ratio_sum", "action_tokens"),
     "value_clip_frac": ("value_clip_count", "value_tokens"),
     "entropy_token_mean": ("entropy_token_sum", "action_tokens"),
+    # the bypass form's corrections (weight.old_policy: rollout), measured in the loss
+    "bypass.zeroed_frac": ("bypass_zeroed_count", "action_tokens"),
+    "tis.truncated_frac": ("tis_capped_count", "action_tokens"),
 }
 """Metrics that are plain means over tokens: (numerator count, denominator count), both summed over
 every micro-batch, minibatch and epoch of the pass; a metric whose numerator no micro-step reported

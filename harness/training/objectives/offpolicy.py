@@ -47,7 +47,9 @@ def off_policy(
         mask = torch.cat(parts)
     if w.old_policy != "rollout" and old_logp is not None:  # truncated IS: how often capped
         metrics.update(correction_stats(ctx.blanks, old_logp, batch.behavior_logprobs, mask))
-    if d.lag or d.broadcast_every > 1 or d.staleness is not None or d.concurrent is not None:
+    lagged = d.lag or d.broadcast_every > 1 or d.staleness is not None or d.concurrent is not None
+    # (in the bypass form pi_old is the rollout's: no current policy to measure the lag against)
+    if lagged and w.old_policy != "rollout":
         behind = (ctx.engine.policy_version - batch.policy_version).clamp(min=0)
         stats = lag_stats(batch.behavior_logprobs, old_logp, batch.action_mask, behind)
         metrics.update({f"lag.{k}": float(v) for k, v in stats.items() if k.startswith("kl_")})

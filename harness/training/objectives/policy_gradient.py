@@ -183,16 +183,18 @@ class PolicyGradient(Stateless, Objective):
 
         reused = t["old_logp"] is None  # pi_old is the training forward's, detached
         # the trainer's log-probs against the rollout's, where no separate forward measured them:
-        # each row's first training forward (in the bypass form with several minibatches, after
-        # the earlier minibatches' updates)
+        # the training forwards before the first optimizer step (the policy still the sampler's
+        # weights), so no update's drift is counted as mismatch; with several minibatches, the
+        # first minibatch's rows
         measure = reused or b.weight.old_policy == "rollout"
         fresh = torch.zeros(batch.action_mask.shape, dtype=torch.float32) if measure else None
         seen = torch.zeros(batch.size, dtype=torch.bool)
+        stepped = [False]
 
         def micro_step(rows: list[int], weights: torch.Tensor, epoch: int) -> dict[str, float]:
             sub = batch.select(rows)
             logp, ent = ctx.logprobs(ctx.model, sub, entropy=True, grad=True)
-            if measure:
+            if measure and not stepped[0]:
                 first = [i for i, r in enumerate(rows) if not seen[r]]
                 if first:
                     idx = [rows[i] for i in first]
@@ -225,16 +227,23 @@ class PolicyGradient(Stateless, Objective):
             return met
 
         probe = self.probe
+
+        def before_step() -> None:
+            stepped[0] = True
+            if probe is not None:
+                probe.add_update(trained_params(ctx.model))
+
         ctx.model.train()
         out = accumulate(
             ctx, p.units, weigh, micro_step,
-            before_step=(lambda: probe.add_update(trained_params(ctx.model))) if probe else None,
+            before_step=before_step,
         )  # fmt: skip
         ctx.model.eval()
         # measured on the tokens trained (a minibatch with none is never forwarded)
-        mismatch = mismatch_stats(fresh, batch.behavior_logprobs, mask) if measure else {}
+        on = mask * seen[:, None].to(mask.dtype) if measure else mask
+        mismatch = mismatch_stats(fresh, batch.behavior_logprobs, on) if measure else {}
         if reused:  # pi_old came from the training forward: truncated IS measured on it
-            mismatch.update(correction_stats(b, fresh, batch.behavior_logprobs, mask))
+            mismatch.update(correction_stats(b, fresh, batch.behavior_logprobs, on))
         return {
             **out.summary(),
             **(out.early_stop_metrics() if target_kl is not None else {}),
