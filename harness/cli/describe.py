@@ -21,6 +21,7 @@ from .app import (
     out,
     plan_table,
     say,
+    warn,
 )
 
 # --------------------------------------------------------------------------- validate / schema
@@ -37,13 +38,16 @@ def validate(
     """Check an experiment file and print its plan (arms x tasks x seeds, the budget)."""
 
     from ..config import load_config, resolved_dict
+    from ..config.checks import cautions
 
     cfg = load_config(config)
     plan = cfg.plan()
+    notes = cautions(cfg)
     if as_json:
         dump_json(
             {
                 "valid": True,
+                "cautions": notes,
                 "config": resolved_dict(cfg) if resolved else None,
                 "plan": plan,
                 "budget": cfg.budget,
@@ -60,6 +64,8 @@ def validate(
     say(
         f"{len(plan)} runs: {len(cfg.arms)} arms x {len(cfg.tasks or [])} task(s) x {len(cfg.seeds)} seeds"
     )
+    for line in notes:
+        warn(f"caution: {line}")
 
 
 @app.command()

@@ -203,6 +203,10 @@ def run(
     out_path = out_dir_of(cfg, out_dir)
     say(f"[green]valid[/green]: {config}  ->  {out_path}")
     say(plan_table(cfg))
+    from ..config.checks import cautions
+
+    for line in cautions(cfg):
+        warn(f"caution: {line}")
     log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not STATE["quiet"] else None
     result, report_path = run_experiment(
         cfg,

@@ -472,3 +472,32 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
         arm = [a for a in arms if a.name == (lad.arm or next(iter(cfg.arms)))]
         out += _budget_problems("ladder.budget", lad.budget, arm, first)
     return out
+
+
+# --------------------------------------------------------------------------- cautions
+
+
+def cautions(cfg: ExperimentConfig) -> list[str]:
+    """What is valid but works against the arm (the chapter's warnings): printed by ``validate``
+    and logged when a run starts, never refused."""
+
+    out: list[str] = []
+    for arm in _arms(cfg):
+        b, G = arm.blanks, arm.group_size
+        if b.objective != "pg" or b.data.source != "rollouts" or b.data.branching is not None:
+            continue
+        est = b.advantage.estimator
+        if est == "batch_mean" and G == 1:
+            out.append(
+                f"arms.{arm.name}: advantage.estimator 'batch_mean' with one sample per prompt "
+                f"({arm.group_path} 1): the baseline is the mean over the whole batch, across "
+                "different prompts, so an easy prompt's reward counts as credit; a group of "
+                "samples per prompt gives a baseline per prompt"
+            )
+        if est == "loo" and G == 2:
+            out.append(
+                f"arms.{arm.name}: RLOO with 2 samples per prompt ({arm.group_path} 2): each "
+                "sample's baseline is the other sample alone, so A = +-(R1 - R2) and the estimate "
+                "is as noisy as one reward; use 4 or more samples per prompt"
+            )
+    return out

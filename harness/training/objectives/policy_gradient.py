@@ -165,6 +165,11 @@ class PolicyGradient(Stateless, Objective):
             pen = info["overlong_penalty"]
             metrics["overlong_penalty_mean"] = float(pen.mean())
             metrics["overlong_penalty_frac"] = float((pen != 0).double().mean())
+            # the proxy a soft penalty must not become: correct answers it still penalized
+            correct = batch.reward >= 1
+            metrics["overlong_penalty_correct_frac"] = (
+                float((pen[correct] != 0).double().mean()) if bool(correct.any()) else 0.0
+            )
         tensors = {"old_logp": old_logp, "ref_logp": ref_logp, "adv": adv}
         return Prepared(batch, mask, batch.size, tensors, metrics)
 

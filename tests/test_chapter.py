@@ -1,0 +1,70 @@
+"""What the chapter warns against, caught: the cautions `validate` and `run` print, and DAPO's
+overlong penalty measured on correct answers (the proxy a soft penalty must not become)."""
+
+import copy
+import json
+
+import pytest
+
+from sixblanks.algorithms.presets import resolve
+from sixblanks.harness.training import RunSettings, Trainer
+from tests.golden.record import CONFIG, INITIAL_DIR
+
+
+@pytest.fixture(scope="module")
+def initial():
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.models import load_pretrained
+    from sixblanks.harness.tasks import make_task
+
+    model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
+    return validate_mapping(CONFIG), make_task("arithmetic"), model, tok
+
+
+def test_validate_cautions_rloo_with_two_samples_and_a_batch_mean_over_prompts(cli, write_yaml):
+    cfg = {
+        "name": "c",
+        "task": {"name": "arithmetic"},
+        "rollout": {"group_size": 2},
+        "arms": {
+            "rloo": {"preset": "rloo"},
+            "bm": {"preset": "reinforce_baseline", "blanks": {"data": {"group_size": 1}}},
+            "grpo": {"preset": "grpo"},
+            "rloo4": {"preset": "rloo", "blanks": {"data": {"group_size": 4}}},
+        },
+    }
+    code, out, _ = cli("validate", write_yaml(json.dumps(cfg)), "--json")
+    assert code == 0
+    notes = json.loads(out)["cautions"]
+    assert len(notes) == 2
+    assert notes[0].startswith("arms.rloo: RLOO with 2 samples") and "A = +-(R1 - R2)" in notes[0]
+    assert notes[1].startswith("arms.bm: advantage.estimator 'batch_mean' with one sample")
+    code, _, err = cli("validate", write_yaml(json.dumps(cfg)))
+    assert code == 0 and err.count("caution:") == 2
+
+
+def _dapo(initial, cache):
+    cfg, task, model0, tok = initial
+    blanks = resolve("dapo", {"data": {"overlong_shaping": {"cache": cache}}})
+    s = RunSettings(
+        blanks=blanks,
+        rollout=cfg.rollout,
+        optimizer=cfg.optimizer,
+        budget={"launched_tokens": 500},
+        seed=0,
+        eval_size=8,
+        name="dapo",
+    )
+    res = Trainer(s, task, copy.deepcopy(model0), tok).train(evaluate_start=False)
+    return [m for m in res.steps if not m.get("skipped")]
+
+
+def test_dapo_overlong_penalty_on_correct_answers_is_measured(initial):
+    """max_new_tokens 6 and arithmetic's correct answers of up to 3 tokens ("12" and a newline):
+    a 4-token window starts penalizing at 3 tokens (a correct "12\\n" loses 0.25), a 3-token window
+    penalizes no correct answer."""
+
+    wide = _dapo(initial, 4)
+    assert max(m["overlong_penalty_correct_frac"] for m in wide) > 0
+    fitted = _dapo(initial, 3)
+    assert all(m["overlong_penalty_correct_frac"] == 0 for m in fitted)
