@@ -28,7 +28,7 @@ from .normalization import aggregate
 from .offpolicy import dis, is_mask, ratio_gate, sequence_is_weight
 from .registry import Registry, Variant
 from .regularizers import kl_estimate
-from .weights import RATIOS, TRUST_REGIONS, truncated_is_weight
+from .weights import RATIOS, TRUST_REGIONS, sequence_ratio_counts, truncated_is_weight
 
 
 def _as_blanks(blanks: Blanks | str) -> Blanks:
@@ -370,6 +370,7 @@ def policy_loss(
         if bool(on.any()):  # extremes of the tokens there are (none: nothing to widen the range)
             metrics["ratio_max"] = float(r[on].max())
             metrics["ratio_min"] = float(r[on].min())
+        metrics.update(sequence_ratio_counts(logp, old_logp, mask, w_spec.eps_low, w_spec.eps_high))
         if zeroed is not None:  # the bypass form's corrections, measured where they act
             metrics["bypass_zeroed_count"] = float((zeroed & on).sum())
             capped = correction_stats(b, corr_old, behavior_logp, mask)

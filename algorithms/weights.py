@@ -15,6 +15,8 @@ Two registries dispatch ``weight.ratio`` and ``weight.trust_region`` (see
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .offpolicy import quantiles
@@ -275,6 +277,45 @@ def truncated_is_weight(
     """TIS: min(pi_old / pi_behavior, C), detached. ``[B, T]``."""
 
     return torch.exp((old_logp - behavior_logp).detach().clamp(max=20.0)).clamp(max=cap)
+
+
+def sequence_ratio_counts(
+    logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, eps_low: float, eps_high: float
+) -> dict[str, float]:
+    """How token log-ratios spread within each sequence, as counts that add up over micro-batches.
+
+    With d_t = log pi - log pi_old on a row's n action tokens and its mean d_bar (the log of GSPO's
+    sequence ratio):
+
+    - ``seq_count``: rows with an action token;
+    - ``seq_logratio_std_sum``: the sum over rows of the std of d_t (ddof 0): SAPO's within-sequence
+      dispersion, which a sequence ratio averages away;
+    - ``seq_outlier_count``: rows whose sequence ratio e^{d_bar} is outside [1 - eps_low,
+      1 + eps_high] but would be inside without its single most extreme token (n >= 2): one outlier
+      token pushing a whole sequence out of the band.
+
+    ``logp``, ``old_logp``, ``mask``: ``[B, T]`` (detached here).
+    """
+
+    m = mask > 0
+    n = m.sum(1).double()
+    d = torch.where(m, logp.detach().double() - old_logp.detach().double(), 0.0)
+    has = n > 0
+    mean = d.sum(1) / n.clamp(min=1.0)
+    dev = torch.where(m, d - mean[:, None], 0.0)
+    std = (dev.pow(2).sum(1) / n.clamp(min=1.0)).sqrt()
+    lo = math.log(1.0 - eps_low) if eps_low < 1 else -math.inf
+    hi = math.log(1.0 + eps_high)
+    outside = (mean < lo) | (mean > hi)
+    worst = dev.abs().argmax(1)
+    without = (d.sum(1) - d.gather(1, worst[:, None])[:, 0]) / (n - 1).clamp(min=1.0)
+    inside_without = (without >= lo) & (without <= hi)
+    outlier = has & (n >= 2) & outside & inside_without
+    return {
+        "seq_count": float(has.sum()),
+        "seq_logratio_std_sum": float(std[has].sum()),
+        "seq_outlier_count": float(outlier.sum()),
+    }
 
 
 MISMATCH_RATIO_BAND = (0.5, 2.0)

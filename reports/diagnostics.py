@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 METRICS = (
     ("trainable_group_frac", "trainable-group fraction", "mean"),
     ("clip_frac", "clip fraction", "mean"),
+    ("ratio.seq_logratio_std", "log-ratio spread within a sequence", "mean"),
+    ("ratio.outlier_seq_frac", "sequences one token pushed out of the band", "mean"),
     ("ratio_min", "ratio min", "min"),
     ("ratio_max", "ratio max", "max"),
     ("kl", "KL to reference (loss)", "mean"),

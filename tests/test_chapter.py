@@ -68,3 +68,50 @@ def test_dapo_overlong_penalty_on_correct_answers_is_measured(initial):
     assert max(m["overlong_penalty_correct_frac"] for m in wide) > 0
     fitted = _dapo(initial, 3)
     assert all(m["overlong_penalty_correct_frac"] == 0 for m in fitted)
+
+
+def test_within_sequence_spread_and_outlier_token_sequences_by_hand():
+    """d = log pi - log pi_old on the shared example: rows [0.2, -0.1, 1.7] and [0.1, -0.7].
+    Row 1: mean 0.6 (ratio 1.82, out of [0.8, 1.2]), std sqrt(0.62); without its 1.7 the mean is
+    0.05, inside: one outlier token pushed it out. Row 2: mean -0.3, std 0.4; without either token
+    it stays out (-0.7) or is the other's: not one outlier's doing."""
+
+    import math
+
+    import torch
+
+    from sixblanks.algorithms.weights import sequence_ratio_counts
+
+    D = torch.float64
+    lp = torch.tensor([[-1.0, -0.5, -0.3], [-0.9, -1.6, -3.0]], dtype=D)
+    lo = torch.tensor([[-1.2, -0.4, -2.0], [-1.0, -0.9, -2.0]], dtype=D)
+    m = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=D)
+    got = sequence_ratio_counts(lp, lo, m, 0.2, 0.2)
+    assert got["seq_count"] == 2 and got["seq_outlier_count"] == 1
+    assert got["seq_logratio_std_sum"] == pytest.approx(math.sqrt(0.62) + 0.4, abs=1e-12)
+
+
+def test_the_report_shows_the_spread_beside_the_clip_fraction(initial):
+    """A GSPO run logs the spread and the outlier share (plain means over sequences), which the
+    report's diagnostics list beside the clip fraction."""
+
+    from sixblanks.reports.diagnostics import NAMES
+
+    cfg, task, model0, tok = initial
+    s = RunSettings(
+        blanks=resolve("gspo", {}),
+        rollout=cfg.rollout,
+        optimizer=cfg.optimizer,
+        budget={"launched_tokens": 400},
+        seed=0,
+        eval_size=8,
+        name="gspo",
+    )
+    res = Trainer(s, task, copy.deepcopy(model0), tok).train(evaluate_start=False)
+    trained = [m for m in res.steps if not m.get("skipped")]
+    assert trained and all(
+        m["ratio.seq_logratio_std"] >= 0 and 0 <= m["ratio.outlier_seq_frac"] <= 1 for m in trained
+    )
+    assert max(m["ratio.seq_logratio_std"] for m in trained) > 0  # minibatches 2..4 moved
+    i = NAMES.index("clip_frac")
+    assert NAMES[i + 1 : i + 3] == ("ratio.seq_logratio_std", "ratio.outlier_seq_frac")

@@ -35,7 +35,8 @@ trainable_group_frac_kept): every value recorded before was checked unchanged to
 it was. Extended (2026-12-03) the same way with the discard reason ``zero_variance_filter`` (0
 everywhere), the census field ``prompts_retired`` (0) and six mismatch diagnostics
 (``mismatch.ratio_abs_dev``, ``mismatch.ratio_p1/_p50/_p99``, ``mismatch.ess``,
-``mismatch.seq_ess``), and DAPO's ``overlong_penalty_correct_frac``. Re-record only for a
+``mismatch.seq_ess``), DAPO's ``overlong_penalty_correct_frac``, and every preset's
+``ratio.seq_logratio_std`` and ``ratio.outlier_seq_frac``. Re-record only for a
 deliberate, explained
 change of the numbers:
 

@@ -68,6 +68,9 @@ PLAIN_MEANS = {
     # the bypass form's corrections (weight.old_policy: rollout), measured in the loss
     "bypass.zeroed_frac": ("bypass_zeroed_count", "action_tokens"),
     "tis.truncated_frac": ("tis_capped_count", "action_tokens"),
+    # within-sequence spread of the token log-ratios, and sequences one outlier token pushed out
+    "ratio.seq_logratio_std": ("seq_logratio_std_sum", "seq_count"),
+    "ratio.outlier_seq_frac": ("seq_outlier_count", "seq_count"),
 }
 """Metrics that are plain means over tokens: (numerator count, denominator count), both summed over
 every micro-batch, minibatch and epoch of the pass; a metric whose numerator no micro-step reported
