@@ -395,32 +395,6 @@ def dis(
     return (m & inside).to(mask.dtype), rho.to(logp.dtype)
 
 
-def dis_loss_terms(
-    logp: torch.Tensor,
-    rollout_logp: torch.Tensor,
-    adv: torch.Tensor,
-    mask: torch.Tensor,
-    eps_low: float,
-    eps_high: float,
-) -> torch.Tensor:
-    """SAO per-token loss ``[B, T]`` (to minimize): l_t = -sg[f(rho_t)] A_t log pi_theta(a_t),
-    f(rho) = rho inside the strict DIS band (:func:`dis`), else 0.
-
-    Its gradient is d l_t / d log pi = -1[band] rho_t A_t, i.e. ascent direction
-    1[1-eps_low < rho < 1+eps_high] rho_t A_t ∇log pi. f and A are detached; rejected and
-    off-mask tokens give 0 (value and gradient). Aggregate with the Z blank afterwards.
-
-    Args:
-        logp: ``[B, T]`` log pi_theta (with gradient); rollout_logp, adv, mask: ``[B, T]``.
-    """
-
-    keep, rho = dis(logp, rollout_logp, mask, eps_low, eps_high)
-    k = keep > 0
-    a = torch.where(k, adv.detach(), torch.zeros_like(logp))
-    f = torch.where(k, rho, torch.zeros_like(rho)).to(logp.dtype)
-    return torch.where(k, -f * a * logp, torch.zeros_like(logp))
-
-
 def within_staleness(versions_behind: torch.Tensor, max_staleness: int) -> torch.Tensor:
     """AReaL bounded staleness at consumption: keep a sample iff versions_behind <= eta.
 

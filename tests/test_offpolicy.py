@@ -11,7 +11,6 @@ import torch
 from sixblanks.algorithms.critic import gae
 from sixblanks.algorithms.offpolicy import (
     dis,
-    dis_loss_terms,
     is_mask,
     lag_stats,
     quantiles,
@@ -323,13 +322,32 @@ def test_dis_band_is_strict_by_hand():
     assert torch.allclose(rho[0, :6], t([0.7, 0.71, 1.0, 1.5, 1.49, 3.0]))
 
 
+def _dis_loss(logp, roll, adv, mask, eps_low, eps_high):
+    """The harness's DIS (weight.ratio behavior, trust_region dis) through policy_loss, summed
+    over the tokens (Z = 1 per token), and its per-token loss."""
+
+    from sixblanks.algorithms import policy_loss
+    from sixblanks.algorithms.presets import resolve
+
+    b = resolve(
+        "grpo",
+        {
+            "weight": {"ratio": "behavior", "trust_region": "dis", "eps_low": eps_low,
+                       "eps_high": eps_high},
+            "regularizer": {"loss_kl_coef": 0.0},
+        },
+    )  # fmt: skip
+    loss, _ = policy_loss(b, logp, torch.zeros_like(logp), adv, mask, mask, behavior_logp=roll)
+    return loss
+
+
 def test_dis_loss_value_and_both_tails_for_either_sign():
-    # rho = 1.2 inside (0.7, 1.5), A = 2: l = -1.2 * 2 * log(1.2) = -2.4 * 0.182322 = -0.437572
+    # rho = 1.2 inside (0.7, 1.5), A = 2: l = -1[band] rho A = -2.4, gradient -rho A = -2.4
     logp = lg([[1.2, 3.0, 0.5, 3.0, 0.5]]).requires_grad_()
     adv = t([[2.0, -1.0, -1.0, 1.0, 1.0]])
-    loss = dis_loss_terms(logp, torch.zeros_like(logp), adv, t([[1, 1, 1, 1, 1]]), 0.3, 0.5)
-    assert math.isclose(float(loss[0, 0].detach()), -2.4 * math.log(1.2))
-    loss.sum().backward()
+    loss = _dis_loss(logp, torch.zeros_like(logp), adv, t([[1, 1, 1, 1, 1]]), 0.3, 0.5)
+    assert math.isclose(float(loss.detach()), -2.4)
+    loss.backward()
     # tokens above (3) and below (0.5) the band get no gradient for A < 0 and for A > 0 (PPO's clip
     # would pass A < 0 above the band and A > 0 below it)
     assert torch.equal(logp.grad[0, 1:], torch.zeros(4, dtype=D))
@@ -343,18 +361,17 @@ def test_dis_gradient_is_band_rho_adv():
     roll = 0.3 * torch.randn(B, T, generator=g, dtype=D)
     adv = torch.randn(B, T, generator=g, dtype=D)
     mask = (torch.rand(B, T, generator=g) < 0.8).double()
-    nan = float("nan")
-    roll = torch.where(mask > 0, roll, nan)  # padding may be garbage
-    adv = torch.where(mask > 0, adv, nan)
-    loss = dis_loss_terms(logp, roll, adv, mask, 0.2, 0.28)
-    loss.sum().backward()
+    roll = torch.where(mask > 0, roll, float("nan"))  # padding may be garbage
+    adv = torch.where(mask > 0, adv, 0.0)
+    loss = _dis_loss(logp, roll, adv, mask, 0.2, 0.28)
+    loss.backward()
     with torch.no_grad():  # the hand formula, in ratio space: 1[band] rho A (ascent direction)
-        rho = torch.exp(logp - roll)
+        rho = torch.exp(logp - torch.where(mask > 0, roll, 0.0))
         band = (rho > 0.8) & (rho < 1.28) & (mask > 0)
         expect = torch.where(band, rho * adv, torch.zeros_like(rho))
     assert 0 < int(band.sum()) < int((mask > 0).sum())  # both kinds present
     assert torch.allclose(-logp.grad, expect)
-    assert torch.isfinite(loss).all()
+    assert torch.isfinite(loss)
 
 
 # ---------------------------------------------------------------- staleness and lag

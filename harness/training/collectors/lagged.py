@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from sixblanks.algorithms.offpolicy import within_staleness
+
 from ...rollout.engine import HFEngine
 from ..base import TrainingError
 from ..context import RunContext, frozen_copy
@@ -75,7 +77,11 @@ def drop_stale(ctx: RunContext, batch) -> tuple[list[int], dict[str, float]]:
         "lag.versions_behind_max": float(behind.max()) if batch.size else 0.0,
     }
     bound = ctx.blanks.data.staleness
-    stale = behind > bound if bound is not None else torch.zeros_like(behind, dtype=torch.bool)
+    stale = (
+        ~within_staleness(behind, bound)
+        if bound is not None
+        else torch.zeros_like(behind, dtype=torch.bool)
+    )
     if bool((~stale).any()):  # what is kept: never more than the bound behind
         metrics["lag.kept_behind_max"] = float(behind[~stale].max())
     if bool(stale.any()):
