@@ -187,12 +187,24 @@ def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:
         )
     if r.loss_kl_coef > 0:
         kl.append(f"in the loss ({r.loss_kl_estimator}, beta {r.loss_kl_coef:g}, on pi_theta)")
-    clip = "symmetric" if w.eps_low == w.eps_high else "asymmetric (clip-higher)"
+    trunk = {
+        "separate": "separate critic",
+        "shared": "shared trunk",
+        "frozen_attention": "separate critic, attention frozen, MLPs trained",
+    }[c.trunk]
+    if w.trust_region == "dis":  # SAO's band masks both tails, for either sign of A
+        band = "symmetric" if w.eps_low == w.eps_high else "asymmetric"
+        clip = f"DIS band ({band}, strict, both tails masked)"
+    else:
+        clip = "symmetric" if w.eps_low == w.eps_high else "asymmetric (clip-higher)"
+    lam = (
+        f"; the policy's lambda per sample, 1 - 1/({c.policy_lambda_alpha:g} l), l its length; "
+        f"the critic's {a.lam:g}"
+        if c.policy_lambda_alpha is not None
+        else ""
+    )
     return [
-        (
-            "value granularity",
-            f"{c.granularity} ({'separate critic' if c.trunk == 'separate' else 'shared trunk'})",
-        ),
+        ("value granularity", f"{c.granularity} ({trunk}){lam}"),
         (
             "truncation bootstrap",
             "V(next state) where a limit cut the episode; 0 at terminal states"

@@ -260,8 +260,9 @@ class MismatchConfig(Section):
 class RolloutConfig(Section):
     backend: Literal["hf", "vllm"] = Field(
         "hf",
-        description="hf: transformers sampling loop; vllm: colocated vllm.LLM with weight sync after "
-        "every optimizer step (needs `make vllm`).",
+        description="hf: transformers sampling loop; vllm: colocated vllm.LLM whose weights are "
+        "synced once per training step, after its update (all of its optimizer steps; needs "
+        "`make vllm`).",
     )
     vllm: VLLMConfig = VLLMConfig()
     temperature: float = Field(
