@@ -30,7 +30,7 @@ CASES = [
     ("multi_turn", ["--horizon", "multi"], "turn_grpo", 8),
     ("learned_reward", ["--signal", "learned"], "ppo", 7),
     ("expensive_sampling", ["--sampling", "expensive"], "rloo", 5),
-    ("default", [], "dapo", 4),
+    ("default", [], "rloo", 5),
 ]
 CASE_IDS = [c[0] for c in CASES]
 
@@ -261,7 +261,7 @@ def test_matched_updates_only_where_every_arm_has_a_ratio():
     rec = R.recommend(R.DEFAULTS)
     arms = R.starter_mapping(rec)["arms"]
     assert all(a["blanks"]["data"]["minibatches"] == 2 for a in arms.values())
-    assert arms["dapo"]["blanks"]["data"] is not arms["grpo"]["blanks"]["data"]
+    assert arms["rloo"]["blanks"]["data"] is not arms["grpo"]["blanks"]["data"]
     sft = R.starter_mapping(R.recommend(R.DEFAULTS | {"signal": "none"}))["arms"]
     assert all("blanks" not in a for a in sft.values())  # sft has no ratio: batches not reused
 

@@ -310,14 +310,17 @@ ROWS: tuple[Row, ...] = (
         "default",
         {},
         "verifiable reward, cheap rollouts, single turn",
-        "dapo",
-        "Dynamic sampling resamples groups with no signal, clip-higher keeps exploring, and "
-        "token-mean Z weighs long answers by their tokens.",
-        "Dynamic sampling discards launched tokens: compare at matched launched tokens, not at "
-        "matched steps.",
-        4,
-        "Dynamic sampling pays only when a useful share of groups is trainable (neither all right "
-        "nor all wrong): rung 4 measures that share and the difficulty distribution.",
+        "rloo",
+        "Start with the simplest estimator that represents the credit structure: one outcome "
+        "per response needs only a baseline per prompt, and the leave-one-out group mean is "
+        "unbiased at any group size. Add a change (GRPO's std, DAPO's clip-higher and dynamic "
+        "sampling, a critic) only when the ladder shows it pays.",
+        "Groups whose rewards are all equal give A = 0: when most are all right or all wrong "
+        "(rung 4's trainable share), dynamic sampling (dapo) is the next arm to try, compared at "
+        "matched launched tokens.",
+        5,
+        "Rung 5 varies the advantage estimator alone (group std, batch whitening, no baseline): "
+        "whether anything more than the leave-one-out baseline earns its place.",
     ),
 )
 
