@@ -115,3 +115,37 @@ def test_the_report_shows_the_spread_beside_the_clip_fraction(initial):
     assert max(m["ratio.seq_logratio_std"] for m in trained) > 0  # minibatches 2..4 moved
     i = NAMES.index("clip_frac")
     assert NAMES[i + 1 : i + 3] == ("ratio.seq_logratio_std", "ratio.outlier_seq_frac")
+
+
+@pytest.mark.parametrize(
+    "preset, want",
+    [
+        ("grpo", {"clip=[0.2,0.28]"}),  # token-level pairs (its own 0.2/0.2 is the nominal)
+        (
+            "gspo",
+            {
+                "clip=[0.00015,0.0002] (x0.5, sequence scale)",
+                "clip=[0.0006,0.0008] (x2, sequence scale)",
+            },
+        ),  # fmt: skip
+        ("sapo", {"tau=[0.5,0.525] (x0.5)", "tau=[2,2.1] (x2)"}),
+    ],
+)
+def test_rung_7_varies_bounds_on_the_ratios_own_scale(tmp_path, preset, want, monkeypatch):
+    """Token-scale clip pairs (0.2/0.28) would be a 600x change of GSPO's sequence bounds: a
+    sequence ratio's bounds are scaled instead, and a SAPO arm's temperatures."""
+
+    from sixblanks.algorithms.presets import get_preset
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.studies.ladder import Ladder
+
+    cfg = validate_mapping({**CONFIG, "arms": {"a": {"preset": preset}}})
+    ladder = Ladder(cfg, tmp_path)
+    ladder.spec = {
+        "optimizer": {"lr": 3e-4},
+        "blanks": get_preset(preset).blanks.model_dump(mode="json"),
+    }
+    monkeypatch.setattr(ladder, "_compare", lambda rung, name, variants, key: variants)
+    got = ladder.rung_clip_kl_lr()
+    clip = {k for k in got if k.startswith(("clip=", "tau="))}
+    assert clip == want

@@ -27,7 +27,14 @@ class LadderConfig(Section):
     )
     lr_factors: list[float] = Field(default_factory=lambda: [0.3, 1.0, 3.0])
     clip_variants: list[tuple[float, float]] = Field(
-        default_factory=lambda: [(0.2, 0.2), (0.2, 0.28)]
+        default_factory=lambda: [(0.2, 0.2), (0.2, 0.28)],
+        description="Rung 7: (eps_low, eps_high) pairs tried on an arm with a token-level PPO clip.",
+    )
+    scale_factors: list[float] = Field(
+        default_factory=lambda: [0.5, 2.0],
+        description="Rung 7: factors applied to the arm's own bounds where token-scale pairs do "
+        "not fit: a sequence-level clip (GSPO's ratio lives on another scale) and SAPO's "
+        "temperatures (tau_pos, tau_neg).",
     )
     kl_variants: list[float] = Field(default_factory=lambda: [0.0, 0.04])
     credit_variants: list[str] = Field(

@@ -7,7 +7,8 @@
     4 curriculum       difficulty distribution; trainable-group fraction at the start and over a short run
     5 advantage        advantage estimator varied, everything else fixed
     6 normalization    loss normalization varied
-    7 clip_kl_lr       clipping, KL and learning rate varied (gradient norms reported)
+    7 clip_kl_lr       clipping (on the ratio's own scale; SAPO: its temperatures), KL and learning
+                       rate varied (gradient norms reported)
     8 credit           one form of credit added by the advantage blank alone (a turn critic, a
                        PRM, GiGPO)
     9 asynchrony       the arm's lag (data.lag or data.concurrent) against its synchronous setting;
@@ -331,11 +332,26 @@ class Ladder:
             if f != 1.0:
                 variants[f"lr={lr0 * f:g} (x{f:g})"] = {"lr": lr0 * f}
         w = self.spec["blanks"]["weight"]
-        if w["trust_region"] == "clip":
+        sequence = w["ratio"] in ("sequence", "gspo_token")
+        if w["trust_region"] == "clip" and not sequence:
             for lo, hi in lad.clip_variants:
                 if (lo, hi) != (w["eps_low"], w["eps_high"]):
                     variants[f"clip=[{lo:g},{hi:g}]"] = {
                         "blanks_over": {"weight": {"eps_low": lo, "eps_high": hi}}
+                    }
+        elif w["trust_region"] == "clip":  # a sequence ratio: its own bounds, scaled
+            for f in lad.scale_factors:
+                lo, hi = w["eps_low"] * f, w["eps_high"] * f
+                if f != 1.0 and lo < 1:
+                    variants[f"clip=[{lo:.3g},{hi:.3g}] (x{f:g}, sequence scale)"] = {
+                        "blanks_over": {"weight": {"eps_low": lo, "eps_high": hi}}
+                    }
+        elif w["trust_region"] == "sapo":  # the soft gate's temperatures, scaled
+            for f in lad.scale_factors:
+                pos, neg = w["tau_pos"] * f, w["tau_neg"] * f
+                if f != 1.0:
+                    variants[f"tau=[{pos:.3g},{neg:.3g}] (x{f:g})"] = {
+                        "blanks_over": {"weight": {"tau_pos": pos, "tau_neg": neg}}
                     }
         kl0 = self.spec["blanks"]["regularizer"]["loss_kl_coef"]
         for kl in lad.kl_variants:
