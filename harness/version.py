@@ -63,3 +63,54 @@ def code_fingerprint() -> str:
     """The fingerprint of the code running now (computed once per process)."""
 
     return fingerprint(source_roots(), library_versions())
+
+
+def task_modules(cls: type) -> list[str]:
+    """The modules a task's behaviour comes from, by name: those defining its class and base
+    classes, and one level of what they import (an environment class, the helpers ``verify``
+    calls), third-party libraries left out (they are versioned; the project's own modules are in
+    the code fingerprint, but a user's task module and its helpers are in neither unless hashed
+    here)."""
+
+    import sys
+    import types
+
+    seen: list[str] = []
+
+    def add(mod_name: str | None) -> bool:
+        mod = sys.modules.get(mod_name or "")
+        if mod is None or mod_name in seen or not getattr(mod, "__file__", None):
+            return False
+        if mod_name.split(".")[0] in sys.stdlib_module_names:
+            return False  # the standard library: Python's version
+        if "site-packages" in mod.__file__ or "dist-packages" in mod.__file__:
+            return False  # an installed library: its version, not its source
+        seen.append(mod_name)
+        return True
+
+    roots = [k.__module__ for k in cls.__mro__ if k.__module__ not in ("builtins",)]
+    for name in roots:
+        if add(name):
+            for value in vars(sys.modules[name]).values():
+                target = value if isinstance(value, types.ModuleType) else None
+                if target is not None:
+                    add(target.__name__)
+                elif isinstance(value, type) or callable(value):
+                    add(getattr(value, "__module__", None))
+    return seen
+
+
+def modules_hash(names: list[str]) -> str:
+    """A hash (16 hex) of the named modules' sources (a module without source: its name)."""
+
+    import inspect
+    import sys
+
+    h = hashlib.sha256()
+    for name in sorted(names):
+        try:
+            text = inspect.getsource(sys.modules[name])
+        except (OSError, TypeError):
+            text = name
+        h.update(f"{name}\0{text}\0".encode())
+    return h.hexdigest()[:16]

@@ -70,7 +70,7 @@ def test_identical_arms_are_not_flagged_and_items_are_measured(tmp_path, warm_in
         "updates_per_batch": 1,
         "epochs": 1,
         "minibatches": 1,
-        "measured": {"unique_prompts": None, "optimizer_steps_per_1k_accepted_tokens": None},
+        "measured": {"prompts_trained": None, "optimizer_steps_per_1k_accepted_tokens": None},
     }
     assert items["evaluation"]["split"] == "test" and items["search_budget"] is None
 
@@ -147,11 +147,11 @@ def test_measured_batch_figures_are_compared(tmp_path, warm_info):
             )
         )
         (d / "events.jsonl").write_text(
-            "".join(json.dumps({"type": "census", "prompts_sampled": p}) + "\n" for p in prompts)
+            "".join(json.dumps({"type": "census", "groups_kept": p, "prompts_sampled": p + 1}) + "\n" for p in prompts)
         )
     audit = fairness_audit(cfg, specs, tmp_path, warm_info)
     measured = audit["arms"]["b"]["items"]["global_batch"]["measured"]
-    assert measured == {"unique_prompts": 16, "optimizer_steps_per_1k_accepted_tokens": 2.0}
+    assert measured == {"prompts_trained": 16, "optimizer_steps_per_1k_accepted_tokens": 2.0}
     assert _flagged(audit) == {("b", "global_batch")}  # 16 vs 8 prompts: beyond 10%
 
 

@@ -149,3 +149,50 @@ def test_rung_7_varies_bounds_on_the_ratios_own_scale(tmp_path, preset, want, mo
     got = ladder.rung_clip_kl_lr()
     clip = {k for k in got if k.startswith(("clip=", "tau="))}
     assert clip == want
+
+
+def test_a_user_tasks_helpers_are_in_the_audit_and_the_run_id(tmp_path, monkeypatch):
+    """A user task whose verify calls a helper in another module of the user's: the helper's
+    module is hashed into the task's identity and, through task_source, into the run id, so an
+    edit to the helper alone (the task module untouched) changes both."""
+
+    import importlib
+    import linecache
+    import sys
+
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.orchestration.orchestrator import build_specs
+    from sixblanks.harness.version import modules_hash, task_modules
+
+    pkg = "usertask_edit"
+    root = tmp_path / pkg
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "task.py").write_text(
+        "from sixblanks.harness.tasks import Instance, Task, TaskParams\n"
+        f"from {pkg}.helpers import check\n\n"
+        "class T(Task):\n"
+        "    name = 't'\n"
+        "    Params = TaskParams\n"
+        "    def make_instance(self, seed):\n"
+        "        return Instance(seed, 'say 1:', {'answer': '1'})\n"
+        "    def verify(self, instance, response):\n"
+        "        return check(response)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    for helper in ("== '1'", "in ('1', '01')"):  # the edit: the helper alone
+        (root / "helpers.py").write_text(f"def check(r):\n    return float(r.strip() {helper})\n")
+        for m in (f"{pkg}.task", f"{pkg}.helpers"):
+            sys.modules.pop(m, None)
+        importlib.invalidate_caches()
+        linecache.checkcache()
+        cls = importlib.import_module(f"{pkg}.task").T
+        mods = task_modules(cls)
+        assert f"{pkg}.task" in mods and f"{pkg}.helpers" in mods
+        cfg = validate_mapping({**CONFIG, "task": {"name": f"{pkg}.task:T"}})
+        (spec,) = [s for s in build_specs(cfg, "k", code="c") if s["seed"] == 0]
+        seen.append((modules_hash(mods), spec["task_source"], spec["run_id"]))
+    for m in (f"{pkg}.task", f"{pkg}.helpers"):
+        sys.modules.pop(m, None)
+    assert all(a != b for a, b in zip(*seen))

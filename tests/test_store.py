@@ -117,7 +117,7 @@ def test_every_table_is_queryable(experiment):
     items = dict(q("SELECT item, value FROM fairness WHERE arm = 'grpo' AND run_id IS NULL"))
     assert set(items) == set(HELD_CONSTANT)
     assert len(json.loads(items["tokenizer"])["vocab_merges"]) == 16
-    assert json.loads(items["global_batch"])["measured"]["unique_prompts"] > 0
+    assert json.loads(items["global_batch"])["measured"]["prompts_trained"] > 0
     # one on-policy update per batch: every ratio is 1, so DAPO's clip-higher never acted, in
     # either arm; the inert table says so, and the report prints it beside the difference
     assert q("SELECT max(value), min(value) FROM metrics WHERE name IN ('ratio_max', 'ratio_min')")[

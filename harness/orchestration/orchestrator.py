@@ -55,9 +55,23 @@ def build_specs(
                     "code_version": code,
                 }
                 spec.update(cfg.arms[arm].run_fields())  # seed_offset, fault: only where set
+                if ":" in task.name and not task.name.startswith("reasoning_gym:"):  # a user task:
+                    spec["task_source"] = user_task_source(
+                        task.name
+                    )  # its modules, not in the code fingerprint
                 spec["run_id"] = spec_id(spec)
                 specs.append(spec)
     return specs
+
+
+def user_task_source(name: str) -> str:
+    """A hash of the modules a user's task (``module:Class``) comes from: an edit to its
+    environment or helpers changes the run id, as an edit to the project's code does."""
+
+    from ..tasks import make_task
+    from ..version import modules_hash, task_modules
+
+    return modules_hash(task_modules(type(make_task(name))))
 
 
 def default_workers(n_runs: int, requested: int | None) -> int:

@@ -4,7 +4,8 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
     initial_policy   content hash of the initial weights
     tokenizer        hashes of the vocabulary+merges and of the whole tokenizer, special tokens, the
                      chat template's hash and whether the rollouts apply one
-    task             name, resolved parameters, hash of the task class source (user tasks included),
+    task             name, resolved parameters, hash of the task class source and of the modules
+                     it comes from (its environment, the helpers it imports; user tasks included),
                      the reasoning-gym version and dataset source for its tasks
     reward           hash of the verifier's source, and every shaping term of the arm (overlong
                      shaping, potential shaping, KL in the reward); the experiment's reward has none
@@ -13,8 +14,9 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      only where set, so that an arm without one reads as before)
     limits           tokens per turn, context tokens, turns per episode
     global_batch     prompts per step, samples per prompt, updates per batch (epochs x minibatches),
-                     and, measured over the arm's finished runs, unique prompts consumed and optimizer
-                     steps per 1000 accepted tokens (flagged past 10% relative difference)
+                     and, measured over the arm's finished runs, the prompts whose group reached an
+                     update and optimizer steps per 1000 accepted tokens (flagged past 10% relative
+                     difference)
     training_search  the search the arm trains on (data.source 'search': mode, width, selection,
                      search policy; None: single samples): its search compute is inside its matched
                      budget, and search-time scores are never put in the same row as single-sample ones
@@ -46,7 +48,7 @@ from sixblanks.algorithms.blanks import Blanks
 
 from ..config import ExperimentConfig
 from ..layout import RunDir
-from ..version import code_fingerprint
+from ..version import code_fingerprint, modules_hash, task_modules
 from .inert import inert_differences
 
 HELD_CONSTANT = (
@@ -70,7 +72,7 @@ experiment makes on purpose that leave a comparison fair (an arm's training rand
 its evaluation instances and its runs' seeds those of the other arms)."""
 NO_FAULT = {"rewards": "none"}
 MEASURED_TOLERANCE = 0.10
-"""Measured batch figures (unique prompts, optimizer steps per accepted token) differ when they are
+"""Measured batch figures (prompts trained, optimizer steps per accepted token) differ when they are
 more than this far apart, relative to the experiment's value."""
 
 
@@ -120,6 +122,8 @@ def _task_and_reward(name: str, params_json: str) -> tuple[dict[str, Any], dict[
         "name": name,
         "params": task.params.model_dump(mode="json"),  # defaults resolved
         "source": _source_hash(cls),
+        # its environment and helpers, wherever they are defined (a user's module included)
+        "modules": modules_hash(task_modules(cls)),
     }
     verifier = {"source": _source_hash(cls.verify)}
     if isinstance(task, ReasoningGymTask):
@@ -254,19 +258,22 @@ def spec_items(
 
 
 def measured_batch(runs: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Mean over finished runs: unique prompts consumed, optimizer steps per 1000 accepted tokens."""
+    """Mean over finished runs: the prompts whose group reached an update (groups kept by every
+    filter; a launched group that dynamic sampling or the zero-variance filter dropped consumed
+    budget but trained nothing; a prompt pool's repeats count each time), and optimizer steps per
+    1000 accepted tokens."""
 
     done = [r for r in runs if r["state"] == "finished"]
     if not done:
-        return {"unique_prompts": None, "optimizer_steps_per_1k_accepted_tokens": None}
-    prompts = [r["prompts_sampled"] for r in done]
+        return {"prompts_trained": None, "optimizer_steps_per_1k_accepted_tokens": None}
+    prompts = [r["prompts_trained"] for r in done]
     per_k = [
         1000.0 * r["counters"].get("optimizer_steps", 0.0) / r["counters"]["accepted_tokens"]
         for r in done
         if (r["counters"] or {}).get("accepted_tokens")
     ]
     return {
-        "unique_prompts": sum(prompts) / len(prompts),
+        "prompts_trained": sum(prompts) / len(prompts),
         "optimizer_steps_per_1k_accepted_tokens": sum(per_k) / len(per_k) if per_k else None,
     }
 
@@ -333,7 +340,7 @@ def fairness_audit(
                 "state": st.get("state"),
                 "counters": st.get("counters"),
                 "code_version": s.get("code_version"),
-                "prompts_sampled": sum(int(c.get("prompts_sampled", 0)) for c in census),
+                "prompts_trained": sum(int(c.get("groups_kept", 0)) for c in census),
             }
         )
     reference: dict[str, Any] = {}

@@ -145,10 +145,12 @@ NOTES: dict[str, dict[str, str]] = {
         "flagged), a run consumed < 90% of the matched budget, or a run was made by other code",
         "reason": "why it is flagged (which keys differ)",
         "value, reference": "the arm's value and the experiment's (JSON): content hashes of the "
-        "tokenizer (vocabulary and merges, whole tokenizer, chat template), of the task class and "
-        "verifier source, resolved task parameters, the reasoning-gym version, every "
-        "reward-shaping term, sampling, limits, the global batch (configured, and measured: unique "
-        "prompts, optimizer steps per 1000 accepted tokens), the evaluation scaffold, the search "
+        "tokenizer (vocabulary and merges, whole tokenizer, chat template), of the task's modules "
+        "(its class, its environment and the helpers they import, a user's task module among "
+        "them) and verifier source, resolved task parameters, the reasoning-gym version, every "
+        "reward-shaping term, sampling, limits, the global batch (configured, and measured: the "
+        "prompts whose group reached an update, optimizer steps per 1000 accepted tokens), the "
+        "evaluation scaffold, the search "
         "budget, a planted fault (`rewards: shuffle`; the experiment's: none), the seed offset",
         "run_id": "for per-run flags (consumption, code)",
     },
