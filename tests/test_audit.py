@@ -147,7 +147,10 @@ def test_measured_batch_figures_are_compared(tmp_path, warm_info):
             )
         )
         (d / "events.jsonl").write_text(
-            "".join(json.dumps({"type": "census", "groups_kept": p, "prompts_sampled": p + 1}) + "\n" for p in prompts)
+            "".join(
+                json.dumps({"type": "census", "groups_kept": p, "prompts_sampled": p + 1}) + "\n"
+                for p in prompts
+            )
         )
     audit = fairness_audit(cfg, specs, tmp_path, warm_info)
     measured = audit["arms"]["b"]["items"]["global_batch"]["measured"]

@@ -173,16 +173,10 @@ def read_fields(path: str | Path, framework: str) -> dict[str, Any]:
     overrides (``key=value``, one per line or a YAML list of them). An empty file is an empty
     configuration: every field takes its default. Raises ConfigError naming the file."""
 
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"{p}: file not found")
-    if p.is_dir():
-        raise ConfigError(f"{p}: is a directory, expected a {framework} configuration file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read: {exc}") from None
-    return parse_fields(text, framework, str(p))
+    from .loading import read_text_file
+
+    text = read_text_file(path, f"a {framework} configuration file")
+    return parse_fields(text, framework, str(path))
 
 
 def parse_fields(text: str, framework: str, source: str = "<input>") -> dict[str, Any]:

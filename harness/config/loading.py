@@ -328,19 +328,26 @@ def validate_mapping(data: Any, source: str = "<config>") -> ExperimentConfig:
     return cfg
 
 
-def load_config(path: str | Path) -> ExperimentConfig:
-    """Parse and validate an experiment file; raises ConfigError listing every problem."""
+def read_text_file(path: str | Path, expected: str) -> str:
+    """The text of the file at ``path``; a ConfigError naming it when it is missing, a directory
+    (``expected``: what it should have been) or unreadable."""
 
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"{p}: file not found")
     if p.is_dir():
-        raise ConfigError(f"{p}: is a directory, expected an experiment YAML file")
+        raise ConfigError(f"{p}: is a directory, expected {expected}")
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: cannot read: {exc}") from None
-    return validate_mapping(parse_yaml(text, str(p)), str(p))
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Parse and validate an experiment file; raises ConfigError listing every problem."""
+
+    text = read_text_file(path, "an experiment YAML file")
+    return validate_mapping(parse_yaml(text, str(path)), str(path))
 
 
 def resolved_dict(cfg: ExperimentConfig) -> dict[str, Any]:

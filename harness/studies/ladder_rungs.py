@@ -19,7 +19,7 @@ import torch
 from ..rollout.agent import run_episodes
 from ..rollout.engine import SamplerMismatch, SamplingParams
 from ..seeds import TRAIN_SEED_RANGE
-from ..training.contract import recompute_logprobs, sample_and_check
+from ..training.contract import fresh_episodes, recompute_logprobs, sample_and_check
 from ..training.evaluate import evaluate
 from .ladder_stats import SPLIT, RungResult, judge_no_update, verdict
 
@@ -89,22 +89,7 @@ def mismatch_figures(
 
     injected = SamplerMismatch.of(getattr(rollout, "mismatch", None))
     if injected is not None:
-        batch = run_episodes(
-            engine,
-            tok,
-            task,
-            instances,
-            group_size,
-            SamplingParams(
-                rollout.temperature,
-                rollout.top_p,
-                rollout.top_k,
-                rollout.max_new_tokens,
-                mismatch=injected,
-            ),
-            max_context_tokens=rollout.max_prompt_tokens,
-            generator=torch.Generator().manual_seed(seed),
-        )
+        batch = fresh_episodes(engine, tok, task, instances, group_size, rollout, seed, injected)
     trainer = recompute_logprobs(model, batch, rollout.temperature, rollout.top_k, rollout.top_p)
     stats = mismatch_stats(trainer, batch.behavior_logprobs, batch.action_mask)
     return {

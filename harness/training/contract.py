@@ -373,6 +373,30 @@ def check_contract(
     return ContractReport(results)
 
 
+def fresh_episodes(
+    engine, tokenizer, task, instances: list, group_size: int, rollout, seed: int, mismatch=None
+) -> TrajectoryBatch:
+    """``group_size`` episodes per instance with the rollout's sampling settings (and, if given,
+    a sampler ``mismatch``), the generator seeded by ``seed``."""
+
+    return run_episodes(
+        engine,
+        tokenizer,
+        task,
+        instances,
+        group_size,
+        SamplingParams(
+            rollout.temperature,
+            rollout.top_p,
+            rollout.top_k,
+            rollout.max_new_tokens,
+            mismatch=mismatch,
+        ),
+        max_context_tokens=rollout.max_prompt_tokens,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
 def sample_and_check(
     engine,
     model,
@@ -388,21 +412,7 @@ def sample_and_check(
     """Fresh episodes (``group_size`` per instance, the rollout's sampling settings, generator seeded
     by ``seed``) from ``engine``, and the contract checked on them against ``model``."""
 
-    batch = run_episodes(
-        engine,
-        tokenizer,
-        task,
-        instances,
-        group_size,
-        SamplingParams(
-            rollout.temperature,
-            rollout.top_p,
-            rollout.top_k,
-            rollout.max_new_tokens,
-        ),
-        max_context_tokens=rollout.max_prompt_tokens,
-        generator=torch.Generator().manual_seed(seed),
-    )
+    batch = fresh_episodes(engine, tokenizer, task, instances, group_size, rollout, seed)
     report = check_contract(
         batch,
         model,
