@@ -55,10 +55,9 @@ def build_specs(
                     "code_version": code,
                 }
                 spec.update(cfg.arms[arm].run_fields())  # seed_offset, fault: only where set
-                if ":" in task.name and not task.name.startswith("reasoning_gym:"):  # a user task:
-                    spec["task_source"] = user_task_source(
-                        task.name
-                    )  # its modules, not in the code fingerprint
+                # a user task's modules are not in the code fingerprint: hashed into its run id
+                if ":" in task.name and not task.name.startswith("reasoning_gym:"):
+                    spec["task_source"] = user_task_source(task.name)
                 spec["run_id"] = spec_id(spec)
                 specs.append(spec)
     return specs
