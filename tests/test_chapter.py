@@ -1,24 +1,17 @@
 """What the chapter warns against, caught: the cautions `validate` and `run` print, and DAPO's
 overlong penalty measured on correct answers (the proxy a soft penalty must not become)."""
 
-import copy
 import json
 
 import pytest
 
-from sixblanks.algorithms.presets import resolve
-from sixblanks.harness.training import RunSettings, Trainer
-from tests.golden.record import CONFIG, INITIAL_DIR
+from tests.golden.record import CONFIG
+from tests.short_runs import golden_initial, short_run
 
 
 @pytest.fixture(scope="module")
 def initial():
-    from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.models import load_pretrained
-    from sixblanks.harness.tasks import make_task
-
-    model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
-    return validate_mapping(CONFIG), make_task("arithmetic"), model, tok
+    return golden_initial()
 
 
 def test_validate_cautions_rloo_with_two_samples_and_a_batch_mean_over_prompts(cli, write_yaml):
@@ -44,18 +37,7 @@ def test_validate_cautions_rloo_with_two_samples_and_a_batch_mean_over_prompts(c
 
 
 def _dapo(initial, cache):
-    cfg, task, model0, tok = initial
-    blanks = resolve("dapo", {"data": {"overlong_shaping": {"cache": cache}}})
-    s = RunSettings(
-        blanks=blanks,
-        rollout=cfg.rollout,
-        optimizer=cfg.optimizer,
-        budget={"launched_tokens": 500},
-        seed=0,
-        eval_size=8,
-        name="dapo",
-    )
-    res = Trainer(s, task, copy.deepcopy(model0), tok).train(evaluate_start=False)
+    _, res = short_run(initial, "dapo", 500, data={"overlong_shaping": {"cache": cache}})
     return [m for m in res.steps if not m.get("skipped")]
 
 
@@ -97,17 +79,7 @@ def test_the_report_shows_the_spread_beside_the_clip_fraction(initial):
 
     from sixblanks.reports.diagnostics import NAMES
 
-    cfg, task, model0, tok = initial
-    s = RunSettings(
-        blanks=resolve("gspo", {}),
-        rollout=cfg.rollout,
-        optimizer=cfg.optimizer,
-        budget={"launched_tokens": 400},
-        seed=0,
-        eval_size=8,
-        name="gspo",
-    )
-    res = Trainer(s, task, copy.deepcopy(model0), tok).train(evaluate_start=False)
+    _, res = short_run(initial, "gspo", 400)
     trained = [m for m in res.steps if not m.get("skipped")]
     assert trained and all(
         m["ratio.seq_logratio_std"] >= 0 and 0 <= m["ratio.outlier_seq_frac"] <= 1 for m in trained

@@ -2,7 +2,6 @@
 census and the ledger by reason, a retired prompt is never drawn again, the bypass form computes no
 pi_old, and each correction's drops are logged."""
 
-import copy
 import json
 from pathlib import Path
 
@@ -10,38 +9,15 @@ import pytest
 import torch
 
 from sixblanks.algorithms.presets import resolve
-from sixblanks.harness.training import RunSettings, Trainer
 from sixblanks.harness.training.collectors.pool import PromptPool
-from tests.golden.record import CONFIG, INITIAL_DIR
+from tests.short_runs import golden_initial, short_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def initial():
-    """The golden fixture's initial policy, config and task."""
-
-    from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.models import load_pretrained
-    from sixblanks.harness.tasks import make_task
-
-    model, tok = load_pretrained(INITIAL_DIR, "cpu", "float32")
-    return validate_mapping(CONFIG), make_task("arithmetic"), model, tok
-
-
-def _run(initial, preset, budget=1200.0, rollout=None, **over):
-    cfg, task, model0, tok = initial
-    s = RunSettings(
-        blanks=resolve(preset, over),
-        rollout=cfg.rollout.model_copy(update=rollout or {}),
-        optimizer=cfg.optimizer,
-        budget={"launched_tokens": budget},
-        seed=0,
-        eval_size=8,
-        name=preset,
-    )
-    trainer = Trainer(s, task, copy.deepcopy(model0), tok)
-    return trainer, trainer.train(evaluate_start=False)
+    return golden_initial()
 
 
 def test_scalerl_filters_without_resampling_and_retires_solved_prompts(initial):
@@ -49,7 +25,7 @@ def test_scalerl_filters_without_resampling_and_retires_solved_prompts(initial):
     discarded as 'zero_variance_filter'; prompts whose pass rate reached the threshold are retired;
     the ledger balances."""
 
-    trainer, res = _run(
+    trainer, res = short_run(
         initial, "scalerl", budget=1200, data={"prompt_pool": 6, "retire_pass_rate": 0.5}
     )
     led = res.ledger
@@ -100,7 +76,7 @@ def test_bypass_icepop_runs_without_a_pi_old_forward(initial, monkeypatch):
     monkeypatch.setattr(
         RunContext, "batched_logprobs", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
     )
-    _, res = _run(
+    _, res = short_run(
         initial,
         "icepop",
         budget=600,
@@ -118,7 +94,7 @@ def test_bypass_icepop_runs_without_a_pi_old_forward(initial, monkeypatch):
 
 @pytest.mark.parametrize("preset", ["cispo", "dppo", "lite_ppo", "icepop"])
 def test_preset_trains(initial, preset):
-    _, res = _run(initial, preset, budget=500)
+    _, res = short_run(initial, preset, budget=500)
     trained = [m for m in res.steps if not m.get("skipped")]
     assert trained and all(torch.isfinite(torch.tensor(m["loss"])) for m in trained)
     assert res.ledger.check_invariants() == []
@@ -130,7 +106,7 @@ def test_preset_trains(initial, preset):
 def test_truncated_is_logs_how_often_it_caps(initial):
     """A cap below every ratio (0.5 < k = 1) truncates every token: tis.truncated_frac is 1."""
 
-    _, res = _run(initial, "grpo", budget=400, weight={"tis_cap": 0.5})
+    _, res = short_run(initial, "grpo", budget=400, weight={"tis_cap": 0.5})
     trained = [m for m in res.steps if not m.get("skipped")]
     assert trained and all(m["tis.truncated_frac"] == 1.0 for m in trained)
 
@@ -172,7 +148,7 @@ def test_icepop_under_injected_mismatch_zeroes_tokens_and_the_ledger_balances(in
 
     from sixblanks.harness.config.sections import MismatchConfig
 
-    _, res = _run(
+    _, res = short_run(
         initial, "icepop", budget=500, rollout={"mismatch": MismatchConfig(logit_noise=2.0)}
     )
     trained = [m for m in res.steps if not m.get("skipped")]
