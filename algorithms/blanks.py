@@ -91,6 +91,19 @@ class Blanks(Spec):
                 "metric 'ratio' (a KL gate takes level token or sequence)"
             )
         self._weight_forms_consistent()
+        if w.clip_scale is not None and (
+            w.ratio not in ("sequence", "gspo_token") or w.trust_region != "clip"
+        ):
+            raise ValueError(
+                "weight.clip_scale: scales the clip bounds of a sequence ratio; set weight.ratio: "
+                "sequence or gspo_token with trust_region: clip (a token ratio's bounds are "
+                "eps_low/eps_high)"
+            )
+        if w.sequence != "trajectory" and w.ratio not in ("sequence", "gspo_token"):
+            raise ValueError(
+                f"weight.sequence: '{w.sequence}' chooses what a sequence ratio averages over; "
+                "set weight.ratio: sequence or gspo_token"
+            )
         if w.gate is not None and w.gate.metric == "ratio" and w.gate.low >= w.gate.high:
             raise ValueError("weight.gate: low must be below high")
         if w.ratio == "none" and w.trust_region != "none":

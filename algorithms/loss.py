@@ -297,6 +297,7 @@ def policy_loss(
     behavior_logp: torch.Tensor | None = None,
     ref_logp: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    turn_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar loss of the template for ``blanks`` on (a micro-batch of) the optimizer-step batch.
 
@@ -310,6 +311,8 @@ def policy_loss(
             'behavior' and the bypass form ``weight.old_policy: rollout``, where they replace
             ``old_logp``).
         ref_logp: ``[B, T]`` reference log-probs (KL in the loss). entropy: ``[B, T]`` (entropy bonus).
+        turn_ids: ``[B, T]`` the environment turn of each token (a per-turn sequence ratio,
+            ``weight.sequence: turn``).
 
     Returns:
         ``(loss, metrics)``; pg_loss, kl and entropy are Z-weighted sums, so they add up over
@@ -343,7 +346,8 @@ def policy_loss(
     if bypass:  # pi_old := pi_rollout; the corrections read pi_theta (detached) in its place
         old_logp = behavior_logp
     inputs = {"logp": logp, "old_logp": old_logp, "adv": adv, "mask": mask}
-    ratio, adv = RATIOS[w_spec.ratio].call({**inputs, "behavior_logp": behavior_logp}, fields)
+    extra = {"behavior_logp": behavior_logp, "turn_ids": turn_ids}
+    ratio, adv = RATIOS[w_spec.ratio].call({**inputs, **extra}, fields)
     anchor = behavior_logp if w_spec.ratio == "behavior" else old_logp
     tok_loss, clipped = TRUST_REGIONS[w_spec.trust_region].call(
         {"ratio": ratio, "adv": adv, "logp": logp, "anchor_logp": anchor}, fields

@@ -74,6 +74,27 @@ def value_notes(b: Blanks) -> list[str]:
             f"DPPO mask anchored on {anchor}, thresholds {w.eps_low:g}/{w.eps_high:g}, ratio "
             f"truncation C = {cap} (verl's effective default is 3, the authors' 10)."
         )
+    if w.ratio in ("sequence", "gspo_token") and w.trust_region == "clip":
+        if w.clip_scale is not None:
+            out.append(
+                f"Sequence-ratio clip on the ratio's own scale: eps_low = {w.clip_scale.low:g} "
+                f"and eps_high = {w.clip_scale.high:g} times the spread of log s_i, measured "
+                "after the run's first optimizer step and fixed from then on (metrics "
+                f"clip_scale.*); eps_low/eps_high ({w.eps_low:g}/{w.eps_high:g}) apply only "
+                "before it, where every s_i is 1 and nothing is clipped."
+            )
+        else:
+            out.append(
+                f"Sequence-ratio clip with absolute bounds {w.eps_low:g}/{w.eps_high:g}: a "
+                "sequence ratio (a mean of token log-ratios) spreads far less than a token "
+                "ratio, and its spread depends on the policy, lengths and learning rate; compare "
+                "clip_frac with ratio.seq_logratio_spread, or set weight.clip_scale."
+            )
+        if w.sequence == "turn":
+            out.append(
+                "weight.sequence turn: each turn of a multi-turn episode is its own sequence (its "
+                "own s and mean advantage)."
+            )
     g = w.gate
     if g is not None:
         z = {

@@ -190,19 +190,70 @@ for _p in [
                 "ratio": "sequence",
                 "eps_low": 3e-4,
                 "eps_high": 4e-4,
+                "clip_scale": {"low": 2.0, "high": 8.0 / 3.0},
                 "log_ratio_clamp": 10.0,
             },
             advantage={"estimator": "group_norm"},
             normalization=_PG_SEQ_MEAN,
             data={"minibatches": 4},
         ),
-        "GSPO (Zheng et al. 2025): sequence ratio s_i = exp(mean_t log r), clip 3e-4/4e-4, 4 minibatches per rollout batch, no KL.",
+        "GSPO (Zheng et al. 2025): sequence ratio s_i = exp(mean_t log r), clip bounds 2 and 8/3 "
+        "times the measured spread of log s_i (the paper's 4:3 asymmetry), 4 minibatches per "
+        "rollout batch, no KL.",
         (
             "Sequence form, aggregated per sequence (TRL 'sequence'), not verl's token-mean GSPO-token.",
+            "Bounds on the ratio's own scale (weight.clip_scale): the spread of the sequence "
+            "log-ratio is measured once, after the run's first optimizer step, and eps = 2 and 8/3 "
+            "times it; the paper's 3e-4/4e-4 were set for Qwen3-30B and clip a different share of "
+            "another policy's sequences. The absolute paper values: preset gspo_paper.",
+        ),
+    ),
+    Preset(
+        "gspo_paper",
+        _b(
+            weight={
+                "ratio": "sequence",
+                "eps_low": 3e-4,
+                "eps_high": 4e-4,
+                "log_ratio_clamp": 10.0,
+            },
+            advantage={"estimator": "group_norm"},
+            normalization=_PG_SEQ_MEAN,
+            data={"minibatches": 4},
+        ),
+        "GSPO with the paper's absolute clip bounds 3e-4/4e-4 (set for Qwen3-30B), 4 minibatches "
+        "per rollout batch, no KL.",
+        (
+            "Sequence form, aggregated per sequence (TRL 'sequence').",
+            "The bounds are absolute, copied from the paper: on a policy whose sequence log-ratios "
+            "spread differently they clip a different share (compare clip_frac with "
+            "ratio.seq_logratio_spread); preset gspo scales them to the measured spread.",
         ),
     ),
     Preset(
         "gspo_token",
+        _b(
+            weight={
+                "ratio": "gspo_token",
+                "eps_low": 3e-4,
+                "eps_high": 4e-4,
+                "clip_scale": {"low": 2.0, "high": 8.0 / 3.0},
+                "log_ratio_clamp": 10.0,
+            },
+            advantage={"estimator": "group_norm"},
+            normalization=_PG_SEQ_MEAN,
+            data={"minibatches": 4},
+        ),
+        "GSPO-token: the stop-gradient token form; equals GSPO when A is per sequence and Z is "
+        "seq-mean-token-mean. Bounds as gspo's (2 and 8/3 times the measured spread).",
+        (
+            "Aggregated seq-mean-token-mean (the paper's), not verl's actor token-mean.",
+            "Bounds on the ratio's own scale (weight.clip_scale), as preset gspo; the paper's "
+            "absolute 3e-4/4e-4: preset gspo_token_paper.",
+        ),
+    ),
+    Preset(
+        "gspo_token_paper",
         _b(
             weight={
                 "ratio": "gspo_token",
@@ -214,7 +265,7 @@ for _p in [
             normalization=_PG_SEQ_MEAN,
             data={"minibatches": 4},
         ),
-        "GSPO-token: the stop-gradient token form; equals GSPO when A is per sequence and Z is seq-mean-token-mean.",
+        "GSPO-token with the paper's absolute clip bounds 3e-4/4e-4.",
         ("Aggregated seq-mean-token-mean (the paper's), not verl's actor token-mean.",),
     ),
     Preset(

@@ -55,6 +55,26 @@ class GateSpec(Spec):
     high: float = Field(2.0, gt=0, description="Upper bound of the ratio, or of the KL.")
 
 
+class ClipScaleSpec(Spec):
+    """Clip bounds on the ratio's own scale: eps_low = low * sigma and eps_high = high * sigma,
+    where sigma is the spread (standard deviation over sequences) of the sequence log-ratio
+    log s_i = mean_t log(pi/pi_old) measured once per run, on the first minibatch after the run's
+    first optimizer step (the first minibatch has s = 1 exactly and is not clipped, whatever the
+    bounds), and fixed from then on. A sequence ratio is a mean of many token log-ratios, so its
+    spread is far smaller than a token ratio's and depends on the policy, the learning rate and the
+    lengths: bounds copied from a paper's model (GSPO's 3e-4/4e-4 on Qwen3-30B) clip a different
+    share elsewhere."""
+
+    low: float = Field(
+        2.0, gt=0, description="eps_low as a multiple of the measured sequence log-ratio spread."
+    )
+    high: float = Field(
+        8.0 / 3.0,
+        gt=0,
+        description="eps_high as a multiple of the spread (default 8/3: GSPO's 4:3 asymmetry).",
+    )
+
+
 class WeightSpec(Spec):
     """w: importance ratio, its level and its trust region."""
 
@@ -125,6 +145,18 @@ class WeightSpec(Spec):
     )
     log_ratio_clamp: float = Field(
         20.0, gt=0, description="Clamp on log r before exp (verl: 20; GSPO: 10)."
+    )
+    clip_scale: ClipScaleSpec | None = Field(
+        None,
+        description="Sequence-level clip bounds as multiples of the measured spread of the "
+        "sequence log-ratio (measured once, after the run's first optimizer step, then fixed); "
+        "eps_low/eps_high apply until it is measured. None: eps_low/eps_high as given (absolute).",
+    )
+    sequence: Literal["trajectory", "turn"] = Field(
+        "trajectory",
+        description="What a sequence ratio averages over in a multi-turn episode: trajectory (all "
+        "of the episode's action tokens, one ratio per episode) or turn (each turn's own tokens: "
+        "one ratio, and one mean advantage, per turn). Single-turn data: the same.",
     )
     target_kl: float | None = Field(
         None,

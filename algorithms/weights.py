@@ -55,18 +55,58 @@ def sequence_log_ratio(logp, old_logp, mask, clamp: float = 20.0) -> torch.Tenso
     return (lr.sum(1) / m.sum(1).clamp(min=1.0)).clamp(-clamp, clamp)
 
 
-def sequence_ratio(logp, old_logp, mask, clamp: float = 10.0) -> torch.Tensor:
-    """GSPO s_i broadcast to tokens: ``[B, T]`` (same value on every token of row i)."""
+def segment_mean(x: torch.Tensor, mask: torch.Tensor, turn_ids: torch.Tensor) -> torch.Tensor:
+    """The mean of ``x`` over each (row, turn) segment's masked tokens, on every token of the
+    segment: ``[B, T]`` (0 on a segment without masked tokens). ``turn_ids [B, T]``: the turn of
+    each token (-1 outside any turn)."""
 
+    B, T = x.shape
+    span = int(turn_ids.max()) + 2 if turn_ids.numel() else 1
+    key = (torch.arange(B, device=x.device)[:, None] * span + turn_ids.long() + 1).flatten()
+    m = mask.to(x.dtype).flatten()
+    n_keys = B * span
+    sums = torch.zeros(n_keys, dtype=x.dtype, device=x.device).index_add(0, key, x.flatten() * m)
+    counts = torch.zeros(n_keys, dtype=x.dtype, device=x.device).index_add(0, key, m)
+    return (sums / counts.clamp(min=1.0))[key].view(B, T)
+
+
+def turn_log_ratio(logp, old_logp, mask, turn_ids, clamp: float = 20.0) -> torch.Tensor:
+    """A per-turn GSPO log-ratio: the mean of log r over the tokens of each token's own turn,
+    ``[B, T]`` (a multi-turn episode's turns as separate sequences)."""
+
+    d = logp - old_logp.detach()
+    return segment_mean(d, mask, turn_ids).clamp(-clamp, clamp)
+
+
+def sequence_ratio(logp, old_logp, mask, clamp: float = 10.0, turn_ids=None) -> torch.Tensor:
+    """GSPO s_i broadcast to tokens: ``[B, T]`` (same value on every token of row i; with
+    ``turn_ids [B, T]``, on every token of each turn)."""
+
+    if turn_ids is not None:
+        return torch.exp(turn_log_ratio(logp, old_logp, mask, turn_ids, clamp))
     s = torch.exp(sequence_log_ratio(logp, old_logp, mask, clamp))
     return s[:, None].expand_as(logp)
 
 
-def gspo_token_ratio(logp, old_logp, mask, clamp: float = 10.0) -> torch.Tensor:
-    """GSPO-token: s_{i,t} = sg[s_i] · pi(x_t)/sg[pi(x_t)]: value s_i, gradient s_i ∇log pi(x_t). ``[B, T]``."""
+def gspo_token_ratio(logp, old_logp, mask, clamp: float = 10.0, turn_ids=None) -> torch.Tensor:
+    """GSPO-token: s_{i,t} = sg[s_i] · pi(x_t)/sg[pi(x_t)]: value s_i, gradient s_i ∇log pi(x_t).
+    ``[B, T]``; with ``turn_ids [B, T]``, s is each turn's own."""
 
+    if turn_ids is not None:
+        log_s = turn_log_ratio(logp, old_logp, mask, turn_ids, clamp).detach()
+        return torch.exp(log_s + logp - logp.detach())
     log_s = sequence_log_ratio(logp, old_logp, mask, clamp).detach()
     return torch.exp(log_s[:, None] + logp - logp.detach())
+
+
+def _turns(sequence: str, turn_ids):
+    """The per-token turn ids when a sequence ratio is per turn, else None (per trajectory)."""
+
+    if sequence == "trajectory":
+        return None
+    if turn_ids is None:
+        raise ValueError("weight.sequence 'turn' needs the turn of each token (turn_ids)")
+    return turn_ids
 
 
 KL_STOP = ("weight.target_kl",)
@@ -91,20 +131,40 @@ def _token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     return token_ratio(logp, old_logp, clamp=log_ratio_clamp), adv
 
 
-@RATIOS.register("sequence", reads=("weight.log_ratio_clamp",), applies=TO_OLD)
-def _sequence_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
-    """GSPO s_i on every token, with one advantage per sequence: the mean over its trained tokens."""
+SEQUENCE_READS = ("weight.log_ratio_clamp", "weight.sequence")
+SEQUENCE_APPLIES = (*TO_OLD, "weight.clip_scale")
 
+
+@RATIOS.register(
+    "sequence",
+    inputs=("logp", "old_logp", "adv", "mask", "turn_ids"),
+    reads=SEQUENCE_READS,
+    applies=SEQUENCE_APPLIES,
+)
+def _sequence_ratio(logp, old_logp, adv, mask, turn_ids, log_ratio_clamp, sequence):
+    """GSPO s_i on every token, with one advantage per sequence: the mean over its trained tokens
+    (per turn with ``weight.sequence: turn``)."""
+
+    turns = _turns(sequence, turn_ids)
+    ratio = sequence_ratio(logp, old_logp, mask, clamp=log_ratio_clamp, turn_ids=turns)
+    if turns is not None:
+        return ratio, segment_mean(adv, mask, turns)
     m = mask.to(logp.dtype)
-    ratio = sequence_ratio(logp, old_logp, mask, clamp=log_ratio_clamp)
     return ratio, ((adv * m).sum(1) / m.sum(1).clamp(min=1.0))[:, None].expand_as(adv)
 
 
-@RATIOS.register("gspo_token", reads=("weight.log_ratio_clamp",), applies=TO_OLD)
-def _gspo_token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
-    """GSPO-token s_{i,t}, with the token-level advantage."""
+@RATIOS.register(
+    "gspo_token",
+    inputs=("logp", "old_logp", "adv", "mask", "turn_ids"),
+    reads=SEQUENCE_READS,
+    applies=SEQUENCE_APPLIES,
+)
+def _gspo_token_ratio(logp, old_logp, adv, mask, turn_ids, log_ratio_clamp, sequence):
+    """GSPO-token s_{i,t}, with the token-level advantage (s per turn with ``weight.sequence:
+    turn``)."""
 
-    return gspo_token_ratio(logp, old_logp, mask, clamp=log_ratio_clamp), adv
+    turns = _turns(sequence, turn_ids)
+    return gspo_token_ratio(logp, old_logp, mask, clamp=log_ratio_clamp, turn_ids=turns), adv
 
 
 @RATIOS.register(
@@ -293,6 +353,9 @@ def sequence_ratio_counts(
     - ``seq_outlier_count``: rows whose sequence ratio e^{d_bar} is outside [1 - eps_low,
       1 + eps_high] but would be inside without its single most extreme token (n >= 2): one outlier
       token pushing a whole sequence out of the band.
+    - ``seq_logratio_sum``, ``seq_logratio_sqsum``: the sums over rows of d_bar and d_bar^2, from
+      which the spread of the sequence log-ratio across sequences (the scale a sequence-level clip
+      acts on) follows: sqrt(sqsum/count - (sum/count)^2).
 
     ``logp``, ``old_logp``, ``mask``: ``[B, T]`` (detached here).
     """
@@ -315,6 +378,8 @@ def sequence_ratio_counts(
         "seq_count": float(has.sum()),
         "seq_logratio_std_sum": float(std[has].sum()),
         "seq_outlier_count": float(outlier.sum()),
+        "seq_logratio_sum": float(mean[has].sum()),
+        "seq_logratio_sqsum": float(mean[has].pow(2).sum()),
     }
 
 

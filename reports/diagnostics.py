@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 METRICS = (
     ("trainable_group_frac", "trainable-group fraction", "mean"),
     ("clip_frac", "clip fraction", "mean"),
+    ("ratio.seq_logratio_spread", "sequence log-ratio spread", "mean"),
     ("ratio.seq_logratio_std", "log-ratio spread within a sequence", "mean"),
     ("ratio.outlier_seq_frac", "sequences one token pushed out of the band", "mean"),
     ("ratio_min", "ratio min", "min"),
@@ -31,7 +32,35 @@ METRICS = (
     ("potential_shaping_mean", "potential shaping per sample", "mean"),
     ("step_accuracy", "labelled steps right", "mean"),
 )
-NAMES = tuple(m[0] for m in METRICS)
+SCALE = ("clip_scale.sigma", "clip_scale.eps_low", "clip_scale.eps_high")
+"""weight.clip_scale's measurement: read for the clip-bounds column, not shown as columns."""
+NAMES = tuple(m[0] for m in METRICS) + SCALE
+
+
+def clip_bounds(blanks_json: str | None, vals: dict) -> str:
+    """An arm's clip bounds and where they come from: absolute (as configured) or scaled to the
+    measured spread of its sequence log-ratio (weight.clip_scale: the multiples, the bounds and
+    the spread, averaged over seeds, each seed measuring its own); '—' without a clip."""
+
+    import json
+
+    try:
+        w = json.loads(blanks_json or "{}").get("weight", {})
+    except ValueError:
+        return "—"
+    if w.get("trust_region", "clip") != "clip" or w.get("ratio", "token") == "none":
+        return "—"
+    scale = w.get("clip_scale")
+    if not scale:
+        return f"{w.get('eps_low', 0.2):.3g}/{w.get('eps_high', 0.2):.3g} (absolute)"
+    sigma, lo, hi = (vals.get(k) for k in SCALE)
+    rule = f"{scale['low']:.3g}/{scale['high']:.3g} x spread"
+    if sigma is None:
+        return f"{rule} (never measured)"
+    return (
+        f"{lo['mean']:.3g}/{hi['mean']:.3g} = {rule} {sigma['mean']:.3g} "
+        f"(measured after the first update)"
+    )
 
 
 def query(con) -> pl.DataFrame:
@@ -50,6 +79,11 @@ def diagnostics_blocks(d: Data) -> list[Block]:
         return []
     vals = {(r["arm"], r["name"]): r for r in d.diagnostics.iter_rows(named=True)}
     shown = [m for m in METRICS if any((a, m[0]) in vals for a in d.arms)]
+    blanks = {}
+    for r in d.runs.iter_rows(named=True):
+        blanks.setdefault(r["arm"], r["blanks"])
+    bounds = {a: clip_bounds(blanks.get(a), {k: vals.get((a, k)) for k in SCALE}) for a in d.arms}
+    with_bounds = any(b != "—" for b in bounds.values())
     labels = arm_labels(d)
     inert = {}
     for r in d.inert.iter_rows(named=True):
@@ -74,13 +108,28 @@ def diagnostics_blocks(d: Data) -> list[Block]:
             "tokens, whatever the loss normalization; 'off-policy data' says how an arm reuses or "
             "lags its samples; SAPO's clip fraction: tokens whose soft gate "
             "passes less than half the gradient), KL and the reward-shaping terms. A clip "
-            "fraction of 0 with every ratio at 1 means the trust region never acted.",
+            "fraction of 0 with every ratio at 1 means the trust region never acted. The clip "
+            "bounds are absolute (as configured) or scaled to the spread of the arm's sequence "
+            "log-ratio measured after its first update (weight.clip_scale); the sequence "
+            "log-ratio spread beside them is its standard deviation across sequences over every "
+            "update (the first minibatch of a step has every ratio at 1): a sequence ratio's "
+            "bounds are only comparable with that spread, never with a token ratio's.",
             "caption",
         ),
         Table(
-            ["arm", "off-policy data", *[m[1] for m in shown]],
             [
-                [a, labels.get(a) or "no (single use)", *[cell(a, n, how) for n, _, how in shown]]
+                "arm",
+                "off-policy data",
+                *(["clip bounds"] if with_bounds else []),
+                *[m[1] for m in shown],
+            ],
+            [
+                [
+                    a,
+                    labels.get(a) or "no (single use)",
+                    *([bounds[a]] if with_bounds else []),
+                    *[cell(a, n, how) for n, _, how in shown],
+                ]
                 for a in d.arms
             ],
         ),

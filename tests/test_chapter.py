@@ -86,7 +86,11 @@ def test_the_report_shows_the_spread_beside_the_clip_fraction(initial):
     )
     assert max(m["ratio.seq_logratio_std"] for m in trained) > 0  # minibatches 2..4 moved
     i = NAMES.index("clip_frac")
-    assert NAMES[i + 1 : i + 3] == ("ratio.seq_logratio_std", "ratio.outlier_seq_frac")
+    assert NAMES[i + 1 : i + 4] == (
+        "ratio.seq_logratio_spread",
+        "ratio.seq_logratio_std",
+        "ratio.outlier_seq_frac",
+    )
 
 
 @pytest.mark.parametrize(
@@ -94,10 +98,17 @@ def test_the_report_shows_the_spread_beside_the_clip_fraction(initial):
     [
         ("grpo", {"clip=[0.2,0.28]"}),  # token-level pairs (its own 0.2/0.2 is the nominal)
         (
-            "gspo",
+            "gspo_paper",
             {
                 "clip=[0.00015,0.0002] (x0.5, sequence scale)",
                 "clip=[0.0006,0.0008] (x2, sequence scale)",
+            },
+        ),  # fmt: skip
+        (
+            "gspo",
+            {
+                "clip=[1,1.33] x spread (x0.5, sequence scale)",
+                "clip=[4,5.33] x spread (x2, sequence scale)",
             },
         ),  # fmt: skip
         ("sapo", {"tau=[0.5,0.525] (x0.5)", "tau=[2,2.1] (x2)"}),

@@ -214,14 +214,14 @@ CASES = [
             "epsilon": 3e-4,
             "epsilon_high": 4e-4,
         },
-        "gspo",
+        "gspo_paper",
         {"weight.ratio": "sequence", "weight.eps_low": 3e-4, "weight.eps_high": 4e-4},
     ),
     (
         "TRL luspo: GSPO's ratio summed over each sequence's tokens",
         "trl",
         {"loss_type": "luspo", "importance_sampling_level": "sequence"},
-        "gspo",
+        "gspo_paper",
         {"weight.ratio": "sequence", "normalization.mode": "seq-mean-token-sum"},
     ),
     (
@@ -394,7 +394,7 @@ CASES = [
             A + "clip_ratio_low": 3e-4,
             A + "clip_ratio_high": 4e-4,
         },
-        "gspo_token",
+        "gspo_token_paper",
         {
             "weight.ratio": "gspo_token",
             "weight.log_ratio_clamp": 10.0,

@@ -348,8 +348,9 @@ CANDIDATES = (
     "dr_grpo",
     "dapo",
     "lite_ppo",
-    "gspo",
-    "gspo_token",
+    # frameworks state absolute clip bounds: the GSPO presets that keep them absolute
+    "gspo_paper",
+    "gspo_token_paper",
     "sapo",
     "cispo",
     "dppo",
@@ -1445,7 +1446,7 @@ def _verl(b: _Builder) -> list[Trap]:
         )
         loss = "vanilla"
     b.prefer = {
-        "gspo": ["gspo_token"],
+        "gspo": ["gspo_token_paper"],
         "sapo": ["sapo"],
         "cispo": ["cispo"],
         "dppo_tv": ["dppo"],

@@ -339,6 +339,13 @@ class Ladder:
                     variants[f"clip=[{lo:g},{hi:g}]"] = {
                         "blanks_over": {"weight": {"eps_low": lo, "eps_high": hi}}
                     }
+        elif w["trust_region"] == "clip" and w.get("clip_scale"):  # multiples of the spread
+            for f in lad.scale_factors:
+                lo, hi = w["clip_scale"]["low"] * f, w["clip_scale"]["high"] * f
+                if f != 1.0:
+                    variants[f"clip=[{lo:.3g},{hi:.3g}] x spread (x{f:g}, sequence scale)"] = {
+                        "blanks_over": {"weight": {"clip_scale": {"low": lo, "high": hi}}}
+                    }
         elif w["trust_region"] == "clip":  # a sequence ratio: its own bounds, scaled
             for f in lad.scale_factors:
                 lo, hi = w["eps_low"] * f, w["eps_high"] * f

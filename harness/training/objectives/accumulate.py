@@ -76,6 +76,13 @@ PLAIN_MEANS = {
 every micro-batch, minibatch and epoch of the pass; a metric whose numerator no micro-step reported
 is absent."""
 
+SPREADS = {
+    # the spread across sequences of the sequence log-ratio: the scale a sequence-level clip acts on
+    "ratio.seq_logratio_spread": ("seq_logratio_sum", "seq_logratio_sqsum", "seq_count"),
+}
+"""Standard deviations (ddof 0) over the pass: (sum, sum of squares, count), each summed over every
+micro-batch, minibatch and epoch."""
+
 
 def merge(into: dict[str, float], met: dict[str, float]) -> None:
     """Add metrics up: sums, except ``*_max`` (a maximum) and ``*_min`` (a minimum)."""
@@ -97,6 +104,11 @@ def finish(sums: dict[str, float], n_minibatches: int) -> dict[str, float]:
 
     sums = dict(sums)
     out = {}
+    for name, (total, squares, count) in SPREADS.items():
+        if total in sums and squares in sums and count in sums:
+            n = max(sums[count], 1.0)
+            mean = sums.pop(total) / n
+            out[name] = max(sums.pop(squares) / n - mean * mean, 0.0) ** 0.5
     for name, (num, den) in PLAIN_MEANS.items():
         if den in sums and num in sums:
             out[name] = sums.pop(num) / max(sums[den], 1.0)

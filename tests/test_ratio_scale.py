@@ -1,0 +1,146 @@
+"""A sequence ratio's clip on its own scale (weight.clip_scale) and a turn as the sequence of a
+multi-turn episode (weight.sequence: turn): values and gradients computed by hand, the spread
+measured when and as documented, and GSPO's presets with scaled and with the paper's bounds."""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sixblanks.algorithms.blanks import Blanks
+from sixblanks.algorithms.loss import policy_loss
+from sixblanks.algorithms.normalization import loss_weights
+from sixblanks.algorithms.presets import resolve
+from sixblanks.harness.training.objectives import policy_gradient as pg
+from tests.short_runs import golden_initial, short_run
+
+# one episode of two turns: 2 tokens, then 3; d = log pi - log pi_old per token
+D = [0.1, 0.3, -0.2, 0.0, 0.5]
+TURNS = [0, 0, 1, 1, 1]
+A = [1.0, 1.0, 2.0, 2.0, 2.0]  # per-turn credit (turn_grpo-like)
+
+
+def _turn_case(ratio: str, sequence: str):
+    b = resolve(
+        "gspo_paper",
+        {"weight": {"ratio": ratio, "eps_low": 0.9, "eps_high": 9.0, "sequence": sequence}},
+    )
+    old = torch.zeros(1, 5, dtype=torch.float64)
+    logp = torch.tensor([D], dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(1, 5, dtype=torch.float64)
+    turns = torch.tensor([TURNS])
+    w = loss_weights(mask, b.normalization.mode, 5)
+    loss, met = policy_loss(
+        b, logp, old, torch.tensor([A], dtype=torch.float64), mask, w, turn_ids=turns
+    )
+    loss.backward()
+    return float(loss.detach()), logp.grad[0].tolist()
+
+
+@pytest.mark.parametrize("ratio", ["sequence", "gspo_token"])
+def test_a_turn_is_its_own_sequence(ratio):
+    """Per turn: s_k = exp(mean of d over turn k's tokens), the advantage is the turn's mean, and
+    with seq-mean-token-mean weights 1/5 the loss is -(1/5) sum_k n_k A_k s_k and the gradient on
+    a token of turn k is -(1/5) A_k s_k (the mean's 1/n_k times the turn's n_k tokens)."""
+
+    s0, s1 = math.exp((0.1 + 0.3) / 2), math.exp((-0.2 + 0.0 + 0.5) / 3)
+    loss, grad = _turn_case(ratio, "turn")
+    assert loss == pytest.approx(-(2 * 1.0 * s0 + 3 * 2.0 * s1) / 5, abs=1e-12)
+    want = [-s0 / 5, -s0 / 5, -2 * s1 / 5, -2 * s1 / 5, -2 * s1 / 5]
+    assert grad == pytest.approx(want, abs=1e-12)
+
+
+def test_the_trajectory_sequence_spans_both_turns():
+    """Per trajectory (the default): one s = exp(mean d) = exp(0.14) and, for the sequence form,
+    one mean advantage 1.6 on all five tokens."""
+
+    s = math.exp(sum(D) / 5)
+    loss, grad = _turn_case("sequence", "trajectory")
+    assert loss == pytest.approx(-1.6 * s, abs=1e-12)
+    assert grad == pytest.approx([-1.6 * s / 5] * 5, abs=1e-12)
+
+
+def test_clip_scale_and_turn_sequences_need_a_sequence_ratio():
+    with pytest.raises(ValueError, match="weight.clip_scale: scales the clip bounds of a sequence"):
+        Blanks.model_validate({"weight": {"clip_scale": {"low": 2.0, "high": 3.0}}})
+    with pytest.raises(ValueError, match="weight.sequence: 'turn'"):
+        Blanks.model_validate({"weight": {"sequence": "turn"}})
+    with pytest.raises(ValueError, match="clip_scale"):
+        resolve("gspo", {"weight": {"trust_region": "sapo"}})
+
+
+def test_gspo_scales_its_bounds_and_gspo_paper_keeps_the_papers():
+    assert resolve("gspo").weight.clip_scale.low == 2.0
+    assert resolve("gspo_token").weight.clip_scale.high == pytest.approx(8 / 3)
+    for name in ("gspo_paper", "gspo_token_paper"):
+        w = resolve(name).weight
+        assert w.clip_scale is None and (w.eps_low, w.eps_high) == (3e-4, 4e-4)
+
+
+@pytest.fixture(scope="module")
+def initial():
+    return golden_initial()
+
+
+def test_the_spread_is_measured_once_after_the_first_step_and_sets_the_bounds(initial, monkeypatch):
+    """The measurement runs once the optimizer has stepped and the policy moved; sigma is the
+    population std over sequences of mean_t(log pi - log pi_old), recomputed here row by row in
+    numpy; the bounds are 2 and 8/3 sigma, logged on every step from then on and used by the
+    loss (GSPO's clip fraction then lands in the token arms' range instead of the paper bounds'
+    ~0.3 on this policy)."""
+
+    calls = []
+    measure = pg.PolicyGradient.measure_scale
+
+    def spy(self, batch, rows, mask, old_logp):
+        steps = {int(s["step"]) for s in self.ctx.optimizer.state.values()}
+        sub = batch.select(rows)
+        logp = self.ctx.batched_logprobs(self.ctx.model, sub).double().numpy()
+        old, m = old_logp[rows].double().numpy(), mask[rows].double().numpy()
+        means = [(logp[i] - old[i])[m[i] > 0].mean() for i in range(len(rows)) if m[i].sum() > 0]
+        measure(self, batch, rows, mask, old_logp)
+        calls.append((steps, float(np.std(means)), dict(self.clip_scale or {})))
+
+    monkeypatch.setattr(pg.PolicyGradient, "measure_scale", spy)
+    trainer, res = short_run(initial, "gspo", budget=1500)
+    # tried on each minibatch after an optimizer step until the policy has moved (a warmed-up
+    # learning rate starts at 0: a spread of 0 measures nothing), then never again
+    assert len(calls) >= 1
+    for k, (steps, sigma0, got0) in enumerate(calls[:-1]):
+        assert steps == {k + 1} and sigma0 == 0 and got0 == {}
+    steps, sigma, got = calls[-1]
+    assert steps == {len(calls)} and got["step"] == 0
+    assert got["sigma"] == pytest.approx(sigma, rel=1e-9) and sigma > 0
+    assert got["eps_low"] == pytest.approx(2 * sigma) and got["eps_high"] == pytest.approx(
+        8 / 3 * sigma
+    )
+    trained = [m for m in res.steps if not m.get("skipped")]
+    assert len(trained) >= 2
+    for m in trained:
+        assert m["clip_scale.sigma"] == got["sigma"]
+        assert m["ratio.seq_logratio_spread"] > 0
+    # the measurement survives a resume: the objective's state carries it
+    state = copy.deepcopy(trainer.objective.state_dict())
+    fresh = pg.PolicyGradient(trainer.ctx)
+    fresh.load_state_dict(state)
+    assert fresh.scaled(trainer.ctx.blanks).weight.eps_low == pytest.approx(2 * sigma)
+    # the paper's absolute bounds on this policy: the same batches clip far more
+    _, paper = short_run(initial, "gspo_paper", budget=1500)
+    clip = np.mean([m["clip_frac"] for m in trained])
+    clip_paper = np.mean([m["clip_frac"] for m in paper.steps if not m.get("skipped")])
+    assert clip < 0.1 < clip_paper
+
+
+def test_turn_sequences_on_single_turn_data_equal_trajectories(initial):
+    """Single-turn episodes have one turn: sequence 'turn' trains as 'trajectory' (to float
+    rounding: the per-turn mean sums in another order)."""
+
+    t1, r1 = short_run(initial, "gspo_paper", budget=800, weight={"sequence": "turn"})
+    t2, r2 = short_run(initial, "gspo_paper", budget=800)
+    assert [m["loss"] for m in r1.steps] == pytest.approx(
+        [m["loss"] for m in r2.steps], rel=1e-3, abs=1e-6
+    )
+    for a, b in zip(t1.model.parameters(), t2.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-5)
