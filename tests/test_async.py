@@ -15,6 +15,7 @@ from sixblanks.algorithms.presets import resolve
 from sixblanks.harness import checkpoint
 from sixblanks.harness.layout import RunDir, read_status
 from sixblanks.harness.orchestration.runner import execute_run
+from sixblanks.harness.training.meter import UNIT_KINDS
 
 from .conftest import ROOT, Saved
 from .test_lag import _trainer
@@ -81,6 +82,8 @@ def test_rounds_still_queued_at_the_end_are_launched_and_discarded(tmp_path):
     assert led.discarded_rollouts_by_reason["staleness"] > 0
     kinds = tr.ctx.meter.time_by_kind
     assert kinds["broadcast"]["device_seconds"] > 0 and kinds["rollouts"]["device_seconds"] > 0
+    # every kind of work a step does is in the time estimate a step's admission reserves
+    assert set(kinds) - {"step"} <= set(UNIT_KINDS)
 
 
 def test_a_killed_collector_is_restarted_and_nothing_is_lost_or_counted_twice(tmp_path):

@@ -22,6 +22,7 @@ from sixblanks.harness.orchestration.warmstart import warm_start
 from sixblanks.harness.tasks import make_task
 from sixblanks.harness.training import RunSettings, Trainer
 from sixblanks.harness.training.critic import pool_values, token_values
+from sixblanks.harness.training.meter import UNIT_KINDS
 
 # one worker builds the module-scoped fixtures once (split across two, each built its own)
 pytestmark = pytest.mark.xdist_group("critic")
@@ -243,6 +244,10 @@ def test_short_ppo_run_improves_held_out_success_on_guess_number(guess):
         eval_temperature=1.0,
         eval_samples=4,
     )
-    res = Trainer(s, task, copy.deepcopy(model0), tok).train()
+    tr = Trainer(s, task, copy.deepcopy(model0), tok)
+    res = tr.train()
     start, end = res.evals[0]["score"], res.evals[-1]["score"]
     assert end >= start + 0.05, [e["score"] for e in res.evals]
+    # the critic's pass is a kind of work a step's time admission reserves
+    kinds = tr.ctx.meter.time_by_kind
+    assert "critic" in kinds and set(kinds) - {"step"} <= set(UNIT_KINDS)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sixblanks.algorithms.presets import resolve
+from sixblanks.harness.training.meter import UNIT_KINDS
 
 from .test_search import _Bisect
 
@@ -135,6 +136,9 @@ def test_imagined_and_real_env_steps_are_counted_apart(guess4):
     imagined = sum(float(b.n_turns[real_rows:].sum()) for b in batches if b is not None)
     assert c["env_steps"] == real and c["imagined_env_steps"] == imagined > 0
     assert c["verifier_calls"] == real  # one per real step; imagined steps make none
+    # the fit and the imagined rounds are kinds a step's time admission reserves
+    kinds = tr.ctx.meter.time_by_kind
+    assert {"world_model", "imagined"} <= set(kinds) and set(kinds) - {"step"} <= set(UNIT_KINDS)
     assert c["launched_tokens"] == sum(b.launched_tokens() for b in batches if b is not None)
     steps = res.steps
     assert all("world_model.heldout_obs_nll" in m for m in steps)  # validated every step

@@ -43,12 +43,17 @@ UNIT_KINDS = (
     "pairs",
     "prm",  # a process reward model's pass (objectives/process.py)
     "prime",
+    "critic",  # an actor-critic's value pass before the update (objectives/actor_critic.py)
+    "world_model",  # a learned world model's fit on the step's real episodes
+    "imagined",  # its imagined rounds
     "update",
     "sync",
+    "broadcast",  # a concurrent collector's weight file
     "checkpoint",
 )
 """The kinds of work whose time a step's admission and each rollout round reserve (one unit each):
-whatever a step may still do after the check."""
+whatever a step may still do after the check. Every charge a training step makes is of one of
+these kinds (or the step itself); a test holds the list to that."""
 
 
 def add_costs(*costs: dict[str, float]) -> dict[str, float]:

@@ -79,9 +79,11 @@ class ImaginedRounds(OnPolicyRounds):
         metrics = self.model.measure(fresh)  # before training on them: held out
         self.buffer = (self.buffer + fresh)[-spec.buffer :]
         if self.buffer:  # every real episode so far failed: nothing to learn from yet
-            metrics["world_model.loss"] = self.model.fit(
-                self.buffer, spec.train_steps, spec.batch_size, self.rng
-            )
+            # its own kind of time: a time-limited step's admission reserves it
+            with ctx.meter.charge(f"world_model fit step {ctx.step}"):
+                metrics["world_model.loss"] = self.model.fit(
+                    self.buffer, spec.train_steps, spec.batch_size, self.rng
+                )
         batches = [collected.batch]
         if self.imagine:
             for _ in range(spec.imagined_rounds):
