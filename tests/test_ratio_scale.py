@@ -144,3 +144,43 @@ def test_turn_sequences_on_single_turn_data_equal_trajectories(initial):
     )
     for a, b in zip(t1.model.parameters(), t2.model.parameters()):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_turn_sequences_on_real_multi_turn_episodes():
+    """Episodes of guess_number (three turns each, observations between them): the loss with
+    weight.sequence turn equals a row-by-row numpy computation of each turn's own s and mean
+    advantage over the batch's own turn ids, and differs from one ratio per trajectory."""
+
+    from sixblanks.harness.config.sections import ModelConfig
+    from sixblanks.harness.models import load_policy
+    from sixblanks.harness.tasks import make_task
+    from tests.test_worldmodel import _episodes
+
+    task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 4})
+    torch.manual_seed(0)
+    _, tok = load_policy(ModelConfig(), [task])
+    batch = _episodes(task, tok, [1, 2], g=2)
+    assert int(batch.turn_ids.max()) >= 1  # several turns per row
+    gen = torch.Generator().manual_seed(0)
+    shape = batch.action_mask.shape
+    old = -torch.rand(shape, generator=gen, dtype=torch.float64)
+    logp = old + 0.3 * torch.randn(shape, generator=gen, dtype=torch.float64)
+    adv = torch.randn(shape, generator=gen, dtype=torch.float64)
+    mask = batch.action_mask.double()
+    w = loss_weights(mask, "seq-mean-token-mean", shape[1])
+
+    def loss(sequence):
+        b = resolve(
+            "gspo_paper", {"weight": {"eps_low": 0.99, "eps_high": 99.0, "sequence": sequence}}
+        )
+        return float(policy_loss(b, logp, old, adv, mask, w, turn_ids=batch.turn_ids)[0])
+
+    want = 0.0
+    d, a, m, t = (x.numpy() for x in (logp - old, adv, mask, batch.turn_ids))
+    ww = w.numpy()
+    for i in range(shape[0]):
+        for k in set(t[i][m[i] > 0].tolist()):
+            on = (t[i] == k) & (m[i] > 0)
+            want -= ww[i][on].sum() * a[i][on].mean() * math.exp(d[i][on].mean())
+    assert loss("turn") == pytest.approx(want, rel=1e-10)
+    assert abs(loss("trajectory") - want) > 1e-6
