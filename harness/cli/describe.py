@@ -288,11 +288,14 @@ def _is_terminal() -> bool:
 def recommend(
     demos: Annotated[str | None, _answer_opt("demos")] = None,
     signal: Annotated[str | None, _answer_opt("signal")] = None,
+    state: Annotated[str | None, _answer_opt("state")] = None,
     sampling: Annotated[str | None, _answer_opt("sampling")] = None,
     horizon: Annotated[str | None, _answer_opt("horizon")] = None,
     intermediate: Annotated[str | None, _answer_opt("intermediate")] = None,
     asynchronous: Annotated[str | None, _answer_opt("asynchronous")] = None,
     risk: Annotated[str | None, _answer_opt("risk")] = None,
+    model: Annotated[str | None, _answer_opt("model")] = None,
+    concern: Annotated[str | None, _answer_opt("concern")] = None,
     defaults: Annotated[
         bool,
         typer.Option("--defaults", help="Do not ask: take the default of every answer missing."),
@@ -317,11 +320,14 @@ def recommend(
         dict(
             demos=demos,
             signal=signal,
+            state=state,
             sampling=sampling,
             horizon=horizon,
             intermediate=intermediate,
             asynchronous=asynchronous,
             risk=risk,
+            model=model,
+            concern=concern,
         )
     )
 

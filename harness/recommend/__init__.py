@@ -1,12 +1,13 @@
 """Where to start: the selection matrix as data, behind ``sixblanks recommend``.
 
-A situation is seven answers (:data:`QUESTIONS`). The matrix (:data:`ROWS`) is read top to bottom
-and the first row whose conditions hold is the recommendation: a starting preset (a name in
+A situation is the answers to :data:`QUESTIONS`. The matrix (:data:`ROWS`) is read top to
+bottom and the first row whose conditions hold is the recommendation: a starting preset (a name in
 ``sixblanks.algorithms.presets.PRESETS``), the blank overrides of the starter arm, why, the main
-warning, and the ablation-ladder rung to check first (``harness/studies/ladder.py``). :data:`NOTES` add
-lines that hold across rows (no demonstrations: no warm start), :data:`CONFLICTS` refuse
-situations with nothing to learn from, and :data:`STARTER_TASKS` pick the built-in task of the
-starter experiment that ``--write`` produces.
+warning, and the ablation-ladder rung to check first (``harness/studies/ladder.py``).
+:data:`NOTES` add lines that hold across rows (no demonstrations: no warm start; an answer the
+recommended row did not use), :data:`CONFLICTS` refuse situations with nothing to learn from or
+with answers that contradict, and :data:`STARTER_TASKS` pick the built-in task of the starter
+experiment that ``--write`` produces.
 
 Everything here is data; the functions only match it. Light to import (no torch): the CLI builds
 its options from :data:`QUESTIONS`.

@@ -144,11 +144,12 @@ def recommend(answers: Mapping[str, str], defaults_used: list[str] | None = None
     clash = [c.text for c in CONFLICTS if matches(c.when, answers)]
     if clash:
         raise SixblanksError(clash)
+    row = match(answers)
     return Recommendation(
-        match(answers),
+        row,
         {q.name: answers[q.name] for q in QUESTIONS},
         list(defaults_used or []),
-        [n.text for n in NOTES if matches(n.when, answers)],
+        [n.text for n in NOTES if matches(n.when, answers) and (not n.rows or row.id in n.rows)],
     )
 
 
@@ -196,7 +197,7 @@ def starter_mapping(rec: Recommendation) -> dict[str, Any]:
         "budget": dict(r.budget),
         "seeds": [0, 1],
         "arms": arms,
-        "ladder": {"arm": r.arm_name},
+        "ladder": {"arm": r.arm_name, **copy.deepcopy(dict(r.ladder))},
         "tracking": {"mlflow": False},
     }
     return out
@@ -319,6 +320,10 @@ def check_matrix() -> list[str]:
                 problems.append(f"{where}: unknown question '{q}'")
             elif not set(accepted) <= set(QUESTION_BY_NAME[q].choices):
                 problems.append(f"{where}: {q}: unknown answers {sorted(set(accepted))}")
+    for n in (*NOTES, *CONFLICTS):
+        unknown = sorted(set(n.rows) - set(ids))
+        if unknown:
+            problems.append(f"note '{n.text[:30]}...': unknown rows {unknown}")
     for r in ROWS:
         try:
             resolve(r.preset, dict(r.overrides))

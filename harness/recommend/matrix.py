@@ -1,4 +1,4 @@
-"""The selection matrix as data: the seven questions a situation answers (:data:`QUESTIONS`), the
+"""The selection matrix as data: the questions a situation answers (:data:`QUESTIONS`), the
 rows read top to bottom (:data:`ROWS`: a starting preset, its blank overrides, why, the main warning,
 the ladder rung to check first), the notes that hold across rows, the conflicts refused, and the
 built-in tasks of starter experiments. Light to import (no torch): the CLI builds its options from
@@ -41,6 +41,16 @@ QUESTIONS: tuple[Question, ...] = (
         "What scores a response?",
     ),
     Question(
+        "state",
+        ("repeatable", "changing"),
+        "repeatable",
+        "Can one prompt or environment state be sampled several times? repeatable (a group of "
+        "samples per prompt) | changing (a live environment whose state moves on: one sample per "
+        "state).",
+        "Can a prompt or state be sampled several times (repeatable), or does it move on after "
+        "one sample (changing)?",
+    ),
+    Question(
         "sampling",
         ("cheap", "expensive"),
         "cheap",
@@ -76,6 +86,24 @@ QUESTIONS: tuple[Question, ...] = (
         "low",
         "Environment risk: low | high (its actions are costly or unsafe).",
         "Are environment actions costly or unsafe?",
+    ),
+    Question(
+        "model",
+        ("dense", "moe"),
+        "dense",
+        "The policy: dense | moe (a mixture of experts: routing that changes between rollout and "
+        "update makes token-level importance ratios noisy).",
+        "Is the policy dense or a mixture of experts (moe)?",
+    ),
+    Question(
+        "concern",
+        ("none", "length", "clipping"),
+        "none",
+        "What a first run showed or you worry about: none | length (response lengths vary widely, "
+        "long reasoning) | clipping (a hard clip discards many tokens' gradient: a high clip "
+        "fraction).",
+        "Any concern from a first run: none, length (lengths vary widely) or clipping (a high "
+        "clip fraction)?",
     ),
 )
 
@@ -127,10 +155,27 @@ class Row:
     """The starter's budget (matched across its arms)."""
     baseline_note: str = ""
     """What the starter's grpo baseline arm means for this row, when it needs saying."""
+    ladder: Mapping[str, Any] = field(default_factory=dict)
+    """Settings of the starter's ladder section beside its arm, where the ladder's defaults would
+    not test what :attr:`rung_why` says (e.g. the variants of rung 5 or 8)."""
 
     @property
     def arm_name(self) -> str:
         return self.arm or self.preset
+
+
+# what the ladder's group measures and the grpo baseline mean for a one-sample arm
+_GROUP_OF_ONE = (
+    "(Rung 4 measures the share of groups with unequal rewards, which a group of one never has: "
+    "for this arm it reads inconclusive.)"
+)
+
+_GROUP_BASELINE_NOTE = (
+    "grpo needs several samples of one prompt, which a changing state cannot give (at one sample "
+    "per prompt every group advantage is 0, and validation refuses it); on the toy task, whose "
+    "prompts repeat, it samples groups of 8 at the same launched tokens: what a repeatable state "
+    "would buy, not an arm your task can run."
+)
 
 
 ROWS: tuple[Row, ...] = (
@@ -145,8 +190,9 @@ ROWS: tuple[Row, ...] = (
         "responses stop. Judge it on held-out evaluation, not on the pair loss.",
         2,
         "DPO has no rollouts for the contract to check; the first thing that can be wrong is the "
-        "update itself: the same pairs must give the same loss and gradients across micro-batch "
-        "splits (sequence log-prob sums).",
+        "update itself: rung 2 computes the arm's own DPO loss on a frozen batch of its pairs, "
+        "which must give the same loss and gradients on a repeat and across micro-batch splits "
+        "(sequence log-prob sums).",
         baseline_note="grpo is the online arm a preference-only task cannot run: here the toy "
         "task's verifier stands in, to show what exploration would buy.",
     ),
@@ -165,6 +211,58 @@ ROWS: tuple[Row, ...] = (
         "difference.",
         baseline_note="the toy task has a verifier, so a grpo arm shows what a reward would add; "
         "on your task without one, compare against the warm start (the report's start score).",
+    ),
+    Row(
+        "changing_single_turn",
+        {
+            "state": ("changing",),
+            "signal": ("verifiable",),
+            "horizon": ("single",),
+            "sampling": ("cheap",),
+            "asynchronous": ("no",),
+        },
+        "one sample per prompt: single turn, states that do not repeat, cheap rollouts, a verifier",
+        "reinforce_baseline",
+        "When a prompt cannot be posed twice (its state has moved on) there is no group to compare "
+        "with, so no group baseline. With a verifier, cheap samples and one turn, REINFORCE with "
+        "the batch's mean reward as its baseline is the simplest estimator that still centres the "
+        "advantage: no critic, no importance ratio, each sample trained on once, on-policy.",
+        "The baseline is the mean over the batch's other prompts, blind to each prompt's "
+        "difficulty: an easy prompt gets a positive advantage whatever the answer, so the variance "
+        "is high (use large batches), and the mean includes the sample itself (the gradient "
+        "shrinks by (N-1)/N). No trust region: the learning rate alone bounds a step.",
+        5,
+        "Rung 5 varies the advantage estimator alone; the group estimators give A = 0 at one "
+        "sample per prompt, so the starter sets ladder.advantage_variants to batch_mean, return "
+        "(no baseline) and reinforce_pp (batch whitening): whether the batch baseline earns its "
+        "place. " + _GROUP_OF_ONE,
+        overrides={"data": {"group_size": 1}},
+        arm="reinforce_baseline_g1",
+        baseline_note=_GROUP_BASELINE_NOTE,
+        ladder={"advantage_variants": ["batch_mean", "return", "reinforce_pp"]},
+    ),
+    Row(
+        "changing_state",
+        {"state": ("changing",)},
+        "one sample per state in a live environment whose state changes: multi-turn, expensive "
+        "rollouts, asynchronous or a learned reward",
+        "sao",
+        "When the environment's state moves on after each sample, the same prompt or state cannot "
+        "be sampled G times, so there is no group to compare with. SAO takes one rollout per "
+        "prompt, gives credit with a critic (token-level GAE, a per-sample lambda, the critic's "
+        "attention frozen) and corrects the update against the rollout's own log-probabilities "
+        "with DIS, which masks the tokens whose ratio pi/pi_rollout leaves the band (0.7, 6.0).",
+        "All credit comes from the critic, a second model paid from the same budget: a badly fit "
+        "value function misdirects every advantage (watch value_loss and explained_variance). DIS "
+        "drops the tokens outside its band: a growing dropped.dis_tokens means the sampler and "
+        "the trainer disagree (rung 1's mismatch figures).",
+        8,
+        "Rung 8 lends the arm other advantage blanks alone; GiGPO and a PRM's group outcome need "
+        "groups, so the starter sets ladder.credit_variants to reinforce_baseline (the batch "
+        "mean, no critic), ppo (a token critic, GAE lambda 0.95) and ppo_turn (a turn critic): "
+        "whether SAO's critic earns its cost at one sample per state. " + _GROUP_OF_ONE,
+        baseline_note=_GROUP_BASELINE_NOTE + " SAO's critic stands in for that group baseline.",
+        ladder={"credit_variants": ["reinforce_baseline", "ppo", "ppo_turn"]},
     ),
     Row(
         "risky_environment",
@@ -292,6 +390,79 @@ ROWS: tuple[Row, ...] = (
         "both arms; the starter's toy task uses its verifier.",
     ),
     Row(
+        "length_bias",
+        {"concern": ("length",)},
+        "response lengths vary widely (long reasoning): GRPO's length normalization is in question",
+        "dr_grpo",
+        "GRPO divides each response's loss by its own length |o| and each advantage by its "
+        "group's std: the first makes a long wrong answer cost less per token than a short one, "
+        "so wrong answers drift longer; the second up-weights prompts whose rewards barely "
+        "differ. Dr. GRPO removes both (A = R - the group mean, a constant denominator B x "
+        "L_max). The starter runs grpo against it at the same launched tokens, GRPO's KL kept on "
+        "both: that comparison is the ablation.",
+        "A constant denominator changes the gradient's scale with L_max and the batch, not only "
+        "the length bias: match the learning rate (rung 7 varies it) before calling a difference "
+        "length bias, and read the arms' response_length_correct and response_length_incorrect "
+        "beside their scores.",
+        6,
+        "Rung 6 varies the normalization blank alone (constant is Dr. GRPO's, seq-mean-token-mean "
+        "GRPO's 1/|o|, and token-mean), the advantage held at group_mean: whether the length fix "
+        "itself pays; rung 5 then varies the other half, the std (group_norm against group_mean).",
+        overrides={"regularizer": {"loss_kl_coef": 0.04}},
+        arm="dr_grpo_kl",
+        budget={"launched_tokens": 16000},
+        baseline_note="the ablation's other end: the arms differ only in advantage.estimator "
+        "(group_norm against group_mean) and normalization.mode (seq-mean-token-mean against "
+        "constant), since the dr_grpo arm keeps GRPO's KL (0.04).",
+    ),
+    Row(
+        "clip_fraction",
+        {"concern": ("clipping",)},
+        "a hard clip throws away many tokens' gradient (a high clip fraction)",
+        "sapo",
+        "A PPO clip zeroes the gradient of every token whose ratio left [1 - eps, 1 + eps] in the "
+        "direction its advantage pushes: with a high clip fraction much of the batch trains on "
+        "nothing, and the cut is abrupt. SAPO replaces it with a soft trust region, the gate f(r) "
+        "= (4/tau) sigmoid(tau (r - 1)): the gradient weight is 1 at r = 1 and decays smoothly "
+        "away from it, faster for negative advantages (tau_neg 1.05) than for positive ones "
+        "(tau_pos 1.0).",
+        "A soft gate still bounds the step, by its temperatures instead of eps: a lower tau lets "
+        "far-off-policy tokens keep more of their gradient, so several updates per batch can "
+        "drift; keep tau_neg >= tau_pos (negative advantages destabilize first). SAPO's loss is "
+        "not on PPO's scale: compare the arms by held-out score and gradient norms, not loss "
+        "values.",
+        7,
+        "Rung 7 varies SAPO's temperatures (tau_pos and tau_neg scaled together by "
+        "ladder.scale_factors; token clip pairs do not apply to a gate), the KL and the learning "
+        "rate: whether the gate's softness is set right.",
+        baseline_note="the hard clip (0.2) SAPO's gate replaces: read its clip_frac; the arms also "
+        "differ in the KL (grpo's 0.04, sapo none), as sixblanks explain -c shows.",
+    ),
+    Row(
+        "mixture_of_experts",
+        {"model": ("moe",)},
+        "a mixture-of-experts policy (or very long sequences): token-level ratios are noisy",
+        "gspo",
+        "On a mixture-of-experts policy a token's experts can change between the rollout and the "
+        "update, so token-level importance ratios swing for reasons other than the policy's "
+        "change, and a long sequence adds that noise up. GSPO takes one ratio per sequence, s_i = "
+        "exp(mean_t log pi/pi_old), and clips it at the sequence level: the ratio's unit matches "
+        "the reward's (one per sequence).",
+        "The clip bounds live on the sequence ratio's scale: s_i is a geometric mean of token "
+        "ratios, so it moves far less than a token ratio, by an amount set by the policy, the "
+        "lengths and the learning rate. Never reuse a token clip (0.2), and do not copy the "
+        "paper's bounds (3e-4/4e-4, set for Qwen3-30B; preset gspo_paper) mechanically: gspo "
+        "sets them as multiples of the measured spread of log s_i (weight.clip_scale); read "
+        "clip_frac beside it.",
+        7,
+        "Rung 7 varies the clip on the ratio's own scale (the arm's bounds times "
+        "ladder.scale_factors, never the token pairs), the KL and the learning rate: whether the "
+        "bounds suit this policy's sequence ratios.",
+        baseline_note="a token-ratio arm with the token clip 0.2; the starter's tiny model is "
+        "dense, so put your mixture-of-experts policy in model.path to see what the sequence "
+        "ratio buys. The arms also differ in the bounds and the KL (sixblanks explain -c).",
+    ),
+    Row(
         "expensive_sampling",
         {"sampling": ("expensive",)},
         "verifiable reward, expensive rollouts, single turn",
@@ -331,7 +502,20 @@ ROW_BY_ID: dict[str, Row] = {r.id: r for r in ROWS}
 class Note:
     when: When
     text: str
+    rows: tuple[str, ...] = ()
+    """The row ids the note applies to (the recommended row must be one of them); empty: any row."""
 
+
+def _rows_but(*ids: str) -> tuple[str, ...]:
+    """Every row id of :data:`ROWS` except ``ids``."""
+
+    return tuple(r.id for r in ROWS if r.id not in ids)
+
+
+_NO_ROLLOUTS = ("preference", "demonstrations_only")
+_ONE_SAMPLE = ("changing_single_turn", "changing_state")
+_TOKEN_CLIP = _rows_but(*_NO_ROLLOUTS, *_ONE_SAMPLE, "clip_fraction", "mixture_of_experts")
+"""The rows whose arm keeps a token ratio with a hard clip."""
 
 NOTES: tuple[Note, ...] = (
     Note(
@@ -351,6 +535,64 @@ NOTES: tuple[Note, ...] = (
         "--intermediate describes the steps of a multi-turn task; with --horizon single it was "
         "not used.",
     ),
+    Note(
+        {"horizon": ("multi",), "intermediate": ("labels", "potential")},
+        "--intermediate was not used: the rows that read it compare a group's samples of one "
+        "prompt, which a changing state cannot give; SAO's token-level critic gives each step its "
+        "credit instead.",
+        rows=("changing_state",),
+    ),
+    Note(
+        {"risk": ("high",)},
+        "--risk high: the risky_environment row replays groups of one prompt, which a changing "
+        "state cannot give; here each sample is trained on once. Nothing here makes exploration "
+        "safe: sandbox the environment.",
+        rows=_ONE_SAMPLE,
+    ),
+    Note(
+        {"asynchronous": ("yes",)},
+        "--asynchronous yes: the sao arm as written is synchronous; add data.concurrent: {queue: "
+        "2} to it to sample ahead (DIS masks the tokens that drift out of its band), then ladder "
+        "rung 9 compares it with its synchronous setting.",
+        rows=("changing_state",),
+    ),
+    Note(
+        {"signal": ("learned",)},
+        "--signal learned: SAO has no KL to the reference; add one to its arm "
+        "(regularizer.reward_kl_coef: 0.05, as ppo's) to bound how far the policy chases the "
+        "reward model's errors, and check held-out with the true signal, not with the judge.",
+        rows=("changing_state",),
+    ),
+    Note(
+        {"model": ("moe",)},
+        "--model moe: this row's arm keeps a token-level ratio, which a mixture of experts' "
+        "routing makes noisy (a row higher in the matrix matched first): watch clip_frac, "
+        "and add an arm with weight.ratio: sequence (preset gspo), its bounds on the sequence "
+        "ratio's own scale.",
+        rows=(*_TOKEN_CLIP, "clip_fraction"),
+    ),
+    Note(
+        {"concern": ("length",)},
+        "--concern length was not used (a row higher in the matrix matched first); the length "
+        "bias lives in the normalization blank: ladder rung 6 varies it alone (constant is Dr. "
+        "GRPO's), and response_length_correct and response_length_incorrect show whether wrong "
+        "answers grow.",
+        rows=_rows_but(*_NO_ROLLOUTS, "length_bias"),
+    ),
+    Note(
+        {"concern": ("clipping",)},
+        "--concern clipping was not used (a row higher in the matrix matched first); SAPO's soft "
+        "gate (weight.trust_region: sapo) can replace the arm's hard clip, and ladder rung 7 "
+        "varies the clip.",
+        rows=_TOKEN_CLIP,
+    ),
+    Note(
+        {"sampling": ("expensive",)},
+        "--sampling expensive: this row's arms sample the starter's groups of 8; where a rollout "
+        "is expensive, set data.group_size: 4 on both arms (the expensive_sampling row's choice) "
+        "and expect more groups whose rewards are all equal (A = 0).",
+        rows=("length_bias", "clip_fraction", "mixture_of_experts"),
+    ),
 )
 
 CONFLICTS: tuple[Note, ...] = (
@@ -358,6 +600,12 @@ CONFLICTS: tuple[Note, ...] = (
         {"signal": ("none",), "demos": ("none",)},
         "--signal none (demonstrations only) with --demos none: there is nothing to learn from; "
         "give demonstrations (--demos some or plenty) or a signal",
+    ),
+    Note(
+        {"state": ("changing",), "horizon": ("multi",), "intermediate": ("states",)},
+        "--state changing (a state cannot be sampled twice) with --intermediate states (states "
+        "recur across a group): the two contradict; answer --intermediate none if states do not "
+        "recur, or --state repeatable if they do",
     ),
 )
 
@@ -389,6 +637,15 @@ STARTER_TASKS: tuple[StarterTask, ...] = (
         {"max_new_tokens": 4, "group_size": 8, "prompts_per_step": 4},
         {},
         "multi-turn, with a potential and recurring states",
+    ),
+    StarterTask(
+        {"concern": ("length",)},
+        "arithmetic",
+        {"digits": 1, "operators": "+-*", "operands": 2},
+        {"max_new_tokens": 16, "group_size": 8, "prompts_per_step": 4},
+        {},
+        "single-turn, verified; room for 16 tokens where a right answer takes 3, so lengths can "
+        "drift",
     ),
     StarterTask(
         {},
