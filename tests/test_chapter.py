@@ -36,6 +36,21 @@ def test_validate_cautions_rloo_with_two_samples_and_a_batch_mean_over_prompts(c
     assert code == 0 and err.count("caution:") == 2
 
 
+def test_validate_cautions_gigpo_with_one_sample_per_prompt(cli, write_yaml):
+    cfg = {
+        "name": "c",
+        "task": {"name": "guess_number"},
+        "arms": {
+            "g1": {"preset": "gigpo", "blanks": {"data": {"group_size": 1}}},
+            "g8": {"preset": "gigpo"},
+        },
+    }
+    code, out, _ = cli("validate", write_yaml(json.dumps(cfg)), "--json")
+    assert code == 0
+    notes = json.loads(out)["cautions"]
+    assert len(notes) == 1 and notes[0].startswith("arms.g1: GiGPO with one sample per prompt")
+
+
 def _dapo(initial, cache):
     _, res = short_run(initial, "dapo", 500, data={"overlong_shaping": {"cache": cache}})
     return [m for m in res.steps if not m.get("skipped")]

@@ -494,6 +494,13 @@ def cautions(cfg: ExperimentConfig) -> list[str]:
                 "different prompts, so an easy prompt's reward counts as credit; a group of "
                 "samples per prompt gives a baseline per prompt"
             )
+        if est == "gigpo" and G == 1:
+            out.append(
+                f"arms.{arm.name}: GiGPO with one sample per prompt ({arm.group_path} 1): its "
+                "episode term is 0 (a group of one) and its step term is 0 unless one episode "
+                "revisits a state (an anchor group needs two visits): almost every advantage is "
+                "0; GiGPO needs a group of episodes per prompt"
+            )
         if est == "loo" and G == 2:
             out.append(
                 f"arms.{arm.name}: RLOO with 2 samples per prompt ({arm.group_path} 2): each "
