@@ -18,6 +18,7 @@ from sixblanks.harness.studies.ladder import (
     paired_diff_ci,
     verdicts,
 )
+from sixblanks.harness.tasks.builtin import Arithmetic
 
 BASE = {
     "name": "ladder",
@@ -121,6 +122,10 @@ def test_drifting_environment_stops_at_the_no_update_rung(tmp_path, monkeypatch)
     assert [r.status for r in rows] == ["pass", "pass", "fail"]
     assert "environment drift" in rows[2].evidence
     assert [r.detail["engine"] for r in rows] == ["HFEngine"] * 3  # rollout.backend: hf
+    # rung 2 stored its frozen batch in the output folder, with the policy it was drawn from
+    frozen = tmp_path / "ladder.frozen_batch.pt"
+    assert rows[1].detail["file"] == str(frozen) and rows[1].detail["kind"] == "pg"
+    assert torch.load(frozen, weights_only=True)["policy"] == str(ladder.warm)
     # every evaluation the ladder made, and the spec its short runs are built from: validation
     assert splits == ["validation"] * 3 and rows[2].detail["split"] == "validation"
     assert ladder.spec["eval"]["split"] == "validation"
@@ -292,17 +297,18 @@ def test_compare_on_all_zero_scores_is_inconclusive_in_every_row_and_the_verdict
     assert first_failure(rows) is None
 
 
-def _fake_build_trainer(monkeypatch, by_estimator):
+def _fake_build_trainer(monkeypatch, by_estimator, key=None):
     """build_trainer that records each spec and trains nothing: its evaluations are planted per
-    advantage estimator as (start, final) per-instance scores."""
+    advantage estimator (or per ``key(spec)``) as (start, final) per-instance scores."""
 
     import sixblanks.harness.studies.ladder as ladder_mod
 
     specs = []
+    key = key or (lambda spec: spec["blanks"]["advantage"]["estimator"])
 
     def build(spec, warm):
         specs.append(spec)
-        start, final = by_estimator[spec["blanks"]["advantage"]["estimator"]]
+        start, final = by_estimator[key(spec)]
         split = spec["eval"]["split"]
         evals = [
             {"per_instance": p, "score": sum(p) / len(p), "split": split} for p in (start, final)
@@ -379,6 +385,277 @@ def test_a_variant_the_interval_shows_worse_passes_the_rung(tmp_path, monkeypatc
         "no setting beats the nominal advantage=group_norm (nominal) by more than 0.05 on the same "
         "8 validation instances"
     )
+
+
+# ---------------------------------------------------------------- rung 2: every kind of arm
+
+
+@pytest.fixture(scope="module")
+def initial():
+    """The golden fixture's initial policy on arithmetic, loaded once."""
+
+    from tests.short_runs import golden_initial
+
+    return golden_initial()
+
+
+def _rung_2(initial, preset, out):
+    from sixblanks.algorithms.presets import resolve
+    from sixblanks.harness.rollout.engine import HFEngine
+    from sixblanks.harness.studies.ladder_rungs import frozen_batch_rung
+
+    cfg, task, model, tok = initial
+    return frozen_batch_rung(
+        HFEngine(model, tok), model, tok, task, cfg.rollout, resolve(preset), out
+    )
+
+
+@pytest.mark.parametrize(
+    "preset, kind", [("grpo", "pg"), ("ppo", "critic"), ("dpo", "dpo"), ("sft", "sft")]
+)
+def test_rung_2_reproduces_the_arms_own_update_on_a_batch_stored_to_disk(
+    initial, tmp_path, monkeypatch, preset, kind
+):
+    """Each kind of arm: its own objective's update, computed three times from the batch reloaded
+    from disk; a critic's advantages come from its critic (GAE), not A = 0; DPO's loss at the
+    reference is log 2 on every pair; no weight moves."""
+
+    import math
+
+    import sixblanks.harness.studies.ladder_rungs as rungs
+    from sixblanks.algorithms.presets import resolve
+
+    real, loads = rungs.load_frozen_batch, []
+    monkeypatch.setattr(rungs, "load_frozen_batch", lambda p: loads.append(p) or real(p))
+    model = initial[2]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    row, v = _rung_2(initial, preset, tmp_path)
+    assert (row.status, v.status) == ("pass", "pass"), row.evidence
+    path = tmp_path / rungs.FROZEN_BATCH
+    assert row.detail["file"] == str(path) and loads == [path] * 3  # every computation reloads it
+    assert row.detail["kind"] == kind and v.evidence.startswith(f"the {rungs.KINDS[kind]} repro")
+    stored, p, record = real(path)
+    assert stored == kind and record["blanks"]["objective"] == resolve(preset).objective
+    losses = row.detail["loss"]
+    assert row.detail["grad.policy"]["abs_max"] > 0
+    if kind == "critic":
+        # the critic's advantages (GAE on its values), and its value loss and gradient, checked
+        assert float((p.tensors["adv"] * p.mask).abs().max()) > 0 and "ret" in p.tensors
+        assert losses["value_loss"][0] > 0 and row.detail["grad.critic"]["abs_max"] > 0
+    if kind == "dpo":  # chosen rows, then rejected: the pairs of the frozen batch
+        assert p.units >= 2 and p.batch.size == 2 * p.units and "ref_logp" in p.tensors
+        assert row.detail["unit"] == "pairs" and row.detail["micro_batch_sizes"][2] < p.units
+        assert (p.batch.reward[: p.units] > p.batch.reward[p.units :]).all()
+        assert losses["loss"][0] == pytest.approx(math.log(2), abs=1e-6)
+    if kind == "sft":
+        assert row.detail["data"] == "16 oracle demonstrations"
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.parametrize(
+    "preset, module, name",
+    [
+        ("grpo", "policy_gradient", "policy_loss"),
+        ("ppo", "actor_critic", "value_loss"),
+        ("dpo", "dpo", "dpo_loss"),
+        ("sft", "sft", "sft_loss"),
+    ],
+)
+def test_rung_2_fails_an_update_that_depends_on_its_micro_batches(
+    initial, tmp_path, monkeypatch, preset, module, name
+):
+    """A loss planted in the objective's own module (a per-micro-batch quantity where a sum
+    belongs: scaled by the micro-batch's size) fails the rung: it checks the code that runs."""
+
+    import importlib
+
+    mod = importlib.import_module(f"sixblanks.harness.training.objectives.{module}")
+    real = getattr(mod, name)
+
+    def planted(*args, **kwargs):
+        n = next(a for a in args if isinstance(a, torch.Tensor)).shape[0]
+        out = real(*args, **kwargs)
+        return (out[0] * n, *out[1:]) if isinstance(out, tuple) else out * n
+
+    monkeypatch.setattr(mod, name, planted)
+    row, v = _rung_2(initial, preset, tmp_path)
+    assert (row.status, v.status) == ("fail", "fail"), row.evidence
+    assert row.evidence.startswith("update not reproducible on a frozen batch: ")
+    assert v.evidence.endswith(f"({tmp_path / 'ladder.frozen_batch.pt'} replays it)")
+    assert max(d["rel_diff_split"] for k, d in row.detail.items() if k.startswith("grad.")) > 1e-3
+
+
+# ---------------------------------------------------------------- rung 4: reward variance
+
+
+class AlwaysRight(Arithmetic):
+    """Planted: every response scores 1, so every group's rewards are all equal."""
+
+    name = "always_right"
+
+    def verify(self, instance, response):
+        return 1.0
+
+
+class AlwaysWrong(Arithmetic):
+    """Planted: every response scores 0."""
+
+    name = "always_wrong"
+
+    def verify(self, instance, response):
+        return 0.0
+
+
+def _curriculum_ladder(tmp_path, task: str):
+    """A ladder on ``task`` from the golden fixture's initial policy (no warm start of its own),
+    its short runs under 300 launched tokens and evaluated on 8 validation instances."""
+
+    from sixblanks.harness.orchestration.orchestrator import build_specs
+    from sixblanks.harness.tasks import make_task
+    from tests.golden.record import INITIAL_DIR
+
+    cfg = _cfg(task={"name": task, "eval_size": 8})
+    ladder = Ladder(cfg, tmp_path)
+    ladder.spec = build_specs(cfg, "warm", code="test")[0]
+    ladder.spec["budget"] = {"launched_tokens": 300}
+    ladder.spec["eval"]["every"] = None
+    ladder.task, ladder.warm = make_task(task), INITIAL_DIR
+    return ladder
+
+
+@pytest.mark.parametrize(
+    "task, status",
+    [
+        ("tests.test_ladder:AlwaysRight", "fail"),
+        ("tests.test_ladder:AlwaysWrong", "fail"),
+        ("arithmetic", "pass"),
+    ],
+)
+def test_rung_4_fails_when_no_group_has_reward_variance(tmp_path, task, status):
+    """A real short run: a verifier that scores every response alike leaves no group with reward
+    variance (too easy, too hard): the rung fails; the fixture's policy on arithmetic passes."""
+
+    row, v = _curriculum_ladder(tmp_path, task).rung_curriculum()
+    assert (row.status, v.status) == (status, status), row.evidence
+    tr = row.detail["trainable"]
+    assert len(tr) >= 2 and row.detail["split"] == "validation"
+    if status == "fail":
+        assert set(tr) == {0.0}
+        assert v.evidence == "no group has reward variance (every task too easy or too hard)"
+    else:
+        assert row.detail["trainable_mean"] >= 0.1 and v.evidence.endswith("over a short run")
+    # arithmetic's difficulty (digits of the answer): 1 and 2
+    assert set(row.detail["difficulty_hist"]) == {"1", "2"}
+
+
+@pytest.mark.parametrize(
+    "trainable, diverged, status, phrase",
+    [
+        ([], False, "inconclusive", "no training step fit the rung budget"),
+        ([0.0, 0.0, 0.0], False, "fail", "no group has reward variance"),
+        ([0.0, 0.1, 0.05], False, "inconclusive", "only 0.05 of the groups carry"),
+        ([0.5, 0.25], False, "pass", "0.38 of the groups carry a learning signal"),
+        ([0.5], True, "inconclusive", "the short run diverged: loss is nan"),
+    ],
+)
+def test_rung_4_verdict_on_planted_short_runs(
+    tmp_path, monkeypatch, trainable, diverged, status, phrase
+):
+    from sixblanks.harness.tasks import make_task
+
+    ladder = Ladder(_cfg(), tmp_path)
+    ladder.task, ladder.seeds = make_task("guess_number"), [0]
+    out = {"trainable": trainable, "engine": "HFEngine", "split": "validation"}
+    if diverged:
+        out |= {"diverged": True, "error": "loss is nan"}
+    monkeypatch.setattr(ladder, "_train", lambda **kw: out)
+    row, v = ladder.rung_curriculum()
+    assert (row.status, v.status) == (status, status) and phrase in v.evidence
+    # guess_number 1-16: the guesses bisection needs (1 to 5), not one bar
+    hist = row.detail.get("difficulty_hist") or row.detail["hist"]
+    assert set(hist) == {"1", "2", "3", "4", "5"}
+
+
+# ---------------------------------------------------------------- rung 6: scale-matched Z
+
+
+def test_rung_6_runs_each_z_as_is_and_scale_matched(tmp_path, monkeypatch):
+    """The nominal seq-mean-token-mean sums its weights to 1 on any batch; on a planted batch of
+    2, 4, 2 and 4 action tokens (L_max 6) token-mean sums to 1 too, constant to 12 / (4 x 6) = 0.5
+    and token-sum to 12: constant and token-sum also run scale-matched, their gradient-norm clip
+    x0.5 and x12. Constant wins only with its own scale (a changed step size); token-sum wins
+    scale-matched too (estimator bias)."""
+
+    import sixblanks.harness.rollout.agent as agent
+    from sixblanks.harness.tasks import make_task
+
+    mask = torch.zeros(4, 6)
+    for i, n in enumerate([2, 4, 2, 4]):
+        mask[i, :n] = 1
+    batch = SimpleNamespace(
+        action_mask=mask,
+        size=4,
+        unit_ids=lambda rows: {"group_ids": torch.tensor([0, 0, 1, 1]), "turn_ids": mask - 1},
+    )
+    monkeypatch.setattr(agent, "run_episodes", lambda *a, **kw: batch)
+    zero, half = [0.0] * 8, [1.0] * 4 + [0.0] * 4
+    planted = {
+        ("seq-mean-token-mean", 1.0): (zero, half),  # the nominal
+        ("token-mean", 1.0): (zero, [1.0] * 2 + [0.0] * 6),  # worse: passes
+        ("constant", 1.0): (zero, [1.0] * 8),  # +0.5: wins
+        ("constant", 0.5): (zero, [1.0] * 3 + [0.0] * 5),  # scale-matched: no better
+        ("token-sum", 1.0): (zero, [1.0] * 8),
+        ("token-sum", 12.0): (zero, [1.0] * 8),  # scale-matched: still wins
+    }
+    planted |= {(m, None): v for (m, c), v in planted.items() if c == 1.0}
+    specs = _fake_build_trainer(
+        monkeypatch,
+        planted,
+        key=lambda s: (s["blanks"]["normalization"]["mode"], s["optimizer"]["grad_clip"]),
+    )
+    ladder = _spec_ladder(tmp_path)
+    ladder.cfg.ladder.normalization_variants = ["token-mean", "constant", "token_sum"]
+    ladder.task = make_task("arithmetic")  # its batch is planted: no policy, no engine
+    monkeypatch.setattr(ladder, "_policy", lambda: (None, None))
+    monkeypatch.setattr(ladder, "_engine", lambda m, t: None)
+    rows = ladder.rung_normalization()
+    assert [(r.variant, r.status) for r in rows] == [
+        ("Z=seq-mean-token-mean (nominal)", "pass"),
+        ("Z=token-mean", "pass"),
+        ("Z=constant", "fail"),
+        ("Z=constant (scale-matched: grad_clip x0.5)", "pass"),
+        ("Z=token-sum", "fail"),
+        ("Z=token-sum (scale-matched: grad_clip x12)", "fail"),
+        (VERDICT, "fail"),
+    ]
+    assert [s["optimizer"]["grad_clip"] for s in specs] == [1.0, 1.0, 1.0, 0.5, 1.0, 12.0]
+    assert [r.detail["scale_ratio"] for r in rows[1:-1]] == [1.0, 0.5, 0.5, 12.0, 12.0]
+    assert [r.detail["scale_matched"] for r in rows[1:-1]] == [True, False, True, False, True]
+    v = rows[-1]
+    assert v.detail["scale"]["Z=constant"]["total_weight"] == 0.5
+    for said in (
+        "Z=token-mean changes the weighting only (the same total loss weight)",
+        "Z=constant changes the weighting and the gradient scale (total loss weight x0.5 of the "
+        "nominal's), Z=constant (scale-matched: grad_clip x0.5) the weighting only",
+        "Z=constant wins only with its own gradient scale (Z=constant (scale-matched: grad_clip "
+        "x0.5) passes): a changed step size, not estimator bias",
+        "Z=token-sum wins with its step size matched too: estimator bias",
+    ):
+        assert said in v.evidence, v.evidence
+
+    # without a gradient-norm clip AdamW ignores a constant scale: no scale-matched variant
+    specs.clear()
+    ladder.spec["optimizer"]["grad_clip"] = None
+    rows = ladder.rung_normalization()
+    assert [r.variant for r in rows] == [
+        "Z=seq-mean-token-mean (nominal)",
+        "Z=token-mean",
+        "Z=constant",
+        "Z=token-sum",
+        VERDICT,
+    ]
+    assert "Z=constant changes the weighting only (optimizer.grad_clip off" in rows[-1].evidence
 
 
 def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, monkeypatch):

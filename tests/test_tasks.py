@@ -125,6 +125,64 @@ def test_guess_number_oracle_solves_noiseless():
         assert r.reward == 1.0
 
 
+# guesses bisection needs for each secret in 1-16, read off its tree by hand: 8 first; 4 or 12
+# next; then 2, 6, 10, 14; then the odd numbers; 16 last (after 8, 12, 14, 15)
+BISECTION_1_16 = {8: 1, 4: 2, 12: 2, 2: 3, 6: 3, 10: 3, 14: 3, 16: 5}
+BISECTION_1_16 |= {n: 4 for n in range(1, 16, 2)}
+
+
+def test_guess_number_difficulty_is_the_guesses_bisection_needs():
+    t = make_task("guess_number", {"low": 1, "high": 16, "max_turns": 5})
+    seen = {}
+    for seed in range(200):
+        inst = t.make_instance(seed)
+        seen[inst.data["secret"]] = inst.difficulty
+        # and the oracle (bisection) names the secret in exactly that many guesses
+        env = t.make_env(inst, VerifierGate(t, timeout_s=None))
+        obs, guesses = [env.reset(seed=seed)[0]], 0
+        for _ in range(5):
+            r = env.step(t.oracle(inst, obs))
+            guesses += 1
+            if r.terminated:
+                break
+            obs.append(r.observation)
+        assert (r.reward, guesses) == (1.0, inst.difficulty), inst
+    assert seen == BISECTION_1_16
+    # 1-4: 2 first, then 1 or 3; 4 after 2 and 3
+    small = make_task("guess_number", {"low": 1, "high": 4})
+    assert {i.data["secret"]: i.difficulty for i in small.instances(list(range(50)))} == {
+        2: 1,
+        1: 2,
+        3: 2,
+        4: 3,
+    }
+
+
+def test_chain_arithmetic_difficulty_counts_carries_and_borrows():
+    from sixblanks.harness.tasks.builtin import column_carries
+
+    t = make_task("chain_arithmetic")  # 3 steps of one digit
+    by_seed = {s: t.make_instance(s) for s in (0, 1, 5)}
+    # seed 0: 6-0=6, 6-8=-2 (8-6), -2-6=-8 (2+6): no carry, no borrow
+    # seed 1: 2+4=6, 6+7=13 (a carry), 13-7=6 (a borrow)
+    # seed 5: 9-5=4, 4+7=11 (a carry), 11+0=11
+    assert {s: i.data["values"] for s, i in by_seed.items()} == {
+        0: [6, 6, -2, -8],
+        1: [2, 6, 13, 6],
+        5: [9, 4, 11, 11],
+    }
+    assert {s: i.difficulty for s, i in by_seed.items()} == {0: 0, 1: 2, 5: 1}
+    two = make_task("chain_arithmetic", {"digits": 2, "steps": 2}).make_instance(1)
+    # 17+32=49; 49+63=112 (9+3 carries, 4+6+1 carries)
+    assert (two.data["values"], two.difficulty) == ([17, 49, 112], 2)
+    # by hand: 99+1 carries twice; 100-1 borrows twice; 3-7=-4 is 7-3, no borrow;
+    # -5-8=-13 adds the magnitudes 5+8: one carry; -13+20=7 is 20-13: one borrow
+    cases = {(99, 100): 2, (100, 99): 2, (3, -4): 0, (-5, -13): 1, (-13, 7): 1, (0, 9): 0}
+    assert {k: column_carries(*k) for k in cases} == cases
+    # the histogram rung 4 draws has more than one bar
+    assert len({t.make_instance(s).difficulty for s in range(200)}) > 1
+
+
 def test_reasoning_gym_task_uses_its_own_scorer():
     import reasoning_gym
 

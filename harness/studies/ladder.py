@@ -1,12 +1,15 @@
 """The ablation ladder: debug a failing arm one axis at a time, in order.
 
     1 contract         masks, behavior vs recomputed log-probs, ratio 1 on-policy, rewards, groups, turns
-    2 frozen_batch     one update on a frozen batch: twice, and across micro-batch splits -> same loss, grads
+    2 frozen_batch     the arm's own update (policy gradient; a critic's policy and value losses; DPO on
+                       its pairs; SFT) on a frozen batch stored to disk: twice, and across micro-batch
+                       splits -> same losses, same gradients
     3 no_update_eval   the initial policy evaluated repeatedly (same seeds, new engine version) -> same
                        score on every instance
     4 curriculum       difficulty distribution; trainable-group fraction at the start and over a short run
     5 advantage        advantage estimator varied, everything else fixed
-    6 normalization    loss normalization varied
+    6 normalization    loss normalization varied, each Z as is and scale-matched (its gradient-norm
+                       clip rescaled by its total loss weight over the arm's): bias vs step size
     7 clip_kl_lr       clipping (on the ratio's own scale; SAPO: its temperatures), KL and learning
                        rate varied (gradient norms reported)
     8 credit           one form of credit added by the advantage blank alone (a turn critic, a
@@ -51,12 +54,19 @@ from ..rollout.engine import RolloutError
 from ..tasks import make_task
 from ..tasks.judge import attach_judge
 from ..training import TrainingError
-from .ladder_rungs import contract_rung, engine_name, frozen_batch_rung, no_update_rung
+from .ladder_rungs import (
+    FROZEN_BATCH,
+    contract_rung,
+    engine_name,
+    frozen_batch_check,
+    no_update_rung,
+)
 from .ladder_stats import (
     MARGIN,
     SPLIT,
     VERDICT,
     RungResult,
+    explain_scale,
     first_failure,
     judge_compare,
     mean_of,
@@ -152,9 +162,11 @@ class Ladder:
         preset: str | None = None,
         seed: int = 0,
         name: str = "ladder short run",
+        optimizer: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One short run of a variant under the rung budget; returns its per-instance scores on the
-        validation split (at the start and the end) and diagnostics. ``name``: its plain lines'."""
+        validation split (at the start and the end) and diagnostics. ``name``: its plain lines'.
+        ``optimizer``: settings of the optimizer section replaced (rung 6's ``grad_clip``)."""
 
         spec = copy.deepcopy(self.spec)
         spec["seed"] = seed
@@ -168,6 +180,8 @@ class Ladder:
             ).model_dump(mode="json")
         if lr is not None:
             spec["optimizer"]["lr"] = lr
+        if optimizer:
+            spec["optimizer"].update(optimizer)
         # the same setting (the nominal one is in rung 4 and in every comparing rung) is trained
         # once and its result reused: a short run is deterministic given its spec and seed (with a
         # concurrent collector its lag depends on timing: every rung then compares with one run)
@@ -225,10 +239,19 @@ class Ladder:
         return contract_rung(engine, model, tok, self.task, self.rollout, G, self.seeds[0])
 
     def rung_frozen_batch(self) -> list[RungResult]:
-        model, tok = self._policy()
-        blanks = resolve(self.spec["preset"], self.spec["blanks"])
-        engine = self._engine(model, tok)
-        return frozen_batch_rung(engine, model, tok, self.task, self.rollout, blanks)
+        """The arm's update as its runs build it (policy, reference, engine, objective), on a
+        frozen batch stored in the output folder (:data:`~.ladder_rungs.FROZEN_BATCH`)."""
+
+        try:
+            trainer = build_trainer(self.spec, self.warm)
+        except TrainingError as exc:  # e.g. a trained PRM on a task without step labels
+            reason = f"the arm's update cannot be built: {exc}"
+            return [
+                RungResult(2, "frozen_batch", "repeat + micro-batch split", "fail", reason),
+                verdict(2, "frozen_batch", "fail", reason),
+            ]
+        path = ExperimentDir(self.out).path / FROZEN_BATCH
+        return frozen_batch_check(trainer, path, policy=str(self.warm))
 
     def rung_no_update_eval(self) -> list[RungResult]:
         model, tok = self._policy()
@@ -318,10 +341,75 @@ class Ladder:
         )
 
     def rung_normalization(self) -> list[RungResult]:
-        lad = self.cfg.ladder
-        return self._vary(
-            6, "normalization", "normalization", "mode", lad.normalization_variants, "Z"
+        """Each Z of ``ladder.normalization_variants`` against the arm's, twice where its gradient
+        scale differs: as is (the weighting and the scale changed), and scale-matched (the weighting
+        only). A mode's scale is its total loss weight on one sampled batch (sum of its weights,
+        :meth:`_total_loss_weights`); its ratio c to the nominal's scales the gradient by c, which
+        AdamW's steps ignore except through the gradient-norm clip: the scale-matched variant
+        clips at ``grad_clip`` x c, and so takes the steps of its weights rescaled to the nominal's
+        total. Without a clip every variant is its own scale-matched one."""
+
+        n = self.spec["blanks"]["normalization"]
+        nominal = n["mode"]
+        key = f"Z={nominal} (nominal)"
+        modes = [m.replace("_", "-") for m in self.cfg.ladder.normalization_variants]
+        modes = [m for m in dict.fromkeys(modes) if m != nominal]
+        clip = self.spec["optimizer"].get("grad_clip")
+        totals = self._total_loss_weights([nominal, *modes]) if clip and modes else {}
+        variants: dict[str, dict[str, Any]] = {key: {}}
+        scale: dict[str, dict[str, Any]] = {}
+        for mode in modes:
+            over = {"blanks_over": {"normalization": {"mode": mode}}}
+            variants[f"Z={mode}"] = over
+            if not totals or min(totals[mode], totals[nominal]) <= 0:  # no clip, or no token
+                scale[f"Z={mode}"] = {"mode": mode, "ratio": None, "matched": None}
+                continue
+            c = totals[mode] / totals[nominal]
+            matched = None
+            if abs(c - 1.0) > 1e-6:
+                matched = f"Z={mode} (scale-matched: grad_clip x{c:.3g})"
+                variants[matched] = over | {"optimizer": {"grad_clip": clip * c}}
+            scale[f"Z={mode}"] = {
+                "mode": mode,
+                "total_weight": totals[mode],
+                "nominal_total_weight": totals[nominal],
+                "ratio": c,
+                "matched": matched,
+                "matched_grad_clip": clip * c if matched else None,
+            }
+        rows = self._compare(6, "normalization", variants, key)
+        return explain_scale(rows, scale, clip)
+
+    def _total_loss_weights(self, modes: list[str]) -> dict[str, float]:
+        """The sum of each mode's loss weights on one batch the arm's initial policy samples (rung
+        2's prompts and generator): the scale a mode gives the gradient, relative to another's."""
+
+        import torch
+
+        from sixblanks.algorithms.normalization import loss_weights
+
+        from ..rollout.agent import run_episodes
+        from ..rollout.engine import SamplingParams
+
+        model, tok = self._policy()
+        r = self.rollout
+        G = self.spec["blanks"]["data"].get("group_size") or r.group_size
+        batch = run_episodes(
+            self._engine(model, tok),
+            tok,
+            self.task,
+            self.task.instances(list(range(r.prompts_per_step))),
+            G,
+            SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens),
+            generator=torch.Generator().manual_seed(0),
         )
+        n = self.spec["blanks"]["normalization"]
+        l_max = n.get("l_max") or r.max_new_tokens * max(1, self.task.max_turns)
+        ids = batch.unit_ids(list(range(batch.size)))
+        return {
+            m: float(loss_weights(batch.action_mask, m, l_max, n["count_empty_rows"], **ids).sum())
+            for m in modes
+        }
 
     def rung_clip_kl_lr(self) -> list[RungResult]:
         lad = self.cfg.ladder

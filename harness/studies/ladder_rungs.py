@@ -1,7 +1,8 @@
 """The ladder's first three rungs: checks of one policy that train nothing.
 
     1 contract         fresh rollouts through the trajectory-contract checks
-    2 frozen_batch     one update on a frozen batch, twice and across a micro-batch split
+    2 frozen_batch     the arm's own update (policy gradient, actor-critic, DPO or SFT) on a frozen
+                       batch stored to disk, twice and across a micro-batch split
     3 no_update_eval   the initial policy evaluated repeatedly on the validation split, then again
                        after an engine version bump (same weights): every instance must score the same
 
@@ -10,7 +11,9 @@ Each returns its row and its one verdict row (see :mod:`sixblanks.harness.studie
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import tempfile
+from dataclasses import asdict, fields, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,9 +21,12 @@ import torch
 
 from ..rollout.agent import run_episodes
 from ..rollout.engine import SamplerMismatch, SamplingParams
+from ..rollout.trajectory import TrajectoryBatch
 from ..seeds import TRAIN_SEED_RANGE
+from ..training.base import Collected, Prepared
 from ..training.contract import fresh_episodes, recompute_logprobs, sample_and_check
 from ..training.evaluate import evaluate
+from ..training.objectives.policy_gradient import PolicyGradient
 from .ladder_stats import SPLIT, RungResult, judge_no_update, verdict
 
 REPEATS = 2
@@ -110,134 +116,312 @@ def _mismatch_line(figures: dict[str, Any]) -> str:
     )
 
 
-def _frozen_batch(engine, model, tok, task, rollout, blanks):
-    """One batch of episodes with its pi_old log-probs, advantages, trained mask and loss weights
-    (a process reward model's inputs stood in for), to update on repeatedly."""
+FROZEN_BATCH = "ladder.frozen_batch.pt"
+"""Rung 2's frozen batch, in the ladder's output folder: the batch and what the arm's objective
+prepared from it (:func:`save_frozen_batch`), reloaded by every update the rung checks, so that a
+failing batch can be replayed (:func:`load_frozen_batch`)."""
 
-    from sixblanks.algorithms.loss import compute_advantages
-    from sixblanks.algorithms.normalization import loss_weights
+KINDS = {
+    "pg": "policy-gradient update (the arm's A, w, Z and R)",
+    "critic": "actor-critic update (policy loss with the critic's GAE advantages, and value loss)",
+    "dpo": "DPO update (its loss on preference pairs against the reference)",
+    "sft": "SFT update (the NLL of demonstrated action tokens)",
+}
+"""The kinds of update rung 2 reproduces, by :func:`arm_kind`."""
 
-    from ..training.policy import policy_logprobs
 
-    r = rollout
-    G = blanks.data.group_size or r.group_size
-    l_max = r.max_new_tokens * max(1, task.max_turns)
+def arm_kind(blanks) -> str:
+    """The objective an arm's update runs: sft, dpo, critic (``advantage.estimator: gae``) or pg."""
+
+    if blanks.objective in ("sft", "dpo"):
+        return blanks.objective
+    return "critic" if blanks.advantage.estimator == "gae" else "pg"
+
+
+class ProcessInputsStoodIn(PolicyGradient):
+    """A process-credit arm's update (:class:`~sixblanks.harness.training.objectives.process.ProcessCredit`
+    inherits the policy gradient's) with its second model's inputs stood in: step scores 0.5 where
+    the environment gives no label, token rewards 0. Rung 2 checks the policy's loss and gradient
+    on a frozen batch, not the process reward model."""
+
+    SKIPS_UNUSED = False  # as ProcessCredit: pi_old and pi_ref always computed
+
+    def process_inputs(self, collected: Collected, old_logp, ref_logp) -> dict[str, Any]:
+        b = collected.batch
+        return {
+            "step_scores": torch.where(b.step_labels.isnan(), 0.5, b.step_labels),
+            "process_rewards": torch.zeros(b.action_mask.shape),
+        }
+
+
+def rung_objective(ctx):
+    """The objective rung 2 runs for the arm of ``ctx``: the arm's own, a process-credit arm's with
+    its second model's inputs stood in (:class:`ProcessInputsStoodIn`)."""
+
+    from ..training.objectives import make_objective
+
+    if arm_kind(ctx.blanks) == "pg" and ctx.blanks.advantage.estimator in ("prm", "prime"):
+        return ProcessInputsStoodIn(ctx)
+    return make_objective(ctx)
+
+
+DPO_ROUNDS = 4
+"""Steps of a DPO arm's collector rung 2 draws at most, until two pairs (a split) are found."""
+
+
+def _collected_pairs(ctx, collector) -> tuple[Collected | None, str]:
+    """A DPO arm's pairs as its own collector makes them (scored rollouts of the reference policy,
+    or a file's pairs), over up to :data:`DPO_ROUNDS` of its steps until two pairs are found:
+    chosen rows first, then the rejected ones."""
+
+    parts = []
+    for _ in range(DPO_ROUNDS):
+        c = collector.collect()
+        if c.batch is not None and c.pairs:
+            parts.append(c)
+        if sum(c.pairs for c in parts) >= 2:
+            break
+    n = sum(c.pairs for c in parts)
+    steps = f"{DPO_ROUNDS} steps of its collector" if n < 2 else "its collector"
+    if not n:
+        return None, f"no preference pair in {steps} (no group's rewards differ)"
+    halves = [
+        c.batch.select(list(range(k * c.pairs, (k + 1) * c.pairs))) for k in (0, 1) for c in parts
+    ]
+    batch = TrajectoryBatch.concat(halves, ctx.pad_id)
+    return Collected(batch, pairs=n), f"{n} preference pairs from {steps}"
+
+
+def _frozen_collected(ctx, collector, kind: str) -> tuple[Collected | None, str]:
+    """The frozen batch and a phrase saying what it holds (None and why, where there is nothing to
+    update on). A DPO arm's pairs and an SFT arm's demonstrations come from the arm's own collector
+    (``collector``); every other arm's batch is ``prompts_per_step`` instances of seeds 0, 1, ...
+    sampled G times each from a fixed generator (ReMax: with its greedy baseline)."""
+
+    from ..training.collectors import GreedyBaseline
+
+    r, task = ctx.settings.rollout, ctx.task
+    if kind == "dpo":
+        return _collected_pairs(ctx, collector)
+    if kind == "sft" and ctx.blanks.data.source == "demonstrations":
+        try:
+            collected = collector.collect()
+        except ValueError as exc:  # no oracle, or a demonstration that failed
+            return None, f"no demonstrations: {exc}"
+        return collected, f"{collected.batch.size} oracle demonstrations"
+    G = ctx.group_size
     instances = task.instances(list(range(r.prompts_per_step)))
     batch = run_episodes(
-        engine,
-        tok,
+        ctx.engine,
+        ctx.tokenizer,
         task,
         instances,
         G,
         SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens),
         generator=torch.Generator().manual_seed(0),
     )
-    with torch.no_grad():
-        old, _ = policy_logprobs(model, batch.tokens, batch.attention_mask, r.temperature)
-    adv, mask, _ = (
-        compute_advantages(
-            blanks,
-            batch.reward,
-            batch.action_mask,
-            batch.group_ids,
-            old_logp=old,
-            ref_logp=old,
-            baseline_rewards=batch.reward * 0,
-            l_max=l_max,
-            **batch.advantage_inputs(),
-            # a process reward model's inputs, stood in for: this rung checks the loss and its
-            # gradient on a frozen batch, not the second model
-            step_scores=torch.where(batch.step_labels.isnan(), 0.5, batch.step_labels),
-            process_rewards=torch.zeros_like(old),
+    what = f"{batch.size} rollouts ({len(instances)} prompts x {G})"
+    baseline = None
+    if ctx.blanks.advantage.estimator == "remax":  # its greedy rollout of each instance
+        greedy = GreedyBaseline(ctx).run(instances, ctx.engine)
+        baseline = greedy.reward[torch.arange(batch.size) // G]
+        what += " and their greedy baseline"
+    return Collected(batch, baseline_rewards=baseline, groups_launched=len(instances)), what
+
+
+def save_frozen_batch(path: Path, kind: str, prepared: Prepared, blanks, **about: Any) -> None:
+    """``prepared`` (the batch and the tensors the objective prepared from it) to ``path``, in
+    plain tensors, lists and numbers (``torch.load(path, weights_only=True)`` reads it back)."""
+
+    batch = {f.name: getattr(prepared.batch, f.name) for f in fields(prepared.batch)}
+    batch["snapshots"] = [[] for _ in batch["snapshots"]]  # environment states: in no loss
+    metrics = {k: float(v) for k, v in prepared.metrics.items() if isinstance(v, (int, float))}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "kind": kind,
+            "blanks": blanks.model_dump(mode="json"),
+            "batch": batch,
+            "mask": prepared.mask,
+            "units": prepared.units,
+            "tensors": prepared.tensors,
+            "metrics": metrics,
+            **about,
+        },
+        path,
+    )
+
+
+def load_frozen_batch(path: Path) -> tuple[str, Prepared, dict[str, Any]]:
+    """(kind, the prepared update, the whole record) of a frozen batch :func:`save_frozen_batch`
+    stored. Replay: an objective of the same blanks on the same policy, ``objective.update``."""
+
+    d = torch.load(path, weights_only=True)
+    batch = TrajectoryBatch(**d["batch"])
+    return d["kind"], Prepared(batch, d["mask"], d["units"], d["tensors"], d["metrics"]), d
+
+
+def _flat(params) -> torch.Tensor:
+    grads = [p.grad.detach().flatten() for p in params if p.grad is not None]
+    return torch.cat(grads).clone() if grads else torch.zeros(0)
+
+
+def _update_gradients(
+    ctx, objective, path: Path, micro: int
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The objective's own update of the frozen batch reloaded from ``path``, as one optimizer step
+    on the whole batch (one epoch of one minibatch) in micro-batches of at most ``micro`` units,
+    its optimizer steps replaced by a read of the gradients. Returns (the update's metrics,
+    {"policy": the policy's gradient, "critic": the critic's own, where it has one}). The weights
+    never change."""
+
+    _, prepared, _ = load_frozen_batch(path)
+    critic = getattr(objective, "critic", None)
+    grads: dict[str, torch.Tensor] = {}
+
+    def read_gradients() -> float:  # in place of the policy's optimizer step
+        grads["policy"] = _flat(ctx.model.parameters())
+        if critic is not None:
+            grads["critic"] = _flat(p for p in critic.parameters() if p.requires_grad)
+        return 0.0
+
+    settings, blanks, gen = ctx.settings, ctx.blanks, ctx.gen.get_state()
+    one_step = blanks.data.model_copy(update={"epochs": 1, "minibatches": 1})
+    ctx.settings = replace(
+        settings, rollout=settings.rollout.model_copy(update={"micro_batch_size": micro})
+    )
+    ctx.blanks = blanks.model_copy(update={"data": one_step})
+    ctx.clip_and_step = read_gradients
+    if critic is not None:
+        objective.step_critic = lambda: None  # a separate critic's optimizer step
+    try:
+        metrics = objective.update(prepared)
+    finally:
+        ctx.settings, ctx.blanks = settings, blanks
+        ctx.gen.set_state(gen)
+        del ctx.clip_and_step
+        objective.__dict__.pop("step_critic", None)
+        ctx.model.zero_grad(set_to_none=True)
+        if critic is not None:
+            critic.zero_grad(set_to_none=True)
+    return metrics, grads
+
+
+def frozen_batch_check(trainer, path: Path, **about: Any) -> list[RungResult]:
+    """Rung 2 on ``trainer``'s arm: its objective's update of a frozen batch (stored to ``path``
+    and reloaded for every computation) reproduces on a repeat and across a micro-batch split:
+    the same losses (a critic's value loss too) and the same gradients (on the policy, and on a
+    critic's own parameters). ``about``: recorded with the batch (the policy it was drawn from)."""
+
+    ctx, objective, kind = trainer.ctx, trainer.objective, arm_kind(trainer.ctx.blanks)
+    if kind == "pg" and ctx.blanks.advantage.estimator in ("prm", "prime"):
+        if not isinstance(objective, ProcessInputsStoodIn):  # the trainer built the real one
+            objective = ProcessInputsStoodIn(ctx)
+    collected, data = _frozen_collected(ctx, trainer.collector, kind)
+    if isinstance(objective, ProcessInputsStoodIn):
+        data += " (the process reward model's inputs stood in)"
+    detail: dict[str, Any] = {"kind": kind, "data": data, "engine": engine_name(ctx.engine)}
+    label = "repeat + micro-batch split"
+    if collected is None:
+        reason = f"nothing to update on: {data}"
+        return [
+            RungResult(2, "frozen_batch", label, "inconclusive", reason, detail=detail),
+            verdict(2, "frozen_batch", "inconclusive", reason),
+        ]
+    prepared = objective.prepare(collected)
+    save_frozen_batch(path, kind, prepared, ctx.blanks, arm=ctx.settings.name, **about)
+    units = prepared.units
+    m0 = min(ctx.settings.rollout.micro_batch_size, units)  # the arm's own micro-batches
+    m1 = (m0 + 1) // 2 if m0 > 1 else min(2, units)
+    runs = [_update_gradients(ctx, objective, path, m) for m in (m0, m0, m1)]
+    unit = "pairs" if kind == "dpo" else "rows"
+    detail |= {"file": str(path), "units": units, "unit": unit, "micro_batch_sizes": [m0, m0, m1]}
+    what = f"{KINDS[kind]} on {data}, stored in {path.name}"
+    if any("policy" not in g for _, g in runs):
+        reason = (
+            f"the {KINDS[kind]} took no optimizer step on {data} (no trained token, or target KL "
+            "stopped it): nothing to reproduce"
         )
-        if blanks.advantage.estimator != "gae"
-        else (batch.action_mask * 0, batch.action_mask, {})
-    )
-    n = blanks.normalization
-    w = loss_weights(
-        mask, n.mode, l_max, n.count_empty_rows, **batch.unit_ids(list(range(batch.size)))
-    )
-    return batch, old, adv, mask, w
-
-
-def _loss_and_grad(model, blanks, rollout, batch, old, adv, mask, w, splits: list[list[int]]):
-    """The policy loss of ``batch`` accumulated over the row ``splits`` (micro-batches) and the
-    gradient it leaves (flattened, copied)."""
-
-    from sixblanks.algorithms.loss import policy_loss
-
-    from ..training.policy import policy_logprobs
-
-    model.zero_grad(set_to_none=True)
-    total = 0.0
-    for rows in splits:
-        sub = batch.select(rows)
-        lp, _ = policy_logprobs(model, sub.tokens, sub.attention_mask, rollout.temperature)
-        loss, _ = policy_loss(
-            blanks,
-            lp,
-            old[rows],
-            adv[rows],
-            mask[rows],
-            w[rows],
-            ref_logp=old[rows],
-            behavior_logp=batch.behavior_logprobs[rows],  # off-policy corrections need it
+        return [
+            RungResult(2, "frozen_batch", label, "inconclusive", reason, detail=detail),
+            verdict(2, "frozen_batch", "inconclusive", reason),
+        ]
+    loss_keys = ["loss", "value_loss"] if kind == "critic" else ["loss"]
+    losses = {k: [float(m[k]) for m, _ in runs] for k in loss_keys}
+    ok, loss_text = True, []
+    for k, (l1, l2, l3) in losses.items():
+        ok &= abs(l1 - l2) <= 1e-6 * max(1, abs(l1)) and abs(l1 - l3) <= 1e-5 * max(1, abs(l1))
+        loss_text.append(
+            f"{k.replace('_', ' ')} {l1:.6g} / repeat {l2:.6g} / micro-batches of {m1} {l3:.6g}"
         )
-        loss.backward()
-        total += float(loss.detach())
-    g = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-    return total, g.clone()
-
-
-def frozen_batch_rung(engine, model, tok, task, rollout, blanks) -> list[RungResult]:
-    """Rung 2: one update on a frozen batch reproduces on a repeat and across a micro-batch split."""
-
-    batch, old, adv, mask, w = _frozen_batch(engine, model, tok, task, rollout, blanks)
-
-    def loss_and_grad(splits: list[list[int]]):
-        return _loss_and_grad(model, blanks, rollout, batch, old, adv, mask, w, splits)
-
-    rows = list(range(batch.size))
-    l1, g1 = loss_and_grad([rows])
-    l2, g2 = loss_and_grad([rows])
-    half = batch.size // 2
-    l3, g3 = loss_and_grad([rows[:half], rows[half:]])
-    g_max = float(g1.abs().max())
-    scale = max(g_max, 1e-12)
-    rep_diff = float((g1 - g2).abs().max()) / scale
-    split_diff = float((g1 - g3).abs().max()) / scale
-    detail = {
-        "loss": [l1, l2, l3],
-        "grad_abs_max": g_max,
-        "grad_rel_diff_repeat": rep_diff,
-        "grad_rel_diff_split": split_diff,
-        "engine": engine_name(engine),
-    }
-    ok = (
-        abs(l1 - l2) <= 1e-6 * max(1, abs(l1))
-        and abs(l1 - l3) <= 1e-5 * max(1, abs(l1))
-        and rep_diff <= 1e-4
-        and split_diff <= 1e-3
-    )
+    grad_text, zero = [], []
+    for part in runs[0][1]:
+        g1, g2, g3 = (g[part] for _, g in runs)
+        g_max = float(g1.abs().max()) if g1.numel() else 0.0
+        scale = max(g_max, 1e-12)
+        rep = float((g1 - g2).abs().max()) / scale if g1.numel() else 0.0
+        split = float((g1 - g3).abs().max()) / scale if g1.numel() else 0.0
+        detail[f"grad.{part}"] = {"abs_max": g_max, "rel_diff_repeat": rep, "rel_diff_split": split}
+        ok &= rep <= 1e-4 and split <= 1e-3
+        grad_text.append(f"{part} repeat {rep:.2g}, split {split:.2g}")
+        if g_max == 0.0:
+            zero.append(part)
+    detail["loss"] = losses
     ev = (
-        f"loss {l1:.6g} / repeat {l2:.6g} / 2 micro-batches {l3:.6g}; max relative grad difference: repeat "
-        f"{rep_diff:.2g}, split {split_diff:.2g}"
+        f"{what}: "
+        + "; ".join(loss_text)
+        + f" (micro-batches of {m0} {unit}); max relative grad difference: "
+        + "; ".join(grad_text)
     )
     if not ok:
         status, ev = "fail", "update not reproducible on a frozen batch: " + ev
-        reason = f"the update differs on a repeat ({rep_diff:.2g}) or a micro-batch split ({split_diff:.2g})"
-    elif g_max == 0.0:
-        # a zero gradient reproduces trivially: no advantage signal in the batch, nothing shown
+        reason = f"the {KINDS[kind]} differs on a repeat or a micro-batch split ({path} replays it)"
+    elif zero:
+        # a zero gradient reproduces trivially: no signal in the batch, nothing shown
         status = "inconclusive"
-        reason = f"the frozen batch's gradient is zero ({batch.size} samples without advantage signal): nothing to reproduce"
+        reason = (
+            f"the frozen batch's {' and '.join(zero)} gradient is zero ({data} without a learning "
+            "signal): nothing to reproduce"
+        )
+        ev = reason + "; " + ev
+    elif units < 2:
+        status = "inconclusive"
+        reason = f"one {unit[:-1]} in the frozen batch: no micro-batch split to check"
         ev = reason + "; " + ev
     else:
         status = "pass"
-        reason = "one update reproduces on a repeat and across a micro-batch split"
+        reason = f"the {KINDS[kind]} reproduces on a repeat and across a micro-batch split"
     return [
-        RungResult(2, "frozen_batch", "repeat + micro-batch split", status, ev, detail=detail),
+        RungResult(2, "frozen_batch", label, status, ev, detail=detail),
         verdict(2, "frozen_batch", status, reason),
     ]
+
+
+def frozen_batch_rung(
+    engine, model, tok, task, rollout, blanks, out_dir: str | Path | None = None
+) -> list[RungResult]:
+    """Rung 2 for an arm of ``blanks`` on ``model`` (its reference a frozen copy), sampling with
+    ``engine``: :func:`frozen_batch_check`, the frozen batch stored in ``out_dir`` (None: a
+    temporary folder)."""
+
+    from ..config import OptimizerConfig
+    from ..training import RunSettings, Trainer
+
+    settings = RunSettings(
+        blanks=blanks,
+        rollout=rollout,
+        optimizer=OptimizerConfig(),
+        budget={},
+        seed=0,
+        reward_range=tuple(task.reward_range),
+        name="ladder rung 2",
+        evaluate=False,
+    )
+    trainer = Trainer(settings, task, model, tok, engine=engine, objective=rung_objective)
+    if out_dir is not None:
+        return frozen_batch_check(trainer, Path(out_dir) / FROZEN_BATCH)
+    with tempfile.TemporaryDirectory() as tmp:
+        return frozen_batch_check(trainer, Path(tmp) / FROZEN_BATCH)
 
 
 def no_update_rung(engine, model, tok, task, n: int, rollout) -> list[RungResult]:

@@ -5,6 +5,9 @@ a short reason. A rung passes only on evidence that could have failed it:
 
 - rung 3 (no update): a policy that scores the reward floor (or the ceiling) on every instance cannot
   show drift, since a response that changes but stays wrong (right) scores the same: inconclusive;
+- rung 6 (normalization) also runs each Z whose gradient scale differs from the arm's scale-matched
+  (:func:`explain_scale`): a Z that wins both as is and scale-matched shows estimator bias, one that
+  wins only as is a changed step size;
 - rungs 5-8 (one axis varied): a variant is compared with the nominal setting on the same validation
   instances by a paired bootstrap interval of (variant - nominal). It fails the rung when the lower
   bound exceeds MARGIN, passes it when the upper bound stays at or under MARGIN, and is inconclusive
@@ -16,7 +19,7 @@ Each row keeps its measurements in ``detail``; ``split`` names the held-out spli
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -315,3 +318,76 @@ def judge_compare(
         f"{held} instances{bound}"
     )
     return rows + [verdict(rung, name, "pass", reason, **split)]
+
+
+# ---------------------------------------------------------------- rung 6: weighting vs scale
+
+
+def explain_scale(
+    rows: list[RungResult], scale: dict[str, dict[str, Any]], grad_clip: float | None
+) -> list[RungResult]:
+    """Rung 6's rows with its verdict saying which variant is which, and what their results
+    separate. ``scale``: for each plain variant's label (``Z=<mode>``), ``ratio`` (its total loss
+    weight over the nominal's on one batch; None: not measured) and ``matched`` (the label of its
+    scale-matched variant; None: none, its scale is the nominal's or unmeasured).
+
+    A plain variant changes both the weighting of the tokens (the estimator) and the gradient's
+    scale; its scale-matched twin changes the weighting only. Plain fails and matched fails:
+    estimator bias. Plain fails and matched passes: a changed step size. Matched fails alone: the
+    weighting helps once the step size is matched."""
+
+    by = {r.variant: r for r in rows}
+    roles = {}  # each variant row: the ratio of its mode's scale, and whether it is matched
+    for plain, s in scale.items():
+        same = s.get("matched") is None and (s.get("ratio") is not None or grad_clip is None)
+        roles[plain] = {"scale_ratio": s.get("ratio"), "scale_matched": same}
+        if s.get("matched"):
+            roles[s["matched"]] = {"scale_ratio": s["ratio"], "scale_matched": True}
+    rows = [
+        replace(r, detail=r.detail | roles[r.variant]) if r.variant in roles else r for r in rows
+    ]
+    *body, final = rows
+    said, found = [], []
+    for plain, s in scale.items():
+        c, twin = s.get("ratio"), s.get("matched")
+        if c is None:
+            said.append(
+                f"{plain} changes the weighting only (optimizer.grad_clip off: AdamW's steps do not "
+                "change with a constant gradient scale)"
+                if grad_clip is None
+                else f"{plain}: its gradient scale could not be measured (no trained token)"
+            )
+            continue
+        if twin is None:
+            said.append(f"{plain} changes the weighting only (the same total loss weight)")
+            continue
+        said.append(
+            f"{plain} changes the weighting and the gradient scale (total loss weight x{c:.3g} of "
+            f"the nominal's), {twin} the weighting only"
+        )
+        if plain not in by or twin not in by:
+            continue
+        p_fail, m_fail = by[plain].status == "fail", by[twin].status == "fail"
+        if p_fail and m_fail:
+            found.append(f"{plain} wins with its step size matched too: estimator bias")
+        elif p_fail and by[twin].status == "pass":
+            found.append(
+                f"{plain} wins only with its own gradient scale ({twin} passes): a changed step "
+                "size, not estimator bias"
+            )
+        elif p_fail:
+            found.append(
+                f"{plain} wins with its own gradient scale; scale-matched the runs cannot tell: "
+                "a changed step size or estimator bias"
+            )
+        elif m_fail:
+            found.append(f"{twin} wins: its weighting helps once its step size is matched")
+    if not said:
+        return rows
+    text = "; ".join(said) + "."
+    if found:
+        text += " " + "; ".join(found) + "."
+    final = replace(
+        final, evidence=f"{final.evidence}. {text}", detail=final.detail | {"scale": scale}
+    )
+    return [*body, final]

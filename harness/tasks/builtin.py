@@ -162,6 +162,19 @@ class GuessNumberEnv(Env):
         )
 
 
+def bisection_guesses(low: int, high: int, secret: int) -> int:
+    """Guesses to name ``secret`` in ``[low, high]`` by bisection (guess the midpoint rounded down,
+    keep the half the noiseless feedback points to): the oracle's strategy, an optimal one."""
+
+    guesses = 1
+    guess = (low + high) // 2
+    while guess != secret:
+        low, high = (guess + 1, high) if secret > guess else (low, guess - 1)
+        guess = (low + high) // 2
+        guesses += 1
+    return guesses
+
+
 class GuessNumber(Task):
     """Multi-turn: guess a secret number; the environment answers higher/lower."""
 
@@ -181,9 +194,18 @@ class GuessNumber(Task):
         return self.params.max_turns
 
     def make_instance(self, seed: int) -> Instance:
+        """An instance whose difficulty is the number of guesses the bisection of the oracle (and of
+        :func:`bisection_guesses`) needs to name its secret without noise: 1 for the midpoint,
+        up to ceil(log2(high - low + 2)); above ``max_turns``, bisection cannot win."""
+
         p = self.params
         secret = random.Random(seed).randint(p.low, p.high)
-        return Instance(seed, f"guess {p.low}-{p.high}\n", {"secret": secret})
+        return Instance(
+            seed,
+            f"guess {p.low}-{p.high}\n",
+            {"secret": secret},
+            difficulty=bisection_guesses(p.low, p.high, secret),
+        )
 
     def make_env(self, instance: Instance, verify) -> Env:
         return GuessNumberEnv(self, instance, verify)
@@ -272,6 +294,26 @@ class ChainEnv(Env):
         self.turn, self.all_right = state["turn"], state["all_right"]
 
 
+def digit_sum(n: int) -> int:
+    return sum(int(d) for d in str(abs(n)))
+
+
+def column_carries(a: int, b: int) -> int:
+    """Carries (or borrows) of the column arithmetic that takes running value ``a`` to ``b``.
+
+    On magnitudes the step is an addition (``|b| = |a| + |b - a|``) or a subtraction of the smaller
+    from the larger; adding u + v in base 10 carries (s(u) + s(v) - s(u + v)) / 9 times (s: the
+    digit sum), and x - y borrows as often as y + (x - y) carries. E.g. 5 -> 12 (5 + 7): one carry;
+    12 -> 7 (12 - 5): one borrow; 3 -> -4 (3 - 7, i.e. 7 - 3): none."""
+
+    u, v = abs(a), abs(b - a)
+    if abs(b) == u + v:  # the magnitudes add: u + v
+        x, y = u, v
+    else:  # the smaller magnitude comes off the larger: x + y is the larger
+        x, y = min(u, v), max(u, v) - min(u, v)
+    return (digit_sum(x) + digit_sum(y) - digit_sum(x + y)) // 9
+
+
 class ChainArithmetic(Task):
     """Multi-step arithmetic, one operation a turn, every step verifiable: ``4+3=`` -> ``7``,
     then ``-5=`` -> ``2``, ... Reward 1 when the last running value is exact; each step's
@@ -295,6 +337,9 @@ class ChainArithmetic(Task):
         return self.params.steps
 
     def make_instance(self, seed: int) -> Instance:
+        """An instance whose difficulty is the carries and borrows its chain's column arithmetic
+        needs (:func:`column_carries`, summed over the steps): 0 to ``steps`` x ``digits``."""
+
         rng, p = random.Random(seed), self.params
         hi = 10**p.digits - 1
         values = [rng.randint(0, hi)]
@@ -305,7 +350,8 @@ class ChainArithmetic(Task):
             values.append(values[-1] + (n if op == "+" else -n))
         first = f"{values[0]}{ops[0]}="
         data = {"values": values, "ops": ops, "answer": values[-1]}
-        return Instance(seed, first, data, difficulty=p.steps)
+        carries = sum(column_carries(a, b) for a, b in zip(values, values[1:]))
+        return Instance(seed, first, data, difficulty=carries)
 
     def make_env(self, instance: Instance, verify) -> Env:
         return ChainEnv(self, instance, verify)
