@@ -27,8 +27,10 @@ EQUIVALENCES = (
     "token-sum has no denominator: its gradient grows with the batch's tokens (B x the mean "
     "length times token-mean's); seq-mean-token-sum grows with the mean length; constant divides "
     "by B L_max (Dr. GRPO), so its scale is fixed by the budget, not by the batch.",
-    "Changing the mode changes both the estimator's weighting and the gradient's scale: match "
-    "the learning rate (or compare the sum of the weights) before calling a difference a bias.",
+    "Changing the mode changes both the estimator's weighting and the gradient's scale (the "
+    "sum of the weights). Under Adam(W) a constant scale cancels except through the gradient "
+    "clip (and eps): ladder rung 6 runs each mode also with the clip rescaled by the ratio of the "
+    "sums, so a difference that survives it is the weighting's, not the step size's.",
 )
 
 

@@ -13,6 +13,7 @@
       runs/<run_id>/            RunDir: one run (below)                                 runner
       ladder.json               the last ablation ladder                                ladder
       ladder.progress.json      each finished rung of the walk in progress (a killed walk resumes)
+      ladder.frozen_batch.pt    rung 2's frozen batch (the arm, the warm start, the prepared batch)
       report/                   the comparison report                                   reports
       sweep/                    SweepDir: an ExperimentDir of its own (the confirmation runs, their
                                 store and report) plus
@@ -55,6 +56,7 @@ WARM_START_JSON = "warm_start.json"
 RUNS = "runs"
 LADDER_JSON = "ladder.json"
 LADDER_PROGRESS = "ladder.progress.json"
+LADDER_FROZEN_BATCH = "ladder.frozen_batch.pt"
 REPORT = "report"
 SWEEP = "sweep"
 SWEEP_JSON = "sweep.json"
@@ -253,6 +255,10 @@ class ExperimentDir(Directory):
     @property
     def ladder_progress(self) -> Path:
         return self.path / LADDER_PROGRESS
+
+    @property
+    def ladder_frozen_batch(self) -> Path:
+        return self.path / LADDER_FROZEN_BATCH
 
     @property
     def report(self) -> Path:

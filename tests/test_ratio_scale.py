@@ -14,6 +14,7 @@ from sixblanks.algorithms.loss import policy_loss
 from sixblanks.algorithms.normalization import loss_weights
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness.training.objectives import policy_gradient as pg
+from sixblanks.harness.training.objectives.clip_scale import ClipScale
 from tests.short_runs import golden_initial, short_run
 
 # one episode of two turns: 2 tokens, then 3; d = log pi - log pi_old per token
@@ -92,7 +93,7 @@ def test_the_spread_is_measured_once_after_the_first_step_and_sets_the_bounds(in
     ~0.3 on this policy)."""
 
     calls = []
-    measure = pg.PolicyGradient.measure_scale
+    measure = ClipScale.measure
 
     def spy(self, batch, rows, mask, old_logp):
         steps = {int(s["step"]) for s in self.ctx.optimizer.state.values()}
@@ -101,9 +102,9 @@ def test_the_spread_is_measured_once_after_the_first_step_and_sets_the_bounds(in
         old, m = old_logp[rows].double().numpy(), mask[rows].double().numpy()
         means = [(logp[i] - old[i])[m[i] > 0].mean() for i in range(len(rows)) if m[i].sum() > 0]
         measure(self, batch, rows, mask, old_logp)
-        calls.append((steps, float(np.std(means)), dict(self.clip_scale or {})))
+        calls.append((steps, float(np.std(means)), dict(self.measured or {})))
 
-    monkeypatch.setattr(pg.PolicyGradient, "measure_scale", spy)
+    monkeypatch.setattr(ClipScale, "measure", spy)
     trainer, res = short_run(initial, "gspo", budget=1500)
     # tried on each minibatch after an optimizer step until the policy has moved (a warmed-up
     # learning rate starts at 0: a spread of 0 measures nothing), then never again
@@ -125,7 +126,7 @@ def test_the_spread_is_measured_once_after_the_first_step_and_sets_the_bounds(in
     state = copy.deepcopy(trainer.objective.state_dict())
     fresh = pg.PolicyGradient(trainer.ctx)
     fresh.load_state_dict(state)
-    assert fresh.scaled(trainer.ctx.blanks).weight.eps_low == pytest.approx(2 * sigma)
+    assert fresh.clip_scale.scaled(trainer.ctx.blanks).weight.eps_low == pytest.approx(2 * sigma)
     # the paper's absolute bounds on this policy: the same batches clip far more
     _, paper = short_run(initial, "gspo_paper", budget=1500)
     clip = np.mean([m["clip_frac"] for m in trained])

@@ -401,9 +401,10 @@ ROWS: tuple[Row, ...] = (
         "L_max). The starter runs grpo against it at the same launched tokens, GRPO's KL kept on "
         "both: that comparison is the ablation.",
         "A constant denominator changes the gradient's scale with L_max and the batch, not only "
-        "the length bias: match the learning rate (rung 7 varies it) before calling a difference "
-        "length bias, and read the arms' response_length_correct and response_length_incorrect "
-        "beside their scores.",
+        "the length bias; under AdamW a constant scale cancels except through the gradient clip, "
+        "so rung 6 runs each Z also scale-matched (the clip rescaled): a difference that survives "
+        "it is the weighting's, not the step size's. Read the arms' response_length_correct and "
+        "response_length_incorrect beside their scores.",
         6,
         "Rung 6 varies the normalization blank alone (constant is Dr. GRPO's, seq-mean-token-mean "
         "GRPO's 1/|o|, and token-mean), the advantage held at group_mean: whether the length fix "

@@ -55,7 +55,6 @@ from ..tasks import make_task
 from ..tasks.judge import attach_judge
 from ..training import TrainingError
 from .ladder_rungs import (
-    FROZEN_BATCH,
     contract_rung,
     engine_name,
     frozen_batch_check,
@@ -240,7 +239,7 @@ class Ladder:
 
     def rung_frozen_batch(self) -> list[RungResult]:
         """The arm's update as its runs build it (policy, reference, engine, objective), on a
-        frozen batch stored in the output folder (:data:`~.ladder_rungs.FROZEN_BATCH`)."""
+        frozen batch stored in the output folder (``ExperimentDir.ladder_frozen_batch``)."""
 
         try:
             trainer = build_trainer(self.spec, self.warm)
@@ -250,7 +249,7 @@ class Ladder:
                 RungResult(2, "frozen_batch", "repeat + micro-batch split", "fail", reason),
                 verdict(2, "frozen_batch", "fail", reason),
             ]
-        path = ExperimentDir(self.out).path / FROZEN_BATCH
+        path = ExperimentDir(self.out).ladder_frozen_batch
         return frozen_batch_check(trainer, path, policy=str(self.warm))
 
     def rung_no_update_eval(self) -> list[RungResult]:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..layout import LADDER_FROZEN_BATCH
 from ..rollout.agent import run_episodes
 from ..rollout.engine import SamplerMismatch, SamplingParams
 from ..rollout.trajectory import TrajectoryBatch
@@ -116,7 +117,7 @@ def _mismatch_line(figures: dict[str, Any]) -> str:
     )
 
 
-FROZEN_BATCH = "ladder.frozen_batch.pt"
+FROZEN_BATCH = LADDER_FROZEN_BATCH
 """Rung 2's frozen batch, in the ladder's output folder: the batch and what the arm's objective
 prepared from it (:func:`save_frozen_batch`), reloaded by every update the rung checks, so that a
 failing batch can be replayed (:func:`load_frozen_batch`)."""

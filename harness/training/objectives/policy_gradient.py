@@ -14,7 +14,7 @@ import torch
 from sixblanks.algorithms.critic import approx_kl
 from sixblanks.algorithms.loss import compute_advantages, correction_stats, policy_loss
 from sixblanks.algorithms.normalization import loss_weights
-from sixblanks.algorithms.weights import mismatch_stats, sequence_log_ratio
+from sixblanks.algorithms.weights import mismatch_stats
 
 from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected, Objective, Prepared, Stateless, TrainingError
@@ -28,6 +28,7 @@ from ..diagnostics import (
 )
 from ..faults import planted_rewards
 from .accumulate import accumulate
+from .clip_scale import ClipScale
 from .offpolicy import off_policy
 
 
@@ -99,42 +100,7 @@ class PolicyGradient(Stateless, Objective):
             and not reads_old_before_update(b)
         )
         self.probe = grad_noise_probe(ctx)  # rollout.grad_noise_probe
-        self.clip_scale: dict[str, float] | None = None
-        """weight.clip_scale's measurement, once made: the spread sigma, the bounds it set, the step."""
-
-    def scaled(self, blanks):
-        """The blanks with weight.clip_scale's measured bounds in eps_low/eps_high (unchanged
-        before the measurement, or without clip_scale)."""
-
-        if self.clip_scale is None:
-            return blanks
-        eps = {k: self.clip_scale[k] for k in ("eps_low", "eps_high")}
-        return blanks.model_copy(update={"weight": blanks.weight.model_copy(update=eps)})
-
-    def measure_scale(self, batch: TrajectoryBatch, rows: list[int], mask, old_logp) -> None:
-        """weight.clip_scale: the spread over ``rows`` of the sequence log-ratio to pi_old, with the
-        policy as the run's first optimizer step left it, sets the bounds for the rest of the run.
-        A spread of 0 (the policy did not move) measures nothing: the next minibatch tries again."""
-
-        ctx, scale = self.ctx, self.ctx.blanks.weight.clip_scale
-        was_training = ctx.model.training
-        ctx.model.eval()
-        logp = ctx.batched_logprobs(ctx.model, batch.select(rows))
-        ctx.model.train(was_training)
-        m = mask[rows]
-        has = m.sum(1) > 0
-        if int(has.sum()) < 2:
-            return
-        d = sequence_log_ratio(logp.double(), old_logp[rows].double(), m)[has]
-        sigma = float(d.std(unbiased=False))
-        if not sigma > 1e-12 or sigma != sigma:
-            return
-        self.clip_scale = {
-            "sigma": sigma,
-            "eps_low": scale.low * sigma,
-            "eps_high": scale.high * sigma,
-            "step": float(ctx.step),
-        }
+        self.clip_scale = ClipScale(ctx)  # weight.clip_scale
 
     def process_inputs(self, collected: Collected, old_logp, ref_logp) -> dict[str, Any]:
         """Inputs from a second model (a process reward model): none here; see :mod:`.process`."""
@@ -211,21 +177,21 @@ class PolicyGradient(Stateless, Objective):
 
     def update(self, p: Prepared) -> dict[str, Any]:
         ctx = self.ctx
-        cur = [self.scaled(ctx.blanks)]  # weight.clip_scale's bounds, once measured
+        scale = self.clip_scale
+        cur = [scale.scaled(ctx.blanks)]  # weight.clip_scale's bounds, once measured
         b = cur[0]
         batch, mask, t = p.batch, p.mask, p.tensors
         dev = ctx.device
         target_kl = b.weight.target_kl
-        scale_pending = b.weight.clip_scale is not None and self.clip_scale is None
 
         def weigh(rows: list[int]) -> torch.Tensor | None:
             sub = mask[rows]
             if float(sub.sum()) == 0:
                 return None
-            if scale_pending and self.clip_scale is None and stepped[0]:
+            if scale.pending and stepped[0]:
                 old = batch.behavior_logprobs if b.weight.old_policy == "rollout" else t["old_logp"]
-                self.measure_scale(batch, rows, mask, old)
-                cur[0] = self.scaled(ctx.blanks)
+                scale.measure(batch, rows, mask, old)
+                cur[0] = scale.scaled(ctx.blanks)
             n = b.normalization
             return loss_weights(sub, n.mode, ctx.l_max, n.count_empty_rows, **batch.unit_ids(rows))
 
@@ -300,19 +266,16 @@ class PolicyGradient(Stateless, Objective):
             **mismatch,
             **(probe.end_step() if probe is not None else {}),
             "policy_version": float(ctx.engine.policy_version),
-            **{f"clip_scale.{k}": v for k, v in (self.clip_scale or {}).items()},
+            **scale.metrics(),
         }
 
     def state_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.probe is not None:
             out["grad_noise_probe"] = self.probe.state_dict()
-        if self.clip_scale is not None:
-            out["clip_scale"] = dict(self.clip_scale)
-        return out
+        return {**out, **self.clip_scale.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.probe is not None and "grad_noise_probe" in state:
             self.probe.load_state_dict(state["grad_noise_probe"])
-        if "clip_scale" in state:
-            self.clip_scale = dict(state["clip_scale"])
+        self.clip_scale.load_state_dict(state)
