@@ -211,12 +211,42 @@ class SelfPlaySpec(Spec):
     )
 
 
+class PairsSpec(Spec):
+    """Where the preference pairs of data.source 'preference_pairs' (objective dpo) come from: a
+    file of pairs, or (``file`` None) the best and the worst of G scored rollouts of each instance
+    from the initial (reference) policy. A file is JSONL or Parquet, one pair a row: columns
+    ``prompt``, ``chosen``, ``rejected`` (complete responses), or with ``prefix`` too (segments: the
+    two responses share the prefix and differ after it; the loss covers the segment tokens only).
+    Its pairs are served prompts_per_step a step, in a shuffled order drawn from the run's seed
+    (a new order each pass over the file)."""
+
+    file: str | None = Field(
+        None,
+        description="A .jsonl or .parquet file of preference pairs (relative to the current "
+        "directory); None: pairs from scored rollouts of the initial policy.",
+    )
+    eos: bool = Field(
+        True,
+        description="End each complete response of a file with the tokenizer's EOS token, as a "
+        "generation that stopped there (segments never: they need not end the response); false: "
+        "the text as written.",
+    )
+    heldout: int = Field(
+        16,
+        ge=0,
+        description="Pairs held out for the distribution-shift evaluation at each evaluation point "
+        "(shift.* metrics): from a file, this many of its pairs, the same for every arm and seed, "
+        "never trained on; without a file, the pairs of this many held-out instances (the "
+        "evaluation split) rolled G times by the initial policy. 0: no shift evaluation.",
+    )
+
+
 class DataSpec(Spec):
     """(i): which samples, how many per prompt, how often reused."""
 
     source: Literal["rollouts", "demonstrations", "preference_pairs", "search"] = Field(
         "rollouts",
-        description="rollouts: online; demonstrations: SFT; preference_pairs: DPO pairs from scored rollouts of the initial policy; search: the trajectories a search selects (data.search), distilled by SFT (objective sft) or trained by the policy gradient (objective pg: the samples carry the behaviour log-probs of the distribution actually sampled; the selection biases them).",
+        description="rollouts: online; demonstrations: SFT; preference_pairs: DPO pairs (data.pairs: from a file, else from scored rollouts of the initial policy); search: the trajectories a search selects (data.search), distilled by SFT (objective sft) or trained by the policy gradient (objective pg: the samples carry the behaviour log-probs of the distribution actually sampled; the selection biases them).",
     )
     group_size: int | None = Field(
         None, ge=1, description="G samples per prompt; None: the rollout section's group_size."
@@ -264,6 +294,11 @@ class DataSpec(Spec):
     search: SearchSpec = Field(
         SearchSpec(), description="The search of data.source 'search' (best-of-N and selection)."
     )
+    pairs: PairsSpec = Field(
+        PairsSpec(),
+        description="The preference pairs of data.source 'preference_pairs': a file, or scored "
+        "rollouts of the initial policy; the pairs held out for the distribution-shift evaluation.",
+    )
     branching: BranchSpec | None = Field(
         None,
         description="Branching counterfactuals: M continuations from restored states at chosen "
@@ -310,6 +345,17 @@ class DataSpec(Spec):
         description="Self-play on a two-player game task: the opponents are a pool of past "
         "checkpoints of the policy; None: the task's own (scripted) opponent.",
     )
+
+    @model_validator(mode="after")
+    def _pairs_file(self) -> DataSpec:
+        if self.pairs.file is not None and self.source != "preference_pairs":
+            raise ValueError(
+                "data.pairs.file: a file of preference pairs is read by data.source "
+                f"'preference_pairs' (objective dpo), not '{self.source}'"
+            )
+        if self.pairs.file is not None and not self.pairs.file.strip():
+            raise ValueError("data.pairs.file: an empty path (None: pairs from scored rollouts)")
+        return self
 
     @model_validator(mode="after")
     def _self_play(self) -> DataSpec:

@@ -32,7 +32,10 @@ SWITCHES: dict[str, Registry] = {
 }
 """Choice field -> the registry of its variants."""
 
-SOURCE_FIELDS: dict[str, tuple[str, ...]] = {"search": ("data.search",)}
+SOURCE_FIELDS: dict[str, tuple[str, ...]] = {
+    "search": ("data.search",),
+    "preference_pairs": ("data.pairs",),
+}
 """Fields that apply only with a given data.source."""
 
 WHEN_ON: dict[str, tuple[str, ...]] = {

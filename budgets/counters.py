@@ -40,6 +40,8 @@ DISCARD_REASONS: tuple[str, ...] = (
     "unconsumed",
     "search_selection",
     "restart",
+    "pair_selection",
+    "no_preference",
 )
 """Why launched tokens did not enter a gradient. "zero_variance_filter": groups whose rewards were all
 equal, dropped without resampling (ScaleRL); "failed": a task or verifier failure; "baseline":
@@ -50,7 +52,10 @@ were never trained on (still queued when the run ended, or made after the checkp
 trainer resumed from); "search_selection": samples a search drew and did not select (the cost of
 selection that success filtering would otherwise hide); "restart": what an earlier attempt of the
 run launched before it was killed with no usable checkpoint left, so that the run started again
-from its first step (its work is charged, none of it is in the weights)."""
+from its first step (its work is charged, none of it is in the weights); "pair_selection": the
+responses of DPO's scored groups that are neither the best nor the worst (the cost of making a pair
+out of G samples); "no_preference": every response of a DPO group whose rewards are all equal (no
+pair can be made of it)."""
 
 
 def counter_names() -> list[str]:

@@ -195,9 +195,10 @@ CORPUS = [
         "would never end",
     ),
     (
-        "an environment-step budget for demonstrations",
-        "arms: {s: {preset: sft}}\nbudget: {env_steps: 1000, verifier_calls: 1000}\n",
-        "budget: arm 's' never charges any of these counters (env_steps, verifier_calls)",
+        "an environment-step budget for a file of preference pairs",
+        "arms: {d: {preset: dpo, blanks: {data: {pairs: {file: p.jsonl}}}}}\n"
+        "budget: {env_steps: 1000, verifier_calls: 1000}\n",
+        "budget: arm 'd' never charges any of these counters (env_steps, verifier_calls)",
     ),
     (
         "more minibatches than rows",

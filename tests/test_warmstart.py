@@ -6,13 +6,10 @@ import torch
 
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.models import load_policy, state_hash
-from sixblanks.harness.orchestration.warmstart import (
-    demonstration_batch,
-    warm_start,
-    warm_start_key,
-)
+from sixblanks.harness.orchestration.warmstart import warm_start, warm_start_key
 from sixblanks.harness.rollout.engine import HFEngine
 from sixblanks.harness.tasks import make_task
+from sixblanks.harness.training.collectors import demonstration_batch
 from sixblanks.harness.training.evaluate import evaluate
 
 

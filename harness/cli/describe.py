@@ -39,8 +39,10 @@ def validate(
 
     from ..config import load_config, resolved_dict
     from ..config.checks import cautions
+    from ..orchestration.data_files import check_data_files
 
     cfg = load_config(config)
+    check_data_files(cfg)  # a file of pairs, read now: its problems before any run
     plan = cfg.plan()
     notes = cautions(cfg)
     if as_json:

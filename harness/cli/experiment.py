@@ -196,10 +196,12 @@ def run(
     of the same code, resumes unfinished ones)."""
 
     from ..config import load_config
+    from ..orchestration.data_files import check_data_files
     from ..orchestration.experiment import out_dir_of, run_experiment
     from ..orchestration.orchestrator import RunFailed
 
     cfg = load_config(config)
+    check_data_files(cfg)  # a file of pairs, read now: its problems before any run
     out_path = out_dir_of(cfg, out_dir)
     say(f"[green]valid[/green]: {config}  ->  {out_path}")
     say(plan_table(cfg))

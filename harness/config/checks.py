@@ -306,11 +306,15 @@ def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[
             "judge_calls": (n * turns * judge_per_verify, f"{how}{t} x {judge_per_verify} call(s)"),
         }
 
-    if d.source == "demonstrations":
+    if d.source == "demonstrations":  # played through the environment: no prompt is sampled
         n, how = ppp * g, f"prompts_per_step {ppp} x group size {g}"
+        worst = {k: v for k, v in rollouts(n, how).items() if k != "prompt_tokens"}
+    elif d.source == "preference_pairs" and d.pairs.file is not None:
+        # a file's pairs: two responses each, their tokens known only once the file is read
+        how = f"prompts_per_step {ppp} x 2 responses"
         worst = {
-            "launched_tokens": (n * L * turns, f"{how} x max_new_tokens {L}{t}"),
-            "rollouts_launched": (n, how),
+            "launched_tokens": (2 * ppp, how + " of 1+ tokens"),
+            "rollouts_launched": (2 * ppp, how),
         }
     elif d.source == "preference_pairs":
         worst = rollouts(ppp * max(2, g), f"prompts_per_step {ppp} x {max(2, g)} samples")
@@ -386,7 +390,9 @@ def _charged(arm: _Arm, task: TaskConfig) -> set[str]:
     )
     if task.judge is None and not user_prm:
         never.add("judge_calls")
-    if d.source == "demonstrations":  # oracle demonstrations: no environment, no verifier
+    if d.source == "demonstrations":  # played through the environment, nothing sampled
+        never.add("prompt_tokens")
+    if d.source == "preference_pairs" and d.pairs.file is not None:  # read, not played
         never |= {"prompt_tokens", "env_steps", "verifier_calls", "judge_calls"}
     return set(COUNTERS) - never
 

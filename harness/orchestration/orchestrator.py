@@ -19,6 +19,7 @@ from ..config import ExperimentConfig
 from ..errors import SixblanksError
 from ..layout import ExperimentDir, write_json
 from ..version import code_fingerprint
+from .data_files import file_hash
 from .progress import EvalTail, budget_fraction, end_key, plain_eval_line, say
 from .runner import spec_id
 
@@ -58,6 +59,9 @@ def build_specs(
                 # a user task's modules are not in the code fingerprint: hashed into its run id
                 if ":" in task.name and not task.name.startswith("reasoning_gym:"):
                     spec["task_source"] = user_task_source(task.name)
+                # a data file is not in the config either: its content hash is
+                if (pairs := blanks["data"]["pairs"]["file"]) is not None:
+                    spec["data_source"] = file_hash(pairs)
                 spec["run_id"] = spec_id(spec)
                 specs.append(spec)
     return specs

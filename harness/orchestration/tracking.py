@@ -186,6 +186,9 @@ class Tracker:
                     metrics.append(
                         Metric(f"eval.at.{c}", float(e["position"].get(c, 0.0)), ts, step)
                     )
+                for k, v in (e.get("shift") or {}).items():  # a DPO arm's shift evaluation
+                    if isinstance(v, (int, float)) and v == v:
+                        metrics.append(Metric(k[:KEY_MAX], float(v), ts, step))
         for i in range(0, len(metrics), 1000):
             client.log_batch(run_id, metrics=metrics[i : i + 1000])
         client.log_artifact(run_id, str(rd.spec))

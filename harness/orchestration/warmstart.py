@@ -34,7 +34,8 @@ from ..rollout.trajectory import TrajectoryBatch
 from ..seeds import demo_seeds
 from ..tasks.base import Task
 from ..training import RunSettings, Trainer
-from ..training.collectors import Demonstrations, demonstration_batch
+from ..training.collectors import Demonstrations
+from ..training.collectors.demonstrations import demonstration_pool
 from ..training.objectives import SFT
 from ..version import code_fingerprint
 
@@ -47,11 +48,14 @@ def train_sft(
     ws,
     rollout,
     progress: Callable[[int, float], None] | None = None,
+    pool_cost: dict[str, float] | None = None,
 ):
     """``ws.steps`` SFT steps (``ws``: the WarmStartConfig) on minibatches of ``ws.batch_size`` drawn
     from ``demos``: AdamW at ``ws.lr`` (no weight decay), gradient norm clipped at 1, on the
     unprocessed distribution (temperature 1; ``rollout`` gives the context and micro-batch sizes).
-    Returns the trainer's result (``steps[i]["loss"]``, the ledger of demonstration tokens)."""
+    ``pool_cost``: what playing the demonstrations took (environment steps, verifier calls),
+    charged in the first step. Returns the trainer's result (``steps[i]["loss"]``, the ledger of
+    demonstration tokens, environment steps and verifier calls)."""
 
     settings = RunSettings(
         blanks=get_preset("sft").blanks,
@@ -68,7 +72,9 @@ def train_sft(
         model,
         tokenizer,
         ref_model=model,  # unused: the warm start measures no KL to a reference
-        collector=lambda ctx: Demonstrations(ctx, demos, ws.batch_size, ws.seed),
+        collector=lambda ctx: Demonstrations(
+            ctx, demos, ws.batch_size, ws.seed, pool_cost=pool_cost
+        ),
         objective=lambda ctx: SFT(ctx, kl_to_reference=False),
     )
 
@@ -129,12 +135,14 @@ def warm_start(
     if ws.enabled and ws.steps > 0:
         rng = random.Random(ws.seed)
         per_task = max(1, ws.num_demos // len(tasks))
-        batches = []
+        batches, cost = [], {}
         for ti, task in enumerate(tasks):
             if not task.has_oracle:
                 continue
             seeds = demo_seeds(rng, ti, per_task)
-            batches.append(demonstration_batch(task, tok, seeds, cfg.rollout.max_prompt_tokens))
+            batch, played = demonstration_pool(task, tok, seeds, cfg.rollout.max_prompt_tokens)
+            batches.append(batch)
+            cost = {k: cost.get(k, 0.0) + v for k, v in played.items()}
         if batches:
             demo = TrajectoryBatch.concat(batches, tok.pad_token_id or 0)
             every = max(1, cfg.warm_start.steps // 5)
@@ -144,7 +152,7 @@ def warm_start(
                     log(f"warm start: SFT step {step + 1}/{cfg.warm_start.steps} loss {loss:.4f}")
 
             task = next(t for t in tasks if t.has_oracle)
-            result = train_sft(model, tok, task, demo, ws, cfg.rollout, progress)
+            result = train_sft(model, tok, task, demo, ws, cfg.rollout, progress, cost)
             losses = [m["loss"] for m in result.steps]
             counters = {k: v for k, v in result.ledger.counters.items() if v}
     info: dict[str, Any] = {

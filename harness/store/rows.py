@@ -30,7 +30,9 @@ def run_tables(run_dir: Path) -> dict[str, Any]:
     evals = [e for e in events if e["type"] == "eval"]
     ledger = ledger_table(rid, steps)
     discards = discard_rows(rid, steps)
-    metrics = metrics_table(rid, steps)
+    # a DPO arm's distribution-shift evaluation (shift.*) is measured at evaluation points
+    shift = [{"step": e["step"], **e["shift"]} for e in evals if e.get("shift")]
+    metrics = metrics_table(rid, steps + shift)
     evals_rows = eval_rows(rid, spec, evals)
     budgets = budget_rows(rid, spec, status, result)
     run = run_row(rd, spec, status, result, steps, evals)

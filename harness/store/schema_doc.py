@@ -72,7 +72,9 @@ NOTES: dict[str, dict[str, str]] = {
         "dis (outside SAO's DIS band), unconsumed (rounds a concurrent collector launched that "
         "were never trained on), search_selection (samples a search drew and did not select), "
         "restart (what an attempt killed with no usable checkpoint left had launched: the run "
-        "started again, charged it)",
+        "started again, charged it), pair_selection (responses of a DPO arm's scored groups that "
+        "are neither the best nor the worst), no_preference (every response of a DPO group whose "
+        "rewards are all equal)",
     },
     "metrics": {
         "run_id, step": "the step",

@@ -1,6 +1,6 @@
-"""Held-out evaluation on each task's deterministic evaluation set, and what a task evaluates
+"""Held-out evaluation on each task's deterministic evaluation set, what a task evaluates
 apart from its score (``Task.evaluate_apart``, harness/tasks/base.py: a game's fixed external
-opponents)."""
+opponents), and a DPO arm's distribution-shift evaluation (:func:`evaluate_shift`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
-from ..rollout.agent import run_episodes
-from ..rollout.engine import RolloutEngine, SamplingParams
+from ..rollout.agent import Episode, episodes_to_batch, run_episodes, task_params
+from ..rollout.engine import HFEngine, RolloutEngine, SamplingParams
 from ..rollout.search import search
+from ..rollout.trajectory import TrajectoryBatch
 from ..seeds import eval_seeds
 from ..tasks.base import Games, Instance, Play, Task
 from ..tasks.verify import VerifierGate
@@ -229,7 +230,8 @@ def evaluate_apart(ctx, meter) -> dict[str, Any]:
     the score (:meth:`Task.evaluate_apart`; ``{}`` for most tasks, a game's rows against its
     external opponents), to merge into the evaluation record. Each ``play`` is reserved at its
     worst case on ``meter`` (the run's evaluation meter: apart from the training budget), charged
-    what it cost, and its device and wall seconds are added to its ``Games.cost``."""
+    what it cost, and its device and wall seconds are added to its ``Games.cost``. A DPO arm's
+    distribution-shift evaluation (:func:`evaluate_shift`) is merged in as ``shift``."""
 
     s = ctx.settings
     greedy = greedy_games(ctx.engine, ctx.tokenizer, ctx.task, s.rollout)
@@ -248,4 +250,148 @@ def evaluate_apart(ctx, meter) -> dict[str, Any]:
         games.cost.update(zip(("device_seconds", "wall_seconds"), charge.elapsed))
         return games
 
-    return ctx.task.evaluate_apart(play, s.eval_size, s.eval_split)
+    out = dict(ctx.task.evaluate_apart(play, s.eval_size, s.eval_split))
+    shift = evaluate_shift(ctx, meter)
+    return {**out, "shift": shift} if shift else out
+
+
+# ----------------------------------------------------------------------------- distribution shift
+
+
+def evaluate_shift(ctx, meter) -> dict[str, float]:
+    """A DPO arm's distribution-shift evaluation at an evaluation point (``ctx``: its RunContext),
+    charged to ``meter`` (the run's evaluation ledger, apart from the training budget): how the
+    policy scores held-out preference pairs, and how far its own samples are from them. ``{}`` for
+    other objectives, or with ``data.pairs.heldout`` 0.
+
+    The held-out pairs: a file's ``data.pairs.heldout`` pairs that are never trained on; without a
+    file, the pairs (best and worst of G) of the initial policy's G rollouts of as many instances of
+    the evaluation split (rolled at each evaluation, charged). Log-likelihoods are per token, of the
+    distribution the trainer scores (the rollout's temperature, top-k, top-p), on the trained tokens
+    (a segment pair's segments, never its prefix)::
+
+        shift.pairs            held-out pairs scored
+        shift.chosen_logp      mean log-likelihood of the chosen responses' tokens under the policy
+        shift.rejected_logp    the same of the rejected responses
+        shift.ref_chosen_logp  the same under the reference (the initial policy); ref_rejected_logp
+        shift.margin           DPO's implicit reward margin: beta x the mean over pairs of
+                               [log pi/pi_ref(chosen) - log pi/pi_ref(rejected)] (sequence sums, as
+                               the loss takes them); 0 while the policy is the reference
+        shift.accuracy         share of the pairs whose margin is > 0
+        shift.self_logp        mean log-likelihood of the policy's own samples (one from each pair's
+                               prompt and prefix, at eval.temperature) under the policy
+        shift.self_ref_logp    the same under the reference: against ref_chosen_logp, how typical of
+                               the reference the policy's samples are next to the preferred data
+        shift.self_kl          the KL estimate (k1, per token) of the policy from the reference on
+                               its own samples, self_logp - self_ref_logp; 0 while they are one
+        shift.self_tokens      the tokens of those samples
+    """
+
+    d = ctx.blanks.data
+    if ctx.blanks.objective != "dpo" or d.pairs.heldout == 0:
+        return {}
+    from .collectors.pair_file import heldout_pairs
+
+    held = (
+        heldout_pairs(d.pairs, ctx.tokenizer, ctx.task)
+        if d.pairs.file is not None
+        else _rolled_pairs(ctx, meter)
+    )
+    if held is None:
+        return {}
+    pairs, k = held
+    out: dict[str, float] = {"shift.pairs": float(k)}
+    if k:
+        out.update(_pair_scores(ctx, pairs, k))
+    out.update(_own_samples(ctx, meter, pairs, k or pairs.size))  # no pair: every prompt held
+    return out
+
+
+def _rolled_pairs(ctx, meter) -> tuple[TrajectoryBatch, int]:
+    """The held-out pairs of a DPO arm without a file: the initial policy's G rollouts of the first
+    ``data.pairs.heldout`` instances of the evaluation split, and how many pairs they made (when
+    none: one row of each instance, for the policy's own samples)."""
+
+    from .collectors.pairs import select_pairs
+    from .context import rollout_cost
+
+    s, n = ctx.settings, ctx.blanks.data.pairs.heldout
+    g = max(2, ctx.group_size)
+    gate = VerifierGate(ctx.task)
+    since = gate.counts()
+    charge = meter.must_reserve(
+        ctx.worst_rollouts(n * g), f"evaluation shift pairs step {ctx.step}"
+    )
+    with charge:
+        batch = run_episodes(
+            HFEngine(ctx.ref_model, ctx.tokenizer), ctx.tokenizer, ctx.task,
+            ctx.task.eval_instances(n, s.eval_split), g, ctx.params, gate,
+            max_context_tokens=s.rollout.max_prompt_tokens,
+            generator=torch.Generator().manual_seed(s.seed),
+        )  # fmt: skip
+        charge.actual = {k: v for k, v in rollout_cost([batch], gate, since).items() if v}
+    chosen, rejected, _, _ = select_pairs(batch)
+    if not chosen:
+        return batch.select(list(range(0, batch.size, g))), 0
+    return batch.select(chosen + rejected), len(chosen)
+
+
+def _token_mean(logp: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((logp * mask).sum() / mask.sum().clamp(min=1.0))
+
+
+def _pair_scores(ctx, pairs: TrajectoryBatch, k: int) -> dict[str, float]:
+    """The policy's and the reference's view of ``k`` pairs (rows ``i`` chosen, ``i + k`` rejected)."""
+
+    m = pairs.action_mask
+    lp = ctx.batched_logprobs(ctx.model, pairs)
+    ref = ctx.batched_logprobs(ctx.ref_model, pairs)
+    ratio = ((lp - ref) * m).sum(1)  # log pi/pi_ref of each response: a sum over its tokens
+    h = ratio[:k] - ratio[k:]
+    return {
+        "shift.chosen_logp": _token_mean(lp[:k], m[:k]),
+        "shift.rejected_logp": _token_mean(lp[k:], m[k:]),
+        "shift.ref_chosen_logp": _token_mean(ref[:k], m[:k]),
+        "shift.ref_rejected_logp": _token_mean(ref[k:], m[k:]),
+        "shift.margin": ctx.blanks.regularizer.dpo_beta * float(h.mean()),
+        "shift.accuracy": float((h > 0).float().mean()),
+    }
+
+
+def _own_samples(ctx, meter, pairs: TrajectoryBatch, n: int) -> dict[str, float]:
+    """The policy's own samples from the context (prompt and prefix) of the first ``n`` rows of
+    ``pairs``, at the evaluation's temperature, and how the policy and the reference score them."""
+
+    s = ctx.settings
+    params = SamplingParams(temperature=s.eval_temperature, max_new_tokens=s.rollout.max_new_tokens)
+    params = task_params(params, ctx.task)
+    contexts = []
+    for i in range(n):
+        end = int(pairs.attention_mask[i].sum())  # a sample failed before acting: all context
+        start = next((a for kind, a, _ in pairs.segments[i] if kind == "action"), end)
+        contexts.append(pairs.tokens[i, :start].tolist())
+    worst = {"launched_tokens": float(n * params.max_new_tokens), "rollouts_launched": float(n)}
+    with meter.must_reserve(worst, f"evaluation shift samples step {ctx.step}") as charge:
+        gens = ctx.engine.generate(
+            contexts, params, generator=torch.Generator().manual_seed(s.seed)
+        )
+        episodes = []
+        for i, (context, (gen,)) in enumerate(zip(contexts, gens)):
+            ep = Episode(Instance(int(pairs.instance_seeds[i]), pairs.observations[i][0]), i, None)
+            ep.add("obs", context)
+            ep.add("action", gen.token_ids, gen.logprobs, 0)
+            episodes.append(ep)
+        own = episodes_to_batch(episodes, ctx.tokenizer, ctx.engine.policy_version, ctx.task.name)
+        charge.actual = {
+            "launched_tokens": float(own.launched_tokens()),
+            "rollouts_launched": float(n),
+        }
+    m = own.action_mask
+    lp = ctx.batched_logprobs(ctx.model, own)
+    ref = ctx.batched_logprobs(ctx.ref_model, own)
+    return {
+        "shift.self_logp": _token_mean(lp, m),
+        "shift.self_ref_logp": _token_mean(ref, m),
+        "shift.self_kl": _token_mean(lp - ref, m),
+        "shift.self_tokens": float(m.sum()),
+    }
