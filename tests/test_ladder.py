@@ -553,6 +553,7 @@ def test_rung_4_fails_when_no_group_has_reward_variance(tmp_path, task, status):
     "trainable, diverged, status, phrase",
     [
         ([], False, "inconclusive", "no training step fit the rung budget"),
+        ([None, None], False, "inconclusive", "the arm samples one response per prompt"),
         ([0.0, 0.0, 0.0], False, "fail", "no group has reward variance"),
         ([0.0, 0.1, 0.05], False, "inconclusive", "only 0.05 of the groups carry"),
         ([0.5, 0.25], False, "pass", "0.38 of the groups carry a learning signal"),

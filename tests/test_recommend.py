@@ -358,7 +358,7 @@ KEY_POINTS = {
     ),
     "length_bias": (
         ["|o|", "std", "constant denominator", "the ablation"],
-        ["learning rate", "response_length_incorrect"],
+        ["gradient clip", "scale-matched", "response_length_incorrect"],
         ["normalization blank alone", "seq-mean-token-mean"],
     ),
     "clip_fraction": (

@@ -201,6 +201,12 @@ CORPUS = [
         "budget: arm 'd' never charges any of these counters (env_steps, verifier_calls)",
     ),
     (
+        "a trained process reward model on a task without step labels",
+        "arms: {p: {preset: prm_grpo}}\n",
+        "arms.p.blanks.advantage.prm.scorer: 'trained' learns from step labels, and task "
+        "'arithmetic' gives none",
+    ),
+    (
         "more minibatches than rows",
         "arms: {a: {preset: grpo, blanks: {data: {minibatches: 1000}}}}\n",
         "arms.a.blanks.data.minibatches: 1000 minibatches of a step's batch of at most 64 rows "

@@ -449,6 +449,33 @@ _STEP_KEYS = ("rollout.", "blanks.data.", "blanks.objective", "blanks.advantage.
 """Sweep-space paths that change what one step costs: an arm tuned on them is not checked."""
 
 
+def _prm_label_problems(arms: list[_Arm], tasks: list[TaskConfig]) -> list[str]:
+    """A trained process reward model learns from step labels: refused on a task that gives none
+    (unless a search tree labels the steps), as the run itself would refuse it at its start."""
+
+    from ..tasks.registry import make_task
+
+    out = []
+    for arm in arms:
+        a, d = arm.blanks.advantage, arm.blanks.data
+        tree = d.source == "search" and d.search.tree_labels and d.search.mode != "best_of_n"
+        if a.estimator != "prm" or a.prm.scorer != "trained" or tree:
+            continue
+        for task in tasks:
+            try:
+                labelled = make_task(task.name, task.params).has_step_labels
+            except Exception:  # noqa: BLE001 - reported by the semantic pass
+                continue
+            if not labelled:
+                out.append(
+                    f"arms.{arm.name}.blanks.advantage.prm.scorer: 'trained' learns from step "
+                    f"labels, and task '{task.name}' gives none; use a task with step labels "
+                    "(chain_arithmetic, plan_execute), a search tree's labels (data.source search, "
+                    "search.tree_labels) or a scorer 'module:function'"
+                )
+    return out
+
+
 def run_problems(cfg: ExperimentConfig) -> list[str]:
     """Every problem of ``cfg``'s runs that shows before any of them starts."""
 
@@ -462,6 +489,7 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
         out += _fault_problems(cfg, arm)
         out += [p for p in _mismatch_problems(cfg, arm) if p not in out]  # one line a key
     out += _group_problems(arms)
+    out += _prm_label_problems(arms, [t for t, _ in tasks])
     out += _probe_problems(cfg, arms)
     out += _budget_problems("budget", cfg.budget, arms, tasks)
     first = tasks[:1]  # the ladder and the sweep run the first task

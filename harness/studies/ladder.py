@@ -288,7 +288,13 @@ class Ladder:
             "split": out["split"],
         }
         ev = f"difficulty histogram {hist}; trainable-group fraction {start:.2f} at the start, {mean:.2f} over the run"
-        if not tr:
+        if not tr and out["trainable"]:  # steps ran, none measured a group: groups of one
+            status = "inconclusive"
+            reason = (
+                "the arm samples one response per prompt: no group of 2+ samples whose reward "
+                "variance could be measured"
+            )
+        elif not tr:
             status = "inconclusive"
             reason = "no training step fit the rung budget: no group was measured"
         elif mean == 0.0:
