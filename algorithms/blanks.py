@@ -99,6 +99,18 @@ class Blanks(Spec):
                 "sequence or gspo_token with trust_region: clip (a token ratio's bounds are "
                 "eps_low/eps_high)"
             )
+        if w.clip_scale is not None and w.old_policy == "rollout":
+            raise ValueError(
+                "weight.clip_scale: measures how far one update moves the sequence ratio from 1; "
+                "in the bypass form (weight.old_policy: rollout) the ratio is to the rollout's "
+                "log-probs and starts away from 1, so the spread would mix in the sampler's "
+                "mismatch: set absolute eps_low/eps_high"
+            )
+        if w.clip_scale is not None and self.advantage.estimator == "gae":
+            raise ValueError(
+                "weight.clip_scale: measured by the critic-free objective only; an actor-critic "
+                "arm (advantage.estimator gae) takes absolute eps_low/eps_high"
+            )
         if w.sequence != "trajectory" and w.ratio not in ("sequence", "gspo_token"):
             raise ValueError(
                 f"weight.sequence: '{w.sequence}' chooses what a sequence ratio averages over; "

@@ -81,9 +81,10 @@ def value_notes(b: Blanks) -> list[str]:
             out.append(
                 f"Sequence-ratio clip on the ratio's own scale: eps_low = {w.clip_scale.low:g} "
                 f"and eps_high = {w.clip_scale.high:g} times the spread of log s_i, measured "
-                "after the run's first optimizer step and fixed from then on (metrics "
-                f"clip_scale.*); eps_low/eps_high ({w.eps_low:g}/{w.eps_high:g}) apply only "
-                "before it, where every s_i is 1 and nothing is clipped."
+                "after the run's first optimizer step at the full learning rate and fixed from "
+                f"then on (metrics clip_scale.*); eps_low/eps_high ({w.eps_low:g}/"
+                f"{w.eps_high:g}) apply only before it (the first minibatch of a step has every "
+                "s_i at 1 and clips nothing). Setting eps_low/eps_high does nothing after it."
             )
         else:
             out.append(
@@ -95,7 +96,8 @@ def value_notes(b: Blanks) -> list[str]:
         if w.sequence == "turn":
             out.append(
                 "weight.sequence turn: each turn of a multi-turn episode is its own sequence (its "
-                "own s and mean advantage)."
+                "own s and mean advantage); Z still weighs by the normalization mode "
+                f"({b.normalization.mode}): normalization turn-mean weighs each turn alike."
             )
     g = w.gate
     if g is not None:

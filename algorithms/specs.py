@@ -58,9 +58,10 @@ class GateSpec(Spec):
 class ClipScaleSpec(Spec):
     """Clip bounds on the ratio's own scale: eps_low = low * sigma and eps_high = high * sigma,
     where sigma is the spread (standard deviation over sequences) of the sequence log-ratio
-    log s_i = mean_t log(pi/pi_old) measured once per run, on the first minibatch after the run's
-    first optimizer step (the first minibatch has s = 1 exactly and is not clipped, whatever the
-    bounds), and fixed from then on. A sequence ratio is a mean of many token log-ratios, so its
+    log s_i = mean_t log(pi/pi_old) measured once per run, on the first minibatch after an
+    optimizer step at the full learning rate (past any warm-up) that moved the policy (the first
+    minibatch of a step has s = 1 exactly and is not clipped, whatever the bounds), and fixed
+    from then on. A sequence ratio is a mean of many token log-ratios, so its
     spread is far smaller than a token ratio's and depends on the policy, the learning rate and the
     lengths: bounds copied from a paper's model (GSPO's 3e-4/4e-4 on Qwen3-30B) clip a different
     share elsewhere."""
@@ -149,8 +150,9 @@ class WeightSpec(Spec):
     clip_scale: ClipScaleSpec | None = Field(
         None,
         description="Sequence-level clip bounds as multiples of the measured spread of the "
-        "sequence log-ratio (measured once, after the run's first optimizer step, then fixed); "
-        "eps_low/eps_high apply until it is measured. None: eps_low/eps_high as given (absolute).",
+        "sequence log-ratio (measured once, after the run's first optimizer step at the full "
+        "learning rate that moved the policy, then fixed); eps_low/eps_high apply until it is "
+        "measured. None: eps_low/eps_high as given (absolute).",
     )
     sequence: Literal["trajectory", "turn"] = Field(
         "trajectory",

@@ -22,15 +22,15 @@ def golden_initial():
     return validate_mapping(CONFIG), make_task("arithmetic"), model, tok
 
 
-def short_run(initial, preset: str, budget: float = 1200.0, rollout=None, **over):
-    """(trainer, result) of ``preset`` with blank overrides ``over`` (and rollout updates) from a
-    copy of the initial policy, seed 0, no start evaluation."""
+def short_run(initial, preset: str, budget: float = 1200.0, rollout=None, optimizer=None, **over):
+    """(trainer, result) of ``preset`` with blank overrides ``over`` (and rollout and optimizer
+    updates) from a copy of the initial policy, seed 0, no start evaluation."""
 
     cfg, task, model0, tok = initial
     s = RunSettings(
         blanks=resolve(preset, over),
         rollout=cfg.rollout.model_copy(update=rollout or {}),
-        optimizer=cfg.optimizer,
+        optimizer=cfg.optimizer.model_copy(update=optimizer or {}),
         budget={"launched_tokens": budget},
         seed=0,
         eval_size=8,

@@ -51,6 +51,22 @@ def test_validate_cautions_gigpo_with_one_sample_per_prompt(cli, write_yaml):
     assert len(notes) == 1 and notes[0].startswith("arms.g1: GiGPO with one sample per prompt")
 
 
+def test_validate_cautions_absolute_bounds_under_a_measured_scale(cli, write_yaml):
+    cfg = {
+        "name": "c",
+        "task": {"name": "arithmetic"},
+        "arms": {
+            "g": {"preset": "gspo", "blanks": {"weight": {"eps_high": 0.01}}},
+            "p": {"preset": "gspo_paper", "blanks": {"weight": {"eps_high": 0.01}}},
+            "s": {"preset": "gspo", "blanks": {"weight": {"clip_scale": {"low": 1, "high": 1}}}},
+        },
+    }
+    code, out, _ = cli("validate", write_yaml(json.dumps(cfg)), "--json")
+    notes = json.loads(out)["cautions"]
+    assert code == 0 and len(notes) == 1
+    assert notes[0].startswith("arms.g: weight.eps_low/eps_high with weight.clip_scale")
+
+
 def _dapo(initial, cache):
     _, res = short_run(initial, "dapo", 500, data={"overlong_shaping": {"cache": cache}})
     return [m for m in res.steps if not m.get("skipped")]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.layout import LADDER_FROZEN_BATCH
 from sixblanks.harness.studies.ladder import (
     MARGIN,
     VERDICT,
@@ -431,7 +432,7 @@ def test_rung_2_reproduces_the_arms_own_update_on_a_batch_stored_to_disk(
     before = {k: v.clone() for k, v in model.state_dict().items()}
     row, v = _rung_2(initial, preset, tmp_path)
     assert (row.status, v.status) == ("pass", "pass"), row.evidence
-    path = tmp_path / rungs.FROZEN_BATCH
+    path = tmp_path / LADDER_FROZEN_BATCH
     assert row.detail["file"] == str(path) and loads == [path] * 3  # every computation reloads it
     assert row.detail["kind"] == kind and v.evidence.startswith(f"the {rungs.KINDS[kind]} repro")
     stored, p, record = real(path)
@@ -553,7 +554,7 @@ def test_rung_4_fails_when_no_group_has_reward_variance(tmp_path, task, status):
     "trainable, diverged, status, phrase",
     [
         ([], False, "inconclusive", "no training step fit the rung budget"),
-        ([None, None], False, "inconclusive", "the arm samples one response per prompt"),
+        ([None, None], False, "inconclusive", "no step measured the trainable-group fraction"),
         ([0.0, 0.0, 0.0], False, "fail", "no group has reward variance"),
         ([0.0, 0.1, 0.05], False, "inconclusive", "only 0.05 of the groups carry"),
         ([0.5, 0.25], False, "pass", "0.38 of the groups carry a learning signal"),
@@ -657,6 +658,27 @@ def test_rung_6_runs_each_z_as_is_and_scale_matched(tmp_path, monkeypatch):
         VERDICT,
     ]
     assert "Z=constant changes the weighting only (optimizer.grad_clip off" in rows[-1].evidence
+
+    # a step's scale is its minibatch's: with 2 minibatches (rows 0-1 and 2-3, 6 tokens each)
+    # token-sum sums to 6 a step, not the batch's 12; the mean modes still to 1 each
+    ladder.spec["optimizer"]["grad_clip"] = 1.0
+    ladder.spec["blanks"]["data"]["minibatches"] = 2
+    batch.unit_ids = lambda rows: {
+        "group_ids": torch.tensor([0, 0, 1, 1])[rows],
+        "turn_ids": (mask - 1)[rows],
+    }
+    totals = ladder._total_loss_weights(["seq-mean-token-mean", "token-mean", "token-sum"])
+    assert totals == {"seq-mean-token-mean": 1.0, "token-mean": 1.0, "token-sum": 6.0}
+    # an actor-critic arm: its critic steps under the same clip, its value loss a token mean
+    # whatever Z is, so no variant is scale-matched, and the verdict says why
+    ladder.spec["blanks"]["data"]["minibatches"] = 1
+    ladder.spec["blanks"]["advantage"]["estimator"] = "gae"
+    rows = ladder.rung_normalization()
+    assert not any("scale-matched" in r.variant for r in rows)
+    assert (
+        "Z=token-sum changes the weighting and the gradient scale (total loss weight x12 of "
+        "the nominal's), with no scale-matched twin: the arm's critic" in rows[-1].evidence
+    )
 
 
 def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, monkeypatch):
@@ -945,3 +967,21 @@ def test_rung_8_adds_credit_by_the_advantage_blank_alone(tmp_path, monkeypatch):
     rows = ladder.rung_credit()
     assert rows[0].status == "inconclusive" and "not applicable to this arm" in rows[0].evidence
     assert [s["blanks"]["advantage"]["estimator"] for s in specs] == ["group_norm", "gigpo"]
+
+
+def test_rung_4_names_why_an_arm_measures_no_groups(tmp_path, monkeypatch):
+    """Steps that measured no group: one sample per prompt, or a collector that samples no
+    groups of the policy's own (DPO's pairs)."""
+
+    from sixblanks.harness.tasks import make_task
+
+    for arm, phrase in (
+        ({"preset": "reinforce_baseline", "blanks": {"data": {"group_size": 1}}}, "one response"),
+        ({"preset": "dpo"}, "data.source 'preference_pairs'"),
+    ):
+        ladder = Ladder(_cfg(arms={"a": arm}, ladder={"arm": "a"}), tmp_path)
+        ladder.task, ladder.seeds = make_task("arithmetic"), [0]
+        out = {"trainable": [None, None], "engine": "HFEngine", "split": "validation"}
+        monkeypatch.setattr(ladder, "_train", lambda out=out, **kw: out)
+        _, v = ladder.rung_curriculum()
+        assert v.status == "inconclusive" and phrase in v.evidence, v.evidence

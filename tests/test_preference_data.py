@@ -73,6 +73,13 @@ def test_a_dpo_run_from_a_file_charges_the_pair_tokens_only_and_evaluates_the_sh
     assert start["shift.chosen_logp"] == start["shift.ref_chosen_logp"] < 0
     assert start["shift.rejected_logp"] == start["shift.ref_rejected_logp"] < 0
     assert start["shift.self_logp"] == start["shift.self_ref_logp"]
+    # the shift's own samples are the evaluation's cost too (its ledger, its record, the run's)
+    for e in res.evals:
+        assert e["cost"]["generated_tokens"] >= e["shift"]["shift.self_tokens"] > 0
+    assert res.eval_cost["generated_tokens"] == sum(
+        e["cost"]["generated_tokens"] for e in res.evals
+    )
+    assert res.eval_cost["generated_tokens"] == tr.eval_meter.ledger.counters["launched_tokens"]
     assert last["shift.margin"] != 0.0 and last["shift.self_kl"] != 0.0
     assert last["shift.ref_chosen_logp"] == start["shift.ref_chosen_logp"]  # the reference stays
     # its own samples were charged to the evaluation ledger, never to the training budget
@@ -243,7 +250,10 @@ def test_validate_reads_the_pairs_file_and_its_content_enters_the_run_id(cli, wr
         "task": {"name": "arithmetic"},
         "budget": {"optimizer_steps": 4},
         "arms": {
-            "f": {"preset": "dpo", "blanks": {"data": {"pairs": {"file": str(pairs)}}}},
+            "f": {
+                "preset": "dpo",
+                "blanks": {"data": {"pairs": {"file": str(pairs), "heldout": 0}}},
+            },
             "r": {"preset": "dpo"},
         },
     }
@@ -258,6 +268,10 @@ def test_validate_reads_the_pairs_file_and_its_content_enters_the_run_id(cli, wr
         specs = build_specs(load_config(path), "warm", code="c")
         ids.append({s["arm"]: s["run_id"] for s in specs})
     assert ids[0]["f"] != ids[1]["f"] and ids[0]["r"] == ids[1]["r"]
+    # the held-out pairs must leave some to train on (one pair, 16 held out by default)
+    cfg["arms"]["f"]["blanks"]["data"]["pairs"]["heldout"] = 1
+    code, _, err = cli("validate", write_yaml(json.dumps(cfg)))
+    assert code == 2 and "arms.f.blanks.data.pairs.heldout: 1 held out of the 1 pair(s)" in err
 
 
 def test_the_example_runs_and_its_shift_evaluation_reaches_duckdb(cli, tmp_path):

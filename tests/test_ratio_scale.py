@@ -63,6 +63,22 @@ def test_the_trajectory_sequence_spans_both_turns():
     assert grad == pytest.approx([-1.6 * s / 5] * 5, abs=1e-12)
 
 
+def test_the_spread_of_turn_sequences_is_one_value_a_turn():
+    """Per turn: two rows, turns (0, 0, 1) and (0, 1, 1) with one token masked: the sequences'
+    log-ratios are [0.2, 0.6], [-0.4, 0.3] (the masked token out), clamped at 0.5."""
+
+    from sixblanks.harness.training.objectives.clip_scale import sequence_values
+
+    d = torch.tensor([[0.1, 0.3, 0.6], [-0.4, 0.3, 9.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    turns = torch.tensor([[0, 0, 1], [0, 1, 1]])
+    old = torch.zeros_like(d)
+    got = sequence_values(d, old, mask, turns, "turn", 0.5).tolist()
+    assert got == pytest.approx([0.2, 0.5, -0.4, 0.3])
+    rows = sequence_values(d, old, mask, turns, "trajectory", 0.5).tolist()
+    assert rows == pytest.approx([1.0 / 3, -0.05])
+
+
 def test_clip_scale_and_turn_sequences_need_a_sequence_ratio():
     with pytest.raises(ValueError, match="weight.clip_scale: scales the clip bounds of a sequence"):
         Blanks.model_validate({"weight": {"clip_scale": {"low": 2.0, "high": 3.0}}})
@@ -70,6 +86,10 @@ def test_clip_scale_and_turn_sequences_need_a_sequence_ratio():
         Blanks.model_validate({"weight": {"sequence": "turn"}})
     with pytest.raises(ValueError, match="clip_scale"):
         resolve("gspo", {"weight": {"trust_region": "sapo"}})
+    with pytest.raises(ValueError, match="weight.clip_scale: measures how far one update"):
+        resolve("gspo", {"weight": {"old_policy": "rollout"}})
+    with pytest.raises(ValueError, match="actor-critic arm"):
+        resolve("gspo", {"advantage": {"estimator": "gae"}})
 
 
 def test_gspo_scales_its_bounds_and_gspo_paper_keeps_the_papers():
@@ -106,8 +126,8 @@ def test_the_spread_is_measured_once_after_the_first_step_and_sets_the_bounds(in
 
     monkeypatch.setattr(ClipScale, "measure", spy)
     trainer, res = short_run(initial, "gspo", budget=1500)
-    # tried on each minibatch after an optimizer step until the policy has moved (a warmed-up
-    # learning rate starts at 0: a spread of 0 measures nothing), then never again
+    # tried on each minibatch after an optimizer step until the policy has moved (a minibatch
+    # whose advantages are all 0 moves nothing: a spread of 0 measures nothing), then never again
     assert len(calls) >= 1
     for k, (steps, sigma0, got0) in enumerate(calls[:-1]):
         assert steps == {k + 1} and sigma0 == 0 and got0 == {}
@@ -185,3 +205,17 @@ def test_turn_sequences_on_real_multi_turn_episodes():
             want -= ww[i][on].sum() * a[i][on].mean() * math.exp(d[i][on].mean())
     assert loss("turn") == pytest.approx(want, rel=1e-10)
     assert abs(loss("trajectory") - want) > 1e-6
+
+
+def test_the_spread_is_measured_at_the_full_learning_rate(initial):
+    """With a warm-up of 3 steps the first two steps run at 1/3 and 2/3 of the learning rate:
+    the spread is measured at step 2, the first at the full rate. A learning rate of 0 never
+    moves the policy: nothing is measured, and no extra forward is paid for trying."""
+
+    cfg, task, model0, tok = initial
+    warm = (cfg, task, model0, tok)
+    _, res = short_run(warm, "gspo", budget=1500, optimizer={"warmup_steps": 3})
+    steps = [m for m in res.steps if "clip_scale.step" in m]
+    assert steps and steps[0]["clip_scale.step"] == 2.0 and steps[0]["step"] == 2
+    _, frozen = short_run(warm, "gspo", budget=600, optimizer={"lr": 0.0})
+    assert not any("clip_scale.sigma" in m for m in frozen.steps)

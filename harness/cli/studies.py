@@ -38,10 +38,12 @@ def ladder(
     """Walk the ablation ladder for one arm, one axis at a time; stop at the first failing rung."""
 
     from ..config import load_config
+    from ..orchestration.data_files import check_data_files
     from ..orchestration.experiment import claimed, out_dir_of
     from ..studies.ladder import VERDICT, Ladder, LadderFailed, first_failure
 
     cfg = load_config(config)
+    check_data_files(cfg)
     out_path = out_dir_of(cfg, out_dir)
     log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not (STATE["quiet"] or as_json) else None
     with claimed(out_path, cfg, "ladder", add, warn):
@@ -82,10 +84,12 @@ def sweep(
     """Hyperparameter search per arm under a fixed search budget, then confirmation on fresh seeds."""
 
     from ..config import load_config
+    from ..orchestration.data_files import check_data_files
     from ..orchestration.experiment import build_report_checked, claimed, out_dir_of
     from ..studies.sweep import Sweep
 
     cfg = load_config(config)
+    check_data_files(cfg)
     out_path = out_dir_of(cfg, out_dir)
     log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not STATE["quiet"] else None
     with claimed(out_path, cfg, "sweep", add, warn):

@@ -518,6 +518,14 @@ def cautions(cfg: ExperimentConfig) -> list[str]:
     out: list[str] = []
     for arm in _arms(cfg):
         b, G = arm.blanks, arm.group_size
+        weight = arm.override.get("weight") or {}
+        if b.weight.clip_scale is not None and {"eps_low", "eps_high"} & set(weight):
+            out.append(
+                f"arms.{arm.name}: weight.eps_low/eps_high with weight.clip_scale: the bounds are "
+                "set from the measured spread after the first update, so these act only before "
+                "it (where nothing is clipped); set weight.clip_scale.low/high, or clip_scale: "
+                "null for absolute bounds"
+            )
         if b.objective != "pg" or b.data.source != "rollouts" or b.data.branching is not None:
             continue
         est = b.advantage.estimator

@@ -26,11 +26,18 @@ def check_data_files(cfg: ExperimentConfig) -> None:
     and the column); nothing when every file can be trained on."""
 
     from ..errors import ConfigError
-    from ..training.collectors.pair_file import pairs_file_problems
+    from ..training.collectors.pair_file import pairs_file_problems, read_pairs
 
     problems = []
     for arm, path in pairs_files(cfg).items():
-        problems += [f"arms.{arm}: {p}" for p in pairs_file_problems(path)]
+        found = [f"arms.{arm}: {p}" for p in pairs_file_problems(path)]
+        heldout = cfg.resolved_blanks(arm).data.pairs.heldout
+        if not found and heldout >= (n := len(read_pairs(path))):
+            found.append(
+                f"arms.{arm}.blanks.data.pairs.heldout: {heldout} held out of the {n} pair(s) of "
+                f"'{path}' leaves none to train on"
+            )
+        problems += found
     if problems:
         raise ConfigError("\n".join(problems))
 
@@ -38,4 +45,9 @@ def check_data_files(cfg: ExperimentConfig) -> None:
 def file_hash(path: str) -> str:
     """The sha256 of a file's bytes (a run id's record of the data it trains on)."""
 
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    from ..errors import ConfigError
+
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise ConfigError(f"data.pairs.file: '{path}' cannot be read: {exc.strerror}") from None

@@ -288,12 +288,22 @@ class Ladder:
             "split": out["split"],
         }
         ev = f"difficulty histogram {hist}; trainable-group fraction {start:.2f} at the start, {mean:.2f} over the run"
-        if not tr and out["trainable"]:  # steps ran, none measured a group: groups of one
+        data = self.cfg.resolved_blanks(self.arm).data
+        G = data.group_size or self.rollout.group_size
+        if not tr and out["trainable"]:  # steps ran, none measured its groups
             status = "inconclusive"
-            reason = (
-                "the arm samples one response per prompt: no group of 2+ samples whose reward "
-                "variance could be measured"
-            )
+            if data.source != "rollouts":
+                reason = (
+                    f"data.source '{data.source}': the arm's collector samples no groups of "
+                    "the policy's own whose reward variance it measures"
+                )
+            elif G == 1:
+                reason = (
+                    "the arm samples one response per prompt: no group of 2+ samples whose "
+                    "reward variance could be measured"
+                )
+            else:
+                reason = "no step measured the trainable-group fraction of its groups"
         elif not tr:
             status = "inconclusive"
             reason = "no training step fit the rung budget: no group was measured"
@@ -361,6 +371,9 @@ class Ladder:
         modes = [m for m in dict.fromkeys(modes) if m != nominal]
         clip = self.spec["optimizer"].get("grad_clip")
         totals = self._total_loss_weights([nominal, *modes]) if clip and modes else {}
+        # an actor-critic arm's critic steps under the same clip, its value loss a token mean
+        # whatever Z is: no clip rescales the policy's gradient alone
+        critic = self.spec["blanks"]["advantage"]["estimator"] == "gae"
         variants: dict[str, dict[str, Any]] = {key: {}}
         scale: dict[str, dict[str, Any]] = {}
         for mode in modes:
@@ -370,6 +383,14 @@ class Ladder:
                 scale[f"Z={mode}"] = {"mode": mode, "ratio": None, "matched": None}
                 continue
             c = totals[mode] / totals[nominal]
+            if critic and abs(c - 1.0) > 1e-6:
+                scale[f"Z={mode}"] = {
+                    "mode": mode,
+                    "ratio": c,
+                    "matched": None,
+                    "unmatchable": True,
+                }
+                continue
             matched = None
             if abs(c - 1.0) > 1e-6:
                 matched = f"Z={mode} (scale-matched: grad_clip x{c:.3g})"
@@ -410,11 +431,24 @@ class Ladder:
         )
         n = self.spec["blanks"]["normalization"]
         l_max = n.get("l_max") or r.max_new_tokens * max(1, self.task.max_turns)
-        ids = batch.unit_ids(list(range(batch.size)))
-        return {
-            m: float(loss_weights(batch.action_mask, m, l_max, n["count_empty_rows"], **ids).sum())
-            for m in modes
-        }
+        # per optimizer step: the weights are computed on each minibatch (a mean mode sums to 1
+        # on each, token-sum to the minibatch's tokens), so a step's scale is a minibatch's total
+        import numpy as np
+
+        parts = np.array_split(np.arange(batch.size), self.spec["blanks"]["data"]["minibatches"])
+        out = {}
+        for m in modes:
+            sums = []
+            for part in parts:
+                rows = [int(i) for i in part]
+                if not rows:
+                    continue
+                w = loss_weights(
+                    batch.action_mask[rows], m, l_max, n["count_empty_rows"], **batch.unit_ids(rows)
+                )
+                sums.append(float(w.sum()))
+            out[m] = float(np.mean(sums)) if sums else 0.0
+        return out
 
     def rung_clip_kl_lr(self) -> list[RungResult]:
         lad = self.cfg.ladder

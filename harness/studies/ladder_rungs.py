@@ -117,11 +117,6 @@ def _mismatch_line(figures: dict[str, Any]) -> str:
     )
 
 
-FROZEN_BATCH = LADDER_FROZEN_BATCH
-"""Rung 2's frozen batch, in the ladder's output folder: the batch and what the arm's objective
-prepared from it (:func:`save_frozen_batch`), reloaded by every update the rung checks, so that a
-failing batch can be replayed (:func:`load_frozen_batch`)."""
-
 KINDS = {
     "pg": "policy-gradient update (the arm's A, w, Z and R)",
     "critic": "actor-critic update (policy loss with the critic's GAE advantages, and value loss)",
@@ -420,9 +415,9 @@ def frozen_batch_rung(
     )
     trainer = Trainer(settings, task, model, tok, engine=engine, objective=rung_objective)
     if out_dir is not None:
-        return frozen_batch_check(trainer, Path(out_dir) / FROZEN_BATCH)
+        return frozen_batch_check(trainer, Path(out_dir) / LADDER_FROZEN_BATCH)
     with tempfile.TemporaryDirectory() as tmp:
-        return frozen_batch_check(trainer, Path(tmp) / FROZEN_BATCH)
+        return frozen_batch_check(trainer, Path(tmp) / LADDER_FROZEN_BATCH)
 
 
 def no_update_rung(engine, model, tok, task, n: int, rollout) -> list[RungResult]:

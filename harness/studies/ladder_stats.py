@@ -340,6 +340,7 @@ def explain_scale(
     roles = {}  # each variant row: the ratio of its mode's scale, and whether it is matched
     for plain, s in scale.items():
         same = s.get("matched") is None and (s.get("ratio") is not None or grad_clip is None)
+        same = same and not s.get("unmatchable")
         roles[plain] = {"scale_ratio": s.get("ratio"), "scale_matched": same}
         if s.get("matched"):
             roles[s["matched"]] = {"scale_ratio": s["ratio"], "scale_matched": True}
@@ -350,6 +351,14 @@ def explain_scale(
     said, found = [], []
     for plain, s in scale.items():
         c, twin = s.get("ratio"), s.get("matched")
+        if s.get("unmatchable"):
+            said.append(
+                f"{plain} changes the weighting and the gradient scale (total loss weight "
+                f"x{c:.3g} of the nominal's), with no scale-matched twin: the arm's critic steps "
+                "under the same gradient clip and its value loss does not follow Z, so no clip "
+                "rescales the policy's gradient alone"
+            )
+            continue
         if c is None:
             said.append(
                 f"{plain} changes the weighting only (optimizer.grad_clip off: AdamW's steps do not "

@@ -4,6 +4,7 @@ opponents), and a DPO arm's distribution-shift evaluation (:func:`evaluate_shift
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -225,13 +226,15 @@ def greedy_games(engine: RolloutEngine, tokenizer, task: Task, rollout) -> Play:
     return play
 
 
-def evaluate_apart(ctx, meter) -> dict[str, Any]:
+def evaluate_apart(ctx, meter, cost=None, run_cost=None) -> dict[str, Any]:
     """At an evaluation point of a run (``ctx``: its RunContext): what its task evaluates apart from
     the score (:meth:`Task.evaluate_apart`; ``{}`` for most tasks, a game's rows against its
     external opponents), to merge into the evaluation record. Each ``play`` is reserved at its
     worst case on ``meter`` (the run's evaluation meter: apart from the training budget), charged
     what it cost, and its device and wall seconds are added to its ``Games.cost``. A DPO arm's
-    distribution-shift evaluation (:func:`evaluate_shift`) is merged in as ``shift``."""
+    distribution-shift evaluation (:func:`evaluate_shift`) is merged in as ``shift``, and what it
+    spent is added to the evaluation record's ``cost`` and to the run's ``run_cost`` (its
+    generated tokens and calls)."""
 
     s = ctx.settings
     greedy = greedy_games(ctx.engine, ctx.tokenizer, ctx.task, s.rollout)
@@ -251,8 +254,28 @@ def evaluate_apart(ctx, meter) -> dict[str, Any]:
         return games
 
     out = dict(ctx.task.evaluate_apart(play, s.eval_size, s.eval_split))
+    before = dict(meter.ledger.counters)
     shift = evaluate_shift(ctx, meter)
-    return {**out, "shift": shift} if shift else out
+    if not shift:
+        return out
+    for k, name in SHIFT_COST.items():
+        v = float(meter.ledger.counters[k] - before.get(k, 0.0))
+        if cost is not None:
+            cost[name] = cost.get(name, 0.0) + v
+        if run_cost is not None and not name.endswith("seconds") and (v or name in run_cost):
+            run_cost[name] = run_cost.get(name, 0.0) + v
+    return {**out, "shift": shift}
+
+
+SHIFT_COST = {
+    "launched_tokens": "generated_tokens",
+    "verifier_calls": "verifier_calls",
+    "judge_calls": "judge_calls",
+    "device_seconds": "device_seconds",
+    "wall_seconds": "wall_seconds",
+}
+"""The evaluation ledger's counters a shift evaluation spends, by the names of an evaluation
+record's cost (the training loop adds them to the evaluation's)."""
 
 
 # ----------------------------------------------------------------------------- distribution shift
@@ -279,7 +302,7 @@ def evaluate_shift(ctx, meter) -> dict[str, float]:
                                the loss takes them); 0 while the policy is the reference
         shift.accuracy         share of the pairs whose margin is > 0
         shift.self_logp        mean log-likelihood of the policy's own samples (one from each pair's
-                               prompt and prefix, at eval.temperature) under the policy
+                               prompt and prefix, sampled as the rollouts are) under the policy
         shift.self_ref_logp    the same under the reference: against ref_chosen_logp, how typical of
                                the reference the policy's samples are next to the preferred data
         shift.self_kl          the KL estimate (k1, per token) of the policy from the reference on
@@ -360,11 +383,12 @@ def _pair_scores(ctx, pairs: TrajectoryBatch, k: int) -> dict[str, float]:
 
 def _own_samples(ctx, meter, pairs: TrajectoryBatch, n: int) -> dict[str, float]:
     """The policy's own samples from the context (prompt and prefix) of the first ``n`` rows of
-    ``pairs``, at the evaluation's temperature, and how the policy and the reference score them."""
+    ``pairs``, drawn from the distribution the log-probs score (the rollout's temperature, top-k
+    and top-p, no injected mismatch: so that the mean of log pi - log pi_ref over them estimates
+    KL(pi || pi_ref)), and how the policy and the reference score them."""
 
     s = ctx.settings
-    params = SamplingParams(temperature=s.eval_temperature, max_new_tokens=s.rollout.max_new_tokens)
-    params = task_params(params, ctx.task)
+    params = task_params(dataclasses.replace(ctx.params, mismatch=None), ctx.task)
     contexts = []
     for i in range(n):
         end = int(pairs.attention_mask[i].sum())  # a sample failed before acting: all context

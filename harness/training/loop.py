@@ -198,7 +198,8 @@ class Trainer:
             },
         }
         # and what the task evaluates apart from the score (a game's external opponents)
-        self.result.evals.append(record | evaluate_apart(ctx, self.eval_meter))
+        apart = evaluate_apart(ctx, self.eval_meter, record["cost"], self.result.eval_cost)
+        self.result.evals.append(record | apart)
         return self.result.evals[-1]
 
     def maybe_eval(self, force: bool = False) -> None:

@@ -239,6 +239,7 @@ class ActorCritic(Objective):
             behavior_logp=sub.behavior_logprobs.to(dev),
             ref_logp=t["ref_logp"][rows].to(dev),
             entropy=ent,
+            turn_ids=sub.turn_ids.to(dev),
         )
         met[ENTROPY_SUM] = entropy_token_sum(ent, m_dev)
         tc = time.perf_counter()  # the value part's time (the update's charge counts it)
