@@ -417,18 +417,6 @@ def within_staleness(versions_behind: torch.Tensor, max_staleness: int) -> torch
     return versions_behind <= max_staleness
 
 
-def staleness_capacity(eta: int, version: int, batch_size: int, accepted: int, running: int) -> int:
-    """Rollouts that may still be started (AReaL): (eta + i + 1) B - (accepted + running).
-
-    Equivalent to admitting the next rollout iff floor((N_r - 1)/B) <= i + eta with N_r = accepted +
-    running + 1 the count including it. <= 0 means start none. ``accepted`` counts all accepted
-    trajectories so far (consumed ones included; subtract rejected ones), ``running`` those in
-    flight; restore both on resume.
-    """
-
-    return (eta + version + 1) * batch_size - (accepted + running)
-
-
 def lag_stats(
     behavior_logp: torch.Tensor,
     current_logp: torch.Tensor,

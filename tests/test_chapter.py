@@ -73,13 +73,14 @@ def _dapo(initial, cache):
 
 
 def test_dapo_overlong_penalty_on_correct_answers_is_measured(initial):
-    """max_new_tokens 6 and arithmetic's correct answers of up to 3 tokens ("12" and a newline):
-    a 4-token window starts penalizing at 3 tokens (a correct "12\\n" loses 0.25), a 3-token window
-    penalizes no correct answer."""
+    """max_new_tokens 6 and arithmetic's correct answers of 2 or 3 tokens ("12" and a newline),
+    which the verifier also accepts padded with whitespace: a 4-token window starts penalizing at
+    3 tokens (a correct "12\\n" loses 0.25); the default experiment's 2-token window starts past
+    4 tokens and penalizes no correct answer here."""
 
     wide = _dapo(initial, 4)
     assert max(m["overlong_penalty_correct_frac"] for m in wide) > 0
-    fitted = _dapo(initial, 3)
+    fitted = _dapo(initial, 2)
     assert all(m["overlong_penalty_correct_frac"] == 0 for m in fitted)
 
 
