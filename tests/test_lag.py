@@ -240,7 +240,13 @@ def test_the_sao_preset_trains_its_mlp_only_critic_and_masks_outside_the_dis_ban
     res = tr.train()
     moved = {n for n, p in critic.backbone.named_parameters() if not torch.equal(p, before[n])}
     assert moved and all(".mlp." in n for n in moved)  # attention, embeddings and norms frozen
-    assert all(m.get("optimizer_steps") for m in res.steps if not m.get("skipped"))
+    trained = [m for m in res.steps if not m.get("skipped")]
+    assert trained and all(m.get("optimizer_steps") for m in trained)
+    # two critic optimizer steps per actor step: counted per step, and in AdamW's own state
+    assert all(m["critic_optimizer_steps"] == 2 * m["optimizer_steps"] for m in trained)
+    actor = {int(st["step"]) for st in tr.ctx.optimizer.state.values()}
+    crit = {int(st["step"]) for st in tr.objective.critic_optimizer.state.values()}
+    assert crit == {2 * n for n in actor} and sum(m["optimizer_steps"] for m in trained) in actor
     led = res.ledger
     assert led.counters["rollouts_launched"] == 4 * len(res.steps)  # one rollout per prompt
     # DIS masked tokens in this run: counted, by its own reason, in a ledger that balances

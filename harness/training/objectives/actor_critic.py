@@ -171,6 +171,7 @@ class ActorCritic(Objective):
         ctx = self.ctx
         self.prepared, self.value_weights = p, None  # this update's batch; the value loss weights
         self.critic_time = p.metrics["critic_seconds"]
+        self.critic_steps = 0
         ctx.model.train()
         self.critic.train()
         extra = (self.critic_optimizer,) if self.critic_optimizer is not None else ()
@@ -189,6 +190,8 @@ class ActorCritic(Objective):
             **out.early_stop_metrics(),
             **p.metrics,
             "critic_seconds": self.critic_time,
+            # a separate critic's own optimizer steps (updates_per_step per policy step)
+            **({"critic_optimizer_steps": float(self.critic_steps)} if extra else {}),
             "policy_version": float(ctx.engine.policy_version),
         }
 
@@ -284,6 +287,7 @@ class ActorCritic(Objective):
             self.critic.parameters(), self.ctx.settings.optimizer.grad_clip or float("inf")
         )
         self.critic_optimizer.step()
+        self.critic_steps += 1
 
     def state_dict(self) -> dict[str, Any]:
         state = {
