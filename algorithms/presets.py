@@ -28,6 +28,27 @@ def _b(**parts: dict[str, Any]) -> Blanks:
 
 _PG_SEQ_MEAN = {"mode": "seq-mean-token-mean"}
 
+
+def _gspo(ratio: str, scaled: bool) -> Blanks:
+    """GSPO's blanks (the paper's 3e-4/4e-4, clamp 10, 4 minibatches, seq-mean-token-mean, no KL),
+    with the bounds scaled to the measured spread (2 and 8/3 of it, the paper's 4:3) or absolute."""
+
+    weight: dict[str, Any] = {
+        "ratio": ratio,
+        "eps_low": 3e-4,
+        "eps_high": 4e-4,
+        "log_ratio_clamp": 10.0,
+    }
+    if scaled:
+        weight["clip_scale"] = {"low": 2.0, "high": 8.0 / 3.0}
+    return _b(
+        weight=weight,
+        advantage={"estimator": "group_norm"},
+        normalization=_PG_SEQ_MEAN,
+        data={"minibatches": 4},
+    )
+
+
 # classic RLHF PPO (TRL PPOTrainer defaults); ppo_turn differs only in the critic's granularity
 _PPO = dict(
     weight={"eps_low": 0.2, "eps_high": 0.2},
@@ -185,42 +206,22 @@ for _p in [
     ),
     Preset(
         "gspo",
-        _b(
-            weight={
-                "ratio": "sequence",
-                "eps_low": 3e-4,
-                "eps_high": 4e-4,
-                "clip_scale": {"low": 2.0, "high": 8.0 / 3.0},
-                "log_ratio_clamp": 10.0,
-            },
-            advantage={"estimator": "group_norm"},
-            normalization=_PG_SEQ_MEAN,
-            data={"minibatches": 4},
-        ),
+        _gspo("sequence", scaled=True),
         "GSPO (Zheng et al. 2025): sequence ratio s_i = exp(mean_t log r), clip bounds 2 and 8/3 "
         "times the measured spread of log s_i (the paper's 4:3 asymmetry), 4 minibatches per "
         "rollout batch, no KL.",
         (
             "Sequence form, aggregated per sequence (TRL 'sequence'), not verl's token-mean GSPO-token.",
             "Bounds on the ratio's own scale (weight.clip_scale): the spread of the sequence "
-            "log-ratio is measured once, after the run's first optimizer step, and eps = 2 and 8/3 "
-            "times it; the paper's 3e-4/4e-4 were set for Qwen3-30B and clip a different share of "
-            "another policy's sequences. The absolute paper values: preset gspo_paper.",
+            "log-ratio is measured once, after the run's first optimizer step at the full learning "
+            "rate, and eps = 2 and 8/3 times it; the paper's 3e-4/4e-4 were set for Qwen3-30B and "
+            "clip a different share of another policy's sequences. The absolute paper values: "
+            "preset gspo_paper.",
         ),
     ),
     Preset(
         "gspo_paper",
-        _b(
-            weight={
-                "ratio": "sequence",
-                "eps_low": 3e-4,
-                "eps_high": 4e-4,
-                "log_ratio_clamp": 10.0,
-            },
-            advantage={"estimator": "group_norm"},
-            normalization=_PG_SEQ_MEAN,
-            data={"minibatches": 4},
-        ),
+        _gspo("sequence", scaled=False),
         "GSPO with the paper's absolute clip bounds 3e-4/4e-4 (set for Qwen3-30B), 4 minibatches "
         "per rollout batch, no KL.",
         (
@@ -232,18 +233,7 @@ for _p in [
     ),
     Preset(
         "gspo_token",
-        _b(
-            weight={
-                "ratio": "gspo_token",
-                "eps_low": 3e-4,
-                "eps_high": 4e-4,
-                "clip_scale": {"low": 2.0, "high": 8.0 / 3.0},
-                "log_ratio_clamp": 10.0,
-            },
-            advantage={"estimator": "group_norm"},
-            normalization=_PG_SEQ_MEAN,
-            data={"minibatches": 4},
-        ),
+        _gspo("gspo_token", scaled=True),
         "GSPO-token: the stop-gradient token form; equals GSPO when A is per sequence and Z is "
         "seq-mean-token-mean. Bounds as gspo's (2 and 8/3 times the measured spread).",
         (
@@ -254,17 +244,7 @@ for _p in [
     ),
     Preset(
         "gspo_token_paper",
-        _b(
-            weight={
-                "ratio": "gspo_token",
-                "eps_low": 3e-4,
-                "eps_high": 4e-4,
-                "log_ratio_clamp": 10.0,
-            },
-            advantage={"estimator": "group_norm"},
-            normalization=_PG_SEQ_MEAN,
-            data={"minibatches": 4},
-        ),
+        _gspo("gspo_token", scaled=False),
         "GSPO-token with the paper's absolute clip bounds 3e-4/4e-4.",
         ("Aggregated seq-mean-token-mean (the paper's), not verl's actor token-mean.",),
     ),
