@@ -166,7 +166,9 @@ def test_target_kl_stops_the_epochs_of_a_critic_free_arm(initial):
     [
         ("grpo", True, False),  # KL in the loss reads pi_ref; one epoch of one minibatch
         ("dr_grpo", False, False),  # no KL at all: neither forward
-        ("gspo", False, True),  # four minibatches: pi_old is recomputed once, before them
+        # four minibatches: pi_old is recomputed once, before them (gspo's scaled bounds add
+        # one forward, once a run, to measure the spread: the paper's absolute bounds do not)
+        ("gspo_paper", False, True),
         ("rloo", True, True),  # KL in the reward reads pi_old and pi_ref before the update
     ],
 )

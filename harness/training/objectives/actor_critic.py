@@ -1,11 +1,10 @@
 """The actor-critic objective: a value model, GAE advantages, and the template loss plus a value loss.
 
 prepare: pi_old and values in one no-grad pass (micro-batched; a shared trunk reuses the policy's
-hidden states), pi_ref, rewards placed on tokens (KL in the reward from pi_old), GAE with a bootstrap
-only where a limit cut the episode short, whitening.
-update: the policy loss and the (clipped) value loss per micro-batch; target-KL early stop before a
-step; a separate critic takes its own optimizer steps (``critic.updates_per_step``).
-"""
+hidden states), pi_ref, rewards on tokens (KL in the reward from pi_old), GAE (a bootstrap only
+where a limit cut the episode short), whitening. update: the policy loss and the (clipped) value
+loss per micro-batch; target-KL early stop before a step; a separate critic takes its own optimizer
+steps (``critic.updates_per_step``)."""
 
 from __future__ import annotations
 
@@ -170,8 +169,7 @@ class ActorCritic(Objective):
 
         ctx = self.ctx
         self.prepared, self.value_weights = p, None  # this update's batch; the value loss weights
-        self.critic_time = p.metrics["critic_seconds"]
-        self.critic_steps = 0
+        self.critic_time, self.critic_steps = p.metrics["critic_seconds"], 0
         ctx.model.train()
         self.critic.train()
         extra = (self.critic_optimizer,) if self.critic_optimizer is not None else ()
@@ -189,8 +187,7 @@ class ActorCritic(Objective):
             **out.summary(),
             **out.early_stop_metrics(),
             **p.metrics,
-            "critic_seconds": self.critic_time,
-            # a separate critic's own optimizer steps (updates_per_step per policy step)
+            "critic_seconds": self.critic_time,  # and a separate critic's own optimizer steps:
             **({"critic_optimizer_steps": float(self.critic_steps)} if extra else {}),
             "policy_version": float(ctx.engine.policy_version),
         }
