@@ -14,7 +14,22 @@ import polars as pl
 if TYPE_CHECKING:
     from .data import Data
 
-NAMES = ("lag.versions_behind", "lag.kl_p50", "lag.kl_p90")
+NAMES = (
+    "lag.versions_behind",
+    "lag.inflight_behind",
+    "lag.queue_behind",
+    "lag.kl_p50",
+    "lag.kl_p90",
+)
+STYLES = {
+    "lag.versions_behind": ("-", ""),
+    "lag.inflight_behind": (":", " in flight"),
+    "lag.queue_behind": ("-.", " in the queue"),
+    "lag.kl_p50": ("-", " p50"),
+    "lag.kl_p90": ("--", " p90"),
+}
+"""Each curve's line style and label suffix: a concurrent arm's versions behind, split by where
+they passed, beside the total."""
 
 
 def query(con) -> pl.DataFrame:
@@ -112,7 +127,11 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
     ax.set_title("score against lag")
     ev = d.lag.join(d.runs.select("run_id", "arm"), on="run_id")
     for ax, names, label in (
-        (axes[1], ("lag.versions_behind",), "versions behind"),
+        (
+            axes[1],
+            ("lag.versions_behind", "lag.inflight_behind", "lag.queue_behind"),
+            "versions behind (concurrent arms: in flight, in the queue)",
+        ),
         (axes[2], ("lag.kl_p50", "lag.kl_p90"), "per-sample KL(behaviour || current)"),
     ):
         for arm in d.arms:
@@ -124,8 +143,7 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
                     pl.col("value").mean(), pl.col("launched_tokens").mean()
                 )
                 by_step = by_step.sort("step")
-                style = "--" if name.endswith("p90") else "-"
-                tag = f" {name.rsplit('_', 1)[-1]}" if len(names) > 1 else ""
+                style, tag = STYLES[name]
                 ax.plot(by_step["launched_tokens"], by_step["value"], style, label=f"{arm}{tag}")
         ax.set_xlabel("launched tokens")
         ax.set_title(label)

@@ -80,6 +80,14 @@ def test_rounds_still_queued_at_the_end_are_launched_and_discarded(tmp_path):
     kept = [m["lag.kept_behind_max"] for m in res.steps if "lag.kept_behind_max" in m]
     assert max(launched) == 3 and kept and max(kept) <= 1
     assert led.discarded_rollouts_by_reason["staleness"] > 0
+    # one round a step: its versions behind (from the samples' own version tags) split into those
+    # it spent in flight and those in the queue, each >= 0
+    split = [m for m in res.steps if "lag.inflight_behind" in m]
+    assert len(split) == 5
+    for m in split:
+        assert m["lag.inflight_behind"] >= 0 and m["lag.queue_behind"] >= 0
+        assert m["lag.inflight_behind"] + m["lag.queue_behind"] == m["lag.versions_behind"]
+    assert max(m["lag.queue_behind"] for m in split) > 0  # rounds waited, three ahead
     kinds = tr.ctx.meter.time_by_kind
     assert kinds["broadcast"]["device_seconds"] > 0 and kinds["rollouts"]["device_seconds"] > 0
     # every kind of work a step does is in the time estimate a step's admission reserves (the
@@ -273,3 +281,24 @@ def test_counted_rounds_leave_the_spool_once_a_checkpoint_has_them(tmp_path):
     assert not res.ledger.check_invariants() and len(res.steps) >= 6
     assert max(sizes) <= 2  # only what the latest checkpoints counted, not the whole run
     assert not list((tmp_path / "spool").iterdir())  # rounds, weights and pid file: all gone
+
+
+def test_the_staleness_split_by_hand():
+    """Round 0 sampled by version 2, seen done at 3, consumed at 5: 1 version in flight, 2 in the
+    queue; round 1 sampled by 4, never seen before its consumption at 5 (found in the spool): all
+    in flight."""
+
+    from sixblanks.harness.training.collectors.staleness import StalenessSplit
+
+    s = StalenessSplit()
+    s.done(0, 3)
+    s.done(0, 4)  # seen again later: the first sighting counts
+    s.consumed(0, 2, 5)
+    s.consumed(1, 4, 5)
+    assert s.metrics() == {
+        "lag.inflight_behind": 1.0,
+        "lag.inflight_behind_max": 1.0,
+        "lag.queue_behind": 1.0,
+        "lag.queue_behind_max": 2.0,
+    }
+    assert s.metrics() == {}  # a step without rounds reports none

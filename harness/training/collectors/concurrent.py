@@ -1,23 +1,21 @@
 """Asynchronous training (``data.concurrent``): a concurrent collector samples ahead of the trainer.
 
-Up to ``queue`` rounds are launched ahead. Each is a *permit*: its worst case is reserved on the
-budget before the request goes out. The collector (:mod:`.worker`: another process or a Ray actor,
-its own engine) samples it with the weights last broadcast and spools it (:mod:`.spool`); the
-trainer consumes rounds in order, commits each one's measured cost (tokens, episodes, environment
-steps, verifier and judge calls, the collector's device time including loading weights) and tops
-the queue up. The collector's wall time overlaps the trainer's and is not added: ``wall_seconds``
-stays the run's elapsed time, of which the trainer's waiting is ``async.wait_seconds``.
+Up to ``queue`` rounds are launched ahead, each a *permit*: its worst case reserved on the budget
+before the request goes out. The collector (:mod:`.worker`: another process or a Ray actor, its
+own engine) samples it with the weights last broadcast and spools it (:mod:`.spool`); the trainer
+consumes rounds in order, commits each one's measured cost (tokens, episodes, environment steps,
+verifier and judge calls, the collector's device time including loading weights) and tops the
+queue up. The collector's wall time overlaps the trainer's and is not added: ``wall_seconds`` stays
+the run's elapsed time, of which the trainer's waiting is ``async.wait_seconds``.
 
 Weights go out every ``data.broadcast_every`` versions (a file each, charged as ``broadcast``);
 samples carry the version that made them, so ``lag.versions_behind``, ``data.staleness`` and the
-off-policy corrections work as with ``data.lag``.
-
+off-policy corrections work as with ``data.lag``; :mod:`.staleness` splits it by where it passed.
 Nothing is lost or counted twice: every spool file is counted once, when consumed or, when it never
 can be (still queued at the end; made after the checkpoint a killed trainer resumed from, by
 weights the resumed run never had), as launched and discarded (``unconsumed``). A dead or stuck
 collector is restarted (``restarts`` times): rounds it spooled are used, the rest launched again.
-A resumed trainer replays the rounds its checkpoint had launched and the collector finished.
-"""
+A resumed trainer replays the rounds its checkpoint had launched and the collector finished."""
 
 from __future__ import annotations
 
@@ -30,6 +28,7 @@ from ..base import TrainingError
 from ..context import RunContext
 from .onpolicy import OnPolicyRounds
 from .spool import Spool
+from .staleness import StalenessSplit
 from .transport import ProcessWorker, RayWorker
 from .worker import collector_init
 
@@ -50,18 +49,15 @@ class ConcurrentRounds(OnPolicyRounds):
         self.checkpointed: set[str] = set()  # counted at the last checkpoint: prunable at the next
         self.broadcast_version: int | None = None
         self.restarts, self.incarnation = 0.0, 0
-        self.worker = None
-        self.resumed = False
-        self.wait_seconds = 0.0
+        self.worker, self.resumed, self.wait_seconds = None, False, 0.0
         self.drained: dict[str, float] = {}
+        self.staleness = StalenessSplit()  # in flight and in the queue
 
     def worst_case(self) -> dict[str, float]:
         """While a round is launched ahead its permit is reserved: only a replay draw is new."""
 
         worst = super().worst_case()
-        return (
-            {k: v for k, v in worst.items() if k == "replayed_tokens"} if self.requests else worst
-        )
+        return {k: v for k, v in worst.items() if k == "replayed_tokens" or not self.requests}
 
     def update_bound(self, worst: dict[str, float]) -> tuple[float, float]:
         # a whole round's, not the step's worst case (which omits the rounds launched ahead)
@@ -212,6 +208,7 @@ class ConcurrentRounds(OnPolicyRounds):
             )
         if got in self.requests:
             self.ready[got] = detail
+            self.staleness.done(got, self.ctx.engine.policy_version)
 
     def _wait(self, r: int) -> str:
         w0 = last = time.perf_counter()
@@ -238,6 +235,7 @@ class ConcurrentRounds(OnPolicyRounds):
         r = min(self.requests)  # in the order they were launched
         name = self._wait(r)
         rec = self.spool.load(name)
+        self.staleness.consumed(r, int(rec["version"]), self.ctx.engine.policy_version)
         self._commit(rec, name, self.permits.pop(r))
         del self.requests[r]
         self.top_up()
@@ -249,6 +247,7 @@ class ConcurrentRounds(OnPolicyRounds):
         out = super().collect()
         out.metrics["async.rounds_ready"], out.metrics["async.restarts"] = ready, self.restarts
         out.metrics["async.wait_seconds"] = self.wait_seconds
+        out.metrics.update(self.staleness.metrics())
         return out
 
     def close(self, drain: bool = True) -> dict[str, float]:

@@ -1,0 +1,35 @@
+"""Staleness by where it came from, for a collector that samples ahead (``data.concurrent``): a
+round's versions behind at consumption split into those that passed while it was in flight and
+those while it waited in the queue (``lag.inflight_behind``, ``lag.queue_behind``, each with its
+``_max``). The cut is the trainer's version when it saw the round done: at the start of a step or
+while waiting for one, so a round that finished during an update counts that update in flight; a
+round found in the spool after a restart or a resume is seen then."""
+
+from __future__ import annotations
+
+
+class StalenessSplit:
+    def __init__(self):
+        self.seen: dict[int, int] = {}  # round -> the trainer's version when it was seen done
+        self.split: list[tuple[int, int]] = []  # this step's rounds: (in flight, in the queue)
+
+    def done(self, r: int, version: int) -> None:
+        self.seen.setdefault(r, version)
+
+    def consumed(self, r: int, sampled: int, version: int) -> None:
+        """Round ``r``, sampled by weights version ``sampled``, consumed at ``version``."""
+
+        seen = self.seen.pop(r, version)
+        self.split.append((seen - sampled, version - seen))
+
+    def metrics(self) -> dict[str, float]:
+        """This step's split (mean and max over its rounds), and a fresh start for the next."""
+
+        out = {}
+        for i, part in enumerate(("inflight", "queue")):
+            if self.split:
+                values = [s[i] for s in self.split]
+                out[f"lag.{part}_behind"] = sum(values) / len(values)
+                out[f"lag.{part}_behind_max"] = float(max(values))
+        self.split = []
+        return out
