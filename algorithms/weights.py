@@ -131,16 +131,15 @@ def _token_ratio(logp, old_logp, adv, mask, log_ratio_clamp):
     return token_ratio(logp, old_logp, clamp=log_ratio_clamp), adv
 
 
-SEQUENCE_READS = ("weight.log_ratio_clamp", "weight.sequence")
-SEQUENCE_APPLIES = (*TO_OLD, "weight.clip_scale")
+SEQUENCE_VARIANT = {
+    "inputs": ("logp", "old_logp", "adv", "mask", "turn_ids"),
+    "reads": ("weight.log_ratio_clamp", "weight.sequence"),
+    "applies": (*TO_OLD, "weight.clip_scale"),
+}
+"""What the sequence ratios take: the turn of each token (a per-turn sequence), and the fields."""
 
 
-@RATIOS.register(
-    "sequence",
-    inputs=("logp", "old_logp", "adv", "mask", "turn_ids"),
-    reads=SEQUENCE_READS,
-    applies=SEQUENCE_APPLIES,
-)
+@RATIOS.register("sequence", **SEQUENCE_VARIANT)
 def _sequence_ratio(logp, old_logp, adv, mask, turn_ids, log_ratio_clamp, sequence):
     """GSPO s_i on every token, with one advantage per sequence: the mean over its trained tokens
     (per turn with ``weight.sequence: turn``)."""
@@ -153,12 +152,7 @@ def _sequence_ratio(logp, old_logp, adv, mask, turn_ids, log_ratio_clamp, sequen
     return ratio, ((adv * m).sum(1) / m.sum(1).clamp(min=1.0))[:, None].expand_as(adv)
 
 
-@RATIOS.register(
-    "gspo_token",
-    inputs=("logp", "old_logp", "adv", "mask", "turn_ids"),
-    reads=SEQUENCE_READS,
-    applies=SEQUENCE_APPLIES,
-)
+@RATIOS.register("gspo_token", **SEQUENCE_VARIANT)
 def _gspo_token_ratio(logp, old_logp, adv, mask, turn_ids, log_ratio_clamp, sequence):
     """GSPO-token s_{i,t}, with the token-level advantage (s per turn with ``weight.sequence:
     turn``)."""
