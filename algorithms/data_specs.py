@@ -33,11 +33,28 @@ class ReplaySpec(Spec):
     )
 
 
+class StalenessBound(Spec):
+    """A bound on one part of a sample's staleness, in policy versions, and what happens when it
+    would be passed."""
+
+    versions: int = Field(ge=0, description="The most versions this part may reach.")
+    on_pass: Literal["drop", "wait"] = Field(
+        "drop",
+        description="drop: a sample past the bound is discarded when consumed (reason "
+        "stale_inflight or stale_queue); wait: it never passes: for the in-flight part the trainer "
+        "waits before an update for the samples in flight that it would push past the bound, for "
+        "the queue part no sample is launched while the finished and running ones could wait "
+        "longer than the bound (admission).",
+    )
+
+
 class ConcurrentSpec(Spec):
     """A concurrent collector: rollouts run beside the trainer in another process
     (or a Ray actor) with an engine of its own, on the weights last broadcast to it, while the
     trainer updates. Up to ``queue`` rounds are launched ahead, each reserved on the budget before
-    launch; the trainer consumes them in order as they are ready."""
+    launch; the trainer consumes them in order as they are ready (``consume: round``), or takes
+    each group as soon as it finishes and updates when it has a batch's worth (``consume:
+    episode``)."""
 
     queue: int = Field(
         2, ge=1, description="Rounds launched ahead of the trainer (the bounded queue's size)."
@@ -59,6 +76,50 @@ class ConcurrentSpec(Spec):
         description="Keep every round's trajectories in the run directory's spool (for "
         "inspection); by default a round's file is deleted once a checkpoint has counted it.",
     )
+    consume: Literal["round", "episode"] = Field(
+        "round",
+        description="round: whole rounds, in launch order (a round is ready when its longest "
+        "episode ends); episode: every launched group is in flight at once (continuous batching) "
+        "and handed to the trainer as soon as it finishes, whichever round it came from; the "
+        "trainer updates when prompts_per_step groups are in.",
+    )
+    partial: Literal["continue", "resume", "regenerate"] = Field(
+        "continue",
+        description="What new weights do to groups in flight (consume: episode; at their next turn "
+        "boundary): continue: they finish on their old weights before the new ones load; resume: "
+        "they go on with the new weights, keeping their tokens and log-probs (each token tagged "
+        "with its version); regenerate: they are aborted (launched and discarded as 'aborted') and "
+        "launched again.",
+    )
+    inflight: StalenessBound | None = Field(
+        None,
+        description="A bound on the versions a sample falls behind while it is generated (from "
+        "its oldest token's version to the trainer's version when it is seen done); None: none.",
+    )
+    queued: StalenessBound | None = Field(
+        None,
+        description="A bound on the versions a finished sample falls behind while it waits to be "
+        "consumed; None: none.",
+    )
+
+    @model_validator(mode="after")
+    def _episode_only(self) -> ConcurrentSpec:
+        if self.consume == "episode" and self.backend != "process":
+            raise ValueError(
+                "data.concurrent.consume 'episode' streams groups from a collector process; "
+                "backend 'ray' takes whole rounds (consume: round)"
+            )
+        named = [
+            f"{k}{'' if k != 'partial' else ' ' + repr(self.partial)}"
+            for k in ("partial", "inflight", "queued")
+            if (getattr(self, k) != "continue" if k == "partial" else getattr(self, k) is not None)
+        ]
+        if named and self.consume != "episode":
+            raise ValueError(
+                f"data.concurrent.{', '.join(named)}: needs consume: episode (a round collector "
+                "loads weights only between whole rounds, and hands rounds over in launch order)"
+            )
+        return self
 
 
 class PotentialShaping(Spec):

@@ -417,6 +417,20 @@ def within_staleness(versions_behind: torch.Tensor, max_staleness: int) -> torch
     return versions_behind <= max_staleness
 
 
+def staleness_capacity(eta: int, version: int, batch_size: int, accepted: int, running: int) -> int:
+    """Rollouts that may still be launched under AReaL's admission rule: (eta + i + 1) B -
+    (accepted + running), i the trainer's version counted from the start of the run.
+
+    Equivalent to admitting the next rollout iff floor((N_r - 1) / B) <= i + eta with N_r = accepted
+    + running + 1, the count including it: with rollouts finishing in launch order, none is ever
+    consumed more than eta versions behind. <= 0: launch none. ``accepted`` counts the rollouts
+    consumed and trained on so far (those dropped free their place), ``running`` those launched
+    and not yet consumed.
+    """
+
+    return (eta + version + 1) * batch_size - (accepted + running)
+
+
 def lag_stats(
     behavior_logp: torch.Tensor,
     current_logp: torch.Tensor,

@@ -447,10 +447,11 @@ for _p in [
             "batch's start leave Z (discard reason 'dis').",
             "The critic's frozen attention with trainable MoE projections is stood in for by a copy of "
             "the policy whose attention, embeddings and norms are frozen and whose MLPs train.",
-            "Synchronous by default: one rollout per prompt, consumed by the next update; with "
-            "data.concurrent a collector samples ahead and each round is consumed as soon as it is "
-            "done (with data.lag, deterministically k versions behind); DIS masks what drifted "
-            "out of the band.",
+            "Synchronous by default (reproducible): one rollout per prompt, consumed by the next "
+            "update. As published, each rollout is consumed as soon as it finishes: data.concurrent "
+            "{consume: episode} (a collector process keeps every launched rollout in flight and "
+            "the trainer updates at a batch's worth of finished ones); with data.lag, "
+            "deterministically k versions behind. DIS masks what drifted out of the band.",
         ),
     ),
     Preset(

@@ -42,6 +42,9 @@ DISCARD_REASONS: tuple[str, ...] = (
     "restart",
     "pair_selection",
     "no_preference",
+    "aborted",
+    "stale_inflight",
+    "stale_queue",
 )
 """Why launched tokens did not enter a gradient. "zero_variance_filter": groups whose rewards were all
 equal, dropped without resampling (ScaleRL); "failed": a task or verifier failure; "baseline":
@@ -55,7 +58,10 @@ run launched before it was killed with no usable checkpoint left, so that the ru
 from its first step (its work is charged, none of it is in the weights); "pair_selection": the
 responses of DPO's scored groups that are neither the best nor the worst (the cost of making a pair
 out of G samples); "no_preference": every response of a DPO group whose rewards are all equal (no
-pair can be made of it)."""
+pair can be made of it); "aborted": the partial episodes of groups a streaming collector aborted
+when new weights arrived (``partial: regenerate``; each group is launched again); "stale_inflight" /
+"stale_queue": groups past the bound on the versions they fell behind while generated / while
+waiting to be consumed."""
 
 
 def counter_names() -> list[str]:

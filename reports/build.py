@@ -306,6 +306,7 @@ def build_report(
     blocks += census_blocks(d)
     for name in ("sampling_census.png", "census.png", "training_curves.png", "lag.png"):
         blocks += image(name)
+    blocks += lag.async_blocks(d)
     blocks += eval_cost_blocks(d)
     blocks += diagnostics.diagnostics_blocks(d)
     blocks += _written(rep, credit.credit_blocks(d, with_plots))

@@ -18,6 +18,10 @@ NAMES = (
     "lag.versions_behind",
     "lag.inflight_behind",
     "lag.queue_behind",
+    "lag.inflight_behind_max",
+    "lag.queue_behind_max",
+    "lag.version_span",
+    "lag.version_span_max",
     "lag.kl_p50",
     "lag.kl_p90",
 )
@@ -25,6 +29,8 @@ STYLES = {
     "lag.versions_behind": ("-", ""),
     "lag.inflight_behind": (":", " in flight"),
     "lag.queue_behind": ("-.", " in the queue"),
+    "lag.version_span": ("-", ""),
+    "lag.version_span_max": (":", " max"),
     "lag.kl_p50": ("-", " p50"),
     "lag.kl_p90": ("--", " p90"),
 }
@@ -51,7 +57,10 @@ def off_policy_label(blanks: dict[str, Any]) -> str:
         parts.append(f"lag {data['lag']}")
     if data.get("concurrent") is not None:
         c = data["concurrent"]
-        parts.append(f"concurrent collector (queue {c.get('queue')}, {c.get('backend')})")
+        how = f"queue {c.get('queue')}, {c.get('backend')}"
+        if c.get("consume") == "episode":
+            how += f", each group as it finishes, partial: {c.get('partial')}"
+        parts.append(f"concurrent collector ({how})")
     if data.get("replay"):
         r = data["replay"]
         parts.append(f"replay (capacity {r.get('capacity')}, reuse {r.get('reuse')})")
@@ -108,7 +117,8 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
 
     from .plots import fig_png
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    spans = d.lag.height and bool((d.lag["name"] == "lag.version_span").any())
+    fig, axes = plt.subplots(1, 4 if spans else 3, figsize=(20 if spans else 15, 4))
     ax = axes[0]
     for r in rows:
         lag = lags.get(r["arm"], 0)
@@ -133,6 +143,11 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
             "versions behind (concurrent arms: in flight, in the queue)",
         ),
         (axes[2], ("lag.kl_p50", "lag.kl_p90"), "per-sample KL(behaviour || current)"),
+        *(
+            [(axes[3], ("lag.version_span", "lag.version_span_max"), "versions a sample spans")]
+            if spans
+            else []
+        ),
     ):
         for arm in d.arms:
             for name in names:
@@ -150,3 +165,78 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     return "Lag: score against lag, and the behaviour policy's distance over training", fig_png(fig)
+
+
+DROPS = ("stale_inflight", "stale_queue", "staleness", "aborted", "unconsumed")
+"""Discard reasons of asynchronous training: past a bound in flight, in the queue, in total;
+aborted by a weight update (regenerated); launched and never consumed."""
+
+
+def async_blocks(d: Data) -> list:
+    """Per concurrent arm: its staleness split (in flight, in the queue: mean and max versions over
+    its steps), the versions its samples span, and the share of launched tokens each asynchronous
+    discard reason took (the bounds' drops, regenerated partial rollouts, rounds never consumed)."""
+
+    from .render import Heading, Para, Table
+
+    arms = []
+    for arm, blanks in d.runs.select("arm", "blanks").iter_rows():
+        data = (json.loads(blanks) if isinstance(blanks, str) else blanks or {}).get("data", {})
+        if data.get("concurrent") is not None and arm not in arms:
+            arms.append(arm)
+    if not arms or d.lag.height == 0:
+        return []
+    ev = d.lag.join(d.runs.select("run_id", "arm"), on="run_id")
+    last = d.ledger_last.join(d.runs.select("run_id", "arm"), on="run_id")
+
+    def stat(arm: str, name: str, agg: str) -> str:
+        sub = ev.filter((pl.col("arm") == arm) & (pl.col("name") == name))["value"]
+        if len(sub) == 0:
+            return "-"
+        return f"{(sub.mean() if agg == 'mean' else sub.max()):.2f}"
+
+    rows = []
+    for arm in order_arms(d, arms):
+        mine = last.filter(pl.col("arm") == arm)
+        launched = float(mine["launched_tokens"].sum()) if mine.height else 0.0
+        drops = []
+        for reason in DROPS:
+            col = f"discarded_{reason}"
+            n = float(mine[col].fill_null(0).sum()) if col in mine.columns and mine.height else 0.0
+            drops.append(f"{n:.0f} ({100 * n / launched:.1f}%)" if launched else f"{n:.0f}")
+        rows.append(
+            [
+                arm,
+                *[
+                    f"{stat(arm, f'lag.{k}', 'mean')} / {stat(arm, f'lag.{k}_max', 'max')}"
+                    for k in ("inflight_behind", "queue_behind", "version_span")
+                ],
+                *drops,
+            ]
+        )
+    return [
+        Heading("Asynchrony: staleness by where it passed, version spans, and what was dropped"),
+        Para(
+            "Per concurrent arm (all seeds): versions behind that passed while a sample was "
+            "generated (in flight) and while it waited to be consumed (in the queue), each as the "
+            "mean over steps / the largest of any step; the versions a sample's tokens span (a "
+            "partial rollout resumed on new weights spans more than one); and the launched tokens "
+            "discarded past the in-flight, queue and total staleness bounds, aborted by a weight "
+            "update (partial: regenerate, then launched again) and launched but never consumed.",
+            "caption",
+        ),
+        Table(
+            [
+                "arm",
+                "in flight (mean / max)",
+                "in the queue (mean / max)",
+                "version span (mean / max)",
+                *[f"dropped: {r}" for r in DROPS],
+            ],
+            rows,
+        ),
+    ]
+
+
+def order_arms(d: Data, arms: list[str]) -> list[str]:
+    return [a for a in d.arms if a in arms] + [a for a in arms if a not in d.arms]

@@ -912,19 +912,28 @@ def test_rung_9_runs_a_concurrent_arm_against_its_synchronous_setting(tmp_path):
     process of its own) and its synchronous setting (no collector, no lag), paired."""
 
     data = json.loads(json.dumps(BASE))
-    data["arms"] = {"async": {"preset": "grpo", "blanks": {"data": {"concurrent": {"queue": 2}}}}}
+    stream = {"queue": 2, "consume": "episode", "partial": "resume"}
+    data["arms"] = {"async": {"preset": "grpo", "blanks": {"data": {"concurrent": stream}}}}
     data["ladder"] = {"budget": {"launched_tokens": 600}}
     ladder = Ladder(validate_mapping(data), tmp_path)
     ladder.prepare()
     rows = ladder.rung_asynchrony()
     nominal, sync, final = rows
     assert (nominal.variant, sync.variant, final.variant) == (
-        "concurrent queue=2 (nominal)",
+        "concurrent queue=2, each group as it finishes, partial resume (nominal)",
         "lag=0 (synchronous)",
         VERDICT,
     )
     # sampled ahead by the collector: behind the trainer; the synchronous setting never is
     assert nominal.detail["versions_behind"] > 0.5 and sync.detail["versions_behind"] == 0
+    # the verdict says where the lag passed: the nominal run's own split, in flight and queued
+    split = nominal.detail["staleness_split"]
+    assert final.detail["staleness_split"]["inflight_behind"] == split["inflight_behind"]
+    assert f"{split['inflight_behind']:.2f} passed while they were generated" in final.evidence
+    assert f"{split['queue_behind']:.2f} while they waited to be consumed" in final.evidence
+    # in flight plus queued is the whole lag (each step's means add up)
+    whole = split["inflight_behind"] + split["queue_behind"]
+    assert whole == pytest.approx(nominal.detail["versions_behind"], abs=1e-9)
     assert nominal.detail["counters"]["launched_tokens"] <= 600
     assert sync.detail["counters"]["launched_tokens"] <= 600
 

@@ -16,6 +16,7 @@ from sixblanks.algorithms.offpolicy import (
     quantiles,
     ratio_gate,
     sequence_is_weight,
+    staleness_capacity,
     vtrace,
     within_staleness,
 )
@@ -384,6 +385,29 @@ def test_within_staleness_by_hand():
         within_staleness(torch.tensor([-1]), 2)
     with pytest.raises(ValueError):
         within_staleness(behind, -1)
+
+
+def test_staleness_capacity_by_hand_and_its_fifo_guarantee():
+    # (eta + i + 1) B - (accepted + running) = (2 + 3 + 1)*4 - (20 + 3) = 24 - 23 = 1
+    assert staleness_capacity(2, 3, 4, 20, 3) == 1
+    # eta 0, version 0: one batch; full once B are running
+    assert staleness_capacity(0, 0, 4, 0, 0) == 4 and staleness_capacity(0, 0, 4, 0, 4) == 0
+    g = torch.Generator().manual_seed(7)
+    for _ in range(100):  # a producer it gates, finishing in launch order: nothing ever stale
+        eta, B = (
+            int(torch.randint(0, 4, (1,), generator=g)),
+            int(torch.randint(1, 5, (1,), generator=g)),
+        )
+        version, accepted, running, behind = 0, 0, [], []
+        for _tick in range(40):
+            running += [version] * max(
+                0, staleness_capacity(eta, version, B, accepted, len(running))
+            )
+            k = int(torch.randint(0, len(running) + 1, (1,), generator=g))  # finished, in order
+            if len(running) >= B and k >= B:
+                behind += [version - v for v in running[:B]]
+                running, accepted, version = running[B:], accepted + B, version + 1
+        assert behind and max(behind) <= eta
 
 
 def test_staleness_properties_random():

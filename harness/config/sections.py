@@ -272,6 +272,14 @@ class RolloutConfig(Section):
     top_k: int = Field(0, ge=0, description="0: off.")
     max_new_tokens: int = Field(12, gt=0, description="Per turn; the generation budget L_max.")
     max_prompt_tokens: int = Field(192, gt=0, description="Prompt plus observation history limit.")
+    env_workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Threads that run a turn's environment steps at once (tool calls, sandboxes and "
+        "slow environments then wait concurrently, as agentic frameworks run them); 1: one after "
+        "another. For tasks whose environments are independent of each other.",
+    )
     group_size: int = Field(8, ge=1, description="Samples per prompt (G).")
     prompts_per_step: int = Field(8, ge=1, description="Prompts (groups) per optimizer-step batch.")
     micro_batch_size: int = Field(

@@ -3,6 +3,7 @@ G samples each, and records exactly what the policy did (the trajectory contract
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import functools
 import hashlib
 from collections.abc import Callable
@@ -49,6 +50,7 @@ class Episode:
     mask: list[float] = field(default_factory=list)
     logps: list[float] = field(default_factory=list)
     turn_ids: list[int] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # the version that sampled each token; -1
     segments: list[tuple[str, int, int]] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
@@ -64,7 +66,12 @@ class Episode:
     failure: str | None = None
 
     def add(
-        self, kind: str, ids: list[int], logps: list[float] | None = None, turn: int = -1
+        self,
+        kind: str,
+        ids: list[int],
+        logps: list[float] | None = None,
+        turn: int = -1,
+        version: int = -1,
     ) -> None:
         start = len(self.tokens)
         self.tokens += ids
@@ -72,6 +79,7 @@ class Episode:
         self.mask += [1.0 if is_action else 0.0] * len(ids)
         self.logps += logps if logps is not None else [0.0] * len(ids)
         self.turn_ids += [turn if is_action else -1] * len(ids)
+        self.versions += [version if is_action else -1] * len(ids)
         self.segments.append((kind, start, len(self.tokens)))
 
 
@@ -279,26 +287,24 @@ def play_round(
     gens: list[list[Generation]] = engine.generate(
         [ep.tokens for ep in active], params, n=1, generator=generator
     )
+    pending = []
     for ep, (gen,) in zip(active, gens):
-        stop_point("episodes")  # an environment step may be long (a judge, a sandbox)
         turn = len(ep.actions)
         if snapshots:  # a snapshot that raises is replayed instead, when branched
             try:
                 ep.snapshots.append(ep.env.snapshot() if ep.env is not None else None)
             except Exception:  # noqa: BLE001
                 ep.snapshots.append(None)
-        ep.add("action", gen.token_ids, gen.logprobs, turn)
+        ep.add("action", gen.token_ids, gen.logprobs, turn, engine.policy_version)
         text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         ep.actions.append(text)
         if gen.truncated:
             ep.truncated = True
-        try:
-            res = ep.env.step(text)
-        except VerifierFailure as exc:
-            ep.failure, ep.done = exc.reason, True
-            continue
-        except Exception as exc:  # noqa: BLE001 - a task that raises fails its sample only
-            ep.failure, ep.done = f"environment step raised {type(exc).__name__}: {exc}", True
+        pending.append((ep, gen, turn, text))
+    outcomes = env_steps([(ep, text) for ep, _, _, text in pending], params.env_workers)
+    for (ep, gen, turn, _), res in zip(pending, outcomes):
+        if isinstance(res, str):  # the sample failed: the step's reason
+            ep.failure, ep.done = res, True
             continue
         ep.turn_rewards.append(float(res.reward))
         label = (res.info or {}).get("step_correct")  # the environment's step label, if any
@@ -324,6 +330,39 @@ def play_round(
         ep.potentials.append(env_potential(ep.env))
 
 
+def _env_step(ep: Episode, text: str):
+    """The environment's answer to ``text``, or the reason the sample failed (a task or verifier
+    that raises fails its sample only)."""
+
+    try:
+        return ep.env.step(text)
+    except VerifierFailure as exc:
+        return exc.reason
+    except Exception as exc:  # noqa: BLE001
+        return f"environment step raised {type(exc).__name__}: {exc}"
+
+
+_POOLS: dict[int, cf.ThreadPoolExecutor] = {}
+
+
+def env_steps(steps: list[tuple[Episode, str]], workers: int = 1) -> list:
+    """Each ``(episode, action)``'s environment step, in order: one after another, or on up to
+    ``workers`` threads at once (slow environments wait concurrently). Each is a stop point (Ctrl-C:
+    harness/stopping.py) before it starts."""
+
+    if workers <= 1 or len(steps) <= 1:
+        out = []
+        for ep, text in steps:
+            stop_point("episodes")  # an environment step may be long (a judge, a sandbox)
+            out.append(_env_step(ep, text))
+        return out
+    stop_point("episodes")
+    pool = _POOLS.get(workers)
+    if pool is None:
+        pool = _POOLS[workers] = cf.ThreadPoolExecutor(workers, thread_name_prefix="env")
+    return list(pool.map(lambda a: _env_step(*a), steps))
+
+
 def episodes_to_batch(
     episodes: list[Episode], tokenizer, version: int, task_name: str
 ) -> TrajectoryBatch:
@@ -344,6 +383,15 @@ def episodes_to_batch(
     mask = rows([ep.mask if good else [] for ep, good in zip(episodes, ok)], T, 0.0, torch.float32)
     logps = rows([ep.logps for ep in episodes], T, 0.0, torch.float32)
     turn_ids = rows([ep.turn_ids for ep in episodes], T, -1, torch.long)
+    # each action token's version (a branch's copied prefix is context: -1); a row's
+    # policy_version is its oldest, the engine's where it sampled nothing
+    versions = rows([ep.versions for ep in episodes], T, -1, torch.long)
+    versions = torch.where(versions < 0, int(version), versions)  # recorded without one
+    versions = torch.where(turn_ids >= 0, versions, torch.full_like(versions, -1))
+    oldest = torch.where(turn_ids >= 0, versions, torch.full_like(versions, 2**62)).amin(1)
+    policy_version = torch.where(
+        (turn_ids >= 0).any(1), oldest, torch.full_like(oldest, int(version))
+    )
     turn_rewards = rows([ep.turn_rewards for ep in episodes], K, 0.0, torch.float32)
     keys = rows([ep.state_keys for ep in episodes], K, 0, torch.long)
     # Phi of the state before each action taken; 0 from the end of the episode on (terminal or
@@ -362,7 +410,7 @@ def episodes_to_batch(
         turn_rewards=turn_rewards,
         reward=turn_rewards.sum(-1),
         group_ids=torch.tensor([ep.group for ep in episodes], dtype=torch.long),
-        policy_version=torch.full((B,), int(version), dtype=torch.long),
+        policy_version=policy_version,
         truncated=torch.tensor([ep.truncated for ep in episodes], dtype=torch.bool),
         state_keys=keys,
         potentials=potentials,
@@ -372,6 +420,7 @@ def episodes_to_batch(
         failed=torch.tensor([ep.failure is not None for ep in episodes], dtype=torch.bool),
         instance_seeds=torch.tensor([ep.instance.seed for ep in episodes], dtype=torch.long),
         terminated=torch.tensor([ep.terminated for ep in episodes], dtype=torch.bool),
+        token_versions=versions,
         observations=[ep.observations for ep in episodes],
         actions=[ep.actions for ep in episodes],
         segments=[ep.segments for ep in episodes],

@@ -69,6 +69,8 @@ class SamplingParams:
     """Generation of a sequence ends after a token whose text contains one of these."""
     ignore_eos: bool = False
     """Keep sampling past EOS (fixed-length generation, e.g. for throughput benchmarks)."""
+    env_workers: int = 1
+    """Threads for a turn's environment steps (the agent loop's, not the sampler's)."""
     mismatch: SamplerMismatch | None = None
     """A controlled sampler-trainer mismatch (training rollouts of the mismatch lab); None: the
     sampler draws from the distribution :meth:`scoring` names, as the trainer scores it."""

@@ -41,6 +41,11 @@ class TrajectoryBatch:
     terminated: (
         torch.Tensor
     )  # [B] bool: ended by the environment's terminal condition (no bootstrap past it)
+    # [B, T] long: the weights version that sampled each action token, -1 elsewhere. A sample
+    # whose generation continued across a weight update (a partial rollout resumed on new weights)
+    # spans several; ``policy_version`` is its oldest. None at construction: every action token
+    # of a row has the row's ``policy_version``.
+    token_versions: torch.Tensor | None = None
     # python-side records, one entry per sample
     observations: list[list[str]] = field(default_factory=list)  # obs texts; [0] is the prompt
     actions: list[list[str]] = field(default_factory=list)  # action texts per turn
@@ -72,8 +77,27 @@ class TrajectoryBatch:
         "failed",
         "instance_seeds",
         "terminated",
+        "token_versions",
     )
     _LISTS = ("observations", "actions", "segments", "failure_reasons", "snapshots")
+
+    def __post_init__(self) -> None:
+        if self.token_versions is None:
+            acts = self.turn_ids >= 0
+            self.token_versions = torch.where(
+                acts,
+                self.policy_version.to(torch.long).unsqueeze(1),
+                torch.full_like(acts, -1, dtype=torch.long),
+            )
+
+    def version_span(self) -> torch.Tensor:
+        """``[B]`` long: newest minus oldest version among each row's action tokens (0: one)."""
+
+        v = self.token_versions
+        acts = v >= 0
+        newest = torch.where(acts, v, torch.full_like(v, -1)).amax(1)
+        oldest = torch.where(acts, v, torch.full_like(v, 2**62)).amin(1)
+        return torch.where(acts.any(1), newest - oldest, torch.zeros_like(newest))
 
     @property
     def size(self) -> int:
@@ -158,6 +182,7 @@ class TrajectoryBatch:
             "action_mask": 0.0,
             "behavior_logprobs": 0.0,
             "turn_ids": -1,
+            "token_versions": -1,
         }
         kw: dict[str, Any] = {}
         for name in TrajectoryBatch._TENSORS:

@@ -74,7 +74,9 @@ NOTES: dict[str, dict[str, str]] = {
         "restart (what an attempt killed with no usable checkpoint left had launched: the run "
         "started again, charged it), pair_selection (responses of a DPO arm's scored groups that "
         "are neither the best nor the worst), no_preference (every response of a DPO group whose "
-        "rewards are all equal)",
+        "rewards are all equal), aborted (partial episodes a streaming collector aborted on new "
+        "weights, `partial: regenerate`), stale_inflight / stale_queue (groups past "
+        "`data.concurrent.inflight` / `queued`)",
     },
     "metrics": {
         "run_id, step": "the step",

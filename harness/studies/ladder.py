@@ -125,6 +125,7 @@ class Ladder:
         self.seeds = list(cfg.ladder.seeds)
         self.results: list[RungResult] = []
         self.trained: dict[str, tuple[str, dict[str, Any]]] = {}  # spec -> (first name, result)
+        self.trained_outs: dict[str, dict[str, Any]] = {}  # the last comparing rung's, by label
 
     # ------------------------------------------------------------------ set-up
 
@@ -224,6 +225,15 @@ class Ladder:
             # how far behind its samples were: versions, and the behaviour-to-current k3 KL
             "versions_behind": mean_of(res.steps, "lag.versions_behind") or 0.0,
             "behavior_kl": mean_of(res.steps, "mismatch.kl"),
+            # a concurrent collector's split, its samples' version spans and what it dropped
+            "staleness_split": {
+                k: mean_of(res.steps, f"lag.{k}")
+                for k in ("inflight_behind", "queue_behind", "version_span")
+            },
+            "async_dropped": {
+                r: float(getattr(res.ledger, "discarded_by_reason", {}).get(r, 0.0))
+                for r in ("stale_inflight", "stale_queue", "staleness", "aborted", "unconsumed")
+            },
             "diverged": False,
             "engine": engine,
             "split": res.evals[-1].get("split"),
@@ -334,6 +344,7 @@ class Ladder:
             outs[label] = self._train(
                 seed=self.seeds[0], name=f"ladder rung {rung} ({name}) {label}", **kw
             )
+        self.trained_outs = outs
         return judge_compare(rung, name, outs, nominal_key)
 
     def _vary(
@@ -542,9 +553,42 @@ class Ladder:
                 RungResult(9, "asynchrony", "synchronous arm", "inconclusive", reason),
                 verdict(9, "asynchrony", "inconclusive", reason),
             ]
-        key = f"lag={lag} (nominal)" if lag else f"concurrent queue={conc['queue']} (nominal)"
+        if lag:
+            key = f"lag={lag} (nominal)"
+        else:
+            how = f", each group as it finishes, partial {conc.get('partial')}"
+            key = (
+                f"concurrent queue={conc['queue']}{how if conc.get('consume') == 'episode' else ''}"
+            )
+            key += " (nominal)"
         sync = {"blanks_over": {"data": {"lag": 0, "concurrent": None, "broadcast_every": 1}}}
-        return self._compare(9, "asynchrony", {key: {}, "lag=0 (synchronous)": sync}, key)
+        out = self._compare(9, "asynchrony", {key: {}, "lag=0 (synchronous)": sync}, key)
+        nominal = self.trained_outs.get(key) or {}
+        split = nominal.get("staleness_split") or {}
+        if split.get("inflight_behind") is not None:  # the split says where the lag came from
+            dropped = {r: n for r, n in (nominal.get("async_dropped") or {}).items() if n}
+            note = (
+                f" Its samples were {nominal.get('versions_behind', 0.0):.2f} versions behind on "
+                f"average: {split['inflight_behind']:.2f} passed while they were generated, "
+                f"{split.get('queue_behind') or 0.0:.2f} while they waited to be consumed"
+                + (
+                    f"; their tokens spanned {split['version_span']:.2f} versions"
+                    if split.get("version_span")
+                    else ""
+                )
+                + (
+                    "; dropped tokens: "
+                    + ", ".join(f"{r} {n:.0f}" for r, n in sorted(dropped.items()))
+                    if dropped
+                    else ""
+                )
+                + "."
+            )
+            for r in out:
+                if r.variant == VERDICT:
+                    r.evidence += note
+                    r.detail["staleness_split"] = {**split, "dropped": dropped}
+        return out
 
     # ------------------------------------------------------------------ the walk
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -233,7 +234,24 @@ class GuessNumber(Task):
 
 
 class ChainParams(TaskParams):
-    steps: int = Field(3, ge=1, le=8, description="Operations in the chain: one turn each.")
+    steps: int = Field(
+        3, ge=1, le=16, description="Operations in the chain: one turn each (with tail, the most)."
+    )
+    tail: float | None = Field(
+        None,
+        gt=0,
+        description="A long-tailed episode length: each instance's number of operations is drawn "
+        "from P(k) proportional to k^-tail on 1..steps (most chains short, a few long, as agentic "
+        "episodes are); None: every chain has steps operations.",
+    )
+    step_seconds: float = Field(
+        0.0,
+        ge=0,
+        le=10,
+        description="Simulated environment latency: each step waits this long before it answers "
+        "(a tool call, a sandbox), so that wall time depends on episode length as in agentic "
+        "tasks; 0: none.",
+    )
     digits: int = Field(1, ge=1, le=3, description="Digits of the start value and each operand.")
     operators: str = Field("+-", min_length=1, description="Any of + -.")
     outcome: Literal["last", "all"] = Field(
@@ -256,6 +274,8 @@ class ChainEnv(Env):
     task: ChainArithmetic
 
     def step(self, action: str) -> StepResult:
+        if self.task.params.step_seconds:
+            time.sleep(self.task.params.step_seconds)
         values, k = self.instance.data["values"], self.turn
         self.turn += 1
         step_correct = parse_int(action) == values[k + 1]
@@ -285,13 +305,23 @@ class ChainEnv(Env):
         """Progress that can still pay: the share of the chain done while the episode can still
         earn its reward (with ``outcome: all``, 0 after a slip)."""
 
-        return self.turn / self.task.params.steps if getattr(self, "all_right", True) else 0.0
+        steps = len(self.instance.data["values"]) - 1  # this chain's (params.steps, or its draw)
+        return self.turn / steps if getattr(self, "all_right", True) else 0.0
 
     def snapshot(self) -> dict:
         return {"turn": self.turn, "all_right": getattr(self, "all_right", True)}
 
     def restore(self, state: dict) -> None:
         self.turn, self.all_right = state["turn"], state["all_right"]
+
+
+def chain_length(rng: random.Random, most: int, tail: float | None) -> int:
+    """Operations in one chain: ``most``, or with ``tail`` a draw of P(k) ~ k^-tail, k = 1..most."""
+
+    if tail is None:
+        return most
+    ks = range(1, most + 1)
+    return rng.choices(ks, weights=[k**-tail for k in ks])[0]
 
 
 def digit_sum(n: int) -> int:
@@ -344,7 +374,7 @@ class ChainArithmetic(Task):
         hi = 10**p.digits - 1
         values = [rng.randint(0, hi)]
         ops = []
-        for _ in range(p.steps):
+        for _ in range(chain_length(rng, p.steps, p.tail)):
             op, n = rng.choice(p.operators), rng.randint(0, hi)
             ops.append(f"{op}{n}")
             values.append(values[-1] + (n if op == "+" else -n))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextvars
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -54,6 +55,9 @@ class VerifierGate:
         )
         self.stats = VerifierStats()
         self._pool: list[cf.ThreadPoolExecutor | None] = [None]
+        # calls from concurrent environment steps (rollout.env_workers) one at a time: the
+        # counts stay exact, and a caller holding it can read what its own call added
+        self.lock = threading.RLock()
 
     def _fail(self, kind: str, reason: str) -> VerifierFailure:
         self.stats.failures += 1
@@ -71,7 +75,18 @@ class VerifierGate:
 
         return self.stats.calls, self.judge.stats.calls if self.judge is not None else 0
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "lock": None, "_pool": [None]}  # neither crosses a process
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
+
     def __call__(self, instance: Instance, response: str) -> float:
+        with self.lock:
+            return self._call(instance, response)
+
+    def _call(self, instance: Instance, response: str) -> float:
         self.stats.calls += 1
         judge = self.judge
         verification = None

@@ -45,6 +45,7 @@ def training_params(rollout) -> SamplingParams:
         rollout.top_k,
         rollout.max_new_tokens,
         ignore_eos=rollout.ignore_eos,
+        env_workers=getattr(rollout, "env_workers", 1),
         mismatch=SamplerMismatch.of(getattr(rollout, "mismatch", None)),
     )
 

@@ -34,6 +34,10 @@ def make_collector(ctx: RunContext):
         return PreferencePairs(ctx)
     if ctx.blanks.data.concurrent is not None:
         from .concurrent import ConcurrentRounds
+        from .stream import EpisodeStream
+
+        if ctx.blanks.data.concurrent.consume == "episode":
+            return EpisodeStream(ctx)
 
         return ConcurrentRounds(ctx)
     if ctx.blanks.data.world_model is not None:

@@ -49,19 +49,16 @@ class ConcurrentRounds(OnPolicyRounds):
         self.checkpointed: set[str] = set()  # counted at the last checkpoint: prunable at the next
         self.broadcast_version: int | None = None
         self.restarts, self.incarnation = 0.0, 0
-        self.worker, self.resumed, self.wait_seconds = None, False, 0.0
-        self.drained: dict[str, float] = {}
+        self.worker, self.resumed, self.wait_seconds, self.drained = None, False, 0.0, {}
         self.staleness = StalenessSplit()  # in flight and in the queue
 
     def worst_case(self) -> dict[str, float]:
         """While a round is launched ahead its permit is reserved: only a replay draw is new."""
-
         worst = super().worst_case()
         return {k: v for k, v in worst.items() if k == "replayed_tokens" or not self.requests}
 
     def update_bound(self, worst: dict[str, float]) -> tuple[float, float]:
-        # a whole round's, not the step's worst case (which omits the rounds launched ahead)
-        return super().update_bound(super().worst_case())
+        return super().update_bound(super().worst_case())  # a round's: not the rounds ahead
 
     def _reserve(self, r: int, time_estimate: bool = True):
         meter, worst = self.ctx.meter, super().worst_case()
@@ -71,7 +68,6 @@ class ConcurrentRounds(OnPolicyRounds):
 
     def _exact(self, rec: dict[str, Any], name: str):
         """A reservation of a spooled round's known cost (work done before this process knew)."""
-
         meter = self.ctx.meter
         res = meter.ledger.reserve(meter.limited(rec["cost"]), label=f"spooled {name}")
         if res is None:
@@ -210,9 +206,14 @@ class ConcurrentRounds(OnPolicyRounds):
             self.ready[got] = detail
             self.staleness.done(got, self.ctx.engine.policy_version)
 
-    def _wait(self, r: int) -> str:
+    def _wait(self, r: int) -> str | None:
+        """Round ``r``'s spool file, once ready (None: it was aborted meanwhile)."""
+        self._wait_until(lambda: r in self.ready or r not in self.requests)
+        return self.ready.pop(r, None)
+
+    def _wait_until(self, done) -> None:
         w0 = last = time.perf_counter()
-        while r not in self.ready:  # each poll is a stop point (Ctrl-C, harness/stopping.py)
+        while not done():  # each poll is a stop point (Ctrl-C, harness/stopping.py)
             msg = self.worker.poll(POLL_SECONDS)
             if msg is not None:
                 self._message(msg)
@@ -220,14 +221,13 @@ class ConcurrentRounds(OnPolicyRounds):
             elif not self.worker.alive():
                 while (msg := self.worker.poll(0.0)) is not None:  # its last words first
                     self._message(msg)
-                if r not in self.ready:
+                if not done():
                     self._restart(f"died ({self.worker.death()})")
                 last = time.perf_counter()
             elif time.perf_counter() - last > self.spec.round_timeout:
                 self._restart(f"reported nothing for {self.spec.round_timeout:g} s (stuck)")
                 last = time.perf_counter()
         self.wait_seconds += time.perf_counter() - w0
-        return self.ready.pop(r)
 
     def round(self):
         if not self.requests:
@@ -263,8 +263,9 @@ class ConcurrentRounds(OnPolicyRounds):
             if drain and self.requests:
                 with self.ctx.meter.charge("drain collector"):  # the wait, on the run's clock
                     for r in sorted(self.requests):
-                        self._discard(self._wait(r), self.permits.pop(r))
-                        del self.requests[r]
+                        if (name := self._wait(r)) is not None:  # None: aborted meanwhile
+                            self._discard(name, self.permits.pop(r))
+                            del self.requests[r]
             drained = drain
         finally:
             self.worker.stop(kill=not drained)

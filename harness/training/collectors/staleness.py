@@ -16,11 +16,13 @@ class StalenessSplit:
     def done(self, r: int, version: int) -> None:
         self.seen.setdefault(r, version)
 
-    def consumed(self, r: int, sampled: int, version: int) -> None:
-        """Round ``r``, sampled by weights version ``sampled``, consumed at ``version``."""
+    def consumed(self, r: int, sampled: int, version: int) -> tuple[int, int]:
+        """Round ``r``, sampled by weights version ``sampled`` (its oldest token's), consumed at
+        ``version``: its (in flight, in the queue) versions."""
 
         seen = self.seen.pop(r, version)
         self.split.append((seen - sampled, version - seen))
+        return self.split[-1]
 
     def metrics(self) -> dict[str, float]:
         """This step's split (mean and max over its rounds), and a fresh start for the next."""

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from ...stopping import stop_point
+from .stream_worker import stream_main
 from .worker import CollectorCore, process_main
 
 READY_SECONDS = 600.0
@@ -28,7 +29,7 @@ class ProcessWorker:
         # vLLM starts processes of its own, which a daemonic process may not
         daemon = init["rollout"].backend != "vllm"
         self.proc = ctx.Process(
-            target=process_main,
+            target=stream_main if init.get("stream") else process_main,
             args=(init, self.rounds_q, self.weights_q, self.done_q, os.getpid()),
             daemon=daemon,
             name=f"sixblanks-collector-{init['worker']}",

@@ -94,6 +94,7 @@ def wait_for_exit(pid_file: Path, timeout: float = 120.0) -> None:
 def collector_init(ctx, spool: Path, worker: str) -> dict[str, Any]:
     """What a collector is started with (:class:`CollectorCore`), from the trainer's context."""
 
+    spec = ctx.blanks.data.concurrent
     return {  # a CPU copy: sent to the collector, never the live (possibly CUDA-shared) weights
         "model": frozen_copy(ctx.model).cpu(),
         "tokenizer": ctx.tokenizer,
@@ -105,6 +106,9 @@ def collector_init(ctx, spool: Path, worker: str) -> dict[str, Any]:
         "spool": str(spool),
         "worker": worker,
         "device": str(ctx.device),
+        # episode-level consumption: a streaming collector (:mod:`.stream_worker`)
+        "stream": spec is not None and spec.consume == "episode",
+        "partial": spec.partial if spec is not None else "continue",
     }
 
 
