@@ -89,7 +89,8 @@ class ConcurrentSpec(Spec):
         "boundary): continue: they finish on their old weights before the new ones load; resume: "
         "they go on with the new weights, keeping their tokens and log-probs (each token tagged "
         "with its version); regenerate: they are aborted (launched and discarded as 'aborted') and "
-        "launched again.",
+        "launched again (a group longer than a step's worth of turns may be aborted at every "
+        "update: watch async.aborted_units).",
     )
     inflight: StalenessBound | None = Field(
         None,

@@ -163,7 +163,7 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
         ax.set_xlabel("launched tokens")
         ax.set_title(label)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=6, ncol=2 if len(ax.get_lines()) > 8 else 1)
     return "Lag: score against lag, and the behaviour policy's distance over training", fig_png(fig)
 
 

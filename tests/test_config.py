@@ -38,6 +38,7 @@ def test_the_example_experiments_validate(cli):
         "credit.yaml",
         "hierarchical.yaml",
         "mismatch.yaml",
+        "partial.yaml",
         "search.yaml",
         "selfplay.yaml",
         "smollm2.yaml",
@@ -55,6 +56,9 @@ def test_the_example_experiments_validate(cli):
     assert "turn_grpo_shaped" in out and "16 runs: 8 arms x 1 task(s) x 2 seeds" in out
     assert all(p in out for p in ("prm_grpo", "prime", "branch_grpo", "gigpo", "ppo_turn"))
     assert "hier_grpo" in outs["hierarchical.yaml"]
+    out = outs["partial.yaml"]
+    assert all(a in out for a in ("rounds", "continue", "resume", "regenerate", "bounded", "sao"))
+    assert "12 runs: 6 arms x 1 task(s) x 2 seeds" in out
     assert "expert_iteration" in outs["search.yaml"] and "distill_initial" in outs["search.yaml"]
     assert "grpo_selfplay" in outs["selfplay.yaml"] and "grpo_vs_random" in outs["selfplay.yaml"]
     out = outs["tree_search.yaml"]
@@ -435,3 +439,16 @@ def test_validate_resolved_shows_the_task_parameters_defaults(cli, write_yaml):
     assert code == 0
     params = yaml.safe_load(out)["tasks"][0]["params"]
     assert params["low"] == 1 and params["high"] == 16 and params["max_turns"] == 5
+
+
+def test_environment_steps_on_threads_are_refused_for_self_play_and_episodes_need_a_process():
+    base = {"task": {"name": "nim"}, "rollout": {"env_workers": 4}}
+    arms = {"s": {"preset": "grpo", "blanks": {"data": {"self_play": {}}}}}
+    with pytest.raises(ConfigError, match="env_workers 4 with data.self_play"):
+        validate_mapping({**base, "arms": arms})
+    with pytest.raises(ConfigError, match="backend 'ray' takes whole rounds"):
+        resolve_blanks = {"data": {"concurrent": {"consume": "episode", "backend": "ray"}}}
+        validate_mapping({"arms": {"a": {"preset": "grpo", "blanks": resolve_blanks}}})
+    with pytest.raises(ConfigError, match="partial 'resume'.*needs consume: episode"):
+        over = {"data": {"concurrent": {"partial": "resume"}}}
+        validate_mapping({"arms": {"a": {"preset": "grpo", "blanks": over}}})

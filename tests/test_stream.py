@@ -382,3 +382,27 @@ def test_the_reports_asynchrony_table_by_hand():
     assert row["version span (mean / max)"] == "0.50 / 1.00"
     assert row["dropped: aborted"] == "50 (5.0%)"  # of 1000 launched
     assert row["dropped: stale_queue"] == "10 (1.0%)" and row["dropped: staleness"] == "0 (0.0%)"
+
+
+def test_a_killed_streaming_collector_is_restarted_and_every_group_counted_once(tmp_path):
+    """SIGKILL the collector at step 2: what it spooled and never reported is used or, aborted,
+    charged and launched again; the rest in flight is launched again; the spool balances."""
+
+    killed = []
+
+    def kill(tr, m):
+        if m["step"] == 2:
+            os.kill(tr.collector.worker.pid, signal.SIGKILL)
+            killed.append(tr.collector.worker.pid)
+
+    slow = (TAIL[0], {**TAIL[1], "step_seconds": 0.004})
+    tr = _trainer({"data": stream("regenerate", queue=3)}, task=slow)
+    tr.ctx.settings.work_dir = str(tmp_path)
+    res = tr.train(on_step=kill)
+    led = res.ledger
+    assert killed and res.steps[-1]["async.restarts"] == 1.0
+    assert not led.check_invariants() and res.ended_because == "budget"
+    assert_balanced(led.counters, led.discarded_rollouts_by_reason, tmp_path / "spool")
+    files = {f.name for f in (tmp_path / "spool").glob("round-*.pt")}
+    assert tr.collector.counted == files
+    assert len({f.split(".")[1] for f in files}) == 2  # groups of both collectors were used

@@ -153,6 +153,19 @@ def _mismatch_problems(cfg: ExperimentConfig, arm: _Arm) -> list[str]:
     ]
 
 
+def _env_worker_problems(arm: _Arm) -> list[str]:
+    """Environment steps on threads where the environments share state: a self-play game's
+    opponent pool plays its members in one shared model."""
+
+    if arm.rollout.env_workers <= 1 or arm.blanks.data.self_play is None:
+        return []
+    return [
+        f"arms.{arm.name}: rollout.env_workers {arm.rollout.env_workers} with data.self_play: "
+        "the opponents' pool loads each member into one shared model, so its games cannot step "
+        "at once; set rollout.env_workers: 1"
+    ]
+
+
 def _probe_problems(cfg: ExperimentConfig, arms: list[_Arm]) -> list[str]:
     """The gradient-noise probe on arms whose objective has none (actor-critic, SFT, DPO)."""
 
@@ -487,6 +500,7 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
         out += _minibatch_problems(arm)
         out += _branching_problems(arm, [(t.name, n) for t, n in tasks])
         out += _fault_problems(cfg, arm)
+        out += _env_worker_problems(arm)
         out += [p for p in _mismatch_problems(cfg, arm) if p not in out]  # one line a key
     out += _group_problems(arms)
     out += _prm_label_problems(arms, [t for t, _ in tasks])

@@ -276,9 +276,11 @@ class RolloutConfig(Section):
         1,
         ge=1,
         le=256,
-        description="Threads that run a turn's environment steps at once (tool calls, sandboxes and "
-        "slow environments then wait concurrently, as agentic frameworks run them); 1: one after "
-        "another. For tasks whose environments are independent of each other.",
+        description="Threads that run a turn's environment steps at once (what a step waits for "
+        "itself, a tool call or a slow environment, then overlaps, as agentic frameworks run "
+        "environments; verifier calls still run one at a time, so that each is counted exactly); "
+        "1: one after another. For tasks whose environments are independent of each other (not "
+        "with data.self_play).",
     )
     group_size: int = Field(8, ge=1, description="Samples per prompt (G).")
     prompts_per_step: int = Field(8, ge=1, description="Prompts (groups) per optimizer-step batch.")

@@ -27,9 +27,12 @@ DEFINITION = "definition.json"
 IGNORED = ("executor", "tracking")
 """Top-level sections that decide where runs go and are copied, not what they compute."""
 ARM_DEFAULTS = {"seed_offset": 0, "fault": {"rewards": "none"}}
-ROLLOUT_DEFAULTS = {"grad_noise_probe": False}
-"""Arm and rollout keys left out of a definition at these values (keys added after definitions
-were first recorded: a directory made before them holds the same definition)."""
+ROLLOUT_DEFAULTS = {"grad_noise_probe": False, "env_workers": 1}
+CONCURRENT_DEFAULTS = {"consume": "round", "partial": "continue", "inflight": None, "queued": None}
+TASK_DEFAULTS = {"chain_arithmetic": {"tail": None, "step_seconds": 0.0}}
+"""Arm, rollout, concurrent-collector and task-parameter keys left out of a definition at these
+values (keys added after definitions were first recorded: a directory made before them holds the
+same definition)."""
 
 
 class DefinitionChanged(SixblanksError):
@@ -49,6 +52,18 @@ def definition(cfg) -> dict[str, Any]:
     ]:
         for key, default in defaults.items():
             if section is not None and key in section and section[key] == default:
+                del section[key]
+    sections = [
+        ((arm.get("blanks") or {}).get("data") or {}).get("concurrent")
+        for arm in (out.get("arms") or {}).values()
+        if isinstance(arm, dict)
+    ]
+    tasks = [out.get("task"), *(out.get("tasks") or [])]
+    for section, defaults in [(c, CONCURRENT_DEFAULTS) for c in sections] + [
+        ((t or {}).get("params"), TASK_DEFAULTS.get((t or {}).get("name"), {})) for t in tasks
+    ]:
+        for key, default in defaults.items():
+            if isinstance(section, dict) and key in section and section[key] == default:
                 del section[key]
     return out
 

@@ -21,6 +21,7 @@ Shapes: ``B`` leaves, ``K`` turns.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,11 +117,9 @@ def fork(node: Node, task: Task, gate: VerifierGate, tree: SearchTree) -> Node:
 
     src = node.episode
     ep = copy.copy(src)
-    for name in (
-        "tokens mask logps turn_ids segments observations actions turn_rewards state_keys "
-        "potentials step_labels levels"
-    ).split():
-        setattr(ep, name, list(getattr(src, name)))
+    for f in dataclasses.fields(Episode):  # every per-token and per-turn list its own copy
+        if isinstance(getattr(src, f.name), list):
+            setattr(ep, f.name, list(getattr(src, f.name)))
     ep.snapshots = []
     if src.failure is None:
         try:

@@ -9,13 +9,12 @@ queue up. The collector's wall time overlaps the trainer's and is not added: ``w
 the run's elapsed time, of which the trainer's waiting is ``async.wait_seconds``.
 
 Weights go out every ``data.broadcast_every`` versions (a file each, charged as ``broadcast``);
-samples carry the version that made them, so ``lag.versions_behind``, ``data.staleness`` and the
-off-policy corrections work as with ``data.lag``; :mod:`.staleness` splits it by where it passed.
-Nothing is lost or counted twice: every spool file is counted once, when consumed or, when it never
-can be (still queued at the end; made after the checkpoint a killed trainer resumed from, by
+samples carry the version that made them (lag, bound, corrections: as with ``data.lag``; split by
+where it passed: :mod:`.staleness`). Every spool file is counted once: when consumed or, when it
+never can be (queued at the end; made after the checkpoint a killed trainer resumed from, by
 weights the resumed run never had), as launched and discarded (``unconsumed``). A dead or stuck
-collector is restarted (``restarts`` times): rounds it spooled are used, the rest launched again.
-A resumed trainer replays the rounds its checkpoint had launched and the collector finished."""
+collector is restarted (``restarts`` times): rounds it spooled are used, the rest launched again;
+a resumed trainer replays what its checkpoint launched. :mod:`.stream`: groups, not rounds."""
 
 from __future__ import annotations
 
@@ -131,10 +130,13 @@ class ConcurrentRounds(OnPolicyRounds):
                 f"{int(self.restarts)} times (data.concurrent.restarts: {self.spec.restarts})"
             )
         self.worker.stop(kill=True, restart=True)
-        for r, names in self.spool.uncounted(self.counted).items():  # spooled before it died
+        self._spooled_before_death()
+        self._start()
+
+    def _spooled_before_death(self) -> None:
+        for r, names in self.spool.uncounted(self.counted).items():
             if r in self.requests and r not in self.ready:
                 self.ready[r] = names[0]
-        self._start()
 
     def _recover(self) -> None:
         """After a trainer's resume: wait for the old collector, then count or replay its spool."""
@@ -292,9 +294,7 @@ class ConcurrentRounds(OnPolicyRounds):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.next_round = state["next_round"]
+        self.next_round, self.restarts = state["next_round"], state["restarts"]
         self.requests = {int(r): q for r, q in state["requests"].items()}
-        self.counted = set(state["counted"])
-        self.broadcast_version = state["broadcast_version"]
-        self.restarts = state["restarts"]
+        self.counted, self.broadcast_version = set(state["counted"]), state["broadcast_version"]
         self.resumed = True

@@ -88,7 +88,9 @@ class EpisodeStream(ConcurrentRounds):
                 self._count("async.admission_waits")
                 return
             r = self.next_round
-            res = self._reserve(r)
+            # up to queue x B units run at once and their wall times overlap: one unit in B
+            # carries the time estimate, as a round would
+            res = self._reserve(r, time_estimate=r % self.n_prompts == 0)
             if res is None:
                 return
             if self.relaunch:
@@ -122,12 +124,31 @@ class EpisodeStream(ConcurrentRounds):
         b = rec["batch"]
         self.ctx.meter.discard("aborted", float(b.row_action_tokens().sum()), b.size)
         self._count("async.aborted_units")
+        if self.closing:  # charged while the run drains: its last record must show it
+            self.drained["async.aborted_units"] = self.drained.get("async.aborted_units", 0.0) + 1
         req = self.requests.pop(r, None)
         self.started.pop(r, None)
         if req is not None:
             self.relaunch.append({"seeds": req["seeds"], "group_offset": req["group_offset"]})
-            if self.worker is not None and not self.closing:
+            if self.worker is not None and not self.closing and self._top_up_now():
                 self.top_up()
+
+    def _spooled_before_death(self) -> None:
+        """A dead or stuck collector's spool: a finished unit it never reported is used, an aborted
+        one charged and launched again (by the next top-up); the rest in flight is sent again."""
+
+        worker, self.worker = self.worker, None  # stopped: nothing is sent until the new one runs
+        try:
+            for r, names in self.spool.uncounted(self.counted).items():
+                if r in self.requests and r not in self.ready:
+                    if self.spool.load(names[0]).get("aborted"):
+                        self._aborted(r, names[0], self.permits.pop(r))
+                    else:
+                        self.ready[r] = names[0]
+                        self.order.append(r)
+            self.started.clear()
+        finally:
+            self.worker = worker
 
     def _recover(self) -> None:
         self.spool.wait_for_old_collector()
@@ -137,6 +158,14 @@ class EpisodeStream(ConcurrentRounds):
                     self._aborted(r, name, None)
         super()._recover()
         self.order += sorted(r for r in self.ready if r not in self.order)
+
+    def _top_up_now(self) -> bool:
+        """Launch as soon as a batch is taken (the collector works through the update), unless a
+        bound waits: under the queue bound's a unit launched before the update could finish before
+        it and wait across it (launched at the next step's start instead); under the in-flight
+        bound's the trainer would wait for it before this very update (launched after the wait)."""
+
+        return all(b is None or b.on_pass != "wait" for b in (self.spec.inflight, self.spec.queued))
 
     def _passed(self, inflight: int, queued: int, total: int) -> str | None:
         """The reason a unit with this staleness is dropped, or None. A bound with ``wait`` is
@@ -161,6 +190,7 @@ class EpisodeStream(ConcurrentRounds):
             )
             if not self.requests:
                 return None
+            self.order += [r for r in sorted(self.ready) if r not in self.order]  # never lost
             take = [r for r in self.order if r in self.ready][:B]
             self.order = [r for r in self.order if r not in take]
             v = self.ctx.engine.policy_version
@@ -168,21 +198,22 @@ class EpisodeStream(ConcurrentRounds):
                 name = self.ready.pop(r)
                 rec = self.spool.load(name)
                 b, oldest = rec["batch"], int(rec["batch"].policy_version.min())
-                self.staleness.seen[r] = self.version_at(rec.get("finished_at"), v)
-                inflight, queued = self.staleness.consumed(r, oldest, v)
+                seen = self.version_at(rec.get("finished_at"), v)
+                self.staleness.seen.pop(r, None)
                 self._commit(rec, name, self.permits.pop(r))
                 del self.requests[r]
                 self.started.pop(r, None)
-                reason = self._passed(inflight, queued, v - oldest)
-                if reason is not None:
+                reason = self._passed(seen - oldest, v - seen, v - oldest)
+                if reason is not None:  # the split describes what is trained on
                     self.ctx.meter.discard(reason, float(b.row_action_tokens().sum()), b.size)
                     self._count(f"lag.dropped_{reason}")
                     continue
+                self.staleness.seen[r] = seen
+                self.staleness.consumed(r, oldest, v)
                 self.accepted += 1
                 self.spans += b.version_span().tolist()
                 kept.append(b)
-            q = self.spec.queued
-            if (q is None or q.on_pass != "wait") or (not kept and not self.requests):
+            if self._top_up_now() or (not kept and not self.requests):
                 self.top_up()  # keep the collector busy through the update
         return TrajectoryBatch.concat(kept, self.ctx.pad_id), None
 
@@ -221,6 +252,9 @@ class EpisodeStream(ConcurrentRounds):
             self.became = [*self.became[-63:], (time.time(), v)]
         out = super().collect()
         self._hold()
+        q = self.spec.queued
+        if not self._top_up_now() and (q is None or q.on_pass != "wait"):
+            self.top_up()  # the in-flight bound waits: launched after the wait, before the update
         out.metrics.update(self.stats)
         out.metrics["async.wait_seconds"] = self.wait_seconds
         if self.spans:

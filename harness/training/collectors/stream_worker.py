@@ -183,8 +183,9 @@ class StreamCore(CollectorCore):
 
 def stream_main(init, rounds_q, weights_q, done_q, parent_pid: int) -> None:
     """The streaming collector process: requests in, weights in, one turn, reports out; it exits
-    when asked (a None request) or when the trainer that started it is gone (what is in flight
-    then leaves nothing: the resumed trainer launches it again)."""
+    when asked (a None request) or when the trainer that started it is gone: then each group in
+    flight that has acted is spooled as aborted (its work is charged when a resumed trainer reads
+    the spool, and launched again)."""
 
     try:
         core = StreamCore(init)
@@ -219,5 +220,7 @@ def stream_main(init, rounds_q, weights_q, done_q, parent_pid: int) -> None:
                     core.announce(*weights_q.get(timeout=60))  # a request ahead of its weights
             for msg in core.take_weights() + core.start() + core.turn():
                 done_q.put(msg)
+        for r in [r for r, u in core.units.items() if u.acted]:  # the trainer is gone
+            core.spool_unit(core.units.pop(r), aborted=True)
     except BaseException:  # noqa: BLE001 - reported to the trainer
         done_q.put(("error", min(core.units, default=-1), traceback.format_exc(limit=8)))
