@@ -27,6 +27,7 @@ import argparse
 import time
 
 import torch
+from sidebyside import print_side_by_side
 
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness.config import ModelConfig, validate_mapping
@@ -116,7 +117,6 @@ def main() -> None:
         f"<= {args.new} tokens a step, {args.budget} launched tokens, queue {args.queue}, "
         f"{args.threads} torch thread(s) a process"
     )
-    print(f"{'':28}{'synchronous':>14}{'asynchronous':>14}{'ratio':>9}")
     rows = [
         ("steps", "steps", "{:.0f}"),
         ("launched tokens", "launched", "{:.0f}"),
@@ -127,12 +127,8 @@ def main() -> None:
         ("  after the first step", "steady_idle", "{:.2f}"),
         ("mean versions behind", "behind", "{:.2f}"),
     ]
-    for label, key, fmt in rows:
-        ratio = asyn[key] / sync[key] if sync[key] else float("nan")
-        print(
-            f"{label:28}{fmt.format(sync[key]):>14}{fmt.format(asyn[key]):>14}"
-            + (f"{ratio:>8.2f}x" if key in ("tok_s", "steady_tok_s", "wall") else "")
-        )
+    ratios = ("tok_s", "steady_tok_s", "wall")
+    print_side_by_side(("synchronous", "asynchronous"), sync, asyn, rows, ratios, 28)
 
 
 if __name__ == "__main__":

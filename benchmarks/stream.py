@@ -31,6 +31,7 @@ import argparse
 import time
 
 import torch
+from sidebyside import print_side_by_side
 
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness.config import ModelConfig, validate_mapping
@@ -105,10 +106,9 @@ def main() -> None:
     rnd, ep = run(args, "round"), run(args, "episode")
     print(
         f"GRPO on chain_arithmetic (1..{args.steps} steps, P(k) ~ k^-1.5, {args.latency:g} s a "
-        f"step, {args.env_workers} at once), {args.prompts}x4 samples a step, {args.budget} launched tokens, queue "
-        f"{args.queue}, {args.threads} torch thread(s) a process"
+        f"step, {args.env_workers} at once), {args.prompts}x4 samples a step, {args.budget} "
+        f"launched tokens, queue {args.queue}, {args.threads} torch thread(s) a process"
     )
-    print(f"{'':30}{'round':>12}{'episode':>12}{'ratio':>9}")
     rows = [
         ("steps", "steps", "{:.0f}"),
         ("launched tokens", "launched", "{:.0f}"),
@@ -119,14 +119,8 @@ def main() -> None:
         ("trainer idle fraction", "idle_frac", "{:.2f}"),
         ("mean versions behind", "behind", "{:.2f}"),
     ]
-    for label, key, fmt in rows:
-        ratio = ep[key] / rnd[key] if rnd[key] else float("nan")
-        shown = key in ("wall", "tok_s", "idle_per_k", "idle_frac")
-        print(
-            f"{label:30}{fmt.format(rnd[key]):>12}{fmt.format(ep[key]):>12}"
-            + (f"{ratio:>8.2f}x" if shown else "")
-        )
-
+    ratios = ("wall", "tok_s", "idle_per_k", "idle_frac")
+    print_side_by_side(("round", "episode"), rnd, ep, rows, ratios, 30, 12)
     print("(*) after the first step, which includes starting the collector process")
 
 

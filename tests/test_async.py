@@ -145,30 +145,36 @@ TINY = {
 }
 
 
-def test_a_killed_trainer_resumes_and_counts_every_spooled_round_once(tmp_path):
+def killed_at_step(cfg: dict, tmp_path, step: int):
+    """The first run of experiment ``cfg`` started in a process of its own and killed with SIGKILL
+    once it has finished ``step`` steps: (its spec, its run directory, the warm start's)."""
+
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.orchestration.orchestrator import Orchestrator
 
-    orch = Orchestrator(validate_mapping(TINY), tmp_path / "exp", progress=False)
+    orch = Orchestrator(validate_mapping(cfg), tmp_path / "exp", progress=False)
     spec = orch.prepare()[0]
-    warm = str(orch.warm_dir)
-    run_dir = tmp_path / "run"
-    code = (
+    warm, run_dir = str(orch.warm_dir), tmp_path / "run"
+    script = tmp_path / "run.py"
+    script.write_text(
         "import json,sys; from sixblanks.harness.orchestration.runner import execute_run\n"
         "if __name__ == '__main__':\n"
         f"    execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
     )
-    script = tmp_path / "run.py"
-    script.write_text(code)
     proc = subprocess.Popen([sys.executable, str(script), json.dumps(spec)], cwd=ROOT)
     deadline = time.time() + 180
     while time.time() < deadline and proc.poll() is None:
-        if (read_status(run_dir).get("step") or 0) >= 4:
+        if (read_status(run_dir).get("step") or 0) >= step:
             break
         time.sleep(0.01)
     assert proc.poll() is None, "the run finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    return spec, run_dir, warm
+
+
+def test_a_killed_trainer_resumes_and_counts_every_spooled_round_once(tmp_path):
+    spec, run_dir, warm = killed_at_step(TINY, tmp_path, 4)
     rd = RunDir(run_dir)
     at_kill = checkpoint.load(rd.checkpoint)["collector"]
     left = {f.name for f in (run_dir / "spool").glob("round-*.pt")} - set(at_kill["counted"])

@@ -6,22 +6,18 @@ import collections
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
 
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness import checkpoint
-from sixblanks.harness.layout import RunDir, read_status
+from sixblanks.harness.layout import RunDir
 from sixblanks.harness.rollout.agent import Episode, episodes_to_batch
 from sixblanks.harness.rollout.trajectory import TrajectoryBatch
 from sixblanks.harness.tasks import make_task
 from sixblanks.harness.tasks.base import Instance
 
-from .conftest import ROOT
 from .test_orchestrator import TINY as TINY_RUN
 
 TAIL = ("chain_arithmetic", {"steps": 8, "tail": 1.5})
@@ -292,9 +288,9 @@ def test_a_killed_streaming_trainer_resumes_and_counts_every_group_once(tmp_path
     """Regenerate with a queue bound that drops: SIGKILL mid-run, resume; aborted, dropped and
     unconsumed groups all balance the ledger, recounted from the spool."""
 
-    from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.orchestration.orchestrator import Orchestrator
     from sixblanks.harness.orchestration.runner import execute_run
+
+    from .test_async import killed_at_step
 
     # four batches launched at once: the groups still in flight at an update are aborted, the
     # ones that finished during it are dropped for waiting across it
@@ -310,24 +306,7 @@ def test_a_killed_streaming_trainer_resumes_and_counts_every_group_once(tmp_path
         "arms": {"stream": {"preset": "grpo", "blanks": blanks}},
         "tracking": {"mlflow": False},
     }
-    orch = Orchestrator(validate_mapping(cfg), tmp_path / "exp", progress=False)
-    spec = orch.prepare()[0]
-    warm, run_dir = str(orch.warm_dir), tmp_path / "run"
-    script = tmp_path / "run.py"
-    script.write_text(
-        "import json,sys; from sixblanks.harness.orchestration.runner import execute_run\n"
-        "if __name__ == '__main__':\n"
-        f"    execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
-    )
-    proc = subprocess.Popen([sys.executable, str(script), json.dumps(spec)], cwd=ROOT)
-    deadline = time.time() + 180
-    while time.time() < deadline and proc.poll() is None:
-        if (read_status(run_dir).get("step") or 0) >= 4:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    spec, run_dir, warm = killed_at_step(cfg, tmp_path, 4)
     resumed = execute_run(spec, run_dir, warm, threads=1)
     assert resumed["resumed_from"] is not None and resumed["ended_because"] == "budget"
     rd = RunDir(run_dir)
