@@ -32,6 +32,7 @@ from sixblanks.algorithms.offpolicy import staleness_capacity
 
 from ...rollout.trajectory import TrajectoryBatch
 from ...seeds import train_seeds
+from ..base import Collected
 from ..context import RunContext
 from .concurrent import ConcurrentRounds
 
@@ -247,10 +248,15 @@ class EpisodeStream(ConcurrentRounds):
 
     def collect(self):
         self.stats, self.spans = {}, []
+        counters = self.ctx.meter.ledger.counters
+        launched = counters["rollouts_launched"]
         v = self.ctx.engine.policy_version
         if not self.became or self.became[-1][1] != v:
             self.became = [*self.became[-63:], (time.time(), v)]
         out = super().collect()
+        if out.nothing_fit and counters["rollouts_launched"] != launched:
+            # groups were charged (dropped, aborted) before none was left: in a step's record
+            out = Collected(None, {**out.metrics, "skipped": 1.0}, out.census)
         self._hold()
         q = self.spec.queued
         if not self._top_up_now() and (q is None or q.on_pass != "wait"):
