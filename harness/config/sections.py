@@ -60,6 +60,26 @@ class LoraSpec(Section):
     )
 
 
+class ParallelConfig(Section):
+    """One run over several processes: data parallelism (each rank generates a share of every
+    round's groups and trains on a share of every minibatch's rows; the update is the
+    single-process one)."""
+
+    backend: Literal["ddp", "fsdp2"] = Field(
+        "ddp",
+        description="ddp: every rank holds the whole model, gradients all-reduced (PyTorch "
+        "DistributedDataParallel); fsdp2: parameters, gradients and optimizer state sharded "
+        "across the ranks (PyTorch FSDP2, fully_shard per decoder layer).",
+    )
+    world_size: int = Field(
+        1,
+        ge=1,
+        description="Ranks (processes; one GPU each on CUDA). 1: the single-process path. Above "
+        "1 the run is started with torchrun (executor local) or as one placement group of this "
+        "many GPU bundles on one node (executor ray).",
+    )
+
+
 class ModelConfig(Section):
     """The policy. Default: a tiny Llama-type model with a tokenizer trained for the task alphabet."""
 
@@ -78,6 +98,11 @@ class ModelConfig(Section):
         False,
         description="Recompute activations in the backward pass instead of keeping them (less "
         "memory, more compute; the same gradients), in the warm start and in RL.",
+    )
+    parallel: ParallelConfig | None = Field(
+        None,
+        description="Data parallelism of one run (backend ddp or fsdp2, world_size ranks); "
+        "None: one process.",
     )
     fp32_lm_head: bool = Field(
         False,
@@ -112,7 +137,13 @@ class ModelConfig(Section):
         out = handler(self)
         if not self.fp32_lm_head:
             out.pop("fp32_lm_head", None)
+        if self.parallel is None:  # likewise: a run's parallelism, only where set
+            out.pop("parallel", None)
         return out
+
+    @property
+    def world_size(self) -> int:
+        return self.parallel.world_size if self.parallel is not None else 1
 
 
 # --------------------------------------------------------------------------- tasks
@@ -281,6 +312,13 @@ class RolloutConfig(Section):
         "environments; verifier calls still run one at a time, so that each is counted exactly); "
         "1: one after another. For tasks whose environments are independent of each other (not "
         "with data.self_play).",
+    )
+    group_seeds: bool = Field(
+        False,
+        description="Sample each group with a generator of its own, seeded from the run's "
+        "stream: a group's samples then depend neither on the other groups of its batch nor on "
+        "the rank that makes it. A data-parallel run (model.parallel) always does; set here, a "
+        "single-process run samples exactly as the data-parallel run does.",
     )
     group_size: int = Field(8, ge=1, description="Samples per prompt (G).")
     prompts_per_step: int = Field(8, ge=1, description="Prompts (groups) per optimizer-step batch.")

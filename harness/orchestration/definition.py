@@ -27,7 +27,7 @@ DEFINITION = "definition.json"
 IGNORED = ("executor", "tracking")
 """Top-level sections that decide where runs go and are copied, not what they compute."""
 ARM_DEFAULTS = {"seed_offset": 0, "fault": {"rewards": "none"}}
-ROLLOUT_DEFAULTS = {"grad_noise_probe": False, "env_workers": 1}
+ROLLOUT_DEFAULTS = {"grad_noise_probe": False, "env_workers": 1, "group_seeds": False}
 CONCURRENT_DEFAULTS = {"consume": "round", "partial": "continue", "inflight": None, "queued": None}
 TASK_DEFAULTS = {"chain_arithmetic": {"tail": None, "step_seconds": 0.0}}
 """Arm, rollout, concurrent-collector and task-parameter keys left out of a definition at these

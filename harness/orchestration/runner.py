@@ -77,6 +77,7 @@ def settings_from_spec(spec: dict[str, Any]):
         name=f"{spec['arm']}/{spec['task']['name']}/seed{spec['seed']}",
         seed_offset=int(spec.get("seed_offset", 0)),
         reward_fault=(spec.get("fault") or {}).get("rewards", "none"),
+        parallel=spec["model"].get("parallel"),  # in the spec only where set
     )
 
 

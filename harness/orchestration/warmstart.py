@@ -98,7 +98,7 @@ def warm_start_key(cfg, tasks: list[Task]) -> str:
 
     payload = {
         "code": code_fingerprint(),  # any change to the source or the libraries rebuilds it
-        "model": cfg.model.model_dump(mode="json", exclude={"lora"}),  # LoRA: RL only
+        "model": cfg.model.model_dump(mode="json", exclude={"lora", "parallel"}),  # RL only
         "tasks": [{"name": t.name, "params": t.params.model_dump(mode="json")} for t in tasks],
         "warm_start": cfg.warm_start.model_dump(mode="json"),
         "max_context": cfg.rollout.max_prompt_tokens,

@@ -50,6 +50,8 @@ class RunSettings:
     seed_offset: int = 0
     """Added to ``seed`` for all the run's training randomness (``arms.<arm>.seed_offset``): see
     :attr:`train_seed`. The held-out evaluation keeps ``seed``."""
+    parallel: dict[str, Any] | None = None
+    """Data parallelism (``model.parallel``: backend, world_size); None: one process."""
     reward_fault: str = "none"
     """A fault planted in training (``arms.<arm>.fault.rewards``): "shuffle" permutes each batch's
     rewards across its rows before its advantages are computed (:mod:`.faults`)."""

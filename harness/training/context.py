@@ -20,6 +20,7 @@ from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
 from .base import RunSettings, TrainingError
 from .meter import Meter
+from .parallel import full_tensors, load_full_state, load_optimizer_state, optimizer_state
 from .policy import policy_logprobs
 from .shared_prefix import split_point
 
@@ -80,8 +81,14 @@ class RunContext:
     rng: random.Random
     gen: torch.Generator
     step: int = 0
+    dp: Any = None
+    """The data-parallel group of a run over several ranks (:mod:`.parallel`); None: one process."""
+    train_module: Any = None
+    """The module the training forward goes through (DDP's wrapper; else the model itself)."""
 
     def __post_init__(self) -> None:
+        if self.train_module is None:
+            self.train_module = self.model
         rollout = self.settings.rollout
         self.blanks = self.settings.blanks
         self.device = next(self.model.parameters()).device
@@ -118,8 +125,45 @@ class RunContext:
     def episodes(self, engine, instances, group_size: int, **kw) -> TrajectoryBatch:
         """``group_size`` episodes of each of ``instances`` with ``engine``, under the run's task,
         sampling parameters, verifier gate, context limit and generator (``kw``: group_offset,
-        snapshots)."""
+        snapshots).
 
+        With ``rollout.group_seeds`` (always under data parallelism) each group is sampled with a
+        generator of its own, seeded from the run's stream, and a data-parallel rank samples only
+        its share of the groups (:meth:`sharded_episodes`)."""
+
+        if self.settings.rollout.group_seeds or self.dp is not None:
+            return self.sharded_episodes(engine, instances, group_size, **kw)[0]
+        return self._episodes(engine, instances, group_size, self.gen, **kw)
+
+    def sharded_episodes(
+        self, engine, instances, group_size: int, **kw
+    ) -> tuple[TrajectoryBatch, TrajectoryBatch]:
+        """Every group sampled with its own generator (one seed per group, drawn from the run's
+        stream on every rank alike). Under data parallelism a rank samples its contiguous share
+        of the groups and the shares are gathered in rank order: the same batch on every rank,
+        the one a single process with ``rollout.group_seeds`` samples. Returns (the whole batch,
+        this rank's share)."""
+
+        seeds = torch.randint(0, 2**62, (len(instances),), generator=self.gen).tolist()
+        offset = kw.pop("group_offset", 0)
+        mine = self.dp.share(len(instances)) if self.dp is not None else range(len(instances))
+        parts = [
+            self._episodes(
+                engine,
+                [instances[i]],
+                group_size,
+                torch.Generator().manual_seed(int(seeds[i])),
+                group_offset=offset + i,
+                **kw,
+            )
+            for i in mine
+        ]
+        local = TrajectoryBatch.concat(parts, self.pad_id) if parts else None
+        shares = self.dp.gather(local) if self.dp is not None else [local]
+        whole = TrajectoryBatch.concat([b for b in shares if b is not None], self.pad_id)
+        return whole, local
+
+    def _episodes(self, engine, instances, group_size: int, generator, **kw) -> TrajectoryBatch:
         return run_episodes(
             engine,
             self.tokenizer,
@@ -129,7 +173,7 @@ class RunContext:
             self.params,
             self.gate,
             max_context_tokens=self.settings.rollout.max_prompt_tokens,
-            generator=self.gen,
+            generator=generator,
             **kw,
         )
 
@@ -139,7 +183,10 @@ class RunContext:
         """What episodes actually cost; ``since``: the gate's (verifier, judge) calls before they
         ran (:meth:`VerifierGate.counts`)."""
 
-        return rollout_cost(batches, self.gate, since)
+        cost = rollout_cost(batches, self.gate, since)
+        if self.dp is not None:  # the batches are the gathered ones; each rank's gate its own
+            cost.update(self.dp.sum_costs({k: cost[k] for k in ("verifier_calls", "judge_calls")}))
+        return cost
 
     # ------------------------------------------------------------------ model passes
 
@@ -154,7 +201,8 @@ class RunContext:
         temp, top_k, top_p = self.score_params
         split = 0
         action_mask = getattr(batch, "action_mask", None)  # a probe of bare tokens has none
-        if self.settings.rollout.shared_prefix and action_mask is not None:
+        # off under data parallelism: it calls submodules past DDP's and FSDP2's hooks
+        if self.settings.rollout.shared_prefix and action_mask is not None and self.dp is None:
             split = split_point(action_mask, batch.attention_mask)
         with torch.enable_grad() if grad else torch.no_grad():
             return policy_logprobs(
@@ -194,12 +242,22 @@ class RunContext:
         self.optimizer.step()
         return float(gn)
 
+    def sync_engine(self) -> None:
+        """The rollout engine takes the policy's new weights (a colocated HF engine shares them;
+        vLLM reloads them; under FSDP2 the engine holds a full copy of its own, loaded from the
+        shards gathered one tensor at a time)."""
+
+        if self.dp is not None and self.dp.backend == "fsdp2":
+            self.engine.load_weights(self.dp.full_state(self.model))
+        else:
+            self.engine.load_weights(None)
+
     # ------------------------------------------------------------------ checkpoint
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()},
-            "optimizer": self.optimizer.state_dict(),
+            "model": {k: v.detach().cpu().clone() for k, v in full_tensors(self.model)},
+            "optimizer": optimizer_state(self.model, self.optimizer, self.dp),
             "rng_py": self.rng.getstate(),
             "gen": self.gen.get_state(),
             "torch_rng": torch.get_rng_state(),
@@ -208,10 +266,10 @@ class RunContext:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.engine.load_weights(None)  # a vLLM engine still holds the initial weights
+        load_full_state(self.model, state["model"])
+        self.sync_engine()  # a vLLM engine still holds the initial weights
         self.engine.policy_version = state["engine_version"]
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.model, self.optimizer, state["optimizer"], self.dp)
         self.rng.setstate(state["rng_py"])
         self.gen.set_state(state["gen"])
         torch.set_rng_state(state["torch_rng"])

@@ -35,6 +35,7 @@ from .context import RunContext, frozen_copy
 from .evaluate import evaluate_apart, evaluate_run, evaluation_worst
 from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
+from .parallel import setup as setup_parallel
 
 EVAL_RECORD = ("score", "n", "split", "seed_range", "success_rate", "pass_at", "per_instance")
 EVAL_RECORD += ("search",)  # an inference-time beam search's score and compute (eval.beam)
@@ -68,31 +69,21 @@ class Trainer:
         rng = random.Random(seed)
         gen = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)
+        dp, train_module = setup_parallel(settings, model, engine)  # before the optimizer
         o = settings.optimizer
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay
         )
-        meter = Meter(ledger, timer)
-        self.ctx = RunContext(
-            settings,
-            task,
-            model,
-            tokenizer,
-            ref,
-            engine,
-            VerifierGate(task),
-            meter,
-            optimizer,
-            rng,
-            gen,
-        )
+        meter = Meter(ledger, timer, dp)
+        self.ctx = RunContext(settings, task, model, tokenizer, ref, engine, VerifierGate(task),
+                              meter, optimizer, rng, gen, dp=dp, train_module=train_module)  # fmt: skip
         self.objective: Objective = (objective or make_objective)(self.ctx)
         self.collector: Collector = (collector or make_collector)(self.ctx)
         trainable, total = param_counts(model)  # LoRA: the adapter's weights only
         mb = train_state_bytes(model) / 2**20
         self.sizes = {"memory.trainable_params": trainable, "memory.total_params": total}
         self.sizes["memory.train_state_mb"] = mb
-        self.eval_meter = Meter(Ledger(), timer)
+        self.eval_meter = Meter(Ledger(), timer, dp)
         self.log = log or (lambda _m: None)
         self.result = RunResult(ledger=ledger)
         self.next_eval = 0.0
@@ -140,7 +131,7 @@ class Trainer:
                     metrics.update(self.objective.update(prepared))
                     update.actual["optimizer_steps"] = metrics["optimizer_steps"]
             with ctx.meter.charge(f"sync step {ctx.step}"):
-                ctx.engine.load_weights(None)  # a colocated HF engine shares them; vLLM reloads
+                ctx.sync_engine()  # a colocated HF engine shares them; vLLM reloads
         self.account(metrics)
         return metrics
 
@@ -168,6 +159,8 @@ class Trainer:
         snap = meter.ledger.snapshot(self.ctx.step)
         metrics.update({f"ledger.{k}": v for k, v in snap.items() if k != "step"})
         metrics.update({**self.sizes, **memory_metrics(self.ctx.device)})
+        if self.ctx.dp is not None:  # every rank's copy of the ledger is the same, or the run fails
+            self.ctx.dp.check_ledger(meter.ledger, self.ctx.step)
         self.result.steps.append(metrics)
         self.ctx.step += 1
 

@@ -102,6 +102,8 @@ class Charge:
         m = self.meter
         m.open.remove(self)
         self.elapsed = (m.timer.now() - self.t0[0], m.timer.wall() - self.t0[1])
+        if m.dp is not None and exc_type is None:  # every rank's time: device summed, wall max
+            self.elapsed = m.dp.time(*self.elapsed)
         if m.open:  # the enclosing charge does not count this block's time again
             outer = m.open[-1]
             outer.inner_time = tuple(a + b for a, b in zip(outer.inner_time, self.elapsed))
@@ -121,8 +123,10 @@ class Charge:
 class Meter:
     """Charges work to one ledger, timing it with ``timer``."""
 
-    def __init__(self, ledger: Ledger, timer: DeviceTimer):
+    def __init__(self, ledger: Ledger, timer: DeviceTimer, dp=None):
         self.ledger, self.timer = ledger, timer
+        self.dp = dp
+        """A data-parallel run's group (:mod:`.parallel`): each charge's time is the ranks'."""
         self.open: list[Charge] = []
         self.unit_time: dict[str, dict[str, float]] = {}
         """kind -> the longest single unit of that kind so far (its elapsed device/wall seconds)"""

@@ -156,15 +156,13 @@ def accumulate(
         for opt in (ctx.optimizer, *optimizers):
             opt.zero_grad(set_to_none=True)
         mbm: dict[str, float] = {}
-        for s in range(0, len(rows), micro):
-            stop_point("update")  # Ctrl-C: between micro-batches (harness/stopping.py)
-            part = slice(s, s + micro)
-            w = (
-                {k: v[part] for k, v in weights.items()}
-                if isinstance(weights, dict)
-                else weights[part]
-            )
-            merge(mbm, micro_step(rows[part], w, epoch))
+        if ctx.dp is not None:  # this rank's share of the rows, the metrics of all of them
+            mbm = ranks_micro_steps(ctx, rows, weights, epoch, micro_step)
+        else:
+            for s in range(0, len(rows), micro):
+                stop_point("update")  # Ctrl-C: between micro-batches (harness/stopping.py)
+                part = slice(s, s + micro)
+                merge(mbm, micro_step(rows[part], _take(weights, part), epoch))
         if "approx_kl_num" in mbm:
             w = weights["loss"] if isinstance(weights, dict) else weights
             kl_mb = mbm.pop("approx_kl_num") / max(float(w.sum()), 1e-12)
@@ -173,6 +171,8 @@ def accumulate(
                 out.early_stop = {"epoch": epoch, "minibatch": n_mb, "approx_kl": kl_mb}
                 ctx.optimizer.zero_grad(set_to_none=True)
                 break
+        if ctx.dp is not None:  # the ranks' gradients were averaged: their sum is the update
+            ctx.dp.scale_grads(ctx.model)
         if before_step is not None:
             before_step()
         out.grad_norms.append(ctx.clip_and_step())
@@ -183,3 +183,34 @@ def accumulate(
         merge(sums, mbm)
     out.metrics = finish(sums, n_mb)
     return out
+
+
+def _take(weights: Weights, part) -> Weights:
+    """The weights of some of a minibatch's units (a slice, or a list of positions)."""
+
+    if isinstance(weights, dict):
+        return {k: v[part] for k, v in weights.items()}
+    return weights[part]
+
+
+def ranks_micro_steps(
+    ctx: RunContext, rows: list[int], weights: Weights, epoch: int, micro_step: MicroStep
+) -> dict[str, float]:
+    """One minibatch under data parallelism: this rank's contiguous share of its rows, in as many
+    micro-batches as every other rank runs (a rank out of rows forwards the minibatch's first
+    row at weight zero: a backward that changes nothing but takes part in the collectives; its
+    metrics are dropped); gradients synchronized on the last. Returns the micro-steps' metrics
+    merged over every rank (the whole minibatch's)."""
+
+    dp, mine = ctx.dp, {}
+    parts = dp.micro_parts(len(rows), ctx.settings.rollout.micro_batch_size)
+    for i, pos in enumerate(parts):
+        stop_point("update")
+        w = _take(weights, pos or [0])
+        if not pos:
+            w = {k: v * 0 for k, v in w.items()} if isinstance(w, dict) else w * 0
+        with dp.sync(ctx.train_module, on=i == len(parts) - 1):
+            met = micro_step([rows[j] for j in pos or [0]], w, epoch)
+        if pos:
+            merge(mine, met)
+    return dp.merge_metrics(mine, merge)

@@ -207,7 +207,7 @@ class PolicyGradient(Stateless, Objective):
 
         def micro_step(rows: list[int], weights: torch.Tensor, epoch: int) -> dict[str, float]:
             sub = batch.select(rows)
-            logp, ent = ctx.logprobs(ctx.model, sub, entropy=True, grad=True)
+            logp, ent = ctx.logprobs(ctx.train_module, sub, entropy=True, grad=True)
             if measure and not stepped[0]:
                 first = [i for i, r in enumerate(rows) if not seen[r]]
                 if first:
@@ -254,6 +254,8 @@ class PolicyGradient(Stateless, Objective):
             before_step=before_step,
         )  # fmt: skip
         ctx.model.eval()
+        if measure and ctx.dp is not None:  # each rank saw its share of the rows
+            fresh, seen = ctx.dp.union_rows(fresh, seen)
         # measured on the tokens trained (a minibatch with none is never forwarded)
         on = mask * seen[:, None].to(mask.dtype) if measure else mask
         mismatch = mismatch_stats(fresh, batch.behavior_logprobs, on) if measure else {}
