@@ -125,6 +125,10 @@ def save(state: dict[str, Any], path: Path, step: int) -> None:
     import torch
     from safetensors.torch import save_file
 
+    from . import layout
+
+    if not layout.RUN_WRITER:  # a data-parallel run's other ranks: rank 0 writes it
+        return
     path = Path(path)
     tmp, prev = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".prev")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -72,9 +72,17 @@ RESULT_JSON = "result.json"
 PLACEMENT_JSON = "placement.json"
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` atomically: a temporary file beside ``path``, then a rename."""
+RUN_WRITER = True
+"""False in the ranks of a data-parallel run other than rank 0: they compute everything rank 0
+does, and rank 0 alone writes the run's files (status, events, ledger log, checkpoints, result)."""
 
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` atomically: a temporary file beside ``path``, then a rename (nothing in a
+    rank that does not write the run's files, :data:`RUN_WRITER`)."""
+
+    if not RUN_WRITER:
+        return
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -30,6 +30,7 @@ from typing import Any
 from sixblanks.algorithms.blanks import Blanks
 
 from .experiment import ExperimentConfig
+from .parallel_checks import parallel_notes, parallel_problems
 from .sections import RolloutConfig, TaskConfig
 
 
@@ -506,6 +507,7 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
     out += _prm_label_problems(arms, [t for t, _ in tasks])
     out += _probe_problems(cfg, arms)
     out += _budget_problems("budget", cfg.budget, arms, tasks)
+    out += parallel_problems(cfg)
     first = tasks[:1]  # the ladder and the sweep run the first task
     sw = cfg.sweep
     if "trial_budget" in sw.model_fields_set and sw.trial_budget:
@@ -563,4 +565,4 @@ def cautions(cfg: ExperimentConfig) -> list[str]:
                 "sample's baseline is the other sample alone, so A = +-(R1 - R2) and the estimate "
                 "is as noisy as one reward; use 4 or more samples per prompt"
             )
-    return out
+    return out + parallel_notes(cfg)

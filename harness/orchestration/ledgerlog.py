@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,12 @@ class LedgerLog:
     """Appends ledger events to ``path`` (flushed per event: a SIGKILL loses none written)."""
 
     def __init__(self, path: str | Path):
+        from ..layout import RUN_WRITER
+
         self.path = Path(path)
+        if not RUN_WRITER:  # a data-parallel run's other ranks: rank 0 writes the log
+            self.f = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         torn = (
             self.path.exists() and self.path.stat().st_size > 0 and not _ends_in_newline(self.path)

@@ -5,13 +5,14 @@ of a run stopped by Ctrl-C (at its last checkpoint, or before it started) or fai
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from .. import checkpoint
+from .. import checkpoint, layout
 from ..layout import RunDir, write_json, write_text
 from ..stopping import STOP, RunInterrupted, stop_points
 
@@ -98,7 +99,10 @@ class RunRecorder:
         if tr.result.census and tr.result.census[-1]["step"] == metrics["step"]:
             lines.append({"type": "census", **tr.result.census[-1]})
         self.write_lines(lines + self.new_evals())
-        if time.time() - self.last_checkpoint >= self.checkpoint_seconds or STOP.is_set():
+        due = time.time() - self.last_checkpoint >= self.checkpoint_seconds or STOP.is_set()
+        if tr.ctx.dp is not None:  # every rank checkpoints alike (FSDP2: a collective), at rank 0's
+            due = tr.ctx.dp.from_rank0(due)
+        if due:
             self.save()
             self.saved_at = tr.step_idx
         if STOP.is_set():  # interrupted: stop here, resumable from this step's checkpoint
@@ -111,7 +115,8 @@ class RunRecorder:
         Returns (the training result, its seconds)."""
 
         trainer = self.trainer
-        self.events = open(self.rd.events, "a", encoding="utf-8")  # noqa: SIM115 - closed below
+        events = self.rd.events if layout.RUN_WRITER else os.devnull  # rank 0 writes them
+        self.events = open(events, "a", encoding="utf-8")  # noqa: SIM115 - closed below
         try:
             if not trainer.result.evals:
                 trainer.maybe_eval(force=True)
@@ -242,6 +247,8 @@ def attach_ledger_log(rd: RunDir, trainer, restarted: bool) -> dict[str, float] 
     from .ledgerlog import LedgerLog, effective_events, read_events, replay
 
     before = effective_events(read_events(rd.ledger_log))
+    if trainer.ctx.dp is not None:  # every rank read the log before rank 0 appends to it
+        trainer.ctx.dp.gather(None)
     log = LedgerLog(rd.ledger_log)
     led = trainer.ledger
     if before:
@@ -270,6 +277,8 @@ def check_ledger_log(rd: RunDir, ledger) -> int:
     if ledger.sink is not None:
         ledger.sink.close()
         ledger.sink = None
+    if not layout.RUN_WRITER:  # rank 0 wrote the log (and checks it)
+        return 0
     events = effective_events(read_events(rd.ledger_log))
     problems = compare(replay(events)["counters"], ledger.counters)
     if problems:

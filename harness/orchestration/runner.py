@@ -208,8 +208,11 @@ def run_worker(args: tuple) -> dict[str, Any]:
     if STOP.is_set():  # handed out after the interrupt: never started
         exit_soon()
         return {"ok": False, "interrupted": True, "started": False, "run_id": Path(run_dir).name}
+    from .ranks import launch, world_size
+
+    run = launch if world_size(spec) > 1 else execute_run  # a data-parallel run: torchrun
     try:
-        return {"ok": True, "summary": execute_run(spec, run_dir, warm_dir, threads, ckpt_s)}
+        return {"ok": True, "summary": run(spec, run_dir, warm_dir, threads, ckpt_s)}
     except RunInterrupted as exc:
         exit_soon()
         return {"ok": False, "interrupted": True, "started": True, "error": str(exc),

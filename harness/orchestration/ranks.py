@@ -1,0 +1,199 @@
+"""A data-parallel run's processes, one per rank (``model.parallel.world_size`` above 1).
+
+:func:`launch` starts them with torchrun on this machine and waits: every rank runs
+:func:`~.runner.execute_run` on the same spec (the training side, :mod:`..training.parallel`), rank 0
+writes the run's files. A rank that fails or dies ends the run: torchrun stops the others (on gloo
+a rank whose peer is gone errors at once), the run's status says "failed" and names the rank that
+failed first, and no process of the run is left. The same command resumes it from rank 0's last
+checkpoint, with the usual accounting of the work lost since.
+
+A stop (Ctrl-C) ends the ranks at once; the run resumes from its last checkpoint.
+
+Each rank that fails writes ``rank<r>.error.json`` in the run's directory (its error, and whether
+it was a peer's loss); a rank killed outright writes nothing, and torchrun's report names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..layout import RunDir, write_json
+from ..stopping import STOP, RunInterrupted
+
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "gloo", "NCCL")
+"""Words of the error a rank raises when another rank died under it (not a cause of its own)."""
+
+
+class RankFailed(RuntimeError):
+    """A rank of a data-parallel run failed or died; the message names it."""
+
+
+def world_size(spec: dict[str, Any]) -> int:
+    return int((spec["model"].get("parallel") or {}).get("world_size", 1))
+
+
+def torchrun_command(run_dir, warm_dir, threads: int, checkpoint_seconds: float, world: int) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--standalone", f"--nproc-per-node={world}", "--max-restarts=0",
+        "--monitor-interval=0.2",
+        "-m", "sixblanks.harness.orchestration.ranks",
+        str(run_dir), str(warm_dir), str(threads), str(checkpoint_seconds),
+    ]  # fmt: skip
+
+
+def launch(
+    spec: dict[str, Any],
+    run_dir: str | Path,
+    warm_dir: str | Path,
+    threads: int = 1,
+    checkpoint_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """Run (or resume) a data-parallel spec with torchrun; the result summary rank 0 wrote.
+    ``threads``: the run's CPU threads, shared by its ranks. Raises :class:`RankFailed` naming the
+    rank, :class:`RunInterrupted` on a stop."""
+
+    rd = RunDir(run_dir)
+    rd.path.mkdir(parents=True, exist_ok=True)
+    if not rd.spec.exists():
+        write_json(rd.spec, spec)
+    for old in rd.path.glob("rank*.error.json"):
+        old.unlink()
+    world = world_size(spec)
+    threads = max(1, threads // world)  # the run's threads shared by its ranks: no oversubscription
+    log = rd.path / "ranks.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            torchrun_command(rd.path, warm_dir, threads, checkpoint_seconds, world),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # the run's processes are one group: stopped together
+            env={**os.environ, "OMP_NUM_THREADS": str(max(1, threads))},
+        )
+        try:
+            while proc.poll() is None:
+                if STOP.is_set():
+                    _stop(proc)
+                    _mark_interrupted(rd)
+                    raise RunInterrupted(
+                        "interrupted: a data-parallel run stops at once and resumes from its "
+                        "last checkpoint"
+                    )
+                time.sleep(0.2)
+        finally:
+            _stop(proc)  # whatever is left of the group (nothing, after a clean end)
+    if proc.returncode == 0 and rd.result.exists():
+        return json.loads(rd.result.read_text(encoding="utf-8"))
+    rank, why = failed_rank(rd, log.read_text(encoding="utf-8", errors="replace"))
+    message = f"rank {rank} of {world} failed: {why}" if rank is not None else why
+    status = rd.read_status()
+    status.update(
+        {"state": "failed", "error": f"data-parallel run: {message}", "failed_rank": rank,
+         "updated": time.time(), "ranks_log": str(log)}
+    )  # fmt: skip
+    write_json(rd.status, status)
+    raise RankFailed(f"run {rd.run_id}: {message} (the ranks' output: {log})")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End the run's process group: SIGTERM, then SIGKILL what is left after 5 s."""
+
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            os.killpg(proc.pid, 0)  # a rank outliving torchrun: the next signal ends it
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _mark_interrupted(rd: RunDir) -> None:
+    status = rd.read_status()
+    if status.get("state") == "running":
+        status.update(
+            {"state": "interrupted", "updated": time.time(),
+             "interrupted": "stopped; resumes from its last checkpoint"}
+        )  # fmt: skip
+        write_json(rd.status, status)
+
+
+def failed_rank(rd: RunDir, output: str) -> tuple[int | None, str]:
+    """The rank that failed first and why: a rank's own error (not a peer's loss) first, else a
+    rank torchrun saw killed by a signal, else the first error reported."""
+
+    errors = []
+    for f in rd.path.glob("rank*.error.json"):
+        try:
+            errors.append(json.loads(f.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    own = sorted((e for e in errors if not e.get("peer_lost")), key=lambda e: e["time"])
+    if own:
+        return int(own[0]["rank"]), own[0]["error"]
+    killed = _killed_ranks(output)
+    if killed:
+        rank, code = killed[0]
+        return rank, f"its process died (exit code {code}: killed by signal {-code})"
+    if errors:
+        first = min(errors, key=lambda e: e["time"])
+        return int(first["rank"]), first["error"]
+    tail = "\n".join(output.strip().splitlines()[-5:])
+    return None, f"torchrun ended without a result: {tail}"
+
+
+def _killed_ranks(output: str) -> list[tuple[int, int]]:
+    """(rank, negative exit code) of each rank torchrun's failure report says a signal ended."""
+
+    out = []
+    for m in re.finditer(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", output, re.S):
+        rank, code = int(m.group(1)), int(m.group(2))
+        if code < 0 and (rank, code) not in out:
+            out.append((rank, code))
+    return out
+
+
+def rank_main(argv: list[str]) -> int:
+    """One rank (torchrun's worker): join the group, run the spec, write nothing but rank 0."""
+
+    from .. import layout
+    from ..errors import describe
+    from ..training import parallel
+    from .runner import execute_run
+
+    run_dir, warm_dir, threads, ckpt_s = argv[0], argv[1], int(argv[2]), float(argv[3])
+    rd = RunDir(run_dir)
+    spec = json.loads(rd.spec.read_text(encoding="utf-8"))
+    par = spec["model"]["parallel"]
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        dp = parallel.init(par.get("backend", "ddp"), int(par["world_size"]), spec["model"]["device"])
+        layout.RUN_WRITER = dp.writer
+        execute_run(spec, run_dir, warm_dir, threads, ckpt_s)
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - recorded for the launcher, then the exit code
+        text = describe(exc, f"run {rd.run_id}'s files")
+        peer = any(w in f"{type(exc).__name__}: {exc}" for w in PEER_LOST)
+        (rd.path / f"rank{rank}.error.json").write_text(
+            json.dumps({"rank": rank, "time": time.time(), "error": text, "peer_lost": peer}),
+            encoding="utf-8",
+        )
+        return 1
+    finally:
+        parallel.shutdown()
+
+
+if __name__ == "__main__":
+    raise SystemExit(rank_main(sys.argv[1:]))
