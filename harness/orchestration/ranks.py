@@ -40,7 +40,9 @@ def world_size(spec: dict[str, Any]) -> int:
     return int((spec["model"].get("parallel") or {}).get("world_size", 1))
 
 
-def torchrun_command(run_dir, warm_dir, threads: int, checkpoint_seconds: float, world: int) -> list[str]:
+def torchrun_command(
+    run_dir, warm_dir, threads: int, checkpoint_seconds: float, world: int
+) -> list[str]:
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--standalone", f"--nproc-per-node={world}", "--max-restarts=0",
@@ -146,7 +148,8 @@ def failed_rank(rd: RunDir, output: str) -> tuple[int | None, str]:
     killed = _killed_ranks(output)
     if killed:
         rank, code = killed[0]
-        return rank, f"its process died (exit code {code}: killed by signal {-code})"
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        return rank, f"its process died (killed by {name})"
     if errors:
         first = min(errors, key=lambda e: e["time"])
         return int(first["rank"]), first["error"]
@@ -155,14 +158,21 @@ def failed_rank(rd: RunDir, output: str) -> tuple[int | None, str]:
 
 
 def _killed_ranks(output: str) -> list[tuple[int, int]]:
-    """(rank, negative exit code) of each rank torchrun's failure report says a signal ended."""
+    """(rank, negative exit code) of each rank torchrun's failure report says a signal ended: the
+    root cause first, and SIGTERM (torchrun's own way of stopping the others) last."""
 
+    report = output[output.rfind("Failures:") :] if "Failures:" in output else ""
+    root = report.find("Root Cause")
+    blocks = re.split(r"\n\[\d+\]:", report[root:]) + re.split(r"\n\[\d+\]:", report[:root])
     out = []
-    for m in re.finditer(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", output, re.S):
-        rank, code = int(m.group(1)), int(m.group(2))
-        if code < 0 and (rank, code) not in out:
-            out.append((rank, code))
-    return out
+    for block in blocks:
+        rank = re.search(r"^\s*rank\s*:\s*(\d+)", block, re.M)
+        code = re.search(r"^\s*exitcode\s*:\s*(-?\d+)", block, re.M)
+        if rank and code and int(code.group(1)) < 0:
+            item = (int(rank.group(1)), int(code.group(1)))
+            if item not in out:
+                out.append(item)
+    return sorted(out, key=lambda rc: rc[1] == -15)
 
 
 def rank_main(argv: list[str]) -> int:
@@ -179,7 +189,9 @@ def rank_main(argv: list[str]) -> int:
     par = spec["model"]["parallel"]
     rank = int(os.environ.get("RANK", "0"))
     try:
-        dp = parallel.init(par.get("backend", "ddp"), int(par["world_size"]), spec["model"]["device"])
+        dp = parallel.init(
+            par.get("backend", "ddp"), int(par["world_size"]), spec["model"]["device"]
+        )
         layout.RUN_WRITER = dp.writer
         execute_run(spec, run_dir, warm_dir, threads, ckpt_s)
         return 0

@@ -205,7 +205,7 @@ class DataParallel:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.cuda_device] if self.cuda_device is not None else None
-            return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+            return DistributedDataParallel(model, device_ids=ids)
         from torch.distributed.fsdp import fully_shard
 
         for layer in _decoder_layers(model):
