@@ -47,6 +47,11 @@ def parallel_problems(cfg: ExperimentConfig) -> list[str]:
     if par is None or par.world_size <= 1:
         return []
     out: list[str] = []
+    if cfg.executor.kind != "local":
+        out.append(
+            "model.parallel with executor.kind ray: a data-parallel run is launched by torchrun "
+            "on one machine (executor.kind local) for now; a Ray placement group is not yet built"
+        )
     if cfg.model.lora is not None:
         out.append("model.lora with model.parallel: adapters are not data-parallel yet")
     if ":" in cfg.model.device:

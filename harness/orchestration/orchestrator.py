@@ -237,12 +237,14 @@ class Orchestrator:
         fits on a node of the Ray cluster."""
 
         from .executors import preflight
+        from .placement import check_parallel_fits
         from .servers import check_tracking
         from .tracking import tracking_uri
 
         t = self.cfg.tracking
         check_tracking(tracking_uri(t.uri, self.out), t.mlflow)
         preflight(self.cfg.executor)
+        check_parallel_fits(self.cfg.model, self.cfg.executor)
 
     def tracker(self):
         from .tracking import Tracker, tracking_uri

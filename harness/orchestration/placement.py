@@ -76,6 +76,23 @@ def check_fits(request: dict[str, float], nodes: list[dict[str, Any]]) -> None:
     )
 
 
+def check_parallel_fits(model_cfg, executor_cfg) -> None:
+    """A data-parallel run on CUDA (``model.parallel``) needs ``world_size`` GPUs on one machine:
+    raise :class:`PlacementError` before anything starts where this machine has fewer."""
+
+    par = model_cfg.parallel
+    if par is None or par.world_size <= 1 or not model_cfg.device.startswith("cuda"):
+        return
+    import torch
+
+    have = torch.cuda.device_count()
+    if executor_cfg.kind == "local" and have < par.world_size:
+        raise PlacementError(
+            f"model.parallel.world_size {par.world_size} asks for {par.world_size} GPUs on this "
+            f"machine, which has {have}; lower world_size (or use model.device: cpu, gloo ranks)"
+        )
+
+
 def this_machine() -> dict[str, Any]:
     """This machine as a Ray node entry (where the executor starts a cluster of its own)."""
 
