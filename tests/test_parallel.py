@@ -31,6 +31,8 @@ from tests.short_runs import golden_initial
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-5
+# the module's fixtures (ranks spawned once, one 2-rank run) on one xdist worker
+pytestmark = pytest.mark.xdist_group("dataparallel")
 
 CASES = {
     **{f"mode {m}": ("grpo", {"normalization": {"mode": m}}, {}) for m in MODES},
@@ -72,6 +74,7 @@ def one_step(initial, preset: str, blanks: dict, rollout: dict, parallel=None):
         parallel=parallel,
     )
     tr = Trainer(s, task, copy.deepcopy(model0), tok)
+    tr.state_dict()  # as a run's start checkpoint does: it must not touch the optimizer
     grads: list[dict[str, torch.Tensor]] = []
     step = tr.ctx.clip_and_step
 
@@ -228,6 +231,7 @@ def test_validate_refuses_what_is_not_data_parallel(cli, write_yaml):
         "arms": {"ppo": {"preset": "ppo"}, "dpo": {"preset": "dpo"}, "grpo": {"preset": "grpo"}},
         "task": {"name": "arithmetic"},
         "model": {"parallel": {"backend": "ddp", "world_size": 2}, "device": "cuda:1"},
+        "rollout": {"backend": "vllm"},
     }
     code, out, err = cli("validate", write_yaml(json.dumps(cfg)))
     assert code != 0
@@ -235,7 +239,8 @@ def test_validate_refuses_what_is_not_data_parallel(cli, write_yaml):
     assert "arms.ppo: advantage.estimator gae" in text
     assert "arms.dpo: objective dpo" in text
     assert "model.device cuda:1 with model.parallel" in text
-    assert "arms.grpo" not in text
+    assert "arms.grpo: rollout.backend vllm" in text
+    assert "arms.grpo: objective" not in text
 
 
 # ------------------------------------------------------------------ whole runs
@@ -275,14 +280,20 @@ def plain(counters: dict) -> dict:
     return {k: v for k, v in counters.items() if "seconds" not in k}
 
 
-def test_a_two_rank_run_counts_what_one_process_counts(dp_run, tmp_path):
+def single_process(spec: dict, warm: str, run_dir: Path) -> dict:
+    """The result of ``spec`` run in one process with the per-group seeds every rank samples with."""
+
     from sixblanks.harness.orchestration.runner import execute_run
 
-    out, spec, warm, result = dp_run
     single_spec = copy.deepcopy(spec)
     del single_spec["model"]["parallel"]
-    single_spec["rollout"]["group_seeds"] = True  # the per-group seeds every rank samples with
-    single = execute_run(single_spec, tmp_path / "single", warm, threads=1)
+    single_spec["rollout"]["group_seeds"] = True
+    return execute_run(single_spec, run_dir, warm, threads=1)
+
+
+def test_a_two_rank_run_counts_what_one_process_counts(dp_run, tmp_path):
+    out, spec, warm, result = dp_run
+    single = single_process(spec, warm, tmp_path / "single")
     assert plain(result["counters"]) == plain(single["counters"])
     assert result["discarded_by_reason"] == single["discarded_by_reason"]
     assert result["discarded_by_reason"]["dynamic_sampling"] > 0
@@ -368,3 +379,64 @@ def test_a_killed_rank_fails_the_run_naming_it_and_the_run_resumes(dp_run, tmp_p
 
 if __name__ == "__main__":  # pragma: no cover - the spawned ranks import this module
     sys.exit(0)
+
+
+def test_ctrl_c_stops_every_rank_and_leaves_the_run_resumable(tmp_path, write_yaml):
+    """Ctrl-C (SIGINT to `sixblanks run`'s process group) in the middle of a data-parallel run:
+    the command ends, no rank is left training, the run is recorded as stopped; the same command
+    then finishes it."""
+
+    import subprocess
+
+    cfg = {**RUN, "seeds": [0], "tracking": {"mlflow": False}, "budget": {"launched_tokens": 3000}}
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "sixblanks.harness.cli", "run", write_yaml(json.dumps(cfg)),
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)  # fmt: skip
+    deadline = time.time() + 180
+    run_dir = None
+    while time.time() < deadline and proc.poll() is None:
+        found = glob.glob(str(out / "runs" / "*" / "status.json"))
+        if found and (json.loads(Path(found[0]).read_text() or "{}").get("step") or 0) >= 2:
+            run_dir = Path(found[0]).parent
+            break
+        time.sleep(0.05)
+    assert run_dir is not None and proc.poll() is None, "the run ended before Ctrl-C"
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 130, proc.stderr.read().decode()[-2000:]
+    time.sleep(1.0)
+    assert _left(run_dir) == []
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    c = result["counters"]
+    assert result["resumed_from"] is not None
+    assert c["launched_tokens"] == c["accepted_tokens"] + c["discarded_tokens"]
+
+
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time
+def test_a_ray_placement_group_runs_the_ranks_and_counts_the_same(tmp_path, cli, write_yaml):
+    """The 2-rank run, FSDP2, as one placement group of two 1-CPU bundles on a Ray cluster started
+    on this machine counts and scores what one process does (a checkpoint after every step, its
+    optimizer state gathered from the shards); a run no node can hold is refused before anything."""
+
+    too_big = {**RUN, "seeds": [0], "tracking": {"mlflow": False},
+               "executor": {"kind": "ray", "num_cpus": 2}}  # fmt: skip
+    code, _, err = cli("run", write_yaml(json.dumps(too_big)), "--out", str(tmp_path / "big"))
+    # a run's two bundles of 2 CPUs on one node: this machine has 2
+    assert code != 0 and "asks for 4 CPU" in err and not (tmp_path / "big" / "runs").exists()
+    cfg = {**too_big, "executor": {"kind": "ray", "num_cpus": 1},
+           "model": {"parallel": {"backend": "fsdp2", "world_size": 2}}}  # fmt: skip
+    code, _, err = cli("run", write_yaml(json.dumps(cfg)), "--out", str(tmp_path / "ray"))
+    assert code == 0, err
+    run_dir = Path(glob.glob(str(tmp_path / "ray" / "runs" / "*"))[0])
+    result = json.loads((run_dir / "result.json").read_text())
+    spec = json.loads((run_dir / "spec.json").read_text())
+    warm = glob.glob(str(tmp_path / "ray" / "warm_start" / "*" / ""))[0]
+    single = single_process(spec, warm, tmp_path / "single")
+    assert plain(result["counters"]) == plain(single["counters"])
+    assert result["discarded_by_reason"] == single["discarded_by_reason"]
+    assert [e["score"] for e in result["evals"]] == [e["score"] for e in single["evals"]]
+    assert _left(run_dir) == []

@@ -31,6 +31,9 @@ def _arm_problems(name: str, blanks, rollout) -> list[str]:
         (d.world_model is not None, "data.world_model"),
         (d.branching is not None, "data.branching"),
         (rollout.grad_noise_probe, "rollout.grad_noise_probe"),
+        # vLLM's own engine sets up torch.distributed and its device per process: untried inside a
+        # data-parallel rank, so refused rather than trusted (the HF engine runs on each rank)
+        (rollout.backend == "vllm", "rollout.backend vllm (each rank samples with the HF engine)"),
     ]
     return [
         f"{where}: {what} is not data-parallel yet; with model.parallel.world_size above 1 "
@@ -47,11 +50,6 @@ def parallel_problems(cfg: ExperimentConfig) -> list[str]:
     if par is None or par.world_size <= 1:
         return []
     out: list[str] = []
-    if cfg.executor.kind != "local":
-        out.append(
-            "model.parallel with executor.kind ray: a data-parallel run is launched by torchrun "
-            "on one machine (executor.kind local) for now; a Ray placement group is not yet built"
-        )
     if cfg.model.lora is not None:
         out.append("model.lora with model.parallel: adapters are not data-parallel yet")
     if ":" in cfg.model.device:
@@ -88,3 +86,18 @@ def parallel_notes(cfg: ExperimentConfig) -> list[str]:
             "whole"
         )
     return notes
+
+
+def refuse_in_one_process(cfg: ExperimentConfig, what: str) -> None:
+    """``what`` (the ablation ladder, the sweep) trains its runs inside its own process: a
+    data-parallel configuration is refused with a clear error before any of its work."""
+
+    par = cfg.model.parallel
+    if par is not None and par.world_size > 1:
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            f"model.parallel.world_size {par.world_size}: {what} trains its runs in one process "
+            "each and is not data-parallel yet; set model.parallel.world_size: 1 (or remove "
+            "model.parallel) for it, and use `sixblanks run` for data-parallel runs"
+        )

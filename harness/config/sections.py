@@ -76,7 +76,8 @@ class ParallelConfig(Section):
         ge=1,
         description="Ranks (processes; one GPU each on CUDA). 1: the single-process path. Above "
         "1 the run is started with torchrun (executor local) or as one placement group of this "
-        "many GPU bundles on one node (executor ray).",
+        "many bundles on one node (executor ray: executor.num_cpus CPUs and, on CUDA, one GPU "
+        "each).",
     )
 
 

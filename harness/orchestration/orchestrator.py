@@ -186,6 +186,7 @@ class Orchestrator:
     def run(self) -> dict[str, Any]:
         from .executors import make_executor
         from .interrupts import Interrupted
+        from .placement import cuda_ranks
 
         self.check_servers()
         specs = self.prepare()
@@ -197,6 +198,8 @@ class Orchestrator:
         if todo:
             ex = self.cfg.executor
             workers = default_workers(len(todo), ex.workers) if ex.kind == "local" else len(todo)
+            if ex.kind == "local" and cuda_ranks(self.cfg.model):  # each takes GPUs 0..N-1
+                workers = 1
             threads = max(1, (os.cpu_count() or 1) // max(1, min(workers, os.cpu_count() or 1)))
             executor = make_executor(ex, workers, threads)
             jobs = [(s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir)) for s in todo]

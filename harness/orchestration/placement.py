@@ -76,12 +76,31 @@ def check_fits(request: dict[str, float], nodes: list[dict[str, Any]]) -> None:
     )
 
 
-def check_parallel_fits(model_cfg, executor_cfg) -> None:
-    """A data-parallel run on CUDA (``model.parallel``) needs ``world_size`` GPUs on one machine:
-    raise :class:`PlacementError` before anything starts where this machine has fewer."""
+def cuda_ranks(model_cfg) -> bool:
+    """Whether the runs are data-parallel on CUDA (each run's ranks take GPUs 0..N-1 of the
+    machine: two such runs at once on one machine would share them, so they run one at a time)."""
 
     par = model_cfg.parallel
-    if par is None or par.world_size <= 1 or not model_cfg.device.startswith("cuda"):
+    return par is not None and par.world_size > 1 and model_cfg.device.startswith("cuda")
+
+
+def check_parallel_fits(model_cfg, executor_cfg) -> None:
+    """A data-parallel run (``model.parallel``) needs all its ranks on one machine: on CUDA one GPU
+    each; on a Ray cluster a node with ``world_size`` bundles of ``executor.num_cpus`` CPUs (and a
+    GPU each on CUDA). Raise :class:`PlacementError` before anything starts where none has that."""
+
+    par = model_cfg.parallel
+    if par is None or par.world_size <= 1:
+        return
+    cuda = model_cfg.device.startswith("cuda")
+    if executor_cfg.kind == "ray":
+        from .ray_executor import RayExecutor
+
+        n = par.world_size
+        RayExecutor(executor_cfg.address, executor_cfg.num_cpus * n, float(n) if cuda else 0.0, 1,
+                    executor_cfg.checkpoint_seconds, executor_cfg.memory_gib).preflight()  # fmt: skip
+        return
+    if not cuda:
         return
     import torch
 

@@ -28,8 +28,26 @@ from typing import Any
 from ..layout import RunDir, write_json
 from ..stopping import STOP, RunInterrupted
 
-PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "gloo", "NCCL")
+PEER_LOST = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "ncclRemoteError",
+    "communicator was aborted",
+)
 """Words of the error a rank raises when another rank died under it (not a cause of its own)."""
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Have the kernel send ``sig`` to this process when its parent dies (Linux; elsewhere
+    nothing): a worker killed outright leaves no torchrun behind, a torchrun no rank."""
+
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class RankFailed(RuntimeError):
@@ -69,9 +87,13 @@ def launch(
         write_json(rd.spec, spec)
     for old in rd.path.glob("rank*.error.json"):
         old.unlink()
+    from .runner import ACTIVE
+
     world = world_size(spec)
     threads = max(1, threads // world)  # the run's threads shared by its ranks: no oversubscription
     log = rd.path / "ranks.log"
+    start = log.stat().st_size if log.exists() else 0  # this attempt's output begins here
+    ACTIVE.set()  # a worker's SIGTERM now stops the run (STOP, seen below), not the worker at once
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             torchrun_command(rd.path, warm_dir, threads, checkpoint_seconds, world),
@@ -79,6 +101,7 @@ def launch(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # the run's processes are one group: stopped together
             env={**os.environ, "OMP_NUM_THREADS": str(max(1, threads))},
+            preexec_fn=die_with_parent,
         )
         try:
             while proc.poll() is None:
@@ -94,7 +117,10 @@ def launch(
             _stop(proc)  # whatever is left of the group (nothing, after a clean end)
     if proc.returncode == 0 and rd.result.exists():
         return json.loads(rd.result.read_text(encoding="utf-8"))
-    rank, why = failed_rank(rd, log.read_text(encoding="utf-8", errors="replace"))
+    with open(log, "rb") as f:
+        f.seek(start)
+        output = f.read().decode("utf-8", errors="replace")
+    rank, why = failed_rank(rd, output)
     message = f"rank {rank} of {world} failed: {why}" if rank is not None else why
     status = rd.read_status()
     status.update(
@@ -133,8 +159,9 @@ def _mark_interrupted(rd: RunDir) -> None:
 
 
 def failed_rank(rd: RunDir, output: str) -> tuple[int | None, str]:
-    """The rank that failed first and why: a rank's own error (not a peer's loss) first, else a
-    rank torchrun saw killed by a signal, else the first error reported."""
+    """The rank that failed first and why, from the ranks' error files and torchrun's report of
+    this attempt (``output``): a rank's own error first (the earliest), then a rank a signal other
+    than torchrun's own SIGTERM killed, then a rank that lost a peer, then one torchrun stopped."""
 
     errors = []
     for f in rd.path.glob("rank*.error.json"):
@@ -142,19 +169,24 @@ def failed_rank(rd: RunDir, output: str) -> tuple[int | None, str]:
             errors.append(json.loads(f.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             continue
-    own = sorted((e for e in errors if not e.get("peer_lost")), key=lambda e: e["time"])
+    errors.sort(key=lambda e: e["time"])
+    own = [e for e in errors if not e.get("peer_lost")]
     if own:
         return int(own[0]["rank"]), own[0]["error"]
     killed = _killed_ranks(output)
-    if killed:
-        rank, code = killed[0]
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-        return rank, f"its process died (killed by {name})"
+    for rank, code in killed:
+        if code != -signal.SIGTERM:
+            return rank, f"its process died (killed by {_signal_name(code)})"
     if errors:
-        first = min(errors, key=lambda e: e["time"])
-        return int(first["rank"]), first["error"]
+        return int(errors[0]["rank"]), errors[0]["error"]
+    if killed:
+        return killed[0][0], f"its process died (killed by {_signal_name(killed[0][1])})"
     tail = "\n".join(output.strip().splitlines()[-5:])
     return None, f"torchrun ended without a result: {tail}"
+
+
+def _signal_name(code: int) -> str:
+    return signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
 
 
 def _killed_ranks(output: str) -> list[tuple[int, int]]:
@@ -188,6 +220,7 @@ def rank_main(argv: list[str]) -> int:
     spec = json.loads(rd.spec.read_text(encoding="utf-8"))
     par = spec["model"]["parallel"]
     rank = int(os.environ.get("RANK", "0"))
+    die_with_parent()  # torchrun (or a Ray worker) gone: this rank goes too
     try:
         dp = parallel.init(
             par.get("backend", "ddp"), int(par["world_size"]), spec["model"]["device"]
@@ -202,7 +235,9 @@ def rank_main(argv: list[str]) -> int:
             json.dumps({"rank": rank, "time": time.time(), "error": text, "peer_lost": peer}),
             encoding="utf-8",
         )
-        return 1
+        # no orderly shutdown of a group a peer may have left (NCCL could wait out its watchdog)
+        sys.stderr.flush()
+        os._exit(1)
     finally:
         parallel.shutdown()
 

@@ -26,6 +26,8 @@ from .placement import (
     this_machine,
 )
 from .procs import cmdline, descendants, running
+from .ranks import world_size
+from .ray_ranks import submit as submit_ranks
 
 
 class RayExecutor:
@@ -131,17 +133,28 @@ class RayExecutor:
                 runs.mkdir(parents=True, exist_ok=True)
                 check_shared_storage(runs, nodes)
             remote = ray.remote(**self._task_resources())(run_placed)
-            refs = {
-                remote.remote((spec, rd, wd, self.threads, self.ckpt), self.num_cpus, self.num_gpus):
-                Path(rd).name
-                for spec, rd, wd in jobs
-            }  # fmt: skip
+            refs, placed = {}, {}  # a data-parallel run: a task per rank on a placement group
+            for spec, rd, wd in jobs:
+                if world_size(spec) > 1:
+                    placed[Path(rd).name] = submit_ranks(
+                        spec, rd, wd, self.threads, self.ckpt, self.num_cpus
+                    )
+                    continue
+                args = (spec, rd, wd, self.threads, self.ckpt)
+                refs[remote.remote(args, self.num_cpus, self.num_gpus)] = Path(rd).name
+            names = {**refs, **{r: n for n, p in placed.items() for r in p.refs}}
             failures: dict[str, str] = {}
-            pending = list(refs)
+            pending, finished = list(names), set()
             try:
                 while pending:
                     done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
-                    for r in done:
+                    finished.update(done)
+                    for name, p in list(placed.items()):
+                        if p.done(finished):
+                            out = placed.pop(name).outcome()
+                            if not out.get("ok"):
+                                failures[name] = out["error"]
+                    for r in (r for r in done if r in refs):
                         try:
                             out = ray.get(r)
                         except Exception as exc:  # noqa: BLE001
@@ -153,28 +166,34 @@ class RayExecutor:
                             failures[refs[r]] = out.get("error", "unknown error")
                     tick()
             except KeyboardInterrupt:
-                raise self._interrupt(refs, pending, jobs, tick) from None
+                raise self._interrupt(names, pending, jobs, tick, placed) from None
             tick(final=True)
             return failures
         finally:
             self._shutdown(how)
 
-    def _interrupt(self, refs, pending, jobs, tick) -> Interrupted:
+    def _interrupt(self, refs, pending, jobs, tick, placed=None) -> Interrupted:
         """Ctrl-C: Ray cancels the tasks (a running run gets KeyboardInterrupt and is left
-        ``interrupted``, resumable from its last checkpoint; a queued one never starts)."""
+        ``interrupted``, resumable from its last checkpoint; a queued one never starts). A
+        data-parallel run's ranks are all cancelled and its placement group removed."""
 
         import ray
 
         for r in pending:
             ray.cancel(r)
         ray.wait(pending, num_returns=len(pending), timeout=self.grace_seconds)
+        if placed:
+            from ray.util.placement_group import remove_placement_group
+
+            for p in placed.values():
+                remove_placement_group(p.group)
         runs = {Path(rd).name: rd for _, rd, _ in jobs}
         stopped, not_started = [], []
-        for r in pending:
-            state = RunDir(runs[refs[r]]).read_status().get("state")
+        for name in dict.fromkeys(refs[r] for r in pending):
+            state = RunDir(runs[name]).read_status().get("state")
             if state == "finished":
                 continue
-            (not_started if state == "pending" else stopped).append(refs[r])
+            (not_started if state == "pending" else stopped).append(name)
         tick(final=True)
         return runs_interrupted(stopped, not_started)
 

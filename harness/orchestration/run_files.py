@@ -292,8 +292,11 @@ def save_checkpoint(trainer, path: Path) -> None:
 
     # charged with its own label; its time reaches the ledger of the next checkpoint (a kill loses
     # the time since the last one anyway)
+    dp = trainer.ctx.dp
     with trainer.ctx.meter.charge(f"checkpoint step {trainer.step_idx}"):
-        checkpoint.save(trainer.state_dict(), path, trainer.step_idx)
+        # a data-parallel run's other ranks write nothing; under FSDP2 they take part in gathering
+        if layout.RUN_WRITER or (dp is not None and dp.backend == "fsdp2"):
+            checkpoint.save(trainer.state_dict(), path, trainer.step_idx)
 
 
 def rewrite_events(rd: RunDir, trainer, at: dict[str, Any] | None = None) -> None:

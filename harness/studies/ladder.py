@@ -108,8 +108,10 @@ class Ladder:
         arm: str | None = None,
         log: Callable[[str], None] | None = None,
     ):
+        from ..config.parallel_checks import refuse_in_one_process
         from ..orchestration.orchestrator import Orchestrator
 
+        refuse_in_one_process(cfg, "the ablation ladder")
         self.cfg = cfg
         self.out = Path(out_dir)
         self.arm = arm or cfg.ladder.arm or next(iter(cfg.arms))

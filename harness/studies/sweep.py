@@ -51,6 +51,9 @@ class Sweep:
     def __init__(
         self, cfg: ExperimentConfig, out_dir: str | Path, log: Callable[[str], None] | None = None
     ):
+        from ..config.parallel_checks import refuse_in_one_process
+
+        refuse_in_one_process(cfg, "the hyperparameter sweep")
         self.cfg = cfg
         self.dir = ExperimentDir(out_dir).sweep
         self.out = self.dir.path

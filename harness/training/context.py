@@ -220,11 +220,29 @@ class RunContext:
         """No-grad log-probs ``[B, T]`` on the CPU, in micro-batches."""
 
         mb = self.settings.rollout.micro_batch_size
+        if self.dp is not None:
+            return self._ranks_logprobs(model, batch, mb)
         parts = [
             self.logprobs(model, batch.select(list(range(s, min(batch.size, s + mb)))))[0]
             for s in range(0, batch.size, mb)
         ]
         return torch.cat(parts, 0).cpu()
+
+    def _ranks_logprobs(self, model, batch: TrajectoryBatch, mb: int) -> torch.Tensor:
+        """:meth:`batched_logprobs` under data parallelism: each rank forwards its share of the
+        rows, in as many micro-batches as every other rank (FSDP2's forwards are collectives; a
+        rank out of rows forwards one and drops it), and the shares are gathered."""
+
+        mine = []
+        for pos in self.dp.micro_parts(batch.size, mb):
+            lp = self.logprobs(model, batch.select(pos or [0]))[0].cpu()
+            if pos:
+                mine.append((pos, lp))
+        out = torch.zeros(batch.action_mask.shape, dtype=torch.float32)  # the log-softmax dtype
+        for share in self.dp.gather(mine):
+            for pos, lp in share:
+                out[pos] = lp.to(out.dtype)
+        return out
 
     def clip_and_step(self) -> float:
         """Clip the policy's gradient norm, apply the warm-up learning rate, step. Returns the norm."""

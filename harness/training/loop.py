@@ -173,8 +173,11 @@ class Trainer:
         charge = self.eval_meter.must_reserve(
             evaluation_worst(ctx), f"evaluation at step {ctx.step}"
         )
-        with charge:
-            ev, charge.actual = evaluate_run(ctx)
+        with charge:  # data-parallel: rank 0 evaluates (no collective in it), the others take it
+            dp = ctx.dp
+            ev, charge.actual = evaluate_run(ctx) if dp is None or dp.writer else (None, {})
+            if dp is not None:
+                ev, charge.actual = dp.from_rank0((ev, charge.actual))
         cost = {k: float(ev[k]) for k in ("generated_tokens", "verifier_calls", "judge_calls")}
         for k, v in cost.items():  # judge calls only where a judge is configured; a beam's too
             v += float(ev.get("search", {}).get(k, 0.0))

@@ -334,19 +334,22 @@ def setup(settings, model, engine=None) -> tuple[DataParallel | None, Any]:
 
 def optimizer_state(model, optimizer, dp: DataParallel | None) -> dict[str, Any]:
     """The optimizer's state as one process holds it (FSDP2: the shards' moments gathered into
-    full tensors, keyed as a single process's optimizer keys them)."""
+    full tensors on the CPU, rank 0's: the others get nothing, they write nothing). An optimizer
+    that has not stepped yet is saved as it is: the gathering routine would first initialize its
+    state by an optimizer step (at learning rate 0, but counted: Adam's bias correction would then
+    be one step ahead)."""
 
-    if dp is None or dp.backend != "fsdp2":
+    if dp is None or dp.backend != "fsdp2" or not optimizer.state:
         return optimizer.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     return get_optimizer_state_dict(
-        model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=False)
+        model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
 
 
 def load_optimizer_state(model, optimizer, state: dict[str, Any], dp: DataParallel | None) -> None:
-    if dp is None or dp.backend != "fsdp2":
+    if dp is None or dp.backend != "fsdp2" or not state.get("state"):
         optimizer.load_state_dict(state)
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
