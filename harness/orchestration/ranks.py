@@ -81,14 +81,9 @@ def launch(
     ``threads``: the run's CPU threads, shared by its ranks. Raises :class:`RankFailed` naming the
     rank, :class:`RunInterrupted` on a stop."""
 
-    rd = RunDir(run_dir)
-    rd.path.mkdir(parents=True, exist_ok=True)
-    if not rd.spec.exists():
-        write_json(rd.spec, spec)
-    for old in rd.path.glob("rank*.error.json"):
-        old.unlink()
     from .runner import ACTIVE
 
+    rd = prepare_dir(spec, run_dir)
     world = world_size(spec)
     threads = max(1, threads // world)  # the run's threads shared by its ranks: no oversubscription
     log = rd.path / "ranks.log"
@@ -122,13 +117,30 @@ def launch(
         output = f.read().decode("utf-8", errors="replace")
     rank, why = failed_rank(rd, output)
     message = f"rank {rank} of {world} failed: {why}" if rank is not None else why
+    raise record_rank_failure(rd, rank, message, ranks_log=str(log))
+
+
+def prepare_dir(spec: dict[str, Any], run_dir: str | Path) -> RunDir:
+    """The run's directory with its spec, cleared of an earlier attempt's rank error files."""
+
+    rd = RunDir(run_dir)
+    rd.path.mkdir(parents=True, exist_ok=True)
+    if not rd.spec.exists():
+        write_json(rd.spec, spec)
+    for old in rd.path.glob("rank*.error.json"):
+        old.unlink()
+    return rd
+
+
+def record_rank_failure(rd: RunDir, rank: int | None, message: str, **extra: Any) -> RankFailed:
+    """Status "failed", naming the rank (``failed_rank``); returns the error to raise."""
+
     status = rd.read_status()
-    status.update(
-        {"state": "failed", "error": f"data-parallel run: {message}", "failed_rank": rank,
-         "updated": time.time(), "ranks_log": str(log)}
-    )  # fmt: skip
+    status.update({"state": "failed", "error": f"data-parallel run: {message}",
+                   "failed_rank": rank, "updated": time.time(), **extra})  # fmt: skip
     write_json(rd.status, status)
-    raise RankFailed(f"run {rd.run_id}: {message} (the ranks' output: {log})")
+    where = f" (the ranks' output: {extra['ranks_log']})" if "ranks_log" in extra else ""
+    return RankFailed(f"run {rd.run_id}: {message}{where}")
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..layout import RunDir, write_json
-from .ranks import RankFailed, failed_rank, world_size
+from ..layout import RunDir
+from .ranks import failed_rank, prepare_dir, record_rank_failure, world_size
 
 
 def rank_request(spec: dict[str, Any], num_cpus: float) -> dict[str, float]:
@@ -85,13 +84,8 @@ class PlacedRun:
         rank, why = failed_rank(rd, "")
         if silent and (rank is None or not _own_error(rd, rank)):
             rank, why = silent[0], f"its Ray worker died ({codes[silent[0]]})"
-        message = f"rank {rank} of {len(codes)} failed: {why}"
-        status = rd.read_status()
-        status.update({"state": "failed", "error": f"data-parallel run: {message}",
-                       "failed_rank": rank, "updated": time.time()})  # fmt: skip
-        write_json(rd.status, status)
-        return {"ok": False, "error": str(RankFailed(f"run {rd.run_id}: {message}")),
-                "run_id": rd.run_id}  # fmt: skip
+        error = record_rank_failure(rd, rank, f"rank {rank} of {len(codes)} failed: {why}")
+        return {"ok": False, "error": str(error), "run_id": rd.run_id}
 
 
 def _own_error(rd: RunDir, rank: int) -> bool:
@@ -109,12 +103,7 @@ def submit(spec, run_dir, warm_dir, threads: int, ckpt: float, num_cpus: float) 
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as OnBundle
 
-    rd = RunDir(run_dir)
-    rd.path.mkdir(parents=True, exist_ok=True)
-    if not rd.spec.exists():
-        write_json(rd.spec, spec)
-    for old in rd.path.glob("rank*.error.json"):
-        old.unlink()
+    prepare_dir(spec, run_dir)
     world = world_size(spec)
     bundle = rank_request(spec, num_cpus)
     group = placement_group([dict(bundle) for _ in range(world)], strategy="STRICT_PACK")
