@@ -22,6 +22,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+ACTIVE = threading.Event()
+"""Set while this worker process executes a run past its setup (or waits on a data-parallel run's
+ranks). An idle worker, or one still setting a run up (imports, model loads: nothing of the run
+recorded yet, long stretches no stop point divides), just exits on SIGTERM, at once; the run stays
+as it was (pending, or resumable)."""
+
 STOP = threading.Event()
 """Set in a worker process whose orchestrator was interrupted (SIGTERM, see
 :func:`~sixblanks.harness.orchestration.executors.exit_with_parent`): its run stops at the next step boundary,

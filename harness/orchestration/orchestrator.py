@@ -239,8 +239,7 @@ class Orchestrator:
         """Before anything starts: the tracking server (where it is a server) answers, and a run
         fits on a node of the Ray cluster."""
 
-        from .executors import preflight
-        from .placement import check_parallel_fits
+        from .executors import check_parallel_fits, preflight
         from .servers import check_tracking
         from .tracking import tracking_uri
 

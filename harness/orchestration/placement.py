@@ -84,34 +84,6 @@ def cuda_ranks(model_cfg) -> bool:
     return par is not None and par.world_size > 1 and model_cfg.device.startswith("cuda")
 
 
-def check_parallel_fits(model_cfg, executor_cfg) -> None:
-    """A data-parallel run (``model.parallel``) needs all its ranks on one machine: on CUDA one GPU
-    each; on a Ray cluster a node with ``world_size`` bundles of ``executor.num_cpus`` CPUs (and a
-    GPU each on CUDA). Raise :class:`PlacementError` before anything starts where none has that."""
-
-    par = model_cfg.parallel
-    if par is None or par.world_size <= 1:
-        return
-    cuda = model_cfg.device.startswith("cuda")
-    if executor_cfg.kind == "ray":
-        from .ray_executor import RayExecutor
-
-        n = par.world_size
-        RayExecutor(executor_cfg.address, executor_cfg.num_cpus * n, float(n) if cuda else 0.0, 1,
-                    executor_cfg.checkpoint_seconds, executor_cfg.memory_gib).preflight()  # fmt: skip
-        return
-    if not cuda:
-        return
-    import torch
-
-    have = torch.cuda.device_count()
-    if executor_cfg.kind == "local" and have < par.world_size:
-        raise PlacementError(
-            f"model.parallel.world_size {par.world_size} asks for {par.world_size} GPUs on this "
-            f"machine, which has {have}; lower world_size (or use model.device: cpu, gloo ranks)"
-        )
-
-
 def this_machine() -> dict[str, Any]:
     """This machine as a Ray node entry (where the executor starts a cluster of its own)."""
 

@@ -1,6 +1,6 @@
 """A data-parallel run's processes, one per rank (``model.parallel.world_size`` above 1).
 
-:func:`launch` starts them with torchrun on this machine and waits: every rank runs
+:func:`launch` starts them with torchrun on this machine and waits: every rank (:mod:`.rank`) runs
 :func:`~.runner.execute_run` on the same spec (the training side, :mod:`..training.parallel`), rank 0
 writes the run's files. A rank that fails or dies ends the run: torchrun stops the others (on gloo
 a rank whose peer is gone errors at once), the run's status says "failed" and names the rank that
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..layout import RunDir, write_json
-from ..stopping import STOP, RunInterrupted
+from ..stopping import ACTIVE, STOP, RunInterrupted
 
 PEER_LOST = (
     "Connection closed by peer",
@@ -65,7 +65,7 @@ def torchrun_command(
         sys.executable, "-m", "torch.distributed.run",
         "--standalone", f"--nproc-per-node={world}", "--max-restarts=0",
         "--monitor-interval=0.2",
-        "-m", "sixblanks.harness.orchestration.ranks",
+        "-m", "sixblanks.harness.orchestration.rank",
         str(run_dir), str(warm_dir), str(threads), str(checkpoint_seconds),
     ]  # fmt: skip
 
@@ -80,8 +80,6 @@ def launch(
     """Run (or resume) a data-parallel spec with torchrun; the result summary rank 0 wrote.
     ``threads``: the run's CPU threads, shared by its ranks. Raises :class:`RankFailed` naming the
     rank, :class:`RunInterrupted` on a stop."""
-
-    from .runner import ACTIVE
 
     rd = prepare_dir(spec, run_dir)
     world = world_size(spec)
@@ -217,42 +215,3 @@ def _killed_ranks(output: str) -> list[tuple[int, int]]:
             if item not in out:
                 out.append(item)
     return sorted(out, key=lambda rc: rc[1] == -15)
-
-
-def rank_main(argv: list[str]) -> int:
-    """One rank (torchrun's worker): join the group, run the spec, write nothing but rank 0."""
-
-    from .. import layout
-    from ..errors import describe
-    from ..training import parallel
-    from .runner import execute_run
-
-    run_dir, warm_dir, threads, ckpt_s = argv[0], argv[1], int(argv[2]), float(argv[3])
-    rd = RunDir(run_dir)
-    spec = json.loads(rd.spec.read_text(encoding="utf-8"))
-    par = spec["model"]["parallel"]
-    rank = int(os.environ.get("RANK", "0"))
-    die_with_parent()  # torchrun (or a Ray worker) gone: this rank goes too
-    try:
-        dp = parallel.init(
-            par.get("backend", "ddp"), int(par["world_size"]), spec["model"]["device"]
-        )
-        layout.RUN_WRITER = dp.writer
-        execute_run(spec, run_dir, warm_dir, threads, ckpt_s)
-        return 0
-    except BaseException as exc:  # noqa: BLE001 - recorded for the launcher, then the exit code
-        text = describe(exc, f"run {rd.run_id}'s files")
-        peer = any(w in f"{type(exc).__name__}: {exc}" for w in PEER_LOST)
-        (rd.path / f"rank{rank}.error.json").write_text(
-            json.dumps({"rank": rank, "time": time.time(), "error": text, "peer_lost": peer}),
-            encoding="utf-8",
-        )
-        # no orderly shutdown of a group a peer may have left (NCCL could wait out its watchdog)
-        sys.stderr.flush()
-        os._exit(1)
-    finally:
-        parallel.shutdown()
-
-
-if __name__ == "__main__":
-    raise SystemExit(rank_main(sys.argv[1:]))

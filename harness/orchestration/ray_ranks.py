@@ -40,7 +40,7 @@ def _rendezvous() -> tuple[str, int]:
 
 
 def _rank_task(run_dir: str, warm_dir: str, threads: int, ckpt: float, env: dict[str, str]) -> int:
-    from .ranks import rank_main
+    from .rank import rank_main
 
     os.environ.update(env)
     # Ray shows each task its own bundle's GPU only: it is device 0 of this process

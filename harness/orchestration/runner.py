@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import checkpoint
 from ..layout import RunDir, write_json
-from ..stopping import STOP, RunInterrupted, stop_point, stop_points
+from ..stopping import ACTIVE, STOP, RunInterrupted, stop_point, stop_points
 from .run_files import (
     RunRecorder,
     attach_ledger_log,
@@ -27,11 +27,6 @@ from .run_files import (
     stopped_at_checkpoint,
     stopped_before_start,
 )
-
-ACTIVE = threading.Event()
-"""Set while this worker process executes a run past its setup. An idle worker, or one still
-setting a run up (imports, model loads: nothing of the run recorded yet, long stretches no stop
-point divides), just exits on SIGTERM, at once; the run stays as it was (pending, or resumable)."""
 
 
 def exit_soon(seconds: float = 0.25) -> None:
