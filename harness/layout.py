@@ -72,16 +72,26 @@ RESULT_JSON = "result.json"
 PLACEMENT_JSON = "placement.json"
 
 
-RUN_WRITER = True
-"""False in the ranks of a data-parallel run other than rank 0: they compute everything rank 0
-does, and rank 0 alone writes the run's files (status, events, ledger log, checkpoints, result)."""
+NOT_WRITTEN: Path | None = None
+"""In the ranks of a data-parallel run other than rank 0: the run's directory. They compute
+everything rank 0 does, and rank 0 alone writes the run's files (status, events, ledger log,
+checkpoints, result); files elsewhere (a vLLM engine's export) they write as any process does."""
+
+
+def writes(path: str | Path) -> bool:
+    """Whether this process writes ``path`` (not one of :data:`NOT_WRITTEN`'s files)."""
+
+    if NOT_WRITTEN is None:
+        return True
+    p = Path(path).resolve()
+    return p != NOT_WRITTEN and NOT_WRITTEN not in p.parents
 
 
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` atomically: a temporary file beside ``path``, then a rename (nothing in a
-    rank that does not write the run's files, :data:`RUN_WRITER`)."""
+    rank that does not write the run's files, :data:`NOT_WRITTEN`)."""
 
-    if not RUN_WRITER:
+    if not writes(path):
         return
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")

@@ -231,7 +231,7 @@ def test_validate_refuses_what_is_not_data_parallel(cli, write_yaml):
         "arms": {"ppo": {"preset": "ppo"}, "dpo": {"preset": "dpo"}, "grpo": {"preset": "grpo"}},
         "task": {"name": "arithmetic"},
         "model": {"parallel": {"backend": "ddp", "world_size": 2}, "device": "cuda:1"},
-        "rollout": {"backend": "vllm"},
+        "rollout": {"backend": "vllm"},  # allowed: each rank has an engine of its own
     }
     code, out, err = cli("validate", write_yaml(json.dumps(cfg)))
     assert code != 0
@@ -239,7 +239,7 @@ def test_validate_refuses_what_is_not_data_parallel(cli, write_yaml):
     assert "arms.ppo: advantage.estimator gae" in text
     assert "arms.dpo: objective dpo" in text
     assert "model.device cuda:1 with model.parallel" in text
-    assert "arms.grpo: rollout.backend vllm" in text
+    assert "rollout.backend vllm" not in text
     assert "arms.grpo: objective" not in text
 
 
@@ -409,6 +409,28 @@ def test_ctrl_c_stops_every_rank_and_leaves_the_run_resumable(tmp_path, write_ya
     assert _left(run_dir) == []
     assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
     assert (run_dir / "checkpoint").exists() and not (run_dir / "result.json").exists()
+
+
+@pytest.mark.vllm
+def test_a_vllm_engine_per_rank_samples_and_counts_as_one_process(tmp_path):
+    """FSDP2 over 2 ranks with vLLM rollouts: each rank's engine takes the weights gathered from
+    the shards after every update; the run counts and scores what one vLLM process does."""
+
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.orchestration.orchestrator import Orchestrator
+    from sixblanks.harness.orchestration.ranks import launch
+
+    cfg = {**RUN, "rollout": {**RUN["rollout"], "backend": "vllm"}, "seeds": [0],
+           "budget": {"launched_tokens": 600}, "tracking": {"mlflow": False},
+           "model": {"parallel": {"backend": "fsdp2", "world_size": 2}}}  # fmt: skip
+    orch = Orchestrator(validate_mapping(cfg), tmp_path / "exp", progress=False)
+    spec = orch.prepare()[0]
+    two = launch(spec, tmp_path / "two", str(orch.warm_dir), threads=2)
+    one = single_process(spec, str(orch.warm_dir), tmp_path / "one")
+    assert plain(two["counters"]) == plain(one["counters"])
+    assert two["discarded_by_reason"] == one["discarded_by_reason"]
+    assert two["counters"]["optimizer_steps"] >= 3
+    assert [e["score"] for e in two["evals"]] == [e["score"] for e in one["evals"]]
 
 
 @pytest.mark.xdist_group("ray")  # one Ray cluster at a time

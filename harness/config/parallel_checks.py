@@ -31,9 +31,6 @@ def _arm_problems(name: str, blanks, rollout) -> list[str]:
         (d.world_model is not None, "data.world_model"),
         (d.branching is not None, "data.branching"),
         (rollout.grad_noise_probe, "rollout.grad_noise_probe"),
-        # vLLM's own engine sets up torch.distributed and its device per process: untried inside a
-        # data-parallel rank, so refused rather than trusted (the HF engine runs on each rank)
-        (rollout.backend == "vllm", "rollout.backend vllm (each rank samples with the HF engine)"),
     ]
     return [
         f"{where}: {what} is not data-parallel yet; with model.parallel.world_size above 1 "

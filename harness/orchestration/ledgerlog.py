@@ -22,10 +22,10 @@ class LedgerLog:
     """Appends ledger events to ``path`` (flushed per event: a SIGKILL loses none written)."""
 
     def __init__(self, path: str | Path):
-        from ..layout import RUN_WRITER
+        from ..layout import writes
 
         self.path = Path(path)
-        if not RUN_WRITER:  # a data-parallel run's other ranks: rank 0 writes the log
+        if not writes(self.path):  # a data-parallel run's other ranks: rank 0 writes the log
             self.f = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -27,11 +27,18 @@ def rank_main(argv: list[str]) -> int:
     par = spec["model"]["parallel"]
     rank = int(os.environ.get("RANK", "0"))
     die_with_parent()  # torchrun (or a Ray worker) gone: this rank goes too
+    if str(spec["model"]["device"]).startswith("cuda"):
+        # the rank sees its own GPU only, as device 0: the trainer and a vLLM engine (which picks
+        # its device by itself) then share it, whatever else the machine has
+        seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = seen.split(",") if seen else [str(i) for i in range(256)]
+        os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(os.environ.get("LOCAL_RANK", "0"))]
+        os.environ["LOCAL_RANK"] = "0"
     try:
         dp = parallel.init(
             par.get("backend", "ddp"), int(par["world_size"]), spec["model"]["device"]
         )
-        layout.RUN_WRITER = dp.writer
+        layout.NOT_WRITTEN = None if dp.writer else rd.path.resolve()
         execute_run(spec, run_dir, warm_dir, threads, ckpt_s)
         return 0
     except BaseException as exc:  # noqa: BLE001 - recorded for the launcher, then the exit code

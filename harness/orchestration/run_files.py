@@ -115,7 +115,7 @@ class RunRecorder:
         Returns (the training result, its seconds)."""
 
         trainer = self.trainer
-        events = self.rd.events if layout.RUN_WRITER else os.devnull  # rank 0 writes them
+        events = self.rd.events if layout.writes(self.rd.events) else os.devnull  # rank 0's
         self.events = open(events, "a", encoding="utf-8")  # noqa: SIM115 - closed below
         try:
             if not trainer.result.evals:
@@ -277,7 +277,7 @@ def check_ledger_log(rd: RunDir, ledger) -> int:
     if ledger.sink is not None:
         ledger.sink.close()
         ledger.sink = None
-    if not layout.RUN_WRITER:  # rank 0 wrote the log (and checks it)
+    if not layout.writes(rd.ledger_log):  # rank 0 wrote the log (and checks it)
         return 0
     events = effective_events(read_events(rd.ledger_log))
     problems = compare(replay(events)["counters"], ledger.counters)
@@ -295,7 +295,7 @@ def save_checkpoint(trainer, path: Path) -> None:
     dp = trainer.ctx.dp
     with trainer.ctx.meter.charge(f"checkpoint step {trainer.step_idx}"):
         # a data-parallel run's other ranks write nothing; under FSDP2 they take part in gathering
-        if layout.RUN_WRITER or (dp is not None and dp.backend == "fsdp2"):
+        if layout.writes(path) or (dp is not None and dp.backend == "fsdp2"):
             checkpoint.save(trainer.state_dict(), path, trainer.step_idx)
 
 

@@ -121,6 +121,18 @@ def import_vllm():
     return vllm
 
 
+def _save_here(model, d: Path) -> None:
+    """``model.save_pretrained(d)`` in this process, whatever its torch.distributed rank
+    (transformers writes on rank 0 only; each rank of a data-parallel run exports its own
+    engine's weights)."""
+
+    model.should_save_on_this_rank = lambda is_main_process=True: is_main_process
+    try:
+        model.save_pretrained(d)
+    finally:
+        del model.should_save_on_this_rank
+
+
 def export_weights(model, tokenizer, directory: str | Path) -> Path:
     """Save ``model`` (plain tensors, HF layout) and ``tokenizer`` where vLLM can load them.
 
@@ -137,7 +149,7 @@ def export_weights(model, tokenizer, directory: str | Path) -> Path:
         base = model.get_base_model()
         plain = AutoModelForCausalLM.from_config(base.config, torch_dtype=base.dtype)
         plain.load_state_dict(merged_state_dict(model))
-        plain.save_pretrained(d)
+        _save_here(plain, d)
         tokenizer.save_pretrained(d)
         return d
     quantizer = getattr(model, "hf_quantizer", None)
@@ -147,7 +159,7 @@ def export_weights(model, tokenizer, directory: str | Path) -> Path:
             model.hf_quantizer = None
         if qcfg is not None:
             del model.config.quantization_config
-        model.save_pretrained(d)
+        _save_here(model, d)
     finally:
         if quantizer is not None:
             model.hf_quantizer = quantizer
