@@ -11,6 +11,10 @@ whose wall time minus its training is a run's fixed cost.
 
     .venv/bin/python benchmarks/experiment.py [--config experiments.yaml] [--budget N]
                                               [--seeds K] [--out DIR]
+
+Measured 2026-12-03 (``--budget 1500 --seeds 1``: 8 runs): 39.8 s, of which the warm start 7.1 s,
+the runs 10.1 s, the store 1.3 s, MLflow 6.0 s and the report 15.2 s; one full run of the default
+experiment through the command 30.0 s, of which training 14.6 s: a fixed cost of 15.5 s.
 """
 
 from __future__ import annotations

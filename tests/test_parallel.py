@@ -95,6 +95,42 @@ def one_step(initial, preset: str, blanks: dict, rollout: dict, parallel=None):
     return grads[0], params, res.steps[0], dict(tr.ledger.counters)
 
 
+def resumed_vs_straight(initial, parallel) -> tuple[dict, dict]:
+    """(weights after 3 steps straight, weights after 2 steps, a checkpoint's state loaded into a
+    new trainer, and a third step): a resume through the full-state checkpoint (FSDP2: weights
+    and Adam moments gathered, then sharded again) continues exactly."""
+
+    from sixblanks.algorithms.presets import resolve
+    from sixblanks.harness.training import RunSettings, Trainer
+    from sixblanks.harness.training.parallel import full_tensors
+
+    cfg, task, model0, tok = initial
+
+    def trainer():
+        s = RunSettings(
+            blanks=resolve("grpo", {"data": {"minibatches": 2}}),
+            rollout=cfg.rollout.model_copy(update={"group_seeds": True}),
+            optimizer=cfg.optimizer, budget={"launched_tokens": 1e9}, seed=0, eval_size=8,
+            name="grpo", parallel=parallel,
+        )  # fmt: skip
+        return Trainer(s, task, copy.deepcopy(model0), tok)
+
+    straight = trainer()
+    straight.train(max_steps=3, evaluate_start=False)
+    first = trainer()
+    first.train(max_steps=2, evaluate_start=False)
+    # rank 0's state, as every rank reads it from the checkpoint rank 0 wrote (FSDP2 gathers
+    # the optimizer's moments onto rank 0 only)
+    state = first.ctx.dp.from_rank0(first.state_dict())
+    again = trainer()
+    again.load_state_dict(state)
+    again.train(max_steps=3, evaluate_start=False)
+    weights = [
+        {k: v.detach().clone() for k, v in full_tensors(t.ctx.model)} for t in (straight, again)
+    ]
+    return weights[0], weights[1]
+
+
 def _planted_per_rank_weights():
     """Patch the policy-gradient objective's loss weights to be computed over this rank's share of
     the minibatch only: the per-rank normalization the data-parallel code must not do."""
@@ -135,6 +171,7 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
         undo = _planted_per_rank_weights()
         results[backend, PLANTED] = one_step(initial, "grpo", {}, {}, par)
         undo()
+        results[backend, "resumed"] = resumed_vs_straight(initial, par)
     if rank == 0:
         torch.save(results, out)
     parallel.shutdown()
@@ -199,6 +236,9 @@ def test_two_ranks_update_as_one_process(two_ranks, one_process, backend):
     assert one_process["minibatches"][2]["optimizer_steps"] == 3
     stop = one_process["target kl"][2]
     assert stop["early_stop_epoch"] == 0 and stop["optimizer_steps"] == 1
+    # a resume from a checkpoint's full state continues as the run that never stopped
+    straight, resumed = two_ranks[backend, "resumed"]
+    assert worst(straight, resumed) < 1e-6
     # a normalization computed per rank gives another gradient: the comparison catches it
     g0, p0, *_ = one_process[PLANTED]
     g1, p1, *_ = two_ranks[backend, PLANTED]
