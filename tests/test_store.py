@@ -179,6 +179,36 @@ def test_mlflow_has_nested_runs_with_blanks_as_params(experiment):
     assert len(hist) > 2 and hist[-1].value <= 900
 
 
+def test_mlflow_bulk_insert_stores_what_log_batch_stores(tmp_path):
+    """The SQL store's bulk path writes the same metric histories and latest values as MLflow's own
+    ``log_batch`` (a second method, on the same points): NaN, infinities, several steps per key,
+    a key whose latest point is not its last."""
+
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    from sixblanks.harness.orchestration.tracking import log_metrics
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}")
+    exp = client.create_experiment("bulk", artifact_location=(tmp_path / "a").as_uri())
+    points = [("loss", 0.5, 0), ("loss", float("nan"), 1), ("loss", 0.25, 2),
+              ("grad", float("inf"), 0), ("grad", float("-inf"), 3), ("eval.score", 0.1, 7),
+              ("late", 2.0, 5), ("late", 1.0, 4)]  # fmt: skip
+    ours, theirs = client.create_run(exp).info.run_id, client.create_run(exp).info.run_id
+    log_metrics(client, ours, points, ts=1234)
+    client.log_batch(theirs, metrics=[Metric(k, v, 1234, s) for k, v, s in points])
+
+    def stored(run_id):
+        keys = sorted(client.get_run(run_id).data.metrics)
+        hist = {k: sorted((m.step, m.timestamp, str(m.value)) for m in
+                          client.get_metric_history(run_id, k)) for k in keys}  # fmt: skip
+        return client.get_run(run_id).data.metrics, hist
+
+    mine, reference = stored(ours), stored(theirs)
+    assert str(mine) == str(reference)  # str: NaN compares unequal to itself
+    assert mine[0]["late"] == 2.0 and len(mine[1]["loss"]) == 3
+
+
 def test_partial_run_is_ingested_and_completed_on_resume_without_duplicates(tmp_path):
     cfg = validate_mapping(
         TINY | {"budget": {"launched_tokens": 2500}, "arms": {"grpo": {"preset": "grpo"}}}
