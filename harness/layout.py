@@ -53,6 +53,9 @@ MLFLOW_DB = "mlflow.db"
 MLFLOW_ARTIFACTS = "mlartifacts"
 WARM_START = "warm_start"
 WARM_START_JSON = "warm_start.json"
+# the warm-start tokenizer's identity (store/audit.py), beside it: a cached warm start is checked
+# without loading the policy (or importing transformers) in the orchestrating process
+TOKENIZER_IDENTITY_JSON = "tokenizer_identity.json"
 RUNS = "runs"
 LADDER_JSON = "ladder.json"
 LADDER_PROGRESS = "ladder.progress.json"

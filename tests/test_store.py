@@ -44,8 +44,11 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
+    from sixblanks.harness.orchestration.experiment import run_experiment
+
     out = tmp_path_factory.mktemp("exp")
-    res = Orchestrator(validate_mapping(TINY), out, progress=False).run()
+    # as `sixblanks run` does: the runs, the store, then the report while MLflow gets the runs
+    res, _ = run_experiment(validate_mapping(TINY), out)
     assert not res["failures"]
     return out, res
 
@@ -177,6 +180,10 @@ def test_mlflow_has_nested_runs_with_blanks_as_params(experiment):
     client = mlflow.tracking.MlflowClient()
     hist = client.get_metric_history(row["run_id"], "ledger.launched_tokens")
     assert len(hist) > 2 and hist[-1].value <= 900
+    # the report, built while the runs were sent, reached the parent run once it was written
+    parent = df[df["tags.mlflow.parentRunId"].isna()].iloc[0]["run_id"]
+    report = {a.path for a in client.list_artifacts(parent, "report")}
+    assert {"report/index.html", "report/scores.csv"} <= report
 
 
 def test_mlflow_bulk_insert_stores_what_log_batch_stores(tmp_path):

@@ -104,9 +104,10 @@ def run_experiment(
 
     with claimed(out, cfg, "run", add, warn):
         orch = Orchestrator(cfg, out, log=log, progress=progress, reuse_finished=reuse_finished)
-        result = orch.run()
+        result = orch.run(track=False)
         if on_result is not None:
             on_result(result)
-        report = build_report_checked(out)
-        orch.track(result["fairness"], artifacts=[orch.dir.report])
+        with orch.tracking_beside(result["fairness"], [orch.dir.report]) as tracking:
+            report = build_report_checked(out)
+        result["mlflow"] = tracking.state
     return result, report

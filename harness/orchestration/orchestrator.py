@@ -109,17 +109,28 @@ class Orchestrator:
         """Warm start (cached) and the run specs."""
 
         from ..tasks import make_task
-        from .warmstart import warm_start, warm_start_key
+        from .warmstart import (
+            cached_warm_start,
+            record_tokenizer_identity,
+            warm_start,
+            warm_start_key,
+        )
 
         self._check_backend()
         self.out.mkdir(parents=True, exist_ok=True)
         tasks = [make_task(t.name, t.params) for t in self.cfg.tasks or []]
         key = warm_start_key(self.cfg, tasks)
-        _, tok, info = warm_start(self.cfg, tasks, self.dir.warm_start, log=self.log)
         self.warm_dir = self.dir.warm_policy(key)
-        from ..store.audit import tokenizer_identity
+        cached = cached_warm_start(self.cfg, tasks, self.dir.warm_start)
+        if cached is not None:  # nothing to load: the runs load the policy themselves
+            info, identity = cached
+        else:
+            from ..store.audit import tokenizer_identity
 
-        self.warm_info = {**info, "tokenizer": tokenizer_identity(tok)}
+            _, tok, info = warm_start(self.cfg, tasks, self.dir.warm_start, log=self.log)
+            identity = tokenizer_identity(tok)
+            record_tokenizer_identity(self.warm_dir, identity)
+        self.warm_info = {**info, "tokenizer": identity}
         self.specs = build_specs(self.cfg, key)
         if self.reuse_finished:
             self.specs = self.reuse(self.specs)
@@ -183,7 +194,9 @@ class Orchestrator:
             if self.dir.run(s["run_id"]).read_status().get("state") != "finished"
         ]
 
-    def run(self) -> dict[str, Any]:
+    def run(self, track: bool = True) -> dict[str, Any]:
+        """Every pending run, then the audit, the summary, the store and (``track``) MLflow."""
+
         from .executors import make_executor
         from .interrupts import Interrupted
         from .placement import cuda_ranks
@@ -216,7 +229,7 @@ class Orchestrator:
         audit = self.fairness()
         summary = self.summary(failures)
         tables = self.ingest(audit)
-        sync = self.track(audit)
+        sync = self.track(audit) if track else None
         return {
             "summary": summary,
             "fairness": audit,
@@ -260,6 +273,19 @@ class Orchestrator:
         self, audit: dict[str, Any] | None = None, artifacts: list[Path] | None = None
     ) -> dict[str, Any]:
         state = self.tracker().sync([s["run_id"] for s in self.specs], audit, artifacts)
+        return self._said(state)
+
+    def tracking_beside(self, audit: dict[str, Any] | None, artifacts: list[Path]):
+        """A context manager that sends the runs to MLflow from a process of its own while its
+        block runs (the report: the two share no files and each keeps a core busy), then
+        ``artifacts`` if the block ended normally; its value's ``state`` is the sync state."""
+
+        from .tracking import SyncBeside
+
+        return SyncBeside(self.tracker(), [s["run_id"] for s in self.specs], audit, artifacts,
+                          self._said)  # fmt: skip
+
+    def _said(self, state: dict[str, Any]) -> dict[str, Any]:
         if state.get("last_error"):
             self.log(
                 f"MLflow unreachable ({state['last_error'][:120]}); events stay on disk: "

@@ -180,6 +180,60 @@ class Tracker:
         return state
 
 
+class SyncBeside:
+    """:meth:`Tracker.sync` in a spawned process while the ``with`` block runs: the runs at once,
+    ``artifacts`` once the block has ended without an error. Leaving the block waits for the
+    process; a Ctrl-C in the block stops it. ``state`` is then the sync state as
+    ``OUT/mlflow_sync.json`` records it (what was not sent stays pending for ``sixblanks sync``)."""
+
+    def __init__(self, tracker: Tracker, run_ids, fairness, artifacts, said=lambda s: s):
+        self.tracker, self.args, self.said = tracker, (run_ids, fairness, artifacts), said
+        self.proc, self.state = None, {}
+
+    def __enter__(self) -> SyncBeside:
+        if self.tracker.enabled:
+            import multiprocessing as mp
+
+            ctx = mp.get_context("spawn")
+            self.ready, self.upload = ctx.Event(), ctx.Value("b", 0)
+            t = self.tracker
+            self.proc = ctx.Process(
+                target=_sync_beside,
+                args=(str(t.dir.path), t.uri, t.experiment, *self.args, self.ready, self.upload),
+                name="mlflow-sync",
+                daemon=True,
+            )
+            self.proc.start()
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        if self.proc is not None:
+            if exc_type is None or not issubclass(exc_type, KeyboardInterrupt):
+                self.upload.value = int(exc_type is None)  # the report failed: the runs only
+                self.ready.set()
+                self.proc.join()
+            else:  # Ctrl-C: what it had not sent stays pending in its state file
+                self.proc.terminate()
+                self.proc.join()
+        state = _sync_state(self.tracker.dir)
+        if self.proc is not None and self.proc.exitcode not in (0, None) and exc_type is None:
+            state["last_error"] = f"the MLflow sync process exited with code {self.proc.exitcode}"
+        self.state = self.said(state) if self.tracker.enabled else state
+
+
+def _sync_beside(out, uri, experiment, run_ids, fairness, artifacts, ready, upload) -> None:
+    """:class:`SyncBeside`'s process: the runs, then (once told) the artifacts."""
+
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it terminates this one)
+    tracker = Tracker(out, uri, experiment)
+    state = tracker.sync(run_ids, fairness)
+    ready.wait()
+    if upload.value and not state.get("last_error"):
+        tracker.sync(run_ids, fairness, artifacts)
+
+
 def run_metrics(events, ts: int) -> list[tuple[str, float, int]]:
     """(key, value, step) of every numeric step metric and evaluation of a run's events, each
     (key, step) once: the curves MLflow draws against the step."""

@@ -21,7 +21,7 @@ from typing import Any
 from sixblanks.algorithms.presets import get_preset
 
 from ..config import OptimizerConfig
-from ..layout import WARM_START_JSON
+from ..layout import TOKENIZER_IDENTITY_JSON, WARM_START_JSON
 from ..models import (
     apply_chat_setting,
     load_policy,
@@ -107,6 +107,30 @@ def warm_start_key(cfg, tasks: list[Task]) -> str:
         "micro_batch": min(cfg.rollout.micro_batch_size, cfg.warm_start.batch_size),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cached_warm_start(cfg, tasks: list[Task], cache_root: str | Path):
+    """(info, the tokenizer's identity) of a warm start already in ``cache_root`` whose identity
+    was recorded beside it, read from its files; None otherwise (:func:`warm_start` builds or
+    loads it)."""
+
+    directory = Path(cache_root) / warm_start_key(cfg, tasks)
+    try:
+        info = json.loads((directory / WARM_START_JSON).read_text())
+        identity = json.loads((directory / TOKENIZER_IDENTITY_JSON).read_text())
+    except (OSError, ValueError):  # not cached, or cached before identities were recorded
+        return None
+    return {**info, "cached": True}, identity
+
+
+def record_tokenizer_identity(directory: str | Path, identity: dict[str, Any]) -> None:
+    """Write the warm-start tokenizer's identity beside its policy (read by
+    :func:`cached_warm_start`)."""
+
+    path = Path(directory) / TOKENIZER_IDENTITY_JSON
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(identity, indent=2, sort_keys=True))
+    tmp.replace(path)
 
 
 def warm_start(
