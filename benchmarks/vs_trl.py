@@ -11,17 +11,21 @@ arithmetic task's verifier on both sides.
 
 The runs alternate (sixblanks, TRL, sixblanks, ...; ``--reps`` each) in one invocation; each run
 takes ``--steps`` steps after one warm-up step, and its time per step is the median of those.
-Printed: steps/s of both, their ratio (median over the alternating pairs), and where a sixblanks
-step goes (generation, the training forward, backward, optimizer, other forwards, the rest).
+Printed: steps/s of both, their ratio (median over the alternating pairs, with the pairs' spread
+and quartiles), and where a sixblanks step goes (generation, the training forward, backward,
+optimizer, other forwards, the rest).
 
 Then the floor of each part: its matrix products alone at the step's shapes (and the sampler's
-random draws), and, where the ratio is below 1.5x, the generation time 1.5x would need.
+random draws), and, where the ratio is below the 2.0x target, the step that would reach it and
+what generation, or the update and the rest, would have to take against their floors.
 
 Measured here (1 thread each, 5 pairs x 6 steps, six invocations on 2026-12-02): 1.58-1.70x
 TRL's steps/s; generation 1.5-1.8x faster than TRL's (floor about 0.02 s/step against 0.06 taken:
 per-operation cost on a 0.34M-parameter model), the update and the rest about 1.5x (each shared
 prompt computed once; docs/benchmarks.md). The overlapped row (lag 1, a second process):
-1.4-2.7x, apart from the comparison.
+1.4-2.7x, apart from the comparison. 2026-12-03: 1.64x (pairs 1.46-2.07x); the 2.0x target is
+not met: it needs a step of 0.153 s against 0.188, with generation at 0.060 s/step (floor
+0.017) and the update's forward and backward at 0.088 (floor 0.057).
 
 TRL is a benchmark-only dependency in a venv of its own (``make trl`` builds ``.venv-trl``):
 
@@ -43,6 +47,7 @@ from collections import defaultdict
 import torch
 
 PROMPTS, GROUP, NEW_TOKENS, LR = 8, 8, 32, 1e-6
+TARGET = 2.0  # sixblanks' steps/s over TRL's
 
 
 def policy():
@@ -309,7 +314,7 @@ def trl_generation(task, model0, tok, steps: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    """Prints sixblanks against TRL: alternating runs, instrumented runs, floors, the 1.5x test."""
+    """Prints sixblanks against TRL: alternating runs, instrumented runs, floors, the 2x test."""
 
     args = parse_args()
     try:
@@ -341,16 +346,22 @@ def main() -> None:
         f"  {'the update (fwd + bwd)':30s} {u_floor:7.3f} s/step (the same work on both sides; "
         "sixblanks computes each shared prompt once, so its share is smaller)"
     )
-    if ratio >= 1.5:
-        print(f"1.5x: met ({ratio:.2f}x, median of {args.reps} alternating pairs)")
-    else:
-        # the generation time giving 1.5x, the rest of sixblanks' step as now
-        need = theirs / 1.5 - (ours - s_gen * ours / total)
-        print(
-            f"1.5x: not met ({ratio:.2f}x); it needs sixblanks at {theirs / 1.5:.3f} s/step: with "
-            f"the rest of its step as measured, generation at {need:.3f} s/step "
-            f"({s_gen * ours / total / max(need, 1e-9):.2f}x faster than now; floor {g_floor:.3f})"
-        )
+    if ratio >= TARGET:
+        print(f"{TARGET}x: met ({ratio:.2f}x, median of {args.reps} alternating pairs)")
+        return
+    # TRL's step over the target: the sixblanks step that reaches it, and what each part of the
+    # step would have to shed, against its floor (the rest of the step as measured)
+    need = theirs / TARGET
+    scale = ours / total  # instrumented parts to the uninstrumented step
+    gen, update = s_gen * scale, (total - s_gen) * scale
+    print(
+        f"{TARGET}x: not met ({ratio:.2f}x); it needs sixblanks at {need:.3f} s/step "
+        f"({ours - need:.3f} s less):\n"
+        f"  generation alone would have to take {gen - (ours - need):.3f} s/step "
+        f"(now {gen:.3f}, floor {g_floor:.3f})\n"
+        f"  or the update and the rest {update - (ours - need):.3f} s/step "
+        f"(now {update:.3f}; the update's floor {u_floor:.3f})"
+    )
 
 
 def parse_args() -> argparse.Namespace:
@@ -396,7 +407,11 @@ def alternating_runs(task, model0, tok, steps: int, reps: int) -> tuple[float, f
     print(f"\n{'':30s} {'s/step':>8s} {'steps/s':>8s}")
     print(f"{'TRL GRPOTrainer':30s} {trl_step:8.3f} {1 / trl_step:8.2f}")
     print(f"{'sixblanks (synchronous)':30s} {ours_step:8.3f} {1 / ours_step:8.2f}")
-    print(f"sixblanks / TRL steps/s: {statistics.median(ratios):.2f}x (median of {reps} pairs)")
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    print(
+        f"sixblanks / TRL steps/s: {statistics.median(ratios):.2f}x (median of {reps} pairs; "
+        f"spread {min(ratios):.2f}-{max(ratios):.2f}x, quartiles {q[0]:.2f}-{q[2]:.2f}x)"
+    )
     return ours_step, trl_step, statistics.median(ratios)
 
 
