@@ -87,18 +87,63 @@ def local_pool(workers: int) -> cf.ProcessPoolExecutor:
     )
 
 
+def dismiss(pool: cf.ProcessPoolExecutor) -> None:
+    """Shut ``pool`` down without waiting: what it had not started is cancelled, its workers
+    killed (call it once nothing they hold matters: idle, or only importing)."""
+
+    workers = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in workers:
+        if p.is_alive():
+            p.kill()
+
+
+def preload() -> None:
+    """A worker's first task when its pool starts early: the imports every run needs (torch,
+    transformers' Llama, the training code: about 4 s in a fresh interpreter), made while the
+    command still prepares (the warm start), not when the first run arrives."""
+
+    import torch  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+    from transformers.models.llama import modeling_llama  # noqa: F401
+
+    from ..rollout import backends  # noqa: F401
+    from ..training import Trainer  # noqa: F401
+    from .runner import build_trainer  # noqa: F401
+
+
 class LocalExecutor:
     """Worker processes on this machine (spawned, so torch threads are not forked)."""
 
     def __init__(self, workers: int, threads: int, checkpoint_seconds: float = 30.0):
         self.workers, self.threads, self.ckpt = workers, threads, checkpoint_seconds
+        self._pool: cf.ProcessPoolExecutor | None = None
 
     grace_seconds = 30.0
     """After Ctrl-C, how long runs in flight get to finish their step and checkpoint."""
 
+    def start(self) -> LocalExecutor:
+        """Start the workers now, each making :func:`preload`'s imports; :meth:`run` then uses
+        them. :meth:`close` ends them if no run comes."""
+
+        self._pool = local_pool(self.workers)
+        with workers_ignore_ctrl_c():
+            for _ in range(self.workers):
+                self._pool.submit(preload)
+        return self
+
+    def close(self) -> None:
+        """End workers started by :meth:`start` that no :meth:`run` took (idle, or still making
+        their imports: killed, nothing of a run is in them)."""
+
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            dismiss(pool)
+
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
         failures: dict[str, str] = {}
-        with local_pool(self.workers) as pool:
+        pool, self._pool = self._pool or local_pool(self.workers), None
+        with pool:
             futures: dict[cf.Future, str] = {}
             pending: set[cf.Future] = set()
             try:  # Ctrl-C while the runs are handed out, too (a pool left alone waits for them)
@@ -114,6 +159,9 @@ class LocalExecutor:
                         if not out.get("ok"):
                             failures[futures[f]] = out.get("error", "unknown error")
                     tick()
+                # every run answered and wrote its files: the idle workers are ended rather than
+                # waited for (each interpreter's exit, torch loaded, takes about a second)
+                dismiss(pool)
             except KeyboardInterrupt:
                 runs = {Path(rd).name: rd for _, rd, _ in jobs}
                 raise self._interrupt(pool, futures, pending, runs, tick) from None
@@ -258,6 +306,15 @@ def check_parallel_fits(model_cfg, executor_cfg) -> None:
             f"model.parallel.world_size {par.world_size} asks for {par.world_size} GPUs on this "
             f"machine, which has {have}; lower world_size (or use model.device: cpu, gloo ranks)"
         )
+
+
+def early_executor(cfg, workers: int):
+    """A local executor whose workers start now (:meth:`LocalExecutor.start`), for runs handed
+    out later; None on a Ray cluster (its workers are the cluster's)."""
+
+    if cfg.kind != "local":
+        return None
+    return LocalExecutor(workers, 1, cfg.checkpoint_seconds).start()
 
 
 def make_executor(cfg, workers: int, threads: int):

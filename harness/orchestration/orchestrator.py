@@ -77,6 +77,19 @@ def user_task_source(name: str) -> str:
     return modules_hash(task_modules(type(make_task(name))))
 
 
+def longest_first(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``specs`` with the runs expected to take longest first (a stable order otherwise): with
+    fewer workers than runs, a long run started last would leave the other workers idle while it
+    ends. Expected: the optimizer steps a batch takes, twice over where a critic trains beside the
+    policy (a second model's forward and backward)."""
+
+    def cost(spec: dict[str, Any]) -> int:
+        data, critic = spec["blanks"]["data"], spec["blanks"]["advantage"]["estimator"] == "gae"
+        return int(data["epochs"]) * int(data["minibatches"]) * (2 if critic else 1)
+
+    return sorted(specs, key=cost, reverse=True)
+
+
 def default_workers(n_runs: int, requested: int | None) -> int:
     cores = os.cpu_count() or 1
     return max(1, min(n_runs, requested or cores))
@@ -197,6 +210,19 @@ class Orchestrator:
     def run(self, track: bool = True) -> dict[str, Any]:
         """Every pending run, then the audit, the summary, the store and (``track``) MLflow."""
 
+        from .executors import early_executor
+
+        # local workers start now and make their imports while the warm start is prepared
+        n = len(self.cfg.arms) * len(self.cfg.tasks or []) * len(self.cfg.seeds)
+        ex = self.cfg.executor
+        early = early_executor(ex, default_workers(n, ex.workers)) if n else None
+        try:
+            return self._run(track, early)
+        finally:
+            if early is not None:
+                early.close()
+
+    def _run(self, track: bool, early) -> dict[str, Any]:
         from .executors import make_executor
         from .interrupts import Interrupted
         from .placement import cuda_ranks
@@ -215,7 +241,11 @@ class Orchestrator:
                 workers = 1
             threads = max(1, (os.cpu_count() or 1) // max(1, min(workers, os.cpu_count() or 1)))
             executor = make_executor(ex, workers, threads)
-            jobs = [(s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir)) for s in todo]
+            # the early workers, where they run as many runs at a time (this run's threads)
+            if early is not None and min(early.workers, len(todo)) == workers:
+                early.threads, executor = threads, early
+            jobs = [(s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir))
+                    for s in longest_first(todo)]  # fmt: skip
             self.log(f"running {len(todo)} run(s) on the {ex.kind} executor ({workers} worker(s))")
             try:
                 failures = executor.run(jobs, self._progress_callback(todo))
