@@ -12,6 +12,7 @@ import pytest
 
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import RunDir, read_status, write_json
+from sixblanks.harness.orchestration.experiment import run_experiment
 from sixblanks.harness.orchestration.orchestrator import Orchestrator
 from sixblanks.harness.orchestration.runner import execute_run
 from sixblanks.harness.store.audit import HELD_CONSTANT
@@ -44,8 +45,6 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
-    from sixblanks.harness.orchestration.experiment import run_experiment
-
     out = tmp_path_factory.mktemp("exp")
     # as `sixblanks run` does: the runs, the store, then the report while MLflow gets the runs
     res, _ = run_experiment(validate_mapping(TINY), out)
@@ -266,7 +265,8 @@ def test_unreachable_tracking_server_loses_nothing(tmp_path, monkeypatch, cli):
     checked = []
     monkeypatch.setattr(servers, "check_tracking", lambda uri, enabled=True: checked.append(uri))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens there
-    res = Orchestrator(validate_mapping(TINY | {"name": "offline"}), tmp_path, progress=False).run()
+    # as `sixblanks run` sends them: from a process of its own, beside the report
+    res, _ = run_experiment(validate_mapping(TINY | {"name": "offline"}), tmp_path)
     assert checked == ["http://127.0.0.1:9"]  # it "answered" at start
     assert not res["failures"]  # the runs went on
     assert res["mlflow"]["last_error"] and len(res["mlflow"]["pending"]) == 2

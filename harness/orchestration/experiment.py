@@ -104,10 +104,13 @@ def run_experiment(
 
     with claimed(out, cfg, "run", add, warn):
         orch = Orchestrator(cfg, out, log=log, progress=progress, reuse_finished=reuse_finished)
-        result = orch.run(track=False)
-        if on_result is not None:
-            on_result(result)
-        with orch.tracking_beside(result["fairness"], [orch.dir.report]) as tracking:
+        # MLflow's process starts with the runs, gets them once done and the report once built
+        with orch.tracking_beside() as tracking:
+            result = orch.run(track=False)
+            if on_result is not None:
+                on_result(result)
+            tracking.send([s["run_id"] for s in orch.specs], result["fairness"])
             report = build_report_checked(out)
+            tracking.artifacts([orch.dir.report])
         result["mlflow"] = tracking.state
     return result, report

@@ -305,15 +305,14 @@ class Orchestrator:
         state = self.tracker().sync([s["run_id"] for s in self.specs], audit, artifacts)
         return self._said(state)
 
-    def tracking_beside(self, audit: dict[str, Any] | None, artifacts: list[Path]):
-        """A context manager that sends the runs to MLflow from a process of its own while its
-        block runs (the report: the two share no files and each keeps a core busy), then
-        ``artifacts`` if the block ended normally; its value's ``state`` is the sync state."""
+    def tracking_beside(self):
+        """A context manager whose value sends the runs to MLflow from a process of its own,
+        started now (:class:`~.tracking.SyncBeside`): ``send(run_ids, audit)`` once they are done,
+        ``artifacts(paths)`` once written."""
 
         from .tracking import SyncBeside
 
-        return SyncBeside(self.tracker(), [s["run_id"] for s in self.specs], audit, artifacts,
-                          self._said)  # fmt: skip
+        return SyncBeside(self.tracker(), self._said)
 
     def _said(self, state: dict[str, Any]) -> dict[str, Any]:
         if state.get("last_error"):

@@ -10,6 +10,7 @@ Re-sending a run first deletes its earlier (possibly partial) MLflow run, so not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -47,9 +48,20 @@ def _sync_state(exp_dir: ExperimentDir) -> dict[str, Any]:
 
 
 class Tracker:
-    def __init__(self, out_dir: str | Path, uri: str, experiment: str, enabled: bool = True):
+    def __init__(
+        self,
+        out_dir: str | Path,
+        uri: str,
+        experiment: str,
+        enabled: bool = True,
+        code_version: str | None = None,
+    ):
+        """``code_version``: the code fingerprint tagged on the parent run (default: of the code
+        running now; a process that sends for another passes that one's)."""
+
         self.dir = ExperimentDir(out_dir)
         self.uri, self.experiment, self.enabled = uri, experiment, enabled
+        self.code_version = code_version
 
     def client(self):
         """An MLflow client for the tracking URI and the id of this tracker's MLflow experiment
@@ -104,7 +116,7 @@ class Tracker:
                     run_name=f"{self.experiment} {time.strftime('%Y-%m-%d %H:%M:%S')}",
                     tags={
                         "sixblanks.kind": "experiment",
-                        "sixblanks.code_version": code_fingerprint(),
+                        "sixblanks.code_version": self.code_version or code_fingerprint(),
                     },
                 )
                 parent_id = parent.info.run_id
@@ -181,57 +193,81 @@ class Tracker:
 
 
 class SyncBeside:
-    """:meth:`Tracker.sync` in a spawned process while the ``with`` block runs: the runs at once,
-    ``artifacts`` once the block has ended without an error. Leaving the block waits for the
-    process; a Ctrl-C in the block stops it. ``state`` is then the sync state as
-    ``OUT/mlflow_sync.json`` records it (what was not sent stays pending for ``sixblanks sync``)."""
+    """:meth:`Tracker.sync` from a spawned process of its own, started at the top of a command
+    (MLflow imported and its store opened while the runs run): :meth:`send` hands it the runs once
+    they are done, :meth:`artifacts` the files to add once written (the report, built meanwhile:
+    the two share no files and each keeps a core busy). Leaving the ``with`` block waits for it;
+    an error in the block stops it before the runs it was not yet sent (as an in-process sync that
+    never happened), a Ctrl-C stops it at once. ``state`` is then the sync state as
+    ``OUT/mlflow_sync.json`` records it: what was not sent stays pending for ``sixblanks sync``."""
 
-    def __init__(self, tracker: Tracker, run_ids, fairness, artifacts, said=lambda s: s):
-        self.tracker, self.args, self.said = tracker, (run_ids, fairness, artifacts), said
-        self.proc, self.state = None, {}
+    def __init__(self, tracker: Tracker, said=lambda s: s):
+        self.tracker, self.said = tracker, said
+        self.proc, self.state, self.sent = None, {}, False
 
     def __enter__(self) -> SyncBeside:
         if self.tracker.enabled:
             import multiprocessing as mp
 
             ctx = mp.get_context("spawn")
-            self.ready, self.upload = ctx.Event(), ctx.Value("b", 0)
+            self.queue = ctx.Queue()
             t = self.tracker
             self.proc = ctx.Process(
                 target=_sync_beside,
-                args=(str(t.dir.path), t.uri, t.experiment, *self.args, self.ready, self.upload),
+                args=(str(t.dir.path), t.uri, t.experiment, code_fingerprint(), self.queue),
                 name="mlflow-sync",
                 daemon=True,
             )
             self.proc.start()
         return self
 
-    def __exit__(self, exc_type, *_) -> None:
+    def send(self, run_ids: list[str], fairness: dict[str, Any] | None) -> None:
+        """The runs to send (all done): sent now, while the caller goes on."""
+
         if self.proc is not None:
-            if exc_type is None or not issubclass(exc_type, KeyboardInterrupt):
-                self.upload.value = int(exc_type is None)  # the report failed: the runs only
-                self.ready.set()
-                self.proc.join()
-            else:  # Ctrl-C: what it had not sent stays pending in its state file
-                self.proc.terminate()
-                self.proc.join()
+            self.queue.put(("runs", run_ids, fairness))
+            self.sent = True
+
+    def artifacts(self, paths: list[Path]) -> None:
+        """Files for the parent run, sent after the runs."""
+
+        if self.proc is not None:
+            self.queue.put(("artifacts", [str(p) for p in paths]))
+
+    def __exit__(self, exc_type, *_) -> None:
+        if self.proc is None:
+            self.state = _sync_state(self.tracker.dir)
+            return
+        if not self.sent or (exc_type is not None and issubclass(exc_type, KeyboardInterrupt)):
+            self.proc.terminate()  # no runs to send; or Ctrl-C: what it had not sent is pending
+        else:
+            self.queue.put(("done",))
+        self.proc.join()
         state = _sync_state(self.tracker.dir)
-        if self.proc is not None and self.proc.exitcode not in (0, None) and exc_type is None:
+        if self.proc.exitcode not in (0, None) and exc_type is None:
             state["last_error"] = f"the MLflow sync process exited with code {self.proc.exitcode}"
-        self.state = self.said(state) if self.tracker.enabled else state
+        self.state = self.said(state) if self.sent else state
 
 
-def _sync_beside(out, uri, experiment, run_ids, fairness, artifacts, ready, upload) -> None:
-    """:class:`SyncBeside`'s process: the runs, then (once told) the artifacts."""
+def _sync_beside(out, uri, experiment, code_version, queue) -> None:
+    """:class:`SyncBeside`'s process: MLflow's client first, then what the queue hands it."""
 
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it terminates this one)
-    tracker = Tracker(out, uri, experiment)
+    with contextlib.suppress(OSError):
+        os.nice(5)  # bookkeeping: the warm start and the runs come first
+    tracker = Tracker(out, uri, experiment, code_version=code_version)
+    with contextlib.suppress(Exception):  # unreachable now: sync says so, and keeps the runs
+        tracker.client()  # MLflow imported, its store opened, while the runs run
+    msg = queue.get()
+    if msg[0] != "runs":
+        return
+    _, run_ids, fairness = msg
     state = tracker.sync(run_ids, fairness)
-    ready.wait()
-    if upload.value and not state.get("last_error"):
-        tracker.sync(run_ids, fairness, artifacts)
+    msg = queue.get()
+    if msg[0] == "artifacts" and not state.get("last_error"):
+        tracker.sync(run_ids, fairness, [Path(p) for p in msg[1]])
 
 
 def run_metrics(events, ts: int) -> list[tuple[str, float, int]]:
