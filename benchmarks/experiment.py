@@ -22,7 +22,10 @@ transformers imported in the command and in its worker), which the runs of an ex
 Measured 2026-12-03 (``--budget 1500 --seeds 1``: 8 runs, before MLflow's bulk inserts): 39.8 s, of
 which the warm start 7.1 s, the runs 10.1 s, the store 1.3 s, MLflow 6.0 s and the report 15.2 s;
 one full run of the default experiment through the command 30.0 s, of which training 14.6 s: a fixed
-cost of 15.5 s. Later figures: docs/benchmarks.md.
+cost of 15.5 s. After the bulk inserts, MLflow's process and the early workers (the default
+experiment, 24 runs): 256 s, of which the runs 222 s; a run's fixed cost in the experiment 1.1 s;
+MLflow 0.05 s a run beyond the report (0.23 s a run alone); one run through the command 12.7 s
+beyond its training. More in docs/benchmarks.md.
 """
 
 from __future__ import annotations
