@@ -213,7 +213,7 @@ class Orchestrator:
         from .executors import early_executor
 
         # local workers start now and make their imports while the warm start is prepared
-        n = len(self.cfg.arms) * len(self.cfg.tasks or []) * len(self.cfg.seeds)
+        n = self._unfinished_before_prepare()
         ex = self.cfg.executor
         early = early_executor(ex, default_workers(n, ex.workers)) if n else None
         try:
@@ -221,6 +221,23 @@ class Orchestrator:
         finally:
             if early is not None:
                 early.close()
+
+    def _unfinished_before_prepare(self) -> int:
+        """How many of the experiment's runs are not finished, from their ids alone (the warm
+        start's key is a hash: nothing is trained or loaded); 0 where that cannot be told here
+        (:meth:`prepare` then says what is wrong)."""
+
+        from ..tasks import make_task
+        from .warmstart import warm_start_key
+
+        try:
+            tasks = [make_task(t.name, t.params) for t in self.cfg.tasks or []]
+            specs = build_specs(self.cfg, warm_start_key(self.cfg, tasks))
+        except Exception:  # noqa: BLE001 - a bad task: prepare raises it, with its message
+            return 0
+        return sum(
+            self.dir.run(s["run_id"]).read_status().get("state") != "finished" for s in specs
+        )
 
     def _run(self, track: bool, early) -> dict[str, Any]:
         from .executors import make_executor
