@@ -205,7 +205,7 @@ def main() -> None:
         added = phases["MLflow, after the report"] / n
         print(
             f"MLflow: what it adds to the experiment (its process sends the runs while the report "
-            f"is built, its start-up during the runs): {added:.3f} s a run (target "
+            f"is built, its imports during the runs): {added:.3f} s a run (target "
             f"{TARGET_MLFLOW} s, {'met' if added <= TARGET_MLFLOW else 'not met'})"
         )
     print(

@@ -194,7 +194,7 @@ class Tracker:
 
 class SyncBeside:
     """:meth:`Tracker.sync` from a spawned process of its own, started at the top of a command
-    (MLflow imported and its store opened while the runs run): :meth:`send` hands it the runs once
+    (MLflow imported while the runs run): :meth:`send` hands it the runs once
     they are done, :meth:`artifacts` the files to add once written (the report, built meanwhile:
     the two share no files and each keeps a core busy). Leaving the ``with`` block waits for it;
     an error in the block stops it before the runs it was not yet sent (as an in-process sync that
@@ -258,8 +258,12 @@ def _sync_beside(out, uri, experiment, code_version, queue) -> None:
     with contextlib.suppress(OSError):
         os.nice(5)  # bookkeeping: the warm start and the runs come first
     tracker = Tracker(out, uri, experiment, code_version=code_version)
-    with contextlib.suppress(Exception):  # unreachable now: sync says so, and keeps the runs
-        tracker.client()  # MLflow imported, its store opened, while the runs run
+    # MLflow imported while the runs run; its store is opened (a new one created and migrated)
+    # only once there is something to send, so that a Ctrl-C before then, which ends this
+    # process at once, cannot leave a store half made
+    with contextlib.suppress(Exception):  # its absence is said by sync, which keeps the runs
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+        import mlflow.tracking  # noqa: F401
     msg = queue.get()
     if msg[0] != "runs":
         return
