@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import ExperimentConfig
 from ..errors import SixblanksError
-from ..layout import ExperimentDir, write_json
+from ..layout import TOKENIZER_IDENTITY_JSON, ExperimentDir, write_json
 from ..version import code_fingerprint
 from .data_files import file_hash
 from .progress import EvalTail, budget_fraction, end_key, plain_eval_line, say
@@ -113,26 +113,33 @@ class Orchestrator:
         self.log = log or (lambda _m: None)
         self.progress = progress
         self.reuse_finished = reuse_finished
+        self._planned: tuple[list, str, list[dict[str, Any]]] | None = None
 
     @property
     def runs_dir(self) -> Path:
         return self.dir.runs
 
+    def _plan(self) -> tuple[list, str, list[dict[str, Any]]]:
+        """(the tasks, the warm start's key, one spec per run) of the configuration, made once:
+        the key is a hash, so the specs are known before the warm start is trained or loaded."""
+
+        if self._planned is None:
+            from ..tasks import make_task
+            from .warmstart import warm_start_key
+
+            tasks = [make_task(t.name, t.params) for t in self.cfg.tasks or []]
+            key = warm_start_key(self.cfg, tasks)
+            self._planned = (tasks, key, build_specs(self.cfg, key))
+        return self._planned
+
     def prepare(self):
         """Warm start (cached) and the run specs."""
 
-        from ..tasks import make_task
-        from .warmstart import (
-            cached_warm_start,
-            record_tokenizer_identity,
-            warm_start,
-            warm_start_key,
-        )
+        from .warmstart import cached_warm_start, warm_start
 
         self._check_backend()
         self.out.mkdir(parents=True, exist_ok=True)
-        tasks = [make_task(t.name, t.params) for t in self.cfg.tasks or []]
-        key = warm_start_key(self.cfg, tasks)
+        tasks, key, specs = self._plan()
         self.warm_dir = self.dir.warm_policy(key)
         cached = cached_warm_start(self.cfg, tasks, self.dir.warm_start)
         if cached is not None:  # nothing to load: the runs load the policy themselves
@@ -142,9 +149,10 @@ class Orchestrator:
 
             _, tok, info = warm_start(self.cfg, tasks, self.dir.warm_start, log=self.log)
             identity = tokenizer_identity(tok)
-            record_tokenizer_identity(self.warm_dir, identity)
+            # beside the policy: a later command checks the cached warm start from its files
+            write_json(self.warm_dir / TOKENIZER_IDENTITY_JSON, identity)
         self.warm_info = {**info, "tokenizer": identity}
-        self.specs = build_specs(self.cfg, key)
+        self.specs = list(specs)
         if self.reuse_finished:
             self.specs = self.reuse(self.specs)
         from ..config import resolved_dict
@@ -223,16 +231,12 @@ class Orchestrator:
                 early.close()
 
     def _unfinished_before_prepare(self) -> int:
-        """How many of the experiment's runs are not finished, from their ids alone (the warm
-        start's key is a hash: nothing is trained or loaded); 0 where that cannot be told here
-        (:meth:`prepare` then says what is wrong)."""
-
-        from ..tasks import make_task
-        from .warmstart import warm_start_key
+        """How many of the experiment's runs are not finished, from their ids alone (nothing is
+        trained or loaded); 0 where that cannot be told here (:meth:`prepare` then says what is
+        wrong)."""
 
         try:
-            tasks = [make_task(t.name, t.params) for t in self.cfg.tasks or []]
-            specs = build_specs(self.cfg, warm_start_key(self.cfg, tasks))
+            specs = self._plan()[2]
         except Exception:  # noqa: BLE001 - a bad task: prepare raises it, with its message
             return 0
         return sum(
@@ -257,10 +261,11 @@ class Orchestrator:
             if ex.kind == "local" and cuda_ranks(self.cfg.model):  # each takes GPUs 0..N-1
                 workers = 1
             threads = max(1, (os.cpu_count() or 1) // max(1, min(workers, os.cpu_count() or 1)))
-            executor = make_executor(ex, workers, threads)
-            # the early workers, where they run as many runs at a time (this run's threads)
+            # the early workers, where they run as many runs at a time (with this run's threads)
             if early is not None and min(early.workers, len(todo)) == workers:
                 early.threads, executor = threads, early
+            else:
+                executor = make_executor(ex, workers, threads)
             jobs = [(s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir))
                     for s in longest_first(todo)]  # fmt: skip
             self.log(f"running {len(todo)} run(s) on the {ex.kind} executor ({workers} worker(s))")

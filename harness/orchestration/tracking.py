@@ -250,7 +250,7 @@ class SyncBeside:
 
 
 def _sync_beside(out, uri, experiment, code_version, queue) -> None:
-    """:class:`SyncBeside`'s process: MLflow's client first, then what the queue hands it."""
+    """:class:`SyncBeside`'s process: MLflow's imports first, then what the queue hands it."""
 
     import signal
 

@@ -111,8 +111,8 @@ def warm_start_key(cfg, tasks: list[Task]) -> str:
 
 def cached_warm_start(cfg, tasks: list[Task], cache_root: str | Path):
     """(info, the tokenizer's identity) of a warm start already in ``cache_root`` whose identity
-    was recorded beside it, read from its files; None otherwise (:func:`warm_start` builds or
-    loads it)."""
+    was recorded beside it (by the orchestrator), read from its files; None otherwise
+    (:func:`warm_start` builds or loads it)."""
 
     directory = Path(cache_root) / warm_start_key(cfg, tasks)
     try:
@@ -121,16 +121,6 @@ def cached_warm_start(cfg, tasks: list[Task], cache_root: str | Path):
     except (OSError, ValueError):  # not cached, or cached before identities were recorded
         return None
     return {**info, "cached": True}, identity
-
-
-def record_tokenizer_identity(directory: str | Path, identity: dict[str, Any]) -> None:
-    """Write the warm-start tokenizer's identity beside its policy (read by
-    :func:`cached_warm_start`)."""
-
-    path = Path(directory) / TOKENIZER_IDENTITY_JSON
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(identity, indent=2, sort_keys=True))
-    tmp.replace(path)
 
 
 def warm_start(
