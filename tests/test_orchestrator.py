@@ -14,6 +14,7 @@ from sixblanks.budgets.ledger import TIME_COUNTERS
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import read_status
 from sixblanks.harness.orchestration.orchestrator import Orchestrator, build_specs
+from sixblanks.harness.orchestration.progress import plain_progress
 from sixblanks.harness.orchestration.runner import execute_run
 
 from .conftest import ROOT
@@ -335,7 +336,7 @@ def test_plain_progress_says_each_evaluation_once_between_two_calls_and_across_a
     step = json.dumps({"type": "step", "step": 1}) + "\n"
     write_text(rd.events, ev(0, 0, 0.1) + step)  # an earlier, killed attempt
     write_json(rd.status, {"state": "failed", "error": "killed", "updated": 1.0})
-    tick = orch._plain_progress([spec])
+    tick = plain_progress(orch.dir.run, [spec])
     tick()
     assert said() == []
     # resumed: the file rewritten (a new file), two evaluations and a torn line before the next call

@@ -105,3 +105,84 @@ class EvalTail:
                 self.steps.add(rec.get("step"))
                 out.append(rec)
         return out
+
+
+# --------------------------------------------------------------------------- an experiment's runs
+
+
+def runs_progress(progress: bool | str, run_dir: Callable[[str], Any], todo: list[dict[str, Any]]):
+    """The callback an executor calls while ``todo`` (specs) run, and once more with ``final=True``
+    at the end: bars on a terminal, plain lines otherwise or where ``progress`` is ``"plain"``,
+    nothing where it is false. ``run_dir``: a run id's :class:`~sixblanks.harness.layout.RunDir`."""
+
+    if not progress:
+        return lambda final=False: None
+    if progress == "plain" or not sys.stderr.isatty():  # a log file, a cluster job
+        return plain_progress(run_dir, todo)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>5.1f}%"),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        transient=False,
+    )
+    ids = {}
+    state = {"started": False}
+
+    def update() -> None:
+        if not state["started"]:
+            prog.start()
+            for s in todo:
+                ids[s["run_id"]] = prog.add_task(
+                    f"{s['arm']}/{s['task']['name']}/seed{s['seed']}", total=1.0, info="pending"
+                )
+            state["started"] = True
+        for s in todo:
+            st = run_dir(s["run_id"]).read_status()
+            frac = budget_fraction(st)
+            last = st.get("last_eval")
+            info = st.get("state", "pending")
+            if last:
+                info += f" | eval {last['score']:.3f}"
+            if st.get("state") == "failed":
+                info = "FAILED: " + str(st.get("error", ""))[:60]
+            prog.update(
+                ids[s["run_id"]],
+                completed=1.0 if st.get("state") == "finished" else frac,
+                info=info,
+            )
+
+    def callback(final: bool = False) -> None:
+        update()
+        if final and state["started"]:
+            prog.stop()
+
+    return callback
+
+
+def plain_progress(run_dir: Callable[[str], Any], todo: list[dict[str, Any]]):
+    """One line on stderr per evaluation (read from the run's events file, so that none is lost
+    between two calls) and per finished or failed run, as they happen."""
+
+    runs = [(s, run_dir(s["run_id"])) for s in todo]
+    tails = {rd.run_id: EvalTail(rd.events) for _, rd in runs}  # an earlier attempt's: said
+    ends = {rd.run_id: end_key(rd.read_status()) for _, rd in runs}
+
+    def callback(final: bool = False) -> None:
+        for s, rd in runs:
+            name = f"{s['arm']}/{s['task']['name']}/seed{s['seed']}"
+            st = rd.read_status()  # before the events: a finished run's are all written
+            for ev in tails[rd.run_id].new():
+                say(plain_eval_line(name, ev, s["budget"]))
+            state, key = st.get("state"), end_key(st)
+            if state in ("finished", "failed") and key != ends[rd.run_id]:
+                ends[rd.run_id] = key
+                what = "FAILED: " + str(st.get("error", ""))[:200] if state == "failed" else (
+                    f"finished after {st.get('step', '?')} steps"
+                )  # fmt: skip
+                say(f"{name}: {what}")
+
+    return callback

@@ -178,13 +178,18 @@ def ensure_schema(con) -> None:
             con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind}")
 
 
+def _arrow(rows: list[dict[str, Any]] | pa.Table) -> pa.Table | None:
+    """``rows`` as an Arrow table; None when there are none."""
+
+    if isinstance(rows, list):
+        rows = pa.Table.from_pylist(rows) if rows else None
+    return rows if rows is not None and rows.num_rows else None
+
+
 def _insert(con, table: str, rows: list[dict[str, Any]] | pa.Table) -> None:
     """Bulk insert through Arrow (no per-row executemany)."""
-    if isinstance(rows, list):
-        if not rows:
-            return
-        rows = pa.Table.from_pylist(rows)
-    if rows.num_rows == 0:
+    rows = _arrow(rows)
+    if rows is None:
         return
     con.register("_incoming", rows)
     cols = ", ".join(rows.column_names)
@@ -271,16 +276,9 @@ def ingest(
                 }
             ],
         )
-        for rid in ids:
-            rd = exp_dir.run(rid)
-            if not rd.exists():
-                continue
-            tables = run_tables(rd.path)
-            tables["runs"][0]["experiment_id"] = exp_id
-            tables["runs"][0]["initial_policy_hash"] = info.get("policy_hash")
-            for t in PER_RUN_TABLES:
-                con.execute(f"DELETE FROM {t} WHERE run_id = ?", [rid])
-                _insert(con, t, tables[t])
+        present = [rid for rid in dict.fromkeys(ids) if exp_dir.run(rid).exists()]
+        for i in range(0, len(present), INGEST_CHUNK):
+            _ingest_runs(con, exp_dir, present[i : i + INGEST_CHUNK], exp_id, info)
         # the warm start's held-out score: every run evaluates it first, at step 0
         con.execute(
             "UPDATE experiments SET warm_start_score = (SELECT avg(e.score) FROM evals e "
@@ -298,6 +296,37 @@ def ingest(
                 [{"experiment_id": exp_id, **r} for r in fairness.get("inert", [])],
             )
         return _counts(con)
+
+
+INGEST_CHUNK = 64
+"""Runs whose rows are gathered in memory and written together by :func:`ingest`."""
+
+
+def _ingest_runs(con, exp_dir: ExperimentDir, rids: list[str], exp_id: str, info: dict) -> None:
+    """The rows of runs ``rids`` (existing directories) in place of any they had: one delete and one
+    insert a table for all of them (a delete a run scanned each table once a run)."""
+
+    gathered: dict[str, list[pa.Table]] = {t: [] for t in PER_RUN_TABLES}
+    for rid in rids:
+        tables = run_tables(exp_dir.run(rid).path)
+        tables["runs"][0]["experiment_id"] = exp_id
+        tables["runs"][0]["initial_policy_hash"] = info.get("policy_hash")
+        for t in PER_RUN_TABLES:
+            rows = _arrow(tables[t])
+            if rows is not None:
+                gathered[t].append(rows)
+    for t in PER_RUN_TABLES:
+        con.execute(f"DELETE FROM {t} WHERE run_id IN (SELECT unnest(?))", [rids])
+        if not gathered[t]:
+            continue
+        try:
+            # runs' tables may differ in their columns (a metric only some arms log) or in a
+            # column's inferred type (all null in one run): missing columns become nulls
+            parts = [pa.concat_tables(gathered[t], promote_options="permissive")]
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # types Arrow cannot unify: run by run
+            parts = gathered[t]
+        for rows in parts:
+            _insert(con, t, rows)
 
 
 LADDER_FIELDS = (
