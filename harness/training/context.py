@@ -132,17 +132,14 @@ class RunContext:
         its share of the groups (:meth:`sharded_episodes`)."""
 
         if self.settings.rollout.group_seeds or self.dp is not None:
-            return self.sharded_episodes(engine, instances, group_size, **kw)[0]
+            return self.sharded_episodes(engine, instances, group_size, **kw)
         return self._episodes(engine, instances, group_size, self.gen, **kw)
 
-    def sharded_episodes(
-        self, engine, instances, group_size: int, **kw
-    ) -> tuple[TrajectoryBatch, TrajectoryBatch]:
+    def sharded_episodes(self, engine, instances, group_size: int, **kw) -> TrajectoryBatch:
         """Every group sampled with its own generator (one seed per group, drawn from the run's
         stream on every rank alike). Under data parallelism a rank samples its contiguous share
         of the groups and the shares are gathered in rank order: the same batch on every rank,
-        the one a single process with ``rollout.group_seeds`` samples. Returns (the whole batch,
-        this rank's share)."""
+        the one a single process with ``rollout.group_seeds`` samples. Returns the whole batch."""
 
         seeds = torch.randint(0, 2**62, (len(instances),), generator=self.gen).tolist()
         offset = kw.pop("group_offset", 0)
@@ -160,8 +157,7 @@ class RunContext:
         ]
         local = TrajectoryBatch.concat(parts, self.pad_id) if parts else None
         shares = self.dp.gather(local) if self.dp is not None else [local]
-        whole = TrajectoryBatch.concat([b for b in shares if b is not None], self.pad_id)
-        return whole, local
+        return TrajectoryBatch.concat([b for b in shares if b is not None], self.pad_id)
 
     def _episodes(self, engine, instances, group_size: int, generator, **kw) -> TrajectoryBatch:
         return run_episodes(
