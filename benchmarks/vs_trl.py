@@ -25,7 +25,8 @@ per-operation cost on a 0.34M-parameter model), the update and the rest about 1.
 prompt computed once; docs/benchmarks.md). The overlapped row (lag 1, a second process):
 1.4-2.7x, apart from the comparison. 2026-12-03: 1.64x (pairs 1.46-2.07x); the 2.0x target is
 not met: it needs a step of 0.153 s against 0.188, with generation at 0.060 s/step (floor
-0.017) and the update's forward and backward at 0.088 (floor 0.057).
+0.017) and the update's forward and backward at 0.088 (floor 0.057). Later that day, with
+AdamW's foreach: 1.56x (pairs 1.49-1.58x; TRL 0.216 s/step, sixblanks 0.139).
 
 TRL is a benchmark-only dependency in a venv of its own (``make trl`` builds ``.venv-trl``):
 
