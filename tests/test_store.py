@@ -162,6 +162,55 @@ def test_ingesting_twice_changes_nothing(experiment):
     assert _counts(out) == before
 
 
+def test_ingest_writes_runs_whose_tables_differ_in_columns_and_types(tmp_path, monkeypatch):
+    """The runs' rows are written a table at a time: a column only some runs have, a column null in
+    one run and a float or a string in another, and one Arrow cannot unify across runs (an integer
+    in one, a string in another: written run by run, cast by DuckDB) all land as each run wrote
+    them; an id listed twice is written once, a missing run directory is skipped, and a second
+    ingest with changed rows replaces them."""
+
+    import pyarrow as pa
+
+    from sixblanks.harness.layout import ExperimentDir
+    from sixblanks.harness.store import database
+
+    version = {"loss": 0.5}
+
+    def tables(path):
+        rid = path.name
+        run = {"run_id": rid, "arm": "grpo", "seed": {"a": 0, "b": 1, "c": "2"}[rid]}
+        run |= {"a": {"error": None}, "b": {"error": "boom", "final_score": 0.25}}.get(rid, {})
+        value = {"a": version["loss"], "b": 1, "c": None}[rid]  # float, integer, null
+        metrics = pa.Table.from_pylist([{"run_id": rid, "step": 1, "name": "loss", "value": value}])
+        empty = {t: [] for t in database.PER_RUN_TABLES}
+        return empty | {"runs": [run], "metrics": metrics}
+
+    monkeypatch.setattr(database, "run_tables", tables)
+    exp_dir = ExperimentDir(tmp_path)
+    for rid in "abc":  # a run exists once its spec is written
+        exp_dir.run(rid).path.mkdir(parents=True)
+        write_json(exp_dir.run(rid).spec, {"run_id": rid})
+    experiment = {"config": {"name": "mixed"}, "runs": ["a", "b", "a", "c", "gone"]}
+    counts = ingest(tmp_path, experiment)
+    assert counts["runs"] == counts["metrics"] == 3
+
+    def stored():
+        return _rows(
+            tmp_path,
+            "SELECT r.run_id, r.experiment_id, r.seed, r.error, r.final_score, m.value "
+            "FROM runs r JOIN metrics m USING (run_id) ORDER BY r.run_id",
+        )
+
+    assert stored() == [
+        ("a", "mixed", 0, None, None, 0.5),
+        ("b", "mixed", 1, "boom", 0.25, 1.0),
+        ("c", "mixed", 2, None, None, None),
+    ]
+    version["loss"] = 0.75
+    assert ingest(tmp_path, experiment) == counts
+    assert stored()[0] == ("a", "mixed", 0, None, None, 0.75)
+
+
 def test_mlflow_has_nested_runs_with_blanks_as_params(experiment):
     import mlflow
 
