@@ -141,7 +141,7 @@ class Orchestrator:
         self.out.mkdir(parents=True, exist_ok=True)
         tasks, key, specs = self._plan()
         self.warm_dir = self.dir.warm_policy(key)
-        cached = cached_warm_start(self.cfg, tasks, self.dir.warm_start)
+        cached = cached_warm_start(self.warm_dir)
         if cached is not None:  # nothing to load: the runs load the policy themselves
             info, identity = cached
         else:

@@ -109,12 +109,12 @@ def warm_start_key(cfg, tasks: list[Task]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cached_warm_start(cfg, tasks: list[Task], cache_root: str | Path):
-    """(info, the tokenizer's identity) of a warm start already in ``cache_root`` whose identity
-    was recorded beside it (by the orchestrator), read from its files; None otherwise
-    (:func:`warm_start` builds or loads it)."""
+def cached_warm_start(directory: str | Path):
+    """(info, the tokenizer's identity) of the warm start cached in ``directory`` (its cache root
+    and :func:`warm_start_key`) whose identity was recorded beside it (by the orchestrator), read
+    from its files; None otherwise (:func:`warm_start` builds or loads it)."""
 
-    directory = Path(cache_root) / warm_start_key(cfg, tasks)
+    directory = Path(directory)
     try:
         info = json.loads((directory / WARM_START_JSON).read_text())
         identity = json.loads((directory / TOKENIZER_IDENTITY_JSON).read_text())

@@ -320,7 +320,7 @@ def _ingest_runs(con, exp_dir: ExperimentDir, rids: list[str], exp_id: str, info
         if not gathered[t]:
             continue
         try:
-            # runs' tables may differ in their columns (a metric only some arms log) or in a
+            # runs' tables may differ in their columns (a field only some runs record) or in a
             # column's inferred type (all null in one run): missing columns become nulls
             parts = [pa.concat_tables(gathered[t], promote_options="permissive")]
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # types Arrow cannot unify: run by run
