@@ -414,6 +414,27 @@ def test_straight_through_k3_against_verl(estimator, plus):
     assert torch.allclose(go, gv, atol=1e-6)
 
 
+def test_straight_through_k3_far_from_the_reference_keeps_k2s_gradient():
+    """At d = log pi - log pi_ref = +-25 (past the +-20 clamp): the value is k3's clamped 10 (verl's
+    low_var_kl clamps d to +-20, then k3 to 10), the gradient k2's d itself, +-25 per token, as
+    verl's straight-through form gives (its k2 part is unclamped); plain k3's gradient there is 0."""
+
+    ref = t([-30.0, -5.0, -1.0])
+    lp = t([-5.0, -30.0, -1.0 + 25.0])  # d = +25, -25, +25
+    ours_lp, verl_lp = lp.clone().requires_grad_(), lp.clone().requires_grad_()
+    ours = kl_estimate(ours_lp, ref, "k3+")
+    verl = verl_kl_penalty(verl_lp, ref, True)
+    assert ours.detach().tolist() == pytest.approx([10.0, 10.0, 10.0])
+    assert torch.allclose(ours, verl)
+    (go,) = torch.autograd.grad(ours.sum(), ours_lp)
+    (gv,) = torch.autograd.grad(verl.sum(), verl_lp)
+    assert go.tolist() == pytest.approx([25.0, -25.0, 25.0])
+    assert torch.allclose(go, gv)
+    plain_lp = lp.clone().requires_grad_()
+    (g3,) = torch.autograd.grad(kl_estimate(plain_lp, ref, "k3").sum(), plain_lp)
+    assert g3.tolist() == [0.0, 0.0, 0.0]
+
+
 def test_straight_through_k3_by_hand():
     """lp = -1, ref = -1.3: value 0.040818 for both; dL/dlp 0.259182 (k3) and 0.3 (k3+)."""
 
