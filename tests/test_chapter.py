@@ -166,18 +166,17 @@ def test_rung_7_varies_bounds_on_the_ratios_own_scale(tmp_path, preset, want, mo
     assert clip == want
 
 
-def test_a_user_tasks_helpers_are_in_the_audit_and_the_run_id(tmp_path, monkeypatch):
-    """A user task whose verify calls a helper in another module of the user's: the helper's
-    module is hashed into the task's identity and, through task_source, into the run id, so an
-    edit to the helper alone (the task module untouched) changes both."""
+def test_a_user_tasks_helpers_at_any_depth_are_in_the_run_id(tmp_path, monkeypatch):
+    """A user task whose verify calls a helper that calls a helper of its own, in other modules of
+    the user's tree: the deepest helper is hashed into the task's inputs and so into the run id, so
+    an edit to it alone (the task module and the first helper untouched) changes both, and only
+    its hash."""
 
     import importlib
-    import linecache
     import sys
 
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.orchestration.orchestrator import build_specs
-    from sixblanks.harness.version import modules_hash, task_modules
 
     pkg = "usertask_edit"
     root = tmp_path / pkg
@@ -194,20 +193,21 @@ def test_a_user_tasks_helpers_are_in_the_audit_and_the_run_id(tmp_path, monkeypa
         "    def verify(self, instance, response):\n"
         "        return check(response)\n"
     )
+    (root / "helpers.py").write_text("from .deep import ok\n\ndef check(r):\n    return ok(r)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     seen = []
-    for helper in ("== '1'", "in ('1', '01')"):  # the edit: the helper alone
-        (root / "helpers.py").write_text(f"def check(r):\n    return float(r.strip() {helper})\n")
-        for m in (f"{pkg}.task", f"{pkg}.helpers"):
+    for rule in ("== '1'", "in ('1', '01')"):  # the edit: the deepest helper alone
+        (root / "deep.py").write_text(f"def ok(r):\n    return float(r.strip() {rule})\n")
+        for m in (f"{pkg}.task", f"{pkg}.helpers", f"{pkg}.deep"):
             sys.modules.pop(m, None)
         importlib.invalidate_caches()
-        linecache.checkcache()
-        cls = importlib.import_module(f"{pkg}.task").T
-        mods = task_modules(cls)
-        assert f"{pkg}.task" in mods and f"{pkg}.helpers" in mods
         cfg = validate_mapping({**CONFIG, "task": {"name": f"{pkg}.task:T"}})
         (spec,) = [s for s in build_specs(cfg, "k", code="c") if s["seed"] == 0]
-        seen.append((modules_hash(mods), spec["task_source"], spec["run_id"]))
-    for m in (f"{pkg}.task", f"{pkg}.helpers"):
+        modules = spec["task_inputs"]["modules"]
+        assert set(modules) == {pkg, f"{pkg}.task", f"{pkg}.helpers", f"{pkg}.deep"}
+        seen.append((modules, spec["run_id"]))
+    for m in (pkg, f"{pkg}.task", f"{pkg}.helpers", f"{pkg}.deep"):
         sys.modules.pop(m, None)
-    assert all(a != b for a, b in zip(*seen))
+    (before, id_before), (after, id_after) = seen
+    assert id_before != id_after
+    assert {m for m in before if before[m] != after[m]} == {f"{pkg}.deep"}

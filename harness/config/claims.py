@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError, format_validation_error
-from .loading import parse_yaml, validate_mapping
+from .loading import parse_yaml, resolve_paths, validate_mapping
 from .sections import Budget, Section
 
 
@@ -88,9 +88,9 @@ def load_finding(path: str | Path) -> Finding:
     data = parse_yaml(p.read_text(encoding="utf-8"), str(p))
     if not isinstance(data, dict) or "finding" not in data:
         raise ConfigError(f"{p}: a finding file needs a 'finding:' section beside the experiment")
-    data = dict(data)
+    # relative paths (a data file beside the finding) are read from the finding file's directory
+    data, problems = resolve_paths(dict(data), p.parent)
     raw = data.pop("finding")
-    problems: list[str] = []
     try:
         section = FindingSection.model_validate(raw)
     except ValidationError as exc:

@@ -4,7 +4,9 @@ settings (:mod:`.checks`), every problem at once."""
 
 from __future__ import annotations
 
+import copy
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -301,14 +303,99 @@ def _ladder_problems(data: dict[str, Any]) -> list[str]:
     return problems
 
 
-def validate_mapping(data: Any, source: str = "<config>") -> ExperimentConfig:
+def _task_file_fields(name: Any) -> tuple[str, ...]:
+    """The parameters of task ``name`` that name files (``TaskParams.file_fields``); () where the
+    task cannot be found (its own check names the problem)."""
+
+    from ..tasks.registry import BUILTIN, _import_class, builtin_class
+
+    if not isinstance(name, str) or name.startswith("reasoning_gym:"):
+        return ()
+    try:
+        cls = builtin_class(name) if name in BUILTIN else _import_class(name) if ":" in name else None
+    except Exception:  # noqa: BLE001 - the task's own check names why it cannot be loaded
+        return ()
+    return tuple(getattr(getattr(cls, "Params", None), "file_fields", ()))
+
+
+def _path_slots(data: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+    """(key path, the mapping holding it, its key) of every setting in ``data`` that names a file
+    or directory: model.path and model.gguf, each task's file parameters and judge model, the
+    rollout's chat template (the experiment's and each arm's) and each arm's file of pairs."""
+
+    def sub(m: Any, *keys: str) -> dict[str, Any] | None:
+        for k in keys:
+            m = m.get(k) if isinstance(m, dict) else None
+        return m if isinstance(m, dict) else None
+
+    slots: list[tuple[str, dict[str, Any], str]] = []
+    if (model := sub(data, "model")) is not None:
+        slots += [(f"model.{k}", model, k) for k in ("path", "gguf")]
+    tasks = [("task", data.get("task"))]
+    if isinstance(data.get("tasks"), list):
+        tasks += [(f"tasks[{i}]", t) for i, t in enumerate(data["tasks"])]
+    for key, task in tasks:
+        if not isinstance(task, dict):
+            continue
+        if (params := sub(task, "params")) is not None:
+            slots += [(f"{key}.params.{f}", params, f) for f in _task_file_fields(task.get("name"))]
+        if (judge := sub(task, "judge")) is not None:
+            slots.append((f"{key}.judge.path", judge, "path"))
+    rollouts = [("rollout", sub(data, "rollout"))]
+    for arm, spec in (data.get("arms") or {}).items() if isinstance(data.get("arms"), dict) else ():
+        rollouts.append((f"arms.{arm}.rollout", sub(spec, "rollout")))
+        if (pairs := sub(spec, "blanks", "data", "pairs")) is not None:
+            slots.append((f"arms.{arm}.blanks.data.pairs.file", pairs, "file"))
+    slots += [(f"{k}.chat_template", r, "chat_template") for k, r in rollouts if r is not None]
+    return slots
+
+
+def resolve_paths(data: Any, base: str | Path | None = None) -> tuple[Any, list[str]]:
+    """``data`` (a raw experiment mapping) with every relative file path resolved against ``base``
+    (the experiment file's directory; default: the current directory), so that a run started from
+    any directory, or a Ray worker on another machine's working directory, reads the same file, and
+    the definition records where it is. A copy; the problems found: a path that exists only
+    relative to the current directory (the old rule) is named with the path to write instead."""
+
+    if not isinstance(data, dict):
+        return data, []
+    data = copy.deepcopy(data)
+    root = Path(base).resolve() if base is not None else Path.cwd()
+    problems = []
+    for key, holder, k in _path_slots(data):
+        value = holder.get(k)
+        if not isinstance(value, str) or not value or value in ("auto", "none"):
+            continue
+        if value.startswith("package:"):
+            continue
+        if Path(value).expanduser().is_absolute():
+            holder[k] = str(Path(value).expanduser())
+            continue
+        resolved = root / value
+        if not resolved.exists() and base is not None and Path(value).exists():
+            fix = os.path.relpath(Path(value).resolve(), root)
+            problems.append(
+                f"{key}: '{value}' is not in {root} (relative paths are read from the experiment "
+                f"file's directory, not the current one): write '{fix}' or an absolute path"
+            )
+        holder[k] = os.path.normpath(resolved)
+    return data, problems
+
+
+def validate_mapping(
+    data: Any, source: str = "<config>", base: str | Path | None = None
+) -> ExperimentConfig:
+    """An experiment mapping checked and parsed; relative file paths resolved against ``base`` (the
+    experiment file's directory; default: the current directory). Raises ConfigError listing every
+    problem."""
+
     if data is None:
         raise ConfigError(f"{source}: the file is empty; it needs at least an 'arms' section")
     if not isinstance(data, dict):
         raise ConfigError(
             f"{source}: the top level must be a mapping of sections (got {type(data).__name__})"
         )
-    problems: list[str] = []
+    data, problems = resolve_paths(data, base)
     cfg: ExperimentConfig | None = None
     try:
         cfg = ExperimentConfig.model_validate(data)
@@ -347,7 +434,7 @@ def load_config(path: str | Path) -> ExperimentConfig:
     """Parse and validate an experiment file; raises ConfigError listing every problem."""
 
     text = read_text_file(path, "an experiment YAML file")
-    return validate_mapping(parse_yaml(text, str(path)), str(path))
+    return validate_mapping(parse_yaml(text, str(path)), str(path), Path(path).parent)
 
 
 def resolved_dict(cfg: ExperimentConfig) -> dict[str, Any]:

@@ -1,13 +1,27 @@
-"""The data files an experiment's arms read (a file of preference pairs, ``data.pairs.file``):
-checked when the experiment is validated or started, before any run, and hashed into the run id
-of each arm that reads one, so that an edited file runs its arms again."""
+"""The inputs that decide a run beyond its configuration and the project's code: the content of
+every data file its task and collectors read (a dataset, a file of preference pairs) and the
+source of the user's modules it calls (a task class, a verifier, a judge), with every module those
+import from the user's tree, at any depth.
+
+They are checked before anything runs (:func:`check_data_files`, called by every entry point),
+hashed into the run id and the warm-start key (:func:`task_inputs`, :func:`arm_inputs`) and
+compared across arms by the fairness audit: an edit makes the affected runs afresh instead of
+passing old results off as current.
+"""
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
+import sys
+import sysconfig
+from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from ..config import ExperimentConfig
+from ..config import ExperimentConfig, TaskConfig
 
 
 def pairs_files(cfg: ExperimentConfig) -> dict[str, str]:
@@ -22,8 +36,10 @@ def pairs_files(cfg: ExperimentConfig) -> dict[str, str]:
 
 
 def check_data_files(cfg: ExperimentConfig) -> None:
-    """Raise a ConfigError listing every problem of every arm's file (each naming the file, the row
-    and the column); nothing when every file can be trained on."""
+    """The pre-flight every entry point makes before anything runs: each arm's file of pairs read
+    and checked, and each task made (its data file read) and asked to check itself on a real
+    instance (a user verifier called once on a training row). Raises a ConfigError listing every
+    problem, each naming its key (and the file, row and column where a file is at fault)."""
 
     from ..errors import ConfigError
     from ..training.collectors.pair_file import pairs_file_problems, read_pairs
@@ -38,16 +54,191 @@ def check_data_files(cfg: ExperimentConfig) -> None:
                 f"'{path}' leaves none to train on"
             )
         problems += found
+    for key, task_cfg in task_keys(cfg):
+        problems += [f"{key}.{p}" for p in task_problems(task_cfg)]
     if problems:
         raise ConfigError("\n".join(problems))
 
 
-def file_hash(path: str) -> str:
-    """The sha256 of a file's bytes (a run id's record of the data it trains on)."""
+def task_keys(cfg: ExperimentConfig) -> list[tuple[str, TaskConfig]]:
+    """(key path, task) of each task as the file names it: ``task`` or ``tasks[i]``."""
+
+    if cfg.tasks is None:
+        return []
+    if cfg.task is not None and len(cfg.tasks) == 1:
+        return [("task", cfg.tasks[0])]
+    return [(f"tasks[{i}]", t) for i, t in enumerate(cfg.tasks)]
+
+
+def task_problems(task_cfg: TaskConfig) -> list[str]:
+    """What stops a task from running, each starting with its key below the task (``params...``);
+    [] when it makes itself and passes its own pre-flight (:meth:`Task.preflight`)."""
+
+    from ..tasks import make_task
+
+    try:
+        task = make_task(task_cfg.name, task_cfg.params)
+    except Exception as exc:  # noqa: BLE001 - the configuration validator has named most of these
+        return [f"name: task '{task_cfg.name}' cannot be made: {exc}"]
+    return list(task.preflight())
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def file_hash(path: str | Path, key: str = "data.pairs.file") -> str:
+    """The sha256 (16 hex) of a file's bytes, or of a directory's files (each by its relative name
+    and content): a run id's record of the data it trains on. ``key`` names the setting in the
+    error raised where it cannot be read."""
 
     from ..errors import ConfigError
 
+    p = Path(path)
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+        if p.is_dir():
+            h = hashlib.sha256()
+            for f in sorted(q for q in p.rglob("*") if q.is_file()):
+                h.update(f"{f.relative_to(p).as_posix()}\0".encode())
+                h.update(hashlib.sha256(f.read_bytes()).digest())
+            return h.hexdigest()[:16]
+        return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
     except OSError as exc:
-        raise ConfigError(f"data.pairs.file: '{path}' cannot be read: {exc.strerror}") from None
+        raise ConfigError(f"{key}: '{path}' cannot be read: {exc.strerror}") from None
+
+
+def _project_roots() -> tuple[Path, ...]:
+    from ..version import source_roots
+
+    return tuple(r.resolve() for r in source_roots())
+
+
+@lru_cache(maxsize=1)
+def _library_dirs() -> tuple[Path, ...]:
+    paths = sysconfig.get_paths()
+    found = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    return tuple(Path(p).resolve() for p in found)
+
+
+def _user_file(name: str) -> Path | None:
+    """The source file of module ``name`` where it is the user's own (not the standard library, an
+    installed library, which is versioned, or the project, whose code is in the code fingerprint);
+    None otherwise or where it cannot be found."""
+
+    if name.split(".")[0] in sys.stdlib_module_names or name.split(".")[0] == "sixblanks":
+        return None
+    mod = sys.modules.get(name)
+    origin = getattr(mod, "__file__", None) if mod is not None else None
+    if origin is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError, AttributeError):
+            return None
+        origin = spec.origin if spec is not None and spec.has_location else None
+    if not origin or not origin.endswith(".py"):
+        return None
+    path = Path(origin).resolve()
+    parts = path.parts
+    if "site-packages" in parts or "dist-packages" in parts:
+        return None
+    if any(path.is_relative_to(r) for r in (*_library_dirs(), *_project_roots())):
+        return None
+    return path
+
+
+def _imported_names(source: str, module: str, is_package: bool) -> list[str]:
+    """The modules a source file may import, by absolute name: ``import a.b`` gives a and a.b,
+    ``from a import b`` gives a and a.b (b may be a module), relative imports resolved against
+    ``module``'s package. Imports inside functions count too (a verifier's lazy import)."""
+
+    package = module if is_package else module.rpartition(".")[0]
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                names += [".".join(parts[: i + 1]) for i in range(len(parts))]
+        elif isinstance(node, ast.ImportFrom):
+            base = ("." * node.level) + (node.module or "")
+            try:
+                absolute = importlib.util.resolve_name(base, package) if node.level else base
+            except (ImportError, ValueError):
+                continue
+            parts = absolute.split(".")
+            names += [".".join(parts[: i + 1]) for i in range(len(parts))]
+            names += [f"{absolute}.{a.name}" for a in node.names if a.name != "*"]
+    return names
+
+
+def user_modules(roots: Iterable[str]) -> dict[str, str]:
+    """Module name -> sha256 (16 hex) of its source file, for every module of the user's tree that
+    ``roots`` are or import, transitively (a helper of a helper of a verifier included)."""
+
+    out: dict[str, str] = {}
+    queue = list(roots)
+    seen: set[str] = set()
+    while queue:
+        name = queue.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = _user_file(name)
+        if path is None:
+            continue
+        data = path.read_bytes()
+        out[name] = hashlib.sha256(data).hexdigest()[:16]
+        try:
+            queue += _imported_names(data.decode("utf-8"), name, path.name == "__init__.py")
+        except (SyntaxError, UnicodeDecodeError):
+            continue  # hashed; what it imports cannot be read from it
+    return dict(sorted(out.items()))
+
+
+def _callable_modules(task: Any, task_cfg: TaskConfig) -> list[str]:
+    """The modules a task's behaviour is defined in: its class and base classes, the user callables
+    it calls (a verifier), and a judge callable."""
+
+    names = [k.__module__ for k in type(task).__mro__ if k.__module__ != "builtins"]
+    names += [getattr(fn, "__module__", None) or "" for fn in task.user_callables()]
+    judge = task_cfg.judge
+    if judge is not None and judge.kind == "callable" and judge.callable:
+        names.append(judge.callable.split(":", 1)[0])
+    return [n for n in names if n]
+
+
+def task_inputs(task_cfg: TaskConfig) -> dict[str, Any]:
+    """What decides a task beyond its configuration and the project's code: ``files`` (path ->
+    content hash of each data file it reads) and ``modules`` (user module -> source hash, see
+    :func:`user_modules`); each only where there is one (a built-in task without data: {})."""
+
+    from ..tasks import make_task
+
+    task = make_task(task_cfg.name, task_cfg.params)
+    out: dict[str, Any] = {}
+    files = {
+        str(p): file_hash(p, f"task '{task_cfg.name}' params") for p in task.input_files()
+    }
+    if files:
+        out["files"] = files
+    modules = user_modules(_callable_modules(task, task_cfg))
+    if modules:
+        out["modules"] = modules
+    return out
+
+
+def arm_inputs(cfg: ExperimentConfig, arm: str) -> dict[str, Any]:
+    """What decides an arm beyond its configuration: the content hash of the file of pairs it
+    reads ({} where it reads none)."""
+
+    path = cfg.resolved_blanks(arm).data.pairs.file
+    return {} if path is None else {"files": {path: file_hash(path)}}
+
+
+def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two runs' inputs (each as :func:`task_inputs` gives them, merged), in
+    words: 'data file X', 'module M' (added, removed or edited)."""
+
+    out = []
+    for kind, word in (("files", "data file"), ("modules", "module")):
+        a, b = old.get(kind) or {}, new.get(kind) or {}
+        out += [f"{word} {k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return out

@@ -43,8 +43,14 @@ def out_dir_of(cfg: ExperimentConfig, out: str | Path | None) -> Path:
 @contextmanager
 def claimed(out: Path, cfg: ExperimentConfig, command: str, add: bool, warn: Log) -> Iterator[None]:
     """Within the block, ``out`` is this process's (the output-directory lock) and holds ``cfg``'s
-    definition (a different one is refused unless ``add``)."""
+    definition (a different one is refused unless ``add``). Every entry point that runs anything
+    (the command line, the Python API, the ladder, the sweep, findings) comes through here, so the
+    pre-flight of the experiment's inputs (data files read and checked, a user verifier called
+    once) is made here, before the output directory is touched."""
 
+    from .data_files import check_data_files
+
+    check_data_files(cfg)
     with OutDirLock(out, command, log=warn):
         claim(out, cfg, command, add=add, log=warn)
         yield

@@ -19,7 +19,7 @@ from ..config import ExperimentConfig
 from ..errors import SixblanksError
 from ..layout import TOKENIZER_IDENTITY_JSON, ExperimentDir, write_json
 from ..version import code_fingerprint
-from .data_files import file_hash
+from .data_files import arm_inputs, task_inputs
 from .progress import runs_progress, say
 from .runner import spec_id
 
@@ -35,10 +35,14 @@ def build_specs(
     the code running now), part of every run id."""
 
     code = code or code_fingerprint()
+    # what decides a run beyond its configuration and the project's code: its data files' content
+    # and its user modules' source (transitively), so that an edit runs it again
+    task_ins = [task_inputs(t) for t in cfg.tasks or []]
     specs = []
     for arm in cfg.arms:
         blanks = cfg.resolved_blanks(arm).model_dump(mode="json")
-        for task in cfg.tasks or []:
+        arm_ins = arm_inputs(cfg, arm)
+        for task, task_in in zip(cfg.tasks or [], task_ins):
             for seed in cfg.seeds:
                 spec = {
                     "experiment": cfg.name,
@@ -56,25 +60,12 @@ def build_specs(
                     "code_version": code,
                 }
                 spec.update(cfg.arms[arm].run_fields())  # seed_offset, fault: only where set
-                # a user task's modules are not in the code fingerprint: hashed into its run id
-                if ":" in task.name and not task.name.startswith("reasoning_gym:"):
-                    spec["task_source"] = user_task_source(task.name)
-                # a data file is not in the config either: its content hash is
-                if (pairs := blanks["data"]["pairs"]["file"]) is not None:
-                    spec["data_source"] = file_hash(pairs)
+                # only where there are some: a built-in task's run id is as it was
+                spec.update({"task_inputs": task_in} if task_in else {})
+                spec.update({"arm_inputs": arm_ins} if arm_ins else {})
                 spec["run_id"] = spec_id(spec)
                 specs.append(spec)
     return specs
-
-
-def user_task_source(name: str) -> str:
-    """A hash of the modules a user's task (``module:Class``) comes from: an edit to its
-    environment or helpers changes the run id, as an edit to the project's code does."""
-
-    from ..tasks import make_task
-    from ..version import modules_hash, task_modules
-
-    return modules_hash(task_modules(type(make_task(name))))
 
 
 def longest_first(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -89,6 +89,7 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
 
     settings = settings_from_spec(spec)
     settings.work_dir = str(work_dir) if work_dir is not None else None
+    check_inputs_unchanged(spec)
     task = attach_judge(
         make_task(spec["task"]["name"], spec["task"].get("params") or {}), spec["task"].get("judge")
     )
@@ -114,6 +115,27 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     engine = make_engine(settings.rollout, model, tok, seed=settings.train_seed)
     stop_point("setup")
     return Trainer(settings, task, model, tok, ref_model=ref, engine=engine)
+
+
+def check_inputs_unchanged(spec: dict[str, Any]) -> None:
+    """Refuse a run whose data files or user modules changed after it was planned (its run id holds
+    the versions it was planned with): it would train on other inputs than its id says. Raises a
+    SixblanksError naming each changed input."""
+
+    if "task_inputs" not in spec:
+        return  # a task that reads no file and calls no user module
+    from ..config import TaskConfig
+    from ..errors import SixblanksError
+    from .data_files import changed_inputs, task_inputs
+
+    changed = changed_inputs(
+        spec["task_inputs"], task_inputs(TaskConfig.model_validate(spec["task"]))
+    )
+    if changed:
+        raise SixblanksError(
+            f"run {spec.get('run_id', '?')}: {', '.join(changed)} changed after the run was "
+            "planned; run the command again, which plans the runs of the new version"
+        )
 
 
 def execute_run(

@@ -93,6 +93,15 @@ def chat_identity(mode: str) -> str:
     return "file:" + hashlib.sha256(Path(mode).read_bytes()).hexdigest()[:16]
 
 
+def tasks_inputs(cfg) -> list[dict]:
+    """Each task's data files and user modules (:func:`task_inputs`); [] where no task has any."""
+
+    from .data_files import task_inputs
+
+    found = [task_inputs(t) for t in cfg.tasks or []]
+    return found if any(found) else []
+
+
 def warm_start_key(cfg, tasks: list[Task]) -> str:
     """Content hash of everything the warm-start policy depends on."""
 
@@ -100,6 +109,8 @@ def warm_start_key(cfg, tasks: list[Task]) -> str:
         "code": code_fingerprint(),  # any change to the source or the libraries rebuilds it
         "model": cfg.model.model_dump(mode="json", exclude={"lora", "parallel"}),  # RL only
         "tasks": [{"name": t.name, "params": t.params.model_dump(mode="json")} for t in tasks],
+        # the demonstrations come from the tasks' data and code: their files and user modules
+        **({"inputs": inputs} if (inputs := tasks_inputs(cfg)) else {}),
         "warm_start": cfg.warm_start.model_dump(mode="json"),
         "max_context": cfg.rollout.max_prompt_tokens,
         "chat_template": chat_identity(cfg.rollout.chat_template),

@@ -277,7 +277,7 @@ def write_starter(rec: Recommendation, path: Path, force: bool = False) -> Path:
     if path.is_dir():
         raise SixblanksError(f"{path}: is a directory; --write takes a file path")
     text = starter_yaml(rec, path)
-    validate_mapping(parse_yaml(text, str(path)), str(path))
+    validate_mapping(parse_yaml(text, str(path)), str(path), Path(path).parent)
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:

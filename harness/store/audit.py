@@ -48,7 +48,7 @@ from sixblanks.algorithms.blanks import Blanks
 
 from ..config import ExperimentConfig
 from ..layout import RunDir
-from ..version import code_fingerprint, modules_hash, task_modules
+from ..version import code_fingerprint
 from .inert import inert_differences
 
 HELD_CONSTANT = (
@@ -122,8 +122,6 @@ def _task_and_reward(name: str, params_json: str) -> tuple[dict[str, Any], dict[
         "name": name,
         "params": task.params.model_dump(mode="json"),  # defaults resolved
         "source": _source_hash(cls),
-        # its environment and helpers, wherever they are defined (a user's module included)
-        "modules": modules_hash(task_modules(cls)),
     }
     verifier = {"source": _source_hash(cls.verify)}
     if isinstance(task, ReasoningGymTask):
@@ -207,6 +205,9 @@ def spec_items(
     ident, verifier = _task_and_reward(
         spec["task"]["name"], json.dumps(spec["task"].get("params") or {}, sort_keys=True)
     )
+    # its data files and user modules (a verifier and its helpers, at any depth) as the run
+    # recorded them: an arm whose runs read another version of either is flagged
+    ident = {**ident, "inputs": spec.get("task_inputs") or {}}
     from ..tasks import make_task
 
     max_turns = make_task(spec["task"]["name"], spec["task"].get("params")).max_turns

@@ -24,6 +24,10 @@ class TaskParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    file_fields: ClassVar[tuple[str, ...]] = ()
+    """Parameters that name a file or directory: a relative one is resolved against the experiment
+    file's directory when the file is read, and recorded resolved."""
+
     system_prompt: str | None = Field(
         None,
         description="A system message before the prompt (with a chat template; without one, this "
@@ -193,6 +197,26 @@ class Task:
     @property
     def max_turns(self) -> int:
         return 1
+
+    # ---- what decides it beyond its parameters ---------------------------------
+
+    def input_files(self) -> list[str]:
+        """The data files (or directories) it reads: their content enters the run id, the
+        warm-start key and the fairness audit. None by default."""
+
+        return []
+
+    def user_callables(self) -> list[Any]:
+        """The user's functions it calls (a verifier ``module:function``): their modules, and what
+        those import from the user's tree, enter the run id. None by default."""
+
+        return []
+
+    def preflight(self) -> list[str]:
+        """Problems found by trying it once before anything runs, each starting with its key below
+        the task (``params.verifier: ...``); [] when it can run. None by default."""
+
+        return []
 
     # ---- instances ------------------------------------------------------------
 

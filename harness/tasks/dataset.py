@@ -29,6 +29,8 @@ SPLIT_NAMES = ("train", "validation", "test")
 
 
 class DatasetParams(TaskParams):
+    file_fields = ("path",)
+
     path: str = Field(description="A .jsonl, .csv or .parquet file, or a datasets directory.")
     prompt_field: str = Field("prompt", description="The column holding the prompt.")
     answer_field: str = Field("answer", description="The column holding the reference answer.")
@@ -184,6 +186,40 @@ class DatasetTask(Task):
 
     def oracle(self, instance: Instance, observations: list[str]) -> str:
         return f"{instance.data['answer']}\n"
+
+    def input_files(self) -> list[str]:
+        return [self.params.path]
+
+    def user_callables(self) -> list[Any]:
+        return [self.fn] if self.fn is not None else []
+
+    def preflight(self) -> list[str]:
+        """A user verifier called once as the runs call it, fn(response, answer, row), on the first
+        training row with its own answer as the response: a wrong signature or a reward that is
+        not a finite number is found now, not in the first training step."""
+
+        if self.fn is None:
+            return []
+        p = self.params
+        inst = self.make_instance(0)
+        answer = inst.data["answer"]
+        try:
+            value = self.fn(answer, answer, inst.data["row"])
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's function is reported
+            return [
+                f"params.verifier: '{p.verifier}' failed when called as fn(response, answer, row) "
+                f"on the first training row of '{p.path}': {type(exc).__name__}: {exc}"
+            ]
+        try:
+            reward = float(value)
+        except (TypeError, ValueError):
+            reward = math.nan
+        if not math.isfinite(reward):
+            return [
+                f"params.verifier: '{p.verifier}' returned {value!r} on the first training row of "
+                f"'{p.path}'; it must return a finite number (the reward)"
+            ]
+        return []
 
     def alphabet(self) -> str:
         p = self.params
