@@ -37,6 +37,7 @@ CASES = [
     ("learned_reward", ["--signal", "learned"], "ppo", 7),
     ("length_bias", ["--concern", "length"], "dr_grpo", 6),
     ("clip_fraction", ["--concern", "clipping"], "sapo", 7),
+    ("open_reasoning", ["--concern", "entropy"], "dapo", 4),
     ("mixture_of_experts", ["--model", "moe"], "gspo", 7),
     ("expensive_sampling", ["--sampling", "expensive"], "rloo", 5),
     ("default", [], "rloo", 5),
@@ -45,9 +46,10 @@ CASE_IDS = [c[0] for c in CASES]
 
 NEW_QUESTIONS = ("state", "model", "concern")
 NEW_ROWS = ("changing_single_turn", "changing_state", "length_bias", "clip_fraction")
-NEW_ROWS += ("mixture_of_experts",)
+NEW_ROWS += ("mixture_of_experts", "open_reasoning")
 """The questions and rows added for one sample per changing state, REINFORCE with a baseline,
-Dr. GRPO, SAPO and GSPO: their defaults must leave every earlier situation's row unchanged."""
+Dr. GRPO, SAPO, GSPO and the open reasoning-RL recipe (DAPO): their defaults must leave every
+earlier situation's row unchanged."""
 
 
 @pytest.fixture(autouse=True)
@@ -371,6 +373,11 @@ KEY_POINTS = {
         ["sequence ratio's scale", "token clip (0.2)", "mechanically"],
         ["ratio's own scale", "never the token pairs"],
     ),
+    "open_reasoning": (
+        ["clip-higher", "dynamic sampling", "token-level loss", "overlong shaping", "No KL"],
+        ["pays for the groups it drops", "max_sampling_rounds", "overlong_penalty_correct_frac"],
+        ["before dynamic sampling drops", "clip-higher"],
+    ),
 }
 
 
@@ -412,6 +419,8 @@ def test_the_rung_checked_first_varies_what_its_why_says(row):
         assert variants
         for v in variants:
             as_arm({"advantage": {"estimator": v}})
+    elif row.rung == 4:  # the share of groups with unequal rewards: groups the arm samples
+        assert blanks.data.source == "rollouts" and group >= 2
     elif row.rung == 6:
         assert any(v != blanks.normalization.mode for v in cfg.ladder.normalization_variants)
     elif row.rung == 7:
@@ -500,3 +509,54 @@ def test_the_guide_lists_the_matrix():
         line = next(li for li in section.splitlines() if li.startswith(f"| `--{q.name}` |"))
         assert f"**{q.default}**" in line
         assert all(c in line for c in q.choices)
+
+
+def test_the_open_reasoning_row_is_the_recipe_and_its_baseline_lacks_each_part():
+    """The row's arm carries the open reasoning-RL recipe's four parts (clip-higher, dynamic
+    sampling, a token-level loss, overlong shaping) and no KL, the grpo baseline none of them; the
+    starter leaves a right answer (at most 3 tokens) outside the overlong penalty's window."""
+
+    row = R.ROW_BY_ID["open_reasoning"]
+    rec = R.recommend(R.DEFAULTS | {"concern": "entropy"})
+    assert rec.row is row and rec.notes == []
+    cfg = validate_mapping(R.starter_mapping(rec))
+    arm, base = cfg.resolved_blanks(row.arm_name), cfg.resolved_blanks(R.BASELINE)
+    assert arm.weight.eps_high > arm.weight.eps_low and base.weight.eps_high == base.weight.eps_low
+    assert arm.data.dynamic_sampling and not base.data.dynamic_sampling
+    assert arm.normalization.mode == "token-mean" != base.normalization.mode
+    assert arm.data.overlong_shaping.enabled and not base.data.overlong_shaping.enabled
+    assert arm.regularizer.loss_kl_coef == 0 < base.regularizer.loss_kl_coef
+    # the recipe's numbers, as the row's why states them, are the preset's
+    assert f"eps_high {arm.weight.eps_high:g} above eps_low {arm.weight.eps_low:g}" in row.why
+    # the penalty starts past max_new_tokens - cache tokens: a right answer takes at most 3
+    assert cfg.rollout.max_new_tokens - arm.data.overlong_shaping.cache >= 3
+
+
+def test_an_unused_entropy_concern_names_the_recipe(cli):
+    data = _json(cli, "--concern", "entropy", "--horizon", "multi")
+    assert data["row"] == "multi_turn"
+    notes = [n for n in data["notes"] if n.startswith("--concern entropy was not used")]
+    assert len(notes) == 1
+    assert "preset dapo" in notes[0] and "weight.eps_high" in notes[0]
+    assert "data.dynamic_sampling" in notes[0] and "rung 4" in notes[0]
+    # DPO and SFT train on no groups of their own: no note there
+    assert _json(cli, "--concern", "entropy", "--signal", "preference")["notes"] == []
+
+
+def test_the_preference_advice_says_where_the_starters_pairs_come_from():
+    """The starter's dpo arm has no pairs file, so its collector makes pairs from rollouts of the
+    reference policy every step (harness/training/collectors/pairs.py); the advice says so, and
+    says what they cost, instead of claiming DPO has no rollouts."""
+
+    from sixblanks.harness.training.collectors import pairs
+
+    row = R.ROW_BY_ID["preference"]
+    rec = R.recommend(R.DEFAULTS | {"signal": "preference"})
+    blanks = validate_mapping(R.starter_mapping(rec)).resolved_blanks(row.arm_name)
+    assert blanks.data.source == "preference_pairs" and blanks.data.pairs.file is None
+    assert "scored rollouts (no ``data.pairs.file``)" in pairs.__doc__
+    text = " ".join((row.why, row.warning, row.rung_why))
+    assert "no rollouts" not in text
+    assert "rollouts of each prompt by the reference policy" in row.why
+    assert "pair_selection" in row.warning and "no_preference" in row.warning
+    assert "reference policy's rollouts" in row.rung_why and "rung 1" in row.rung_why

@@ -97,13 +97,14 @@ QUESTIONS: tuple[Question, ...] = (
     ),
     Question(
         "concern",
-        ("none", "length", "clipping"),
+        ("none", "length", "clipping", "entropy"),
         "none",
         "What a first run showed or you worry about: none | length (response lengths vary widely, "
         "long reasoning) | clipping (a hard clip discards many tokens' gradient: a high clip "
-        "fraction).",
-        "Any concern from a first run: none, length (lengths vary widely) or clipping (a high "
-        "clip fraction)?",
+        "fraction) | entropy (long reasoning with a verifier stalls: the entropy collapses and "
+        "more groups come out all right or all wrong).",
+        "Any concern from a first run: none, length (lengths vary widely), clipping (a high "
+        "clip fraction) or entropy (the entropy collapses, groups all right or all wrong)?",
     ),
 )
 
@@ -184,17 +185,26 @@ ROWS: tuple[Row, ...] = (
         {"signal": ("preference",)},
         "only preference pairs, no reward to roll out against",
         "dpo",
-        "Only comparisons between responses exist, nothing that scores a fresh sample: DPO "
-        "learns from the pairs directly, offline, anchored to the reference policy.",
+        "Only comparisons between responses exist, nothing that scores a fresh sample of the "
+        "trained policy: DPO learns from pairs, anchored to the reference policy. Its pairs never "
+        "come from the policy it trains: they are read from data.pairs.file or, without one (as "
+        "in the starter), made every step from G rollouts of each prompt by the reference "
+        "policy, scored by the task's verifier: the best and the worst response of each group "
+        "whose rewards differ.",
         "Offline: no exploration; the pairs come from a fixed policy, so the gains stop where its "
-        "responses stop. Judge it on held-out evaluation, not on the pair loss.",
+        "responses stop. Pairs made from rollouts cost rollouts: the budget charges all G "
+        "responses of a group for its one pair (the rest are discarded as pair_selection, a group "
+        "of equal rewards as no_preference). Judge it on held-out evaluation, not on the pair "
+        "loss.",
         2,
-        "DPO has no rollouts for the contract to check; the first thing that can be wrong is the "
-        "update itself: rung 2 computes the arm's own DPO loss on a frozen batch of its pairs, "
-        "which must give the same loss and gradients on a repeat and across micro-batch splits "
-        "(sequence log-prob sums).",
+        "The starter's pairs come from the reference policy's rollouts, whose contract rung 1 "
+        "checks as for any arm (with data.pairs.file, DPO trains on none of them); rung 2 is the "
+        "first check of DPO's own update: it computes the arm's DPO loss on a frozen batch of its "
+        "pairs, which must give the same loss and gradients on a repeat and across micro-batch "
+        "splits (sequence log-prob sums).",
         baseline_note="grpo is the online arm a preference-only task cannot run: here the toy "
-        "task's verifier stands in, to show what exploration would buy.",
+        "task's verifier stands in, to show what exploration would buy (the same verifier scores "
+        "the reference rollouts dpo makes its pairs from; put your own pairs in data.pairs.file).",
     ),
     Row(
         "demonstrations_only",
@@ -440,6 +450,39 @@ ROWS: tuple[Row, ...] = (
         "differ in the KL (grpo's 0.04, sapo none), as sixblanks explain -c shows.",
     ),
     Row(
+        "open_reasoning",
+        {"concern": ("entropy",)},
+        "long reasoning with a verifier stalls: the entropy collapses, more groups come out all "
+        "right or all wrong, long responses reach the length cap",
+        "dapo",
+        "The open reasoning-RL recipe (DAPO) changes four blanks of GRPO, each against one way such "
+        "a run stalls: clip-higher (eps_high 0.28 above eps_low 0.2) lets a low-probability "
+        "token's ratio rise further before the clip stops its gradient, which keeps the entropy "
+        "from collapsing; dynamic sampling trains only on groups whose rewards differ (a group "
+        "all right or all wrong has A = 0) and samples again until the batch is full; a "
+        "token-level loss (token-mean) weighs every token of a long response alike; overlong "
+        "shaping adds a penalty that grows over the last data.overlong_shaping.cache tokens "
+        "before max_new_tokens, so a response nearing the cap is told so before truncation cuts "
+        "it off. No KL.",
+        "Dynamic sampling pays for the groups it drops: the budget counts every launched token, "
+        "so at matched launched tokens the arm trains on fewer groups, and a step that reaches "
+        "data.max_sampling_rounds trains on a short batch (the census records both). The overlong "
+        "penalty changes the reward (the fairness audit flags it): compare the arms by held-out "
+        "score, and keep overlong_penalty_correct_frac at 0 (a penalized correct answer means "
+        "the penalty window is too wide for max_new_tokens).",
+        4,
+        "Rung 4 measures over a short run the share of groups whose rewards differ, counted "
+        "before dynamic sampling drops the others: the share the arm trains on, the rest of its "
+        "launched tokens spent on dropped groups (near 1 dynamic sampling changes nothing, near "
+        "0 most of the budget is dropped). Rung 7 then varies the clip pair (clip-higher), rung 6 "
+        "the token-level loss.",
+        budget={"launched_tokens": 16000},
+        baseline_note="the recipe's starting point: the arms differ in weight.eps_high (0.2 "
+        "against 0.28), data.dynamic_sampling, normalization.mode (seq-mean-token-mean against "
+        "token-mean), data.overlong_shaping and the KL (grpo's 0.04, dapo none), as sixblanks "
+        "explain -c shows; the ladder's rungs take them apart one at a time.",
+    ),
+    Row(
         "mixture_of_experts",
         {"model": ("moe",)},
         "a mixture-of-experts policy (or very long sequences): token-level ratios are noisy",
@@ -514,6 +557,8 @@ def _rows_but(*ids: str) -> tuple[str, ...]:
 
 
 _NO_ROLLOUTS = ("preference", "demonstrations_only")
+"""The rows whose arm never samples the policy it trains (DPO's pairs come from a file or the
+reference policy's rollouts, SFT's data from demonstrations)."""
 _ONE_SAMPLE = ("changing_single_turn", "changing_state")
 _TOKEN_CLIP = _rows_but(*_NO_ROLLOUTS, *_ONE_SAMPLE, "clip_fraction", "mixture_of_experts")
 """The rows whose arm keeps a token ratio with a hard clip."""
@@ -588,11 +633,20 @@ NOTES: tuple[Note, ...] = (
         rows=_TOKEN_CLIP,
     ),
     Note(
+        {"concern": ("entropy",)},
+        "--concern entropy was not used (a row higher in the matrix matched first); the open "
+        "reasoning-RL recipe (preset dapo) answers it with clip-higher (weight.eps_high above "
+        "weight.eps_low: more room for a low-probability token's ratio to rise) and dynamic "
+        "sampling (data.dynamic_sampling: only groups whose rewards differ); ladder rung 4 "
+        "measures the share of such groups, and rung 7 varies the clip.",
+        rows=tuple(r for r in _TOKEN_CLIP if r != "open_reasoning"),
+    ),
+    Note(
         {"sampling": ("expensive",)},
         "--sampling expensive: this row's arms sample the starter's groups of 8; where a rollout "
         "is expensive, set data.group_size: 4 on both arms (the expensive_sampling row's choice) "
         "and expect more groups whose rewards are all equal (A = 0).",
-        rows=("length_bias", "clip_fraction", "mixture_of_experts"),
+        rows=("length_bias", "clip_fraction", "open_reasoning", "mixture_of_experts"),
     ),
 )
 
@@ -640,13 +694,13 @@ STARTER_TASKS: tuple[StarterTask, ...] = (
         "multi-turn, with a potential and recurring states",
     ),
     StarterTask(
-        {"concern": ("length",)},
+        {"concern": ("length", "entropy")},
         "arithmetic",
         {"digits": 1, "operators": "+-*", "operands": 2},
         {"max_new_tokens": 16, "group_size": 8, "prompts_per_step": 4},
         {},
         "single-turn, verified; room for 16 tokens where a right answer takes 3, so lengths can "
-        "drift",
+        "drift and an overlong penalty spares a right answer",
     ),
     StarterTask(
         {},
