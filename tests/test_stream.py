@@ -235,13 +235,13 @@ def assert_balanced(counters, by_reason, spool):
     assert counters["rollouts_accepted"] + rejected == counters["rollouts_launched"]
 
 
-def test_wait_bounds_hold_both_parts_and_admission_holds_the_total(tmp_path):
-    """In flight and in the queue each bounded at 0 versions with ``wait``, the total at 1: the
-    trainer idles for stragglers before each update and the producer holds launches, so nothing
-    is ever past a bound and nothing is dropped for it."""
+def test_wait_bounds_hold_both_parts(tmp_path):
+    """In flight and in the queue each bounded at 0 versions with ``wait``: the trainer idles for
+    stragglers before each update and the producer holds launches, so nothing is ever past a
+    bound and nothing is dropped for it."""
 
     zero = {"versions": 0, "on_pass": "wait"}
-    tr = _trainer({"data": {**stream("resume", inflight=zero, queued=zero), "staleness": 1}})
+    tr = _trainer({"data": stream("resume", inflight=zero, queued=zero)})
     tr.ctx.settings.work_dir = str(tmp_path)
     res = tr.train()
     led = res.ledger
@@ -257,6 +257,46 @@ def test_wait_bounds_hold_both_parts_and_admission_holds_the_total(tmp_path):
     assert sum(m.get("async.admission_waits", 0) for m in res.steps) > 0
     assert any(m.get("async.hold_seconds", 0) > 0 for m in res.steps)
     assert_balanced(led.counters, led.discarded_rollouts_by_reason, tmp_path / "spool")
+
+
+def test_admission_holds_the_launched_total_to_the_staleness_bound(tmp_path):
+    """AReaL's rule alone (no part bounded, a queue of 4 batches): with ``data.staleness`` eta = 1
+    and the trainer i versions in, at most (eta + i + 1) B units are launched and not dropped
+    (accepted + running), B = prompts_per_step. The queue alone would launch 4 B from the start:
+    the count after every launch decision, from the ledger's accepted rows, shows the rule held
+    (and that it, not the queue or the budget, stopped launches)."""
+
+    eta, queue = 1, 4
+    # a budget with room for the queue's 4 B worst cases (the rule, not the budget, binds), and a
+    # few steps of it
+    over = {"data": {**stream("continue", queue=queue), "staleness": eta}}
+    tr = _trainer(over, budget={"launched_tokens": 6000.0})
+    tr.ctx.settings.work_dir = str(tmp_path)
+    col, B, G = tr.collector, tr.settings.rollout.prompts_per_step, tr.settings.rollout.group_size
+    # (versions trained since the start, units accepted, units running); the ledger commits a
+    # batch at its update, so a top-up between taking a batch and the update counts one batch
+    # less than the rule does: the top-up at each step's start sees the same count
+    seen = []
+    real = col.top_up
+
+    def top_up():
+        real()
+        i = tr.ctx.engine.policy_version - col.version0
+        seen.append((i, tr.ledger.counters["rollouts_accepted"] / G, len(col.requests)))
+
+    col.top_up = top_up
+    res = tr.train(max_steps=4)
+    assert not res.ledger.check_invariants() and len(res.steps) >= 4
+    for i, accepted, running in seen:
+        assert accepted + running <= (eta + i + 1) * B, (i, accepted, running)
+    # the rule was what held launches: a top-up stopped at its bound with the queue not full
+    assert any(
+        running < queue * B and acc + running == (eta + i + 1) * B for i, acc, running in seen
+    )
+    assert sum(m.get("async.admission_waits", 0) for m in res.steps) > 0
+    assert_balanced(
+        res.ledger.counters, res.ledger.discarded_rollouts_by_reason, tmp_path / "spool"
+    )
 
 
 def test_sao_consumes_each_rollout_when_it_finishes_with_two_critic_steps_and_dis(tmp_path):
