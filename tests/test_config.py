@@ -452,3 +452,75 @@ def test_environment_steps_on_threads_are_refused_for_self_play_and_episodes_nee
     with pytest.raises(ConfigError, match="partial 'resume'.*needs consume: episode"):
         over = {"data": {"concurrent": {"partial": "resume"}}}
         validate_mapping({"arms": {"a": {"preset": "grpo", "blanks": over}}})
+
+
+def _golden_spreads() -> tuple[float, float]:
+    """The smallest and the largest per-step spread of the sequence log-ratio that the golden
+    fixture's GSPO runs (absolute and scaled bounds) measured on the built-in tiny policy."""
+
+    golden = json.loads((ROOT / "tests" / "golden" / "presets.json").read_text())
+    spreads = [
+        m["ratio.seq_logratio_spread"]
+        for preset in ("gspo", "gspo_paper")
+        for m in golden["presets"][preset]["steps"]
+        if m.get("ratio.seq_logratio_spread", 0) > 0
+    ]
+    return min(spreads), max(spreads)
+
+
+def test_validate_cautions_absolute_sequence_bounds_far_from_the_measured_spread(cli, write_yaml):
+    """On the built-in tiny policy, whose sequence log-ratios spread from `lo` to `hi` a step in the
+    golden runs: the paper's 3e-4/4e-4 lie far below `lo` (each side named, with its multiple of
+    it), an eps_high whose log is 20 x `hi` far above it; bounds at the spread itself, a scaled
+    arm, an arm updating once per batch (every sequence ratio 1) and a token ratio get nothing."""
+
+    import math
+
+    lo, hi = _golden_spreads()
+    arms = {
+        "paper": {"preset": "gspo_paper"},
+        "wide": {
+            "preset": "gspo_token_paper",
+            "blanks": {"weight": {"eps_low": lo, "eps_high": math.expm1(20 * hi)}},
+        },
+        "at_spread": {
+            "preset": "gspo_paper",
+            "blanks": {"weight": {"eps_low": lo, "eps_high": lo}},
+        },
+        "once": {"preset": "gspo_paper", "blanks": {"data": {"minibatches": 1}}},
+        "scaled": {"preset": "gspo"},
+        "token": {"preset": "grpo", "blanks": {"weight": {"eps_low": 3e-4, "eps_high": 4e-4}}},
+    }
+    cfg = {"name": "c", "task": {"name": "arithmetic"}, "arms": arms}
+    code, out, err = cli("validate", write_yaml(json.dumps(cfg)), "--json")
+    assert code == 0, err
+    notes = {n.split(":")[0]: n for n in json.loads(out)["cautions"]}
+    assert set(notes) == {"arms.paper", "arms.wide"}
+    paper = notes["arms.paper"]
+    below_low = lo / -math.log1p(-3e-4)  # the bound's distance in log s, against the spread
+    below_high = lo / math.log1p(4e-4)
+    assert f"weight.eps_low 0.0003 (from preset 'gspo_paper') is {below_low:.0f}x below" in paper
+    assert f"weight.eps_high 0.0004 (from preset 'gspo_paper') is {below_high:.0f}x below" in paper
+    assert "negative advantage whose ratio fell gets no gradient" in paper
+    assert "positive advantage whose ratio rose gets no gradient" in paper
+    assert "weight.clip_scale" in paper and "ratio.seq_logratio_spread" in paper
+    wide = notes["arms.wide"]
+    assert f"weight.eps_high {math.expm1(20 * hi):g} is 20x above the largest" in wide
+    assert "no trust region for a positive advantage" in wide and "eps_low" not in wide
+    code, _, err = cli("validate", write_yaml(json.dumps(cfg)))
+    assert code == 0 and err.count("caution:") == 2
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"model": {"path": "."}}, {"optimizer": {"lr": 1e-5}}, {"optimizer": {"lr": 3e-3}}],
+    ids=["pretrained", "lr_far_below", "lr_far_above"],
+)
+def test_no_sequence_bound_caution_where_the_spread_is_unknown(cli, write_yaml, change):
+    """Another policy, or the tiny one at a learning rate 3x or more from the one its spread was
+    measured at: the spread the bounds should be compared with is unknown before a run."""
+
+    cfg = {"name": "c", "task": {"name": "arithmetic"}, "arms": {"p": {"preset": "gspo_paper"}}}
+    code, out, err = cli("validate", write_yaml(json.dumps(cfg | change)), "--json")
+    assert code == 0, err
+    assert json.loads(out)["cautions"] == []

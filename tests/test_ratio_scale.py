@@ -219,3 +219,29 @@ def test_the_spread_is_measured_at_the_full_learning_rate(initial):
     assert steps and steps[0]["clip_scale.step"] == 2.0 and steps[0]["step"] == 2
     _, frozen = short_run(warm, "gspo", budget=600, optimizer={"lr": 0.0})
     assert not any("clip_scale.sigma" in m for m in frozen.steps)
+
+
+def test_the_spread_validate_compares_absolute_bounds_with_is_the_golden_runs():
+    """validate's caution quotes the sequence log-ratio spread of the built-in tiny policy: the
+    smallest and largest per-step spread of the golden fixture's GSPO runs (to the rounding it
+    prints), at the learning rate and the minibatches those runs used."""
+
+    import json
+
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.config.checks import TINY_SEQ_SPREAD, TINY_SEQ_SPREAD_LR
+    from tests.golden.record import CONFIG, GOLDEN_JSON
+
+    presets = json.loads(GOLDEN_JSON.read_text())["presets"]
+    spreads = [
+        m["ratio.seq_logratio_spread"]
+        for name in ("gspo", "gspo_paper")
+        for m in presets[name]["steps"]
+        if m.get("ratio.seq_logratio_spread", 0) > 0
+    ]
+    assert TINY_SEQ_SPREAD[0] == pytest.approx(min(spreads), rel=0.01)
+    assert TINY_SEQ_SPREAD[1] == pytest.approx(max(spreads), rel=0.01)
+    cfg = validate_mapping(CONFIG)
+    assert cfg.model.path is None and cfg.model.gguf is None  # the built-in tiny policy
+    assert cfg.optimizer.lr == TINY_SEQ_SPREAD_LR
+    assert resolve("gspo_paper").data.minibatches == resolve("gspo").data.minibatches == 4

@@ -16,6 +16,10 @@ that parsed, before any model is loaded; each problem is one ``key.path: message
   case one training step reserves, so no step is ever admitted; or one whose counters an arm never
   charges, so its runs would never end.
 
+:func:`cautions` lists what is valid but works against the arm (printed, never refused): among them
+absolute clip bounds on a sequence ratio far from the spread of its log measured on the built-in
+tiny policy, the one policy whose spread is known before a run.
+
 The worst case of one step mirrors the training loop's admission (``Trainer.step``): the collector's
 ``worst_case()`` (``RunContext.worst_rollouts`` and the collectors' additions) plus the update's
 bound (``Trainer.worst_update``). Only what is certain is checked: additions that depend on the run
@@ -24,6 +28,7 @@ bound (``Trainer.worst_update``). Only what is certain is checked: additions tha
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -526,6 +531,73 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
 
 # --------------------------------------------------------------------------- cautions
 
+TINY_SEQ_SPREAD = (0.008, 0.25)
+"""The smallest and the largest spread of a sequence's log-ratio (per step, the std over sequences
+of mean_t log pi/pi_old) that the golden fixture's ``gspo`` and ``gspo_paper`` runs measured on the
+built-in tiny policy (arithmetic, answers of at most 6 tokens, 4 minibatches a batch, learning
+rate :data:`TINY_SEQ_SPREAD_LR`); ``tests/test_ratio_scale.py`` keeps them equal to the fixture. A
+sequence ratio's spread depends on the policy, the lengths and the learning rate, and a run
+measures it only once it updates (``ratio.seq_logratio_spread``): this is the one policy whose
+spread is known before anything runs."""
+TINY_SEQ_SPREAD_LR = 3e-4
+SPREAD_FAR = 10.0
+"""A bound below 1/10 of the smallest spread is crossed by almost every sequence that moved that
+way (a normal spread leaves 92% of its mass beyond 0.1 sigma); one above 10 times the largest is
+crossed by none."""
+
+
+def _sequence_bound_caution(cfg: ExperimentConfig, arm: _Arm) -> str | None:
+    """Absolute clip bounds on a sequence ratio far from the spread measured on the built-in tiny
+    policy, for an arm that trains that policy at about the learning rate it was measured at and
+    updates more than once per batch (with one update every sequence ratio is exactly 1 and no
+    bound acts). Another policy's spread is unknown before its run: nothing is said."""
+
+    b, w = arm.blanks, arm.blanks.weight
+    if (
+        w.ratio not in ("sequence", "gspo_token")
+        or w.trust_region != "clip"
+        or w.clip_scale is not None
+        or b.objective != "pg"
+        or b.data.epochs * b.data.minibatches < 2
+        or cfg.model.path is not None
+        or cfg.model.gguf is not None
+        or not 1 / 3 <= cfg.optimizer_for(arm.name).lr / TINY_SEQ_SPREAD_LR <= 3
+    ):
+        return None
+    lo, hi = TINY_SEQ_SPREAD
+    far: list[str] = []
+    # each bound as the distance of log s_i from 0 at which it clips
+    for key, dist, sign, way in (
+        ("eps_low", -math.log1p(-w.eps_low) if w.eps_low < 1 else math.inf, "negative", "fell"),
+        ("eps_high", math.log1p(w.eps_high), "positive", "rose"),
+    ):
+        eps = getattr(w, key)
+        if dist < lo / SPREAD_FAR:
+            far.append(
+                f"weight.{key} {eps:g}{_from_preset(arm, key)} is {lo / dist:.0f}x below the "
+                f"smallest, so nearly every sequence with a {sign} advantage whose ratio {way} "
+                "gets no gradient"
+            )
+        elif math.isfinite(dist) and dist > hi * SPREAD_FAR:
+            far.append(
+                f"weight.{key} {eps:g}{_from_preset(arm, key)} is {dist / hi:.0f}x above the "
+                f"largest, so it clips no sequence: no trust region for a {sign} advantage"
+            )
+    if not far:
+        return None
+    return (
+        f"arms.{arm.name}: absolute clip bounds on a sequence ratio far from the spread of its "
+        f"log measured on the built-in tiny policy ({lo:g} to {hi:g} a step, on arithmetic at "
+        f"learning rate {TINY_SEQ_SPREAD_LR:g}): " + "; ".join(far) + ". Set weight.clip_scale "
+        "(preset gspo's {low: 2, high: 2.667}) for bounds at multiples of the spread the run "
+        "measures, or compare clip_frac with ratio.seq_logratio_spread after a run"
+    )
+
+
+def _from_preset(arm: _Arm, key: str) -> str:
+    weight = arm.override.get("weight") or {}
+    return "" if key in weight else f" (from preset '{arm.preset}')"
+
 
 def cautions(cfg: ExperimentConfig) -> list[str]:
     """What is valid but works against the arm (the chapter's warnings): printed by ``validate``
@@ -542,6 +614,9 @@ def cautions(cfg: ExperimentConfig) -> list[str]:
                 "it (where nothing is clipped); set weight.clip_scale.low/high, or clip_scale: "
                 "null for absolute bounds"
             )
+        seq = _sequence_bound_caution(cfg, arm)
+        if seq is not None:
+            out.append(seq)
         if b.objective != "pg" or b.data.source != "rollouts" or b.data.branching is not None:
             continue
         est = b.advantage.estimator
