@@ -312,7 +312,9 @@ def _task_file_fields(name: Any) -> tuple[str, ...]:
     if not isinstance(name, str) or name.startswith("reasoning_gym:"):
         return ()
     try:
-        cls = builtin_class(name) if name in BUILTIN else _import_class(name) if ":" in name else None
+        cls = (
+            builtin_class(name) if name in BUILTIN else _import_class(name) if ":" in name else None
+        )
     except Exception:  # noqa: BLE001 - the task's own check names why it cannot be loaded
         return ()
     return tuple(getattr(getattr(cls, "Params", None), "file_fields", ()))

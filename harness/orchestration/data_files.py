@@ -65,7 +65,10 @@ def task_keys(cfg: ExperimentConfig) -> list[tuple[str, TaskConfig]]:
 
     if cfg.tasks is None:
         return []
-    if cfg.task is not None and len(cfg.tasks) == 1:
+    # the file's 'task' becomes tasks[0] as it is parsed; 'tasks' is set only by the file then
+    if len(cfg.tasks) == 1 and (
+        "task" in cfg.model_fields_set or "tasks" not in cfg.model_fields_set
+    ):
         return [("task", cfg.tasks[0])]
     return [(f"tasks[{i}]", t) for i, t in enumerate(cfg.tasks)]
 
@@ -214,9 +217,7 @@ def task_inputs(task_cfg: TaskConfig) -> dict[str, Any]:
 
     task = make_task(task_cfg.name, task_cfg.params)
     out: dict[str, Any] = {}
-    files = {
-        str(p): file_hash(p, f"task '{task_cfg.name}' params") for p in task.input_files()
-    }
+    files = {str(p): file_hash(p, f"task '{task_cfg.name}' params") for p in task.input_files()}
     if files:
         out["files"] = files
     modules = user_modules(_callable_modules(task, task_cfg))
