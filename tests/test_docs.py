@@ -116,3 +116,179 @@ def test_readme_keeps_the_two_commands_on_top() -> None:
     # the README's links into docs/ point at pages that exist
     for target in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (ROOT / target).is_file(), target
+
+
+# --------------------------------------------------------------------------- measured times
+
+MEASURED = ROOT / "docs" / "benchmarks.md"
+DURATION = re.compile(
+    r"(?<![\w.])(\d+(?:\.\d+)?)(?:\s*(?:-|to)\s*(\d+(?:\.\d+)?))?\s*(minutes?|min|s)\b"
+    r"(?:\s+(\d+(?:\.\d+)?)\s*s\b)?"
+)
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+SKIPPED = ("Measured times", "Earlier measurements")
+"""Sections whose figures no page quotes as current: the table itself, and the dated history."""
+
+
+def _interval(m: re.Match) -> tuple[float, float]:
+    """A duration in seconds, as (low, high): '195 s', '3 min 14 s', 'about 3 minutes' and
+    '1-2 minutes' (a range)."""
+
+    scale = 60.0 if m.group(3).startswith("min") else 1.0
+    low = float(m.group(1)) * scale + float(m.group(4) or 0)
+    high = float(m.group(2)) * scale if m.group(2) else low
+    return round(low, 3), round(high, 3)
+
+
+def _durations(text: str) -> list[tuple[float, float]]:
+    return [_interval(m) for m in DURATION.finditer(text)]
+
+
+def _measurements() -> dict[str, dict]:
+    """The table of docs/benchmarks.md's 'Measured times': {measurement (the code span of its first
+    cell): its figure, rounding and date}."""
+
+    section = MEASURED.read_text(encoding="utf-8").split("## Measured times\n", 1)[1]
+    section = section.split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    out = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        name = re.match(r"`([^`]+)`", cells[0]).group(1)
+        figure, rounded = _durations(cells[1]), _durations(cells[2])
+        assert len(figure) == 1 and len(rounded) <= 1, row
+        out[name] = {"figure": figure[0], "rounded": rounded[0] if rounded else None}
+        out[name]["says"] = cells[1] + (f" ({cells[2]})" if cells[2] else "")
+        out[name]["date"] = cells[3] if DATE.fullmatch(cells[3]) else None
+        out[name]["quotes"] = {figure[0], *rounded}
+    return out
+
+
+def _sentences(text: str) -> list[str]:
+    """The prose of a Markdown page as sentences: code blocks and the skipped sections left out,
+    each paragraph, list item, table row and heading on its own, its lines joined."""
+
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    kept, skip_level = [], 0
+    for line in text.splitlines():
+        heading = re.match(r"(#+)\s+(.*)", line)
+        if heading:
+            level = len(heading.group(1))
+            if skip_level and level <= skip_level:
+                skip_level = 0
+            if not skip_level and heading.group(2).startswith(SKIPPED):
+                skip_level = level
+        if not skip_level:
+            kept.append(line)
+    blocks = re.split(r"\n\s*\n|\n(?=\s*(?:[-*+] |\d+\. |\||#))", "\n".join(kept))
+    out = []
+    for block in blocks:
+        if all(line.startswith("    ") for line in block.splitlines() if line.strip()):
+            continue  # an indented code block
+        out += re.split(r"(?<=[.!?])\s+(?=[A-Z`*(\[])", " ".join(block.split()))
+    return out
+
+
+def _quote_problems(page: str, text: str, table: dict[str, dict]) -> list[str]:
+    """Each duration of a sentence belongs to the last measurement the sentence named before it
+    (the measurement's code span, e.g. `make run`): it must be that measurement's figure or its
+    rounding, and a date in the sentence its date."""
+
+    problems = []
+    for sentence in _sentences(text):
+        named = [
+            (m.start(), m.group(1))
+            for m in re.finditer(r"`([^`]+)`", sentence)
+            if m.group(1) in table
+        ]
+        if not named:
+            continue
+        quoted = set()
+        for m in DURATION.finditer(sentence):
+            before = [name for pos, name in named if pos < m.start()]
+            if not before:
+                continue
+            name = before[-1]
+            quoted.add(name)
+            if _interval(m) not in table[name]["quotes"]:
+                problems.append(
+                    f"{page}: `{name}` quoted as '{m.group(0)}' where the table in "
+                    f"docs/benchmarks.md (Measured times) says {table[name]['says']}: "
+                    f"{sentence[:120]}"
+                )
+        for name in sorted(quoted):
+            want = table[name]["date"]
+            for date in DATE.findall(sentence):
+                if want and date != want:
+                    problems.append(f"{page}: `{name}` dated {date}, measured on {want}")
+    return problems
+
+
+def test_the_measured_times_table_is_consistent():
+    table = _measurements()
+    assert {"make run", "make test", "make vllm", "make findings", ".venv"} <= set(table)
+    for name, row in table.items():
+        if row["rounded"] is not None:  # a rounding of the figure: within half a minute of it
+            (lo, hi), (rlo, rhi) = row["figure"], row["rounded"]
+            assert abs((lo + hi) / 2 - (rlo + rhi) / 2) <= 30, name
+    # the suite is its two halves, measured together
+    halves = table["make test-main"]["figure"][0] + table["make test-vllm"]["figure"][0]
+    assert table["make test"]["figure"] == (halves, halves)
+    assert table["make test"]["date"] == table["make test-main"]["date"]
+
+
+def test_every_page_quotes_each_measured_time_as_the_table_does():
+    """README.md and every page of docs/: a sentence that names a measurement quotes its figure
+    (or its rounding) and its date from the one table, so two pages never disagree."""
+
+    table = _measurements()
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    problems, quoted = [], set()
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        problems += _quote_problems(page.relative_to(ROOT).as_posix(), text, table)
+        quoted |= {s for s in _sentences(text) if "`make run`" in s and _durations(s)}
+    assert not problems, "\n".join(problems)
+    assert len(quoted) >= 4  # README, the home page, the running guide, the benchmarks page
+
+
+def test_a_page_that_quotes_another_figure_is_caught():
+    """The check fails on the disagreements it exists for: another rounding of a measurement, an
+    older figure, another date; a duration after another measurement's name is that one's."""
+
+    table = _measurements()
+    run = table["make run"]["figure"][0]
+    assert _interval(DURATION.search("3 min 14 s")) == (194.0, 194.0)
+    assert _interval(DURATION.search("about 4 to 5 minutes")) == (240.0, 300.0)
+    page = (
+        "`make run` takes about 4 to 5 minutes on a 2-core CPU.\n\n"
+        f"`make run` took {run + 45:g} s, measured on 2026-12-03.\n\n"
+        f"`make run` takes {run:g} s (`make vllm`, about 3 minutes the first time).\n\n"
+        "```sh\nmake run    # `make run` takes 9 minutes\n```\n"
+    )
+    problems = _quote_problems("page.md", page, table)
+    assert len(problems) == 3, problems
+    assert "'4 to 5 minutes'" in problems[0] and f"says {run:g} s" in problems[0]
+    assert f"'{run + 45:g} s'" in problems[1]
+    assert "dated 2026-12-03" in problems[2]
+
+
+# --------------------------------------------------------------------------- the golden fixture
+
+
+def test_the_layout_page_states_the_golden_fixtures_scope():
+    """docs/reference/layout.md says how many presets the golden fixture pins, of how many, and
+    names the others: the numbers and names are the fixture's and the registry's."""
+
+    import json
+
+    from sixblanks.algorithms.presets import PRESETS
+
+    golden = set(json.loads((ROOT / "tests" / "golden" / "presets.json").read_text())["presets"])
+    text = " ".join((ROOT / "docs" / "reference" / "layout.md").read_text().split())
+    m = re.search(r"holds the numbers of (\d+) of the (\d+) presets", text)
+    assert m, "layout.md no longer states the golden fixture's scope"
+    assert (int(m.group(1)), int(m.group(2))) == (len(golden), len(PRESETS))
+    unpinned = re.search(r"The (\d+) presets it does not pin: ([^.]+)\.", text)
+    assert unpinned and int(unpinned.group(1)) == len(PRESETS) - len(golden)
+    assert re.findall(r"`([^`]+)`", unpinned.group(2)) == sorted(set(PRESETS) - golden)
