@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import difflib
+import errno
+import os
 import types
 import typing
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .redact import redact
+
 
 class SixblanksError(Exception):
-    """An error meant for the user: printed without a traceback, exit code ``exit_code``."""
+    """An error meant for the user: printed without a traceback, exit code ``exit_code``. A
+    password in a URI it quotes is masked (:func:`~.redact.redact`): messages reach terminals,
+    logs and the runs' status files."""
 
     exit_code = 1
 
     def __init__(self, problems: str | Sequence[str]):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        problems = [problems] if isinstance(problems, str) else list(problems)
+        self.problems = [redact(str(p)) for p in problems]
         super().__init__("\n".join(self.problems))
 
 
@@ -49,10 +57,35 @@ def disk_full(exc: BaseException) -> bool:
 def disk_full_message(exc: BaseException, what: str) -> str:
     where = getattr(exc, "filename", None)
     return (
-        f"no space left writing {where or what} ({str(exc)[:120]}): free space (or raise the "
+        f"no space left writing {where or what} ({redact(str(exc))[:120]}): free space (or raise the "
         "file-size limit), then run the same command: what was written before is intact, and runs "
         "resume from their last checkpoint"
     )
+
+
+def path_problem(path: str | Path, exc: OSError, writing: bool = True) -> str:
+    """What is wrong with ``path``, in words, after ``exc`` (an OSError): a part of it that is a
+    file where a directory is needed; when ``writing`` (making or writing it), also a directory
+    not writable by this user, a read-only file system, a place that takes no new entries (/proc,
+    /sys); else the system's own words."""
+
+    path = Path(path)
+    anc = next((a for a in [path, *path.parents] if os.path.lexists(a)), None)
+    if anc is not None and anc != path and not anc.is_dir():
+        return f"{anc} is a file, not a directory"
+    if anc == path and exc.errno in (errno.EEXIST, errno.ENOTDIR) and not path.is_dir():
+        return f"{path} is a file, not a directory"
+    if not writing:
+        return (exc.strerror or str(exc)).lower()
+    if exc.errno == errno.EROFS:
+        return f"{anc or path} is on a read-only file system"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{anc or path} is not writable by this user (permission denied)"
+    if exc.errno == errno.ENOENT and anc is not None and anc != path:
+        if not os.access(anc, os.W_OK):
+            return f"{anc} is not writable by this user"
+        return f"{anc} takes no new files or directories (a special or read-only file system)"
+    return (exc.strerror or str(exc)).lower()
 
 
 def describe(exc: BaseException, what: str = "files") -> str:
@@ -62,7 +95,7 @@ def describe(exc: BaseException, what: str = "files") -> str:
         return str(exc)
     if disk_full(exc):
         return disk_full_message(exc, what)
-    return f"{type(exc).__name__}: {exc}"
+    return redact(f"{type(exc).__name__}: {exc}")
 
 
 def suggest(name: str, valid: Iterable[str]) -> str:
@@ -125,7 +158,7 @@ def _resolve_container_loc(model: type[BaseModel], loc: Sequence[Any]) -> type[B
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = redact(repr(value))  # before it is cut: a cut URI would no longer show its password
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -10,6 +10,7 @@ shows the traceback.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 
 import typer
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     except SixblanksError as exc:
         if debug:
             raise
-        for line in exc.problems:
+        for line in exc.problems:  # masked where made (SixblanksError)
             sys.stderr.write(f"error: {line}\n")
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
@@ -67,12 +68,18 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(exc.exit_code)
         if debug:
             raise
-        from ..errors import disk_full, disk_full_message
+        from ..errors import disk_full, disk_full_message, path_problem
+        from ..redact import redact
 
         if disk_full(exc):  # the orchestrator's own files (experiment.json, the store, a report)
             sys.stderr.write(f"error: {disk_full_message(exc, 'the output directory')}\n")
             sys.exit(1)
+        if isinstance(exc, OSError) and isinstance(exc.filename, (str, os.PathLike)):
+            # a file that cannot be read or written: which one and why, as a sentence
+            problem = path_problem(exc.filename, exc, writing=False)
+            sys.stderr.write(redact(f"error: {exc.filename}: {problem}\n"))
+            sys.exit(1)
         sys.stderr.write(
-            f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)\n"
+            redact(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)\n")
         )
         sys.exit(1)

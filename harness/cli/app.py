@@ -60,7 +60,28 @@ def _root(
 
 def say(*args: Any, **kwargs: Any) -> None:
     if not STATE["quiet"]:
-        out.print(*args, **kwargs)
+        show(*args, **kwargs)
+
+
+def show(*args: Any, console: Console | None = None, **kwargs: Any) -> None:
+    """``console.print`` (default: standard output), tables whole: each column folds a long value
+    onto further lines rather than cutting it (a run id or counter name cut to ``launched_toke…``
+    names nothing), and where the output is no terminal (a file, a pipe) a table gets the width
+    it needs, however wide: no terminal's width limits it there, and a reader greps its lines."""
+
+    console = console or out
+    tables = [a for a in args if isinstance(a, Table)]
+    for table in tables:
+        for column in table.columns:
+            column.overflow = "fold"
+    if tables and not console.is_terminal:
+        from rich.measure import Measurement
+
+        wide = console.options.update_width(1_000_000)
+        need = max(Measurement.get(console, wide, t).maximum for t in tables)
+        if need > console.width:  # print(width=) cannot go past the console's: one as wide
+            console = Console(file=console.file, width=need, highlight=False, soft_wrap=True)
+    console.print(*args, **kwargs)
 
 
 def dump_json(data: Any) -> None:

@@ -21,6 +21,7 @@ from .app import (
     out,
     plan_table,
     say,
+    show,
     warn,
 )
 
@@ -139,7 +140,7 @@ def explain(
             }
         )
         return
-    out.print(_blanks_table(view, all_))
+    show(_blanks_table(view, all_))
     if view.hidden:
         say(
             f"[dim]{view.hidden} fields that apply to no column are hidden (--all shows them)[/dim]"
@@ -147,7 +148,7 @@ def explain(
     for label, lines in notes.items():
         for line in [*lines, *derived[label]]:
             say(f"[dim]{label}:[/dim] {line}")
-    out.print(_weights_table(modes))
+    show(_weights_table(modes))
     for line in EQUIVALENCES:
         say(f"[dim]- {line}[/dim]")
     for label, items in checklists.items():
@@ -156,7 +157,7 @@ def explain(
         table.add_column("answer")
         for item, answer in items:
             table.add_row(item, answer)
-        out.print(table)
+        show(table)
 
 
 def _weights_table(modes: dict[str, str]) -> Table:
@@ -202,7 +203,7 @@ def _list_presets(as_json: bool) -> None:
     table.add_column("summary")
     for n, p in sorted(PRESETS.items()):
         table.add_row(n, p.summary)
-    out.print(table)
+    show(table)
 
 
 def _named_blanks(names: list[str], config: Path | None) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,6 +27,7 @@ from .app import (
     out,
     plan_table,
     say,
+    show,
     warn,
 )
 
@@ -298,6 +300,7 @@ def status(
     import time as _time
 
     from ..orchestration.progress import budget_fraction
+    from ..redact import redact_opt
 
     exp_dir = experiment_dir(directory, "run `sixblanks run` first")
     run_ids = exp_dir.read_experiment()["runs"]
@@ -322,7 +325,7 @@ def status(
                 "last_eval": st.get("last_eval"),
                 "time_overshoot_bound": st.get("time_overshoot_bound"),
                 "eta_seconds": eta,
-                "error": st.get("error"),
+                "error": redact_opt(st.get("error")),
             }
         )
     if as_json:
@@ -348,7 +351,7 @@ def status(
             ev,
             eta,
         )
-    out.print(table)
+    show(table)
 
 
 def _used(row: dict[str, Any], counter: str, limit: float) -> str:
@@ -366,18 +369,29 @@ def sync(directory: Annotated[Path, typer.Argument(help="Experiment output direc
 
     from ..config import validate_mapping
     from ..orchestration.tracking import Tracker, tracking_uri
+    from ..redact import is_redacted, without_userinfo
 
     exp_dir = experiment_dir(directory)
     exp = exp_dir.read_experiment()
     cfg = validate_mapping(exp["config"] | {"tasks": exp["config"]["tasks"]})
     fairness = read_json(exp_dir.fairness)
     t = cfg.tracking
-    state = Tracker(
-        directory, tracking_uri(t.uri, directory), t.experiment or cfg.name, enabled=True
-    ).sync(exp["runs"], fairness, [exp_dir.report] if exp_dir.report.exists() else None)
+    uri, hint = tracking_uri(t.uri, directory), ""
+    if is_redacted(uri):
+        # experiment.json keeps no password: MLFLOW_TRACKING_URI where set, else the stored
+        # server with the credentials MLflow reads from its own variables
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or without_userinfo(uri)[0]
+        hint = (
+            " (experiment.json keeps no password: set MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_URI)"
+        )
+    state = Tracker(directory, uri, t.experiment or cfg.name, enabled=True).sync(
+        exp["runs"], fairness, [exp_dir.report] if exp_dir.report.exists() else None
+    )
     if state.get("last_error"):
         raise SixblanksError(
-            f"MLflow unreachable: {state['last_error']}; {len(state['pending'])} run(s) still pending"
+            f"MLflow unreachable: {state['last_error']}; {len(state['pending'])} run(s) still "
+            f"pending{hint}"
         )
     say(f"synced {len(state['synced'])} run(s) to MLflow; pending: {len(state['pending'])}")
 

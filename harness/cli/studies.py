@@ -20,8 +20,8 @@ from .app import (
     app,
     dump_json,
     err,
-    out,
     say,
+    show,
     warn,
 )
 
@@ -67,7 +67,7 @@ def ladder(
                 style="bold" if is_verdict else None,
                 end_section=is_verdict,
             )
-        out.print(table)
+        show(table)
         exp_dir = ExperimentDir(out_path)
         say(f"recorded in {exp_dir.results_db} (table ladder) and {exp_dir.ladder}")
     failed = first_failure(results)

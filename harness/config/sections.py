@@ -8,15 +8,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     field_validator,
     model_serializer,
     model_validator,
 )
 
 from sixblanks.algorithms.presets import PRESETS
+
+from ..redact import known, redact_opt
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 Budget = dict[str, PositiveFloat]
@@ -558,12 +562,22 @@ class ArmConfig(Section):
         return out
 
 
+Credentialed = Annotated[
+    str | None, AfterValidator(known), PlainSerializer(redact_opt, return_type=str | None)
+]
+"""An address that may carry user-info (``scheme://user:password@host``): the field holds the real
+value, to connect with; every dump of it (the stored definition, experiment.json, MLflow, reports)
+writes the password masked (:mod:`~sixblanks.harness.redact`), so it never reaches a file, a
+message or a result's identity. A dump validated again in the same process gets the real value
+back (:func:`~sixblanks.harness.redact.known`)."""
+
+
 class ExecutorConfig(Section):
     kind: Literal["local", "ray"] = "local"
     workers: int | None = Field(
         None, ge=1, description="Parallel runs; None: a sensible default for the machine."
     )
-    address: str | None = Field(
+    address: Credentialed = Field(
         None, description="Ray: address of an existing cluster; None starts a local one."
     )
     num_cpus: float = Field(1.0, gt=0, description="Ray: CPUs per run.")
@@ -598,9 +612,11 @@ class ExecutorConfig(Section):
 
 class TrackingConfig(Section):
     mlflow: bool = True
-    uri: str | None = Field(
+    uri: Credentialed = Field(
         None,
-        description="Tracking URI; None: MLFLOW_TRACKING_URI or sqlite in the output directory.",
+        description="Tracking URI; None: MLFLOW_TRACKING_URI or sqlite in the output directory. "
+        "A password in it is used to connect and shown nowhere (`user:***@`); better, give it in "
+        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD.",
     )
     experiment: str | None = Field(
         None, description="MLflow experiment name; None: the experiment's name."

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from .sections import (
     Budget,
+    Credentialed,
     Section,
 )
 
@@ -82,8 +83,11 @@ class SweepConfig(Section):
     pruner: Literal["median", "successive_halving", "hyperband", "none"] = "successive_halving"
     trial_budget: Budget = Field(default_factory=dict)
     total_budget: Budget = Field(default_factory=dict)
-    storage: str | None = Field(
-        None, description="Optuna storage URL; None: a journal file in the output directory."
+    storage: Credentialed = Field(
+        None,
+        description="Optuna storage URL; None: a journal file in the output directory. A password "
+        "in it is used to connect and shown nowhere (`user:***@`); better, leave it out and set "
+        "PGPASSWORD or a PGPASSFILE.",
     )
     space: dict[str, dict[str, ParamSpace]] = Field(
         default_factory=dict,

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import SixblanksError
+from ..errors import SixblanksError, disk_full, path_problem
+from ..redact import redact
 
 LOCK_NAME = ".sixblanks.lock"
 
@@ -31,6 +32,12 @@ class DirectoryBusy(SixblanksError):
     """Another sixblanks process is writing the output directory (exit code 3)."""
 
     exit_code = 3
+
+
+class OutputUnwritable(SixblanksError):
+    """The output directory cannot be made or written (exit code 2: a wrong ``--out``)."""
+
+    exit_code = 2
 
 
 def _holder(info: dict[str, Any]) -> str:
@@ -68,12 +75,18 @@ class OutDirLock:
         self.key: Path | None = None
 
     def __enter__(self) -> OutDirLock:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._unwritable(exc) from None
         self.key = self.dir.resolve()
         if self.key in _HELD:
             _HELD[self.key] += 1
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise self._unwritable(exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -94,7 +107,7 @@ class OutDirLock:
             "host": socket.gethostname(),
             "command": self.command,
             "started": time.time(),
-            "argv": sys.argv,
+            "argv": [redact(a) for a in sys.argv],  # a URI given on the command line, masked
         }
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
@@ -103,6 +116,18 @@ class OutDirLock:
         self.fd = fd
         _HELD[self.key] = 1
         return self
+
+    def _unwritable(self, exc: OSError) -> Exception:
+        """The error a failed mkdir or open of the lock file becomes: a plain sentence naming the
+        directory and what is wrong with it (a full disk is said as such elsewhere)."""
+
+        if disk_full(exc):
+            return exc
+        return OutputUnwritable(
+            f"output directory {self.dir}: cannot be created or written: "
+            f"{path_problem(getattr(exc, 'filename', None) or self.dir, exc)}; choose another "
+            "output directory (--out)"
+        )
 
     def __exit__(self, *exc: Any) -> None:
         assert self.key is not None

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..redact import redact
+
 
 def budget_fraction(status: dict[str, Any]) -> float:
     """How far a run is through its budget: the largest used fraction of any limited counter."""
@@ -148,7 +150,7 @@ def runs_progress(progress: bool | str, run_dir: Callable[[str], Any], todo: lis
             if last:
                 info += f" | eval {last['score']:.3f}"
             if st.get("state") == "failed":
-                info = "FAILED: " + str(st.get("error", ""))[:60]
+                info = "FAILED: " + redact(str(st.get("error", "")))[:60]
             prog.update(
                 ids[s["run_id"]],
                 completed=1.0 if st.get("state") == "finished" else frac,
@@ -180,7 +182,7 @@ def plain_progress(run_dir: Callable[[str], Any], todo: list[dict[str, Any]]):
             state, key = st.get("state"), end_key(st)
             if state in ("finished", "failed") and key != ends[rd.run_id]:
                 ends[rd.run_id] = key
-                what = "FAILED: " + str(st.get("error", ""))[:200] if state == "failed" else (
+                what = "FAILED: " + redact(str(st.get("error", "")))[:200] if state == "failed" else (
                     f"finished after {st.get('step', '?')} steps"
                 )  # fmt: skip
                 say(f"{name}: {what}")

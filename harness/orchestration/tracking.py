@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..layout import ExperimentDir, read_json, write_json
+from ..redact import redact
 from ..version import code_fingerprint
 
 PARAM_MAX = 6000
@@ -38,6 +39,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
             _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
     else:
         text = json.dumps(value, default=str) if not isinstance(value, str) else value
+        text = redact(text)  # no parameter carries a password, whatever a spec comes to hold
         if len(text) > PARAM_MAX:
             text = text[: PARAM_MAX - 20] + "...(truncated)"
         out[prefix[:KEY_MAX]] = text
@@ -144,7 +146,9 @@ class Tracker:
             state["pending"] = sorted(
                 set(state.get("pending", [])) | {r for r in todo if r not in state["synced"]}
             )
-            state["last_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            # MLflow's errors quote the request's URL, user-info included: masked before it is
+            # cut (a cut URI would no longer be recognised) and before it reaches the file
+            state["last_error"] = f"{type(exc).__name__}: {redact(str(exc))[:300]}"
         write_json(self.dir.mlflow_sync, state)
         return state
 
@@ -194,7 +198,8 @@ class Tracker:
 
 class SyncBeside:
     """:meth:`Tracker.sync` from a spawned process of its own, started at the top of a command
-    (MLflow imported while the runs run): :meth:`send` hands it the runs once
+    (MLflow imported while the runs run; the tracking URI, credentials included, reaches it
+    through the pipe that starts it, never a file or its command line): :meth:`send` hands it the runs once
     they are done, :meth:`artifacts` the files to add once written (the report, built meanwhile:
     the two share no files and each keeps a core busy). Leaving the ``with`` block waits for it;
     an error in the block stops it before the runs it was not yet sent (as an in-process sync that
