@@ -63,8 +63,9 @@ def test_validate_cautions_absolute_bounds_under_a_measured_scale(cli, write_yam
     }
     code, out, _ = cli("validate", write_yaml(json.dumps(cfg)), "--json")
     notes = json.loads(out)["cautions"]
-    assert code == 0 and len(notes) == 1
+    assert code == 0 and len(notes) == 2
     assert notes[0].startswith("arms.g: weight.eps_low/eps_high with weight.clip_scale")
+    assert notes[1].startswith("arms.p: absolute clip bounds on a sequence ratio")
 
 
 def _dapo(initial, cache):

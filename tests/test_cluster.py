@@ -80,12 +80,14 @@ def _placements(out) -> list[dict]:
 
 
 def test_runs_and_a_sweep_spread_over_two_nodes_with_postgres_and_an_mlflow_server(
-    servers, cluster, tmp_path, cli
+    servers, cluster, tmp_path, cli, monkeypatch
 ):
     """`sixblanks run` on the two-node cluster, tracked on the MLflow server: its two runs (one CPU
     each, one CPU per node) land one on each node, write their directories where the orchestrator
     reads them (the shared-storage probe passes), are ingested once, give the numbers the local
-    executor gives, and reach MLflow. Then
+    executor gives, and reach MLflow. Their task reads a data file named relative to the experiment
+    file, from a command started in another directory: the workers, in directories of their own,
+    find it. Then
     `sixblanks sweep` with its study in PostgreSQL, two trials at once: one trial on each node,
     both in the database, the search total kept."""
 
@@ -97,7 +99,13 @@ def test_runs_and_a_sweep_spread_over_two_nodes_with_postgres_and_an_mlflow_serv
     executor = {"kind": "ray", "address": cluster.address, "num_cpus": 1}
     tracking = {"uri": ml.url, "experiment": "cluster"}
     out = tmp_path / "run"
-    path = _config(tmp_path, "cluster-run", seeds=[0, 1], executor=executor, tracking=tracking)
+    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(9) for b in range(9)]
+    (tmp_path / "sums.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = {"name": "dataset", "params": {"path": "sums.jsonl"}, "eval_size": 8}
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    run = {"seeds": [0, 1], "task": task}
+    path = _config(tmp_path, "cluster-run", executor=executor, tracking=tracking, **run)
     code, _, err = cli("run", path, "--out", str(out), "--no-progress")
     assert code == 0, err
     placed = _placements(out)
@@ -112,8 +120,8 @@ def test_runs_and_a_sweep_spread_over_two_nodes_with_postgres_and_an_mlflow_serv
     assert dict(query(out, "SELECT run_id, count(*) FROM ledger GROUP BY run_id")) == steps
     # the same experiment on the local executor gives the same numbers, run for run
     local = tmp_path / "local"
-    path = _config(tmp_path, "cluster-run", seeds=[0, 1], executor={"workers": 2},
-                   tracking={"mlflow": False})  # fmt: skip
+    local_run = {"executor": {"workers": 2}, "tracking": {"mlflow": False}}
+    path = _config(tmp_path, "cluster-run", **run, **local_run)
     code, _, err = cli("run", path, "--out", str(local), "--no-progress")
     assert code == 0, err
     assert _results(local) == _results(out) and len(_results(out)) == 2

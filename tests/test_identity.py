@@ -129,16 +129,16 @@ def test_editing_the_data_or_a_deep_helper_of_the_verifier_trains_afresh(
     config = write_yaml(json.dumps(experiment(str(data))))
     out = tmp_path / "out"
 
-    def run() -> tuple[str, dict]:
+    def run() -> tuple[str, dict, str]:
         code, _, err = cli("run", config, "--out", str(out), "--no-progress")
         assert code == 0, err
         (run_id,) = json.loads((out / "experiment.json").read_text())["runs"]
         status = json.loads((out / "runs" / run_id / "status.json").read_text())
         assert status["state"] == "finished"
         spec = json.loads((out / "runs" / run_id / "spec.json").read_text())
-        return run_id, spec
+        return run_id, spec, " ".join(err.split())
 
-    first, spec1 = run()
+    first, spec1, _ = run()
     assert set(spec1["task_inputs"]["modules"]) == {
         "idpkg",
         "idpkg.verify",
@@ -146,8 +146,9 @@ def test_editing_the_data_or_a_deep_helper_of_the_verifier_trains_afresh(
         "idpkg.leaf",
     }
     (user_tree / "leaf.py").write_text("def norm(s):\n    return s.strip().lstrip('0') or '0'\n")
-    second, spec2 = run()
+    second, spec2, said = run()
     assert second != first
+    assert f"grpo seed 0: module idpkg.leaf changed since run {first}; run {second}" in said
     changed = {
         m
         for m, h in spec2["task_inputs"]["modules"].items()
@@ -155,8 +156,9 @@ def test_editing_the_data_or_a_deep_helper_of_the_verifier_trains_afresh(
     }
     assert changed == {"idpkg.leaf"}
     write_rows(data, [{**ROWS[0], "answer": "1"}, *ROWS[1:]])
-    third, spec3 = run()
+    third, spec3, said = run()
     assert third not in (first, second)
+    assert f"grpo seed 0: data file {data} changed since run {second}; run {third}" in said
     assert spec3["warm_start_key"] != spec2["warm_start_key"]
     assert spec3["task_inputs"]["files"] != spec2["task_inputs"]["files"]
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted([first, second, third])

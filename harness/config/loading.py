@@ -183,8 +183,8 @@ def _model_and_eval_problems(data: dict[str, Any]) -> list[str]:
     path, gguf = model.get("path"), model.get("gguf")
     if isinstance(path, str) and not Path(path).is_dir():
         problems.append(
-            f"model.path: {path!r} is not a directory (a local Hugging Face model directory, "
-            "relative to the current directory)"
+            f"model.path: {path!r} is not a directory (a local Hugging Face model directory; a "
+            "relative path is read from the experiment file's directory)"
         )
     if isinstance(gguf, str):
         from ..models import ModelError, resolve_gguf

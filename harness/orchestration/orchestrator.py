@@ -146,6 +146,8 @@ class Orchestrator:
         self.specs = list(specs)
         if self.reuse_finished:
             self.specs = self.reuse(self.specs)
+        for line in self.changed_inputs(self.specs):
+            self.log(line)
         from ..config import resolved_dict
 
         write_json(
@@ -198,6 +200,41 @@ class Orchestrator:
                 spec = old
             out.append(spec)
         return out
+
+    def changed_inputs(self, specs: list[dict[str, Any]]) -> list[str]:
+        """A line for each run trained afresh because a data file or user module changed since a
+        finished run of the same configuration, naming what changed (such a run is never reused:
+        its id holds its inputs)."""
+
+        from .data_files import changed_inputs
+
+        def rest(spec: dict[str, Any]) -> str:  # the spec but what an input's edit changes
+            volatile = ("run_id", "task_inputs", "arm_inputs", "warm_start_key")
+            return spec_id({k: v for k, v in spec.items() if k not in volatile})
+
+        def inputs(spec: dict[str, Any]) -> dict[str, dict[str, str]]:
+            t, a = spec.get("task_inputs", {}), spec.get("arm_inputs", {})
+            return {k: {**t.get(k, {}), **a.get(k, {})} for k in ("files", "modules")}
+
+        todo = {rest(s): s for s in specs if not self.dir.run(s["run_id"]).spec.exists()}
+        if not todo or not self.runs_dir.exists():
+            return []
+        lines = []
+        runs = [self.dir.run(d.name) for d in self.runs_dir.iterdir()]
+        planned = [
+            r for r in runs if r.spec.exists()
+        ]  # the latest first: what the last command ran
+        for run in sorted(planned, key=lambda r: r.spec.stat().st_mtime_ns, reverse=True):
+            old = run.read_spec()
+            new = todo.pop(rest(old), None)
+            if new is None:
+                continue
+            what = changed_inputs(inputs(old), inputs(new)) or ["the warm start"]
+            lines.append(
+                f"{new['arm']} seed {new['seed']}: {', '.join(what)} changed since run "
+                f"{old['run_id']}; run {new['run_id']} trains afresh"
+            )
+        return lines
 
     def pending(self) -> list[dict[str, Any]]:
         return [

@@ -149,9 +149,11 @@ NOTES: dict[str, dict[str, str]] = {
         "flagged), a run consumed < 90% of the matched budget, or a run was made by other code",
         "reason": "why it is flagged (which keys differ)",
         "value, reference": "the arm's value and the experiment's (JSON): content hashes of the "
-        "tokenizer (vocabulary and merges, whole tokenizer, chat template), of the task's modules "
-        "(its class, its environment and the helpers they import, a user's task module among "
-        "them) and verifier source, resolved task parameters, the reasoning-gym version, every "
+        "tokenizer (vocabulary and merges, whole tokenizer, chat template), of the task's class and "
+        "verifier source, the task's inputs as each run recorded them (the content of every data "
+        "file it reads; the source of each user module it calls: a task class, a verifier, a "
+        "judge, and every module they import from the user's tree, at any depth), resolved task "
+        "parameters, the reasoning-gym version, every "
         "reward-shaping term, sampling, limits, the global batch (configured, and measured: the "
         "prompts whose group reached an update, optimizer steps per 1000 accepted tokens), the "
         "evaluation scaffold, the search "

@@ -58,7 +58,8 @@ def read_pairs(path: str) -> tuple[Pair, ...]:
     p = Path(path)
     if not p.is_file():
         raise PairsFileError(
-            f"data.pairs.file: '{path}' is not a file (relative to the current directory)"
+            f"data.pairs.file: '{path}' is not a file (a relative path is read from the "
+            "experiment file's directory)"
         )
     if p.suffix not in FORMATS:
         raise PairsFileError(
