@@ -10,8 +10,9 @@ with a block::
 and the build replaces the block with ``GENERATORS[NAME]()``:
 
 - ``experiment-keys``: every section and key of the experiment file with its type, default and
-  description, from the JSON Schema that ``sixblanks schema`` writes (``ExperimentConfig``), the
-  blanks an arm may override (``Blanks``) and the ledger counters a budget may limit;
+  description, from the JSON Schema that ``sixblanks schema`` writes (``ExperimentConfig``; an
+  arm's ``blanks`` are in it, as the override schema that ``ArmConfig`` derives from ``Blanks``)
+  and the ledger counters a budget may limit;
 - ``layout``: every module of ``sixblanks/``, ``algorithms/``, ``budgets/``, ``harness/`` and
   ``reports/`` with the first paragraph of its docstring (read with ``ast``: nothing imported).
 
@@ -114,12 +115,18 @@ class _Schema:
             nullable = any(a.get("type") == "null" for a in s["anyOf"])
             return " or ".join(kinds) + (" or null" if nullable else "")
         if "enum" in s:
-            return "one of " + ", ".join(_code(v) for v in s["enum"])
+            values = s["enum"]
+            spelt = [v for v in values if isinstance(v, str) and v.replace("_", "-") in values]
+            spelt = [v for v in spelt if "_" in v]  # another spelling of a hyphenated choice
+            text = "one of " + ", ".join(_code(v) for v in values if v not in spelt)
+            return text + (", `_` for `-` too" if spelt else "")
         if "const" in s:
             return _code(s["const"])
         t = s.get("type")
         if t == "array":
-            items = s.get("items")
+            items, fixed = s.get("items"), s.get("prefixItems")
+            if fixed and s.get("minItems") == s.get("maxItems") == len(fixed):  # a tuple
+                return f"list of {len(fixed)}: " + ", ".join(self.type_of(i) for i in fixed)
             text = f"list of {self.type_of(items)}" if items else "list"
             return text + (f", at least {s['minItems']}" if "minItems" in s else "")
         if t == "object" and "properties" not in s:
@@ -154,7 +161,10 @@ class _Schema:
                 kind = f"object, [below](#{_anchor(full)})"
                 if "anyOf" in prop:
                     kind += " or null"
-                default = "see below" if "default" not in prop or prop["default"] else "`null`"
+                if "default" in prop and prop["default"] in (None, {}):  # none; an empty override
+                    default = _code(prop["default"])
+                else:
+                    default = "see below"
                 sections.append((full, sub, prop.get("description", "")))
                 self.anchors.setdefault(sub.get("title", ""), full)
             else:
@@ -188,11 +198,20 @@ def _table(rows: list[str]) -> list[str]:
 
 
 def _render_sections(
-    schema: _Schema, sections: list[tuple[str, dict[str, Any], str]], level: int
+    schema: _Schema,
+    sections: list[tuple[str, dict[str, Any], str]],
+    level: int,
+    apart: dict[str, tuple[str, dict[str, Any], str]] | None = None,
 ) -> list[str]:
+    """Each section's heading, text and key table, depth first; a section whose path is a key of
+    ``apart`` is not rendered but put there (with its subsections), for the caller to place."""
+
     out: list[str] = []
     while sections:
         path, obj, desc = sections.pop(0)
+        if apart is not None and path in apart:
+            apart[path] = (path, obj, desc)
+            continue
         out.append(f"{'#' * level} `{path}` {{#{_anchor(path)}}}")
         out.append("")
         text = desc or obj.get("description", "")
@@ -288,36 +307,31 @@ def _budget_keys(prop: dict[str, Any]) -> list[str]:
     return out
 
 
-def _arm_keys(schema, prop: dict[str, Any]) -> list[str]:
-    """The ``arms.<arm>`` section and every blank an arm may override."""
+def _arm_keys(schema: _Schema, prop: dict[str, Any]) -> list[str]:
+    """The ``arms.<arm>`` section, then ``arms.<arm>.blanks`` with a subsection per blank: the
+    override schema that ``ArmConfig`` puts in the experiment file's schema (``Blanks``'s)."""
 
-    from sixblanks.algorithms.blanks import Blanks
-
-    out: list[str] = []
+    blanks_path = "arms.<arm>.blanks"
     arm = schema.resolve(prop["additionalProperties"])
-    arm_md = _render_sections(
-        schema, [("arms.<arm>", arm, "One arm: a preset and its overrides.")], 3
+    apart: dict[str, tuple[str, dict[str, Any], str]] = {blanks_path: ("", {}, "")}
+    out = _render_sections(
+        schema, [("arms.<arm>", arm, "One arm: a preset and its overrides.")], 3, apart
     )
+    path, blanks, desc = apart[blanks_path]
+    if not blanks:
+        raise ValueError(f"the experiment file's schema has no keys under {blanks_path}")
     out += [
-        line.replace("| mapping |", "| mapping, [below](#arms-arm-blanks) |")
-        if line.startswith("| `arms.<arm>.blanks` |")
-        else line
-        for line in arm_md
-    ]
-    blanks_raw = Blanks.model_json_schema()
-    _fill_factory_defaults(Blanks, blanks_raw)
-    blanks = _Schema(blanks_raw)
-    out += [
-        "### `arms.<arm>.blanks` {#arms-arm-blanks}",
+        f"### `{path}` {{#{_anchor(path)}}}",
         "",
-        "Overrides of the preset's blanks, by dotted path (`weight.eps_high`); the "
-        "defaults below are the template's, which a preset changes (`sixblanks explain "
-        "PRESET`). The blanks are described in [the six blanks](../algorithms.md).",
+        _rst_to_md(" ".join(desc.split())) + " The blanks are described in "
+        "[the six blanks](../algorithms.md). A key with no default (`-`) must be given where the "
+        "preset leaves its section unset (`null`); the checks that join several blanks are "
+        "`sixblanks validate`'s.",
         "",
     ]
     nested: list[tuple[str, dict[str, Any], str]] = []
-    out += _table(blanks.rows(blanks_raw, "arms.<arm>.blanks", nested))
-    out += _render_sections(blanks, nested, 4)
+    out += _table(schema.rows(blanks, path, nested))
+    out += _render_sections(schema, nested, 4)
     return out
 
 

@@ -521,12 +521,88 @@ class FaultConfig(Section):
 
 
 class ArmConfig(Section):
+    @staticmethod
+    def _blanks_schema(schema: dict[str, Any]) -> None:
+        """The JSON Schema of ``blanks`` (pydantic validates a plain dict, merged into the preset's
+        blanks by :func:`~sixblanks.algorithms.presets.resolve`): ``Blanks``'s own schema as an
+        override, every key optional at every depth and unknown keys refused as the blank models
+        refuse them; its references (``$ref``) inlined (the experiment file's ``$defs`` are not
+        Blanks'), and each string choice's underscore spelling added where the model itself
+        accepts it (``normalization.mode: token_sum``). Made when the schema is, from the models:
+        nothing here is a copy."""
+
+        from pydantic import BaseModel, ValidationError
+
+        from sixblanks.algorithms.blanks import Blanks
+
+        raw = Blanks.model_json_schema()
+        defs: dict[str, Any] = raw.pop("$defs", {})
+        models: dict[str, type[BaseModel]] = {}
+
+        def collect(tp: Any) -> None:
+            if isinstance(tp, type) and issubclass(tp, BaseModel):
+                if tp.__name__ not in models:
+                    models[tp.__name__] = tp
+                    for f in tp.model_fields.values():
+                        collect(f.annotation)
+            for arg in getattr(tp, "__args__", ()) or ():
+                collect(arg)
+
+        collect(Blanks)
+        for name, model in models.items():
+            obj = raw if model is Blanks else defs.get(name, {})
+            for key, prop in obj.get("properties", {}).items():
+                for alt in [prop, *prop.get("anyOf", [])]:
+                    choices = alt.get("enum", [])
+                    for value in [v for v in choices if isinstance(v, str) and "-" in v]:
+                        spelt = value.replace("-", "_")
+                        if spelt in choices:
+                            continue
+                        try:
+                            model.model_validate({key: spelt})
+                        except ValidationError as exc:
+                            if any(e["loc"][:1] == (key,) for e in exc.errors()):
+                                continue  # refused: another field's error is not this one's
+                        choices.append(spelt)
+
+        subschemas = ("items", "additionalProperties", "not", "if", "then", "else")
+
+        def override(node: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
+            if "$ref" in node:
+                name = node["$ref"].rsplit("/", 1)[-1]
+                if name in seen:
+                    raise ValueError(f"blanks schema: {name} contains itself")
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return override({**defs[name], **rest}, (*seen, name))
+            out: dict[str, Any] = {}
+            for k, v in node.items():
+                if k == "required":
+                    continue  # an override: the preset's value stands for a key left out
+                if k == "properties":
+                    out[k] = {p: override(s, seen) for p, s in v.items()}
+                elif k in ("anyOf", "oneOf", "allOf", "prefixItems"):
+                    out[k] = [override(s, seen) for s in v]
+                elif k in subschemas and isinstance(v, dict):
+                    out[k] = override(v, seen)
+                else:
+                    out[k] = v
+            return out
+
+        blanks = override(raw)
+        schema["type"] = "object"
+        schema["properties"] = blanks["properties"]
+        schema["additionalProperties"] = blanks.get("additionalProperties", True)
+
     preset: str = Field(
         description="A preset name: sixblanks explain --list.",
         json_schema_extra={"enum": sorted(PRESETS)},  # an editor flags a misspelt preset
     )
     blanks: dict[str, Any] = Field(
-        default_factory=dict, description="Overrides of any blank field."
+        default_factory=dict,
+        description="Overrides of the preset's blanks: any field of any blank, nested as in the "
+        "blank (`weight: {eps_high: 0.28}`); a key left out keeps the preset's value (`sixblanks "
+        "explain PRESET`). The defaults shown are the template's, which a preset changes.",
+        json_schema_extra=_blanks_schema,
     )
     optimizer: OptimizerOverride = OptimizerOverride()
     rollout: RolloutOverride = RolloutOverride()
