@@ -10,11 +10,15 @@ config and seed.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import random
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -134,13 +138,99 @@ def cached_warm_start(directory: str | Path):
     return {**info, "cached": True}, identity
 
 
+def machine_cache() -> Path | None:
+    """The warm-start cache this machine's commands share: ``$SIXBLANKS_CACHE/warm_start``
+    (default ``~/.cache/sixblanks/warm_start``, beside the GGUF conversions); None where
+    ``SIXBLANKS_NO_CACHE`` is set (``sixblanks run --no-cache``)."""
+
+    if os.environ.get("SIXBLANKS_NO_CACHE"):
+        return None
+    root = Path(os.environ.get("SIXBLANKS_CACHE") or Path.home() / ".cache" / "sixblanks")
+    return root / "warm_start"
+
+
+@contextmanager
+def key_lock(shared: Path, key: str, log: Callable[[str], None] | None) -> Iterator[None]:
+    """This process's hold on warm-start ``key`` in the machine cache (an ``flock``, released by
+    the kernel if its holder dies): a second command with the same key waits for the first's
+    policy instead of training it again."""
+
+    shared.mkdir(parents=True, exist_ok=True)
+    fd = os.open(shared / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if log:
+                log(f"warm start: waiting for another command training the same one ({key})")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _copy_policy(src: Path, dst: Path) -> None:
+    """``src``'s files into ``dst`` (hard links where the file system allows, else copies), written
+    under a temporary name and renamed, so a reader never sees half a policy."""
+
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(src, tmp, copy_function=_link_or_copy)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if dst.exists():  # another writer was first: its copy is the same policy
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    tmp.rename(dst)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def warm_start(
-    cfg, tasks: list[Task], cache_root: str | Path, log: Callable[[str], None] | None = None
+    cfg,
+    tasks: list[Task],
+    cache_root: str | Path,
+    log: Callable[[str], None] | None = None,
+    shared: Path | None | bool = True,
 ):
-    """The common initial policy: (model, tokenizer, info). Cached under ``cache_root/<hash>``."""
+    """The common initial policy: (model, tokenizer, info). Cached under ``cache_root/<hash>``
+    (the experiment's own copy, which its runs load) and in the machine cache (``shared``: True,
+    :func:`machine_cache`; a directory; None or False: none), so another output directory with the
+    same key copies it instead of training it again."""
 
     key = warm_start_key(cfg, tasks)
     directory = Path(cache_root) / key
+    info_path = directory / WARM_START_JSON
+    shared_dir = machine_cache() if shared is True else (shared or None)
+    if info_path.exists() or shared_dir is None:
+        return _warm_start_in(cfg, tasks, key, directory, log)
+    with key_lock(shared_dir, key, log):
+        if (shared_dir / key / WARM_START_JSON).exists():
+            shutil.rmtree(directory, ignore_errors=True)  # a copy or a save cut short earlier
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            _copy_policy(shared_dir / key, directory)
+            if log:
+                log(f"warm start: {key} from the machine cache ({shared_dir}), not trained again")
+            return _warm_start_in(cfg, tasks, key, directory, log)
+        out = _warm_start_in(cfg, tasks, key, directory, log)
+        try:
+            _copy_policy(directory, shared_dir / key)
+        except OSError as exc:  # a full or read-only cache costs the next command a warm start only
+            if log:
+                log(f"warm start: not kept in the machine cache {shared_dir}: {exc}")
+        return out
+
+
+def _warm_start_in(cfg, tasks: list[Task], key: str, directory: Path, log):
+    """The warm start of ``key`` in ``directory``: loaded where it is there, else trained."""
+
     info_path = directory / WARM_START_JSON
     if info_path.exists():
         from ..models import load_pretrained
@@ -171,6 +261,10 @@ def warm_start(
         if batches:
             demo = TrajectoryBatch.concat(batches, tok.pad_token_id or 0)
             every = max(1, cfg.warm_start.steps // 5)
+            if log:
+                log(
+                    f"warm start: training {key}: {ws.steps} SFT steps on {demo.size} demonstrations"
+                )
 
             def progress(step: int, loss: float) -> None:
                 if log and (step % every == 0 or step == cfg.warm_start.steps - 1):
