@@ -5,6 +5,7 @@ the runs' files, the report) nor a result's identity."""
 
 import base64
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -195,7 +196,8 @@ def test_a_planted_password_appears_nowhere_in_the_output_directory_or_the_messa
     tracking.uri (the server answers its health check, then fails every call: MLflow's error
     quotes the URL) and in sweep.storage (stored with the definition): every file under the output
     directory and everything the command printed is free of it, while the password still reached
-    the server, as HTTP basic credentials. The runs table, piped, keeps every column whole."""
+    the server, as HTTP basic credentials. `sixblanks sync` later reaches the same server with
+    the credentials of MLflow's variables. The runs table, piped, keeps every column whole."""
 
     port, seen = tracking_server
     cfg = {
@@ -247,3 +249,16 @@ def test_a_planted_password_appears_nowhere_in_the_output_directory_or_the_messa
     header = [line for line in proc.stdout.splitlines() if "┃ arm" in line and "final" in line]
     assert len(header) == 1 and all(f" {counter} " in header[0] for counter in BUDGET), header
     assert "…" not in proc.stdout
+    # `sixblanks sync` later, in a process that never saw the password: experiment.json's masked
+    # address without its user-info, the credentials from MLflow's variables
+    seen.clear()
+    env = {**os.environ, "MLFLOW_TRACKING_USERNAME": "user", "MLFLOW_TRACKING_PASSWORD": SECRET}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    sync = subprocess.run(
+        [sys.executable, "-m", "sixblanks.harness.cli", "sync", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert sync.returncode == 1 and "MLFLOW_TRACKING_PASSWORD" in sync.stderr, sync.stderr
+    assert SECRET not in sync.stdout + sync.stderr
+    assert any(path.startswith("/api/") and auth == basic for path, auth in seen), seen
+    assert not [str(f) for f in out.rglob("*") if f.is_file() and SECRET.encode() in f.read_bytes()]
