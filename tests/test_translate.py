@@ -43,12 +43,22 @@ def lacking(t: Translation) -> set[str]:
 
 
 def experiment(t: Translation, budget: float = 3e7) -> dict:
-    """The default experiment with the translated arm as its only arm, and a budget one of the
-    framework's steps fits in (verl's GRPO step launches 1024 x 5 x 2048 tokens)."""
+    """The default experiment with the translated arm as its only arm, the experiment's settings
+    the translation names, and a budget one of the framework's steps fits in (verl's GRPO step
+    launches 1024 x 5 x 2048 tokens)."""
 
     exp = yaml.safe_load((ROOT / "experiments.yaml").read_text())
     exp["arms"] = {t.arm_name: t.arm()}
     exp["budget"] = {"launched_tokens": budget}
+
+    def merge(into: dict, new: dict) -> None:
+        for k, v in new.items():
+            if isinstance(v, dict) and isinstance(into.get(k), dict):
+                merge(into[k], v)
+            else:
+                into[k] = v
+
+    merge(exp, t.experiment)
     return exp
 
 
@@ -119,10 +129,17 @@ def test_verl_grpo_example_is_an_arm_the_validator_accepts():
     }
     assert fired(t) == {"off_policy_uncorrected", "default_aggregation", "dual_clip_default"}
     assert not t.not_represented and not t.unknown
-    assert "trainer.total_epochs" in t.ignored and "data.max_prompt_length" in t.ignored
+    assert "data.filter_overlong_prompts" in t.ignored and "data.truncation" in t.ignored
+    # read, not ignored: the prompt limit is the experiment's; 15 epochs of an unsized dataset
+    # are no budget, and the note says so
+    assert t.experiment == {"rollout": {"max_prompt_tokens": 1024}}
+    assert "data.max_prompt_length" not in t.ignored and "trainer.total_epochs" not in t.ignored
+    assert "trainer.total_epochs=15 passes" in t.budget_note
+    assert "optimizer_steps = 15 x (D // 1024) x 4" in t.budget_note  # 1024 / 256 mini-batches
     cfg = validate_mapping(experiment(t), "verl")
     b = cfg.resolved_blanks(t.arm_name)
     assert b.regularizer.loss_kl_estimator == "k3" and b.weight.dual_clip_c == 3.0
+    assert cfg.rollout.max_prompt_tokens == 1024
 
 
 def test_verl_defaults_are_ppo():
@@ -155,11 +172,22 @@ CASES = [
         },
     ),
     (
-        "TRL dr_grpo alone keeps the group std",
+        "TRL dr_grpo alone keeps the group std: Dr. GRPO with its std put back",
         "trl",
         {"loss_type": "dr_grpo"},
-        "grpo",
+        "dr_grpo",
         {"normalization.mode": "constant", "advantage.estimator": "group_norm"},
+    ),
+    (
+        "TRL dr_grpo with scale_rewards batch: Dr. GRPO's denominator, the raw rewards' batch std",
+        "trl",
+        {"loss_type": "dr_grpo", "scale_rewards": "batch"},
+        "dr_grpo",
+        {
+            "normalization.mode": "constant",
+            "advantage.estimator": "group_mean_batch_std",
+            "advantage.batch_std": "rewards",
+        },
     ),
     (
         "TRL cispo with epsilon_high 5: min(r, 5) is the band [0, 5]",
@@ -543,6 +571,145 @@ def test_trl_cispo_without_epsilon_high_is_named_not_represented():
     assert (b.weight.eps_low, b.weight.eps_high) == (1.0, 4.0)  # the recommended cap 5
     t = translate("trl", {"loss_type": "cispo", "epsilon_high": 0.5})
     assert "cispo_cap" in fired(t) and "epsilon_high" in lacking(t)
+
+
+# --------------------------------------------------------------------------- the experiment's settings
+
+
+def test_prompt_length_is_the_experiments_max_prompt_tokens(cli, tmp_path):
+    default = yaml.safe_load((ROOT / "experiments.yaml").read_text())
+    assert default.get("rollout", {}).get("max_prompt_tokens", 192) != 512  # else proves nothing
+    t = translate("trl", {"max_prompt_length": 512})  # GRPOConfig's until TRL 0.28
+    assert t.experiment == {"rollout": {"max_prompt_tokens": 512}}
+    assert "max_prompt_length" not in t.ignored and not t.unknown
+    mapped = {m["path"]: m for m in t.mapping}["rollout.max_prompt_tokens"]
+    assert (mapped["scope"], mapped["from"]) == ("experiment", ["max_prompt_length=512"])
+    assert validate_mapping(experiment(t), "trl").rollout.max_prompt_tokens == 512
+    assert "rollout" not in translate("trl", {}).experiment  # not a field of TRL f2cd577
+    assert "max_prompt_length" in lacking(translate("trl", {"max_prompt_length": None}))
+    # verl: its dataset's limit, 512 by default (_generated_ppo_trainer.yaml:509)
+    assert translate("verl", {}).experiment["rollout"] == {"max_prompt_tokens": 512}
+    t = translate("verl", {"data.max_prompt_length": 4096})
+    assert t.experiment["rollout"] == {"max_prompt_tokens": 4096}
+    assert "data.max_prompt_length" not in t.ignored
+    # the command prints them as commented YAML that parses back to the same settings
+    cfg = tmp_path / "trl.yaml"
+    cfg.write_text("max_prompt_length: 512\nmax_steps: 300\n")
+    code, out, err = cli("translate", "trl", str(cfg))
+    assert code == 0, err
+    lines = out.split("\n")
+    i = next(n for n, line in enumerate(lines) if line.startswith("# the experiment's settings"))
+    block = []
+    for line in lines[i + 1 :]:
+        if not line.startswith("#   "):
+            break
+        block.append(line[4:])
+    assert yaml.safe_load("\n".join(block)) == {
+        "rollout": {"max_prompt_tokens": 512},
+        "budget": {"optimizer_steps": 300},
+    }
+    assert list(yaml.safe_load(out)) == ["trl_grpo"]  # the arm alone outside the comments
+    code, out, _ = cli("translate", "trl", str(cfg), "--json", "--blanks-only")
+    assert json.loads(out)["experiment"]["rollout"] == {"max_prompt_tokens": 512}
+
+
+def test_trl_max_steps_is_the_budget_and_the_warm_up_counts_steps():
+    t = translate("trl", {"max_steps": 500, "warmup_ratio": 0.1})
+    assert t.experiment == {"budget": {"optimizer_steps": 500}}
+    assert t.optimizer["warmup_steps"] == 50  # ceil(0.1 x 500) updates, one per step
+    assert "max_steps=500" in t.budget_note and "max_steps" not in t.ignored
+    assert "warmup_ratio" not in lacking(t)
+    cfg = validate_mapping(experiment(t), "trl")
+    assert cfg.budget["optimizer_steps"] == 500
+    # four optimizer batches per generation batch: a sixblanks step makes 4 updates
+    t = translate("trl", {"max_steps": 502, "warmup_steps": 0.1, "steps_per_generation": 4})
+    assert blanks(t).data.minibatches == 4
+    assert t.experiment["budget"] == {"optimizer_steps": 502}
+    assert "the run ends after 125 steps, 2 updates short" in t.budget_note
+    assert t.optimizer["warmup_steps"] == 13  # ceil(0.1 x 502) = 51 updates, in steps of 4
+    # an integer warm-up counts updates too: 100 updates, 4 minibatches x 2 passes a step
+    fields = {"warmup_steps": 100, "steps_per_generation": 4, "num_iterations": 2}
+    assert translate("trl", fields).optimizer["warmup_steps"] == 13  # ceil(100 / 8)
+    assert translate("trl", {"warmup_steps": 100}).optimizer["warmup_steps"] == 100
+
+
+def test_trl_epochs_are_no_budget_and_say_why():
+    t = translate("trl", {"warmup_ratio": 0.1, "num_train_epochs": 2})
+    assert "budget" not in t.experiment
+    assert "num_train_epochs=2 passes" in t.budget_note
+    assert "dataset's size is not in the configuration" in t.budget_note
+    assert "optimizer_steps = 2 x (D // 1) x 1" in t.budget_note  # 8 sequences / 8 per prompt
+    assert "warmup_ratio" in lacking(t) and "warmup_steps" not in t.optimizer
+    assert "num_train_epochs" not in t.ignored
+
+
+def test_verl_total_training_steps_is_the_budget():
+    fields = {
+        AL + "adv_estimator": "grpo",
+        "trainer.total_training_steps": 200,
+        A + "optim.lr_warmup_steps_ratio": 0.05,
+        A + "ppo_epochs": 2,
+    }
+    t = translate("verl", fields)
+    # 200 steps x 2 epochs x (1024 prompts / 256 per mini-batch) optimizer updates
+    assert t.experiment["budget"] == {"optimizer_steps": 200 * 2 * 4}
+    assert t.optimizer["warmup_steps"] == 10  # int(0.05 x 200): verl's scheduler steps per step
+    assert "trainer.total_training_steps=200" in t.budget_note
+    assert validate_mapping(experiment(t, 1e12), "verl").budget["optimizer_steps"] == 1600
+    fields.pop("trainer.total_training_steps")
+    t = translate("verl", fields)
+    assert "budget" not in t.experiment and A + "optim.lr_warmup_steps_ratio" in lacking(t)
+    assert "trainer.total_epochs=30 (default) passes" in t.budget_note
+
+
+def test_dr_grpo_with_batch_std_is_named_for_dr_grpo():
+    t = translate("trl", {"loss_type": "dr_grpo", "scale_rewards": "batch"})
+    assert (t.preset, t.arm_name) == ("dr_grpo", "trl_dr_grpo")
+    b = blanks(t)
+    assert (b.advantage.estimator, b.normalization.mode) == ("group_mean_batch_std", "constant")
+    # the preset only starts the arm: the recipe's blanks are Lite PPO's scale under Dr. GRPO's Z
+    assert t.blanks["advantage"]["estimator"] == "group_mean_batch_std"
+    assert translate("trl", {"scale_rewards": "batch"}).preset == "lite_ppo"  # TRL's token-mean
+    assert translate("trl", {}).preset == "grpo"
+
+
+def test_dr_grpo_half_says_which_std_is_kept():
+    def detail(fields):
+        return next(tr.detail for tr in translate("trl", fields).traps if tr.id == "dr_grpo_half")
+
+    text = detail({"loss_type": "dr_grpo", "scale_rewards": "batch"})
+    assert "batch std" in text and "group std" not in text and "raw rewards" in text
+    text = detail({"loss_type": "dr_grpo"})
+    assert "group std" in text and "batch" not in text
+    assert "no std" in detail({"scale_rewards": "none"})
+
+
+def test_model_settings_are_the_experiments():
+    fields = {
+        "use_peft": True,
+        "lora_r": 32,
+        "lora_target_modules": ["q_proj", "v_proj"],
+        "dtype": "bfloat16",
+        "cast_lm_head_to_fp32": True,
+    }
+    t = translate("trl", fields)
+    assert t.experiment["model"] == {
+        "dtype": "bfloat16",
+        "fp32_lm_head": True,
+        # lora_alpha 32 and lora_dropout 0.05: TRL ModelConfig's defaults
+        "lora": {"r": 32, "alpha": 32.0, "dropout": 0.05, "target_modules": ["q_proj", "v_proj"]},
+    }
+    assert not set(fields) & set(t.ignored)
+    model = validate_mapping(experiment(t), "trl").model
+    assert (model.lora.r, model.lora.dropout, model.dtype) == (32, 0.05, "bfloat16")
+    assert "lora_target_modules" in lacking(translate("trl", {"use_peft": True}))
+    assert "model" not in translate("trl", {"lora_r": 64}).experiment  # no effect without use_peft
+    t = translate("verl", {"actor_rollout_ref.model.lora_rank": 64})
+    assert t.experiment["model"] == {
+        "lora": {"r": 64, "alpha": 16.0, "target_modules": "all-linear"}  # verl's defaults
+    }
+    assert not any("lora" in n for n in t.notes)
+    assert "trainer.critic_warmup" in lacking(translate("verl", {"trainer.critic_warmup": 5}))
 
 
 # --------------------------------------------------------------------------- traps

@@ -63,7 +63,12 @@ class Translation:
     preset) with the framework fields it comes from (a field marked ``(default)`` was absent and
     took the framework's default); ``not_represented``: {field, value, reason} of each setting
     sixblanks cannot express; ``unknown``: {field, hint} of each field the reader does not know;
-    ``ignored``: fields read that have no effect on the update (logging, parallelism, I/O)."""
+    ``ignored``: fields read that have no effect on the update (logging, parallelism, I/O).
+
+    ``experiment``: settings the configuration determines that an experiment file holds for every
+    arm, not an arm (``rollout.max_prompt_tokens``, the ``budget``, ``model.lora``), nested as in
+    the file; ``budget_note``: how the framework's run length became that budget, or why it did not
+    (a length counted in passes over a dataset whose size the configuration does not hold)."""
 
     framework: str
     source: str
@@ -72,6 +77,8 @@ class Translation:
     blanks: dict[str, Any]
     rollout: dict[str, Any]
     optimizer: dict[str, Any]
+    experiment: dict[str, Any] = field(default_factory=dict)
+    budget_note: str = ""
     mapping: list[dict[str, Any]] = field(default_factory=list)
     not_represented: list[dict[str, Any]] = field(default_factory=list)
     unknown: list[dict[str, Any]] = field(default_factory=list)
@@ -98,6 +105,8 @@ class Translation:
             "source": self.source,
             "defaults_from": SOURCES[self.framework],
             "arm": {self.arm_name: _plain(self.arm())},
+            "experiment": _plain(self.experiment),
+            "budget_note": self.budget_note,
             "preset": self.preset,
             "mapping": _plain(self.mapping),
             "not_represented": _plain(self.not_represented),
@@ -120,14 +129,40 @@ class Translation:
             {self.arm_name: _plain(self.arm())}, sort_keys=False, default_flow_style=False
         )
         lines = head + body.rstrip("\n").split("\n")
+        lines += self._experiment_lines()
         lines.append("#")
         lines.append(
             "# mapping (sixblanks <- framework; (default): absent, the framework's default):"
         )
         for m in self.mapping:
             mark = "" if m["override"] else "  (= preset)"
+            if m.get("scope") == "experiment":
+                mark = "  (the experiment's)"
             lines.append(f"#   {m['path']}: {_show(m['value'])}  <- {', '.join(m['from'])}{mark}")
-        lines.append("#")
+        lines += self._report_lines()
+        return "\n".join(lines) + "\n"
+
+    def _experiment_lines(self) -> list[str]:
+        """The experiment's settings as commented YAML, and how the run length became a budget."""
+
+        lines = ["#"]
+        if self.experiment:
+            lines.append(
+                "# the experiment's settings (shared by every arm: they go in the experiment "
+                "file, not under arms:):"
+            )
+            text = yaml.safe_dump(
+                _plain(self.experiment), sort_keys=False, default_flow_style=False
+            )
+            lines += [f"#   {line}" for line in text.rstrip("\n").split("\n")]
+        if self.budget_note:
+            lines.append(f"# budget: {self.budget_note}")
+        return lines if len(lines) > 1 else []
+
+    def _report_lines(self) -> list[str]:
+        """What is not represented, unknown and ignored, the traps and the notes, as comments."""
+
+        lines = ["#"]
         if self.not_represented:
             lines.append("# not represented (no sixblanks equivalent; the arm differs here):")
             for n in self.not_represented:
@@ -147,7 +182,7 @@ class Translation:
             lines.append(f"#       {t.detail}")
         for note in self.notes:
             lines.append(f"# note: {note}")
-        return "\n".join(lines) + "\n"
+        return lines
 
 
 def _plain(x: Any) -> Any:
@@ -343,6 +378,14 @@ KIND = (
 """Fields that name an algorithm's kind (the gate: whether there is one): a preset that differs in
 one of them is a worse match than one that differs in several numbers."""
 
+GROUP_MEAN = frozenset({"group_norm", "group_mean", "group_mean_batch_std"})
+"""The group-mean estimators: the group's baseline, scaled by the group's std, by nothing or by the
+batch's std. For the family a framework's loss names (its preferred presets) a change between them
+is a scale, as a denominator is, and costs one field: TRL's loss_type and scale_rewards are separate
+settings, and loss_type 'dr_grpo' with a std kept is Dr. GRPO with one of its two changes undone
+(the dr_grpo_half trap), not Lite PPO or GRPO under another name. For any other preset the
+estimator stays a kind field (a group-std recipe under a token-mean is GRPO's, not Lite PPO's)."""
+
 CANDIDATES = (
     "grpo",
     "dr_grpo",
@@ -386,6 +429,8 @@ class _Builder:
         self.target: dict[str, tuple[Any, tuple[str, ...]]] = {}
         self.rollout: dict[str, tuple[Any, tuple[str, ...]]] = {}
         self.optimizer: dict[str, tuple[Any, tuple[str, ...]]] = {}
+        self.experiment: dict[str, tuple[Any, tuple[str, ...]]] = {}
+        self.budget_note = ""
         self.lacking: list[dict[str, Any]] = []
         self.notes: list[str] = []
         self.prefer: list[str] = []
@@ -405,6 +450,16 @@ class _Builder:
 
     def src(self, *keys: str) -> tuple[str, ...]:
         return tuple(self.f.show(k) for k in keys)
+
+    def updates_per_step(self) -> int:
+        """Optimizer updates in one sixblanks step (data.epochs x data.minibatches as set): what
+        turns a framework's count of optimizer updates into steps and back."""
+
+        n = 1
+        for path in ("data.epochs", "data.minibatches"):
+            v = self.target.get(path, (1,))[0]
+            n *= v if isinstance(v, int) and v > 0 else 1
+        return n
 
 
 def _get(tree: Any, dotted: str) -> Any:
@@ -463,6 +518,16 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _cost(path: str, have: Any, value: Any, preferred: bool) -> int:
+    """What overriding ``path`` from ``have`` to ``value`` costs a preset's match: ten for a field
+    of the algorithm's kind, one for a number; a preferred preset's estimator within GROUP_MEAN is
+    a scale, one."""
+
+    if path == "advantage.estimator" and preferred and {have, value} <= GROUP_MEAN:
+        return 1
+    return 10 if path in KIND else 1
+
+
 def _choose(target: dict[str, Any], prefer: list[str]) -> tuple[str, dict[str, Any]]:
     """The registered preset closest to ``target`` (fewest overrides, a kind field counting ten)
     and its overrides, ``prefer`` first on a tie. Only presets of the target's kind compete: the
@@ -487,7 +552,7 @@ def _choose(target: dict[str, Any], prefer: list[str]) -> tuple[str, dict[str, A
         if estimator in ("gae", "remax") and estimator != target.get("advantage.estimator"):
             continue
         over = _overrides_for(dump, target)
-        score = sum(10 if p in KIND else 1 for p in over)
+        score = sum(_cost(p, _get(dump, p), v, name in prefer) for p, v in over.items())
         if best is None or (score, i) < best[:2]:
             best = (score, i, name, over)
     if best is None:  # none of this trust region (dppo_kl): the preferred family's, else grpo
@@ -511,43 +576,8 @@ def _finish(
     rollout = {k: v for k, (v, _) in b.rollout.items() if v is not None}
     optimizer = {k: v for k, (v, _) in b.optimizer.items() if v is not None}
     arm = {"preset": preset, "blanks": nested, "rollout": rollout, "optimizer": optimizer}
-    try:
-        ArmConfig.model_validate(arm)
-        resolved = resolve(preset, nested)
-    except ValidationError as exc:
-        msgs = "; ".join(
-            f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', '')}".lstrip(": ")
-            for e in exc.errors()
-        )
-        raise SixblanksError(
-            f"{source}: the {framework} configuration translates to an arm sixblanks refuses "
-            f"({msgs}): preset '{preset}' with {json.dumps(_plain(arm))}"
-        ) from None
-    got = resolved.model_dump()
-    for path, value in target.items():  # the arm states the recipe: checked, not assumed
-        have = _get(got, path)
-        ok = (
-            all(_same(have.get(k), v) for k, v in value.items())
-            if isinstance(value, dict) and isinstance(have, dict)
-            else _same(have, value)
-        )
-        if not ok:
-            raise SixblanksError(f"internal: {path} resolves to {have!r}, not {value!r}")
-    mapping = [
-        {
-            "path": p,
-            "value": v,
-            "from": list(s),
-            "override": any(k == p or k.startswith(p + ".") for k in over),
-        }
-        for p, (v, s) in sorted(b.target.items(), key=lambda kv: _rank(kv[0]))
-    ]
-    for section, values in (("rollout", b.rollout), ("optimizer", b.optimizer)):
-        for k, (v, s) in values.items():
-            if v is not None:
-                mapping.append(
-                    {"path": f"{section}.{k}", "value": v, "from": list(s), "override": True}
-                )
+    resolved = _checked(arm, target, f"{source}: the {framework} configuration")
+    mapping = _mapping(b, over)
     notes = list(b.notes)
     if framework == "trl" and resolved.weight.ratio != "none":
         notes.append(
@@ -562,8 +592,15 @@ def _finish(
         )
         rollout, optimizer = {}, {}
         for m in mapping:
-            if m["path"].startswith(("rollout.", "optimizer.")):
+            if m["scope"] == "arm" and m["path"].startswith(("rollout.", "optimizer.")):
                 m["override"] = False
+    experiment: dict[str, Any] = {}
+    for path, (v, _) in b.experiment.items():
+        *parents, leaf = path.split(".")
+        node = experiment
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = v
     return Translation(
         framework=framework,
         source=source,
@@ -572,10 +609,75 @@ def _finish(
         blanks=nested,
         rollout=rollout,
         optimizer=optimizer,
+        experiment=experiment,
+        budget_note=b.budget_note,
         mapping=mapping,
         not_represented=b.lacking,
         notes=notes,
     )
+
+
+def _checked(arm: dict[str, Any], target: dict[str, Any], what: str) -> Blanks:
+    """The arm's resolved blanks, refused where sixblanks refuses the arm, and checked to state
+    the recipe's every target value (not assumed)."""
+
+    try:
+        ArmConfig.model_validate(arm)
+        resolved = resolve(arm["preset"], arm["blanks"])
+    except ValidationError as exc:
+        msgs = "; ".join(
+            f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', '')}".lstrip(": ")
+            for e in exc.errors()
+        )
+        raise SixblanksError(
+            f"{what} translates to an arm sixblanks refuses ({msgs}): preset "
+            f"'{arm['preset']}' with {json.dumps(_plain(arm))}"
+        ) from None
+    got = resolved.model_dump()
+    for path, value in target.items():
+        have = _get(got, path)
+        ok = (
+            all(_same(have.get(k), v) for k, v in value.items())
+            if isinstance(value, dict) and isinstance(have, dict)
+            else _same(have, value)
+        )
+        if not ok:
+            raise SixblanksError(f"internal: {path} resolves to {have!r}, not {value!r}")
+    return resolved
+
+
+def _mapping(b: _Builder, over: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every setting the configuration determines, with its sources: the blanks in the template's
+    order (``override``: whether it differs from the preset), the arm's rollout and optimizer
+    settings, then the experiment's (``scope``: arm or experiment)."""
+
+    mapping = [
+        {
+            "path": p,
+            "value": v,
+            "from": list(s),
+            "override": any(k == p or k.startswith(p + ".") for k in over),
+            "scope": "arm",
+        }
+        for p, (v, s) in sorted(b.target.items(), key=lambda kv: _rank(kv[0]))
+    ]
+    for section, values in (("rollout", b.rollout), ("optimizer", b.optimizer)):
+        for k, (v, s) in values.items():
+            if v is not None:
+                mapping.append(
+                    {
+                        "path": f"{section}.{k}",
+                        "value": v,
+                        "from": list(s),
+                        "override": True,
+                        "scope": "arm",
+                    }
+                )
+    for path, (v, s) in b.experiment.items():
+        mapping.append(
+            {"path": path, "value": v, "from": list(s), "override": True, "scope": "experiment"}
+        )
+    return mapping
 
 
 def _unknown(
@@ -668,6 +770,16 @@ TRL_DEFAULTS: dict[str, Any] = {
     "use_bias_correction_kl": False,  # :962
     "vllm_importance_sampling_cap": None,  # :1026 (deprecated alias of clip_max)
     "cast_lm_head_to_fp32": False,  # :454
+    # transformers.TrainingArguments 5.24: the run's length (max_steps > 0 overrides the epochs)
+    "max_steps": -1,
+    "num_train_epochs": 3.0,
+    # trl/trainer/model_config.py@f2cd577 (ModelConfig), which `trl grpo --config` files mix in
+    "dtype": "float32",  # :89
+    "use_peft": False,  # :103
+    "lora_r": 16,  # :107
+    "lora_alpha": 32,  # :111
+    "lora_dropout": 0.05,  # :115
+    "lora_target_modules": None,  # :119 (None: peft's modules for the architecture)
     # transformers.TrainingArguments 5.24 (training_args.py)
     "per_device_train_batch_size": 8,
     "gradient_accumulation_steps": 1,
@@ -696,7 +808,7 @@ TRL_OTHER_FIELDS = frozenset(
     "use_transformers_continuous_batching transformers_continuous_batching_config "
     "use_transformers_paged "
     # transformers 5.24 TrainingArguments fields (dataclasses.fields(TrainingArguments))
-    "output_dir num_train_epochs max_steps lr_scheduler_kwargs optim_args "
+    "output_dir lr_scheduler_kwargs optim_args "
     "optim_target_modules average_tokens_across_devices label_smoothing_factor bf16 fp16 "
     "bf16_full_eval fp16_full_eval tf32 activation_checkpointing activation_checkpointing_kwargs "
     "gradient_checkpointing gradient_checkpointing_kwargs torch_compile torch_compile_backend "
@@ -718,10 +830,9 @@ TRL_OTHER_FIELDS = frozenset(
     "ddp_static_graph ddp_backend ddp_timeout fsdp fsdp_config deepspeed debug "
     "skip_memory_metrics do_train do_eval do_predict resume_from_checkpoint local_rank "
     # `trl grpo --config` files mix in ScriptArguments and ModelConfig fields
-    "model_name_or_path model_revision dtype torch_dtype attn_implementation dataset_name "
+    "model_name_or_path model_revision attn_implementation dataset_name "
     "dataset_config dataset_train_split dataset_test_split reward_funcs reward_model_name_or_path "
-    "use_peft lora_r lora_alpha lora_dropout lora_target_modules lora_task_type load_in_4bit "
-    "load_in_8bit max_prompt_length".split()
+    "lora_task_type load_in_4bit load_in_8bit".split()
 )
 """Fields the TRL reader knows that do not change the update (``ignored`` in the report)."""
 
@@ -1087,11 +1198,61 @@ def _trl_rollout(b: _Builder) -> None:
             "use_vllm: rollouts come from vLLM; set rollout.backend: vllm in the "
             "experiment to sample with another engine than the trainer's"
         )
-    if f.flag("cast_lm_head_to_fp32"):
+    _trl_experiment(b)
+
+
+def _trl_experiment(b: _Builder) -> None:
+    """The experiment's settings a TRL configuration holds: the prompt limit, the model's dtype,
+    LoRA, a float32 LM head."""
+
+    f = b.f
+    if f.given("max_prompt_length"):  # GRPOConfig's until TRL 0.28: prompts cut to it
+        n = f.whole("max_prompt_length")
+        if n is None:
+            b.lacks(
+                "max_prompt_length",
+                "no limit: TRL kept whole prompts; sixblanks bounds a prompt and its history "
+                "by the experiment's rollout.max_prompt_tokens (set it above the longest prompt)",
+            )
+        else:
+            b.experiment["rollout.max_prompt_tokens"] = (n, b.src("max_prompt_length"))
+    dkey = "dtype" if f.given("dtype") or not f.given("torch_dtype") else "torch_dtype"
+    dtype = f.text(dkey)
+    if f.given(dkey) and dtype in ("float32", "bfloat16", "float16"):
+        b.experiment["model.dtype"] = (dtype, b.src(dkey))
+    elif f.given(dkey) and dtype is not None:
         b.notes.append(
-            "cast_lm_head_to_fp32 is a model setting: model.fp32_lm_head in the "
-            "experiment, not the arm"
+            f"{dkey}={dtype!r}: the checkpoint's own dtype; sixblanks' model.dtype is the "
+            "experiment's (float32 unless it says otherwise)"
         )
+    if f.flag("cast_lm_head_to_fp32"):
+        b.experiment["model.fp32_lm_head"] = (True, b.src("cast_lm_head_to_fp32"))
+    if f.flag("use_peft"):
+        _trl_lora(b)
+
+
+def _trl_lora(b: _Builder) -> None:
+    """``use_peft``: LoRA adapters from TRL's ModelConfig fields (trl/trainer/utils.py
+    get_peft_config) as the experiment's model.lora."""
+
+    f = b.f
+    keys = ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+    lora: dict[str, Any] = {
+        "r": f.whole("lora_r"),
+        "alpha": f.num("lora_alpha"),
+        "dropout": f.num("lora_dropout"),
+    }
+    targets = f.raw("lora_target_modules")
+    if targets is None:
+        b.lacks(
+            "lora_target_modules",
+            "unset: peft adapts its default modules for the architecture (q_proj and v_proj "
+            "for Llama and Qwen); sixblanks' model.lora.target_modules names them or "
+            "all-linear: the experiment's model.lora keeps all-linear",
+        )
+    else:
+        lora["target_modules"] = targets
+    b.experiment["model.lora"] = (lora, b.src(*keys))
 
 
 def _trl_optimizer(b: _Builder) -> None:
@@ -1110,17 +1271,7 @@ def _trl_optimizer(b: _Builder) -> None:
             "keeps the experiment's, so set optimizer.grad_clip: null there"
         )
         del b.optimizer["grad_clip"]
-    warm = f.num("warmup_steps") or 0.0
-    if 0 < warm < 1:
-        b.lacks(
-            "warmup_steps",
-            "a warm-up given as a fraction of the run: sixblanks' runs end "
-            "on a budget, so warmup_steps counts steps",
-        )
-    else:
-        b.optimizer["warmup_steps"] = (int(warm), b.src("warmup_steps"))
-    if f.given("warmup_ratio") and (f.num("warmup_ratio") or 0) > 0:
-        b.lacks("warmup_ratio", "a warm-up as a fraction of the run (sixblanks counts steps)")
+    _trl_warmup(b, _trl_length(b))
     sched = f.text("lr_scheduler_type")
     if sched not in ("constant", "constant_with_warmup"):
         b.lacks(
@@ -1132,6 +1283,85 @@ def _trl_optimizer(b: _Builder) -> None:
         b.lacks("optim", "sixblanks trains with torch's AdamW")
     if f.num("adam_epsilon") != 1e-8:
         b.lacks("adam_epsilon", "sixblanks' AdamW keeps torch's eps 1e-8")
+
+
+def _trl_length(b: _Builder) -> int | None:
+    """TRL's run length as the experiment's budget: max_steps > 0 optimizer updates (it overrides
+    num_train_epochs), the ledger's optimizer_steps. Without it the run is num_train_epochs passes
+    over a dataset the configuration does not size: no budget, and the note says how to make one.
+    Returns the run's optimizer updates, or None."""
+
+    f = b.f
+    per = b.updates_per_step()
+    total = f.whole("max_steps")
+    if total is not None and total > 0:
+        b.experiment["budget.optimizer_steps"] = (total, b.src("max_steps"))
+        b.budget_note = (
+            f"max_steps={total}: TRL's run is {total} optimizer updates, the ledger's "
+            f"optimizer_steps (a step here makes {per}: data.epochs x data.minibatches)"
+        )
+        if total % per:
+            b.budget_note += (
+                f"; the run ends after {total // per} steps, {total % per} updates short, as the "
+                "next step would not fit"
+            )
+        return total
+    prompts = b.rollout.get("prompts_per_step", (None,))[0] or "P"
+    epochs = f.num("num_train_epochs")
+    b.budget_note = (
+        f"{f.show('num_train_epochs')} passes over the training dataset set TRL's run length "
+        f"(max_steps={f.raw('max_steps')!r} does not), and the dataset's size is not in the "
+        "configuration: no budget is derived from it, the experiment's applies; for a dataset "
+        f"of D prompts TRL's run is optimizer_steps = {epochs:g} x (D // {prompts}) x {per}"
+    )
+    return None
+
+
+def _trl_warmup(b: _Builder, total: int | None) -> None:
+    """TRL's warm-up counts optimizer updates; sixblanks raises the learning rate once per step
+    (all of its updates alike): the warm-up in steps is the updates over updates per step, rounded
+    up. A fraction (warmup_steps < 1, or the older warmup_ratio, which a warmup_steps >= 1
+    overrides) is of the run's updates, ceil(fraction x max_steps), known only with max_steps."""
+
+    f = b.f
+    warm = f.num("warmup_steps") or 0.0
+    ratio = f.num("warmup_ratio") or 0.0
+    updates, src = int(warm), b.src("warmup_steps")
+    if warm >= 1 and ratio > 0:
+        b.notes.append("warmup_ratio: no effect, warmup_steps >= 1 overrides it")
+    elif 0 < warm < 1 or (warm == 0 and ratio > 0):
+        key = "warmup_steps" if warm else "warmup_ratio"
+        if total is None:
+            b.lacks(
+                key,
+                "a warm-up as a fraction of TRL's run, whose length (num_train_epochs passes "
+                "over the dataset) the configuration does not give: set max_steps, or the "
+                "arm's optimizer.warmup_steps by hand",
+            )
+            return
+        updates, src = math.ceil(total * (warm or ratio)), b.src(key, "max_steps")
+    per = b.updates_per_step()
+    steps = math.ceil(updates / per)
+    b.optimizer["warmup_steps"] = (steps, src)
+    if per > 1 and updates:
+        b.notes.append(
+            f"warm-up: TRL warms up over {updates} optimizer updates; sixblanks raises the "
+            f"learning rate once per step of {per} updates: {steps} steps"
+        )
+
+
+def _trl_half(loss: str, scale: str) -> str:
+    """Which half of Dr. GRPO a TRL configuration has, in the words of what it sets."""
+
+    head = f"loss_type={loss!r}, scale_rewards={scale!r}: "
+    if loss != "dr_grpo":
+        return head + "no std, with a length-dependent denominator"
+    kept = {
+        "group": "the group std kept (each group's rewards divided by their std)",
+        "batch": "the batch std kept (every advantage divided by the std of the batch's raw "
+        "rewards, Lite PPO's scale)",
+    }[scale]
+    return head + "the constant denominator with " + kept
 
 
 def _trl_traps(b: _Builder, loss: str, cap: float, ratio: str, scale: str) -> list[Trap]:
@@ -1167,13 +1397,6 @@ def _trl_traps(b: _Builder, loss: str, cap: float, ratio: str, scale: str) -> li
         )
 
     half = (loss == "dr_grpo") != (scale == "none")
-    why_half = ""
-    if half:
-        why_half = (
-            ": the constant denominator with the group std kept"
-            if loss == "dr_grpo"
-            else ": no std, with a length-dependent denominator"
-        )
     dapo = loss == "dapo" and not f.given("epsilon_high")
     return [
         _trap("cispo_cap", loss == "cispo" and cap <= 1, cispo),
@@ -1195,7 +1418,11 @@ def _trl_traps(b: _Builder, loss: str, cap: float, ratio: str, scale: str) -> li
             if not f.given("loss_type")
             else f"loss_type={loss!r}",
         ),
-        _trap("dr_grpo_half", half, f"loss_type={loss!r}, scale_rewards={scale!r}{why_half}"),
+        _trap(
+            "dr_grpo_half",
+            half,
+            _trl_half(loss, scale) if half else f"loss_type={loss!r}, scale_rewards={scale!r}",
+        ),
         Trap(
             "dapo_name_only",
             "TRL's loss_type 'dapo' (the default) is only DAPO's token-level aggregation: no "
@@ -1283,6 +1510,12 @@ VERL_DEFAULTS: dict[str, Any] = {
     "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor": 1.0,  # ...reward_manager/dapo.py)
     "distillation.enabled": False,  # :886
     "actor_rollout_ref.model.lora_rank": 0,  # :452
+    "actor_rollout_ref.model.lora_alpha": 16,  # :453
+    "actor_rollout_ref.model.target_modules": "all-linear",  # :454
+    "data.max_prompt_length": 512,  # :509
+    "trainer.total_epochs": 30,  # :954
+    "trainer.total_training_steps": None,  # :955 (null: total_epochs x the dataset's batches)
+    "trainer.critic_warmup": 0,  # :973
 }
 
 # The other leaf fields of the sections the reader checks (from _generated_ppo_trainer.yaml):
@@ -1309,7 +1542,7 @@ _VERL_OTHER = {
     _AL: "filter_groups.max_inflight_gen_batches kl_ctrl.horizon kl_ctrl.target_kl "
     "pf_ppo.reweight_method pf_ppo.weight_pow",
     "data.": "tokenizer use_shm train_files val_files train_max_samples val_max_samples prompt_key "
-    "reward_fn_key max_prompt_length val_batch_size tool_config_path function_tool_path "
+    "reward_fn_key val_batch_size tool_config_path function_tool_path "
     "return_raw_input_ids return_raw_chat return_full_prompt shuffle seed dataloader_num_workers "
     "image_patch_size validation_shuffle filter_overlong_prompts filter_overlong_prompts_workers "
     "truncation image_key video_key audio_key trust_remote_code return_multi_modal_inputs "
@@ -1405,6 +1638,16 @@ VERL_AGG = (
     "seq-mean-token-sum-norm",
 )  # actor.py:214-220
 
+_VERL_FAMILY = {
+    "gspo": ("gspo_token_paper",),
+    "sapo": ("sapo",),
+    "cispo": ("cispo",),
+    "dppo_tv": ("dppo",),
+    "dppo_kl": ("dppo",),
+    "gpg": ("reinforce",),
+}
+"""The preset family each verl loss names (the preference on a tie); the estimator's otherwise."""
+
 _KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 """verl's kl_penalty names (core_algos.py:2215-2244) as sixblanks estimators."""
 
@@ -1428,15 +1671,47 @@ def _verl(b: _Builder) -> list[Trap]:
     agg = f.text(_A + "loss_agg_mode", VERL_AGG) or "token-mean"
     bypass = f.flag(_RC + "bypass_mode") or mode == "bypass_mode"
     bypass_loss = f.text(_RC + "loss_type", ("ppo_clip", "reinforce")) or "ppo_clip"
-    low_key, high_key, c_key = _A + "clip_ratio_low", _A + "clip_ratio_high", _A + "clip_ratio_c"
-    low, high, c = f.num(low_key), f.num(high_key), f.num(c_key)
+    c_key = _A + "clip_ratio_c"
+    low, high, c = f.num(_A + "clip_ratio_low"), f.num(_A + "clip_ratio_high"), f.num(c_key)
     low = f.num(_A + "clip_ratio") if low is None else low  # core_algos.py:1314-1315
     high = f.num(_A + "clip_ratio") if high is None else high
     G = f.whole(_R + "n") or 1
     if c is not None and c <= 1:
         f.problems.append(f"{f.source}: {c_key}: verl asserts clip_ratio_c > 1 (got {c:g})")
 
-    # w (core_algos.py: vanilla 1285-1376, dppo 1379-1542, gspo 1545-1618, sapo 1621-1703,
+    loss, lm = _verl_weight(b, mode, bypass, bypass_loss, (low, high, c))
+    norm = _verl_advantage(b, est)
+    _verl_norm(b, agg, loss, lm)
+    _verl_regularizer(b)
+    b.set("mask.overlong_filter", False, *lm)
+
+    # (i)
+    _verl_data(b, G)
+    _verl_rollout(b)
+    _verl_optimizer(b)
+    for key, reason in (
+        (_AL + "use_pf_ppo", "PF-PPO's reweighted resampling of the batch"),
+        ("distillation.enabled", "on-policy distillation from a teacher"),
+    ):
+        if f.flag(key):
+            b.lacks(key, f"{reason} has no sixblanks equivalent")
+    return _verl_traps(b, est, mode, agg, loss, bypass, low, high, norm)
+
+
+def _verl_weight(
+    b: _Builder,
+    mode: str,
+    bypass: bool,
+    bypass_loss: str,
+    bounds: tuple[float | None, float | None, float | None],
+) -> tuple[str, tuple[str, ...]]:
+    """w: the ratio, its trust region and the rollout correction. Returns the loss verl computes
+    (bypass_* when bypass_mode replaces loss_mode) and the fields that name it."""
+
+    f = b.f
+    low, high, c = bounds
+    low_key, high_key, c_key = _A + "clip_ratio_low", _A + "clip_ratio_high", _A + "clip_ratio_c"
+    # (core_algos.py: vanilla 1285-1376, dppo 1379-1542, gspo 1545-1618, sapo 1621-1703,
     # gpg 1706-1739, cispo 2046-2104, bypass 2412-2548)
     loss = "bypass_" + bypass_loss if bypass else mode
     if loss in ("clip_cov", "kl_cov", "geo_mean", "dro"):
@@ -1445,14 +1720,7 @@ def _verl(b: _Builder) -> list[Trap]:
             f"'{mode}' has no sixblanks trust region; the arm uses PPO's clip (vanilla)",
         )
         loss = "vanilla"
-    b.prefer = {
-        "gspo": ["gspo_token_paper"],
-        "sapo": ["sapo"],
-        "cispo": ["cispo"],
-        "dppo_tv": ["dppo"],
-        "dppo_kl": ["dppo"],
-        "gpg": ["reinforce"],
-    }.get(loss, [])
+    b.prefer = list(_VERL_FAMILY.get(loss, ()))
     lm = b.src(_A + "policy_loss.loss_mode")
     if bypass:
         lm = b.src(_RC + "bypass_mode", _RC + "loss_type")
@@ -1505,8 +1773,14 @@ def _verl(b: _Builder) -> list[Trap]:
     b.set("weight.old_policy", "rollout" if bypass else "recomputed", *b.src(_RC + "bypass_mode"))
     b.set("weight.target_kl", None, *lm)
     _verl_correction(b, bypass, bypass_loss)
+    return loss, lm
 
-    # A (core_algos.py: grpo 267-331, rloo 587-636, rpp 693-731, rpp baseline 533-584, remax 734)
+
+def _verl_advantage(b: _Builder, est: str) -> bool:
+    """A: the estimator. Returns norm_adv_by_std_in_grpo as read."""
+
+    f = b.f
+    # (core_algos.py: grpo 267-331, rloo 587-636, rpp 693-731, rpp baseline 533-584, remax 734)
     a = b.src(_AL + "adv_estimator")
     norm = f.flag(_AL + "norm_adv_by_std_in_grpo")
     if est in ("grpo", "grpo_vectorized"):
@@ -1561,8 +1835,14 @@ def _verl(b: _Builder) -> list[Trap]:
         b.set("advantage.estimator", "group_norm", *a)
         b.set("advantage.std_ddof", 1, *a)
         b.set("advantage.std_eps", 1e-6, *a)
+    return norm
 
-    # Z (core_algos.py:1140-1207; gspo and sapo aggregate seq-mean-token-mean whatever the mode)
+
+def _verl_norm(b: _Builder, agg: str, loss: str, lm: tuple[str, ...]) -> None:
+    """Z: loss_agg_mode (and loss_scale_factor) as the normalization blank."""
+
+    f = b.f
+    # (core_algos.py:1140-1207; gspo and sapo aggregate seq-mean-token-mean whatever the mode)
     z = b.src(_A + "loss_agg_mode", _A + "loss_scale_factor")
     forced = loss in ("gspo", "sapo")
     zmode = {"seq-mean-token-sum-norm": "constant"}.get(agg, agg)
@@ -1587,7 +1867,12 @@ def _verl(b: _Builder) -> list[Trap]:
                 None,
             )
 
-    # R (actor: kl loss, core_algos.py:2187-2212; algorithm: kl in the reward)
+
+def _verl_regularizer(b: _Builder) -> None:
+    """R: the KL in the loss or in the reward, the entropy bonus."""
+
+    f = b.f
+    # (actor: kl loss, core_algos.py:2187-2212; algorithm: kl in the reward)
     if f.flag(_A + "use_kl_loss"):
         coef = f.num(_A + "kl_loss_coef") or 0.0
         b.set("regularizer.loss_kl_coef", coef, *b.src(_A + "use_kl_loss", _A + "kl_loss_coef"))
@@ -1621,25 +1906,6 @@ def _verl(b: _Builder) -> list[Trap]:
     b.set(
         "regularizer.entropy_coef", f.num(_A + "entropy_coeff") or 0.0, *b.src(_A + "entropy_coeff")
     )
-
-    b.set("mask.overlong_filter", False, *lm)
-
-    # (i)
-    _verl_data(b, G)
-    _verl_rollout(b)
-    _verl_optimizer(b)
-    for key, reason in (
-        (_AL + "use_pf_ppo", "PF-PPO's reweighted resampling of the batch"),
-        ("distillation.enabled", "on-policy distillation from a teacher"),
-    ):
-        if f.flag(key):
-            b.lacks(key, f"{reason} has no sixblanks equivalent")
-    if (f.whole("actor_rollout_ref.model.lora_rank") or 0) > 0:
-        b.notes.append(
-            "actor_rollout_ref.model.lora_rank > 0: LoRA is a model setting "
-            "(model.lora in the experiment), not the arm's"
-        )
-    return _verl_traps(b, est, mode, agg, loss, bypass, low, high, norm)
 
 
 def _verl_kl(b: _Builder, key: str, loss: bool) -> str:
@@ -1873,6 +2139,74 @@ def _verl_rollout(b: _Builder) -> None:
             "engine (no rollout log-probs); sixblanks always records them"
         )
     b.rollout = {k: v for k, v in b.rollout.items() if v[0] is not None}
+    _verl_experiment(b)
+
+
+def _verl_experiment(b: _Builder) -> None:
+    """The experiment's settings a verl configuration holds: the prompt limit (the dataset's
+    filter and truncation length, the rollout's prompt_length by default) and LoRA."""
+
+    f = b.f
+    n = f.whole("data.max_prompt_length")
+    if n is not None:
+        b.experiment["rollout.max_prompt_tokens"] = (n, b.src("data.max_prompt_length"))
+    m = "actor_rollout_ref.model."
+    rank = f.whole(m + "lora_rank") or 0
+    if rank > 0:
+        lora = {
+            "r": rank,
+            "alpha": f.num(m + "lora_alpha"),
+            "target_modules": f.raw(m + "target_modules"),
+        }
+        b.experiment["model.lora"] = (
+            lora,
+            b.src(m + "lora_rank", m + "lora_alpha", m + "target_modules"),
+        )
+    warm = f.whole("trainer.critic_warmup") or 0
+    if warm > 0:
+        b.lacks(
+            "trainer.critic_warmup",
+            f"the first {warm} steps train the critic only (the policy waits); sixblanks "
+            "updates the policy from the first step",
+        )
+
+
+def _verl_length(b: _Builder) -> int | None:
+    """verl's run length as the experiment's budget: trainer.total_training_steps (it overrides
+    total_epochs x the dataset's batches) trainer steps, each ppo_epochs x mini-batches optimizer
+    updates: the ledger's optimizer_steps. Without it, total_epochs passes over a dataset the
+    configuration does not size: no budget. Returns the run's trainer steps, or None."""
+
+    f = b.f
+    per = b.updates_per_step()
+    steps = f.whole("trainer.total_training_steps")
+    epochs = f.show("trainer.total_epochs")
+    if steps is not None and steps > 0:
+        b.experiment["budget.optimizer_steps"] = (
+            steps * per,
+            b.src(
+                "trainer.total_training_steps",
+                _A + "ppo_epochs",
+                "data.train_batch_size",
+                _A + "ppo_mini_batch_size",
+            ),
+        )
+        b.budget_note = (
+            f"trainer.total_training_steps={steps}: verl's run is {steps} steps of {per} "
+            f"optimizer updates (ppo_epochs x mini-batches), optimizer_steps {steps * per}; "
+            f"verl also stops after {epochs} passes over the dataset, if they come first "
+            "(the dataset's size is not in the configuration)"
+        )
+        return steps
+    tbs = f.whole("data.train_batch_size") or "P"
+    b.budget_note = (
+        f"{epochs} passes over the training dataset set verl's run length "
+        "(trainer.total_training_steps is null), and the dataset's size is not in the "
+        "configuration: no budget is derived from it, the experiment's applies; for a dataset "
+        f"of D prompts verl's run is optimizer_steps = {f.raw('trainer.total_epochs')} x "
+        f"(D // {tbs}) x {per}"
+    )
+    return None
 
 
 def _verl_optimizer(b: _Builder) -> None:
@@ -1893,17 +2227,7 @@ def _verl_optimizer(b: _Builder) -> None:
     clip = f.num(clip_key)
     if clip:
         b.optimizer["grad_clip"] = (clip, b.src(clip_key))
-    warm, ratio = f.whole(o + "lr_warmup_steps"), f.num(o + "lr_warmup_steps_ratio") or 0.0
-    if warm is not None and warm > 0:
-        b.optimizer["warmup_steps"] = (warm, b.src(o + "lr_warmup_steps"))
-    elif ratio > 0:
-        b.lacks(
-            o + "lr_warmup_steps_ratio",
-            "a warm-up as a fraction of the run: sixblanks' "
-            "runs end on a budget, so warm-up counts steps",
-        )
-    else:
-        b.optimizer["warmup_steps"] = (0, b.src(o + "lr_warmup_steps", o + "lr_warmup_steps_ratio"))
+    _verl_warmup(b, _verl_length(b))
     sched = f.text(o + "lr_scheduler_type")
     if sched not in (None, "constant"):
         b.lacks(
@@ -1912,6 +2236,31 @@ def _verl_optimizer(b: _Builder) -> None:
         )
     if (f.text(o + "optimizer") or "AdamW") != "AdamW":
         b.lacks(o + "optimizer", "sixblanks trains with torch's AdamW")
+
+
+def _verl_warmup(b: _Builder, total: int | None) -> None:
+    """verl's scheduler steps once per trainer step, as sixblanks' warm-up does: lr_warmup_steps
+    > 0 is the warm-up in steps; otherwise int(lr_warmup_steps_ratio x the run's steps), known
+    where trainer.total_training_steps gives them (in the synchronous trainer, whose scheduler
+    steps once per step; the asynchronous modes are not represented)."""
+
+    f = b.f
+    o = _A + "optim."
+    warm, ratio = f.whole(o + "lr_warmup_steps"), f.num(o + "lr_warmup_steps_ratio") or 0.0
+    if warm is not None and warm > 0:
+        b.optimizer["warmup_steps"] = (warm, b.src(o + "lr_warmup_steps"))
+    elif ratio <= 0:
+        b.optimizer["warmup_steps"] = (0, b.src(o + "lr_warmup_steps", o + "lr_warmup_steps_ratio"))
+    elif total is None or f.text("trainer.v1.trainer_mode") not in (None, "sync"):
+        b.lacks(
+            o + "lr_warmup_steps_ratio",
+            "a warm-up as a fraction of verl's run, whose length (total_epochs passes over the "
+            "dataset) the configuration does not give: set trainer.total_training_steps, or "
+            "the arm's optimizer.warmup_steps by hand",
+        )
+    else:  # workers/engine/fsdp/transformer_impl.py:495-497
+        keys = (o + "lr_warmup_steps_ratio", "trainer.total_training_steps")
+        b.optimizer["warmup_steps"] = (int(ratio * total), b.src(*keys))
 
 
 def _verl_traps(
@@ -2060,7 +2409,8 @@ def translate(
     dotted keys) as a :class:`Translation`. Raises ConfigError for values the framework itself
     would refuse (an unknown loss type, a malformed number), naming ``source``."""
 
-    legacy = ("use_liger_loss", "warmup_ratio")  # read, though no longer GRPOConfig fields
+    # read, though no longer GRPOConfig fields: recipes written for earlier TRL carry them
+    legacy = ("use_liger_loss", "warmup_ratio", "max_prompt_length", "torch_dtype")
     if framework == "trl":
         defaults: dict[str, Any] = TRL_DEFAULTS
         vocab: tuple[str, ...] = (*TRL_DEFAULTS, *TRL_OTHER_FIELDS, *legacy)
