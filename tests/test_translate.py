@@ -16,6 +16,8 @@ from sixblanks.algorithms.fields import applicable_fields
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.config.foreign import (
+    TRL_OTHER_FIELDS,
+    VERL_OTHER,
     Translation,
     parse_fields,
     translate,
@@ -710,6 +712,37 @@ def test_model_settings_are_the_experiments():
     }
     assert not any("lora" in n for n in t.notes)
     assert "trainer.critic_warmup" in lacking(translate("verl", {"trainer.critic_warmup": 5}))
+
+
+def test_fields_that_act_are_read_the_others_say_why_not():
+    # a field that changes the update is mapped or named, never ignored
+    t = translate("trl", {"neftune_noise_alpha": 5.0, "load_in_4bit": True, "use_peft": True})
+    assert {"neftune_noise_alpha", "load_in_4bit"} <= lacking(t) and not t.ignored
+    fields = {R + "over_sample_rate": 0.1, R + "enable_rollout_routing_replay": True}
+    t = translate("verl", {**fields, R + "ignore_eos": True})
+    assert set(fields) <= lacking(t) and not t.ignored
+    assert t.experiment["rollout"]["ignore_eos"] is True  # sixblanks' rollout.ignore_eos
+    # every other known field is ignored with its reason
+    t = translate("trl", dict.fromkeys(TRL_OTHER_FIELDS))
+    assert set(t.ignored) == TRL_OTHER_FIELDS and all(t.ignored.values())
+    assert "mixed precision" in t.ignored["bf16"] and "seed" in t.ignored["seed"]
+    assert (
+        "vespo" in t.ignored["vespo_k_pos"]
+        and "use_adaptive_entropy" in t.ignored["entropy_target"]
+    )
+    assert "mixture-of-experts" in t.ignored["router_aux_loss_coef"]
+    t = translate("verl", dict.fromkeys(VERL_OTHER))
+    assert set(t.ignored) == VERL_OTHER
+    assert not any(why.startswith("infrastructure") for why in t.ignored.values())
+    assert "clip_cov" in t.ignored[A + "policy_loss.clip_cov_ratio"]
+    assert "critic" in t.ignored["critic.ppo_epochs"] and "seed" in t.ignored["data.seed"]
+    assert "dataset" in t.ignored["data.train_files"]
+    assert "trainer.total_training_steps" in t.ignored[A + "optim.total_training_steps"]
+    out = translate("verl", {"trainer.logger": ["console"], "data.train_files": "x"}).to_yaml()
+    assert (
+        "#   the trainer's bookkeeping: logging, checkpoints, evaluation schedule, machines: "
+        "trainer.logger" in out
+    )
 
 
 # --------------------------------------------------------------------------- traps

@@ -63,7 +63,8 @@ class Translation:
     preset) with the framework fields it comes from (a field marked ``(default)`` was absent and
     took the framework's default); ``not_represented``: {field, value, reason} of each setting
     sixblanks cannot express; ``unknown``: {field, hint} of each field the reader does not know;
-    ``ignored``: fields read that have no effect on the update (logging, parallelism, I/O).
+    ``ignored``: {field: why} of the fields read that have no effect on the update (logging,
+    parallelism, I/O, options of a setting not chosen).
 
     ``experiment``: settings the configuration determines that an experiment file holds for every
     arm, not an arm (``rollout.max_prompt_tokens``, the ``budget``, ``model.lora``), nested as in
@@ -82,7 +83,7 @@ class Translation:
     mapping: list[dict[str, Any]] = field(default_factory=list)
     not_represented: list[dict[str, Any]] = field(default_factory=list)
     unknown: list[dict[str, Any]] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)
+    ignored: dict[str, str] = field(default_factory=dict)
     traps: list[Trap] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -174,7 +175,12 @@ class Translation:
             for u in self.unknown:
                 lines.append(f"#   {u['field']}{': ' + u['hint'] if u['hint'] else ''}")
         if self.ignored:
-            lines.append(f"# ignored (no effect on the update): {', '.join(self.ignored)}")
+            lines.append("# ignored (no effect on the update), by the reason:")
+            by_why: dict[str, list[str]] = {}
+            for name, why in self.ignored.items():
+                by_why.setdefault(why, []).append(name)
+            for why, names in by_why.items():
+                lines.append(f"#   {why}: {', '.join(names)}")
         lines.append("#")
         lines.append("# traps ([x]: this configuration triggers it):")
         for t in self.traps:
@@ -780,6 +786,9 @@ TRL_DEFAULTS: dict[str, Any] = {
     "lora_alpha": 32,  # :111
     "lora_dropout": 0.05,  # :115
     "lora_target_modules": None,  # :119 (None: peft's modules for the architecture)
+    "load_in_8bit": False,  # :152
+    "load_in_4bit": False,  # :156
+    "neftune_noise_alpha": None,  # TrainingArguments (Trainer.train turns NEFTune on)
     # transformers.TrainingArguments 5.24 (training_args.py)
     "per_device_train_batch_size": 8,
     "gradient_accumulation_steps": 1,
@@ -794,47 +803,63 @@ TRL_DEFAULTS: dict[str, Any] = {
     "use_liger_kernel": False,  # base_config.py (the loss then runs in Liger's fused kernel)
 }
 
-TRL_OTHER_FIELDS = frozenset(
-    # GRPOConfig fields with no effect on the update (grpo_config.py@f2cd577)
-    "model_init_kwargs trust_remote_code router_aux_loss_coef disable_dropout "
-    "remove_unused_columns num_generations_eval ds3_gather_for_generation shuffle_dataset "
-    "pad_to_multiple_of chat_template_kwargs cache_implementation vllm_mode vllm_model_impl "
-    "vllm_enable_sleep_mode vllm_server_base_url vllm_server_host vllm_server_port "
-    "vllm_server_timeout vllm_group_port vllm_gpu_memory_utilization vllm_max_model_length "
-    "vllm_tensor_parallel_size vespo_k_pos vespo_lambda_pos vespo_k_neg vespo_lambda_neg "
-    "ref_model_mixup_alpha ref_model_sync_steps entropy_coef_min entropy_coef_max "
-    "entropy_coef_delta entropy_target max_tool_calling_iterations log_completions log_multimodal "
-    "num_completions_to_print log_unique_prompts log_completions_hub_repo "
+_TRL_IGNORED = {
+    "logging and progress output": "logging_strategy logging_steps logging_first_step "
+    "log_on_each_node logging_nan_inf_filter include_num_input_tokens_seen log_level "
+    "log_level_replica disable_tqdm report_to run_name project trackio_space_id trackio_bucket_id "
+    "trackio_static_space_id log_completions log_multimodal num_completions_to_print "
+    "log_unique_prompts log_completions_hub_repo skip_memory_metrics debug",
+    "checkpoints, uploads and resuming": "output_dir save_only_model save_strategy save_steps "
+    "save_on_each_node save_total_limit enable_jit_checkpoint push_to_hub hub_token "
+    "hub_private_repo hub_model_id hub_strategy hub_always_push hub_revision "
+    "load_best_model_at_end metric_for_best_model greater_is_better ignore_data_skip "
+    "restore_callback_states_from_checkpoint resume_from_checkpoint",
+    "evaluation during training (sixblanks scores the task's held-out split, eval.*)": "eval_strategy "
+    "eval_steps eval_delay per_device_eval_batch_size prediction_loss_only eval_on_start "
+    "eval_do_concat_batches eval_use_gather_object eval_accumulation_steps include_for_metrics "
+    "batch_eval_metrics num_generations_eval do_train do_eval do_predict",
+    "speed, memory and parallelism: the same update computed another way": "ds3_gather_for_generation "
+    "pad_to_multiple_of cache_implementation vllm_mode vllm_model_impl vllm_enable_sleep_mode "
+    "vllm_server_base_url vllm_server_host vllm_server_port vllm_server_timeout vllm_group_port "
+    "vllm_gpu_memory_utilization vllm_max_model_length vllm_tensor_parallel_size "
     "use_transformers_continuous_batching transformers_continuous_batching_config "
-    "use_transformers_paged "
-    # transformers 5.24 TrainingArguments fields (dataclasses.fields(TrainingArguments))
-    "output_dir lr_scheduler_kwargs optim_args "
-    "optim_target_modules average_tokens_across_devices label_smoothing_factor bf16 fp16 "
-    "bf16_full_eval fp16_full_eval tf32 activation_checkpointing activation_checkpointing_kwargs "
-    "gradient_checkpointing gradient_checkpointing_kwargs torch_compile torch_compile_backend "
-    "torch_compile_mode liger_kernel_config use_cache neftune_noise_alpha torch_empty_cache_steps "
-    "auto_find_batch_size logging_strategy logging_steps logging_first_step log_on_each_node "
-    "logging_nan_inf_filter include_num_input_tokens_seen log_level log_level_replica "
-    "disable_tqdm report_to run_name project trackio_space_id trackio_bucket_id "
-    "trackio_static_space_id eval_strategy eval_steps eval_delay per_device_eval_batch_size "
-    "prediction_loss_only eval_on_start eval_do_concat_batches eval_use_gather_object "
-    "eval_accumulation_steps include_for_metrics batch_eval_metrics save_only_model "
-    "save_strategy save_steps save_on_each_node save_total_limit enable_jit_checkpoint "
-    "push_to_hub hub_token hub_private_repo hub_model_id hub_strategy hub_always_push "
-    "hub_revision load_best_model_at_end metric_for_best_model greater_is_better "
-    "ignore_data_skip restore_callback_states_from_checkpoint full_determinism seed data_seed "
-    "use_cpu accelerator_config parallelism_config dataloader_drop_last dataloader_num_workers "
-    "dataloader_pin_memory dataloader_persistent_workers dataloader_prefetch_factor "
-    "dataloader_multiprocessing_context dataloader_in_order label_names train_sampling_strategy "
-    "length_column_name ddp_find_unused_parameters ddp_bucket_cap_mb ddp_broadcast_buffers "
-    "ddp_static_graph ddp_backend ddp_timeout fsdp fsdp_config deepspeed debug "
-    "skip_memory_metrics do_train do_eval do_predict resume_from_checkpoint local_rank "
-    # `trl grpo --config` files mix in ScriptArguments and ModelConfig fields
-    "model_name_or_path model_revision attn_implementation dataset_name "
-    "dataset_config dataset_train_split dataset_test_split reward_funcs reward_model_name_or_path "
-    "lora_task_type load_in_4bit load_in_8bit".split()
-)
-"""Fields the TRL reader knows that do not change the update (``ignored`` in the report)."""
+    "use_transformers_paged average_tokens_across_devices gradient_checkpointing "
+    "gradient_checkpointing_kwargs activation_checkpointing activation_checkpointing_kwargs "
+    "torch_compile torch_compile_backend torch_compile_mode liger_kernel_config use_cache "
+    "torch_empty_cache_steps auto_find_batch_size use_cpu accelerator_config parallelism_config "
+    "dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers "
+    "dataloader_prefetch_factor dataloader_multiprocessing_context dataloader_in_order "
+    "ddp_find_unused_parameters ddp_bucket_cap_mb ddp_broadcast_buffers ddp_static_graph "
+    "ddp_backend ddp_timeout fsdp fsdp_config deepspeed local_rank attn_implementation",
+    "mixed precision: the same update up to rounding (sixblanks computes in model.dtype)": "bf16 fp16 "
+    "bf16_full_eval fp16_full_eval tf32",
+    "the model, the data and the rewards: the experiment's model and task": "model_init_kwargs "
+    "trust_remote_code model_name_or_path model_revision dataset_name dataset_config "
+    "dataset_train_split dataset_test_split reward_funcs reward_model_name_or_path "
+    "chat_template_kwargs max_tool_calling_iterations remove_unused_columns label_names "
+    "lora_task_type",
+    "seeds and data order: each run is seeded from the experiment's seeds": "seed data_seed "
+    "full_determinism shuffle_dataset dataloader_drop_last train_sampling_strategy "
+    "length_column_name",
+    "read only with loss_type 'vespo' (named when set)": "vespo_k_pos vespo_lambda_pos vespo_k_neg "
+    "vespo_lambda_neg",
+    "read only with use_adaptive_entropy (named when set)": "entropy_coef_min entropy_coef_max "
+    "entropy_coef_delta entropy_target",
+    "read only with sync_ref_model (named when set)": "ref_model_mixup_alpha ref_model_sync_steps",
+    "options of lr_scheduler_type and optim (named when they act)": "lr_scheduler_kwargs optim_args "
+    "optim_target_modules",
+    "not read by GRPOTrainer, which computes its own loss": "label_smoothing_factor",
+    "the load-balancing loss TRL adds for mixture-of-experts models (x this coefficient); sixblanks "
+    "adds none: a difference on MoE models only": "router_aux_loss_coef",
+    "dropout off in the policy: no effect on models without dropout (most current LLMs)": "disable_dropout",
+}
+"""GRPOConfig fields (grpo_config.py@f2cd577, transformers 5.24 TrainingArguments, and the
+ScriptArguments and ModelConfig fields `trl grpo --config` files mix in) that do not change the
+update, by the reason (``ignored`` in the report). Fields that can change it are read instead
+(``_trl_unsupported``) and named when they act."""
+
+TRL_IGNORED_WHY = {name: why for why, names in _TRL_IGNORED.items() for name in names.split()}
+TRL_OTHER_FIELDS = frozenset(TRL_IGNORED_WHY)
 
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 TRL_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
@@ -1229,6 +1254,14 @@ def _trl_experiment(b: _Builder) -> None:
         b.experiment["model.fp32_lm_head"] = (True, b.src("cast_lm_head_to_fp32"))
     if f.flag("use_peft"):
         _trl_lora(b)
+    if f.flag("load_in_4bit") or f.flag("load_in_8bit"):
+        key = "load_in_4bit" if f.flag("load_in_4bit") else "load_in_8bit"
+        b.lacks(key, "a quantized base model (QLoRA): sixblanks loads the weights in model.dtype")
+    if f.raw("neftune_noise_alpha") is not None:
+        b.lacks(
+            "neftune_noise_alpha",
+            "NEFTune's noise on the input embeddings in training forwards: sixblanks adds none",
+        )
 
 
 def _trl_lora(b: _Builder) -> None:
@@ -1516,6 +1549,9 @@ VERL_DEFAULTS: dict[str, Any] = {
     "trainer.total_epochs": 30,  # :954
     "trainer.total_training_steps": None,  # :955 (null: total_epochs x the dataset's batches)
     "trainer.critic_warmup": 0,  # :973
+    _R + "ignore_eos": False,  # :312
+    _R + "over_sample_rate": 0.0,  # :336
+    _R + "enable_rollout_routing_replay": False,  # :387
 }
 
 # The other leaf fields of the sections the reader checks (from _generated_ppo_trainer.yaml):
@@ -1531,13 +1567,13 @@ _VERL_OTHER = {
     "entropy_from_logits_chunk_size entropy_checkpointing pad_to_length use_remove_padding "
     "use_rollout_log_probs ppo_infer_micro_batch_size_per_gpu ppo_infer_max_token_len_per_gpu",
     _R: "mode nnodes n_gpus_per_node full_determinism seed prompt_length dtype "
-    "gpu_memory_utilization ignore_eos enforce_eager cudagraph_capture_sizes free_cache_engine "
+    "gpu_memory_utilization enforce_eager cudagraph_capture_sizes free_cache_engine "
     "tensor_model_parallel_size data_parallel_size expert_parallel_size "
     "pipeline_model_parallel_size max_num_batched_tokens max_model_len max_num_seqs "
     "enable_chunked_prefill enable_prefix_caching logprobs_mode scheduling_policy load_format "
     "layered_summon log_prob_micro_batch_size log_prob_micro_batch_size_per_gpu "
-    "log_prob_use_dynamic_bsz log_prob_max_token_len_per_gpu disable_log_stats over_sample_rate "
-    "multi_stage_wake_up skip_tokenizer_init enable_rollout_routing_replay "
+    "log_prob_use_dynamic_bsz log_prob_max_token_len_per_gpu disable_log_stats "
+    "multi_stage_wake_up skip_tokenizer_init "
     "moe_load_balance_metrics_interval quantization quantization_config_file",
     _AL: "filter_groups.max_inflight_gen_batches kl_ctrl.horizon kl_ctrl.target_kl "
     "pf_ppo.reweight_method pf_ppo.weight_pow",
@@ -1556,6 +1592,93 @@ _VERL_OTHER = {
 VERL_OTHER = frozenset(
     f"{sec}{leaf}" for sec, leaves in _VERL_OTHER.items() for leaf in leaves.split()
 )
+
+_SPEED = "speed, memory and parallelism: the same update computed another way"
+_SEEDS = "seeds and data order: each run is seeded from the experiment's seeds"
+
+
+def _keys(prefix: str, names: str = "") -> tuple[str, ...]:
+    return tuple(prefix + n for n in names.split()) if names else (prefix,)
+
+
+_VERL_WHY: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        _keys(_A, "optim.total_training_steps"),
+        "set by verl at run time from trainer.total_training_steps",
+    ),
+    (
+        _keys(_A, "optim.min_lr_ratio optim.num_cycles optim.zero_indexed_step optim.warmup_style"),
+        "the cosine schedule's options (lr_scheduler_type is named when not constant)",
+    ),
+    (
+        _keys(_A, "optim.optimizer_impl optim.override_optimizer_config"),
+        "the optimizer's implementation and extra arguments (optim.optimizer is read)",
+    ),
+    (_keys(_A, "rollout_n"), "set from rollout.n, read there"),
+    (
+        _keys(_A + "policy_loss."),
+        "read only by the clip_cov, kl_cov and dro losses, named when chosen",
+    ),
+    (_keys(_A, "calculate_entropy calculate_sum_pi_squared"), "metrics only"),
+    (_keys(_A, "shuffle data_loader_seed"), _SEEDS),
+    (
+        _keys(_A, "freeze_vision_tower"),
+        "vision-language models only: sixblanks' policies read text",
+    ),
+    (
+        _keys(_A, "use_rollout_log_probs"),
+        "defined, and read by no code at verl@1dda039 (bypass_mode is how verl trains against "
+        "the rollout's log-probs)",
+    ),
+    (_keys(_A), _SPEED),
+    (_keys(_R, "seed full_determinism"), _SEEDS),
+    (
+        _keys(_R, "prompt_length"),
+        "the engine's prompt length, data.max_prompt_length by default (read)",
+    ),
+    (
+        _keys(_R),
+        "the rollout engine's machines, memory, scheduling and numerics: how the samples are "
+        "made (its mismatch with the trainer is what rollout_correction weighs)",
+    ),
+    (_keys(_AL + "pf_ppo."), "read only with use_pf_ppo, named when set"),
+    (_keys(_AL + "kl_ctrl."), "the adaptive KL controller's (kl_ctrl.type adaptive is named)"),
+    (_keys(_AL + "filter_groups."), "how many generation batches run at once: the same samples"),
+    (_keys("data.", "shuffle seed validation_shuffle"), _SEEDS),
+    (_keys("data."), "the dataset, its files and how they are loaded: the experiment's task"),
+    (
+        _keys("critic."),
+        "the critic's own batching, epochs and implementation, not carried over (sixblanks' "
+        "critic: advantage.critic; critic.optim.lr and cliprange_value are read)",
+    ),
+    (
+        _keys("actor_rollout_ref.model."),
+        "the model and how it is loaded: the experiment's model (LoRA is read)",
+    ),
+    (
+        _keys("actor_rollout_ref.ref."),
+        "the reference model's engine: its weights are the initial policy's",
+    ),
+    (
+        ("reward.", "reward_model.", "custom_reward_function.", "sandbox_fusion."),
+        "the reward: the experiment's task and its verifier",
+    ),
+    (
+        _keys("trainer."),
+        "the trainer's bookkeeping: logging, checkpoints, evaluation schedule, machines",
+    ),
+)
+"""Why a field verl knows has no effect on the update: the first rule with the field, a dict
+field's section, or a section (ending in '.') holding it."""
+
+
+def _verl_why(key: str) -> str:
+    for keys, why in _VERL_WHY:
+        for k in keys:
+            if key == k or key.startswith(k if k.endswith(".") else k + "."):
+                return why
+    return "infrastructure: machines, profiling, storage"
+
 
 VERL_SUBTREES = tuple(
     f"{sec}{sub}."
@@ -2162,6 +2285,21 @@ def _verl_experiment(b: _Builder) -> None:
             lora,
             b.src(m + "lora_rank", m + "lora_alpha", m + "target_modules"),
         )
+    if f.flag(_R + "ignore_eos"):
+        b.experiment["rollout.ignore_eos"] = (True, b.src(_R + "ignore_eos"))
+    rate = f.num(_R + "over_sample_rate") or 0.0
+    if rate > 0:
+        b.lacks(
+            _R + "over_sample_rate",
+            f"each round's last {rate:g} of requests (the slowest, longest) aborted: "
+            "sixblanks waits for every sample",
+        )
+    if f.flag(_R + "enable_rollout_routing_replay"):
+        b.lacks(
+            _R + "enable_rollout_routing_replay",
+            "mixture-of-experts routing replayed from the rollout in the training forwards: "
+            "sixblanks' forwards route for themselves",
+        )
     warm = f.whole("trainer.critic_warmup") or 0
     if warm > 0:
         b.lacks(
@@ -2429,7 +2567,8 @@ def translate(
     traps = _trl(b, world_size) if framework == "trl" else _verl(b)
     t = _finish(b, framework, source, arm, blanks_only)
     t.unknown = unknown
-    t.ignored = sorted(k for k in given if k not in defaults and k not in legacy)
+    why = TRL_IGNORED_WHY.get if framework == "trl" else _verl_why
+    t.ignored = {k: why(k) for k in sorted(given) if k not in defaults and k not in legacy}
     t.traps = traps
     return t
 
