@@ -235,27 +235,88 @@ def assert_balanced(counters, by_reason, spool):
     assert counters["rollouts_accepted"] + rejected == counters["rollouts_launched"]
 
 
-def test_wait_bounds_hold_both_parts(tmp_path):
-    """In flight and in the queue each bounded at 0 versions with ``wait``: the trainer idles for
-    stragglers before each update and the producer holds launches, so nothing is ever past a
-    bound and nothing is dropped for it."""
+# long chains (each step 10 ms) outlast an update: units started before it would pass it in flight
+SLOW = (TAIL[0], {**TAIL[1], "step_seconds": 0.01})
+# room for a queue of worst-case reservations, so that the budget never limits the units running
+ROOMY = {"launched_tokens": 6000.0}
 
-    zero = {"versions": 0, "on_pass": "wait"}
-    tr = _trainer({"data": stream("resume", inflight=zero, queued=zero)})
+
+def record_top_ups(tr) -> list[tuple[int, float, int]]:
+    """After each of the stream's launch decisions: (versions trained since it started, units
+    accepted by the ledger, units running). The ledger commits a batch at its update, so a top-up
+    between taking a batch and the update counts one batch fewer than the collector does; the
+    top-up at a step's start counts the same."""
+
+    col, G, seen = tr.collector, tr.settings.rollout.group_size, []
+    real = col.top_up
+
+    def top_up():
+        real()
+        i = tr.ctx.engine.policy_version - col.version0
+        seen.append((i, tr.ledger.counters["rollouts_accepted"] / G, len(col.requests)))
+
+    col.top_up = top_up
+    return seen
+
+
+def test_wait_bounds_hold_both_parts(tmp_path):
+    """In flight bounded at 0 versions and in the queue at 1, both with ``wait``, a queue of three
+    batches and chains that outlast an update: the trainer idles for the stragglers before each
+    update (none passes one in flight), and the producer launches no more than (1 + 1) batches, so
+    each batch waits one update in the queue and none two. Nothing is ever past a bound, nothing
+    is dropped for it, and each bound is the one that holds: without the first, units still in
+    flight at an update would pass it; without the second, the third batch launched would wait two
+    updates."""
+
+    over = {
+        "data": stream(
+            "resume",
+            queue=3,
+            inflight={"versions": 0, "on_pass": "wait"},
+            queued={"versions": 1, "on_pass": "wait"},
+        )
+    }
+    tr = _trainer(over, budget=ROOMY, task=SLOW)
+    tr.ctx.settings.work_dir = str(tmp_path)
+    B = tr.settings.rollout.prompts_per_step
+    seen = record_top_ups(tr)
+    res = tr.train(max_steps=4)
+    led = res.ledger
+    assert not led.check_invariants()
+    trained = [m for m in res.steps if "lag.inflight_behind_max" in m]
+    assert len(trained) == 4
+    assert all(m["lag.inflight_behind_max"] == 0 for m in trained)
+    assert all(m["lag.queue_behind_max"] <= 1 for m in trained)
+    assert any(m["lag.queue_behind_max"] == 1 for m in trained)  # the queue bound was reached
+    # by the tokens' own version tags, where the batch is trained on: the two parts' sum
+    assert all(m["lag.kept_behind_max"] <= 1 for m in trained)
+    for reason in ("stale_inflight", "stale_queue", "staleness"):
+        assert led.discarded_rollouts_by_reason[reason] == 0
+    # the queue bound's admission: at most (1 + 1) B running, where the queue would take 3 B
+    assert seen and all(running <= 2 * B for _, _, running in seen)
+    assert any(running == 2 * B for _, _, running in seen)
+    assert any(m.get("async.hold_seconds", 0) > 0 for m in res.steps)
+    assert_balanced(led.counters, led.discarded_rollouts_by_reason, tmp_path / "spool")
+
+
+def test_drop_bounds_discard_each_part_past_its_bound(tmp_path):
+    """In flight and in the queue each bounded at 0 versions with ``drop`` (two batches launched
+    ahead, finishing on their first weights): a unit that finished after an update it started
+    before is dropped as ``stale_inflight``, one that finished before an update and was consumed
+    after it as ``stale_queue``; what is trained on is never behind, by its tokens' own version
+    tags (the trainer's version minus the oldest tag, measured where the batch is trained on)."""
+
+    zero = {"versions": 0, "on_pass": "drop"}
+    over = {"data": stream("continue", inflight=zero, queued=zero)}
+    tr = _trainer(over, budget={"launched_tokens": 500.0}, task=SLOW)
     tr.ctx.settings.work_dir = str(tmp_path)
     res = tr.train()
     led = res.ledger
     assert not led.check_invariants() and res.ended_because == "budget"
-    trained = [m for m in res.steps if "lag.inflight_behind_max" in m]
-    assert len(trained) >= 4
-    assert all(
-        m["lag.inflight_behind_max"] == 0 and m["lag.queue_behind_max"] == 0 for m in trained
-    )
-    assert all(m["lag.versions_behind_max"] <= 0 for m in trained)
-    for reason in ("stale_inflight", "stale_queue", "staleness"):
-        assert led.discarded_rollouts_by_reason[reason] == 0
-    assert sum(m.get("async.admission_waits", 0) for m in res.steps) > 0
-    assert any(m.get("async.hold_seconds", 0) > 0 for m in res.steps)
+    assert led.discarded_rollouts_by_reason["stale_inflight"] > 0
+    assert led.discarded_rollouts_by_reason["stale_queue"] > 0
+    trained = [m for m in res.steps if "lag.kept_behind_max" in m]
+    assert trained and all(m["lag.kept_behind_max"] == 0 for m in trained)
     assert_balanced(led.counters, led.discarded_rollouts_by_reason, tmp_path / "spool")
 
 
@@ -267,24 +328,11 @@ def test_admission_holds_the_launched_total_to_the_staleness_bound(tmp_path):
     (and that it, not the queue or the budget, stopped launches)."""
 
     eta, queue = 1, 4
-    # a budget with room for the queue's 4 B worst cases (the rule, not the budget, binds), and a
-    # few steps of it
     over = {"data": {**stream("continue", queue=queue), "staleness": eta}}
-    tr = _trainer(over, budget={"launched_tokens": 6000.0})
+    tr = _trainer(over, budget=ROOMY)
     tr.ctx.settings.work_dir = str(tmp_path)
-    col, B, G = tr.collector, tr.settings.rollout.prompts_per_step, tr.settings.rollout.group_size
-    # (versions trained since the start, units accepted, units running); the ledger commits a
-    # batch at its update, so a top-up between taking a batch and the update counts one batch
-    # less than the rule does: the top-up at each step's start sees the same count
-    seen = []
-    real = col.top_up
-
-    def top_up():
-        real()
-        i = tr.ctx.engine.policy_version - col.version0
-        seen.append((i, tr.ledger.counters["rollouts_accepted"] / G, len(col.requests)))
-
-    col.top_up = top_up
+    B = tr.settings.rollout.prompts_per_step
+    seen = record_top_ups(tr)
     res = tr.train(max_steps=4)
     assert not res.ledger.check_invariants() and len(res.steps) >= 4
     for i, accepted, running in seen:
