@@ -23,7 +23,7 @@ from sixblanks.harness.config.foreign import (
     translate,
     translate_file,
 )
-from sixblanks.harness.errors import ConfigError
+from sixblanks.harness.errors import ConfigError, SixblanksError
 
 ROOT = Path(__file__).resolve().parents[1]
 TRL_DEFAULTS = ROOT / "examples" / "foreign" / "trl_grpo_defaults.yaml"
@@ -589,6 +589,8 @@ def test_prompt_length_is_the_experiments_max_prompt_tokens(cli, tmp_path):
     assert validate_mapping(experiment(t), "trl").rollout.max_prompt_tokens == 512
     assert "rollout" not in translate("trl", {}).experiment  # not a field of TRL f2cd577
     assert "max_prompt_length" in lacking(translate("trl", {"max_prompt_length": None}))
+    with pytest.raises(SixblanksError, match="max_prompt_tokens: Input should be greater than 0"):
+        translate("trl", {"max_prompt_length": 0})  # checked as the experiment would check it
     # verl: its dataset's limit, 512 by default (_generated_ppo_trainer.yaml:509)
     assert translate("verl", {}).experiment["rollout"] == {"max_prompt_tokens": 512}
     t = translate("verl", {"data.max_prompt_length": 4096})

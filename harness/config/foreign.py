@@ -27,7 +27,7 @@ from sixblanks.algorithms.presets import PRESETS, resolve
 from sixblanks.algorithms.specs import GateSpec
 
 from ..errors import ConfigError, SixblanksError, suggest
-from .sections import ArmConfig
+from .sections import ArmConfig, ModelConfig, RolloutConfig
 
 FRAMEWORKS = ("trl", "verl")
 
@@ -607,6 +607,7 @@ def _finish(
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = v
+    _check_experiment(experiment, f"{source}: the {framework} configuration")
     return Translation(
         framework=framework,
         source=source,
@@ -650,6 +651,25 @@ def _checked(arm: dict[str, Any], target: dict[str, Any], what: str) -> Blanks:
         if not ok:
             raise SixblanksError(f"internal: {path} resolves to {have!r}, not {value!r}")
     return resolved
+
+
+def _check_experiment(experiment: dict[str, Any], what: str) -> None:
+    """The experiment's settings as its sections would validate them (a prompt limit of 0, LoRA
+    without target modules, a budget of 0 are refused here, naming the configuration)."""
+
+    sections = {"rollout": RolloutConfig, "model": ModelConfig}
+    try:
+        for name, section in sections.items():
+            if name in experiment:
+                section.model_validate(experiment[name])
+    except ValidationError as exc:
+        msgs = "; ".join(
+            f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', '')}" for e in exc.errors()
+        )
+        raise SixblanksError(f"{what} sets {name} that sixblanks refuses ({msgs})") from None
+    for counter, limit in experiment.get("budget", {}).items():
+        if limit <= 0:
+            raise SixblanksError(f"{what} sets budget {counter} {limit}, not a positive limit")
 
 
 def _mapping(b: _Builder, over: dict[str, Any]) -> list[dict[str, Any]]:
@@ -2276,11 +2296,15 @@ def _verl_experiment(b: _Builder) -> None:
     m = "actor_rollout_ref.model."
     rank = f.whole(m + "lora_rank") or 0
     if rank > 0:
-        lora = {
-            "r": rank,
-            "alpha": f.num(m + "lora_alpha"),
-            "target_modules": f.raw(m + "target_modules"),
-        }
+        lora = {"r": rank, "alpha": f.num(m + "lora_alpha")}
+        if f.raw(m + "target_modules") is not None:
+            lora["target_modules"] = f.raw(m + "target_modules")
+        else:
+            b.lacks(
+                m + "target_modules",
+                "null: peft adapts its default modules for the architecture; the experiment's "
+                "model.lora keeps sixblanks' all-linear",
+            )
         b.experiment["model.lora"] = (
             lora,
             b.src(m + "lora_rank", m + "lora_alpha", m + "target_modules"),
