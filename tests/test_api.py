@@ -1,7 +1,8 @@
 """The Python API (`import sixblanks`): run, load, errors. The notebook-style example
 (examples/notebook.py) runs as documented, and what it returns is what the store holds."""
 
-import runpy
+import ast
+import json
 import subprocess
 import sys
 
@@ -10,36 +11,77 @@ import pytest
 from .conftest import ROOT
 
 
+def run_script(path, cwd) -> None:
+    """``python path`` in ``cwd``, as a user runs a script: no ``__main__`` guard in it, so a
+    worker that imported the script would run the experiment again (and die on the lock)."""
+
+    proc = subprocess.run(
+        [sys.executable, str(path)], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "DirectoryBusy" not in proc.stderr and "BrokenProcessPool" not in proc.stderr
+
+
 @pytest.mark.slow
-def test_the_notebook_example_runs_and_its_results_are_the_stores(tmp_path, monkeypatch):
-    """The example, cell by cell as a notebook would (one process): two arms x two seeds, then the
-    same results read back. Its scores are the per-run rows the report writes (scores.csv), and its
-    ledger rows add up to what each run's result recorded."""
+def test_the_notebook_example_runs_as_a_script_and_its_results_are_the_stores(tmp_path):
+    """`python examples/notebook.py`, as documented (its workers must not run it again): two arms
+    x two seeds, then the same results read back. Its scores are the per-run rows the report writes
+    (scores.csv), and its ledger rows add up to what each run's result recorded."""
+
+    import json
 
     import polars as pl
 
-    monkeypatch.chdir(tmp_path)
-    ns = runpy.run_path(str(ROOT / "examples" / "notebook.py"))
-    results = ns["results"]
+    import sixblanks
+
+    run_script(ROOT / "examples" / "notebook.py", tmp_path)
+    out = tmp_path / "runs" / "notebook"
+    results = sixblanks.load(out)
     assert sorted(results.scores["arm"].unique()) == ["grpo", "rloo"] and results.scores.height == 4
     assert results.split == "test"
-    csv = pl.read_csv(tmp_path / "runs" / "notebook" / "report" / "scores.csv")
+    csv = pl.read_csv(out / "report" / "scores.csv")
     assert csv.sort("run_id")["final_score"].to_list() == pytest.approx(
         results.scores.sort("run_id")["final_score"].to_list()
     )
-    import json
-
     for rid in results.runs["run_id"]:
-        res = json.loads(
-            (tmp_path / "runs" / "notebook" / "runs" / rid / "result.json").read_text()
-        )
+        res = json.loads((out / "runs" / rid / "result.json").read_text())
         last = results.ledger.filter(pl.col("run_id") == rid).sort("step").tail(1)
         assert last["launched_tokens"][0] == res["counters"]["launched_tokens"]
     # a second run adds nothing: every run was finished
+    source = ast.parse((ROOT / "examples" / "notebook.py").read_text())
+    (node,) = [
+        n for n in source.body if isinstance(n, ast.Assign) and n.targets[0].id == "experiment"
+    ]
+    again = sixblanks.run(ast.literal_eval(node.value), out=out)
+    assert again.runs.height == 4 and again.scores.equals(results.scores)
+
+
+def test_the_readmes_python_snippet_runs_as_a_script(tmp_path):
+    """README's "From Python" lines as a script of their own (the experiment file swapped for a
+    one-run one, the rest as written)."""
+
+    import re
+
     import sixblanks
 
-    again = sixblanks.run(ns["experiment"], out="runs/notebook")
-    assert again.runs.height == 4 and again.scores.equals(results.scores)
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## From Python") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert 'sixblanks.run("experiments.yaml", out="runs/demo")' in code
+    tiny = {
+        "name": "demo",
+        "task": {"name": "arithmetic", "eval_size": 8},
+        "rollout": {"max_new_tokens": 6, "prompts_per_step": 2, "group_size": 2},
+        "warm_start": {"steps": 5, "num_demos": 40},
+        "budget": {"launched_tokens": 48},
+        "seeds": [0],
+        "arms": {"grpo": {"preset": "grpo"}},
+        "tracking": {"mlflow": False},
+    }
+    (tmp_path / "experiments.yaml").write_text(json.dumps(tiny))
+    (tmp_path / "snippet.py").write_text(code)
+    run_script(tmp_path / "snippet.py", tmp_path)
+    assert sixblanks.load(tmp_path / "runs" / "demo").scores.height == 1
 
 
 def test_bad_experiments_and_missing_results_are_named(tmp_path):

@@ -16,7 +16,6 @@ both share (a job, Ctrl-C's handling and its message) in :mod:`.interrupts`.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import multiprocessing as mp
 import os
 import signal
 import threading
@@ -31,6 +30,7 @@ from ..layout import RunDir
 from ..stopping import request_stop
 from .interrupts import Interrupted, Job, run_one, runs_interrupted
 from .runner import ACTIVE, run_worker
+from .spawning import SPAWN
 
 
 def exit_with_parent(parent_pid: int, every: float = 1.0) -> None:
@@ -81,7 +81,7 @@ def local_pool(workers: int) -> cf.ProcessPoolExecutor:
 
     return cf.ProcessPoolExecutor(
         max_workers=workers,
-        mp_context=mp.get_context("spawn"),
+        mp_context=SPAWN,  # spawned workers never run the user's script again
         initializer=exit_with_parent,
         initargs=(os.getpid(),),
     )

@@ -212,9 +212,8 @@ class SyncBeside:
 
     def __enter__(self) -> SyncBeside:
         if self.tracker.enabled:
-            import multiprocessing as mp
+            from .spawning import SPAWN as ctx  # never runs the user's script again
 
-            ctx = mp.get_context("spawn")
             self.queue = ctx.Queue()
             t = self.tracker
             self.proc = ctx.Process(

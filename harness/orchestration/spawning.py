@@ -1,0 +1,60 @@
+"""Spawned processes that never run the user's script again.
+
+A spawned child first imports the parent's ``__main__`` (by path, or by name for ``python -m``)
+so that objects pickled from it can be found. For a script that calls ``sixblanks.run(...)`` at
+module level, without an ``if __name__ == "__main__":`` guard (the documented three lines), that
+import runs the experiment again in every worker: each meets the output directory's lock and dies.
+Nothing sixblanks sends a child lives in ``__main__``, so children started through :data:`SPAWN`
+are told of no main module at all: a script, ``python -m``, a notebook and the command line all
+behave alike.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from multiprocessing.context import SpawnContext, SpawnProcess
+
+_LOCK = threading.Lock()
+
+
+@contextmanager
+def main_hidden() -> Iterator[None]:
+    """Within the block, ``__main__`` has neither a file nor a spec, the two things a spawned
+    child's preparation reads to import it (restored afterwards)."""
+
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    with _LOCK:
+        missing = object()
+        saved = {k: getattr(main, k, missing) for k in ("__file__", "__spec__")}
+        try:
+            if saved["__file__"] is not missing:
+                del main.__file__
+            main.__spec__ = None
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is missing:
+                    if hasattr(main, k):
+                        delattr(main, k)
+                else:
+                    setattr(main, k, v)
+
+
+class _Process(SpawnProcess):
+    def start(self) -> None:
+        with main_hidden():
+            super().start()
+
+
+class _Context(SpawnContext):
+    Process = _Process
+
+
+SPAWN: SpawnContext = _Context()
+"""The spawn context (``mp.get_context("spawn")``) whose processes do not import ``__main__``."""
