@@ -193,9 +193,21 @@ def run(
         ),
     ] = False,
     add: AddOpt = False,
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="Neither read nor keep the warm start in this machine's cache "
+            "(~/.cache/sixblanks/warm_start, or $SIXBLANKS_CACHE/warm_start): train it in the "
+            "output directory unless it is already there.",
+        ),
+    ] = False,
 ) -> None:
     """Run every arm x task x seed of the experiment under its matched budget (skips finished runs
     of the same code, resumes unfinished ones)."""
+
+    if no_cache:
+        os.environ["SIXBLANKS_NO_CACHE"] = "1"
 
     from ..config import load_config
     from ..orchestration.data_files import check_data_files
