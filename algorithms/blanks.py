@@ -285,6 +285,11 @@ class Blanks(Spec):
                 "data.retire_pass_rate: retiring a prompt matters only where prompts recur; set "
                 "data.prompt_pool (a fixed pool of N prompts)"
             )
+        if self.data.curriculum is not None and self.data.prompt_pool is None:
+            raise ValueError(
+                "data.curriculum: a pass rate is measured only where prompts recur; set "
+                "data.prompt_pool (a fixed pool of N prompts)"
+            )
         if self.data.prompt_pool is not None and (
             self.data.source != "rollouts"
             or self.data.concurrent is not None
@@ -328,7 +333,7 @@ def flatten(blanks: Blanks) -> dict[str, Any]:
         else:
             out[prefix] = value
 
-    walk("", blanks.model_dump())
+    walk("", blanks.model_dump(context={"every_field": True}))  # unset optional fields too
     return out
 
 

@@ -1,8 +1,10 @@
-"""The data blank: group filtering with an attempt census, overlong shaping and filtering,
-and epochs x minibatches over a rollout buffer. Pure torch / python, no I/O."""
+"""The data blank: group filtering with an attempt census, a pass-rate curriculum that skips
+prompts before launch, overlong shaping and filtering, and epochs x minibatches over a rollout
+buffer. Pure torch / python, no I/O."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -111,9 +113,16 @@ class SamplingCensus:
     cap_hit: bool = False
     prompts_retired: int = 0
     """Prompts retired from later sampling by this step (no-positive-resampling)."""
+    prompts_skipped: dict[str, int] | None = None
+    """Prompts drawn and skipped before launch by the curriculum, by the verdict of their streak
+    (``all_correct``, ``all_wrong``); never launched, so in no other count. None: no curriculum
+    (the key is then left out of the record, as before it existed)."""
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.prompts_skipped is None:
+            del out["prompts_skipped"]
+        return out
 
     @property
     def trainable_group_frac(self) -> float | None:
@@ -194,6 +203,91 @@ class DynamicSampler:
         self.census.rounds += 1
         if self.census.rounds >= self.max_rounds and len(self.kept) < self.target:
             self.census.cap_hit = True
+
+
+CURRICULUM_VERDICTS = ("all_correct", "all_wrong")
+"""Why the curriculum skips a prompt: its latest groups all passed, or all failed (the names of
+the census verdicts for such groups)."""
+
+
+def pass_rate_streak(pass_rates: list[float]) -> tuple[str | None, int]:
+    """The streak at the end of one prompt's history of group pass rates (oldest first, each the
+    share of a group's samples that passed): ``("all_correct", z)`` when its last z groups in a
+    row had pass rate 1, ``("all_wrong", z)`` when they had pass rate 0, ``(None, 0)`` when the
+    latest group was mixed or there is none. E.g. [0, 1, 1] -> ("all_correct", 2);
+    [1, 0.5] -> (None, 0)."""
+
+    if not pass_rates or 0.0 < pass_rates[-1] < 1.0:
+        return None, 0
+    last = pass_rates[-1]
+    z = 0
+    for r in reversed(pass_rates):
+        if r != last:
+            break
+        z += 1
+    return ("all_correct" if last >= 1.0 else "all_wrong"), z
+
+
+def launch_probability(z: int, explore: float, floor: float) -> float:
+    """The probability that a drawn prompt with a streak of z solved (or unsolved) groups is
+    launched: max(explore^z, floor); 1 without a streak (z = 0)."""
+
+    return 1.0 if z <= 0 else max(explore**z, floor)
+
+
+class PassRateCurriculum:
+    """Skips prompts whose recent groups all passed or all failed, before they are launched
+    (GRESO's probabilistic pre-rollout filter, with fixed exploration probabilities).
+
+    Each prompt (any hashable key, e.g. an instance seed) keeps its streak, the verdict and length
+    of its run of solved or unsolved groups (:func:`pass_rate_streak`). A drawn prompt with a
+    streak of z is skipped when a uniform draw ``u`` in [0, 1) from ``uniform`` is at least
+    :func:`launch_probability` (so with probability 1 - max(p^z, floor)); one without a streak is
+    launched and draws nothing, so the random stream advances only on prompts that could be
+    skipped.
+
+    Args:
+        explore_solved, explore_unsolved: p for solved and for unsolved streaks, in [0, 1].
+        floor: the least launch probability, in (0, 1].
+        uniform: a source of uniform draws in [0, 1) (``random.Random(seed).random``).
+    """
+
+    def __init__(
+        self,
+        explore_solved: float,
+        explore_unsolved: float,
+        floor: float,
+        uniform: Callable[[], float],
+    ):
+        self.explore = {"all_correct": explore_solved, "all_wrong": explore_unsolved}
+        self.floor, self.uniform = floor, uniform
+        self.streaks: dict = {}
+
+    def record(self, key, pass_rate: float) -> None:
+        """Add one group's pass rate (in [0, 1]) to the prompt's streak."""
+
+        verdict, z = self.streaks.get(key, (None, 0))
+        now, _ = pass_rate_streak([pass_rate])
+        self.streaks[key] = (
+            now,
+            z + 1 if now is not None and now == verdict else int(now is not None),
+        )
+
+    def skip(self, key) -> str | None:
+        """Whether to skip the prompt now drawn: the verdict of its streak (the reason it is
+        skipped), or None to launch it."""
+
+        verdict, z = self.streaks.get(key, (None, 0))
+        if verdict is None:
+            return None
+        keep = launch_probability(z, self.explore[verdict], self.floor)
+        return verdict if self.uniform() >= keep else None
+
+    def state_dict(self) -> dict:
+        return {"streaks": [[k, v, z] for k, (v, z) in self.streaks.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.streaks = {k: (v, z) for k, v, z in state["streaks"]}
 
 
 def minibatches(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from .specs import Spec
 
@@ -303,6 +303,45 @@ class PairsSpec(Spec):
     )
 
 
+class CurriculumSpec(Spec):
+    """Difficulty-adaptive sampling over a prompt pool: a prompt whose recent groups all passed or
+    all failed is skipped before it is launched, with a probability that grows with the length of
+    that streak (GRESO's probabilistic pre-rollout filter, Zheng et al. 2025, with its exploration
+    probabilities held fixed). A group's pass rate is the share of its samples with reward >= 1;
+    z is the number of the prompt's most recent groups, in a row, whose pass rate was 1 (solved)
+    or 0 (unsolved); when drawn, the prompt is skipped with probability 1 - max(p^z, floor), p
+    ``explore_solved`` or ``explore_unsolved``. A prompt never tried, or whose latest group was
+    mixed, is always launched. Skipped prompts are never launched (no tokens) and are counted by
+    the census under the verdict of their streak (all_correct, all_wrong)."""
+
+    kind: Literal["pass_rate"] = Field(
+        "pass_rate",
+        description="pass_rate: skip prompts by the streak of solved or unsolved groups in their "
+        "measured history (the only kind).",
+    )
+    explore_solved: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="p for a streak of solved groups (pass rate 1): after z of them in a row the "
+        "prompt is launched with probability max(p^z, floor). 1: never skipped.",
+    )
+    explore_unsolved: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="p for a streak of unsolved groups (pass rate 0), as explore_solved.",
+    )
+    floor: float = Field(
+        0.01,
+        gt=0,
+        le=1,
+        description="The least probability with which a drawn prompt is launched, however long "
+        "its streak (GRESO's 0.01): no prompt is shut out for good (data.retire_pass_rate does "
+        "that).",
+    )
+
+
 class DataSpec(Spec):
     """(i): which samples, how many per prompt, how often reused."""
 
@@ -407,6 +446,23 @@ class DataSpec(Spec):
         description="Self-play on a two-player game task: the opponents are a pool of past "
         "checkpoints of the policy; None: the task's own (scripted) opponent.",
     )
+    curriculum: CurriculumSpec | None = Field(
+        None,
+        description="Difficulty-adaptive sampling over data.prompt_pool: prompts whose recent "
+        "groups all passed or all failed are skipped before launch with a probability that grows "
+        "with the streak (data.curriculum.kind 'pass_rate'); None: every drawn prompt is "
+        "launched.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler, info):
+        # the curriculum only where set: a default data blank dumps (run spec and run id,
+        # definition, the golden fixture) as it did before the key existed; a dump with the
+        # context {"every_field": True} (flatten: explain, diffs) keeps it, as None
+        out = handler(self)
+        if self.curriculum is None and not (info.context or {}).get("every_field"):
+            out.pop("curriculum", None)
+        return out
 
     @model_validator(mode="after")
     def _pairs_file(self) -> DataSpec:

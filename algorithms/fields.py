@@ -52,7 +52,7 @@ WHEN_ON: dict[str, tuple[str, ...]] = {
     ),
     "regularizer.reward_kl_coef": ("regularizer.reward_kl_estimator",),
     "weight.tis_cap": ("weight.tis_form", "weight.old_policy"),
-    "data.prompt_pool": ("data.retire_pass_rate",),
+    "data.prompt_pool": ("data.retire_pass_rate", "data.curriculum"),
 }
 """Fields that apply only while another field is on (True, or a coefficient > 0)."""
 

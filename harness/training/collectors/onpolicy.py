@@ -34,7 +34,9 @@ class OnPolicyRounds(Collector):
         self.engine = ctx.engine  # the behaviour policy's engine of the current step
         self.snapshots = False  # keep environment snapshots (a branching collector needs them)
         self.prompt_pool = (
-            PromptPool(d.prompt_pool, ctx.settings.train_seed, ctx.rng, d.retire_pass_rate)
+            PromptPool(
+                d.prompt_pool, ctx.settings.train_seed, ctx.rng, d.retire_pass_rate, d.curriculum
+            )
             if d.prompt_pool is not None
             else None
         )
@@ -98,6 +100,7 @@ class OnPolicyRounds(Collector):
         reason = "zero_variance_filter" if d.zero_variance_filter else "dynamic_sampling"
         sampler = DynamicSampler(self.n_prompts, rounds, filtering, d.accuracy_filter)
         self.retired_now = 0
+        skipped_before = dict(self.prompt_pool.skipped) if self.prompt_pool is not None else {}
         kept, kept_greedy = [], []
         while not sampler.done:
             out = self.round()
@@ -126,6 +129,10 @@ class OnPolicyRounds(Collector):
         census.cap_hit = census.cap_hit and d.dynamic_sampling  # one round is the filter's design
         if self.prompt_pool is not None:
             census.prompts_retired = self.retired_now
+        if d.curriculum is not None:  # skipped before launch: no tokens, but counted by reason
+            census.prompts_skipped = {
+                k: v - skipped_before[k] for k, v in self.prompt_pool.skipped.items()
+            }
         if census.cap_hit and d.dynamic_sampling and d.on_round_cap == "error":
             raise TrainingError(
                 f"{ctx.settings.name}: dynamic sampling kept {census.groups_kept}/{self.n_prompts} "
@@ -141,6 +148,9 @@ class OnPolicyRounds(Collector):
         if self.prompt_pool is not None:
             metrics["pool.retired"] = float(len(self.prompt_pool.retired))
             metrics["pool.epochs"] = float(self.prompt_pool.epochs)
+        if census.prompts_skipped is not None:
+            for reason, count in census.prompts_skipped.items():
+                metrics[f"curriculum.skipped_{reason}"] = float(count)
         if ctx.group_size > 1:
             metrics["trainable_group_frac"] = census.trainable_group_frac
         if not kept:
