@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -129,8 +130,8 @@ def test_editing_the_data_or_a_deep_helper_of_the_verifier_trains_afresh(
     config = write_yaml(json.dumps(experiment(str(data))))
     out = tmp_path / "out"
 
-    def run() -> tuple[str, dict, str]:
-        code, _, err = cli("run", config, "--out", str(out), "--no-progress")
+    def run(*flags: str) -> tuple[str, dict, str]:
+        code, _, err = cli("run", config, "--out", str(out), "--no-progress", *flags)
         assert code == 0, err
         (run_id,) = json.loads((out / "experiment.json").read_text())["runs"]
         status = json.loads((out / "runs" / run_id / "status.json").read_text())
@@ -138,7 +139,9 @@ def test_editing_the_data_or_a_deep_helper_of_the_verifier_trains_afresh(
         spec = json.loads((out / "runs" / run_id / "spec.json").read_text())
         return run_id, spec, " ".join(err.split())
 
-    first, spec1, _ = run()
+    machine = Path(os.environ["SIXBLANKS_CACHE"]) / "warm_start"
+    first, spec1, _ = run("--no-cache")  # the machine's cache neither read nor written
+    assert not (machine / spec1["warm_start_key"]).exists()
     assert set(spec1["task_inputs"]["modules"]) == {
         "idpkg",
         "idpkg.verify",
@@ -148,6 +151,7 @@ def test_editing_the_data_or_a_deep_helper_of_the_verifier_trains_afresh(
     (user_tree / "leaf.py").write_text("def norm(s):\n    return s.strip().lstrip('0') or '0'\n")
     second, spec2, said = run()
     assert second != first
+    assert (machine / spec2["warm_start_key"] / "warm_start.json").exists()
     assert f"grpo seed 0: module idpkg.leaf changed since run {first}; run {second}" in said
     changed = {
         m

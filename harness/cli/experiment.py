@@ -206,8 +206,16 @@ def run(
     """Run every arm x task x seed of the experiment under its matched budget (skips finished runs
     of the same code, resumes unfinished ones)."""
 
-    if no_cache:
+    if no_cache:  # for this command only (a test calls commands in one process)
+        before = os.environ.get("SIXBLANKS_NO_CACHE")
         os.environ["SIXBLANKS_NO_CACHE"] = "1"
+        try:
+            return run(config, out_dir, no_progress, reuse_finished, add, no_cache=False)
+        finally:
+            if before is None:
+                os.environ.pop("SIXBLANKS_NO_CACHE", None)
+            else:
+                os.environ["SIXBLANKS_NO_CACHE"] = before
 
     from ..config import load_config
     from ..orchestration.data_files import check_data_files
