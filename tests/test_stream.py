@@ -321,30 +321,34 @@ def test_drop_bounds_discard_each_part_past_its_bound(tmp_path):
 
 
 def test_admission_holds_the_launched_total_to_the_staleness_bound(tmp_path):
-    """AReaL's rule alone (no part bounded, a queue of 4 batches): with ``data.staleness`` eta = 1
-    and the trainer i versions in, at most (eta + i + 1) B units are launched and not dropped
-    (accepted + running), B = prompts_per_step. The queue alone would launch 4 B from the start:
-    the count after every launch decision, from the ledger's accepted rows, shows the rule held
-    (and that it, not the queue or the budget, stopped launches)."""
+    """AReaL's rule alone (no part bounded, a queue of 4 batches, a budget with room for them):
+    with ``data.staleness`` eta = 1 and the trainer i versions in, at most (eta + i + 1) B units
+    are launched and not dropped (accepted + running), B = prompts_per_step, where the queue alone
+    would launch 4 B from the start. At each step's start the rule launches up to that bound
+    exactly: a unit dropped for staleness (``resume``: a long chain launched first can finish after
+    two batches of later ones) frees its place. Counted from the ledger's accepted rows after
+    every launch decision."""
 
     eta, queue = 1, 4
-    over = {"data": {**stream("continue", queue=queue), "staleness": eta}}
-    tr = _trainer(over, budget=ROOMY)
+    over = {"data": {**stream("resume", queue=queue), "staleness": eta}}
+    tr = _trainer(over, budget=ROOMY, task=SLOW)
     tr.ctx.settings.work_dir = str(tmp_path)
     B = tr.settings.rollout.prompts_per_step
     seen = record_top_ups(tr)
-    res = tr.train(max_steps=4)
-    assert not res.ledger.check_invariants() and len(res.steps) >= 4
+    res = tr.train(max_steps=5)
+    led = res.ledger
+    assert not led.check_invariants() and len(res.steps) >= 5
     for i, accepted, running in seen:
         assert accepted + running <= (eta + i + 1) * B, (i, accepted, running)
-    # the rule was what held launches: a top-up stopped at its bound with the queue not full
-    assert any(
-        running < queue * B and acc + running == (eta + i + 1) * B for i, acc, running in seen
-    )
+    starts = [next(x for x in seen if x[0] == i) for i in sorted({x[0] for x in seen})]
+    assert len(starts) == 5
+    for i, accepted, running in starts:  # the rule, not the queue, stopped these launches
+        assert running < queue * B and accepted + running == (eta + i + 1) * B, (i, accepted)
+    assert led.discarded_rollouts_by_reason["staleness"] > 0
+    trained = [m for m in res.steps if "lag.kept_behind_max" in m]
+    assert trained and all(m["lag.kept_behind_max"] <= eta for m in trained)
     assert sum(m.get("async.admission_waits", 0) for m in res.steps) > 0
-    assert_balanced(
-        res.ledger.counters, res.ledger.discarded_rollouts_by_reason, tmp_path / "spool"
-    )
+    assert_balanced(led.counters, led.discarded_rollouts_by_reason, tmp_path / "spool")
 
 
 def test_sao_consumes_each_rollout_when_it_finishes_with_two_critic_steps_and_dis(tmp_path):
