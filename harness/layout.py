@@ -29,6 +29,8 @@
                                 safetensors + a weights-only state + a checksummed manifest;
                                 checkpoint.prev/ the one before)
       result.json               final counters, evaluations, consumption (finished runs only)
+      policy/                   the final policy as a model directory transformers loads, with its
+                                tokenizer and model card (finished runs only; policy_out.py)
 
 JSON files are written atomically (``write_json``): a reader never sees a torn file.
 """
@@ -72,6 +74,7 @@ EVENTS_JSONL = "events.jsonl"
 LEDGER_JSONL = "ledger.jsonl"
 CHECKPOINT = "checkpoint"
 RESULT_JSON = "result.json"
+POLICY = "policy"
 PLACEMENT_JSON = "placement.json"
 
 
@@ -153,6 +156,11 @@ class RunDir(Directory):
     @property
     def checkpoint(self) -> Path:
         return self.path / CHECKPOINT
+
+    @property
+    def policy(self) -> Path:
+        """The finished run's policy: a model directory (harness/orchestration/policy_out.py)."""
+        return self.path / POLICY
 
     @property
     def placement(self) -> Path:
@@ -303,3 +311,25 @@ class SweepDir(ExperimentDir):
     @property
     def optuna_journal(self) -> Path:
         return self.path / OPTUNA_JOURNAL
+
+
+def model_dir_of(path: str | Path) -> Path:
+    """The model directory ``path`` names: a run directory's saved policy (``RUN/policy``; a run
+    that has not finished has none) or a model directory itself (``config.json``). Raises
+    ValueError saying what it is not."""
+
+    p = Path(path)
+    if (p / SPEC_JSON).is_file():
+        policy = RunDir(p).policy
+        if not (policy / "config.json").is_file():
+            state = RunDir(p).read_status().get("state", "unknown")
+            raise ValueError(
+                f"'{path}' is a run directory without a saved policy (its state: {state}; a "
+                "finished run saves one in policy/)"
+            )
+        return policy
+    if (p / "config.json").is_file():
+        return p
+    raise ValueError(
+        f"'{path}' is neither a run directory (spec.json) nor a model directory (config.json)"
+    )

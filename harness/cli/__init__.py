@@ -1,6 +1,6 @@
 """The ``sixblanks`` command line: the application (``app``), its commands by part (``describe``:
 validate, schema, explain, recommend; ``experiment``: rollouts, run, report, status, sync, ingest,
-ui; ``studies``: ladder, sweep; ``translate``: other frameworks' configurations) and :func:`main`.
+ui; ``evaluate``: eval; ``studies``: ladder, sweep; ``translate``: other frameworks' configurations) and :func:`main`.
 
 Errors meant for the user (bad config, unknown names, commands not built yet)
 print one line per problem and exit non-zero without a traceback; ``--debug``
@@ -18,6 +18,7 @@ import typer
 from ..errors import SixblanksError
 from . import (  # noqa: F401 - each registers its commands on app
     describe,
+    evaluate,
     experiment,
     findings,
     studies,

@@ -20,6 +20,7 @@ from sixblanks.budgets.counters import COUNTERS
 from sixblanks.budgets.ledger import TIME_COUNTERS
 
 from ..errors import ConfigError, format_validation_error, unknown_name
+from ..layout import SPEC_JSON, model_dir_of
 from ..tasks.registry import check_task
 from .experiment import (
     ExperimentConfig,
@@ -183,9 +184,15 @@ def _model_and_eval_problems(data: dict[str, Any]) -> list[str]:
     path, gguf = model.get("path"), model.get("gguf")
     if isinstance(path, str) and not Path(path).is_dir():
         problems.append(
-            f"model.path: {path!r} is not a directory (a local Hugging Face model directory; a "
-            "relative path is read from the experiment file's directory)"
+            f"model.path: {path!r} is not a directory (a local Hugging Face model directory or a "
+            "finished run's directory; a relative path is read from the experiment file's "
+            "directory)"
         )
+    elif isinstance(path, str) and (Path(path) / SPEC_JSON).is_file():
+        try:  # a run to continue from: its saved policy
+            model_dir_of(path)
+        except ValueError as exc:
+            problems.append(f"model.path: {exc}")
     if isinstance(gguf, str):
         from ..models import ModelError, resolve_gguf
 
@@ -225,7 +232,7 @@ def _vllm_head_size_problems(data: dict[str, Any]) -> list[str]:
         import json
 
         try:
-            hf = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+            hf = json.loads((model_dir_of(path) / "config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return []  # a missing directory is reported above; a missing config.json by the loader
         head = hf.get("head_dim") if isinstance(hf, dict) else None

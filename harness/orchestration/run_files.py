@@ -15,6 +15,7 @@ from typing import Any
 from .. import checkpoint, layout
 from ..layout import RunDir, write_json, write_text
 from ..stopping import STOP, RunInterrupted, stop_points
+from .policy_out import export_policy
 
 
 class RunRecorder:
@@ -167,6 +168,9 @@ class RunRecorder:
             "recording_seconds": self.recording_seconds,
             "ledger_events": ledger_events,
         }
+        t0 = time.perf_counter()
+        export_policy(trainer, self.rd, spec, summary)  # what a user evaluates or serves
+        summary["policy_seconds"] = time.perf_counter() - t0
         write_json(self.rd.result, summary)
         self.write_status("finished", finished=time.time())
         return summary

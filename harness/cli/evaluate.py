@@ -1,0 +1,117 @@
+"""``sixblanks eval``: a finished run's policy, or any model directory, scored on a task's held-out
+split through the evaluation every run uses (the same episodes, the same counted verifier gate),
+with what the evaluation cost."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from ..errors import ConfigError
+from .app import JsonOpt, app, dump_json, out
+
+DATA_SUFFIXES = (".jsonl", ".csv", ".parquet")
+
+
+def _task(name: str | None, params: str | None, spec: dict[str, Any] | None):
+    """The task to score on: ``--task`` (a task name, or a data file for the dataset task) with
+    ``--params``, else the run's own task."""
+
+    from ..tasks import make_task
+
+    try:
+        given = yaml.safe_load(params) if params else {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--params: not a YAML or JSON mapping: {exc}") from None
+    if not isinstance(given, dict):
+        raise ConfigError(f"--params: expected a mapping of the task's parameters, got {given!r}")
+    if name is None:
+        if spec is None:
+            raise ConfigError("--task: a model directory names no task; give one (--task NAME)")
+        name, given = spec["task"]["name"], {**(spec["task"].get("params") or {}), **given}
+    elif Path(name).suffix in DATA_SUFFIXES or Path(name).is_dir():
+        name, given = "dataset", {"path": str(Path(name).resolve()), **given}
+    try:
+        return make_task(name, given)
+    except Exception as exc:  # noqa: BLE001 - a task that cannot be made is the user's input
+        raise ConfigError(f"--task {name}: {exc}") from None
+
+
+@app.command(name="eval")
+def evaluate_policy(
+    model: Annotated[
+        Path, typer.Argument(help="A run's directory (its saved policy) or a model directory.")
+    ],
+    task: Annotated[
+        str | None,
+        typer.Option(
+            "--task",
+            help="A task name (built-in, reasoning_gym:NAME, module:Class) or a data file (.jsonl, "
+            ".csv, .parquet: the dataset task); default: the run's own task.",
+        ),
+    ] = None,
+    params: Annotated[
+        str | None, typer.Option("--params", help="The task's parameters, a YAML/JSON mapping.")
+    ] = None,
+    split: Annotated[str, typer.Option("--split", help="test or validation.")] = "test",
+    n: Annotated[int, typer.Option("--n", min=1, help="Held-out instances.")] = 64,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option("--max-new-tokens", min=1, help="Default: the run's, else 16."),
+    ] = None,
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0)] = 0.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Score a finished run's policy, or any model directory, on a task's held-out split (the
+    evaluation every run uses; its cost reported)."""
+
+    from ..config import RolloutConfig
+    from ..layout import SPEC_JSON, model_dir_of
+    from ..models import load_pretrained, set_fp32_lm_head
+    from ..rollout.backends import make_engine
+    from ..training.evaluate import evaluate
+
+    if split not in ("test", "validation"):
+        raise ConfigError(f"--split: '{split}' (valid: test, validation)")
+    try:
+        directory = model_dir_of(model)
+    except ValueError as exc:
+        raise ConfigError(f"MODEL: {exc}") from None
+    spec = json.loads((model / SPEC_JSON).read_text()) if (model / SPEC_JSON).is_file() else None
+    the_task = _task(task, params, spec)
+    rollout = RolloutConfig.model_validate(spec["rollout"]) if spec else RolloutConfig()
+    if max_new_tokens is not None or spec is None:
+        rollout = rollout.model_copy(update={"max_new_tokens": max_new_tokens or 16})
+    m = (spec or {}).get("model") or {}
+    policy, tok = load_pretrained(directory, m.get("device", "cpu"), m.get("dtype", "float32"))
+    set_fp32_lm_head(policy, bool(m.get("fp32_lm_head")))
+    t0 = time.perf_counter()
+    ev = evaluate(
+        make_engine(rollout, policy, tok, seed=0),
+        tok,
+        the_task,
+        n,
+        max_new_tokens=rollout.max_new_tokens,
+        temperature=temperature,
+        seed=int(spec["seed"]) if spec else 0,
+        max_context_tokens=rollout.max_prompt_tokens,
+        split=split,
+    )
+    ev = {k: v for k, v in ev.items() if k != "per_instance"}
+    ev.update(model=str(directory), task=the_task.name, seconds=time.perf_counter() - t0)
+    if as_json:
+        dump_json(ev)
+        return
+    out.print(
+        f"{directory}: {ev['score']:.3f} on {ev['n']} {split} instances of {the_task.name} "
+        f"(success rate {ev['success_rate']:.3f})"
+    )
+    out.print(
+        f"cost: {ev['generated_tokens']:,} generated tokens, {ev['verifier_calls']:,} verifier "
+        f"calls, {ev['judge_calls']:,} judge calls, {ev['seconds']:.1f} s"
+    )
