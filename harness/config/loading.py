@@ -314,14 +314,12 @@ def _task_file_fields(name: Any) -> tuple[str, ...]:
     """The parameters of task ``name`` that name files (``TaskParams.file_fields``); () where the
     task cannot be found (its own check names the problem)."""
 
-    from ..tasks.registry import BUILTIN, _import_class, builtin_class
+    from ..tasks.registry import task_class
 
-    if not isinstance(name, str) or name.startswith("reasoning_gym:"):
+    if not isinstance(name, str):
         return ()
     try:
-        cls = (
-            builtin_class(name) if name in BUILTIN else _import_class(name) if ":" in name else None
-        )
+        cls = task_class(name)
     except Exception:  # noqa: BLE001 - the task's own check names why it cannot be loaded
         return ()
     return tuple(getattr(getattr(cls, "Params", None), "file_fields", ()))

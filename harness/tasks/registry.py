@@ -52,6 +52,21 @@ def _import_class(path: str):
     return cls
 
 
+def task_class(name: str):
+    """The class of a built-in task or a user task ``module:Class`` (None for reasoning_gym:
+    tasks, whose class is one for every dataset); raises TaskLoadError."""
+
+    if name in BUILTIN:
+        return _builtin(name)
+    if name.startswith("reasoning_gym:"):
+        return None
+    if ":" in name:
+        return _import_class(name)
+    from ..errors import unknown_name
+
+    raise TaskLoadError(unknown_name("task", name, VALID_FORMS))
+
+
 def make_task(name: str, params: dict[str, Any] | None = None):
     """Instantiate a task by name; raises TaskLoadError (or pydantic ValidationError for params)."""
 
