@@ -189,10 +189,16 @@ def test_resume_keeps_the_tokens_and_tags_each_with_its_version(tmp_path):
 def test_regenerate_aborts_what_is_in_flight_and_continue_lets_it_finish(tmp_path):
     core, new_weights, request = _core(tmp_path / "r", "regenerate")
     flight = _two_turn_units(core, request)
+    core.waiting = [request(7, 777)]
+    assert [m[0] for m in core.start()] == ["started"]  # started, not yet acted
     new_weights(1)
     msgs = core.take_weights()
     assert [(k, r) for k, r, _ in msgs] == [("aborted", r) for r in sorted(flight)]
-    assert not core.units and core.version == 1
+    # a group with no action yet has nothing sampled by the old weights: it goes on, on the new
+    assert list(core.units) == [7] and core.version == 1
+    fresh = _finish(core, [])
+    assert fresh[7][1] == "done"
+    assert set(fresh[7][2]["batch"].token_versions.flatten().tolist()) == {-1, 1}
     for _, _r, name in msgs:
         rec = checkpoint.load_record(core.spool / name)
         b = rec["batch"]
@@ -477,3 +483,19 @@ def test_a_killed_streaming_collector_is_restarted_and_every_group_counted_once(
     files = {f.name for f in (tmp_path / "spool").glob("round-*.pt")}
     assert tr.collector.counted == files
     assert len({f.split(".")[1] for f in files}) == 2  # groups of both collectors were used
+    # each aborted group is launched again, the same prompts under a later round (or waits for
+    # room in the budget when the run ends)
+    units = [checkpoint.load_record(tmp_path / "spool" / f) for f in files]
+
+    def prompts(b):
+        return tuple(sorted(set(zip(b.instance_seeds.tolist(), b.group_ids.tolist()))))
+
+    aborted = [(u["round"], prompts(u["batch"])) for u in units if u["aborted"]]
+    assert aborted
+    waiting = {
+        tuple(sorted((s, q["group_offset"] + i) for i, s in enumerate(q["seeds"])))
+        for q in tr.collector.relaunch
+    }
+    for r, p in aborted:
+        again = any(u["round"] > r and prompts(u["batch"]) == p for u in units)
+        assert again or p in waiting, (r, p)
