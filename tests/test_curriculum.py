@@ -200,3 +200,19 @@ def test_a_run_counts_the_skipped_prompts_and_launches_only_the_others(initial):
     assert [c["prompts_skipped"] for c in again.census] == [
         c["prompts_skipped"] for c in res.census
     ]
+
+
+def test_the_store_keeps_the_skipped_prompts_by_reason():
+    """A census record's skipped prompts become the census table's skipped_* columns; a record of
+    a run without a curriculum gives 0."""
+
+    from sixblanks.harness.store.database import schema_columns
+    from sixblanks.harness.store.rows import census_rows
+
+    base = {"type": "census", "step": 1, "groups_dropped": {"all_wrong": 2}}
+    rows = census_rows(
+        "r", [{**base, "prompts_skipped": {"all_correct": 3, "all_wrong": 1}}, {**base, "step": 2}]
+    )
+    assert [(r["skipped_all_correct"], r["skipped_all_wrong"]) for r in rows] == [(3, 1), (0, 0)]
+    assert rows[0]["dropped_all_wrong"] == 2
+    assert set(rows[0]) <= set(schema_columns("census"))

@@ -60,7 +60,8 @@ SCHEMA: dict[str, str] = {
         run_id VARCHAR, step BIGINT, rounds BIGINT, prompts_sampled BIGINT, groups_launched BIGINT,
         groups_varied BIGINT, groups_kept BIGINT, dropped_all_correct BIGINT, dropped_all_wrong BIGINT,
         dropped_zero_variance BIGINT, dropped_surplus BIGINT, dropped_accuracy BIGINT, responses_launched BIGINT,
-        responses_accepted BIGINT, tokens_launched BIGINT, tokens_accepted BIGINT, cap_hit BOOLEAN""",
+        responses_accepted BIGINT, tokens_launched BIGINT, tokens_accepted BIGINT, cap_hit BOOLEAN,
+        skipped_all_correct BIGINT, skipped_all_wrong BIGINT""",
     "fairness": """
         experiment_id VARCHAR, arm VARCHAR, item VARCHAR, flagged BOOLEAN, reason VARCHAR, value JSON,
         reference JSON, run_id VARCHAR""",

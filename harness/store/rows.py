@@ -239,6 +239,11 @@ def census_rows(rid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "run_id": rid,
             **{k: c.get(k) for k in CENSUS_COLUMNS},
             **{f"dropped_{v}": int(c["groups_dropped"].get(v, 0)) for v in CENSUS_VERDICTS},
+            # prompts a curriculum skipped before launching them (0 without one)
+            **{
+                f"skipped_{v}": int((c.get("prompts_skipped") or {}).get(v, 0))
+                for v in ("all_correct", "all_wrong")
+            },
         }
         for c in (e for e in events if e["type"] == "census")
     ]

@@ -125,6 +125,9 @@ NOTES: dict[str, dict[str, str]] = {
         "responses_launched, responses_accepted, tokens_launched, tokens_accepted": "samples and "
         "their action tokens, launched and kept",
         "cap_hit": "the round cap (`data.max_sampling_rounds`) ended the step short",
+        "skipped_all_correct, skipped_all_wrong": "prompts `data.curriculum` skipped before "
+        "launching them, by their recent groups' verdict (never launched: no tokens; 0 without a "
+        "curriculum)",
     },
     "selfplay_evals": {
         "run_id, step": "when (the step after which it ran, as in `evals`)",
