@@ -106,6 +106,10 @@ def run_experiment(
     the orchestrator's result before the report is built. Returns (that result, the report's path);
     runs that failed are in ``result["failures"]`` (the caller decides what that means)."""
 
+    if log:  # the imports and the warm start's demonstrations take seconds before its first step
+        log(
+            "preparing: checking the inputs, loading torch and transformers, finding the warm start"
+        )
     from .orchestrator import Orchestrator
 
     with claimed(out, cfg, "run", add, warn):

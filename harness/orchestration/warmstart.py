@@ -240,6 +240,8 @@ def _warm_start_in(cfg, tasks: list[Task], key: str, directory: Path, log):
         info = json.loads(info_path.read_text())
         info["cached"] = True
         return model, tok, info
+    if log:
+        log(f"warm start: {key} not cached: building the initial policy and its demonstrations")
     model, tok = load_policy(cfg.model, tasks)
     apply_chat_setting(tok, cfg.rollout.chat_template)
     set_gradient_checkpointing(model, cfg.model.gradient_checkpointing)
