@@ -2,8 +2,10 @@
 
 The names and types of every table's columns come from :data:`~.database.SCHEMA` (the ledger's
 meanings from the ledger's own counters); what each column means is held here, in :data:`NOTES`,
-beside it. The document's prose (what each table is for, the writers, the metric names, MLflow)
-stays hand-written in the document: only the blocks between a table's markers are generated.
+beside it. The document's prose (the users' questions and the SQL that answers them, what each
+table is for, the metric names, MLflow, the writers) stays hand-written in the document: only the
+blocks between a table's markers are generated. tests/test_results_page.py runs each of the
+document's SQL queries on a small experiment's store.
 
     python -m sixblanks.harness.store.schema_doc           # rewrite docs/results-schema.md
     python -m sixblanks.harness.store.schema_doc --check   # exit 1 where it is out of date
