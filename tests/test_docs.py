@@ -58,6 +58,37 @@ def test_every_page_builds(site: Path) -> None:
     assert (site / "images" / "report.png").is_file()
 
 
+def _nav_pages(nav) -> list[str]:
+    """Every page of mkdocs.yml's nav, at any depth."""
+
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, dict):
+        return [p for v in nav.values() for p in _nav_pages(v)]
+    return [p for item in nav for p in _nav_pages(item)]
+
+
+def test_the_home_page_and_the_nav_link_every_guide() -> None:
+    """Every page under docs/guide/ (and docs/reference/) is linked from the home page's "Where to
+    go" and listed in mkdocs.yml's nav: a new guide is found from the first page."""
+
+    import yaml
+
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    where = index.split("## Where to go", 1)[1]
+    linked = set(re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", where))
+    nav = set(_nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]))
+    pages = sorted(
+        p.relative_to(ROOT / "docs").as_posix()
+        for folder in ("guide", "reference")
+        for p in (ROOT / "docs" / folder).glob("*.md")
+    )
+    assert len(pages) >= 20
+    assert not [p for p in pages if p not in linked], "not linked from docs/index.md"
+    assert not [p for p in pages if p not in nav], "not in mkdocs.yml's nav"
+    assert not [p for p in linked if not (ROOT / "docs" / p).is_file()]
+
+
 def test_experiment_file_reference_is_generated(site: Path) -> None:
     text = _text(site / "reference/experiment-file/index.html")
     assert "<!-- generated" not in text and "is generated from the JSON" not in text
