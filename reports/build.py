@@ -9,6 +9,9 @@ Scores come from one held-out split (``test``; a store written before the split 
 ``heldout``) and every number names it. An experiment with several tasks is summarised as rliable
 does: scores normalized per task where tasks differ in scale, IQM over runs x tasks, bootstrap
 intervals that resample seeds within each task, P(improvement) within each task and then averaged.
+A mean's interval is a Student t interval over the seeds (``stats.stratified_t_interval``), and
+the report opens with the summary (``summary.py``): per arm its mean and interval, and a sentence
+per pair of arms.
 """
 
 from __future__ import annotations
@@ -21,7 +24,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import credit, diagnostics, lag, mismatch, pairs, render, selfplay, stats, worldmodel
+from . import (
+    credit,
+    diagnostics,
+    lag,
+    mismatch,
+    pairs,
+    render,
+    selfplay,
+    stats,
+    summary,
+    worldmodel,
+)
 from .audit_tables import blanks_blocks, fairness_blocks
 from .data import (
     CENSUS,
@@ -39,6 +53,8 @@ from .data import (
     read_table,
 )
 from .tables import (
+    MIN_BOOTSTRAP_RUNS,
+    MIN_P_SEEDS,
     arm_table,
     budget_blocks,
     census_blocks,
@@ -212,10 +228,17 @@ def intro_blocks(d: Data, resamples: int) -> list[render.Block]:
             f"Baseline arm for P(improvement): {d.baseline}."
         ),
         render.Para(
-            f"Intervals: 95% stratified bootstrap ({resamples} resamples; seeds resampled within each "
-            "task); with few seeds they are wide, and with one seed there is none. "
-            "Aggregates over tasks follow rliable: IQM over runs x tasks, P(improvement) computed "
-            "within each task and then averaged over tasks. " + scale,
+            "Intervals (95%): a mean's (the final score's, the gain's) is a Student t interval over "
+            "the seeds (n − 1 degrees of freedom; with several tasks each task's seeds, combined "
+            "with Welch–Satterthwaite's degrees of freedom). It covers at any number of seeds from "
+            "two, and so it is wide with few: at 2 seeds the t quantile is 12.7. One seed gives "
+            "none. Median and IQM have a stratified percentile bootstrap interval "
+            f"({resamples} resamples; seeds resampled within each task) only from "
+            f"{MIN_BOOTSTRAP_RUNS} finished runs: over fewer it is too narrow (at 2 seeds it spans "
+            "just the two values). P(improvement) is shown with the seeds behind it, and not below "
+            f"{MIN_P_SEEDS} seeds per arm (with 2 against 2, a complete ordering happens by chance "
+            "one time in six). Aggregates over tasks follow rliable: IQM over runs x tasks, "
+            "P(improvement) computed within each task and then averaged over tasks. " + scale,
             "caption",
         ),
     ]
@@ -280,6 +303,7 @@ def build_report(
     out_dir = Path(out_dir)
     d = load(out_dir, baseline)
     rows, task_rows, scores = arm_table(d, resamples)
+    compared = pairs.pair_rows(d)
     rep = out_dir / "report"
     rep.mkdir(parents=True, exist_ok=True)
     scores.write_csv(rep / "scores.csv")
@@ -298,8 +322,9 @@ def build_report(
         return [render.Heading(title), render.Image(name, title, png)]
 
     blocks = intro_blocks(d, resamples)
+    blocks += summary.summary_blocks(summary.summarize(d, scores, compared))
     blocks += scores_blocks(d, rows, task_rows)
-    blocks += pairs.paired_blocks(d)
+    blocks += pairs.paired_blocks(d, compared)
     for name in ("final_scores.png", "score_vs_cost.png", "task_curves.png"):
         blocks += image(name)
     blocks += pairs.curve_blocks(d, resamples=max(20, min(200, resamples // 10)))

@@ -20,14 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-DIFFERS_ASYMPTOTE, DIFFERS_EFFICIENCY, NO_DIFFERENCE, TOO_FEW = (
+DIFFERS_ASYMPTOTE, DIFFERS_EFFICIENCY, NO_DIFFERENCE, TOO_FEW, NOT_IDENTIFIED = (
     "differs in asymptote",
     "differs in efficiency",
     "no difference",
     "too few seeds for a verdict",
+    "not identified",
 )
 # a percentile bootstrap over fewer runs is too narrow to decide on (three runs have ten distinct
-# resamples): below this many runs per arm the fits are shown without a verdict
+# resamples): below this many runs per arm a fit has no interval and a pair no verdict
 MIN_RUNS = 5
 
 
@@ -127,16 +128,46 @@ def _pooled(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.n
 
 @dataclass(frozen=True)
 class ArmFit:
+    """An arm's fit: ``fit`` the least-squares refinement (for prediction), ``estimate`` the grid fit
+    to every run once (A, B, log C_mid) and ``boots`` ``[resamples, 3]`` the same grid fit to runs
+    resampled with replacement. Estimates and intervals come from one procedure, so an interval
+    that excludes its estimate means the data do not determine the curve (``problem`` says so)."""
+
     fit: Fit | None
     boots: np.ndarray  # [resamples, 3]: A, B, log C_mid of the refits
 
     runs: int = 0
+    estimate: tuple[float, float, float] | None = None
+    rmse: float = float("nan")  # of ``estimate`` on the pooled points
+    mid_range: tuple[float, float] = (float("nan"), float("nan"))  # log C_mid's search range
 
     def interval(self, k: int) -> tuple[float, float]:
         if len(self.boots) < 10:
             return float("nan"), float("nan")
         lo, hi = np.quantile(self.boots[:, k], [0.025, 0.975])
         return float(lo), float(hi)
+
+    def problem(self) -> str | None:
+        """Why the fit is shown without numbers, or None where its estimate and intervals stand."""
+
+        if self.fit is None or self.estimate is None:
+            return "too few positions to fit"
+        if self.runs < MIN_RUNS:
+            return f"{self.runs} finished run(s): no fit shown below {MIN_RUNS} runs"
+        if len(self.boots) < 10:
+            return "too few refits for an interval"
+        a, b, m = self.estimate
+        # a parameter on the edge of its search range is not estimated but cut off: the curve
+        # has not bent within the budget (C_mid past the end, B a step) or bent before it began
+        if b <= B_GRID[0] or b >= B_GRID[-1]:
+            return "not identified: B at the edge of its search range (no bend in the data)"
+        if m <= self.mid_range[0] or m >= self.mid_range[1]:
+            return "not identified: C_mid at the edge of its search range (no bend in the data)"
+        for k, name in enumerate(("A", "B", "C_mid")):
+            lo, hi = self.interval(k)
+            if not lo <= self.estimate[k] <= hi:
+                return f"not identified: the refits' interval of {name} excludes the fit's value"
+        return None
 
 
 def fit_arm(
@@ -147,21 +178,26 @@ def fit_arm(
     seed: int = 0,
 ) -> ArmFit:
     """The fit to every run's points pooled, and refits to runs resampled with replacement (a
-    resample weighs each run's points by how often the run was drawn; refits are on the grid)."""
+    resample weighs each run's points by how often the run was drawn; refits are on the grid).
+    The estimate is the same grid fit with every run drawn once."""
 
     fit = fit_curve(*_pooled(runs), r0, bounds) if runs else None
-    if fit is None or len(runs) < 2:
+    if fit is None:
         return ArmFit(fit, np.zeros((0, 3)), len(runs))
     c, r = _pooled(runs)
     keep = (c > 0) & np.isfinite(r)
     run_of = np.concatenate([np.full(len(cc), i) for i, (cc, _) in enumerate(runs)])[keep]
     c, r = c[keep], r[keep]
     rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(runs), size=(resamples, len(runs)))
-    counts = np.stack([np.bincount(d, minlength=len(runs)) for d in draws])  # [resamples, runs]
+    draws = rng.integers(0, len(runs), size=(resamples if len(runs) > 1 else 0, len(runs)))
+    counts = [np.bincount(d, minlength=len(runs)) for d in draws]  # [resamples][runs]
+    weights = np.vstack([np.ones((1, len(runs))), *counts])  # row 0: every run once
     b, m, g = _grid(c)
-    k, a, _ = _weighted_best(counts[:, run_of].astype(float), r - r0, g, r0, bounds)
-    return ArmFit(fit, np.column_stack([a, b[k], m[k]]), len(runs))
+    k, a, _ = _weighted_best(weights[:, run_of], r - r0, g, r0, bounds)
+    est = (float(a[0]), float(b[k[0]]), float(m[k[0]]))
+    rmse = float(np.sqrt(np.mean((sigmoid(c, est[0], est[1], np.exp(est[2]), r0) - r) ** 2)))
+    boots = np.column_stack([a[1:], b[k[1:]], m[k[1:]]])
+    return ArmFit(fit, boots, len(runs), est, rmse, (float(m.min()), float(m.max())))
 
 
 @dataclass(frozen=True)
@@ -178,13 +214,17 @@ def compare_fits(x: ArmFit, y: ArmFit, alpha: float = 0.05) -> CurveComparison |
     a percentile bootstrap over n runs is widened by sqrt(n / (n - 1)) around the estimate (it
     is too narrow by about that factor with few runs). "differs in asymptote" where A's interval
     excludes 0; else "differs in efficiency" where B's or log C_mid's does; else "no difference".
+    Below MIN_RUNS runs on either side: "too few seeds"; where either arm's fit is not identified
+    (``ArmFit.problem``) or a difference's interval excludes its own estimate: "not identified".
     None where either arm has no fit or too few refits."""
 
-    if x.fit is None or y.fit is None or min(len(x.boots), len(y.boots)) < 10:
+    if x.estimate is None or y.estimate is None or min(len(x.boots), len(y.boots)) < 10:
         return None
     n = min(len(x.boots), len(y.boots))
     diff = x.boots[:n] - y.boots[:n]
-    points = (x.fit.a - y.fit.a, x.fit.b - y.fit.b, np.log(x.fit.c_mid / y.fit.c_mid))
+    # the estimates come from the same grid fit as the refits (a least-squares refinement of one
+    # and the grid of the other would put the estimate outside its own interval)
+    points = np.asarray(x.estimate) - np.asarray(y.estimate)
 
     runs = max(2, min(x.runs, y.runs))
     widen = np.sqrt(runs / (runs - 1))
@@ -198,6 +238,8 @@ def compare_fits(x: ArmFit, y: ArmFit, alpha: float = 0.05) -> CurveComparison |
     d_a, d_b, d_mid = ci(0), ci(1), ci(2)
     if min(x.runs, y.runs) < MIN_RUNS:
         return CurveComparison(TOO_FEW, d_a, d_b, d_mid)
+    if x.problem() or y.problem() or not all(t[1] <= t[0] <= t[2] for t in (d_a, d_b, d_mid)):
+        return CurveComparison(NOT_IDENTIFIED, d_a, d_b, d_mid)
 
     def excludes_zero(t):
         return t[1] > 0 or t[2] < 0

@@ -20,7 +20,7 @@ from scipy import stats as sps
 
 from . import curvefit, paired
 from .render import Block, Cell, Heading, Para, Table
-from .tables import fmt
+from .tables import estimate_interval, fmt
 
 if TYPE_CHECKING:
     from .data import Data
@@ -72,9 +72,10 @@ def holm(pvalues: list[float], alpha: float = 0.05) -> list[bool]:
 
 
 def pair_rows(d: Data, confidence: float = 0.95) -> list[dict[str, Any]]:
-    """One row per pair of arms with shared seeds: the paired difference (first arm minus second),
-    its interval, standard errors paired and unpaired, the correlation of the arms' outcomes, the
-    minimum detectable effect at 80% power, the t-test p-value and the Holm verdict."""
+    """One row per pair of arms with shared seeds: the paired difference (arm ``a`` minus arm
+    ``b``, ``a`` the one that scored higher, so a difference reads without its sign), its interval,
+    standard errors paired and unpaired, the correlation of the arms' outcomes, the minimum
+    detectable effect at 80% power, the t-test p-value and the Holm verdict."""
 
     scores = instance_scores(d)
     arms = [a for a in d.arms if a in scores]
@@ -88,13 +89,17 @@ def pair_rows(d: Data, confidence: float = 0.95) -> list[dict[str, Any]]:
                 continue
             ya = np.stack([scores[a][s] for s in seeds])
             yb = np.stack([scores[b][s] for s in seeds])
+            hi, lo = a, b
             pd_ = paired.paired_difference(ya, yb, confidence)
+            if pd_.diff < 0:  # the higher-scoring arm first: the difference is what it wins by
+                hi, lo = b, a
+                pd_ = paired.paired_difference(yb, ya, confidence)
             p = (
                 float(2 * sps.t.sf(abs(pd_.diff) / pd_.se, pd_.df))
                 if pd_.se > 0 and np.isfinite(pd_.df)
                 else (1.0 if pd_.se == 0 and pd_.diff == 0 else float("nan"))
             )
-            rows.append({"a": a, "b": b, "p": p, **pd_.as_dict()})
+            rows.append({"a": hi, "b": lo, "p": p, **pd_.as_dict()})
     verdicts = holm([r["p"] if np.isfinite(r["p"]) else 1.0 for r in rows], 1 - confidence)
     for r, sep in zip(rows, verdicts):
         # one seed: the interval holds the evaluation's noise only, not the seeds' spread
@@ -143,18 +148,45 @@ def curve_rows(d: Data, resamples: int = 100) -> tuple[dict, list[dict[str, Any]
     return fits, pairs
 
 
-def _diff_cell(r: dict[str, Any]) -> Cell:
-    text = f"{fmt(r['diff'])} [{fmt(r['low'])}, {fmt(r['high'])}]"
-    return Cell(text, "flag" if r["separated"] else "")
+def pair_sentence(r: dict[str, Any], pairs: int) -> str:
+    """One plain sentence for a ``pair_rows`` row, its direction in words: "dapo > grpo: paired
+    difference 0.086 [0.028, 0.144] (2 seeds × 64 instances), separated (Holm over 3 pairs)." or
+    the same without the ">" and with "no separation"."""
+
+    a, b = r["a"], r["b"]
+    diff = estimate_interval(r["diff"], r["low"], r["high"])
+    seeds = f"{r['seeds']} seed{'s' if r['seeds'] != 1 else ''}"
+    design = f"({seeds} × {r['instances']} instances)"
+    holm_over = f" (Holm over {pairs} pairs)" if pairs > 1 else ""
+    if r["separated"]:
+        return f"{a} > {b}: paired difference {diff} {design}, separated{holm_over}."
+    lead = (
+        f"{a} and {b} scored the same"
+        if r["diff"] == 0
+        else f"{a} scored {fmt(r['diff'])} higher than {b}"
+    )
+    if r["seeds"] < 2:
+        return (
+            f"{a} vs {b}: no verdict with one seed (its spread over seeds is unknown); {lead}, "
+            f"paired difference {diff} {design}."
+        )
+    unseen = (
+        f"; a true difference below {fmt(r['mde'])} would often go unseen"
+        if np.isfinite(r["mde"])
+        else ""
+    )
+    return (
+        f"{a} vs {b}: no separation{holm_over}; {lead}, paired difference {diff} {design}{unseen}."
+    )
 
 
-def paired_blocks(d: Data) -> list[Block]:
-    rows = pair_rows(d)
+def paired_blocks(d: Data, rows: list[dict[str, Any]] | None = None) -> list[Block]:
+    rows = pair_rows(d) if rows is None else rows
     if not rows:
         return []
     table = Table(
         [
-            "arm A",
+            "arm A (scored higher)",
             "arm B",
             f"A − B, paired, mean [95% CI] ({d.score_label})",
             "seeds × instances",
@@ -168,7 +200,7 @@ def paired_blocks(d: Data) -> list[Block]:
             [
                 r["a"],
                 r["b"],
-                _diff_cell(r),
+                estimate_interval(r["diff"], r["low"], r["high"]),
                 f"{r['seeds']} × {r['instances']}",
                 f"{fmt(r['se'])} / {fmt(r['se_unpaired'])}" + _shrink(r),
                 fmt(r["correlation"], 2),
@@ -183,15 +215,16 @@ def paired_blocks(d: Data) -> list[Block]:
         Heading("Paired differences"),
         Para(
             "Each pair of arms compared on the seeds both finished and the held-out instances every "
-            "arm is evaluated on: the difference is taken per seed and instance, so the noise the "
-            "two arms share cancels. The interval counts the seeds' spread and the evaluation's own "
+            "arm is evaluated on, the arm that scored higher first: the difference is taken per "
+            "seed and instance, so the noise the two arms share cancels. The interval counts the "
+            "seeds' spread and the evaluation's own "
             "sampling noise together (two-way random effects: seeds and instances, Student t with "
             "Satterthwaite's degrees of freedom); with 3 seeds or fewer it is somewhat too narrow "
             "(about 93% coverage at 3 seeds, 88% at 2, in simulation), and one seed gives no "
             "verdict. 'Smallest detectable difference' is the true "
             "difference this many seeds and instances would detect 80% of the time (two-sided, 5%): "
             "a pair that is not separated and whose difference would matter only below it is "
-            "inconclusive, not equal.",
+            "inconclusive, not equal. The Summary says each row in a sentence.",
             "caption",
         ),
         table,
@@ -218,38 +251,58 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
     curves = {axis: arm_curves(d, axis) for axis in fits}
     if not any(fits.values()):
         return []
+    heading = Heading("Compute curves: asymptote or efficiency")
+    most = max(f.runs for by_arm in fits.values() for f in by_arm.values())
+    if most < curvefit.MIN_RUNS:  # shown as such: one line, not a table of empty fits
+        return [
+            heading,
+            Para(
+                f"Not fitted: every arm has fewer than {curvefit.MIN_RUNS} finished runs (at most "
+                f"{most}). A compute curve R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted to so "
+                "few runs has intervals too narrow to read and no verdict on asymptote or "
+                "efficiency.",
+                "caption",
+            ),
+        ]
     fit_rows = []
     for axis, by_arm in fits.items():
         for arm, f in by_arm.items():
-            if f.fit is None:
-                fit_rows.append([AXES[axis], arm, "too few positions to fit", "", "", "", ""])
+            problem = f.problem()
+            if problem:  # shown as such: no estimate without an interval that stands
+                fit_rows.append([AXES[axis], arm, Cell(problem, "inert"), "", "", "", ""])
                 continue
+            a, b, m = f.estimate
             (alo, ahi), (blo, bhi), (mlo, mhi) = f.interval(0), f.interval(1), f.interval(2)
             fit_rows.append(
                 [
                     AXES[axis],
                     arm,
-                    f"{fmt(f.fit.a)} [{fmt(alo)}, {fmt(ahi)}]",
-                    f"{fmt(f.fit.b, 2)} [{fmt(blo, 2)}, {fmt(bhi, 2)}]",
-                    f"{f.fit.c_mid:.3g} [{np.exp(mlo):.3g}, {np.exp(mhi):.3g}]"
-                    if np.isfinite(mlo)
-                    else f"{f.fit.c_mid:.3g}",
-                    fmt(f.fit.rmse),
+                    estimate_interval(a, alo, ahi),
+                    estimate_interval(b, blo, bhi, 2),
+                    estimate_interval(np.exp(m), np.exp(mlo), np.exp(mhi), g=True),
+                    fmt(f.rmse),
                     _extrapolated(curves[axis][arm], d.warm_start_score),
                 ]
             )
-    verdict_rows = [[p["a"], p["b"]] + [_curve_cell(p[axis]) for axis in AXES] for p in pairs]
+    verdict_rows = [
+        [p["a"], p["b"]]
+        + [_curve_cell(p[axis], fits[axis].get(p["a"]), fits[axis].get(p["b"])) for axis in AXES]
+        for p in pairs
+    ]
     return [
-        Heading("Compute curves: asymptote or efficiency"),
+        heading,
         Para(
             "Each arm's held-out score against each budget axis, fitted with R(C) = R0 + (A − R0) / "
             "(1 + (C_mid / C)^B): R0 the warm-start score, A the asymptote, B and C_mid the "
-            "efficiency. Intervals resample the arm's runs and refit. A pair 'differs in "
+            "efficiency. The fit and its intervals come from one procedure: the fit to every run, "
+            "and refits to the arm's runs resampled with replacement. A pair 'differs in "
             "asymptote' where the interval of A's difference excludes 0; else 'differs in "
-            "efficiency' where B's or C_mid's does; with fewer than "
-            f"{curvefit.MIN_RUNS} finished runs per arm the fits are shown without a verdict (a "
-            "bootstrap over so few runs is too narrow). Budgets that end before the curves bend "
-            "leave A poorly determined: the intervals say so.",
+            "efficiency' where B's or C_mid's does. With fewer than "
+            f"{curvefit.MIN_RUNS} finished runs an arm's fit is not shown and a pair gets no "
+            "verdict (a bootstrap over so few runs is too narrow). A fit whose refits exclude it, "
+            "or whose B or C_mid sits at the edge of its search range, is 'not identified': the "
+            "budget ends before the curve bends (or it bends before the first evaluation), and "
+            "the data do not say where it levels off.",
             "caption",
         ),
         Table(
@@ -268,10 +321,23 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
     ]
 
 
-def _curve_cell(c: curvefit.CurveComparison | None) -> Cell | str:
+def _curve_cell(
+    c: curvefit.CurveComparison | None,
+    x: curvefit.ArmFit | None = None,
+    y: curvefit.ArmFit | None = None,
+) -> Cell | str:
     if c is None:
         return "no fit"
-    note = f"ΔA {fmt(c.d_a[0])} [{fmt(c.d_a[1])}, {fmt(c.d_a[2])}], ΔB {fmt(c.d_b[0], 2)}"
+    if c.verdict == curvefit.TOO_FEW:  # no numbers: the intervals would be too narrow to read
+        runs = f"{x.runs} and {y.runs} runs" if x is not None and y is not None else "few runs"
+        return Cell(f"{c.verdict} ({runs}; {curvefit.MIN_RUNS} needed)", "inert")
+    if c.verdict == curvefit.NOT_IDENTIFIED:
+        why = next((f.problem() for f in (x, y) if f is not None and f.problem()), None)
+        return Cell(c.verdict, "inert", why or "a difference's interval excludes its estimate")
+    note = (
+        f"ΔA {estimate_interval(*c.d_a)}, ΔB {estimate_interval(*c.d_b, 2)}, "
+        f"Δlog C_mid {estimate_interval(*c.d_log_mid, 2)}"
+    )
     flagged = c.verdict in (curvefit.DIFFERS_ASYMPTOTE, curvefit.DIFFERS_EFFICIENCY)
     return Cell(c.verdict, "flag" if flagged else "", note)
 

@@ -1,4 +1,5 @@
-"""Honest statistics for few seeds: IQM, stratified bootstrap intervals (tasks are the strata),
+"""Honest statistics for few seeds: IQM, Student t intervals of means over seeds (per task,
+combined by Welch-Satterthwaite), stratified bootstrap intervals (tasks are the strata),
 probability of improvement within each task and averaged over tasks, per-task min-max
 normalization, area under the learning curve, and mean curves with the number of runs behind each
 point. Vectorised numpy/scipy (rliable's definitions, without rliable)."""
@@ -94,6 +95,43 @@ def stratified_bootstrap_ci_strata(
     alpha = (1 - confidence) / 2
     low, high = np.quantile(fn(resampled), [alpha, 1 - alpha])
     return point, float(low), float(high)
+
+
+def stratified_t_interval(
+    strata: list[np.ndarray], confidence: float = 0.95
+) -> tuple[float, float, float, float]:
+    """(mean, low, high, degrees of freedom) of the mean over every run of every stratum (task),
+    with a Student t interval over the seeds.
+
+    The mean is sum(x) / N over all N runs. Seeds are independent within each task and a task's
+    level is fixed, so Var(mean) = sum_t n_t * s_t^2 / N^2 (s_t the task's sample standard
+    deviation over its n_t seeds), with Welch-Satterthwaite's degrees of freedom; one task is the
+    ordinary t interval, n - 1 degrees of freedom. A percentile bootstrap over two seeds can only
+    return the two values themselves (it covers the true mean half the time): the t interval is
+    exact for normal scores at any n >= 2, and wide where the seeds say little.
+
+    Any task with fewer than two seeds leaves its spread unknown: no interval (low = high = nan).
+    Seeds that all agree give a zero-width interval at the mean."""
+
+    parts = [np.asarray(s, dtype=float).ravel() for s in strata]
+    parts = [s[np.isfinite(s)] for s in parts]
+    parts = [s for s in parts if len(s)]
+    nan = float("nan")
+    if not parts:
+        return nan, nan, nan, nan
+    n_all = sum(len(s) for s in parts)
+    mean = float(np.concatenate(parts).sum() / n_all)
+    if min(len(s) for s in parts) < 2:
+        return mean, nan, nan, nan
+    # each task's contribution to Var(mean): (n_t / N)^2 * s_t^2 / n_t
+    terms = np.array([len(s) * s.var(ddof=1) / n_all**2 for s in parts])
+    dofs = np.array([len(s) - 1 for s in parts], dtype=float)
+    var = float(terms.sum())
+    if var <= 0:
+        return mean, mean, mean, float(dofs.sum())
+    df = float(var**2 / np.sum(terms**2 / dofs))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * np.sqrt(var)
+    return mean, mean - half, mean + half, df
 
 
 def stratified_bootstrap_ci_loop(scores, statistic="mean", resamples=2000, confidence=0.95, seed=0):

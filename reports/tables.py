@@ -30,12 +30,32 @@ def fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
+def estimate_interval(
+    est: Any, lo: Any, hi: Any, digits: int = 3, none: str = "no interval", g: bool = False
+) -> str:
+    """``est [lo, hi]``, or ``est (none)`` where there is no interval. Every "estimate [low, high]"
+    the report prints goes through here, and an interval that does not contain its estimate is
+    never printed: it would say the estimate is implausible by its own measure (a resampled fit
+    that disagrees with the fit it resamples is not identified, and callers say so first).
+    ``g``: three significant digits (for values of any scale) instead of ``digits`` decimals."""
+
+    def f(x: Any) -> str:
+        return f"{x:.3g}" if g else fmt(x, digits)
+
+    finite = [x is not None and isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)]
+    if est is None or not all(finite):
+        return f"{f(est)} ({none})" if est is not None else "—"
+    if not lo <= est <= hi:
+        return f"{f(est)} (no interval: its resamples exclude the estimate)"
+    return f"{f(est)} [{f(lo)}, {f(hi)}]"
+
+
 def ci(r: dict[str, Any], key: str) -> str:
     if key not in r:
         return "no finished run"
-    if math.isnan(r.get(f"{key}_lo", float("nan"))):
-        return f"{fmt(r[key])} (one seed: no interval)"
-    return f"{fmt(r[key])} [{fmt(r[key + '_lo'])}, {fmt(r[key + '_hi'])}]"
+    return estimate_interval(
+        r[key], r.get(f"{key}_lo"), r.get(f"{key}_hi"), none=r.get(f"{key}_why") or "no interval"
+    )
 
 
 # ----------------------------------------------------------------------------- scores
@@ -91,6 +111,22 @@ def run_scores(d: Data) -> pl.DataFrame:
     )
 
 
+# median and IQM have no t interval; a percentile bootstrap over fewer runs than this is too narrow
+# to print (at 2 seeds it spans just the two values, at 3 it covers well under 95%)
+MIN_BOOTSTRAP_RUNS = 5
+# P(improvement) below this many seeds per arm is not shown: with 2 against 2, a complete ordering
+# (P = 1) happens by chance one time in six, with 3 against 3 one time in twenty
+MIN_P_SEEDS = 3
+
+
+def _no_interval(sizes: list[int]) -> str:
+    """Why a t interval over strata of these ``sizes`` has none: a stratum with one seed."""
+
+    if len(sizes) == 1:
+        return "one seed: no interval"
+    return "a task with one seed: no interval"
+
+
 def _interval_stats(
     row: dict[str, Any],
     strata: list[np.ndarray],
@@ -98,11 +134,41 @@ def _interval_stats(
     resamples: int,
     seed: int,
 ) -> None:
-    for stat in STATS:
-        p, lo, hi = stats.stratified_bootstrap_ci_strata(strata, stat, resamples, seed=seed)
+    """``row``'s mean and gain with their t intervals over seeds, median and IQM with stratified
+    percentile bootstrap intervals from MIN_BOOTSTRAP_RUNS runs on (a ``*_why`` says why not)."""
+
+    sizes = [len(s) for s in strata if len(s)]
+    for key, values in (("mean", strata), ("gain", gains)):
+        p, lo, hi, _ = stats.stratified_t_interval(values)
+        row[key], row[f"{key}_lo"], row[f"{key}_hi"] = p, lo, hi
+        if math.isnan(lo):
+            row[f"{key}_why"] = _no_interval([len(v) for v in values if len(v)] or [0])
+    enough = sum(sizes) >= MIN_BOOTSTRAP_RUNS and min(sizes, default=0) >= 2
+    for stat in STATS[1:]:
+        if enough:
+            p, lo, hi = stats.stratified_bootstrap_ci_strata(strata, stat, resamples, seed=seed)
+        else:
+            pooled = np.concatenate([np.asarray(s, dtype=float) for s in strata])
+            p, lo, hi = float(stats.STATISTICS[stat](pooled[None, :])[0]), math.nan, math.nan
+            row[f"{stat}_why"] = (
+                _no_interval(sizes)
+                if min(sizes, default=0) < 2
+                else f"{sum(sizes)} runs: no interval below {MIN_BOOTSTRAP_RUNS}"
+            )
         row[stat], row[f"{stat}_lo"], row[f"{stat}_hi"] = p, lo, hi
-    g, glo, ghi = stats.stratified_bootstrap_ci_strata(gains, "mean", resamples, seed=seed)
-    row["gain"], row["gain_lo"], row["gain_hi"] = g, glo, ghi
+
+
+def p_improve_cell(r: dict[str, Any], per_task: bool = False) -> str:
+    """P(improvement) with the seeds behind it (each arm's fewest seeds on a task), or why it is
+    not shown: below MIN_P_SEEDS seeds on either side it is too coarse to read."""
+
+    p, n = r.get("p_improve"), r.get("p_improve_seeds")
+    if p is None or not n:
+        return "—"
+    seeds = f"{n[0]} and {n[1]} seeds" + (" per task" if per_task else "")
+    if min(n) < MIN_P_SEEDS:
+        return f"— ({seeds}: too few, {MIN_P_SEEDS} needed)"
+    return f"{fmt(p)} (from {seeds})"
 
 
 def arm_table(
@@ -152,6 +218,12 @@ def arm_table(
             )
             row["p_improve"] = None if p_avg is None or math.isnan(p_avg) else p_avg
             row["p_improve_by_task"] = p_task
+            # the seeds behind P: each arm's fewest on a task both were scored on
+            row["p_improve_seeds"] = (
+                [min(len(mine[t]) for t in p_task), min(len(base[t]) for t in p_task)]
+                if p_task
+                else None
+            )
             row["auc_launched"] = float(f["auc_launched"].mean())
             row["seeds"] = f.height
             row.update({c: f[c].mean() for c in pass_cols})
@@ -177,6 +249,7 @@ def arm_table(
                     seed,
                 )
                 trow["p_improve"] = p_task.get(t)
+                trow["p_improve_seeds"] = [len(mine[t]), len(base[t])] if t in p_task else None
                 trow.update({c: ft[c].mean() for c in pass_cols})
             task_rows.append(trow)
     return rows, task_rows, scores
@@ -241,7 +314,7 @@ def scores_blocks(
                 r["preset"],
                 f"{r['finished']}/{r['runs']}",
                 *[ci(r, k) for k in (*STATS, "gain")],
-                fmt(r.get("p_improve")),
+                p_improve_cell(r, per_task=several),
                 fmt(r.get("auc_launched")),
                 fmt(cost.get(r["arm"]), 1) if r["arm"] in cost else "—",
                 credit_cell(r["arm"]),
@@ -276,7 +349,7 @@ def scores_blocks(
                         ci(r, "mean"),
                         ci(r, "iqm"),
                         ci(r, "gain"),
-                        fmt(r.get("p_improve")),
+                        p_improve_cell(r),
                     ]
                     for r in task_rows
                 ],

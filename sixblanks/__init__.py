@@ -49,7 +49,8 @@ class Results:
     final_score, final_step, auc_launched``, pass@k where sampled), the scores of the held-out split
     the report shows (``split``). ``runs``: one row per run as the store holds it. ``evals``: every
     evaluation (its step, split, score and place on every budget axis). ``ledger``: every run's
-    counters after each step. ``fairness``: the fairness audit's items.
+    counters after each step. ``fairness``: the fairness audit's items. ``summary()`` and
+    ``verdicts()``: who won, as the report's summary says it.
     """
 
     out: Path
@@ -67,6 +68,25 @@ class Results:
         ``budgets``, ``trials``, ``ladder``, ...), as it is stored."""
 
         return _read_table(self.out, name)
+
+    def summary(self) -> pl.DataFrame:
+        """One row per arm: ``arm, mean, low, high, seeds, finished, runs, split``. ``mean`` is the
+        mean final score of its finished runs on ``split`` (normalized per task where the tasks
+        differ in scale), ``low``/``high`` its 95% Student t interval over the seeds (null with
+        fewer than two); the report's summary, from the store as it is now."""
+
+        from sixblanks.reports.summary import summary_of
+
+        return summary_of(self.out).arms
+
+    def verdicts(self) -> list[str]:
+        """One sentence per pair of arms sharing seeds, the higher-scoring arm first, e.g. "dapo >
+        grpo: paired difference 0.086 [0.028, 0.144] (2 seeds × 64 instances), separated." or
+        "... no separation ..."; the report's summary, from the store as it is now."""
+
+        from sixblanks.reports.summary import summary_of
+
+        return summary_of(self.out).sentences
 
 
 def _read_table(out: Path, name: str) -> pl.DataFrame:

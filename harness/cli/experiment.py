@@ -243,6 +243,7 @@ def run(
         on_result=lambda result: _print_summary(result["summary"], cfg),
     )
     say(f"report: {report_path}")
+    _say_summary(out_path)
     flags = result["fairness"]["flags"]
     if flags:
         fairness = ExperimentDir(out_path).fairness
@@ -251,6 +252,24 @@ def run(
             say(f"  {f['arm']}: {f['item']}: {f['reason']}")
     if result["failures"]:
         raise RunFailed([f"run {rid} failed: {e}" for rid, e in result["failures"].items()])
+
+
+def _say_summary(directory: Path, baseline: str | None = None) -> None:
+    """Per arm its mean final score with a 95% t interval over seeds, then one sentence per pair
+    of arms (sixblanks/reports/summary.py, as the report and ``Results.summary()`` give them)."""
+
+    from rich.text import Text
+
+    from sixblanks.reports.data import ReportError
+    from sixblanks.reports.summary import summary_of
+
+    try:
+        lines = summary_of(directory, baseline).lines()
+    except ReportError as exc:  # the report said so already; the summary adds nothing then
+        warn(f"no summary: {exc}")
+        return
+    for line in lines:
+        say(Text(line))  # plain text: an interval's brackets are not console markup
 
 
 def _print_summary(rows, cfg) -> None:
@@ -303,6 +322,7 @@ def report(
         if compare_out is not None:
             raise ConfigError("--out: only for comparing two or more experiment directories")
         say(f"report: {build_report_checked(directories[0], baseline, resamples)}")
+        _say_summary(directories[0], baseline)
         return
     if baseline is not None:
         raise ConfigError("--baseline: only for the report of one experiment directory")
