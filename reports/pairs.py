@@ -133,9 +133,15 @@ def curve_rows(d: Data, resamples: int = 100) -> tuple[dict, list[dict[str, Any]
         fits[axis] = {
             a: curvefit.fit_arm(curves[a], r0, resamples=resamples) for a in d.arms if a in curves
         }
+    # each pair with the arm whose runs ended higher first (as the paired table orders them), so
+    # a difference that decides reads as what that arm has more of
+    ends: dict[str, float] = {}
+    for arm, runs in arm_curves(d, "launched_tokens").items():
+        ends[arm] = float(np.mean([r[np.argmax(c)] for c, r in runs]))
     pairs = []
-    for i, a in enumerate(d.arms):
-        for b in d.arms[i + 1 :]:
+    for i, x in enumerate(d.arms):
+        for y in d.arms[i + 1 :]:
+            a, b = (y, x) if ends.get(y, -np.inf) > ends.get(x, -np.inf) else (x, y)
             row = {"a": a, "b": b}
             for axis, by_arm in fits.items():
                 c = (
@@ -317,7 +323,10 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
             ],
             fit_rows,
         ),
-        Table(["arm A", "arm B"] + [f"on {v}" for v in AXES.values()], verdict_rows),
+        Table(
+            ["arm A (ended higher)", "arm B"] + [f"A vs B on {v}" for v in AXES.values()],
+            verdict_rows,
+        ),
     ]
 
 

@@ -107,3 +107,35 @@ def test_import_sixblanks_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_results_summary_and_verdicts_are_the_reports(tmp_path):
+    """`sixblanks.load(out).summary()`: per arm its mean final score and 95% t interval over seeds
+    (by hand with scipy on the planted finals), its seeds and runs; `.verdicts()`: the report's
+    sentences, one per pair, the higher-scoring arm first."""
+
+    import numpy as np
+    import polars as pl
+    from scipy import stats as sps
+
+    import sixblanks
+    from sixblanks.reports.build import build_report
+
+    from .test_report_summary import SEEDS, finals, plant
+
+    out = plant(tmp_path)
+    results = sixblanks.load(out)
+    summary = results.summary()
+    assert isinstance(summary, pl.DataFrame)
+    assert summary.columns == ["arm", "mean", "low", "high", "seeds", "finished", "runs", "split"]
+    assert summary["arm"].to_list() == list(SEEDS)
+    for r in summary.iter_rows(named=True):
+        x = finals(r["arm"])
+        lo, hi = sps.t.interval(0.95, len(x) - 1, loc=np.mean(x), scale=sps.sem(x))
+        assert (r["mean"], r["low"], r["high"]) == pytest.approx((np.mean(x), lo, hi))
+        assert r["seeds"] == r["runs"] == len(SEEDS[r["arm"]]) and r["split"] == "test"
+    verdicts = results.verdicts()
+    assert len(verdicts) == 3 and verdicts[0].startswith("dapo > grpo: paired difference ")
+    index = build_report(out, resamples=100, with_plots=False)
+    md = (index.parent / "report.md").read_text()
+    assert all(v in md for v in verdicts)

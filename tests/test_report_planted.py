@@ -274,22 +274,44 @@ def test_aggregate_point_estimates_by_hand(planted):
     assert a["split"] == "test" and a["finished"] == 6 and a["runs"] == 6
 
 
-def test_intervals_resample_seeds_within_tasks(planted):
+def test_intervals_t_for_means_bootstrap_within_tasks_for_iqm(planted):
+    """A mean's interval (final score, gain) is a Student t interval over seeds, tasks as strata
+    (written out here); the IQM's a percentile bootstrap resampling seeds within tasks, shown from
+    5 runs: the arm's 6, not a task's 3."""
+
+    from scipy import stats as sps
+
+    from .test_report_summary import assert_estimates_inside
+
+    def t_over_tasks(columns):
+        """Mean of every run, Var = sum n_t s_t^2 / N^2, Welch-Satterthwaite degrees of freedom."""
+
+        n = sum(len(c) for c in columns)
+        terms = [len(c) * np.var(c, ddof=1) / n**2 for c in columns]
+        df = sum(terms) ** 2 / sum(v**2 / (len(c) - 1) for v, c in zip(terms, columns))
+        mean = sum(np.sum(c) for c in columns) / n
+        half = sps.t.ppf(0.975, df) * np.sqrt(sum(terms))
+        return mean - half, mean + half
+
     a = planted["arms"]["A"]
+    assert (a["mean_lo"], a["mean_hi"]) == pytest.approx(
+        t_over_tasks([FINAL["A", "t1"], FINAL["A", "t2"]])
+    )
+    gains = [np.array(FINAL["A", t]) - WARM[t] for t in ("t1", "t2")]
+    assert (a["gain_lo"], a["gain_hi"]) == pytest.approx(t_over_tasks(gains))
     mat = np.column_stack([FINAL["A", "t1"], FINAL["A", "t2"]])  # [seeds, tasks]
-    for stat in ("mean", "iqm"):
-        lo, hi = stats.stratified_bootstrap_ci_loop(mat, stat, resamples=R, seed=0)
-        assert (a[f"{stat}_lo"], a[f"{stat}_hi"]) == pytest.approx((lo, hi))
-    gains = np.column_stack(
-        [np.array(FINAL["A", t]) - WARM[t] for t in ("t1", "t2")]
-    )  # the gain, stratified the same way
-    lo, hi = stats.stratified_bootstrap_ci_loop(gains, "mean", resamples=R, seed=0)
-    assert (a["gain_lo"], a["gain_hi"]) == pytest.approx((lo, hi))
-    # per task rows: one stratum, raw scores
+    lo, hi = stats.stratified_bootstrap_ci_loop(mat, "iqm", resamples=R, seed=0)
+    assert (a["iqm_lo"], a["iqm_hi"]) == pytest.approx((lo, hi))
+    # per task rows: one stratum, raw scores, the t interval with 2 degrees of freedom
     t1 = planted["tasks"]["A", "t1"]
     assert t1["mean"] == pytest.approx(2.6 / 3)
-    lo, hi = stats.stratified_bootstrap_ci_loop(np.array(FINAL["A", "t1"]), "mean", R, seed=0)
-    assert (t1["mean_lo"], t1["mean_hi"]) == pytest.approx((lo, hi))
+    by_scipy = sps.t.interval(0.95, 2, loc=2.6 / 3, scale=sps.sem(FINAL["A", "t1"]))
+    assert (t1["mean_lo"], t1["mean_hi"]) == pytest.approx(by_scipy)
+    assert t1["iqm_why"] == "3 runs: no interval below 5" and np.isnan(t1["iqm_lo"])
+    # P(improvement) printed with its seeds: 3 against 3 per task
+    assert "| 0.750 (from 3 and 3 seeds per task) |" in planted["md"]
+    for text in (planted["md"], planted["html"]):
+        assert assert_estimates_inside(text) >= 10
 
 
 def test_report_shows_per_task_rows_splits_and_pass_at_k(planted):

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import shutil
 
 import numpy as np
@@ -228,11 +229,58 @@ def test_report_compares_every_pair_paired_with_its_detectable_effect_and_curve_
     assert row["diff"] == pytest.approx(by_hand)
     assert row["seeds"] == len(seeds) and row["instances"] == len(scores[a][seeds[0]])
     assert row["mde"] >= 0 and row["low"] <= row["diff"] <= row["high"]
+    assert row["diff"] >= 0  # the arm that scored higher first
     md = (build_report(experiment, resamples=200).parent / "report.md").read_text()
     paired_part = md.split("## Paired differences", 1)[1].split("\n## ", 1)[0]
     assert f"| {a} | {b} |" in paired_part and "smallest detectable difference" in paired_part
+    # two runs per arm: no compute-curve fit is shown (its intervals would be too narrow to read)
     curves = md.split("## Compute curves: asymptote or efficiency", 1)[1].split("\n## ", 1)[0]
-    for axis in ("launched tokens", "verifier calls", "device-seconds"):
-        for arm in (a, b):
-            assert f"| {axis} | {arm} |" in curves
-    assert f"| {a} | {b} |" in curves
+    assert "Not fitted: every arm has fewer than 5 finished runs (at most 2)" in curves
+    assert "[" not in curves
+
+
+def test_no_estimate_outside_its_interval_at_two_seeds(experiment):
+    """The report of two arms x two seeds: every "estimate [low, high]" it prints holds its
+    estimate; the arm table's mean interval is the t interval over the two seeds (by hand)."""
+
+    import polars as pl
+
+    from .test_report_summary import assert_estimates_inside
+
+    index = build_report(experiment, resamples=200, with_plots=False)
+    for text in (index.read_text(), (index.parent / "report.md").read_text()):
+        assert assert_estimates_inside(text) >= 6
+    scores = pl.read_csv(index.parent / "scores.csv")
+    arms = {r["arm"]: r for r in json.loads((index.parent / "arms.json").read_text())}
+    for arm, row in arms.items():
+        x = scores.filter(pl.col("arm") == arm)["final_score"].to_numpy()
+        half = sps.t.ppf(0.975, 1) * np.std(x, ddof=1) / np.sqrt(2)
+        assert (row["mean_lo"], row["mean_hi"]) == pytest.approx((x.mean() - half, x.mean() + half))
+
+
+def test_run_ends_with_the_per_arm_summary_and_a_sentence_per_pair(
+    cli, write_yaml, experiment, tmp_path
+):
+    """`sixblanks run` on the experiment again (its finished runs skipped where the code is the
+    same): after the table per run, per arm the mean final score with its t interval over the
+    seeds (by hand from the store's per-run scores), then one sentence per pair of arms."""
+
+    import polars as pl
+
+    import sixblanks
+
+    out = _copy(experiment, tmp_path)
+    code, stdout, err = cli("run", write_yaml(json.dumps(SPEC)), "--out", str(out), "--no-progress")
+    assert code == 0, err
+    tail = stdout[stdout.index("report: ") :]
+    assert stdout.index("runs") < stdout.index("report: ")  # the table per run comes first
+    assert "final score (test split), mean [95% t interval over seeds]:" in tail
+    scores = sixblanks.load(out).scores
+    for arm in ("grpo", "rloo"):
+        x = scores.filter(pl.col("arm") == arm)["final_score"].to_numpy()
+        half = sps.t.ppf(0.975, 1) * np.std(x, ddof=1) / np.sqrt(2)
+        m = x.mean()
+        assert f"\n  {arm}  {m:.3f} [{m - half:.3f}, {m + half:.3f}]  2 seeds\n" in tail
+    (sentence,) = [ln for ln in tail.splitlines() if "grpo" in ln and "rloo" in ln]
+    assert re.match(r"(grpo|rloo) (>|vs) (grpo|rloo): ", sentence)
+    assert "separated" in sentence or "no separation" in sentence
