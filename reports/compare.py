@@ -3,10 +3,10 @@ models or two code versions), from each directory's ``results.duckdb`` only.
 
 OUT/index.html, OUT/compare.md   the same blocks (render.py); OUT/compare.json the numbers
 
-Per arm x task and directory: final score (raw, the directory's score split) with its 95% bootstrap
-interval, finished/runs and launched tokens per run. Where an arm x task is in two directories, the
-difference of mean final scores with a bootstrap interval that resamples each directory's seeds
-independently: different runs, not paired. Then every audit item whose value differs between the
+Per arm x task and directory: final score (raw, the directory's score split) with its 95% Student t
+interval over seeds, finished/runs and launched tokens per run. Where an arm x task is in two
+directories, the difference of mean final scores with Welch's t interval over each directory's
+seeds: different runs, not paired. Then every audit item whose value differs between the
 directories (experiment facts, fairness-audit items, blanks, per-run flags), the agreeing ones
 counted.
 """
@@ -45,24 +45,15 @@ def labels(dirs: list[Path]) -> list[str]:
     return [f"{names[i]}#{i + 1}" if out.count(x) > 1 else x for i, x in enumerate(out)]
 
 
-def diff_ci(
-    a: np.ndarray, b: np.ndarray, resamples: int = 2000, seed: int = 0
-) -> tuple[float, float, float]:
-    """mean(b) - mean(a) and its 95% percentile bootstrap interval, the seeds of ``a`` and of ``b``
-    resampled independently (two experiments: unpaired). Fewer than 2 seeds on a side: no interval."""
+def diff_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """mean(b) - mean(a) and its 95% Welch t interval over the two experiments' seeds (different
+    runs: unpaired; a percentile bootstrap over 2 or 3 seeds a side is too narrow). Fewer than 2
+    seeds on a side: no interval."""
 
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    point = float(b.mean() - a.mean())
-    if len(a) < 2 or len(b) < 2:
-        return point, float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    ia = rng.integers(0, len(a), size=(resamples, len(a)))
-    ib = rng.integers(0, len(b), size=(resamples, len(b)))
-    lo, hi = np.quantile(b[ib].mean(axis=1) - a[ia].mean(axis=1), [0.025, 0.975])
-    return point, float(lo), float(hi)
+    return stats.welch_t_interval(a, b)
 
 
-def arm_task_stats(d: Data, resamples: int) -> ArmTaskStats:
+def arm_task_stats(d: Data) -> ArmTaskStats:
     """{(arm, task): runs, finished, final scores, mean [CI] and launched tokens per finished run}."""
 
     scores = run_scores(d)
@@ -73,10 +64,9 @@ def arm_task_stats(d: Data, resamples: int) -> ArmTaskStats:
         finals = f["final_score"].to_numpy()
         spent = [tokens[r] for r in f["run_id"] if tokens.get(r) is not None]
         row: dict[str, Any] = {"runs": g.height, "finished": f.height, "scores": finals.tolist()}
-        if f.height:
-            row["mean"], row["mean_lo"], row["mean_hi"] = stats.stratified_bootstrap_ci(
-                finals, "mean", resamples
-            )
+        if f.height:  # the one-directory report's interval: Student t over the seeds
+            row["mean"], row["mean_lo"], row["mean_hi"], _ = stats.stratified_t_interval([finals])
+            row["mean_why"] = "one seed: no interval"
         row["launched_tokens"] = float(np.mean(spent)) if spent else None
         out[(str(arm), str(task))] = row
     return out
@@ -210,7 +200,7 @@ def _cells(r: dict[str, Any] | None) -> list[render.Cell | str]:
     return [ci(r, "mean"), f"{r['finished']}/{r['runs']}", fmt(r["launched_tokens"], 0)]
 
 
-def differences(keys, table, names, resamples: int) -> list[dict[str, Any]]:
+def differences(keys, table, names) -> list[dict[str, Any]]:
     """Per arm x task: each later directory with finished runs minus the first such directory."""
 
     out = []
@@ -218,7 +208,7 @@ def differences(keys, table, names, resamples: int) -> list[dict[str, Any]]:
         have = [i for i, t in enumerate(table) if t.get(key, {}).get("finished")]
         for i in have[1:]:
             a, b = table[have[0]][key]["scores"], table[i][key]["scores"]
-            p, lo, hi = diff_ci(np.array(a), np.array(b), resamples)
+            p, lo, hi = diff_ci(np.array(a), np.array(b))
             out.append(
                 {"arm": key[0], "task": key[1], "first": names[have[0]], "second": names[i]}
                 | {"diff": p, "diff_lo": lo, "diff_hi": hi, "n_first": len(a), "n_second": len(b)}
@@ -229,16 +219,19 @@ def differences(keys, table, names, resamples: int) -> list[dict[str, Any]]:
 def build_comparison(
     dirs: list[str | Path], out: str | Path | None = None, resamples: int = 2000, with_plots=True
 ) -> Path:
-    """Compare the experiments in ``dirs`` into ``out`` (default DIR1/compare); returns index.html."""
+    """Compare the experiments in ``dirs`` into ``out`` (default DIR1/compare); returns index.html.
+
+    ``resamples`` is kept for the command line's ``--resamples``: a comparison's intervals are t
+    intervals now and draw no resamples."""
 
     dirs = [Path(p) for p in dirs]
     if len(dirs) < 2:
         raise ReportError("a comparison needs two or more experiment directories")
     names = labels(dirs)
     datas = [load(p) for p in dirs]  # a directory without results.duckdb: ReportError naming it
-    table = [arm_task_stats(d, resamples) for d in datas]
+    table = [arm_task_stats(d) for d in datas]
     keys = shared_keys(dirs, datas, table)
-    diffs = differences(keys, table, names, resamples)
+    diffs = differences(keys, table, names)
     audit, agree = audit_differences(
         [audit_facts(p, d) for p, d in zip(dirs, datas)], [{a for a, _ in t} for t in table]
     )
@@ -247,7 +240,7 @@ def build_comparison(
             "Experiments: "
             + "; ".join(f"{n} = {p} (experiment '{d.name}')" for n, p, d in zip(names, dirs, datas))
             + ". Scores are raw final scores (never normalized across experiments); intervals are "
-            f"95% bootstrap over seeds ({resamples} resamples)."
+            "95% Student t intervals over seeds (Welch's for a difference between experiments)."
         ),
         render.Heading("Arms side by side"),
         side_by_side_table(names, datas, table, keys),
@@ -313,8 +306,8 @@ def difference_blocks(diffs: list[dict[str, Any]]) -> list[render.Block]:
         render.Heading("Differences between experiments"),
         render.Para(
             "Second minus first mean final score. The experiments are different runs, not paired: "
-            "the interval resamples each experiment's seeds independently; with one seed on a side "
-            "there is none.",
+            "Welch's t interval over each experiment's seeds; with one seed on a side there is "
+            "none.",
             "caption",
         ),
         render.Table(

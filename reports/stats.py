@@ -134,6 +134,25 @@ def stratified_t_interval(
     return mean, mean - half, mean + half, df
 
 
+def welch_t_interval(
+    a: np.ndarray, b: np.ndarray, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """(mean(b) - mean(a), low, high): Welch's t interval for the difference of two means from
+    independent seeds (two experiments: different runs, not paired), Welch-Satterthwaite degrees
+    of freedom. Fewer than two seeds on a side: no interval; no spread on either: zero width."""
+
+    a, b = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
+    diff = float(b.mean() - a.mean()) if len(a) and len(b) else float("nan")
+    if len(a) < 2 or len(b) < 2:
+        return diff, float("nan"), float("nan")
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb <= 0:
+        return diff, diff, diff
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df) * np.sqrt(va + vb))
+    return diff, diff - half, diff + half
+
+
 def stratified_bootstrap_ci_loop(scores, statistic="mean", resamples=2000, confidence=0.95, seed=0):
     """The same estimator written as a plain loop (a second method to check the vectorised one)."""
 
