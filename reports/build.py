@@ -295,6 +295,13 @@ def tail_blocks(d: Data) -> list[render.Block]:
     return blocks
 
 
+def summary_of(out_dir: str | Path, baseline: str | None = None) -> summary.Summary:
+    """The summary (per arm its mean final score and t interval, a sentence per pair) of the
+    experiment in ``out_dir``, from its results store; ReportError where there is none."""
+
+    return summary.summarize(load(Path(out_dir), baseline))
+
+
 def build_report(
     out_dir: str | Path, baseline: str | None = None, resamples: int = 2000, with_plots: bool = True
 ) -> Path:

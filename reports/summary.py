@@ -2,16 +2,15 @@
 sentence per compared pair with the direction in words ("dapo > grpo: paired difference 0.086
 [0.028, 0.144] (2 seeds × 64 instances), separated.").
 
-Computed here once, from the report's data (``build.load``): the report's first section, the end of
-`sixblanks run`, the output of `sixblanks report` and ``sixblanks.load(out).summary()`` /
-``.verdicts()`` all show this. The mean and its interval are the arm table's (the same function,
+Computed here once, from the report's data (``build.load``; ``build.summary_of`` reads a directory):
+the report's first section, the end of `sixblanks run`, the output of `sixblanks report` and
+``sixblanks.load(out).summary()`` / ``.verdicts()`` all show this. The mean and its interval are the arm table's (the same function,
 ``stats.stratified_t_interval``, on the same scores); the sentences are the paired table's rows
 (``pairs.pair_rows``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -107,15 +106,6 @@ def summarize(
         split=d.split,
         normalized=bool(d.ranges),
     )
-
-
-def summary_of(out_dir: str | Path, baseline: str | None = None) -> Summary:
-    """The summary of the experiment in ``out_dir`` (its results store, read-only);
-    ``data.ReportError`` where there is none."""
-
-    from .build import load
-
-    return summarize(load(Path(out_dir), baseline))
 
 
 def summary_blocks(s: Summary) -> list[Block]:

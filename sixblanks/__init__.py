@@ -75,7 +75,7 @@ class Results:
         differ in scale), ``low``/``high`` its 95% Student t interval over the seeds (null with
         fewer than two); the report's summary, from the store as it is now."""
 
-        from sixblanks.reports.summary import summary_of
+        from sixblanks.reports.build import summary_of
 
         return summary_of(self.out).arms
 
@@ -84,7 +84,7 @@ class Results:
         grpo: paired difference 0.086 [0.028, 0.144] (2 seeds × 64 instances), separated." or
         "... no separation ..."; the report's summary, from the store as it is now."""
 
-        from sixblanks.reports.summary import summary_of
+        from sixblanks.reports.build import summary_of
 
         return summary_of(self.out).sentences
 

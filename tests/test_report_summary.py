@@ -18,8 +18,7 @@ from scipy import stats as sps
 
 from sixblanks.harness.store.database import append_rows
 from sixblanks.reports import stats
-from sixblanks.reports.build import build_report
-from sixblanks.reports.summary import summary_of
+from sixblanks.reports.build import build_report, summary_of
 
 INSTANCES = 40
 WARM = 0.2

@@ -260,8 +260,8 @@ def _say_summary(directory: Path, baseline: str | None = None) -> None:
 
     from rich.text import Text
 
+    from sixblanks.reports.build import summary_of
     from sixblanks.reports.data import ReportError
-    from sixblanks.reports.summary import summary_of
 
     try:
         lines = summary_of(directory, baseline).lines()
