@@ -209,7 +209,7 @@ def _score_vs_cost_png(
     fig.suptitle(
         f"{data.score_label} score against cost: mean over runs"
         f"{' x tasks' if len(data.tasks) > 1 else ''}, 95% "
-        "stratified bootstrap band; x: final score (mean over runs at their ends)"
+        "t band over seeds; x: final score (mean over runs at their ends)"
     )
     fig.tight_layout()
     return fig_png(fig)
@@ -353,7 +353,7 @@ def _final_scores_png(
         ax.legend(fontsize=8)
     ax.set_yticks(range(len(rows)), [r["arm"] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlabel(f"final {ylabel}: mean, 95% stratified bootstrap CI; dots: runs")
+    ax.set_xlabel(f"final {ylabel}: mean, 95% t interval over seeds; dots: runs")
     ax.grid(alpha=0.3, axis="x")
     return fig_png(fig)
 

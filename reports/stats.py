@@ -251,12 +251,16 @@ def band(
     seed: int = 0,
     strata: list[str] | None = None,
 ):
-    """Mean and 95% bootstrap band across seeds of curves interpolated on ``grid`` (NaN past a curve's end).
+    """Mean and 95% band across seeds of curves interpolated on ``grid`` (NaN past a curve's end).
 
-    Past the end of the shortest curve the mean is over fewer curves: callers draw only where
-    ``runs_covering`` counts all of them, or mark the rest. ``strata`` (one label per curve, e.g.
-    its task) resamples curves within each label, as ``stratified_bootstrap_ci`` does."""
+    The band at each grid point is the t interval of the mean over the curves there
+    (``stratified_t_interval``, ``strata`` one label per curve, e.g. its task), as the arm table's
+    interval of the final score: a percentile bootstrap over two curves would only span the two.
+    ``resamples`` < 1: no band (the name is kept from the bootstrap band it replaced; ``seed`` is
+    unused). Past the end of the shortest curve the mean is over fewer curves: callers draw only
+    where ``runs_covering`` counts all of them, or mark the rest."""
 
+    del seed  # a t band draws nothing
     if not curves:
         nan = np.full(len(grid), np.nan)
         return nan, nan, nan
@@ -266,21 +270,14 @@ def band(
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(mat, axis=0)
+    lo, hi = np.full(len(grid), np.nan), np.full(len(grid), np.nan)
     if len(curves) < 2 or resamples < 1:
-        return mean, mean * np.nan, mean * np.nan
-    rng = np.random.default_rng(seed)
-    if strata is None:
-        idx = rng.integers(0, len(curves), size=(resamples, len(curves)))
-    else:
-        labels = np.asarray(strata)
-        groups = [np.flatnonzero(labels == t) for t in dict.fromkeys(strata)]
-        idx = np.concatenate(
-            [g[rng.integers(0, len(g), size=(resamples, len(g)))] for g in groups], axis=1
-        )
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        boots = np.nanmean(mat[idx], axis=1)
-        lo, hi = np.nanquantile(boots, [0.025, 0.975], axis=0)
+        return mean, lo, hi
+    labels = np.asarray(strata if strata is not None else [""] * len(curves))
+    groups = [labels == t for t in dict.fromkeys(labels.tolist())]
+    for j in range(len(grid)):
+        col = mat[:, j]
+        _, lo[j], hi[j], _ = stratified_t_interval([col[g & ~np.isnan(col)] for g in groups])
     return mean, lo, hi
 
 

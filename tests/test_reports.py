@@ -112,9 +112,14 @@ def test_band_with_strata_and_runs_covering():
         (np.array([0.0, 1.0]), np.array([10.0, 10.0])),
     ]
     assert stats.runs_covering(curves, grid).tolist() == [2, 2, 1]
-    # one curve per task: resampling within tasks never changes the mean, so the band is a line
+    # one curve per task: no task's spread over seeds is known, so there is no band
     mean, lo, hi = stats.band(curves, grid, resamples=50, strata=["a", "b"])
-    assert mean.tolist() == [5.0, 5.0, 0.0] and lo.tolist() == mean.tolist() == hi.tolist()
+    assert mean.tolist() == [5.0, 5.0, 0.0] and np.isnan(lo).all() and np.isnan(hi).all()
+    # one stratum: at each point the t interval of the two curves' mean (1 degree of freedom)
+    mean, lo, hi = stats.band(curves, grid)
+    half = sps.t.ppf(0.975, 1) * np.std([0.0, 10.0], ddof=1) / np.sqrt(2)
+    assert lo[:2] == pytest.approx([5.0 - half] * 2) and hi[:2] == pytest.approx([5.0 + half] * 2)
+    assert np.isnan(lo[2])  # one curve reaches x = 2
 
 
 SPEC = {
