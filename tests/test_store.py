@@ -264,6 +264,114 @@ def test_mlflow_bulk_insert_stores_what_log_batch_stores(tmp_path):
     assert mine[0]["late"] == 2.0 and len(mine[1]["loss"]) == 3
 
 
+def test_mlflow_looks_finished(experiment):
+    """What MLflow's UI shows after `sixblanks run`: the experiment opens on its runs (its kind
+    set), the parent and every run ended FINISHED over the runs' own times, and no chart of a
+    series that stayed 0 all run (those stay in DuckDB, named in a tag)."""
+
+    from mlflow.tracking import MlflowClient
+
+    from sixblanks.harness.store.database import connect
+
+    out, _ = experiment
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("store")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = client.search_runs([exp.experiment_id])
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert parent.info.status == "FINISHED" and parent.info.end_time
+    assert [c.info.status for c in children] == ["FINISHED", "FINISHED"]
+    # the parent spans its runs: it started when the first did, not when MLflow was sent them
+    assert parent.info.start_time <= min(c.info.start_time for c in children)
+    con = connect(out, read_only=True)
+    try:
+        for child in children:
+            keys = set(client.get_run(child.info.run_id).data.metrics)
+            assert {"eval.score", "ledger.launched_tokens", "loss"} <= keys
+            for key in keys:  # every series sent has a point that is not 0
+                history = client.get_metric_history(child.info.run_id, key)
+                assert any(m.value != 0 for m in history) or key == "eval.score", key
+            # a counter that stayed 0: not sent, named in a tag, and every step of it in DuckDB
+            assert "ledger.discarded_tokens.overlong_filter" not in keys
+            tag = child.data.tags["sixblanks.zero_metrics"]
+            assert "ledger.discarded_tokens.overlong_filter" in tag and "results.duckdb" in tag
+            steps, total = con.execute(
+                "SELECT count(*), sum(discarded_overlong_filter) FROM ledger WHERE run_id = ?",
+                [child.data.tags["sixblanks.run_id"]],
+            ).fetchone()
+            assert steps > 2 and total == 0
+    finally:
+        con.close()
+
+
+def test_mlflow_parent_ends_killed_on_ctrl_c_and_finished_once_synced(
+    tmp_path, experiment, monkeypatch
+):
+    """A Ctrl-C while the runs are sent ends the experiment's parent run KILLED (not RUNNING for
+    ever); a run a Ctrl-C stopped is KILLED too; `sixblanks sync` once the runs are done ends the
+    same parent FINISHED."""
+
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    from sixblanks.harness.orchestration import tracking
+    from sixblanks.harness.orchestration.tracking import Tracker, experiment_status, log_metrics
+
+    assert experiment_status(["finished", "finished"]) == "FINISHED"
+    assert experiment_status(["finished", "failed"]) == "FAILED"
+    assert experiment_status(["failed", "interrupted"]) == "KILLED"
+    assert experiment_status(["finished", "pending"]) == "KILLED"  # never started: stopped
+    assert experiment_status(["finished", "running"]) is None  # still going: left RUNNING
+    src, _ = experiment
+    out = tmp_path / "copy"
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns("mlflow*", "report"))
+    run_ids = json.loads((out / "experiment.json").read_text())["runs"]
+    uri = f"sqlite:///{out / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+
+    def parent_and_children():
+        exp = client.get_experiment_by_name("copy")
+        runs = client.search_runs([exp.experiment_id])
+        (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+        kids = {r.data.tags["sixblanks.run_id"]: r.info.status for r in runs if r is not parent}
+        return parent, kids
+
+    calls = []
+
+    def ctrl_c_in_the_second(*args, **kwargs):  # while the second run's metrics are sent
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return log_metrics(*args, **kwargs)
+
+    monkeypatch.setattr(tracking, "log_metrics", ctrl_c_in_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        Tracker(out, uri, "copy").sync(run_ids)
+    monkeypatch.undo()
+    parent, kids = parent_and_children()
+    assert parent.info.status == "KILLED"
+    assert kids == {run_ids[0]: "FINISHED", run_ids[1]: "KILLED"}  # its partial copy too
+    state = json.loads((out / "mlflow_sync.json").read_text())
+    assert state["parent_run_id"] == parent.info.run_id and state["pending"] == [run_ids[1]]
+
+    status = out / "runs" / run_ids[1] / "status.json"
+    finished = status.read_text()
+    status.write_text(json.dumps(json.loads(finished) | {"state": "interrupted"}))
+    state = Tracker(out, uri, "copy").sync(run_ids)  # the run a Ctrl-C stopped
+    parent, kids = parent_and_children()
+    assert parent.info.status == "KILLED" and kids[run_ids[1]] == "KILLED"
+    assert state["parent_status"] == "KILLED" and state["pending"] == [run_ids[1]]
+
+    status.write_text(finished)  # resumed and finished
+    state = Tracker(out, uri, "copy").sync(run_ids)
+    again, kids = parent_and_children()
+    assert again.info.run_id == parent.info.run_id  # the same parent, ended again
+    assert again.info.status == "FINISHED" and set(kids.values()) == {"FINISHED"}
+    assert state["pending"] == [] and len(kids) == 2
+
+
 def test_partial_run_is_ingested_and_completed_on_resume_without_duplicates(tmp_path):
     cfg = validate_mapping(
         TINY | {"budget": {"launched_tokens": 2500}, "arms": {"grpo": {"preset": "grpo"}}}

@@ -6,6 +6,12 @@ can be drawn against tokens); tags name the preset, seed, code version and fairn
 
 What was sent is recorded in ``OUT/mlflow_sync.json`` (:class:`~sixblanks.harness.layout.ExperimentDir`); ``sixblanks sync OUT`` sends what is missing.
 Re-sending a run first deletes its earlier (possibly partial) MLflow run, so nothing is duplicated.
+
+So that MLflow's UI shows a finished experiment: the experiment's kind is set (its UI opens on the
+runs, not on an empty GenAI traces page), the parent run ends with the experiment's status
+(:func:`experiment_status`; KILLED when a Ctrl-C stops the sync) and each run with its own, over
+the runs' own times, and series that stay 0 for a whole run are not sent (:func:`nonzero_series`;
+they stay in results.duckdb, and the run's ``sixblanks.zero_metrics`` tag names them).
 """
 
 from __future__ import annotations
@@ -23,6 +29,12 @@ from ..version import code_fingerprint
 
 PARAM_MAX = 6000
 KEY_MAX = 250
+# MLflow 3's UI opens an experiment on the page of its kind: without this tag it infers one and,
+# with no runs seen yet, shows the GenAI traces page ("Traces 0"); this kind opens it on the runs
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+# a series kept even when every point is 0: a score of 0 throughout is a result, not a blank chart
+ALWAYS_LOGGED = frozenset({"eval.score"})
+ZERO_TAG = "sixblanks.zero_metrics"
 
 
 def tracking_uri(cfg_uri: str | None, out_dir: Path) -> str:
@@ -49,6 +61,58 @@ def _sync_state(exp_dir: ExperimentDir) -> dict[str, Any]:
     return read_json(exp_dir.mlflow_sync) or {"synced": {}, "pending": [], "errors": {}}
 
 
+# a run's end state as MLflow's run status (a pending or running run is left RUNNING)
+RUN_STATUS = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+
+
+def experiment_status(states: list[str]) -> str | None:
+    """The MLflow status of an experiment's parent run, from its runs' states: FINISHED when every
+    run finished, KILLED when one was stopped (Ctrl-C) or never started, else FAILED when one
+    failed; None (it stays RUNNING) while one is running."""
+
+    if "running" in states:
+        return None
+    if all(s == "finished" for s in states):
+        return "FINISHED"
+    if any(s in ("interrupted", "pending") for s in states):
+        return "KILLED"
+    return "FAILED"
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Ctrl-C (SIGINT) and SIGTERM held back until the block ends, then acted on as they would
+    have been. Their handlers are swapped, not the thread's signal mask: MLflow's threads would
+    take a signal the main thread masks, and Python runs its handler in the main thread anyway."""
+
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread sets handlers (and only it runs them)
+        return
+    seen: list[int] = []
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            old[sig] = signal.signal(sig, lambda signum, _frame: seen.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if seen:
+        signal.raise_signal(seen[0])
+
+
+def _times(statuses, key: str) -> list[float]:
+    return [float(st[key]) for st in statuses if isinstance(st.get(key), (int, float))]
+
+
+def _millis(seconds: float | None) -> int | None:
+    return None if seconds is None else int(seconds * 1000)
+
+
 class Tracker:
     def __init__(
         self,
@@ -64,6 +128,7 @@ class Tracker:
         self.dir = ExperimentDir(out_dir)
         self.uri, self.experiment, self.enabled = uri, experiment, enabled
         self.code_version = code_version
+        self._in_flight: str | None = None  # the MLflow run being sent
 
     def client(self):
         """An MLflow client for the tracking URI and the id of this tracker's MLflow experiment
@@ -79,16 +144,26 @@ class Tracker:
         logging.getLogger("alembic").setLevel(logging.ERROR)
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(tracking_uri=self.uri)
-        exp = client.get_experiment_by_name(self.experiment)
-        # artifacts go beside the experiment's results, never into the current directory's ./mlruns
-        exp_id = (
-            exp.experiment_id
-            if exp
-            else client.create_experiment(
-                self.experiment, artifact_location=self.dir.mlflow_artifacts.resolve().as_uri()
+        # a database store is made (or migrated) as the client opens it: a Ctrl-C half-way would
+        # leave one MLflow cannot open again ("duplicate column name"); a server's calls are
+        # bounded (the timeout above)
+        server = self.uri.startswith(("http://", "https://", "databricks"))
+        with contextlib.nullcontext() if server else _signals_held():
+            client = MlflowClient(tracking_uri=self.uri)
+            exp = client.get_experiment_by_name(self.experiment)
+        key, kind = EXPERIMENT_KIND
+        if exp is None:
+            # artifacts go beside the experiment's results, never into the current directory's
+            # ./mlruns
+            exp_id = client.create_experiment(
+                self.experiment,
+                artifact_location=self.dir.mlflow_artifacts.resolve().as_uri(),
+                tags={key: kind},
             )
-        )
+        else:
+            exp_id = exp.experiment_id
+            if key not in exp.tags:  # a store made before the tag was set; a kind chosen is kept
+                client.set_experiment_tag(exp_id, key, kind)
         return client, exp_id
 
     def sync(
@@ -103,6 +178,7 @@ class Tracker:
         if not self.enabled:
             return state
         todo = [r for r in run_ids if state["synced"].get(r) not in ("finished", "failed")]
+        client = None
         try:
             client, exp_id = self.client()
             parent_id = state.get("parent_run_id")
@@ -112,10 +188,12 @@ class Tracker:
                     parent_ok = client.get_run(parent_id).info.lifecycle_stage == "active"
                 except Exception:  # noqa: BLE001
                     parent_ok = False
+            statuses = {rid: self.dir.run(rid).read_status() for rid in run_ids}
             if not parent_ok:
                 parent = client.create_run(
                     exp_id,
                     run_name=f"{self.experiment} {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                    start_time=_millis(min(_times(statuses.values(), "started"), default=None)),
                     tags={
                         "sixblanks.kind": "experiment",
                         "sixblanks.code_version": self.code_version or code_fingerprint(),
@@ -123,6 +201,9 @@ class Tracker:
                 )
                 parent_id = parent.info.run_id
                 state["parent_run_id"] = parent_id
+                # recorded at once: a sync stopped from here on (Ctrl-C) still ends this parent
+                # (KILLED), and the next sync adds to it rather than leaving it RUNNING
+                write_json(self.dir.mlflow_sync, state)
                 exp_json = self.dir.experiment
                 if exp_json.exists():
                     client.log_artifact(parent_id, str(exp_json))
@@ -141,7 +222,28 @@ class Tracker:
             state["pending"] = [
                 r for r in run_ids if state["synced"].get(r) not in ("finished", "failed")
             ]
+            status = experiment_status([st.get("state", "pending") for st in statuses.values()])
+            if status is not None:  # else a run is still running: so is the experiment
+                end = max(_times(statuses.values(), "updated"), default=None)
+                client.set_terminated(parent_id, status, end_time=_millis(end))
+            state["parent_status"] = status or "RUNNING"
             state["last_error"] = None
+        except KeyboardInterrupt:  # Ctrl-C (or, beside, the parent's SIGTERM) while sending
+            parent_id = state.get("parent_run_id")
+            # best effort (the next sync ends them again): the run being sent (a partial copy,
+            # replaced by the next sync) and the parent
+            if client is not None and self._in_flight:
+                with contextlib.suppress(Exception):
+                    client.set_terminated(self._in_flight, "KILLED")
+            if client is not None and parent_id:
+                with contextlib.suppress(Exception):
+                    client.set_terminated(parent_id, "KILLED")
+                    state["parent_status"] = "KILLED"
+            state["pending"] = [
+                r for r in run_ids if state["synced"].get(r) not in ("finished", "failed")
+            ]
+            write_json(self.dir.mlflow_sync, state)
+            raise
         except Exception as exc:  # noqa: BLE001 - unreachable server: keep going, events stay on disk
             state["pending"] = sorted(
                 set(state.get("pending", [])) | {r for r in todo if r not in state["synced"]}
@@ -173,9 +275,12 @@ class Tracker:
             "fairness.flagged": str(spec["arm"] in flagged).lower(),
         }
         run = client.create_run(
-            exp_id, run_name=f"{spec['arm']}/{spec['task']['name']}/seed{spec['seed']}", tags=tags
+            exp_id,
+            run_name=f"{spec['arm']}/{spec['task']['name']}/seed{spec['seed']}",
+            start_time=_millis(status.get("started")),  # the run's own time, not the sync's
+            tags=tags,
         )
-        run_id = run.info.run_id
+        run_id = self._in_flight = run.info.run_id
         params: dict[str, str] = {}
         _flatten("blanks", spec["blanks"], params)
         for key in ("optimizer", "rollout", "budget", "eval", "model", "task"):
@@ -188,11 +293,17 @@ class Tracker:
         plist = [Param(k, v) for k, v in params.items()]
         for i in range(0, len(plist), 100):
             client.log_batch(run_id, params=plist[i : i + 100])
-        log_metrics(client, run_id, run_metrics(rd.read_events(), int(time.time() * 1000)))
+        zero = log_metrics(client, run_id, run_metrics(rd.read_events(), int(time.time() * 1000)))
+        if zero:  # said where the charts would be, so that their absence is not a question
+            text = f"{len(zero)} series 0 throughout, not logged (in results.duckdb): "
+            client.set_tag(run_id, ZERO_TAG, (text + ", ".join(zero))[:5000])
         client.log_artifact(run_id, str(rd.spec))
         state = status.get("state", "pending")
-        if state in ("finished", "failed"):
-            client.set_terminated(run_id, "FINISHED" if state == "finished" else "FAILED")
+        if state in RUN_STATUS:
+            client.set_terminated(
+                run_id, RUN_STATUS[state], end_time=_millis(status.get("updated"))
+            )
+        self._in_flight = None
         return state
 
 
@@ -243,7 +354,12 @@ class SyncBeside:
             self.state = _sync_state(self.tracker.dir)
             return
         if not self.sent or (exc_type is not None and issubclass(exc_type, KeyboardInterrupt)):
-            self.proc.terminate()  # no runs to send; or Ctrl-C: what it had not sent is pending
+            # no runs to send; or Ctrl-C: what it had not sent is pending, and a parent run it
+            # had made is ended KILLED on the way out (its SIGTERM handler)
+            self.proc.terminate()
+            self.proc.join(timeout=30)  # that last write, bounded (an HTTP server: 5 s a call)
+            if self.proc.is_alive():
+                self.proc.kill()
         else:
             self.queue.put(("done",))
         self.proc.join()
@@ -271,11 +387,22 @@ def _sync_beside(out, uri, experiment, code_version, queue) -> None:
     msg = queue.get()
     if msg[0] != "runs":
         return
+    # from here on the parent's SIGTERM (its Ctrl-C) stops the sync as a Ctrl-C stops it in
+    # process: the transaction under way rolled back, the experiment's parent run ended KILLED
+    # (until now SIGTERM ends this process at once: it has written nothing)
+    signal.signal(signal.SIGTERM, _interrupt)
     _, run_ids, fairness = msg
-    state = tracker.sync(run_ids, fairness)
-    msg = queue.get()
-    if msg[0] == "artifacts" and not state.get("last_error"):
-        tracker.sync(run_ids, fairness, [Path(p) for p in msg[1]])
+    try:
+        state = tracker.sync(run_ids, fairness)
+        msg = queue.get()
+        if msg[0] == "artifacts" and not state.get("last_error"):
+            tracker.sync(run_ids, fairness, [Path(p) for p in msg[1]])
+    except KeyboardInterrupt:
+        return  # recorded by sync: pending runs stay pending for `sixblanks sync`
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def run_metrics(events, ts: int) -> list[tuple[str, float, int]]:
@@ -299,13 +426,17 @@ def run_metrics(events, ts: int) -> list[tuple[str, float, int]]:
     return [(k, v, step) for (k, step), v in out.items()]
 
 
-def log_metrics(client, run_id: str, metrics: list[tuple[str, float, int]], ts: int = 0) -> None:
-    """Send a new run's metric points. A SQL store (the default SQLite file, or a database the
+def log_metrics(
+    client, run_id: str, metrics: list[tuple[str, float, int]], ts: int = 0
+) -> list[str]:
+    """Send a new run's metric points, less the series that stay 0 (:func:`nonzero_series`;
+    returns their keys). A SQL store (the default SQLite file, or a database the
     tracking URI names) takes them as two bulk inserts into MLflow's own tables, in one
     transaction: MLflow's ``log_batch`` builds and flushes an ORM object per point (about 0.2 ms
     each, some 15,000 points a run of the default experiment), which made MLflow the slowest part
     of an experiment after its training. Any other store (a tracking server) gets ``log_batch``."""
 
+    metrics, zero = nonzero_series(metrics)
     ts = ts or int(time.time() * 1000)
     store = getattr(getattr(client, "_tracking_client", None), "store", None)
     try:
@@ -314,12 +445,26 @@ def log_metrics(client, run_id: str, metrics: list[tuple[str, float, int]], ts: 
         SqlAlchemyStore = ()  # noqa: N806
     if isinstance(store, SqlAlchemyStore):
         _bulk_insert(store, run_id, metrics, ts)
-        return
+        return zero
     from mlflow.entities import Metric
 
     points = [Metric(k, v, ts, step) for k, v, step in metrics]
     for i in range(0, len(points), 1000):
         client.log_batch(run_id, metrics=points[i : i + 1000])
+    return zero
+
+
+def nonzero_series(
+    metrics: list[tuple[str, float, int]],
+) -> tuple[list[tuple[str, float, int]], list[str]]:
+    """``metrics`` less every series whose points are all 0, and those series' keys (sorted).
+    Most of a run's counters stay 0 (a discard reason the arm never meets, a search counter of an
+    arm that does not search): sent, each is a flat chart, some fifty of a run's hundred, that
+    buries the ones that move. They stay in results.duckdb; the score is always sent."""
+
+    moving = {k for k, v, _ in metrics if v != 0}  # NaN != 0: a NaN point is sent
+    zero = {k for k, _, _ in metrics} - moving - ALWAYS_LOGGED
+    return [m for m in metrics if m[0] not in zero], sorted(zero)
 
 
 def _bulk_insert(store, run_id: str, metrics: list[tuple[str, float, int]], ts: int) -> None:
