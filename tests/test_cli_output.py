@@ -112,7 +112,7 @@ def test_the_status_table_piped_keeps_every_column_and_run_id_whole(cli, tmp_pat
     for i, rid in enumerate(RUN_IDS):
         (row,) = [line for line in out.splitlines() if f" {rid} " in line]
         assert f" arm_with_a_long_name_{i} " in row
-        used = ", ".join(f"{k} {v // 2}/{v}" for k, v in LIMITS.items())
+        used = ", ".join(f"{k} {v // 2:,}/{v:,}" for k, v in LIMITS.items())  # 50,000/100,000
         assert used in row  # the whole budget cell on the run's one line
 
 

@@ -431,6 +431,7 @@ def test_unreachable_tracking_server_loses_nothing(tmp_path, monkeypatch, cli):
     monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the server is back (here: the default sqlite store)
     code, out, err = cli("sync", str(tmp_path))
     assert code == 0, err
+    assert "synced 2 runs to MLflow; pending: 0; the experiment's MLflow run is FINISHED" in out
     state = json.loads((tmp_path / "mlflow_sync.json").read_text())
     assert state["pending"] == [] and len(state["synced"]) == 2
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")

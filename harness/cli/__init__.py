@@ -61,12 +61,15 @@ def main(argv: list[str] | None = None) -> None:
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("interrupted\n")
         sys.exit(130)
-    except Exception as exc:  # click usage errors and the like
+    except Exception as exc:  # usage errors and the like
         import click
 
-        if isinstance(exc, click.ClickException):
+        # typer vendors its own click (typer._click): its usage errors (an unknown option or
+        # command, a missing argument, a bad value) are no click.ClickException, and fell through
+        # to the exit code 1 of a failure; a usage error is the caller's to fix, like a bad file
+        if isinstance(exc, (click.ClickException, typer.TyperException)):
             exc.show()
-            sys.exit(exc.exit_code)
+            sys.exit(exc.exit_code)  # 2 for every usage error (UsageError and its kinds)
         if debug:
             raise
         from ..errors import disk_full, disk_full_message, path_problem

@@ -50,12 +50,86 @@ def warn(message: str) -> None:
     err.print(f"[yellow]{message}[/yellow]")
 
 
+def version_line() -> str:
+    """``sixblanks <package version> (<release tag>)``: the installed distribution's version and
+    the code release tag every run id's fingerprint starts with."""
+
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ..version import CODE_VERSION
+
+    try:
+        package = version("sixblanks")
+    except PackageNotFoundError:  # a source tree not installed
+        package = "not installed"
+    return f"sixblanks {package} (code release {CODE_VERSION})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(version_line() + "\n")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show Python tracebacks.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors and data.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,  # before a command is required
+            help="Print the version (the package's and the code release tag) and exit.",
+        ),
+    ] = False,
 ) -> None:
     STATE["debug"], STATE["quiet"] = debug, quiet
+
+
+def _no_flag_placeholder() -> None:
+    """Typer's help shows a value placeholder for every option, ``<bool>`` for flags too
+    (``--json <bool>``), which reads as though the flag took a value: a flag shows none."""
+
+    from typer.core import TyperOption
+
+    if getattr(TyperOption.display_type_rich, "_flags_bare", False):
+        return
+    typed = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else typed(self, ctx)
+
+    display_type_rich._flags_bare = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_no_flag_placeholder()
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 arm``, ``2 arms``: the count with its noun in agreement (``many``: an irregular
+    plural)."""
+
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+def human(x: float | None) -> str:
+    """A number as a person reads it: whole numbers in full with thousands separators
+    (5,242,880, never 5.24288e+06), others to 4 significant digits (0.1235, 12.35) or, from
+    1,000, to the unit (1,235); ``-`` for none."""
+
+    if x is None:
+        return "-"
+    x = float(x)
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    if x == int(x) and abs(x) < 1e18:
+        return f"{int(x):,}"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
 
 
 def say(*args: Any, **kwargs: Any) -> None:

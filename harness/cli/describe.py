@@ -18,8 +18,10 @@ from .app import (
     JsonOpt,
     app,
     dump_json,
+    human,
     out,
     plan_table,
+    plural,
     say,
     show,
     warn,
@@ -62,10 +64,11 @@ def validate(
         return
     say(f"[green]valid[/green]: {config}")
     say(plan_table(cfg))
-    budget = ", ".join(f"{k} <= {v:g}" for k, v in cfg.budget.items())
+    budget = ", ".join(f"{k} <= {human(v)}" for k, v in cfg.budget.items())
     say(f"budget per run (matched across arms): {budget}")
     say(
-        f"{len(plan)} runs: {len(cfg.arms)} arms x {len(cfg.tasks or [])} task(s) x {len(cfg.seeds)} seeds"
+        f"{plural(len(plan), 'run')}: {plural(len(cfg.arms), 'arm')} x "
+        f"{len(cfg.tasks or [])} task(s) x {plural(len(cfg.seeds), 'seed')}"
     )
     for line in notes:
         warn(f"caution: {line}")
@@ -238,23 +241,33 @@ def _named_blanks(names: list[str], config: Path | None) -> tuple[dict[str, Any]
     return blanks, notes
 
 
+DIFFERS = "≠"
+
+
 def _blanks_table(view, all_: bool) -> Table:
-    """The blanks side by side, one row per field, differing rows in yellow; a field another
-    column reads but this one does not shows "-" (unless --all)."""
+    """The blanks side by side, one row per field; a field another column reads but this one
+    does not shows "-" (unless --all). A row whose columns differ is marked ≠ in a last column,
+    a mark that stays where colour does not (a pipe, a log file, a screen reader), and is yellow
+    on a terminal."""
 
     from sixblanks.algorithms.blanks import BLANK_NAMES
 
     columns = view.columns
-    table = Table(title="six blanks" + (" (differences in yellow)" if len(columns) > 1 else ""))
+    compared = len(columns) > 1
+    title = f"six blanks (fields that differ marked {DIFFERS}, yellow on a terminal)"
+    table = Table(title=title if compared else "six blanks")
     table.add_column("blank")
     table.add_column("field")
     for label in columns:
         table.add_column(label)
+    if compared:  # last: the value columns keep their places whether compared or not
+        table.add_column("differs", justify="center")
     last_blank = None
     for key in view.keys:
         blank, _, field = key.partition(".")
         if blank not in BLANK_NAMES:
             blank, field = "template", key
+        differs = key in view.differing
         table.add_row(
             blank if blank != last_blank else "",
             field,
@@ -262,7 +275,8 @@ def _blanks_table(view, all_: bool) -> Table:
                 str(c[key]) if all_ or key in view.applies[label] else "[dim]-[/dim]"
                 for label, c in columns.items()
             ],
-            style="bold yellow" if key in view.differing else "",
+            *([DIFFERS if differs else ""] if compared else []),
+            style="bold yellow" if differs else "",
         )
         last_blank = blank
     return table

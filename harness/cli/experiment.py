@@ -24,8 +24,10 @@ from .app import (
     dump_json,
     err,
     experiment_dir,
+    human,
     out,
     plan_table,
+    plural,
     say,
     show,
     warn,
@@ -152,26 +154,35 @@ def _episode_record(batch, b: int, tok) -> dict[str, Any]:
     }
 
 
+ACTION_MARKS = ("⟦", "⟧")
+
+
 def _print_episodes(batch, tok, contract) -> None:
-    """Each episode on a line (actions in green, prompts and observations dim), then the contract
-    checks."""
+    """Each episode on a line (actions between ⟦ ⟧, which stay in a pipe or a log where colour
+    does not, and green on a terminal; prompts and observations dim), then the contract checks."""
 
     from rich.text import Text
 
+    opening, closing = ACTION_MARKS
     for b in range(batch.size):
         text = Text(f"[{b}] group {int(batch.group_ids[b])} ")
         for kind, start, end in batch.segments[b]:
             piece = tok.decode(batch.tokens[b, start:end].tolist(), skip_special_tokens=True)
-            text.append(
-                piece.replace("\n", "\\n"), style="bold green" if kind == "action" else "dim"
-            )
+            piece = piece.replace("\n", "\\n")
+            if kind == "action":
+                text.append(f"{opening}{piece}{closing}", style="bold green")
+            else:
+                text.append(piece, style="dim")
         text.append(
             f"  reward {float(batch.reward[b]):g}" + ("  (truncated)" if batch.truncated[b] else "")
         )
         if batch.failure_reasons[b]:
             text.append(f"  FAILED: {batch.failure_reasons[b]}", style="red")
         out.print(text)
-    out.print("[dim]dim: prompt/observation tokens (mask 0); green: action tokens (mask 1)[/dim]")
+    out.print(
+        f"[dim]{opening}action tokens{closing} (mask 1, green on a terminal); the rest: "
+        "prompt and observation tokens (mask 0, dim)[/dim]"
+    )
     for res in contract.results:
         mark = "[green]ok[/green]" if res.passed else "[red]FAIL[/red]"
         out.print(f"contract {res.name}: {mark} {res.detail}")
@@ -286,7 +297,7 @@ def _print_summary(rows, cfg) -> None:
             str(r["state"]),
             fmt(r.get("start_score")),
             fmt(r.get("final_score")),
-            *[f"{counters.get(k, 0):g}/{v:g}" for k, v in cfg.budget.items()],
+            *[f"{human(counters.get(k, 0))}/{human(v)}" for k, v in cfg.budget.items()],
         )
     say(table)
 
@@ -400,7 +411,7 @@ def _used(row: dict[str, Any], counter: str, limit: float) -> str:
 
     bound = row["time_overshoot_bound"] or {}
     extra = f" (+<={bound[counter]:.1f}s)" if counter in bound else ""
-    return f"{counter} {row['counters'].get(counter, 0):g}/{limit:g}{extra}"
+    return f"{counter} {human(row['counters'].get(counter, 0))}/{human(limit)}{extra}"
 
 
 @app.command()
@@ -433,7 +444,12 @@ def sync(directory: Annotated[Path, typer.Argument(help="Experiment output direc
             f"MLflow unreachable: {state['last_error']}; {len(state['pending'])} run(s) still "
             f"pending{hint}"
         )
-    say(f"synced {len(state['synced'])} run(s) to MLflow; pending: {len(state['pending'])}")
+    parent = state.get("parent_status")
+    ended = f"; the experiment's MLflow run is {parent}" if parent else ""
+    say(
+        f"synced {plural(len(state['synced']), 'run')} to MLflow; pending: "
+        f"{len(state['pending'])}{ended}"
+    )
 
 
 @app.command()
@@ -457,10 +473,15 @@ def ingest(
 def ui(
     directory: Annotated[Path, typer.Argument(help="Experiment output directory.")],
     port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1.")] = 5000,
+    wait: Annotated[
+        int,
+        typer.Option(
+            "--wait", min=1, help="Seconds to wait for the UI to answer before giving up."
+        ),
+    ] = 180,
 ) -> None:
-    """Start the MLflow UI on the experiment's store, bound to localhost."""
-
-    import subprocess
+    """Start the MLflow UI on the experiment's store, bound to localhost; its address is printed
+    once it answers."""
 
     db = ExperimentDir(directory).mlflow_db
     if not db.exists():
@@ -469,7 +490,17 @@ def ui(
         raise ConfigError(
             f"{db}: no MLflow store here (run `sixblanks run` first, or set tracking.uri)"
         )
-    cmd = [
+    url = f"http://127.0.0.1:{port}"
+    if _port_taken(port):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--port {port}: something already listens at {url}; choose another")
+    say(f"starting the MLflow UI on {db} (it can take half a minute) ...", console=err)
+    raise typer.Exit(_serve(_ui_command(db, port), url, wait))
+
+
+def _ui_command(db: Path, port: int) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "mlflow",
@@ -481,5 +512,64 @@ def ui(
         "--port",
         str(port),
     ]
-    say(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C to stop)")
-    raise typer.Exit(subprocess.call(cmd))
+
+
+def _serve(cmd: list[str], url: str, wait: float) -> int:
+    """Start the server ``cmd`` and print ``url`` once its ``/health`` answers (MLflow's UI takes
+    some 25 s to load, and an address printed at once answered nothing for that long); then wait
+    for it to end and return its exit code. A server that exits first, or does not answer within
+    ``wait`` seconds, is an error that says so (the latter stopped). Ctrl-C stops it."""
+
+    import subprocess
+    import time
+
+    try:  # the server's log to standard error: standard output is the address
+        log = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream without a file (captured)
+        log = None
+    proc = subprocess.Popen(cmd, stdout=log)
+    try:
+        deadline = time.monotonic() + wait
+        while not _answers(f"{url}/health"):
+            if proc.poll() is not None:
+                raise SixblanksError(
+                    f"the MLflow UI exited (code {proc.returncode}) before it answered at {url}; "
+                    "its own messages are above"
+                )
+            if time.monotonic() > deadline:
+                raise SixblanksError(
+                    f"the MLflow UI did not answer at {url} within {wait:g} s and was stopped "
+                    "(--wait gives it longer)"
+                )
+            time.sleep(0.25)
+        show(f"MLflow UI on {url} (Ctrl-C to stop)")  # the answer: said under --quiet too
+        return proc.wait()
+    finally:
+        if proc.poll() is None:  # given up on, or Ctrl-C: nothing left listening behind us
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _answers(url: str) -> bool:
+    """Whether ``url`` answers with a success (no proxy: it is this machine's)."""
+
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=2) as response:
+            return 200 <= response.status < 300
+    except (OSError, ValueError):  # refused, reset, timed out, an HTTP error status
+        return False
+
+
+def _port_taken(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
