@@ -324,8 +324,8 @@ def model_dir_of(path: str | Path) -> Path:
         if not (policy / "config.json").is_file():
             state = RunDir(p).read_status().get("state", "unknown")
             raise ValueError(
-                f"'{path}' is a run directory without a saved policy (its state: {state}; a "
-                "finished run saves one in policy/)"
+                f"'{path}' is a run directory without a saved policy (its state: {state}; a run "
+                "saves one in policy/ when it finishes, since sixblanks saves policies at all)"
             )
         return policy
     if (p / "config.json").is_file():

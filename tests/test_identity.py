@@ -207,3 +207,82 @@ def test_a_run_whose_inputs_changed_after_planning_is_refused_and_the_audit_sees
     )
     assert same[0] == same[1]
     assert mixed[0] != mixed[1] and mixed[0]["inputs"]["files"] != mixed[1]["inputs"]["files"]
+
+
+def test_a_moved_experiment_keeps_its_run_ids_and_warm_start(tmp_path):
+    """The same experiment file and data file in two directories: the specs record each resolved
+    path, the run ids and the warm-start key (data by content) are the same; an edit to one copy's
+    data changes its ids alone."""
+
+    from sixblanks.harness.orchestration.orchestrator import build_specs
+    from sixblanks.harness.orchestration.warmstart import warm_start_key
+    from sixblanks.harness.tasks import make_task
+
+    seen = []
+    for where in ("a", "b"):
+        d = tmp_path / where
+        d.mkdir()
+        write_rows(d / "data.jsonl", ROWS)
+        (d / "exp.yaml").write_text(json.dumps(experiment("data.jsonl", verifier="exact")))
+        cfg = load_config(d / "exp.yaml")
+        key = warm_start_key(cfg, [make_task(t.name, t.params) for t in cfg.tasks])
+        (spec,) = build_specs(cfg, key, code="c")
+        assert spec["task"]["params"]["path"] == str(d / "data.jsonl")
+        seen.append((key, spec["run_id"]))
+    assert seen[0] == seen[1]
+    write_rows(tmp_path / "b" / "data.jsonl", ROWS[1:])
+    cfg = load_config(tmp_path / "b" / "exp.yaml")
+    key = warm_start_key(cfg, [make_task(t.name, t.params) for t in cfg.tasks])
+    assert key != seen[0][0] and build_specs(cfg, key, code="c")[0]["run_id"] != seen[0][1]
+
+
+def test_the_module_walk_imports_nothing_and_follows_what_is_configured(tmp_path, monkeypatch):
+    """A verifier whose lazy import would fail (and print) if imported, a helper that does not
+    parse, and a verifier wrapped by functools.partial: the walk imports none of them, hashes the
+    user's files it finds, and names the configured module whatever the function reports."""
+
+    from sixblanks.harness.config import TaskConfig
+    from sixblanks.harness.orchestration.data_files import task_inputs, user_modules
+
+    (tmp_path / "boom.py").write_text("print('imported!')\nraise RuntimeError('imported')\n")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    (tmp_path / "lazy.py").write_text(
+        "import broken\n\ndef judge(r, a, row):\n    from boom import thing\n    return 1.0\n"
+    )
+    (tmp_path / "wrapped.py").write_text(
+        "import functools, operator\n\njudge = functools.partial(lambda f, r, a, row: 1.0, None)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = user_modules(["lazy"])
+    assert set(found) == {"lazy", "boom", "broken"} and "boom" not in sys.modules
+    data = tmp_path / "d.jsonl"
+    write_rows(data, ROWS)
+    task = TaskConfig(name="dataset", params={"path": str(data), "verifier": "wrapped:judge"})
+    assert set(task_inputs(task)["modules"]) == {"wrapped"}
+    for name in ("lazy", "broken", "boom", "wrapped"):
+        sys.modules.pop(name, None)
+
+
+def test_a_data_directory_is_hashed_through_its_links_and_a_script_verifier_is_refused(
+    tmp_path, monkeypatch
+):
+    from sixblanks.harness.config import TaskConfig
+    from sixblanks.harness.orchestration.data_files import file_hash, task_problems
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "x.txt").write_text("1")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "linked").symlink_to(real, target_is_directory=True)
+    before = file_hash(data)
+    (real / "x.txt").write_text("2")
+    assert file_hash(data) != before
+
+    rows = tmp_path / "d.jsonl"
+    write_rows(rows, ROWS)
+    # a verifier defined in the script that runs the experiment
+    monkeypatch.setattr(sys.modules["__main__"], "judge", lambda r, a, row: 1.0, raising=False)
+    task = TaskConfig(name="dataset", params={"path": str(rows), "verifier": "__main__:judge"})
+    (problem,) = task_problems(task)
+    assert problem.startswith("params.verifier: '__main__:judge' is defined in the script")

@@ -33,7 +33,13 @@ def _task(name: str | None, params: str | None, spec: dict[str, Any] | None):
     if name is None:
         if spec is None:
             raise ConfigError("--task: a model directory names no task; give one (--task NAME)")
-        name, given = spec["task"]["name"], {**(spec["task"].get("params") or {}), **given}
+        from ..tasks.judge import attach_judge
+
+        try:  # the run's own task, with its judge as the run scored it
+            task = make_task(spec["task"]["name"], {**(spec["task"].get("params") or {}), **given})
+        except Exception as exc:  # noqa: BLE001 - a task that cannot be made is the user's input
+            raise ConfigError(f"--params: {exc}") from None
+        return attach_judge(task, spec["task"].get("judge"))
     elif Path(name).suffix in DATA_SUFFIXES or Path(name).is_dir():
         name, given = "dataset", {"path": str(Path(name).resolve()), **given}
     try:

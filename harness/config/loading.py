@@ -375,8 +375,13 @@ def resolve_paths(data: Any, base: str | Path | None = None) -> tuple[Any, list[
             continue
         if value.startswith("package:"):
             continue
-        if Path(value).expanduser().is_absolute():
-            holder[k] = str(Path(value).expanduser())
+        try:
+            expanded = Path(value).expanduser()
+        except RuntimeError as exc:  # ~name of a user this machine does not have
+            problems.append(f"{key}: '{value}': {exc}")
+            continue
+        if expanded.is_absolute():
+            holder[k] = str(expanded)
             continue
         resolved = root / value
         if not resolved.exists() and base is not None and Path(value).exists():

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.machinery
 import importlib.util
+import os
 import sys
 import sysconfig
 from collections.abc import Iterable
@@ -79,6 +81,11 @@ def task_problems(task_cfg: TaskConfig) -> list[str]:
 
     from ..tasks import make_task
 
+    if task_cfg.name.startswith("__main__:"):
+        return [
+            f"name: '{task_cfg.name}' is defined in the script that runs the experiment, which the "
+            "runs' worker processes do not import: put the task in a module of its own"
+        ]
     try:
         task = make_task(task_cfg.name, task_cfg.params)
     except Exception as exc:  # noqa: BLE001 - the configuration validator has named most of these
@@ -91,8 +98,8 @@ def task_problems(task_cfg: TaskConfig) -> list[str]:
 
 def file_hash(path: str | Path, key: str = "data.pairs.file") -> str:
     """The sha256 (16 hex) of a file's bytes, or of a directory's files (each by its relative name
-    and content): a run id's record of the data it trains on. ``key`` names the setting in the
-    error raised where it cannot be read."""
+    and content, symbolic links followed): a run id's record of the data it trains on. ``key``
+    names the setting in the error raised where it cannot be read."""
 
     from ..errors import ConfigError
 
@@ -100,13 +107,36 @@ def file_hash(path: str | Path, key: str = "data.pairs.file") -> str:
     try:
         if p.is_dir():
             h = hashlib.sha256()
-            for f in sorted(q for q in p.rglob("*") if q.is_file()):
+            for f in _files_under(p):
                 h.update(f"{f.relative_to(p).as_posix()}\0".encode())
-                h.update(hashlib.sha256(f.read_bytes()).digest())
+                h.update(bytes.fromhex(_file_digest(f)))
             return h.hexdigest()[:16]
-        return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+        return _file_digest(p)[:16]
     except OSError as exc:
         raise ConfigError(f"{key}: '{path}' cannot be read: {exc.strerror}") from None
+
+
+def _files_under(root: Path) -> list[Path]:
+    out = []
+    for d, _, names in os.walk(root, followlinks=True):
+        out += [Path(d) / n for n in names if (Path(d) / n).is_file()]
+    return sorted(out)
+
+
+_DIGESTS: dict[tuple[str, int, int, int], str] = {}
+
+
+def _file_digest(path: Path) -> str:
+    """The sha256 of a file, read in chunks, kept for this process while the file's size,
+    modification time and inode are unchanged: a command hashes each data file several times
+    (the pre-flight, the run ids, the warm-start key, each run's check), a large one once."""
+
+    st = path.stat()
+    ident = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    if ident not in _DIGESTS:
+        with path.open("rb") as fh:
+            _DIGESTS[ident] = hashlib.file_digest(fh, "sha256").hexdigest()
+    return _DIGESTS[ident]
 
 
 def _project_roots() -> tuple[Path, ...]:
@@ -122,24 +152,45 @@ def _library_dirs() -> tuple[Path, ...]:
     return tuple(Path(p).resolve() for p in found)
 
 
+def _locate(name: str) -> tuple[Path | None, list[str] | None]:
+    """(source file, package search path) of module ``name``, found without importing anything:
+    from ``sys.modules`` where it is loaded, else by the path finder along ``sys.path`` or its
+    parent package's directories (a namespace package has no file, only a search path)."""
+
+    mod = sys.modules.get(name)
+    if mod is not None:
+        origin = getattr(mod, "__file__", None)
+        path = getattr(mod, "__path__", None)
+        return (Path(origin) if origin else None), (list(path) if path is not None else None)
+    parent, _, leaf = name.rpartition(".")
+    search = None
+    if parent:
+        search = _locate(parent)[1]
+        if not search:
+            return None, None
+    spec = importlib.machinery.PathFinder.find_spec(leaf if parent else name, search)
+    if spec is None:
+        return None, None
+    origin = Path(spec.origin) if spec.has_location and spec.origin else None
+    return origin, spec.submodule_search_locations
+
+
 def _user_file(name: str) -> Path | None:
     """The source file of module ``name`` where it is the user's own (not the standard library, an
     installed library, which is versioned, or the project, whose code is in the code fingerprint);
-    None otherwise or where it cannot be found."""
+    None otherwise or where it cannot be found. Nothing is imported: a verifier's lazy import of a
+    library that is slow or fails to import costs nothing here."""
 
-    if name.split(".")[0] in sys.stdlib_module_names or name.split(".")[0] == "sixblanks":
+    top = name.split(".")[0]
+    if top in sys.stdlib_module_names or top == "sixblanks":
         return None
-    mod = sys.modules.get(name)
-    origin = getattr(mod, "__file__", None) if mod is not None else None
-    if origin is None:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError, AttributeError):
-            return None
-        origin = spec.origin if spec is not None and spec.has_location else None
-    if not origin or not origin.endswith(".py"):
+    try:
+        origin, _ = _locate(name)
+    except Exception:  # noqa: BLE001 - a finder that fails leaves the module out, never the plan
         return None
-    path = Path(origin).resolve()
+    if origin is None or origin.suffix != ".py":
+        return None
+    path = origin.resolve()
     parts = path.parts
     if "site-packages" in parts or "dist-packages" in parts:
         return None
@@ -187,7 +238,10 @@ def user_modules(roots: Iterable[str]) -> dict[str, str]:
         path = _user_file(name)
         if path is None:
             continue
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue  # gone since it was found: its importer's hash still records the import
         out[name] = hashlib.sha256(data).hexdigest()[:16]
         try:
             queue += _imported_names(data.decode("utf-8"), name, path.name == "__init__.py")
@@ -197,11 +251,12 @@ def user_modules(roots: Iterable[str]) -> dict[str, str]:
 
 
 def _callable_modules(task: Any, task_cfg: TaskConfig) -> list[str]:
-    """The modules a task's behaviour is defined in: its class and base classes, the user callables
-    it calls (a verifier), and a judge callable."""
+    """The modules a task's behaviour is defined in: its class and base classes, the user modules
+    it calls (a verifier ``module:function``, named as configured: a wrapped function's
+    ``__module__`` may be another's), and a judge callable's."""
 
     names = [k.__module__ for k in type(task).__mro__ if k.__module__ != "builtins"]
-    names += [getattr(fn, "__module__", None) or "" for fn in task.user_callables()]
+    names += list(task.called_modules())
     judge = task_cfg.judge
     if judge is not None and judge.kind == "callable" and judge.callable:
         names.append(judge.callable.split(":", 1)[0])
@@ -217,7 +272,7 @@ def task_inputs(task_cfg: TaskConfig) -> dict[str, Any]:
 
     task = make_task(task_cfg.name, task_cfg.params)
     out: dict[str, Any] = {}
-    files = {str(p): file_hash(p, f"task '{task_cfg.name}' params") for p in task.input_files()}
+    files = {str(p): file_hash(p, f"task {task_cfg.name}: a data file") for p in task.input_files()}
     if files:
         out["files"] = files
     modules = user_modules(_callable_modules(task, task_cfg))
@@ -231,7 +286,24 @@ def arm_inputs(cfg: ExperimentConfig, arm: str) -> dict[str, Any]:
     reads ({} where it reads none)."""
 
     path = cfg.resolved_blanks(arm).data.pairs.file
-    return {} if path is None else {"files": {path: file_hash(path)}}
+    key = f"arms.{arm}.blanks.data.pairs.file"
+    return {} if path is None else {"files": {path: file_hash(path, key)}}
+
+
+DATA_FILE = "<data file: by content>"
+
+
+def without_locations(settings: dict[str, Any], inputs: dict[str, Any]) -> tuple[dict, dict]:
+    """``settings`` (a task's parameters, a data blank's pairs) and ``inputs`` (:func:`task_inputs`)
+    as they enter an identity: each data file by its content alone, never by where it lies (a
+    setting naming one of ``inputs``' files becomes a placeholder, the files their sorted hashes),
+    so the same experiment in a moved or cloned checkout keeps its run ids and warm start."""
+
+    files = (inputs or {}).get("files") or {}
+    if not files:
+        return settings, inputs
+    kept = {k: (DATA_FILE if isinstance(v, str) and v in files else v) for k, v in settings.items()}
+    return kept, {**inputs, "files": sorted(files.values())}
 
 
 def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -21,7 +21,7 @@ from ..layout import TOKENIZER_IDENTITY_JSON, ExperimentDir, write_json
 from ..version import code_fingerprint
 from .data_files import arm_inputs, task_inputs
 from .progress import runs_progress, say
-from .runner import spec_id
+from .runner import identity_of, spec_id
 
 
 class RunFailed(SixblanksError):
@@ -138,7 +138,7 @@ class Orchestrator:
         else:
             from ..store.audit import tokenizer_identity
 
-            _, tok, info = warm_start(self.cfg, tasks, self.dir.warm_start, log=self.log)
+            _, tok, info = warm_start(self.cfg, tasks, self.dir.warm_start, log=self.log, key=key)
             identity = tokenizer_identity(tok)
             # beside the policy: a later command checks the cached warm start from its files
             write_json(self.warm_dir / TOKENIZER_IDENTITY_JSON, identity)
@@ -208,9 +208,11 @@ class Orchestrator:
 
         from .data_files import changed_inputs
 
-        def rest(spec: dict[str, Any]) -> str:  # the spec but what an input's edit changes
+        def rest(
+            spec: dict[str, Any],
+        ) -> str:  # the run's identity but what an input's edit changes
             volatile = ("run_id", "task_inputs", "arm_inputs", "warm_start_key")
-            return spec_id({k: v for k, v in spec.items() if k not in volatile})
+            return spec_id({k: v for k, v in identity_of(spec).items() if k not in volatile})
 
         def inputs(spec: dict[str, Any]) -> dict[str, dict[str, str]]:
             t, a = spec.get("task_inputs", {}), spec.get("arm_inputs", {})

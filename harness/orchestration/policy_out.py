@@ -32,8 +32,12 @@ def export_policy(trainer, rd: RunDir, spec: dict[str, Any], summary: dict[str, 
 
     model, dp = trainer.ctx.model, trainer.ctx.dp
     if dp is not None and dp.backend == "fsdp2":
-        state = {k: v.detach().cpu() for k, v in full_tensors(model)}  # a collective
-        if not layout.writes(rd.policy):
+        writer = layout.writes(rd.policy)
+        state = {}
+        for k, v in full_tensors(model):  # a collective: every rank gathers, rank 0 keeps
+            if writer:
+                state[k] = v.detach().cpu()
+        if not writer:
             return
         from transformers import AutoModelForCausalLM
 

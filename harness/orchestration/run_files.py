@@ -169,7 +169,11 @@ class RunRecorder:
             "ledger_events": ledger_events,
         }
         t0 = time.perf_counter()
-        export_policy(trainer, self.rd, spec, summary)  # what a user evaluates or serves
+        try:  # what a user evaluates or serves; a failure to write it does not undo the training
+            export_policy(trainer, self.rd, spec, summary)
+        except (OSError, RuntimeError, ValueError) as exc:
+            summary["policy_error"] = f"{type(exc).__name__}: {exc}"
+            sys.stderr.write(f"run {self.rd.run_id}: its policy was not saved: {exc}\n")
         summary["policy_seconds"] = time.perf_counter() - t0
         write_json(self.rd.result, summary)
         self.write_status("finished", finished=time.time())

@@ -38,9 +38,34 @@ def exit_soon(seconds: float = 0.25) -> None:
 
 
 def spec_id(spec: dict[str, Any]) -> str:
-    """Content hash of a resolved run spec: the run id."""
+    """Content hash of a resolved run spec (:func:`identity_of` it): the run id."""
 
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    view = identity_of(spec)
+    return hashlib.sha256(json.dumps(view, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def identity_of(spec: dict[str, Any]) -> dict[str, Any]:
+    """What a run id hashes: the spec, with each data file it reads (its task's, its file of
+    pairs) by content alone (``task_inputs``, ``arm_inputs``), not by path: the spec records the
+    resolved path for reading, the id does not depend on where the checkout lies."""
+
+    if "task_inputs" not in spec and "arm_inputs" not in spec:
+        return spec  # no data file: the spec as it is
+    from .data_files import without_locations
+
+    out = dict(spec)
+    params, task_in = without_locations(
+        (spec["task"].get("params") or {}), spec.get("task_inputs") or {}
+    )
+    out["task"] = {**spec["task"], "params": params}
+    if "task_inputs" in spec:
+        out["task_inputs"] = task_in
+    if "arm_inputs" in spec:
+        data = spec["blanks"]["data"]
+        pairs, arm_in = without_locations(data["pairs"], spec["arm_inputs"])
+        out["blanks"] = {**spec["blanks"], "data": {**data, "pairs": pairs}}
+        out["arm_inputs"] = arm_in
+    return out
 
 
 def settings_from_spec(spec: dict[str, Any]):
@@ -122,15 +147,19 @@ def check_inputs_unchanged(spec: dict[str, Any]) -> None:
     the versions it was planned with): it would train on other inputs than its id says. Raises a
     SixblanksError naming each changed input."""
 
-    if "task_inputs" not in spec:
-        return  # a task that reads no file and calls no user module
+    if "task_inputs" not in spec and "arm_inputs" not in spec:
+        return  # a run that reads no data file and calls no user module
     from ..config import TaskConfig
     from ..errors import SixblanksError
-    from .data_files import changed_inputs, task_inputs
+    from .data_files import changed_inputs, file_hash, task_inputs
 
-    changed = changed_inputs(
-        spec["task_inputs"], task_inputs(TaskConfig.model_validate(spec["task"]))
-    )
+    changed = []
+    if "task_inputs" in spec:
+        now = task_inputs(TaskConfig.model_validate(spec["task"]))
+        changed += changed_inputs(spec["task_inputs"], now)
+    if "arm_inputs" in spec:  # the arm's file of pairs
+        files = spec["arm_inputs"].get("files") or {}
+        changed += changed_inputs(spec["arm_inputs"], {"files": {p: file_hash(p) for p in files}})
     if changed:
         raise SixblanksError(
             f"run {spec.get('run_id', '?')}: {', '.join(changed)} changed after the run was "

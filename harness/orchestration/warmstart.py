@@ -18,7 +18,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from ..training.collectors import Demonstrations
 from ..training.collectors.demonstrations import demonstration_pool
 from ..training.objectives import SFT
 from ..version import code_fingerprint
+from .data_files import task_inputs, without_locations
 
 
 def train_sft(
@@ -100,8 +101,6 @@ def chat_identity(mode: str) -> str:
 def tasks_inputs(cfg) -> list[dict]:
     """Each task's data files and user modules (:func:`task_inputs`); [] where no task has any."""
 
-    from .data_files import task_inputs
-
     found = [task_inputs(t) for t in cfg.tasks or []]
     return found if any(found) else []
 
@@ -113,14 +112,19 @@ def warm_start_key(cfg, tasks: list[Task]) -> str:
         "code": code_fingerprint(),  # any change to the source or the libraries rebuilds it
         "model": cfg.model.model_dump(mode="json", exclude={"lora", "parallel"}),  # RL only
         "tasks": [{"name": t.name, "params": t.params.model_dump(mode="json")} for t in tasks],
-        # the demonstrations come from the tasks' data and code: their files and user modules
-        **({"inputs": inputs} if (inputs := tasks_inputs(cfg)) else {}),
         "warm_start": cfg.warm_start.model_dump(mode="json"),
         "max_context": cfg.rollout.max_prompt_tokens,
         "chat_template": chat_identity(cfg.rollout.chat_template),
         # micro-batches below warm_start.batch_size change the float summation order
         "micro_batch": min(cfg.rollout.micro_batch_size, cfg.warm_start.batch_size),
     }
+    # the demonstrations come from the tasks' data and code: their files (by content, not by
+    # where they lie) and user modules
+    inputs = tasks_inputs(cfg)
+    if inputs:
+        placed = [without_locations(t["params"], i) for t, i in zip(payload["tasks"], inputs)]
+        payload["tasks"] = [{**t, "params": p} for t, (p, _) in zip(payload["tasks"], placed)]
+        payload["inputs"] = [i for _, i in placed]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -199,19 +203,27 @@ def warm_start(
     cache_root: str | Path,
     log: Callable[[str], None] | None = None,
     shared: Path | None | bool = True,
+    key: str | None = None,
 ):
     """The common initial policy: (model, tokenizer, info). Cached under ``cache_root/<hash>``
     (the experiment's own copy, which its runs load) and in the machine cache (``shared``: True,
     :func:`machine_cache`; a directory; None or False: none), so another output directory with the
-    same key copies it instead of training it again."""
+    same key copies it instead of training it again. ``key``: the key the caller planned its runs
+    with (default: computed now), so a file edited in between cannot put the policy elsewhere."""
 
-    key = warm_start_key(cfg, tasks)
+    key = key or warm_start_key(cfg, tasks)
     directory = Path(cache_root) / key
     info_path = directory / WARM_START_JSON
     shared_dir = machine_cache() if shared is True else (shared or None)
     if info_path.exists() or shared_dir is None:
         return _warm_start_in(cfg, tasks, key, directory, log)
-    with key_lock(shared_dir, key, log):
+    with ExitStack() as held:
+        try:
+            held.enter_context(key_lock(shared_dir, key, log))
+        except OSError as exc:  # an unusable cache (a file in its place, read-only): not shared
+            if log:
+                log(f"warm start: the machine cache {shared_dir} cannot be used ({exc})")
+            return _warm_start_in(cfg, tasks, key, directory, log)
         if (shared_dir / key / WARM_START_JSON).exists():
             shutil.rmtree(directory, ignore_errors=True)  # a copy or a save cut short earlier
             directory.parent.mkdir(parents=True, exist_ok=True)

@@ -206,9 +206,10 @@ class Task:
 
         return []
 
-    def user_callables(self) -> list[Any]:
-        """The user's functions it calls (a verifier ``module:function``): their modules, and what
-        those import from the user's tree, enter the run id. None by default."""
+    def called_modules(self) -> list[str]:
+        """The user's modules it calls into by name (a verifier ``module:function``'s module): their
+        source, and what they import from the user's tree, enter the run id. None by default (the
+        task's own class and base classes are always included)."""
 
         return []
 

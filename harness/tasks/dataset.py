@@ -190,8 +190,8 @@ class DatasetTask(Task):
     def input_files(self) -> list[str]:
         return [self.params.path]
 
-    def user_callables(self) -> list[Any]:
-        return [self.fn] if self.fn is not None else []
+    def called_modules(self) -> list[str]:
+        return [self.params.verifier.split(":", 1)[0]] if self.fn is not None else []
 
     def preflight(self) -> list[str]:
         """A user verifier called once as the runs call it, fn(response, answer, row), on the first
@@ -201,6 +201,11 @@ class DatasetTask(Task):
         if self.fn is None:
             return []
         p = self.params
+        if p.verifier.startswith("__main__:"):
+            return [
+                f"params.verifier: '{p.verifier}' is defined in the script that runs the experiment, "
+                "which the runs' worker processes do not import: put it in a module of its own"
+            ]
         inst = self.make_instance(0)
         answer = inst.data["answer"]
         try:
