@@ -40,8 +40,17 @@ def test_explain_piped_marks_the_fields_that_differ_without_colour(cli):
 
 def test_rollouts_piped_mark_the_action_tokens_without_colour(cli, write_yaml, tmp_path):
     path = write_yaml("arms: {a: {preset: grpo}}\nrollout: {max_new_tokens: 4}\n")
-    code, out, err = cli("rollouts", path, "--n", "1", "--group", "2", "--no-warm-start",
-                         "--out", str(tmp_path / "o"))  # fmt: skip
+    code, out, err = cli(
+        "rollouts",
+        path,
+        "--n",
+        "1",
+        "--group",
+        "2",
+        "--no-warm-start",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 0, err
     episodes = [line for line in out.splitlines() if line.startswith("[")]
     assert len(episodes) == 2 and all("⟦" in e and "⟧" in e for e in episodes)
@@ -135,9 +144,18 @@ def test_status_budget_cells_in_full(cli, tmp_path):
     write_json(exp.experiment, {"runs": ["r1"]})
     exp.run("r1").path.mkdir(parents=True)
     limits = {"launched_tokens": 5242880, "device_seconds": 3600}
-    write_json(exp.run("r1").status, {"state": "running", "arm": "a", "task": "t", "seed": 0,
-               "step": 3, "counters": {"launched_tokens": 2621440, "device_seconds": 12.25},
-               "limits": limits})  # fmt: skip
+    write_json(
+        exp.run("r1").status,
+        {
+            "state": "running",
+            "arm": "a",
+            "task": "t",
+            "seed": 0,
+            "step": 3,
+            "counters": {"launched_tokens": 2621440, "device_seconds": 12.25},
+            "limits": limits,
+        },
+    )
     code, out, _ = cli("status", str(exp.path))
     assert code == 0 and "e+06" not in out
     assert "launched_tokens 2,621,440/5,242,880, device_seconds 12.25/3,600" in out

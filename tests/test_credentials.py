@@ -222,7 +222,7 @@ def test_a_planted_password_appears_nowhere_in_the_output_directory_or_the_messa
             "--out",
             str(out),
             "--no-progress",
-        ],  # fmt: skip
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -256,8 +256,12 @@ def test_a_planted_password_appears_nowhere_in_the_output_directory_or_the_messa
     env.pop("MLFLOW_TRACKING_URI", None)
     sync = subprocess.run(
         [sys.executable, "-m", "sixblanks.harness.cli", "sync", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert sync.returncode == 1 and "MLFLOW_TRACKING_PASSWORD" in sync.stderr, sync.stderr
     assert SECRET not in sync.stdout + sync.stderr
     assert any(path.startswith("/api/") and auth == basic for path, auth in seen), seen

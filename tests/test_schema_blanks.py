@@ -1,4 +1,4 @@
-"""The blanks in the experiment file's JSON Schema (issue 54, item 8): ``sixblanks schema`` types
+"""The blanks in the experiment file's JSON Schema: ``sixblanks schema`` types
 ``arms.<arm>.blanks`` as an override of ``Blanks`` (every field, its type, choices and description;
 every key optional at any depth; unknown keys refused), so an editor completes and checks
 ``arms.<arm>.blanks.weight.trust_region`` like any other key; every shipped experiment file
@@ -219,10 +219,13 @@ def test_a_misspelt_blank_field_fails_the_schema_and_the_run(check):
     for blanks, where, key in [
         ({"weight": {"trust_regon": "clip"}}, ["weight"], "trust_regon"),
         ({"weigth": {"trust_region": "clip"}}, [], "weigth"),
-        ({"data": {"concurrent": {"inflight": {"version": 2}}}}, ["data", "concurrent", "inflight"],
-         "version"),
+        (
+            {"data": {"concurrent": {"inflight": {"version": 2}}}},
+            ["data", "concurrent", "inflight"],
+            "version",
+        ),
         ({"advantage": {"critic": {"lamda": 0.9}}}, ["advantage", "critic"], "lamda"),
-    ]:  # fmt: skip
+    ]:
         errors = _errors(check, _arm(blanks))
         assert errors == [
             (
@@ -258,9 +261,12 @@ def test_a_valid_deep_override_passes_the_schema_and_the_run(check):
         "advantage": {"lam": 0.95, "critic": {"vf_coef": 0.2}, "prm": {"calibration_bins": 10}},
         "normalization": {"mode": "token_sum"},  # the model takes underscores for hyphens
         "regularizer": {"loss_kl_coef": 0.001, "loss_kl_estimator": "k3+"},
-        "data": {"overlong_shaping": {"enabled": True, "cache": 8}, "accuracy_filter": [0.1, 0.9],
-                 "dynamic_sampling": True},
-    }  # fmt: skip
+        "data": {
+            "overlong_shaping": {"enabled": True, "cache": 8},
+            "accuracy_filter": [0.1, 0.9],
+            "dynamic_sampling": True,
+        },
+    }
     assert _errors(check, _arm(blanks)) == []
     resolved = resolve("grpo", blanks)
     assert resolved.weight.gate.level == "sequence" and resolved.normalization.mode == "token-sum"
