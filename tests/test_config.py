@@ -25,7 +25,7 @@ def test_default_experiment_validates_and_prints_plan(cli):
     assert "valid" in out
     for arm in ("grpo", "dr_grpo", "dapo", "gspo", "sapo", "rloo", "reinforce_pp", "ppo"):
         assert arm in out
-    assert "launched_tokens <= 30000" in out
+    assert "launched_tokens <= 30,000" in out
     assert "24 runs: 8 arms x 1 task(s) x 3 seeds" in out
 
 
