@@ -141,6 +141,39 @@ def test_finding_file_errors_are_named(cli, write_yaml, tmp_path):
     assert code == 2 and "no such finding file" in err
 
 
+def test_validate_checks_a_finding_file_before_anything_runs(cli, write_yaml):
+    """validate takes a finding file (its claim printed), and refuses, naming each: a misspelt
+    counter in a later budget axis, a seed offset between the arms below the seed cap (the arms
+    would share runs), arms that differ beyond the claim. An arm restating the experiment's value
+    does not differ from one that inherits it."""
+
+    code, out, err = cli("validate", write_yaml(TINY, "tiny.yaml"))
+    assert code == 0, err
+    assert "claim: shuffled smaller than plain on final_score (smallest effect 0.05" in out
+    axes = TINY.replace(
+        "  seeds: {pilot: 2, batch: 1, cap: 3}",
+        "  seeds: {pilot: 2, batch: 1, cap: 3}\n"
+        "  budgets: {a: {launched_tokens: 480}, b: {launched_tokns: 960}}",
+    )
+    code, _, err = cli("validate", write_yaml(axes, "axes.yaml"))
+    assert code == 2 and "finding.budgets.b.launched_tokns: unknown counter" in err
+    offset = TINY.replace("about: [fault]", "about: [fault, seed_offset]").replace(
+        "fault: {rewards: shuffle}}", "fault: {rewards: shuffle}, seed_offset: 2}"
+    )
+    code, _, err = cli("validate", write_yaml(offset, "offset.yaml"))
+    assert code == 2 and "seed_offset differs by 2 between 'shuffled' and 'plain'" in err
+    restated = TINY.replace(
+        "plain: {preset: grpo}", "plain: {preset: grpo, optimizer: {lr: 0.0003}}"
+    ).replace(
+        "budget: {launched_tokens: 480}", "budget: {launched_tokens: 480}\noptimizer: {lr: 0.0003}"
+    )
+    code, _, err = cli("validate", write_yaml(restated, "restated.yaml"))
+    assert code == 0, err
+    wider = TINY.replace("plain: {preset: grpo}", "plain: {preset: grpo, optimizer: {lr: 0.001}}")
+    code, _, err = cli("validate", write_yaml(wider, "wider.yaml"))
+    assert code == 2 and "optimizer.lr: 0.0003 vs 0.001" in err
+
+
 def test_every_shipped_claim_is_valid_and_fair():
     from sixblanks.harness.config.claims import load_finding
     from sixblanks.harness.orchestration.experiment import as_config

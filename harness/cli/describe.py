@@ -12,7 +12,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from ..errors import SixblanksError
+from ..errors import ConfigError, SixblanksError
 from .app import (
     ConfigArg,
     JsonOpt,
@@ -38,13 +38,15 @@ def validate(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check an experiment file and print its plan (arms x tasks x seeds, the budget)."""
+    """Check an experiment file (or a finding file: a claim with its experiment) and print its
+    plan (arms x tasks x seeds, the budget)."""
 
     from ..config import load_config, resolved_dict
     from ..config.checks import cautions
     from ..orchestration.data_files import check_data_files
 
-    cfg = load_config(config)
+    finding = _finding_of(config)
+    cfg = finding[1] if finding else load_config(config)
     check_data_files(cfg)  # a file of pairs, read now: its problems before any run
     plan = cfg.plan()
     notes = cautions(cfg)
@@ -63,6 +65,14 @@ def validate(
         sys.stdout.write(yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
         return
     say(f"[green]valid[/green]: {config}")
+    if finding:
+        m = finding[0].finding
+        say(
+            f"claim: {m.arm} {EXPECT_WORDS[m.expect]} {m.than} on {m.metric} (smallest "
+            f"effect {m.smallest_effect:g}, alpha {m.alpha:g}; seeds {m.seeds.pilot} to "
+            f"{m.seeds.cap}, {m.seeds.batch} a look); budget axes: "
+            + ", ".join(m.budgets or {"budget": cfg.budget})
+        )
     say(plan_table(cfg))
     budget = ", ".join(f"{k} <= {human(v)}" for k, v in cfg.budget.items())
     say(f"budget per run (matched across arms): {budget}")
@@ -72,6 +82,40 @@ def validate(
     )
     for line in notes:
         warn(f"caution: {line}")
+
+
+EXPECT_WORDS = {
+    "larger": "larger than",
+    "smaller": "smaller than",
+    "equal": "equal to",
+    "not_smaller": "not smaller than",
+    "no_difference": "not separated from",
+}
+
+
+def _finding_of(path: Path):
+    """(the finding, its experiment at the pilot's seeds) where ``path`` is a finding file (a
+    ``finding:`` section beside the experiment), every budget axis checked; None otherwise."""
+
+    from ..config.claims import load_finding
+    from ..config.loading import parse_yaml, read_text_file
+
+    data = parse_yaml(read_text_file(path, "an experiment YAML file"), str(path))
+    if not isinstance(data, dict) or "finding" not in data:
+        return None
+    from ..orchestration.experiment import as_config
+    from ..studies.findings import experiment_mapping, undeclared_differences
+
+    f = load_finding(path)
+    m = f.finding
+    cfg = as_config(experiment_mapping(f, "check", f.experiment.get("budget") or {}, m.seeds.pilot))
+    extra = undeclared_differences(cfg, m.arm, m.than, m.about)
+    if extra:
+        raise ConfigError(
+            f"{path}: arms '{m.arm}' and '{m.than}' differ beyond what the claim is about "
+            f"({', '.join(m.about)}): " + "; ".join(extra)
+        )
+    return f, cfg
 
 
 @app.command()

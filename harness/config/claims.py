@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError, format_validation_error
-from .loading import parse_yaml, resolve_paths, validate_mapping
+from .loading import budget_problems, parse_yaml, resolve_paths, validate_mapping
 from .sections import Budget, Section
 
 
@@ -78,6 +78,26 @@ class Finding(Section):
     path: str = ""
 
 
+def _shared_seeds(arms: dict[str, Any], section: FindingSection) -> list[str]:
+    """A seed offset between the two arms smaller than the seed cap makes one arm's seed s the
+    other's seed s + offset: the arms would share runs the claim treats as independent."""
+
+    def offset(arm: str) -> int:
+        spec = arms.get(arm)
+        value = spec.get("seed_offset", 0) if isinstance(spec, dict) else 0
+        return value if isinstance(value, int) else 0
+
+    gap = abs(offset(section.arm) - offset(section.than))
+    if 0 < gap < section.seeds.cap:
+        return [
+            f"arms: seed_offset differs by {gap} between '{section.arm}' and '{section.than}', "
+            f"less than finding.seeds.cap {section.seeds.cap}: seed s of one arm is seed s + {gap} "
+            f"of the other, so the arms would share runs; make the offset at least "
+            f"{section.seeds.cap}"
+        ]
+    return []
+
+
 def load_finding(path: str | Path) -> Finding:
     """A finding file: its ``finding:`` section checked, the rest checked as an experiment whose two
     arms are the claim's; every problem is named (ConfigError)."""
@@ -107,6 +127,10 @@ def load_finding(path: str | Path) -> Finding:
         if name is not None and name not in arms:
             problems.append(f"finding.{key}: unknown arm '{name}' (arms: {', '.join(arms)})")
     if section is not None:
+        # every budget axis now, not when its turn comes after the others have run
+        axes = section.budgets or {}
+        problems += budget_problems([(f"finding.budgets.{k}", b) for k, b in axes.items()])
+        problems += _shared_seeds(data.get("arms") or {}, section)
         if section.arm == section.than:
             problems.append("finding.than: must differ from finding.arm")
         if set(arms) - {section.arm, section.than}:

@@ -88,12 +88,18 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
 def _budget_problems(data: dict[str, Any]) -> list[str]:
     """Every budget's counters known, and whole numbers where the counter counts units."""
 
-    problems: list[str] = []
     budgets = [("budget", data.get("budget"))]
     for section in ("ladder", "sweep"):
         sec = data.get(section) or {}
         for bkey in ("budget", "trial_budget", "total_budget"):
             budgets.append((f"{section}.{bkey}", sec.get(bkey) if isinstance(sec, dict) else None))
+    return budget_problems(budgets)
+
+
+def budget_problems(budgets: list[tuple[str, Any]]) -> list[str]:
+    """(key path, budget) pairs: each counter known, and a whole number where it counts units."""
+
+    problems: list[str] = []
     for where, b in budgets:
         for key, value in b.items() if isinstance(b, dict) else ():
             if key not in COUNTERS:

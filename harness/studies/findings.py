@@ -64,13 +64,18 @@ def _flat(prefix: str, v: Any, out: dict[str, Any]) -> dict[str, Any]:
 
 
 def arm_settings(cfg, arm: str) -> dict[str, Any]:
-    """Every setting of ``arm`` that can differ between arms, flattened: its resolved blanks
-    (``weight.clip_high``, ...) and its arm keys (``optimizer.lr``, ``rollout.temperature``,
-    ``seed_offset``, ``fault.rewards``, ...)."""
+    """Every setting of ``arm`` that can differ between arms, flattened, as the arm runs with it
+    (an arm restating the experiment's value does not differ from one that inherits it): its
+    resolved blanks (``weight.clip_high``, ...), its optimizer and rollout (``optimizer.lr``,
+    ``rollout.temperature``) and its other arm keys (``seed_offset``, ``fault.rewards``, ...)."""
 
     out = _flat("", cfg.resolved_blanks(arm).model_dump(mode="json"), {})
-    keys = cfg.arms[arm].model_dump(mode="json", exclude={"preset", "blanks"})
-    return _flat("", keys, out)
+    effective = {
+        "optimizer": cfg.optimizer_for(arm).model_dump(mode="json"),
+        "rollout": cfg.rollout_for(arm).model_dump(mode="json"),
+    }
+    keys = cfg.arms[arm].model_dump(mode="json", exclude={"preset", "blanks", *effective})
+    return _flat("", {**keys, **effective}, out)
 
 
 def undeclared_differences(cfg, a: str, b: str, about: list[str]) -> list[str]:
