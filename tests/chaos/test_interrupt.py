@@ -22,16 +22,22 @@ from ..conftest import ROOT, query
 
 EXPERIMENT = """
 name: interrupt
-task: {name: arithmetic, eval_size: 8}
+task: {name: "tests.chaos.gated_task:GatedArithmetic", eval_size: 8,
+       params: {hold: "HOLD", after: AFTER}}
 rollout: {max_new_tokens: 6, prompts_per_step: 4, group_size: 4, ignore_eos: true}
 warm_start: {steps: 20, num_demos: 200}
-budget: {launched_tokens: 4000}  # a run outlives the window between its first step and the Ctrl-C
+budget: {launched_tokens: 4000}
 eval: {every: 2000}
 seeds: [0]
 arms: {grpo: {preset: grpo}, dr_grpo: {preset: dr_grpo}, rloo: {preset: rloo}}  # no dynamic sampling: even steps
 executor: {workers: 2, checkpoint_seconds: 600}
 tracking: {mlflow: false}
 """
+HELD_AFTER = 8 + 3 * 16
+"""Verifier calls a run makes before the hold file holds it: a start evaluation of 8 and three
+steps of 16 rollouts. While the file exists, a run goes no further than its fourth step (a
+resumed one: three steps past where it resumed), however fast or slow the machine: it is in flight
+when the interrupt comes, and a resumed one passes its resumed step by 2 before the kill."""
 
 
 def _sixblanks(*args: str, **kw) -> subprocess.Popen:
@@ -45,23 +51,37 @@ def _states(out) -> dict[str, dict]:
     return {p.name: RunDir(p).read_status() for p in sorted(exp.runs.glob("*")) if p.is_dir()}
 
 
+def _fail_killing(proc: subprocess.Popen, out, why: str) -> None:
+    """Fail with the runs' states and the command's last words, its process group killed first."""
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it had ended
+        pass
+    _, err = proc.communicate()
+    states = {rid: (s.get("state"), s.get("step")) for rid, s in _states(out).items()}
+    pytest.fail(f"{why}: {states}, exit {proc.returncode}\n{err[-3000:]}")
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_run_then_a_killed_orchestrator_then_the_same_command_resumes(tmp_path, chaos):
     from sixblanks.harness.orchestration.ledgerlog import effective_events, read_events, replay
 
     out = tmp_path / "out"
     cfg = tmp_path / "exp.yaml"
-    cfg.write_text(EXPERIMENT)
+    hold = tmp_path / "hold"  # while it exists, no run passes its fourth step (gated_task.py)
+    hold.touch()
+    cfg.write_text(EXPERIMENT.replace("HOLD", str(hold)).replace("AFTER", str(HELD_AFTER)))
     proc = _sixblanks("run", str(cfg), "--out", str(out), "--no-progress", start_new_session=True)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
+    deadline, in_flight = time.time() + 240, False
+    while time.time() < deadline and proc.poll() is None and not in_flight:
         states = list(_states(out).values())
         running = [s for s in states if s.get("state") == "running"]
         assert not [s for s in states if s.get("state") == "finished"], "a run ended too soon"
-        if len(running) == 2 and min(s.get("step") or 0 for s in running) >= 1:
-            break
+        in_flight = len(running) == 2 and min(s.get("step") or 0 for s in running) >= 1
         time.sleep(0.05)
-    assert proc.poll() is None, proc.communicate()
+    if not in_flight:
+        _fail_killing(proc, out, "no two runs in flight at step >= 1 within 240 s")
     t0 = time.time()
     chaos.fault("SIGINT to `sixblanks run`'s process group, two runs in flight, one queued")
     os.killpg(proc.pid, signal.SIGINT)  # the whole process group, as a terminal's Ctrl-C
@@ -91,12 +111,13 @@ def test_ctrl_c_stops_run_then_a_killed_orchestrator_then_the_same_command_resum
     # then SIGKILL of the orchestrator alone, once the runs have gone on: its workers end by
     # themselves (no checkpoint since the interrupt: the runs resume from the same step again)
     mid = _sixblanks("run", str(cfg), "--out", str(out), "--no-progress", start_new_session=True)
-    deadline = time.time() + 240
-    while time.time() < deadline and mid.poll() is None:
+    deadline, went_on = time.time() + 240, False
+    while time.time() < deadline and mid.poll() is None and not went_on:
         now = _states(out)
-        if any((now[rid].get("step") or 0) >= s["step"] + 2 for rid, s in stopped.items()):
-            break
+        went_on = any((now[rid].get("step") or 0) >= s["step"] + 2 for rid, s in stopped.items())
         time.sleep(0.05)
+    if not went_on:
+        _fail_killing(mid, out, "no resumed run went 2 steps on within 240 s")
     assert mid.poll() is None, mid.communicate()
     workers = procs.descendants(mid.pid)
     assert workers
@@ -110,6 +131,7 @@ def test_ctrl_c_stops_run_then_a_killed_orchestrator_then_the_same_command_resum
         sum(map(procs.running, workers)), 0, "workers of the killed orchestrator still running"
     )
 
+    hold.unlink()  # the third invocation runs every run to its end
     again = _sixblanks("run", str(cfg), "--out", str(out), "--no-progress")
     _, err = again.communicate(timeout=400)
     assert again.returncode == 0, err
