@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .errors import SixblanksError
-from .layout import model_dir_of
+from .layout import SPEC_JSON, model_dir_of
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -279,7 +279,9 @@ def load_policy(model_cfg, tasks: list | None = None):
     fp32_head = getattr(model_cfg, "fp32_lm_head", False)
     if model_cfg.gguf or model_cfg.path:
         # model.path: a model directory, or a finished run's directory (its saved policy)
-        source = resolve_gguf(model_cfg.gguf) if model_cfg.gguf else model_dir_of(model_cfg.path)
+        source = resolve_gguf(model_cfg.gguf) if model_cfg.gguf else model_cfg.path
+        if model_cfg.path and (Path(model_cfg.path) / SPEC_JSON).is_file():
+            source = model_dir_of(model_cfg.path)
         model, tok = load_pretrained(source, model_cfg.device, model_cfg.dtype)
         set_fp32_lm_head(model, fp32_head)
         return model, tok

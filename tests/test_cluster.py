@@ -210,7 +210,8 @@ def test_a_server_missing_at_start_is_a_clear_error_before_anything_runs(tmp_pat
              "total_budget": {"launched_tokens": 300}, "space": {"grpo": {}}}  # fmt: skip
     path = _config(tmp_path, "no-pg", sweep=sweep, tracking={"mlflow": False})
     code, _, err = cli("sweep", path, "--out", str(tmp_path / "b"))
-    assert code == 1 and f"sweep.storage: cannot connect to {storage}" in err, err
+    shown = storage.replace("postgres@", "***@")  # user-info never printed
+    assert code == 1 and f"sweep.storage: cannot connect to {shown}" in err, err
     assert "Connection refused" in err and not (tmp_path / "b" / "warm_start").exists()
 
 
