@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from sixblanks.algorithms.normalization import MODES
+from tests import terminal
 from tests.short_runs import golden_initial
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -430,8 +431,7 @@ def test_ctrl_c_stops_every_rank_and_leaves_the_run_resumable(tmp_path, write_ya
 
     cfg = {**RUN, "seeds": [0], "tracking": {"mlflow": False}, "budget": {"launched_tokens": 3000}}
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "sixblanks.harness.cli", "run", write_yaml(json.dumps(cfg)),
-           "--out", str(out)]  # fmt: skip
+    cmd = terminal.command("run", write_yaml(json.dumps(cfg)), "--out", str(out))
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)  # fmt: skip
     deadline = time.time() + 180

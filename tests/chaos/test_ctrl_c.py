@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -28,6 +27,7 @@ from sixblanks.harness.layout import ExperimentDir, RunDir
 from sixblanks.harness.orchestration.ledgerlog import compare, effective_events, read_events, replay
 from sixblanks.harness.orchestration.runner import RunInterrupted, execute_run
 
+from .. import terminal
 from ..conftest import ROOT, query
 
 pytestmark = pytest.mark.xdist_group("chaos-ctrl-c")  # one worker: the warm start once
@@ -268,13 +268,12 @@ MOMENTS = [  # (what, the experiment, when the signal goes, how the last line st
 @pytest.mark.slow
 def test_ctrl_c_stops_the_experiment_within_5_seconds_five_times(prepared, tmp_path, chaos):
     warm = ExperimentDir(prepared[0]).warm_start
-    code = "from sixblanks.harness.cli import main; main()"
     for i, (what, experiment, ready, last_line) in enumerate(MOMENTS):
         out, cfg = tmp_path / f"out{i}", tmp_path / f"exp{i}.yaml"
         shutil.copytree(warm, ExperimentDir(out).warm_start)  # the same policy: no warm start
         cfg.write_text(json.dumps(experiment))
-        proc = subprocess.Popen([sys.executable, "-c", code, "run", str(cfg), "--out", str(out),
-                                 "--no-progress"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(terminal.command("run", str(cfg), "--out", str(out), "--no-progress"),
+                                cwd=ROOT, text=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None and not ready(out):
@@ -287,6 +286,8 @@ def test_ctrl_c_stops_the_experiment_within_5_seconds_five_times(prepared, tmp_p
             proc.wait(timeout=60)
         finally:
             took = time.monotonic() - t0
+            if proc.poll() is None:  # it did not stop: ended here rather than run to its end
+                os.killpg(proc.pid, signal.SIGKILL)
             _, err = proc.communicate()
         assert proc.returncode == 130, err[-3000:]
         assert took < STOP_BOUND, f"repetition {i + 1} ({what}): stopped in {took:.2f} s"

@@ -18,6 +18,7 @@ import pytest
 from sixblanks.harness.layout import ExperimentDir, RunDir
 from sixblanks.harness.orchestration import procs
 
+from .. import terminal
 from ..conftest import ROOT, query
 
 EXPERIMENT = """
@@ -41,8 +42,7 @@ when the interrupt comes, and a resumed one passes its resumed step by 2 before 
 
 
 def _sixblanks(*args: str, **kw) -> subprocess.Popen:
-    code = "from sixblanks.harness.cli import main; main()"
-    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, text=True,
+    return subprocess.Popen(terminal.command(*args), cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # fmt: skip
 
 
