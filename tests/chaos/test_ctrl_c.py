@@ -272,9 +272,14 @@ def test_ctrl_c_stops_the_experiment_within_5_seconds_five_times(prepared, tmp_p
         out, cfg = tmp_path / f"out{i}", tmp_path / f"exp{i}.yaml"
         shutil.copytree(warm, ExperimentDir(out).warm_start)  # the same policy: no warm start
         cfg.write_text(json.dumps(experiment))
-        proc = subprocess.Popen(terminal.command("run", str(cfg), "--out", str(out), "--no-progress"),
-                                cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            terminal.command("run", str(cfg), "--out", str(out), "--no-progress"),
+            cwd=ROOT,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None and not ready(out):
             time.sleep(0.01)

@@ -42,8 +42,14 @@ when the interrupt comes, and a resumed one passes its resumed step by 2 before 
 
 
 def _sixblanks(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen(terminal.command(*args), cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # fmt: skip
+    return subprocess.Popen(
+        terminal.command(*args),
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kw,
+    )
 
 
 def _states(out) -> dict[str, dict]:
