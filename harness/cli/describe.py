@@ -12,7 +12,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from ..errors import ConfigError, SixblanksError
+from ..errors import SixblanksError
 from .app import (
     ConfigArg,
     JsonOpt,
@@ -97,25 +97,14 @@ def _finding_of(path: Path):
     """(the finding, its experiment at the pilot's seeds) where ``path`` is a finding file (a
     ``finding:`` section beside the experiment), every budget axis checked; None otherwise."""
 
-    from ..config.claims import load_finding
     from ..config.loading import parse_yaml, read_text_file
 
     data = parse_yaml(read_text_file(path, "an experiment YAML file"), str(path))
     if not isinstance(data, dict) or "finding" not in data:
         return None
-    from ..orchestration.experiment import as_config
-    from ..studies.findings import experiment_mapping, undeclared_differences
+    from ..studies.findings import checked_finding
 
-    f = load_finding(path)
-    m = f.finding
-    cfg = as_config(experiment_mapping(f, "check", f.experiment.get("budget") or {}, m.seeds.pilot))
-    extra = undeclared_differences(cfg, m.arm, m.than, m.about)
-    if extra:
-        raise ConfigError(
-            f"{path}: arms '{m.arm}' and '{m.than}' differ beyond what the claim is about "
-            f"({', '.join(m.about)}): " + "; ".join(extra)
-        )
-    return f, cfg
+    return checked_finding(path)
 
 
 @app.command()

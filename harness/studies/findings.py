@@ -292,8 +292,9 @@ def _verdict(f, axis, values, test, looks, ledger, budget, seconds) -> dict[str,
     }
 
 
-def run_finding(path: Path, out: Path, log: Log) -> dict[str, Any]:
-    """One claim, every budget axis; writes and returns OUT/<claim>/verdict.json's content."""
+def checked_finding(path: str | Path) -> tuple[Finding, Any]:
+    """(the finding file at ``path``, its experiment at the pilot's seeds), refused with a
+    ConfigError where it is invalid or its arms differ beyond what the claim is about."""
 
     f = load_finding(path)
     m = f.finding
@@ -304,6 +305,14 @@ def run_finding(path: Path, out: Path, log: Log) -> dict[str, Any]:
             f"{path}: arms '{m.arm}' and '{m.than}' differ beyond what the claim is about "
             f"({', '.join(m.about)}): " + "; ".join(extra)
         )
+    return f, cfg
+
+
+def run_finding(path: Path, out: Path, log: Log) -> dict[str, Any]:
+    """One claim, every budget axis; writes and returns OUT/<claim>/verdict.json's content."""
+
+    f, _ = checked_finding(path)
+    m = f.finding
     budgets = m.budgets or {"budget": dict(f.experiment.get("budget") or {})}
     axes = [run_axis(f, axis, dict(b), out / f.name / axis, log) for axis, b in budgets.items()]
     record = {
