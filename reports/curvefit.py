@@ -14,6 +14,7 @@ Shapes: ``c`` and ``r`` are ``[points]``; a run is one ``(c, r)`` pair, an arm a
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from dataclasses import dataclass
 
@@ -170,17 +171,39 @@ class ArmFit:
         return None
 
 
+def _run_key(run: tuple[np.ndarray, np.ndarray]) -> bytes:
+    c, r = run
+    data = np.asarray(c, dtype=float).tobytes() + b"|" + np.asarray(r, dtype=float).tobytes()
+    return hashlib.sha256(data).digest()
+
+
+def _arm_rng(arm: str, seed: int) -> np.random.Generator:
+    # a stable hash (Python's own hash of a string changes between processes) of the arm's name
+    # with the seed: each arm draws its own resamples, so two arms' refits paired row by row in
+    # compare_fits are independent, as the comparison assumes
+    name = int.from_bytes(hashlib.sha256(arm.encode()).digest()[:8], "little")
+    return np.random.default_rng([seed, name])
+
+
 def fit_arm(
     runs: list[tuple[np.ndarray, np.ndarray]],
     r0: float,
     bounds: tuple[float, float] = (0.0, 1.0),
     resamples: int = 200,
     seed: int = 0,
+    arm: str = "",
 ) -> ArmFit:
     """The fit to every run's points pooled, and refits to runs resampled with replacement (a
     resample weighs each run's points by how often the run was drawn; refits are on the grid).
-    The estimate is the same grid fit with every run drawn once."""
+    The estimate is the same grid fit with every run drawn once.
 
+    The resamples are drawn from a stream of the arm's own (``arm``, its name, with ``seed``), over
+    its runs put in an order of their content: the fit and its intervals do not depend on the order
+    the runs or the arms are listed in, and arms of different names draw independently (arms that
+    all pass the same name, or none, share one stream and are not independent)."""
+
+    # in an order of their content, so that the run a draw picks does not depend on the listing
+    runs = sorted(runs, key=_run_key)
     fit = fit_curve(*_pooled(runs), r0, bounds) if runs else None
     if fit is None:
         return ArmFit(fit, np.zeros((0, 3)), len(runs))
@@ -188,7 +211,7 @@ def fit_arm(
     keep = (c > 0) & np.isfinite(r)
     run_of = np.concatenate([np.full(len(cc), i) for i, (cc, _) in enumerate(runs)])[keep]
     c, r = c[keep], r[keep]
-    rng = np.random.default_rng(seed)
+    rng = _arm_rng(arm, seed)
     draws = rng.integers(0, len(runs), size=(resamples if len(runs) > 1 else 0, len(runs)))
     counts = [np.bincount(d, minlength=len(runs)) for d in draws]  # [resamples][runs]
     weights = np.vstack([np.ones((1, len(runs))), *counts])  # row 0: every run once

@@ -8,11 +8,25 @@ instances ``i``. Its mean has the variance of a two-way random-effects model
     Var(mean d) = var_seed / S + var_instance / I + var_cell / (S * I)
 
 estimated without bias from the ANOVA mean squares (each component truncated at zero), with
-Satterthwaite's degrees of freedom and Student-t quantiles. That is the variance a bootstrap that
-resamples seeds and instances together estimates (``twoway_bootstrap`` is that bootstrap, the
-second method the tests check it against), corrected for few seeds: a percentile bootstrap over
-three seeds is known to be too narrow, and one over seeds alone leaves out the evaluation's own
-noise (128 instances at a score of 0.3 have a binomial standard error of about 0.04).
+Satterthwaite's degrees of freedom and Student-t quantiles: (MS_seed + MS_instance - MS_cell) / (S I).
+
+A bootstrap that resamples seeds and instances, each with replacement and independently
+(``twoway_bootstrap``), estimates another variance, not this one corrected for few seeds. With the
+table's two-way decomposition d = mean + r_s + c_i + e_si (row effects, column effects and
+residuals, each summing to 0 along rows and columns), the variance of its resampled mean is
+
+    Var* = mean_s(r^2) / S + mean_i(c^2) / I + mean_si(e^2) / (S I)
+         = ((S-1)/S MS_seed + (I-1)/I MS_instance + (S-1)(I-1)/(S I) MS_cell) / (S I)
+
+(the cross terms vanish because each effect sums to 0). Each resampled row mean carries the cells'
+noise, and so does each column mean: in expectation Var* = (S-1)/S var_seed / S + (I-1)/I
+var_instance / I + (3 S I - 2 S - 2 I + 1) / (S I) var_cell / (S I), the cell term about three
+times over where the mean's variance holds it once (the unbiased estimate subtracts MS_cell where
+the bootstrap adds it), and the seed term shrunk by (S - 1) / S. So the bootstrap is too wide where
+the cells' noise dominates and too narrow where few seeds' spread does (a percentile bootstrap over
+three seeds is known to be), and one over seeds alone leaves out the evaluation's own noise (128
+instances at a score of 0.3 have a binomial standard error of about 0.04). The tests check the
+formula for Var* against the bootstrap.
 
 Shapes: ``y_a``, ``y_b`` and ``d`` are ``[S, I]`` (seeds x instances); a per-seed metric (an
 entropy, a clip fraction) is ``[S, 1]``.
@@ -98,8 +112,10 @@ def twoway_se(d: np.ndarray) -> tuple[float, float, float]:
 
 def twoway_bootstrap(d: np.ndarray, resamples: int = 2000, seed: int = 0) -> np.ndarray:
     """``[resamples]`` means of ``d`` ``[S, I]`` with seeds and instances resampled together (each
-    with replacement, independently). Its variance is var_seed/S + var_instance/I + var_cell/(S I)
-    with plug-in (divide-by-n) components."""
+    with replacement, independently). Over resamples, its variance is mean(r^2) / S + mean(c^2) / I
+    + mean(e^2) / (S I) with r, c, e the table's row effects, column effects and residuals (divide-
+    by-n averages): not the ANOVA estimate of :func:`twoway_se` (the module's docstring compares
+    them)."""
 
     d = np.asarray(d, dtype=float)
     if d.ndim == 1:

@@ -6,7 +6,9 @@ The final evaluation of each finished run gives one outcome per held-out instanc
 on the seeds both finished, and every arm of an experiment is evaluated on the same instances, so
 the difference is taken per seed and instance (``paired.paired_difference``). Several pairs are
 judged together: "separated" uses Holm's step-down over the pairs' t-test p-values, so the chance
-of any false separation stays at 5%.
+of any false separation stays at 5%. Each pair's interval and smallest detectable difference are at
+the level Holm held that pair to (``holm_levels``), so that what the table shows never contradicts
+the verdict beside it.
 """
 
 from __future__ import annotations
@@ -62,24 +64,43 @@ def instance_scores(d: Data) -> dict[str, dict[int, np.ndarray]]:
 def holm(pvalues: list[float], alpha: float = 0.05) -> list[bool]:
     """Holm's step-down: which hypotheses are rejected with family-wise error ``alpha``."""
 
-    order = np.argsort(pvalues)
-    rejected = [False] * len(pvalues)
+    return [rejected for rejected, _ in holm_levels(pvalues, alpha)]
+
+
+def holm_levels(pvalues: list[float], alpha: float = 0.05) -> list[tuple[bool, float]]:
+    """Per hypothesis: whether Holm's step-down rejects it (as :func:`holm`) and the level it was
+    held to. With the p-values in ascending order and k the rank (from 0) of the first one that
+    fails its level alpha / (m - k): a rejected hypothesis of rank j < k was tested, and passed,
+    at alpha / (m - j); every kept one is held to alpha / (m - k), the level at which the step-down
+    stopped (one of rank j > k may be below its own alpha / (m - j), yet Holm keeps it, as it
+    never got to test it).
+
+    An interval at confidence 1 - level then agrees with the decision: a rejected p-value is at
+    most its level, so the interval excludes 0 (an endpoint at 0 where equal); a kept one is at
+    least the k-th, above alpha / (m - k), so the interval holds 0. The Bonferroni level alpha / m
+    would give intervals that hold jointly, but a pair Holm rejects at a larger level would show
+    one that holds 0; the unadjusted level alpha, one that excludes 0 on a pair Holm keeps."""
+
+    m = len(pvalues)
+    order = np.argsort(pvalues, kind="stable")
+    stop = next((rank for rank, k in enumerate(order) if not pvalues[k] <= alpha / (m - rank)), m)
+    out: list[tuple[bool, float]] = [(False, alpha)] * m
     for rank, k in enumerate(order):
-        if not pvalues[k] <= alpha / (len(pvalues) - rank):
-            break
-        rejected[k] = True
-    return rejected
+        out[k] = (rank < stop, alpha / (m - min(rank, stop)))
+    return out
 
 
 def pair_rows(d: Data, confidence: float = 0.95) -> list[dict[str, Any]]:
     """One row per pair of arms with shared seeds: the paired difference (arm ``a`` minus arm
     ``b``, ``a`` the one that scored higher, so a difference reads without its sign), its interval,
     standard errors paired and unpaired, the correlation of the arms' outcomes, the minimum
-    detectable effect at 80% power, the t-test p-value and the Holm verdict."""
+    detectable effect at 80% power, the t-test p-value (unadjusted) and the Holm verdict over the
+    pairs at family-wise level 1 - ``confidence``. ``low``, ``high`` and ``mde`` are at the level
+    Holm held the pair to (``level``, :func:`holm_levels`; with one pair: 1 - ``confidence``)."""
 
     scores = instance_scores(d)
     arms = [a for a in d.arms if a in scores]
-    rows = []
+    rows, tables = [], []
     for i, a in enumerate(arms):
         for b in arms[i + 1 :]:
             seeds = sorted(
@@ -100,8 +121,12 @@ def pair_rows(d: Data, confidence: float = 0.95) -> list[dict[str, Any]]:
                 else (1.0 if pd_.se == 0 and pd_.diff == 0 else float("nan"))
             )
             rows.append({"a": hi, "b": lo, "p": p, **pd_.as_dict()})
-    verdicts = holm([r["p"] if np.isfinite(r["p"]) else 1.0 for r in rows], 1 - confidence)
-    for r, sep in zip(rows, verdicts):
+            tables.append((ya, yb) if hi == a else (yb, ya))
+    levels = holm_levels([r["p"] if np.isfinite(r["p"]) else 1.0 for r in rows], 1 - confidence)
+    for r, (y_hi, y_lo), (sep, level) in zip(rows, tables, levels):
+        # the interval and the detectable difference at the level Holm held the pair to
+        r.update(paired.paired_difference(y_hi, y_lo, 1 - level).as_dict())
+        r["level"] = level
         # one seed: the interval holds the evaluation's noise only, not the seeds' spread
         r["separated"] = sep and r["seeds"] >= 2
     return rows
@@ -131,7 +156,9 @@ def curve_rows(d: Data, resamples: int = 100) -> tuple[dict, list[dict[str, Any]
     for axis in AXES:
         curves = arm_curves(d, axis)
         fits[axis] = {
-            a: curvefit.fit_arm(curves[a], r0, resamples=resamples) for a in d.arms if a in curves
+            a: curvefit.fit_arm(curves[a], r0, resamples=resamples, arm=a)
+            for a in d.arms
+            if a in curves
         }
     # each pair with the arm whose runs ended higher first (as the paired table orders them), so
     # a difference that decides reads as what that arm has more of
@@ -157,7 +184,8 @@ def curve_rows(d: Data, resamples: int = 100) -> tuple[dict, list[dict[str, Any]
 def pair_sentence(r: dict[str, Any], pairs: int) -> str:
     """One plain sentence for a ``pair_rows`` row, its direction in words: "dapo > grpo: paired
     difference 0.086 [0.028, 0.144] (2 seeds × 64 instances), separated (Holm over 3 pairs)." or
-    the same without the ">" and with "no separation"."""
+    the same without the ">" and with "no separation". The interval and the detectable difference
+    are the row's, at the level Holm held the pair to (with one pair, 95%)."""
 
     a, b = r["a"], r["b"]
     diff = estimate_interval(r["diff"], r["low"], r["high"])
@@ -194,12 +222,13 @@ def paired_blocks(d: Data, rows: list[dict[str, Any]] | None = None) -> list[Blo
         [
             "arm A (scored higher)",
             "arm B",
-            f"A − B, paired, mean [95% CI] ({d.score_label})",
+            f"A − B, paired, mean [Holm-adjusted CI] ({d.score_label})",
+            "CI level (Holm)",
             "seeds × instances",
             "SE paired / unpaired",
             "outcome correlation",
-            "smallest detectable difference (80% power)",
-            "p (t-test)",
+            "smallest detectable difference (80% power, at the Holm level)",
+            "p (t-test, unadjusted)",
             f"separated (Holm over {len(rows)} pairs)",
         ],
         [
@@ -207,6 +236,7 @@ def paired_blocks(d: Data, rows: list[dict[str, Any]] | None = None) -> list[Blo
                 r["a"],
                 r["b"],
                 estimate_interval(r["diff"], r["low"], r["high"]),
+                _ci_level(r),
                 f"{r['seeds']} × {r['instances']}",
                 f"{fmt(r['se'])} / {fmt(r['se_unpaired'])}" + _shrink(r),
                 fmt(r["correlation"], 2),
@@ -226,15 +256,25 @@ def paired_blocks(d: Data, rows: list[dict[str, Any]] | None = None) -> list[Blo
             "seeds' spread and the evaluation's own "
             "sampling noise together (two-way random effects: seeds and instances, Student t with "
             "Satterthwaite's degrees of freedom); with 3 seeds or fewer it is somewhat too narrow "
-            "(about 93% coverage at 3 seeds, 88% at 2, in simulation), and one seed gives no "
-            "verdict. 'Smallest detectable difference' is the true "
-            "difference this many seeds and instances would detect 80% of the time (two-sided, 5%): "
-            "a pair that is not separated and whose difference would matter only below it is "
-            "inconclusive, not equal. The Summary says each row in a sentence.",
+            "(a 95% interval covers about 93% at 3 seeds, 88% at 2, in simulation), and one seed "
+            "gives no "
+            "verdict. Pairs are separated by Holm's step-down over the pairs' p-values, and each "
+            "interval is at the level Holm held its pair to (its CI level): a separated pair's "
+            "at the level it passed, a pair not separated at the level where the step-down "
+            "stopped, so an interval excludes 0 exactly where its pair is separated (one pair: "
+            "95%). 'Smallest detectable difference' is the true difference this many seeds and "
+            "instances would detect 80% of the time (two-sided, at the same level): a pair that "
+            "is not separated and whose difference would matter only below it is inconclusive, "
+            "not equal. The Summary says each row in a sentence.",
             "caption",
         ),
         table,
     ]
+
+
+def _ci_level(r: dict[str, Any]) -> str:
+    level = r.get("level")
+    return "—" if level is None else f"{100 * (1 - level):.3g}%"
 
 
 def _shrink(r: dict[str, Any]) -> str:

@@ -97,23 +97,24 @@ def test_trainable_group_frac_kept_counts_the_groups_that_entered_the_gradient()
 
 def test_gradient_noise_probe_by_hand():
     """Step gradients (1, 0), (3, 2), (2, 1): squared norms 1, 13, 5. After two, mean (2, 1) and
-    squared deviations 1 + 1 + 1 + 1 = 4 over n - 1 = 1: tr(Cov) 4, over |mean|^2 = 5: 0.8. After
-    three, the mean is still (2, 1), the deviations add 0: tr(Cov) = 4 / 2 = 2, and 2 / 5 = 0.4."""
+    squared deviations 1 + 1 + 1 + 1 = 4 over n - 1 = 1: tr(Cov) 4; the signal |mean|^2 - tr(Cov)
+    / n = 5 - 2 = 3: 4 / 3. After three, the mean is still (2, 1), the deviations add 0: tr(Cov)
+    = 4 / 2 = 2, the signal 5 - 2 / 3 = 13 / 3, and 2 / (13 / 3) = 6 / 13."""
 
     probe = GradNoiseProbe()
     first = probe.add(torch.tensor([1.0, 0.0]))
     assert first == {"grad.sq_norm": 1.0}  # one gradient has no covariance
     assert probe.add(torch.tensor([3.0, 2.0])) == {
         "grad.sq_norm": 13.0,
-        "grad.noise_to_signal": pytest.approx(0.8),
+        "grad.noise_to_signal": pytest.approx(4 / 3),
     }
     third = probe.add(torch.tensor([2.0, 1.0]))
-    assert third["grad.sq_norm"] == 5.0 and third["grad.noise_to_signal"] == pytest.approx(0.4)
+    assert third["grad.sq_norm"] == 5.0 and third["grad.noise_to_signal"] == pytest.approx(6 / 13)
     # a checkpointed probe goes on with the same accumulation: (2, 1) once more adds no deviation,
-    # tr(Cov) = 4 / 3, over 5
+    # tr(Cov) = 4 / 3, over 5 - (4 / 3) / 4 = 14 / 3
     again = GradNoiseProbe()
     again.load_state_dict(probe.state_dict())
-    assert again.add(torch.tensor([2.0, 1.0]))["grad.noise_to_signal"] == pytest.approx(4 / 3 / 5)
+    assert again.add(torch.tensor([2.0, 1.0]))["grad.noise_to_signal"] == pytest.approx(2 / 7)
     assert probe.n == 3 and probe.mean.tolist() == [2.0, 1.0]  # the copy is its own
 
 
@@ -183,7 +184,8 @@ def test_dynamic_sampling_keeps_only_trainable_groups():
 
 def test_the_probe_on_a_frozen_policy():
     """optimizer.lr 0 freezes the policy (its weights never move); the probe logs every step's
-    squared gradient norm and, from the second step, the noise-to-signal ratio."""
+    squared gradient norm and, from the second step, the noise-to-signal ratio where the estimated
+    signal is positive (over three steps of the tiny model, it may well not be)."""
 
     from dataclasses import replace
 
@@ -197,5 +199,13 @@ def test_the_probe_on_a_frozen_policy():
     assert state_hash(tr.model) == before
     assert all(s["grad.sq_norm"] > 0 for s in steps)
     assert "grad.noise_to_signal" not in steps[0]
-    assert all(math.isfinite(s["grad.noise_to_signal"]) for s in steps[1:])
-    assert tr.objective.state_dict()["grad_noise_probe"]["n"] == 3
+    assert all(math.isfinite(s.get("grad.noise_to_signal", 1.0)) for s in steps[1:])
+    state = tr.objective.state_dict()["grad_noise_probe"]
+    assert state["n"] == 3
+    # the last step's ratio from the accumulation: tr(Cov) over |mean|^2 - tr(Cov) / n
+    noise = float(state["m2"].sum()) / 2
+    signal = float(state["mean"] @ state["mean"]) - noise / 3
+    if signal > 0:
+        assert steps[2]["grad.noise_to_signal"] == pytest.approx(noise / signal)
+    else:
+        assert "grad.noise_to_signal" not in steps[2]

@@ -86,8 +86,15 @@ class GradNoiseProbe:
     deviations (two copies of the gradient, float64 on the CPU), and each step logs
 
         grad.sq_norm          ||g_t||^2
-        grad.noise_to_signal  tr(Cov) / ||mean||^2 over the steps so far (from the second step):
-                              tr(Cov) = sum over coordinates of the unbiased sample variance
+        grad.noise_to_signal  tr(Cov) / (||mean||^2 - tr(Cov) / n) over the n steps so far (from
+                              the second step): tr(Cov) = sum over coordinates of the unbiased
+                              sample variance, the denominator the unbiased estimate of the
+                              squared norm of the expected gradient; absent where that estimate
+                              is <= 0 (the steps' mean is within their noise of 0: no signal
+                              is measured, and the ratio is unbounded)
+
+    The plug-in ||mean||^2 has expectation ||mu||^2 + tr(Cov) / n: with it, the ratio of a gradient
+    whose expectation is 0 tends to n, the number of steps, instead of growing without bound.
 
     Checkpointed with the objective, so a resumed run goes on with the same accumulation."""
 
@@ -122,7 +129,8 @@ class GradNoiseProbe:
 
     def add(self, g: torch.Tensor) -> dict[str, float]:
         """One step's flattened gradient ``g``; returns ``grad.sq_norm`` and, from the second step
-        on, ``grad.noise_to_signal`` (absent while the mean gradient is exactly 0)."""
+        on, ``grad.noise_to_signal`` (absent while the estimated squared norm of the expected
+        gradient is <= 0)."""
 
         g = g.to("cpu", torch.float64)
         if self.mean is None or self.m2 is None:
@@ -132,9 +140,13 @@ class GradNoiseProbe:
         self.mean += delta / self.n
         self.m2 += delta * (g - self.mean)
         out = {"grad.sq_norm": float(g @ g)}
-        signal = float(self.mean @ self.mean)
-        if self.n >= 2 and signal > 0:
-            out["grad.noise_to_signal"] = float(self.m2.sum()) / (self.n - 1) / signal
+        if self.n >= 2:
+            noise = float(self.m2.sum()) / (self.n - 1)
+            # the mean of n draws carries noise / n of squared norm of its own: taken off, the
+            # signal is estimated without bias
+            signal = float(self.mean @ self.mean) - noise / self.n
+            if signal > 0:
+                out["grad.noise_to_signal"] = noise / signal
         return out
 
     def state_dict(self) -> dict:
