@@ -3,6 +3,7 @@ differences are found from what the runs did."""
 
 import copy
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -73,6 +74,15 @@ def test_identical_arms_are_not_flagged_and_items_are_measured(tmp_path, warm_in
         "measured": {"prompts_trained": None, "optimizer_steps_per_1k_accepted_tokens": None},
     }
     assert items["evaluation"]["split"] == "test" and items["search_budget"] is None
+    # the resolved optimizer settings (the experiment's defaults here)
+    assert items["optimizer"] == {
+        "name": "AdamW",
+        "lr": 3e-4,
+        "betas": [0.9, 0.999],
+        "weight_decay": 0.0,
+        "grad_clip": 1.0,
+        "warmup_steps": 0,
+    }
 
 
 def test_tokenizer_identity_is_by_content():
@@ -108,6 +118,9 @@ def test_tokenizer_identity_is_by_content():
         ({"search_budget": {"launched_tokens": 5000.0}}, None, "search_budget"),
         # an arm trained on a search's selection (expert iteration) against single samples
         ({"preset": "rft"}, None, "training_search"),
+        # an arm-level optimizer override: three times the learning rate, another warm-up
+        ({"optimizer": {"lr": 9e-4}}, None, "optimizer"),
+        ({"optimizer": {"warmup_steps": 10}}, None, "optimizer"),
     ],
 )
 def test_each_planted_difference_flags_exactly_its_item(tmp_path, warm_info, arm_b, plant, item):
@@ -118,6 +131,10 @@ def test_each_planted_difference_flags_exactly_its_item(tmp_path, warm_info, arm
     assert flag["value"] != flag["reference"] and flag["reason"]
     if item == "reward":
         assert "shaped" in flag["reason"] and flag["reference"]["shaping"] == {}
+    if item == "optimizer":
+        assert flag["reference"]["lr"] == 3e-4
+        changed = {k for k in flag["value"] if flag["value"][k] != flag["reference"][k]}
+        assert len(changed) == 1 and f"{changed.pop()} " in flag["reason"]
     if item == "training_search":
         assert flag["value"] == {"mode": "best_of_n", "n": 8, "select": "best", "policy": "current"}
         assert (
@@ -259,3 +276,30 @@ def test_a_multi_task_experiment_is_audited_per_task_where_the_item_depends_on_i
         validate_mapping(data), build_specs(validate_mapping(data), "k"), tmp_path, warm_info
     )
     assert _flagged(audit) == {("b", "global_batch")}
+
+
+def test_an_optimizer_that_differs_is_flagged_and_shown_in_the_report(tmp_path, warm_info):
+    """Arm b at three times a's learning rate: flagged on ``optimizer`` with both values in the
+    reason, and the report's audit table shows the row with b's cell flagged; an arm that sets
+    the experiment's own learning rate is not flagged."""
+
+    import polars as pl
+
+    from sixblanks.harness.store.rows import fairness_rows
+    from sixblanks.reports.audit_tables import fairness_blocks
+    from sixblanks.reports.render import to_markdown
+
+    same = _audit(tmp_path, warm_info, {"optimizer": {"lr": 3e-4}})
+    assert _flagged(same) == set()
+    audit = _audit(tmp_path, warm_info, {"optimizer": {"lr": 9e-4}})
+    assert _flagged(audit) == {("b", "optimizer")}
+    flag = next(f for f in audit["flags"] if f["item"] == "optimizer")
+    assert flag["value"]["lr"] == pytest.approx(3 * flag["reference"]["lr"])
+    assert "lr 0.0009 vs 0.0003" in flag["reason"]
+    # what the audit stores, as the report reads it
+    rows = pl.DataFrame(fairness_rows("e", audit)).drop("experiment_id")
+    md = to_markdown("t", fairness_blocks(SimpleNamespace(fairness=rows, arms=["a", "b"])))
+    line = next(ln for ln in md.splitlines() if ln.startswith("| optimizer |"))
+    a = "name=AdamW, lr=0.0003, betas=[0.9, 0.999], weight_decay=0, grad_clip=1, warmup_steps=0"
+    assert line.startswith(f"| optimizer | {a} | ⚠ {a.replace('0.0003', '0.0009')} — the optimizer")
+    assert line.endswith(f"| {a} |")  # the experiment's value

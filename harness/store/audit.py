@@ -17,6 +17,10 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      and, measured over the arm's finished runs, the prompts whose group reached an
                      update and optimizer steps per 1000 accepted tokens (flagged past 10% relative
                      difference)
+    optimizer        the arm's resolved optimizer settings (``ExperimentConfig.optimizer_for``: the
+                     experiment's section with the arm's overrides, as its runs ran with them):
+                     AdamW, learning rate, betas, weight decay, gradient clip and the warm-up steps
+                     of its schedule (linear warm-up, then constant: the trainer's only one)
     training_search  the search the arm trains on (data.source 'search': mode, width, selection,
                      search policy; None: single samples): its search compute is inside its matched
                      budget, and search-time scores are never put in the same row as single-sample ones
@@ -59,6 +63,7 @@ HELD_CONSTANT = (
     "sampling",
     "limits",
     "global_batch",
+    "optimizer",
     "training_search",
     "evaluation",
     "budget",
@@ -180,6 +185,22 @@ def _group_size(spec: dict[str, Any]) -> int:
     return int(spec["blanks"]["data"].get("group_size") or spec["rollout"]["group_size"])
 
 
+def optimizer_settings(optimizer: dict[str, Any]) -> dict[str, Any]:
+    """What an optimizer section (a spec's ``optimizer``, resolved) trains with: every run's
+    optimizer is torch's AdamW, its learning rate warmed up linearly over ``warmup_steps`` and then
+    constant, so these keys are all that can differ."""
+
+    betas = optimizer.get("betas")
+    return {
+        "name": "AdamW",
+        "lr": optimizer.get("lr"),
+        "betas": list(betas) if betas is not None else None,
+        "weight_decay": optimizer.get("weight_decay"),
+        "grad_clip": optimizer.get("grad_clip"),
+        "warmup_steps": optimizer.get("warmup_steps"),
+    }
+
+
 def training_search(blanks: Blanks) -> dict[str, Any] | None:
     """The search an arm's training data comes from (None: single samples, no search)."""
 
@@ -242,6 +263,7 @@ def spec_items(
             "epochs": d.epochs,
             "minibatches": d.minibatches,
         },
+        "optimizer": optimizer_settings(spec.get("optimizer") or {}),
         "training_search": training_search(blanks),
         "evaluation": {
             **{
@@ -465,6 +487,13 @@ def _reason(item: str, value: Any, ref: Any) -> str:
                 f"a fault is planted in this arm's training ({compact_fault(value)}): a negative "
                 "control that must lose, not an arm to compare on equal terms"
             )
+        if item == "optimizer" and keys:
+            return (
+                "the optimizer differs: "
+                + ", ".join(f"{k} {_short(value.get(k))} vs {_short(ref.get(k))}" for k in keys)
+                + " (the experiment's value second): the arms train with other steps, so a "
+                "difference in score may be the optimizer's, not the blanks'"
+            )
         if item == "reward" and value.get("shaping"):
             return f"the reward is shaped ({', '.join(sorted(value['shaping']))}): not the task's reward"
         if item == "sampling" and "mismatch" in keys:
@@ -478,6 +507,10 @@ def _reason(item: str, value: Any, ref: Any) -> str:
         if keys:
             return f"differs from the experiment's value in {', '.join(keys)}"
     return "differs from the experiment's held-constant value"
+
+
+def _short(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else json.dumps(v, default=str)
 
 
 def compact_mismatch(sampling: dict[str, Any]) -> str:
