@@ -364,7 +364,8 @@ class RolloutConfig(Section):
         False,
         description="Log the policy gradient's noise across steps: grad.sq_norm (the step's "
         "gradient, before clipping) and grad.noise_to_signal (trace of the gradients' covariance "
-        "over the steps so far / squared norm of their mean). For comparing estimators on a frozen "
+        "over the steps so far / the unbiased estimate of the squared norm of their mean, "
+        "||mean||^2 - trace/n; absent while that estimate is <= 0). For comparing estimators on a frozen "
         "policy (optimizer.lr: 0); keeps two float64 copies of the gradient on the CPU. "
         "Critic-free policy-gradient arms only.",
     )

@@ -148,7 +148,7 @@ NOTES: dict[str, dict[str, str]] = {
     "fairness": {
         "experiment_id, arm": "the experiment and the arm",
         "item": "initial_policy, tokenizer, task, reward, sampling, limits, global_batch, "
-        "training_search, evaluation, budget, search_budget, fault, seed_offset, consumption, or "
+        "optimizer, training_search, evaluation, budget, search_budget, fault, seed_offset, consumption, or "
         "code",
         "flagged": "the arm differs from the experiment's value (seed_offset: recorded, never "
         "flagged), a run consumed < 90% of the matched budget, or a run was made by other code",
