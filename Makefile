@@ -67,10 +67,12 @@ SCHEMA_SOURCES := $(shell find algorithms harness -name '*.py' 2>/dev/null)
 sixblanks.schema.json: $(STAMP) $(SCHEMA_SOURCES)
 	@$(VENV)/bin/sixblanks --quiet schema -o sixblanks.schema.json
 
-# every published claim under experiments/findings (seeds added until the arms separate), the
-# findings report in runs/findings/index.html, and README's table of verdicts rewritten
+# every published claim under experiments/findings as one family (seeds added until each is decided),
+# the findings report in runs/findings/index.html, each summary under experiments/findings/results,
+# and README's table of verdicts made from those summaries
 findings: $(STAMP)
-	$(VENV)/bin/sixblanks findings experiments/findings --out runs/findings --readme README.md
+	$(VENV)/bin/sixblanks findings experiments/findings --out runs/findings \
+		--summaries experiments/findings/results --readme README.md
 
 # the whole suite: everything in the main venv, then the vLLM tests for real in .venv-vllm. Both
 # halves run whatever the first gives; each one's outcome is printed, and the target fails at the

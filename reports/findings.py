@@ -13,16 +13,32 @@ from typing import Any
 from . import render
 from .tables import fmt
 
-VERDICT_CLASS = {"reproduced": "", "contradicted": "flag", "inconclusive": "inert"}
+VERDICT_CLASS = {
+    "reproduced": "",
+    "present but smaller than claimed": "inert",
+    "not reproduced at delta": "flag",
+    "contradicted": "flag",
+    "inconclusive": "inert",
+}
 
 
-def load_verdicts(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(Path(out).glob("*/verdict.json"))]
+def load_verdicts(out: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """The verdicts under ``out`` (``<claim>/verdict.json``), those of ``names`` only if given."""
+
+    found = [json.loads(p.read_text()) for p in sorted(Path(out).glob("*/verdict.json"))]
+    return [r for r in found if names is None or r["name"] in names]
 
 
-def _effect(ax: dict[str, Any]) -> str:
-    e = ax["effect"]
-    return f"{fmt(e['diff'])} [{fmt(e['low'])}, {fmt(e['high'])}]"
+def load_summaries(folder: str | Path) -> list[dict[str, Any]]:
+    """The committed summaries (``<claim>.json``) of ``folder``, by claim name."""
+
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+
+
+def _interval(ax: dict[str, Any]) -> str:
+    fam = ax.get("family") or {}
+    est = ax["interval"]["estimate"]
+    return f"{fmt(est)} [{fmt(fam.get('low', ax['interval']['low']))}, {fmt(fam.get('high', ax['interval']['high']))}]"
 
 
 def _spent(ax: dict[str, Any]) -> str:
@@ -30,12 +46,12 @@ def _spent(ax: dict[str, Any]) -> str:
 
 
 def _detectable(ax: dict[str, Any]) -> str:
-    mde = ax["effect"]["mde"]
-    seq = ax.get("sequential_mde")
-    text = fmt(mde)
-    if seq is not None and seq == seq:
-        text += f" (sequential design: {fmt(seq)})"
-    return text
+    d = ax.get("sequential_mde") or {}
+    if d.get("kind") == "effect at 80% power":
+        return f"{fmt(d['value'])} (80% power, this design's looks)"
+    if d.get("kind") == "margin power at 0":
+        return f"power {fmt(d['value'])} at a true difference of 0"
+    return "n/a"
 
 
 def _expected(r: dict[str, Any]) -> str:
@@ -44,13 +60,22 @@ def _expected(r: dict[str, Any]) -> str:
         "equal": f"within ±{delta}",
         "not_smaller": f"not smaller by more than {delta}",
         "no_difference": "not separated",
-    }.get(r["expect"], r["expect"])
+    }.get(r["expect"], f"{r['expect']} by at least {delta}")
+
+
+def _verdict_text(ax: dict[str, Any]) -> str:
+    fam = ax.get("family")
+    if not fam:
+        return ax["verdict"]
+    alone = "" if fam["verdict"] == ax["verdict"] else f" (alone: {ax['verdict']})"
+    return f"{fam['verdict']}{alone}"
 
 
 def rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in verdicts:
         for ax in r["axes"]:
+            fam = ax.get("family") or {}
             out.append(
                 {
                     "claim": r["name"],
@@ -60,13 +85,15 @@ def rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     + _expected(r)
                     + ")",
                     "axis": ", ".join(f"{k} {v:g}" for k, v in ax["budget"].items()),
-                    "verdict": ax["verdict"],
-                    "effect": _effect(ax),
+                    "verdict": fam.get("verdict", ax["verdict"]),
+                    "verdict_text": _verdict_text(ax),
+                    "rule": fam.get("rule", ax["rule"]),
+                    "effect": _interval(ax),
                     "seeds": str(ax["seeds"]),
                     "spent": _spent(ax),
                     "detectable": _detectable(ax),
                     "meaning": r.get("meaning", ""),
-                    "audit": "; ".join(ax.get("audit", [])) or "none",
+                    "audit": "; ".join(ax.get("audit", []) + ax.get("flags", [])) or "none",
                 }
             )
     return out
@@ -76,15 +103,18 @@ HEADER = [
     "claim",
     "arms (metric, expected)",
     "matched on",
-    "verdict",
-    "effect, arm − other [95% CI]",
+    "verdict in the family",
+    "effect, arm − other [adjusted interval]",
     "seeds per arm",
-    "smallest detectable effect (80% power)",
+    "budget spent",
+    "what the design could see",
+    "audit and warm-start flags",
 ]
 
 
 def table_markdown(verdicts: list[dict[str, Any]]) -> str:
-    """The verdicts as one Markdown table (README's Findings section)."""
+    """The verdicts (committed summaries) as one Markdown table (README's Findings section), with
+    the adjustment, the commit measured at, and each claim's note."""
 
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     for r in rows(verdicts):
@@ -92,17 +122,42 @@ def table_markdown(verdicts: list[dict[str, Any]]) -> str:
             r["claim"],
             r["compared"],
             r["axis"],
-            f"**{r['verdict']}**",
+            f"**{r['verdict_text']}**",
             r["effect"],
             r["seeds"],
+            r["spent"],
             r["detectable"],
+            r["audit"],
         ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    fams = {
+        (ax["family"]["method"], ax["family"]["size"])
+        for v in verdicts
+        for ax in v["axes"]
+        if ax.get("family")
+    }
+    commits = sorted({v.get("commit", "?") for v in verdicts})
+    foot = []
+    if verdicts:
+        foot.append(
+            f"Measured at commit {', '.join(commits)}; verdicts adjusted across the family ("
+            + "; ".join(f"{m} over {n} comparisons" for m, n in sorted(fams))
+            + "). Each interval is the repeated confidence interval of the sequential test that "
+            "decides, at the level of its adjusted decision, for the fixed evaluation set."
+        )
     notes = [
         f"- **{r['name']}**: {r['claim']} ({r['source']}). {r.get('meaning', '')}".rstrip()
+        + "".join(
+            f" Amended: was {_changes(a['was'], r['criterion'])} ({a['reason']})."
+            for a in r.get("amendments", [])
+        )
         for r in verdicts
     ]
-    return "\n".join(lines + [""] + notes)
+    return "\n".join(lines + [""] + foot + ([""] if foot else []) + notes)
+
+
+def _changes(was: dict[str, Any], now: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {was[k]!r} (now {now.get(k)!r})" for k in was if was[k] != now.get(k))
 
 
 def figure(r: dict[str, Any]) -> bytes | None:
@@ -127,32 +182,27 @@ def figure(r: dict[str, Any]) -> bytes | None:
             ax.plot([0, 1], [u, v], color="#999", lw=0.8, marker="o", ms=3)
         ax.set_xticks([0, 1], [r["than"], r["arm"]])
         ax.set_xlim(-0.4, 1.4)
-        ax.set_title(f"{a['verdict']} ({', '.join(a['budget'])})", fontsize=9)
+        verdict = (a.get("family") or {}).get("verdict", a["verdict"])
+        ax.set_title(f"{verdict} ({', '.join(a['budget'])})", fontsize=9)
         ax.set_ylabel(r["metric"], fontsize=8)
     fig.tight_layout()
     return fig_png(fig)
 
 
-def build_findings_report(out: str | Path) -> Path:
-    """``OUT/index.html`` and ``OUT/findings.md`` from every verdict under ``out``."""
+def build_findings_report(out: str | Path, names: list[str] | None = None) -> Path:
+    """``OUT/index.html`` and ``OUT/findings.md`` from the verdicts under ``out`` (those of
+    ``names`` only, where given: the claims of the last findings run, one family)."""
 
     out = Path(out)
-    verdicts = load_verdicts(out)
+    verdicts = load_verdicts(out, names)
     table = render.Table(
-        HEADER[:4]
-        + [
-            "effect, arm − other [95% CI]",
-            "seeds per arm",
-            "budget spent",
-            HEADER[-1],
-            "fairness audit flags",
-        ],
+        HEADER,
         [
             [
                 render.Cell(r["claim"], note=r["statement"]),
                 r["compared"],
                 r["axis"],
-                render.Cell(r["verdict"], VERDICT_CLASS.get(r["verdict"], "")),
+                render.Cell(r["verdict_text"], VERDICT_CLASS.get(r["verdict"], ""), note=r["rule"]),
                 r["effect"],
                 r["seeds"],
                 r["spent"],
@@ -165,15 +215,20 @@ def build_findings_report(out: str | Path) -> Path:
     blocks: list[render.Block] = [
         render.Para(
             "Each claim ran as an experiment of two arms that differ only in the blanks the claim "
-            "is about, matched on the budget shown. Seeds were added in batches until the arms "
-            "separated or the cap was reached, under a group-sequential randomization test that "
-            "holds the error of declaring a difference at the claim's alpha (5% unless it says "
-            "otherwise) over all looks. 'reproduced': separated in the claimed direction; for a "
-            "claim of no difference, the interval lies within ± the smallest effect that matters; "
-            "for a 'no worse' claim, above minus it. 'contradicted': separated the other way, or "
-            "the interval lies beyond the smallest effect. 'inconclusive': neither, and the "
-            "smallest detectable effect says how large a difference the seeds used could have "
-            "seen.",
+            "is about, matched on the budget shown. Seeds were added in batches until the claim "
+            "was decided or its seed cap was reached, under a sequential sign-flip test of the "
+            "mean per-seed difference whose error is split over its looks; the claims run "
+            "together are one family, each stopped at its alpha divided by the family's size, "
+            "and their verdicts adjusted across the family (Holm unless said otherwise). The "
+            "interval is the test's repeated confidence interval at the level of the adjusted "
+            "decision: valid however the looks went, for the fixed evaluation set, and the "
+            "decision is read from it. A claim of a direction with smallest effect δ is "
+            "'reproduced' when the interval excludes 0 on the claimed side and does not exclude "
+            "δ; 'present but smaller than claimed' when it lies between 0 and δ; 'not reproduced "
+            "at delta' when it excludes δ but not 0; 'contradicted' when it lies wholly on the "
+            "other side of 0; 'inconclusive' when it contains both. A claim of equality is "
+            "reproduced inside ±δ; a 'no worse' claim above −δ. Each verdict's rule is its cell's "
+            "note.",
             "caption",
         ),
         table,
@@ -185,6 +240,7 @@ def build_findings_report(out: str | Path) -> Path:
         ]
         if r.get("meaning"):
             blocks.append(render.Para(r["meaning"], "caption"))
+        blocks += _details(r)
         png = figure(r)
         if png:
             name = f"{r['name']}.png"
@@ -196,6 +252,61 @@ def build_findings_report(out: str | Path) -> Path:
     (out / "index.html").write_text(render.to_html(title, blocks), encoding="utf-8")
     (out / "findings.md").write_text(render.to_markdown(title, blocks), encoding="utf-8")
     return out / "index.html"
+
+
+def _details(r: dict[str, Any]) -> list[render.Block]:
+    """A claim's rules, its family adjustment, amendments, shared runs and starting scores."""
+
+    blocks: list[render.Block] = []
+    for ax in r["axes"]:
+        fam = ax.get("family") or {}
+        e = ax["interval"]
+        text = (
+            f"{ax['axis']}: alone (level {ax['level']:.3g}): {ax['verdict']}, because "
+            f"{ax['rule']} [{fmt(e['low'])}, {fmt(e['high'])}]; sequential p {e['p']:.3g}."
+        )
+        if fam:
+            text += (
+                f" In the family ({fam['method']} over {fam['size']}): adjusted p "
+                f"{fam['adjusted_p']:.3g}, {fam['verdict']}, because {fam['rule']} "
+                f"[{fmt(fam['low'])}, {fmt(fam['high'])}]."
+            )
+        pd_ = ax.get("effect") or {}
+        if pd_:
+            text += (
+                f" Over the population of instances as well ({ax.get('instances', '?')} distinct "
+                f"instances, two-way paired interval): [{fmt(pd_['low'])}, {fmt(pd_['high'])}]."
+            )
+        start = (ax.get("start") or {}).get("arms") or {}
+        if start:
+            text += " Held-out score from the warm start to the end: " + "; ".join(
+                f"{a} {fmt(v['start'])} → {fmt(v['end'])}" for a, v in start.items()
+            )
+            text += "."
+        blocks.append(render.Para(text))
+        for u in ax.get("under_amendments", []):
+            blocks.append(
+                render.Para(
+                    f"Under the criterion before amendment ({u.get('expect', '?')}, hash "
+                    f"{u['hash']}): {u['verdict']}"
+                    + (f", because {u['rule']}" if "rule" in u else f" ({u.get('why', '')})")
+                    + ".",
+                    "flag",
+                )
+            )
+    for a in r.get("amendments", []):
+        blocks.append(
+            render.Para(
+                f"Amended{' ' + a['date'] if a.get('date') else ''}: was "
+                f"{_changes(a['was'], r['criterion'])}; reason: {a['reason']}",
+                "flag",
+            )
+        )
+    for group in r.get("shared_runs", []):
+        blocks.append(
+            render.Para("Shares its runs (the same configuration and seeds): " + ", ".join(group))
+        )
+    return blocks
 
 
 README_START, README_END = "<!-- findings:start -->", "<!-- findings:end -->"

@@ -22,7 +22,9 @@ finding:
   metric: final_score
   expect: smaller
   smallest_effect: 0.05
-  seeds: {pilot: 2, batch: 1, cap: 3}
+  alpha: 0.2
+  symmetric: true
+  seeds: {pilot: 5, batch: 1, cap: 6}
 model: {tiny: {hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64}}
 task: {name: arithmetic, params: {digits: 1, operators: "+", operands: 2}}
 rollout: {max_new_tokens: 3, group_size: 4, prompts_per_step: 4}
@@ -44,24 +46,79 @@ def test_aggregate_by_hand():
     assert np.isnan(aggregate([1.0], [0], "slope"))
 
 
-def test_verdicts_by_hand():
-    # directional claims follow the sequential test's decision
-    assert claim_verdict("larger", "larger", 0.1, 0.3, 0.05) == "reproduced"
-    assert claim_verdict("larger", "smaller", -0.3, -0.1, 0.05) == "contradicted"
-    assert claim_verdict("larger", "no difference", -0.1, 0.3, 0.05) == "inconclusive"
-    # equivalence: the interval against +-delta, separated or not
-    assert claim_verdict("equal", "larger", 0.01, 0.04, 0.05) == "reproduced"
-    assert claim_verdict("equal", "no difference", -0.02, 0.03, 0.05) == "reproduced"
-    assert claim_verdict("equal", "larger", 0.06, 0.2, 0.05) == "contradicted"
-    assert claim_verdict("equal", "no difference", -0.1, 0.1, 0.05) == "inconclusive"
-    # calibration: no winner declared between identical arms, however wide the interval
-    assert claim_verdict("no_difference", "no difference", -0.1, 0.1, 0.05) == "reproduced"
-    assert claim_verdict("no_difference", "smaller", -0.1, -0.02, 0.05) == "contradicted"
-    # no worse: above -delta
-    assert claim_verdict("not_smaller", "larger", 0.1, 0.3, 0.05) == "reproduced"
-    assert claim_verdict("not_smaller", "no difference", -0.04, 0.2, 0.05) == "reproduced"
-    assert claim_verdict("not_smaller", "smaller", -0.3, -0.06, 0.05) == "contradicted"
-    assert claim_verdict("not_smaller", "no difference", -0.2, 0.1, 0.05) == "inconclusive"
+def test_the_five_verdicts_of_a_directional_claim():
+    """Each case of a directional claim with smallest effect 0.05, built from an interval, and
+    mirrored for a claim of 'smaller'; each verdict comes with its rule in words."""
+
+    cases = {
+        (0.06, 0.2): "reproduced",  # excludes 0 on the claimed side, delta inside
+        (0.01, 0.3): "reproduced",
+        (0.01, 0.04): "present but smaller than claimed",  # between 0 and delta
+        (-0.02, 0.03): "not reproduced at delta",  # excludes delta, not 0
+        (-0.3, -0.01): "contradicted",  # wholly below 0
+        (-0.02, 0.08): "inconclusive",  # contains 0 and delta
+    }
+    for (low, high), want in cases.items():
+        verdict, rule = claim_verdict("larger", low, high, 0.05)
+        assert verdict == want, (low, high)
+        assert rule and "interval" in rule
+        assert claim_verdict("smaller", -high, -low, 0.05)[0] == want
+    # an interval touching 0 does not exclude it
+    assert claim_verdict("larger", 0.0, 0.2, 0.05)[0] == "inconclusive"
+    # equivalence and no-worse claims keep their interval-against-margin rules
+    assert claim_verdict("equal", 0.01, 0.04, 0.05)[0] == "reproduced"
+    assert claim_verdict("equal", 0.06, 0.2, 0.05)[0] == "contradicted"
+    assert claim_verdict("equal", -0.1, 0.1, 0.05)[0] == "inconclusive"
+    assert claim_verdict("not_smaller", -0.04, 0.2, 0.05)[0] == "reproduced"
+    assert claim_verdict("not_smaller", -0.3, -0.06, 0.05)[0] == "contradicted"
+    assert claim_verdict("not_smaller", -0.2, 0.1, 0.05)[0] == "inconclusive"
+    # calibration: no winner declared between identical arms
+    assert claim_verdict("no_difference", -0.1, 0.1, 0.05)[0] == "reproduced"
+    assert claim_verdict("no_difference", -0.1, -0.02, 0.05)[0] == "contradicted"
+
+
+def test_family_adjustments_by_hand():
+    from sixblanks.harness.studies.findings import adjusted_p
+
+    p = [0.01, 0.04, 0.03, 0.005]
+    # Holm: sorted 0.005 x4, 0.01 x3, 0.03 x2, 0.04 x1, each at least the one before
+    assert adjusted_p(p, "holm") == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # Benjamini-Hochberg: m p / rank, each at most the one after
+    assert adjusted_p(p, "bh") == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert adjusted_p([0.6, 0.9], "holm") == pytest.approx([1.0, 1.0])
+    with pytest.raises(ValueError, match="valid: holm, bh"):
+        adjusted_p(p, "bonferoni")
+
+
+def test_a_changed_criterion_is_refused_unless_amended(write_yaml):
+    """The criterion recorded at the first launch fixes it: a later change of expect is refused,
+    naming the change; with an amendment (the field as it was, a reason) it runs, and the versions
+    go from the original to the current."""
+
+    from sixblanks.harness.config.claims import criterion_hash, load_finding
+    from sixblanks.harness.errors import ConfigError
+    from sixblanks.harness.studies.findings import check_criterion
+
+    f = load_finding(write_yaml(TINY, "c.yaml"))
+    first = {"hash": criterion_hash(f.finding.criterion()), "criterion": f.finding.criterion()}
+    check_criterion(f, first, "first launch")
+    changed = load_finding(
+        write_yaml(TINY.replace("expect: smaller", "expect: not_smaller"), "c.yaml")
+    )
+    with pytest.raises(ConfigError, match="expect: 'smaller' -> 'not_smaller'.*amendments"):
+        check_criterion(changed, first, "first launch")
+    amended = TINY.replace(
+        "expect: smaller",
+        "expect: not_smaller\n  amendments:\n    - was: {expect: smaller, seeds: {cap: 6}}\n"
+        "      reason: the fault may only cost a little at this budget",
+    )
+    f2 = load_finding(write_yaml(amended, "c.yaml"))
+    check_criterion(f2, first, "first launch")
+    original, now = f2.finding.criterion_versions()
+    assert original == f.finding.criterion() and now["expect"] == "not_smaller"
+    bad = amended.replace("was: {expect: smaller", "was: {expected: smaller")
+    with pytest.raises(ConfigError, match="not criterion fields: expected"):
+        load_finding(write_yaml(bad, "c.yaml"))
 
 
 @pytest.mark.slow
@@ -69,17 +126,18 @@ def test_a_tiny_claim_end_to_end(cli, write_yaml, tmp_path):
     path = write_yaml(TINY, "tiny_fault.yaml")
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- findings:start -->\nold\n<!-- findings:end -->\nafter\n")
-    out = tmp_path / "findings"
-    code, stdout, err = cli("findings", path, "--out", str(out), "--readme", str(readme))
+    out, kept = tmp_path / "findings", tmp_path / "results"
+    code, stdout, err = cli(
+        "findings", path, "--out", str(out), "--summaries", str(kept), "--readme", str(readme)
+    )
     assert code == 0, err
     record = json.loads((out / "tiny_fault" / "verdict.json").read_text())
     (axis,) = record["axes"]
-    assert axis["verdict"] in ("reproduced", "contradicted", "inconclusive")
     # every look ran the seeds it reserved, and the claim's ledger holds what the runs consumed
-    assert [look["seeds"] for look in axis["looks"]] == [2, 3][: len(axis["looks"])]
+    assert [look["seeds"] for look in axis["looks"]] == [5, 6][: len(axis["looks"])]
     n = axis["seeds"]
     assert all(len(v) == n for v in axis["per_seed"].values())
-    assert axis["limit"] == {"launched_tokens": 480 * 2 * 3}
+    assert axis["limit"] == {"launched_tokens": 480 * 2 * 6}
     assert 0 < axis["spent"]["launched_tokens"] <= 480 * 2 * n
     from sixblanks.reports.data import connect
 
@@ -90,28 +148,70 @@ def test_a_tiny_claim_end_to_end(cli, write_yaml, tmp_path):
     ).fetchone()
     con.close()
     assert runs == (2 * n, axis["spent"]["launched_tokens"])
-    # the per-seed values are the runs' mean final outcomes; the effect is their paired difference
-    diff = np.mean(axis["per_seed"]["shuffled"]) - np.mean(axis["per_seed"]["plain"])
-    assert axis["effect"]["diff"] == pytest.approx(diff)
-    assert axis["effect"]["low"] <= axis["effect"]["diff"] <= axis["effect"]["high"]
-    # the smallest detectable effect: 0 only where every paired difference is 0
-    assert axis["effect"]["mde"] >= 0
-    assert (axis["effect"]["mde"] == 0) == (axis["effect"]["se"] == 0)
+    # the decision's interval is the exact sign-flip test's, recomputed here by brute force over
+    # every sign pattern of the per-seed differences: a shift is inside the interval where the
+    # look's p-value of the shifted differences exceeds the look's level
+    d = np.subtract(axis["per_seed"]["shuffled"], axis["per_seed"]["plain"])
+    e = axis["interval"]
+    assert e["estimate"] == pytest.approx(d.mean())
+    look_level = axis["design"]["spend"][len(axis["looks"]) - 1] * record["alpha"] / 0.2
+    for shift, inside in ((e["low"] - 1e-6, False), (e["high"] + 1e-6, False), (d.mean(), True)):
+        assert (_brute_p(d - shift) > look_level) == inside, shift
+    assert axis["verdict"] == claim_verdict("smaller", e["low"], e["high"], 0.05)[0]
+    # a family of one: the adjusted verdict is the verdict alone
+    assert axis["family"]["size"] == 1 and axis["family"]["verdict"] == axis["verdict"]
+    # the warm start's score and each arm's end, from the store's step-0 and last evaluations
+    start = axis["start"]["arms"]
+    assert set(start) == {"shuffled", "plain"}
+    assert all(0 <= v["start"] <= 1 and 0 <= v["end"] <= 1 for v in start.values())
+    assert start["shuffled"]["start"] == start["plain"]["start"]  # one warm start
     # the audit's flags ride along: the planted fault is the difference the claim is about
     assert any(a.startswith("shuffled: fault:") for a in axis["audit"])
     assert "tiny_fault" in stdout and "report:" in stdout
+    # the committed summary, and README's table made from it
+    kept_record = json.loads((kept / "tiny_fault.json").read_text())
+    assert kept_record["criterion_hash"] == record["criterion_hash"] and kept_record["commit"]
     text = readme.read_text()
-    assert "old" not in text and f"**{axis['verdict']}**" in text and text.endswith("after\n")
+    from sixblanks.reports.findings import load_summaries, table_markdown
+
+    assert "old" not in text and text.endswith("after\n")
+    assert table_markdown(load_summaries(kept)) in text
     md = (out / "findings.md").read_text()
     assert "tiny_fault" in md and axis["verdict"] in md
     # again: everything finished, nothing runs twice, the same verdict
     before = sorted(p.name for p in (out / "tiny_fault" / "budget" / "runs").iterdir())
-    code, _, err = cli("findings", path, "--out", str(out))
+    code, _, err = cli("findings", path, "--out", str(out), "--summaries", str(kept))
     assert code == 0, err
     assert sorted(p.name for p in (out / "tiny_fault" / "budget" / "runs").iterdir()) == before
     again = json.loads((out / "tiny_fault" / "verdict.json").read_text())
-    assert again["axes"][0]["effect"] == axis["effect"]
+    assert again["axes"][0]["interval"] == axis["interval"]
+    # the criterion changed after the data: refused, naming the change; amended: it runs, and the
+    # report shows the verdict under the original criterion too
+    changed = TINY.replace("expect: smaller", "expect: not_smaller")
+    code, _, err = cli("findings", write_yaml(changed, "tiny_fault.yaml"), "--out", str(out))
+    assert code == 2 and "expect: 'smaller' -> 'not_smaller'" in err
+    amended = changed.replace(
+        "  alpha: 0.2",
+        "  alpha: 0.2\n  amendments:\n    - was: {expect: smaller}\n"
+        "      reason: a test of the amendment record",
+    )
+    code, _, err = cli("findings", write_yaml(amended, "tiny_fault.yaml"), "--out", str(out))
+    assert code == 0, err
+    third = json.loads((out / "tiny_fault" / "verdict.json").read_text())
+    (under,) = third["axes"][0]["under_amendments"]
+    assert under["expect"] == "smaller" and under["verdict"] == axis["verdict"]
+    assert "a test of the amendment record" in (out / "findings.md").read_text()
     _renders(out / "index.html", tmp_path)
+
+
+def _brute_p(d: np.ndarray) -> float:
+    """The two-sided sign-flip p-value of the mean of ``d`` by enumeration (itertools)."""
+
+    import itertools
+
+    stat = abs(d.mean())
+    flips = [abs(np.mean(d * np.array(s))) for s in itertools.product((1, -1), repeat=len(d))]
+    return float(np.mean([f >= stat - 1e-12 for f in flips]))
 
 
 def _renders(index, tmp_path):
@@ -151,8 +251,8 @@ def test_validate_checks_a_finding_file_before_anything_runs(cli, write_yaml):
     assert code == 0, err
     assert "claim: shuffled smaller than plain on final_score (smallest effect 0.05" in out
     axes = TINY.replace(
-        "  seeds: {pilot: 2, batch: 1, cap: 3}",
-        "  seeds: {pilot: 2, batch: 1, cap: 3}\n"
+        "  seeds: {pilot: 5, batch: 1, cap: 6}",
+        "  seeds: {pilot: 5, batch: 1, cap: 6}\n"
         "  budgets: {a: {launched_tokens: 480}, b: {launched_tokns: 960}}",
     )
     code, _, err = cli("validate", write_yaml(axes, "axes.yaml"))
@@ -186,5 +286,5 @@ def test_every_shipped_claim_is_valid_and_fair():
     for p in files:
         f = load_finding(p)
         m = f.finding
-        cfg = as_config(experiment_mapping(f, "check", f.experiment["budget"], m.seeds.pilot))
+        cfg = as_config(experiment_mapping(f, "check", f.experiment["budget"], 2))
         assert undeclared_differences(cfg, m.arm, m.than, m.about) == [], p.name

@@ -67,10 +67,14 @@ def validate(
     say(f"[green]valid[/green]: {config}")
     if finding:
         m = finding[0].finding
+        seeds = (
+            f"seeds {m.seeds.pilot} to {m.seeds.cap}, {m.seeds.batch} a look"
+            if m.seeds.cap
+            else "seeds: the design of the family it runs in"
+        )
         say(
             f"claim: {m.arm} {EXPECT_WORDS[m.expect]} {m.than} on {m.metric} (smallest "
-            f"effect {m.smallest_effect:g}, alpha {m.alpha:g}; seeds {m.seeds.pilot} to "
-            f"{m.seeds.cap}, {m.seeds.batch} a look); budget axes: "
+            f"effect {m.smallest_effect:g}, alpha {m.alpha:g}; {seeds}); budget axes: "
             + ", ".join(m.budgets or {"budget": cfg.budget})
         )
     say(plan_table(cfg))

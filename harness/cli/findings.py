@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -22,9 +23,28 @@ def findings(
     readme: Annotated[
         Path | None,
         typer.Option(
-            "--readme", help="Also write the table of verdicts into this file's findings block."
+            "--readme",
+            help="Also write the table of verdicts, made from the summaries, into this file's "
+            "findings block (needs --summaries).",
         ),
     ] = None,
+    summaries: Annotated[
+        Path | None,
+        typer.Option(
+            "--summaries",
+            help="Write each claim's summary (criterion hash, per-seed values, interval, rule, "
+            "verdicts, commit) here as <claim>.json, refusing a claim whose criterion differs "
+            "from its committed summary's without an amendment.",
+        ),
+    ] = None,
+    adjustment: Annotated[
+        str,
+        typer.Option(
+            "--adjust",
+            help="How verdicts are adjusted across the family of claims run together: holm "
+            "(family-wise error) or bh (Benjamini-Hochberg, false discovery rate).",
+        ),
+    ] = "holm",
     as_json: JsonOpt = False,
 ) -> None:
     """Run each claim (seeds added in batches until its arms separate or the cap is reached) and
@@ -32,12 +52,34 @@ def findings(
     the seeds used, the budget spent and the smallest detectable effect. Resumable: finished runs
     are kept; one process at a time per output directory."""
 
-    from sixblanks.reports.findings import build_findings_report, load_verdicts, update_readme
+    from sixblanks.reports.findings import build_findings_report, load_summaries, update_readme
 
+    from ..errors import ConfigError
     from ..orchestration.outlock import OutDirLock
-    from ..studies.findings import finding_files, run_finding
+    from ..studies.findings import (
+        ADJUSTMENTS,
+        adjust,
+        check_criterion,
+        checked_finding,
+        comparisons,
+        finding_files,
+        recorded_summary,
+        run_finding,
+        shared_runs,
+        summary,
+    )
 
+    if adjustment not in ADJUSTMENTS:
+        raise ConfigError(f"--adjust {adjustment}: unknown (valid: {', '.join(ADJUSTMENTS)})")
+    if readme is not None and summaries is None:
+        raise ConfigError("--readme: the table is made from the summaries; give --summaries DIR")
     files = finding_files(paths or [Path("experiments/findings")])
+    # every file checked, and every criterion against its committed summary, before anything runs
+    checked = [checked_finding(f)[0] for f in files]
+    if summaries is not None:
+        for f in checked:
+            check_criterion(f, recorded_summary(summaries, f), str(summaries / f"{f.name}.json"))
+    family = sum(comparisons(f) for f in checked)
     log = (
         (lambda m: err.print(f"[dim]{m}[/dim]"))
         if not (STATE["quiet"] or as_json)
@@ -47,20 +89,55 @@ def findings(
     records = []
     with OutDirLock(out_dir, "findings", log=warn):
         for i, f in enumerate(files, 1):
-            log(f"claim {i}/{len(files)}: {f}")
-            records.append(run_finding(f, out_dir, log))
-        report = build_findings_report(out_dir)
-    if readme is not None:
-        update_readme(readme, load_verdicts(out_dir))
+            log(f"claim {i}/{len(files)}: {f} (alpha shared over {family} comparisons)")
+            records.append(run_finding(f, out_dir, log, family))
+        adjust(records, adjustment)
+        shared = shared_runs(files)
+        for r in records:
+            r["shared_runs"] = [g for g in shared if any(x.startswith(r["name"] + " ") for x in g)]
+            (out_dir / r["name"] / "verdict.json").write_text(
+                json.dumps(r, indent=2, default=float)
+            )
+        report = build_findings_report(out_dir, [r["name"] for r in records])
+    if summaries is not None:
+        summaries.mkdir(parents=True, exist_ok=True)
+        commit = _commit()
+        for r in records:
+            (summaries / f"{r['name']}.json").write_text(
+                json.dumps(summary(r, commit), indent=2) + "\n"
+            )
+        if readme is not None:
+            update_readme(readme, load_summaries(summaries))
     if as_json:
         dump_json(records)
         return
     for r in records:
         for ax in r["axes"]:
-            e = ax["effect"]
+            e, fam = ax["interval"], ax["family"]
             say(
-                f"{r['name']} ({ax['axis']}): [bold]{ax['verdict']}[/bold] "
-                f"({r['arm']} − {r['than']} {e['diff']:+.3f}, 95% CI {e['low']:+.3f} to {e['high']:+.3f}, "
-                f"{ax['seeds']} seeds per arm)"
+                f"{r['name']} ({ax['axis']}): [bold]{fam['verdict']}[/bold] in the family "
+                f"({adjustment}, adjusted p {fam['adjusted_p']:.3g}; alone: {ax['verdict']}) "
+                f"({r['arm']} − {r['than']} {e['estimate']:+.3f}, interval {fam['low']:+.3f} to "
+                f"{fam['high']:+.3f}, {ax['seeds']} seeds per arm)"
             )
     say(f"report: {report}")
+
+
+def _commit() -> str:
+    """The commit the verdicts were measured at (``+dirty`` with uncommitted changes to tracked
+    files), or the code fingerprint outside a git checkout."""
+
+    import subprocess
+
+    from ..version import code_fingerprint
+
+    try:
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty=+dirty", "--abbrev=12"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return code_fingerprint()

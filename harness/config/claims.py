@@ -5,6 +5,8 @@ the budget axes to match on."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,17 +16,66 @@ from ..errors import ConfigError, format_validation_error
 from .loading import budget_problems, parse_yaml, resolve_paths, validate_mapping
 from .sections import Budget, Section
 
+MOST_SEEDS = 32
+"""The most seeds per arm a claim may use (a seed plan's cap, the family's design's too): a seed
+offset between two arms of at least this keeps their seeds apart."""
+
 
 class SeedPlan(Section):
-    pilot: int = Field(3, ge=2, description="Seeds per arm before the first look.")
-    batch: int = Field(2, ge=1, description="Seeds per arm added at each later look.")
-    cap: int = Field(10, ge=2, description="Most seeds per arm.")
+    """Seeds per arm at each look. Left out (the default): the design made for the level the
+    claim is decided at (its alpha shared over the family of claims run together), whose every
+    look can stop."""
+
+    pilot: int | None = Field(None, ge=2, description="Seeds per arm before the first look.")
+    batch: int | None = Field(None, ge=1, description="Seeds per arm added at each later look.")
+    cap: int | None = Field(None, ge=2, le=MOST_SEEDS, description="Most seeds per arm.")
 
     @model_validator(mode="after")
     def _order(self) -> SeedPlan:
-        if self.cap < self.pilot:
+        given = [v is not None for v in (self.pilot, self.batch, self.cap)]
+        if any(given) and not all(given):
+            raise ValueError("give pilot, batch and cap together, or none (the family's design)")
+        if self.cap is not None and self.pilot is not None and self.cap < self.pilot:
             raise ValueError(f"cap: must be >= pilot ({self.pilot})")
         return self
+
+
+CRITERION_FIELDS = (
+    "claim",
+    "arm",
+    "than",
+    "metric",
+    "aggregate",
+    "expect",
+    "smallest_effect",
+    "alpha",
+    "seeds",
+    "symmetric",
+)
+"""What a claim's verdict is decided by, fixed before its data: changing one after a launch needs an
+amendment (``finding.amendments``)."""
+
+
+class Amendment(Section):
+    was: dict[str, Any] = Field(
+        min_length=1,
+        description="The criterion's fields as they were before this amendment (e.g. `{expect: "
+        "equal}`): the values the claim was first launched with, or after an earlier amendment.",
+    )
+    reason: str = Field(min_length=10, description="Why the criterion changed, in words.")
+    date: str = Field(
+        "", description="When the amendment was made (ISO date), and whether before or after data."
+    )
+
+    @field_validator("was")
+    @classmethod
+    def _fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(v) - set(CRITERION_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"not criterion fields: {', '.join(unknown)} (valid: {', '.join(CRITERION_FIELDS)})"
+            )
+        return v
 
 
 class FindingSection(Section):
@@ -56,12 +107,43 @@ class FindingSection(Section):
     smallest_effect: float = Field(gt=0, description="The smallest difference that matters.")
     alpha: float = Field(0.05, gt=0, lt=1, description="Family-wise error over looks.")
     seeds: SeedPlan = SeedPlan()
+    symmetric: bool = Field(
+        False,
+        description="The per-seed differences are known to be symmetric about their mean (e.g. a "
+        "held-out score averaged over many instances): the sign-flip test runs exact, without "
+        "the allowance that holds its error for skewed differences (every look's level divided "
+        "by 8), so fewer seeds can separate the arms. Part of the criterion, fixed before data.",
+    )
     budgets: dict[str, Budget] | None = Field(
         None,
         description="Budget axes to match on, by label (e.g. `{steps: {optimizer_steps: 12}, "
         "tokens: {launched_tokens: 24000}}`): one comparison each. None: the experiment's budget.",
     )
     meaning: str = Field("", description="What the verdict means at this scale (for the report).")
+    amendments: list[Amendment] = Field(
+        default_factory=list,
+        description="Changes to the criterion after the claim first ran, oldest first, each with "
+        "the fields as they were and the reason; the report shows the verdict under each version.",
+    )
+
+    def criterion(self) -> dict[str, Any]:
+        """The fields that decide the verdict, as JSON values."""
+
+        data = self.model_dump(mode="json")
+        return {k: data[k] for k in CRITERION_FIELDS}
+
+    def criterion_versions(self) -> list[dict[str, Any]]:
+        """Every version of the criterion, the original first and the current last: each
+        amendment's ``was`` undone in turn from the newest."""
+
+        versions = [self.criterion()]
+        for amendment in reversed(self.amendments):
+            was = json_values(amendment.was)
+            if isinstance(was.get("seeds"), dict):  # a seed plan written in part: the rest as now
+                was["seeds"] = {**versions[0]["seeds"], **was["seeds"]}
+            before = {**versions[0], **was}
+            versions.insert(0, before)
+        return versions
 
     @field_validator("metric")
     @classmethod
@@ -69,6 +151,19 @@ class FindingSection(Section):
         if not v or v != v.strip():
             raise ValueError("a metric name")
         return v
+
+
+def json_values(v: dict[str, Any]) -> dict[str, Any]:
+    """``v`` with its nested sections as plain JSON values (a seed plan written in YAML)."""
+
+    return json.loads(json.dumps(v, default=str))
+
+
+def criterion_hash(criterion: dict[str, Any]) -> str:
+    """A short content hash of a criterion (sorted-key JSON)."""
+
+    text = json.dumps(criterion, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 class Finding(Section):
@@ -88,12 +183,12 @@ def _shared_seeds(arms: dict[str, Any], section: FindingSection) -> list[str]:
         return value if isinstance(value, int) else 0
 
     gap = abs(offset(section.arm) - offset(section.than))
-    if 0 < gap < section.seeds.cap:
+    cap = section.seeds.cap or MOST_SEEDS
+    if 0 < gap < cap:
         return [
             f"arms: seed_offset differs by {gap} between '{section.arm}' and '{section.than}', "
-            f"less than finding.seeds.cap {section.seeds.cap}: seed s of one arm is seed s + {gap} "
-            f"of the other, so the arms would share runs; make the offset at least "
-            f"{section.seeds.cap}"
+            f"less than the seed cap {cap}: seed s of one arm is seed s + {gap} "
+            f"of the other, so the arms would share runs; make the offset at least {cap}"
         ]
     return []
 
