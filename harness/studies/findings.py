@@ -537,6 +537,11 @@ def checked_finding(path: str | Path) -> tuple[Finding, Any]:
     # the file (``results/<claim>.json``) needs an amendment
     committed = Path(path).parent / SUMMARIES / f"{f.name}.json"
     check_criterion(f, recorded_summary(committed.parent, f), str(committed))
+    if m.seeds.cap is not None:
+        try:  # a seed plan with a look that can never stop, even alone
+            seed_design(m.criterion(), m.alpha)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     cfg = as_config(experiment_mapping(f, "check", f.experiment.get("budget") or {}, 2))
     extra = undeclared_differences(cfg, m.arm, m.than, m.about)
     if extra:
