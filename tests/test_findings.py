@@ -277,13 +277,18 @@ def test_validate_checks_a_finding_file_before_anything_runs(cli, write_yaml):
 def test_every_shipped_claim_is_valid_and_fair():
     from sixblanks.harness.config.claims import load_finding
     from sixblanks.harness.orchestration.experiment import as_config
-    from sixblanks.harness.studies.findings import experiment_mapping, undeclared_differences
+    from sixblanks.harness.studies.findings import (
+        checked_finding,
+        experiment_mapping,
+        undeclared_differences,
+    )
 
     from .conftest import ROOT
 
     files = sorted((ROOT / "experiments" / "findings").glob("*.yaml"))
     assert len(files) >= 8
     for p in files:
+        checked_finding(p)  # what validate checks: the seed plan, the criterion, the arms
         f = load_finding(p)
         m = f.finding
         cfg = as_config(experiment_mapping(f, "check", f.experiment["budget"], 2))
