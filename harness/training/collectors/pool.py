@@ -37,10 +37,8 @@ class PromptPool:
         rng: random.Random,
         retire_at: float | None,
         curriculum: CurriculumSpec | None = None,
-        task=None,
     ):
-        # the pool's prompts are training problems of ``task`` (None: any training-range seed)
-        self.seeds = train_seeds(random.Random(f"prompt-pool-{seed}"), size, task)
+        self.seeds = train_seeds(random.Random(f"prompt-pool-{seed}"), size)
         self.rng, self.retire_at = rng, retire_at
         self.order: list[int] = []
         self.passes: dict[int, int] = {}
