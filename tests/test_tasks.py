@@ -41,7 +41,11 @@ def test_eval_set_is_deterministic_and_disjoint_from_training():
     val = t.eval_instances(16, "validation")
     assert [i.seed for i in e1] == [i.seed for i in t.eval_instances(16, "test")]
     assert not set(eval_seeds(10**6, "validation")) & set(eval_seeds(10**6, "test"))
-    assert [i.seed for i in val] == eval_seeds(16, "validation")
+    # the held-out sets walk their own seed range in order, keeping each new problem of their
+    # split: ascending seeds of that range, and no problem in both
+    seeds = [i.seed for i in val]
+    assert seeds == sorted(seeds) and seeds[0] >= eval_seeds(1, "validation")[0]
+    assert not {i.prompt for i in val} & {i.prompt for i in e1}
     assert min(i.seed for i in val) > DEMO_SEED_BASE + 10 * DEMO_SEEDS_PER_TASK > TRAIN_SEED_RANGE
     with pytest.raises(ValueError, match="valid: test, validation"):
         t.eval_instances(4, "train")

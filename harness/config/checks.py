@@ -599,6 +599,38 @@ def _from_preset(arm: _Arm, key: str) -> str:
     return "" if key in weight else f" (from preset '{arm.preset}')"
 
 
+def _heldout_cautions(cfg: ExperimentConfig) -> list[str]:
+    """A task whose space holds fewer distinct held-out problems than the evaluation asks for: its
+    scores are over that many instances (each problem once), not the requested size; and what a
+    task's partition had to give up (a dataset's rows that repeat a held-out prompt)."""
+
+    from ..tasks.registry import make_task
+
+    out: list[str] = []
+    for t in cfg.tasks or []:
+        try:
+            task = make_task(t.name, t.params)
+        except Exception:  # noqa: BLE001 - a task that does not build is reported as a problem
+            continue
+        n = cfg.eval.size or t.eval_size
+        split = cfg.eval.split
+        try:
+            have = {s: task.distinct_available(s, n) for s in ("test", "validation")}
+            notes = task.heldout_notes()
+        except Exception:  # noqa: BLE001 - a user task's partition that raises: nothing to say
+            continue
+        if have[split] < n:
+            other = "validation" if split == "test" else "test"
+            out.append(
+                f"task '{t.name}': the evaluation asks for {n} held-out instances (eval.size or "
+                f"eval_size) but its space holds {have[split]} distinct {split} problem(s) "
+                f"({have[other]} {other}): each evaluation scores those {have[split]}, each once, "
+                "so its interval is that wide; a larger space (task.params) holds more"
+            )
+        out.extend(f"task '{t.name}': {note}" for note in notes)
+    return out
+
+
 def cautions(cfg: ExperimentConfig) -> list[str]:
     """What is valid but works against the arm (the chapter's warnings): printed by ``validate``
     and logged when a run starts, never refused."""
@@ -640,4 +672,4 @@ def cautions(cfg: ExperimentConfig) -> list[str]:
                 "sample's baseline is the other sample alone, so A = +-(R1 - R2) and the estimate "
                 "is as noisy as one reward; use 4 or more samples per prompt"
             )
-    return out + parallel_notes(cfg)
+    return out + _heldout_cautions(cfg) + parallel_notes(cfg)

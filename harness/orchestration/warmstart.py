@@ -268,7 +268,7 @@ def _warm_start_in(cfg, tasks: list[Task], key: str, directory: Path, log):
         for ti, task in enumerate(tasks):
             if not task.has_oracle:
                 continue
-            seeds = demo_seeds(rng, ti, per_task)
+            seeds = demo_seeds(rng, ti, per_task, task)
             batch, played = demonstration_pool(task, tok, seeds, cfg.rollout.max_prompt_tokens)
             batches.append(batch)
             cost = {k: cost.get(k, 0.0) + v for k, v in played.items()}

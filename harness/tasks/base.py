@@ -9,13 +9,29 @@ can be counted, timed out and isolated from exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..seeds import eval_seeds
+from ..seeds import HELDOUT_FRACTIONS, SPLIT_OFFSETS, SPLITS, stable_unit
+
+SMALL_SPACE = 20_000
+"""A task that lists at most this many problems (``problem_space``) is split by rank: its keys
+sorted by their stable hash, the first eighth test, the next validation, the rest train. Exact
+fractions, and each split gets at least one problem once the space has three, where an independent
+draw per problem could leave a split of 16 problems with none. A larger space is split by each
+key's hash value alone (the fractions in expectation), which needs no list."""
+
+COUNT_SPACE = 2_000_000
+"""The largest listed space whose split sizes are counted (one hash per problem) when a held-out
+set asks for more than an eighth of it could surely hold."""
+
+HELDOUT_WALK = 400_000
+"""The most seeds a held-out set walks; and it stops after :data:`HELDOUT_STALL` seeds in a row made
+no new problem of its split (the space has no more, or they are too rare to find)."""
+HELDOUT_STALL = 20_000
 
 
 class TaskParams(BaseModel):
@@ -227,12 +243,127 @@ class Task:
     def instances(self, seeds: list[int]) -> list[Instance]:
         return [self.make_instance(s) for s in seeds]
 
+    # ---- the partition of its problems (train / validation / test) -------------------
+
+    def problem_key(self, instance: Instance) -> Hashable | None:
+        """The identity of the problem ``instance`` poses, as a hashable value whose ``repr`` is
+        stable across processes (ints, strings, tuples of them): two instances with the same key are
+        the same problem however their seeds differ. It decides the problem's split
+        (:meth:`in_split`): training never draws a validation or test problem, and a held-out set
+        holds each problem once.
+
+        None (the default, for a task that does not say): every seed is its own problem, held out
+        by its seed range alone. Every built-in task says."""
+
+        return None
+
+    def problem_space(self) -> Iterable[Hashable] | None:
+        """Every problem key the task can make, where it can list them; None: it cannot (or does
+        not). A listed space of at most :data:`SMALL_SPACE` problems is split by rank."""
+
+        return None
+
+    def space_size(self) -> int | None:
+        """How many distinct problems the task can make (the length of :meth:`problem_space`);
+        None: unknown."""
+
+        return None
+
+    def seed_key(self, seed: int) -> Hashable | None:
+        """The problem key of the instance of ``seed`` (a task may compute it without building the
+        instance's text, as long as it agrees with :meth:`problem_key`)."""
+
+        return self.problem_key(self.make_instance(seed))
+
+    def _ranked(self) -> dict[str, frozenset] | None:
+        """The rank split of a small listed space (see :data:`SMALL_SPACE`); None for a larger or
+        unlisted one. Computed once per task object."""
+
+        if "_ranked_split" not in self.__dict__:
+            size = self.space_size()
+            space = self.problem_space() if size is not None and size <= SMALL_SPACE else None
+            self.__dict__["_ranked_split"] = None if space is None else rank_split(space)
+        return self.__dict__["_ranked_split"]
+
+    def in_split(self, key: Hashable, split: str) -> bool:
+        """Whether the problem ``key`` belongs to ``split`` ("train", "validation" or "test")."""
+
+        ranked = self._ranked()
+        if ranked is not None and any(key in keys for keys in ranked.values()):
+            return key in ranked[split]
+        return hashed_split(key) == split
+
+    def trains_on(self, seed: int) -> bool:
+        """Whether the instance of ``seed`` poses a training problem (what every training and
+        demonstration draw asks, harness/seeds.py)."""
+
+        key = self.seed_key(seed)
+        return key is None or self.in_split(key, "train")
+
+    def split_size(self, split: str, n: int) -> int | None:
+        """How many distinct problems ``split`` holds, where that is known and could fall short of
+        ``n``; None: unknown, or surely ``n`` or more."""
+
+        ranked = self._ranked()
+        if ranked is not None:
+            return len(ranked[split])
+        size = self.space_size()
+        if size is None or size * HELDOUT_FRACTIONS.get(split, 1.0) >= 4 * n:
+            return None
+        space = self.problem_space() if size <= COUNT_SPACE else None
+        if space is None:
+            return None
+        return sum(hashed_split(k) == split for k in space)
+
+    def distinct_available(self, split: str, n: int) -> int:
+        """How many distinct problems a held-out set of ``split`` asked for ``n`` holds: ``n``, or
+        fewer where the task's space has fewer problems of that split. Computed from the task's
+        parameters without making instances, so ``sixblanks validate`` can say it before a run."""
+
+        _check_split(split)
+        size = self.split_size(split, n)
+        return n if size is None else min(n, size)
+
+    def heldout_notes(self) -> list[str]:
+        """What its partition had to give up, said by ``sixblanks validate`` (a dataset's rows
+        dropped because their prompt is also a held-out one); [] by default."""
+
+        return []
+
+    def heldout_seeds(self, n: int, split: str = "test") -> list[int]:
+        """The seeds of the held-out set of ``split``: its range walked in order, each seed kept
+        where it makes a problem of ``split`` not kept before, up to ``n`` (or
+        :meth:`distinct_available`, where the space holds fewer). Computed once per (n, split)."""
+
+        _check_split(split)
+        cache = self.__dict__.setdefault("_heldout_seeds", {})
+        if (n, split) not in cache:
+            want, base = self.distinct_available(split, n), SPLIT_OFFSETS[split]
+            seen: set[Hashable] = set()
+            out: list[int] = []
+            stall = 0
+            for seed in range(base, base + max(HELDOUT_WALK, 64 * n)):
+                if len(out) >= want or stall >= HELDOUT_STALL:
+                    break
+                key = self.seed_key(seed)
+                if key is None:  # no declared problem identity: each seed its own problem
+                    out.append(seed)
+                elif key not in seen and self.in_split(key, split):
+                    seen.add(key)
+                    out.append(seed)
+                    stall = 0
+                else:
+                    stall += 1
+            cache[(n, split)] = out
+        return list(cache[(n, split)])
+
     def eval_instances(self, n: int, split: str = "test") -> list[Instance]:
         """The deterministic held-out set of ``split`` ("test": what reports score; "validation":
-        what the sweep and the ladder select on): seeds disjoint from every training seed and from
-        the other split."""
+        what the sweep and the ladder select on): distinct problems of that split only (never a
+        training problem, never one of the other split), at most ``n``: fewer where the task's
+        space holds fewer (:meth:`distinct_available`)."""
 
-        return self.instances(eval_seeds(n, split))
+        return self.instances(self.heldout_seeds(n, split))
 
     # ---- reward ---------------------------------------------------------------
 
@@ -285,3 +416,39 @@ class Task:
         """Characters this task's prompts, observations and answers use (for the tiny tokenizer)."""
 
         return ""
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLIT_OFFSETS:
+        raise ValueError(f"unknown held-out split '{split}' (valid: {', '.join(SPLITS)})")
+
+
+def hashed_split(key: Hashable) -> str:
+    """The split of a problem of a large space: its stable hash against the fractions of
+    :data:`~sixblanks.harness.seeds.HELDOUT_FRACTIONS` (test first, then validation)."""
+
+    u, edge = stable_unit(key), 0.0
+    for split in ("test", "validation"):
+        edge += HELDOUT_FRACTIONS[split]
+        if u < edge:
+            return split
+    return "train"
+
+
+def rank_split(space: Iterable[Hashable]) -> dict[str, frozenset]:
+    """The split of a small listed space by rank of the stable hash: the first
+    max(1, round(N/8)) problems test, as many more validation, the rest train. Where that would
+    leave no training problem (N < 3) validation shares test's problems; a space of one problem
+    cannot hold anything out and is every split's."""
+
+    keys = sorted(set(space), key=lambda k: (stable_unit(k), repr(k)))
+    if len(keys) <= 1:
+        one = frozenset(keys)
+        return {"train": one, "validation": one, "test": one}
+    n_test = max(1, round(len(keys) * HELDOUT_FRACTIONS["test"]))
+    n_val = max(1, round(len(keys) * HELDOUT_FRACTIONS["validation"]))
+    if n_test + n_val >= len(keys):
+        n_val = 0
+    test = frozenset(keys[:n_test])
+    validation = frozenset(keys[n_test : n_test + n_val]) or test
+    return {"train": frozenset(keys[n_test + n_val :]), "validation": validation, "test": test}

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import time
+from collections.abc import Iterator
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -66,6 +68,25 @@ class Arithmetic(Task):
             {"answer": int(answer), "expr": expr},
             difficulty=len(str(abs(answer))),
         )
+
+    def problem_key(self, instance: Instance) -> str:
+        """The expression: its operands and operators (``12+7``)."""
+
+        return instance.data["expr"]
+
+    def _operands(self) -> range:
+        d = self.params.digits
+        return range(0 if d == 1 else 10 ** (d - 1), 10**d)
+
+    def space_size(self) -> int:
+        p = self.params
+        return len(self._operands()) ** p.operands * len(set(p.operators)) ** (p.operands - 1)
+
+    def problem_space(self) -> Iterator[str]:
+        p, ops = self.params, sorted(set(self.params.operators))
+        for nums in itertools.product(self._operands(), repeat=p.operands):
+            for chosen in itertools.product(ops, repeat=p.operands - 1):
+                yield str(nums[0]) + "".join(o + str(n) for o, n in zip(chosen, nums[1:]))
 
     def verify(self, instance: Instance, response: str) -> float:
         return 1.0 if parse_int(response) == instance.data["answer"] else 0.0
@@ -207,6 +228,19 @@ class GuessNumber(Task):
             {"secret": secret},
             difficulty=bisection_guesses(p.low, p.high, secret),
         )
+
+    def problem_key(self, instance: Instance) -> tuple[int, int, int]:
+        """The secret and its range (the noise of the feedback is the environment's, not the
+        problem's: a policy that memorised a secret would name it whatever the feedback)."""
+
+        return self.params.low, self.params.high, instance.data["secret"]
+
+    def space_size(self) -> int:
+        return self.params.high - self.params.low + 1
+
+    def problem_space(self) -> Iterator[tuple[int, int, int]]:
+        p = self.params
+        return ((p.low, p.high, s) for s in range(p.low, p.high + 1))
 
     def make_env(self, instance: Instance, verify) -> Env:
         return GuessNumberEnv(self, instance, verify)
@@ -382,6 +416,30 @@ class ChainArithmetic(Task):
         data = {"values": values, "ops": ops, "answer": values[-1]}
         carries = sum(column_carries(a, b) for a, b in zip(values, values[1:]))
         return Instance(seed, first, data, difficulty=carries)
+
+    def problem_key(self, instance: Instance) -> tuple[int, tuple[str, ...]]:
+        """The start value and the chain of operations (``(4, ("+3", "-5"))``)."""
+
+        return instance.data["values"][0], tuple(instance.data["ops"])
+
+    def _lengths(self) -> range:
+        p = self.params
+        return range(1 if p.tail is not None else p.steps, p.steps + 1)
+
+    def space_size(self) -> int:
+        p = self.params
+        values = 10**p.digits
+        ops = len(set(p.operators)) * values
+        return values * sum(ops**k for k in self._lengths())
+
+    def problem_space(self) -> Iterator[tuple[int, tuple[str, ...]]]:
+        p = self.params
+        values = range(10**p.digits)
+        ops = [f"{o}{n}" for o in sorted(set(p.operators)) for n in values]
+        for k in self._lengths():
+            for start in values:
+                for chain in itertools.product(ops, repeat=k):
+                    yield start, chain
 
     def make_env(self, instance: Instance, verify) -> Env:
         return ChainEnv(self, instance, verify)

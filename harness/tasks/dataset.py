@@ -4,8 +4,10 @@ standard answer verifier through the counted verifier gate.
 
 Splits are train / validation / test: a column (``split_field``) or a ``DatasetDict`` names them,
 or they are drawn deterministically from ``split_seed`` (``validation_fraction``,
-``test_fraction`` of the rows). Training and demonstration seeds map onto the train rows; the
-held-out test and validation seeds onto their split's rows, in order.
+``test_fraction`` of the distinct prompts). A prompt is one problem, in one split only: rows that
+repeat a held-out prompt leave the other splits, and a held-out split holds each prompt once.
+Training and demonstration seeds map onto the train rows; the held-out test and validation seeds
+onto their split's rows, in order.
 """
 
 from __future__ import annotations
@@ -134,28 +136,79 @@ class DatasetTask(Task):
         self.fn = _import(p.verifier) if ":" in p.verifier else None
 
     def _split(self, rows) -> dict[str, list[dict[str, Any]]]:
+        """The rows of each split, a problem (a prompt's text) in one split only: named splits keep
+        their rows, but a prompt that is also a test one leaves validation and train, and one that
+        is also a validation one leaves train (counted in ``self.dropped``); a drawn split assigns
+        each distinct prompt, with all its rows, to one split. A held-out split holds each prompt
+        once; the train split keeps repeats (they weigh the draw as the file does)."""
+
         p = self.params
-        out: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLIT_NAMES}
+        self.dropped = {"train": 0, "validation": 0}
         named = [r[p.split_field] if p.split_field else s for s, r in rows]
         if any(named):
+            by: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLIT_NAMES}
             for name, (_, row) in zip(named, rows):
                 name = {"val": "validation", "dev": "validation"}.get(str(name), str(name))
-                if name not in out:
+                if name not in by:
                     raise ValueError(
                         f"dataset '{p.path}': split '{name}' (valid: train, validation, test)"
                     )
-                out[name].append(row)
+                by[name].append(row)
+            out: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLIT_NAMES}
+            taken: set[str] = set()
+            for split in ("test", "validation", "train"):
+                held = split != "train"
+                seen: set[str] = set()
+                for row in by[split]:
+                    key = self._key(row)
+                    if key in taken:
+                        self.dropped[split] += 1
+                    elif not (held and key in seen):
+                        out[split].append(row)
+                    seen.add(key)
+                taken |= seen
             return out
-        order = list(range(len(rows)))
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for _, row in rows:
+            groups.setdefault(self._key(row), []).append(row)
+        problems = list(groups.values())
+        order = list(range(len(problems)))
         random.Random(p.split_seed).shuffle(order)
-        n_test = max(1, round(p.test_fraction * len(rows)))
-        n_val = max(1, round(p.validation_fraction * len(rows))) if p.validation_fraction else 0
+        n_test = max(1, round(p.test_fraction * len(problems)))
+        n_val = max(1, round(p.validation_fraction * len(problems))) if p.validation_fraction else 0
+        out = {s: [] for s in SPLIT_NAMES}
         for k, i in enumerate(order):
             s = "test" if k < n_test else "validation" if k < n_test + n_val else "train"
-            out[s].append(rows[i][1])
+            out[s].extend(problems[i] if s == "train" else problems[i][:1])
         if not out["validation"]:  # no validation fraction: the sweep and ladder use test's
             out["validation"] = out["test"]
         return out
+
+    def _key(self, row: dict[str, Any]) -> str:
+        return str(row[self.params.prompt_field])
+
+    def problem_key(self, instance: Instance) -> str:
+        """The prompt's text (the row's prompt field)."""
+
+        return self._key(instance.data["row"])
+
+    def trains_on(self, seed: int) -> bool:
+        """Always: a training seed maps onto the train split's rows, which hold no held-out prompt."""
+
+        return True
+
+    def distinct_available(self, split: str, n: int) -> int:
+        if split not in SPLITS:
+            raise ValueError(f"unknown held-out split '{split}' (valid: {', '.join(SPLITS)})")
+        return min(n, len(self.splits[split]))
+
+    def heldout_notes(self) -> list[str]:
+        return [
+            f"{k} row(s) of its {split} split dropped: their prompt is also a "
+            f"{'test' if split == 'validation' else 'held-out'} one"
+            for split, k in self.dropped.items()
+            if k
+        ]
 
     def _row(self, seed: int) -> dict[str, Any]:
         if seed >= VALIDATION_SEED_OFFSET:
@@ -171,12 +224,10 @@ class DatasetTask(Task):
         prompt = f"{row[p.prompt_field]}{p.prompt_suffix}"
         return Instance(seed, prompt, {"answer": str(row[p.answer_field]), "row": row})
 
-    def eval_instances(self, n: int, split: str = "test") -> list[Instance]:
-        """The first ``n`` rows of the split (all of them where it has fewer)."""
+    def heldout_seeds(self, n: int, split: str = "test") -> list[int]:
+        """The first ``n`` rows of the split (all of them where it has fewer): distinct prompts."""
 
-        if split not in SPLITS:
-            raise ValueError(f"unknown held-out split '{split}' (valid: {', '.join(SPLITS)})")
-        return self.instances(eval_seeds(min(n, len(self.splits[split])), split))
+        return eval_seeds(self.distinct_available(split, n), split)
 
     def verify(self, instance: Instance, response: str) -> float:
         p, answer = self.params, instance.data["answer"]

@@ -146,6 +146,23 @@ class PlanExecute(Task):
         data = {"start": start, "target": target, "subgoals": p.subgoals}
         return Instance(seed, f"{start}>{target}:", data, difficulty=abs(target - start))
 
+    def problem_key(self, instance: Instance) -> tuple[int, int]:
+        """The start value and the target."""
+
+        return instance.data["start"], instance.data["target"]
+
+    def _pairs(self):
+        p, far = self.params, REACH * self.params.subgoals
+        for start in range(p.high + 1):
+            for target in range(max(0, start - far), min(p.high, start + far) + 1):
+                yield start, target
+
+    def space_size(self) -> int:
+        return sum(1 for _ in self._pairs())  # at most 100 x 100
+
+    def problem_space(self):
+        return self._pairs()
+
     def make_env(self, instance: Instance, verify) -> Env:
         return PlanExecuteEnv(self, instance, verify)
 

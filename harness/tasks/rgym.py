@@ -69,7 +69,10 @@ def check_config(dataset: str, config: dict[str, Any]) -> None:
 
 class ReasoningGymTask(Task):
     """One reasoning-gym dataset. Each instance is ``create_dataset(name, size=1, seed=seed)[0]``,
-    so instances are deterministic in their seed and train/eval seeds never collide."""
+    so instances are deterministic in their seed; its questions are split by their text (the hash
+    partition of harness/tasks/base.py), so a question a training seed makes is never a held-out
+    one. Its space is not listed: a dataset config with few distinct questions is not cautioned
+    before a run, and its held-out set holds the distinct ones its walk finds."""
 
     Params = ReasoningGymParams
     has_oracle = True
@@ -97,6 +100,11 @@ class ReasoningGymTask(Task):
         _, entry = self._entry(seed)
         prompt = f"{entry['question']}\nAnswer: "
         return Instance(seed, prompt, {"answer": str(entry["answer"])})
+
+    def problem_key(self, instance: Instance) -> str:
+        """The question's text: two seeds that make the same question are one problem."""
+
+        return instance.prompt
 
     def verify(self, instance: Instance, response: str) -> float:
         """The dataset's own ``score_answer``. A scorer that raises is not caught here: the

@@ -231,6 +231,17 @@ class Nim(Task):
         pile = random.Random(seed).randint(p.low, p.high)
         return Instance(seed, self.prompt(pile), {"pile": pile}, difficulty=pile)
 
+    def problem_key(self, instance: Instance) -> int:
+        """The starting pile (the position the policy moves first from)."""
+
+        return instance.data["pile"]
+
+    def space_size(self) -> int:
+        return self.params.high - self.params.low + 1
+
+    def problem_space(self) -> range:
+        return range(self.params.low, self.params.high + 1)
+
     def against(self, instance: Instance, opponent: Opponent) -> Instance:
         """``instance`` played against ``opponent``."""
 
@@ -263,14 +274,17 @@ class Nim(Task):
         return {"selfplay": [self.play_external(play, name, games, split) for name in names]}
 
     def play_external(self, play: Play, opponent: str, games: int, split: str) -> dict[str, Any]:
-        """``games`` games (``play``: the evaluated policy's, greedy) against the external opponent
-        named ``opponent``, on the first held-out instances of ``split``. A game is won (reward 1),
+        """Up to ``games`` games (``play``: the evaluated policy's, greedy) against the external
+        opponent named ``opponent``, one from each starting pile of the held-out set of ``split``
+        (a range of piles holds only so many held-out ones: ``games`` in the row is how many were
+        played). A game is won (reward 1),
         lost (decided against the policy: an illegal move included) or drawn (undecided: cut by a
         limit, or failed). Returns the tally, how many of the games perfect play wins
         (``winnable``: the ceiling against the optimal player) and what they cost (``Games.cost``)."""
 
         player = self.external_opponents()[opponent]
         held_out = self.eval_instances(games, split)
+        games = len(held_out)
         got = play(f"selfplay {opponent}", [self.against(i, player) for i in held_out])
         won = [r >= 1.0 for r in got.rewards]
         wins = sum(won)
@@ -282,7 +296,7 @@ class Nim(Task):
             "wins": wins,
             "losses": losses,
             "draws": games - wins - losses,
-            "win_rate": wins / games,
+            "win_rate": wins / games if games else 0.0,
             "winnable": sum(bool(self.winnable(i)) for i in held_out),
             **got.cost,
         }

@@ -102,7 +102,7 @@ class RunContext:
     # ------------------------------------------------------------------ data and its cost
 
     def train_instances(self, n: int):
-        return self.task.instances(train_seeds(self.rng, n))
+        return self.task.instances(train_seeds(self.rng, n, self.task))
 
     def worst_rollouts(self, n: int) -> dict[str, float]:
         """The most ``n`` episodes can cost: every turn at the generation and context limits."""

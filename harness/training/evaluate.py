@@ -14,7 +14,6 @@ from ..rollout.agent import Episode, episodes_to_batch, run_episodes, task_param
 from ..rollout.engine import HFEngine, RolloutEngine, SamplingParams
 from ..rollout.search import search
 from ..rollout.trajectory import TrajectoryBatch
-from ..seeds import eval_seeds
 from ..tasks.base import Games, Instance, Play, Task
 from ..tasks.verify import VerifierGate
 
@@ -32,7 +31,9 @@ def evaluate(
     max_context_tokens: int = 512,
     split: str = "test",
 ) -> dict[str, Any]:
-    """Mean outcome reward over ``n`` held-out instances of ``split`` (greedy when temperature is 0).
+    """Mean outcome reward over the held-out set of ``split`` asked for ``n`` instances: distinct
+    problems, at most ``n`` (``Task.eval_instances``); ``"n"`` in the record is how many it held,
+    the effective number of instances (greedy when temperature is 0).
 
     Returns ``{"score", "n", "split", "seed_range", "success_rate", "pass_at", "failed", "verifier_calls", "judge_calls",
     "generated_tokens", "per_instance"}``; ``score`` is the mean reward of one sample (pass@1 for a
@@ -43,8 +44,10 @@ def evaluate(
 
     gate = VerifierGate(task)
     judged0 = gate.counts()[1]  # the task's judge counts across training and evaluation
+    # the held-out set holds distinct problems only: fewer than ``n`` where the task's space has
+    # fewer of this split, so every count below is the set's own length, never ``n``
     instances = task.eval_instances(n, split)
-    seeds = eval_seeds(n, split)
+    seeds = [i.seed for i in instances]
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
     gen = torch.Generator().manual_seed(seed)
     batch = run_episodes(
@@ -65,7 +68,7 @@ def evaluate(
         "score": float(per.mean()),
         "n": len(instances),
         "split": split,
-        "seed_range": [seeds[0], seeds[-1] + 1] if seeds else [],
+        "seed_range": [min(seeds), max(seeds) + 1] if seeds else [],
         "success_rate": float((batch.reward > 0).float().mean()),
         "pass_at": {
             str(k): float(sum(pass_at_k(samples, c, k) for c in correct) / len(correct))

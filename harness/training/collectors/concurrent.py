@@ -187,7 +187,7 @@ class ConcurrentRounds(OnPolicyRounds):
             n = self.n_prompts
             req = {
                 "round": r,
-                "seeds": train_seeds(ctx.rng, n),
+                "seeds": train_seeds(ctx.rng, n, ctx.task),
                 "group_offset": self.group_counter,
                 "gen_seed": ctx.settings.train_seed * 1_000_003 + r,
                 "min_version": self.broadcast_version,  # no older weights: worker.process_main

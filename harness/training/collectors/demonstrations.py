@@ -167,7 +167,7 @@ class Demonstrations(Collector):
         ctx = self.ctx  # one reservation: the loop checked that the step's worst case fits
         with ctx.meter.must_reserve(self.worst_case(), f"demonstrations step {ctx.step}") as charge:
             if self.pool is None:
-                seeds = train_seeds(ctx.rng, self.n)
+                seeds = train_seeds(ctx.rng, self.n, ctx.task)
                 batch, cost = play_demonstrations(
                     ctx.task, ctx.tokenizer, seeds, ctx.settings.rollout.max_prompt_tokens,
                     ctx.gate, ctx.params,

@@ -35,7 +35,12 @@ class OnPolicyRounds(Collector):
         self.snapshots = False  # keep environment snapshots (a branching collector needs them)
         self.prompt_pool = (
             PromptPool(
-                d.prompt_pool, ctx.settings.train_seed, ctx.rng, d.retire_pass_rate, d.curriculum
+                d.prompt_pool,
+                ctx.settings.train_seed,
+                ctx.rng,
+                d.retire_pass_rate,
+                d.curriculum,
+                ctx.task,
             )
             if d.prompt_pool is not None
             else None

@@ -37,8 +37,10 @@ class PromptPool:
         rng: random.Random,
         retire_at: float | None,
         curriculum: CurriculumSpec | None = None,
+        task=None,
     ):
-        self.seeds = train_seeds(random.Random(f"prompt-pool-{seed}"), size)
+        # the pool's prompts are training problems of ``task`` (None: any training-range seed)
+        self.seeds = train_seeds(random.Random(f"prompt-pool-{seed}"), size, task)
         self.rng, self.retire_at = rng, retire_at
         self.order: list[int] = []
         self.passes: dict[int, int] = {}

@@ -97,7 +97,10 @@ class EpisodeStream(ConcurrentRounds):
             if self.relaunch:
                 req = self.relaunch.pop(0)
             else:
-                req = {"seeds": train_seeds(ctx.rng, 1), "group_offset": self.group_counter}
+                req = {
+                    "seeds": train_seeds(ctx.rng, 1, ctx.task),
+                    "group_offset": self.group_counter,
+                }
                 self.group_counter += 1
             req = {**req, "round": r, "min_version": self.broadcast_version, "gen_seed": 0}
             self.requests[r], self.permits[r] = req, res
