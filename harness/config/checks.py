@@ -531,7 +531,7 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
 
 # --------------------------------------------------------------------------- cautions
 
-TINY_SEQ_SPREAD = (0.008, 0.25)
+TINY_SEQ_SPREAD = (0.0034, 0.138)
 """The smallest and the largest spread of a sequence's log-ratio (per step, the std over sequences
 of mean_t log pi/pi_old) that the golden fixture's ``gspo`` and ``gspo_paper`` runs measured on the
 built-in tiny policy (arithmetic, answers of at most 6 tokens, 4 minibatches a batch, learning

@@ -36,7 +36,11 @@ it was. Extended (2026-12-03) the same way with the discard reason ``zero_varian
 everywhere), the census field ``prompts_retired`` (0) and six mismatch diagnostics
 (``mismatch.ratio_abs_dev``, ``mismatch.ratio_p1/_p50/_p99``, ``mismatch.ess``,
 ``mismatch.seq_ess``), DAPO's ``overlong_penalty_correct_frac``, and every preset's
-``ratio.seq_logratio_std`` and ``ratio.outlier_seq_frac``. Re-record only for a
+``ratio.seq_logratio_std`` and ``ratio.outlier_seq_frac``. Re-recorded (2026-12-05) when training,
+warm-start demonstrations and the held-out sets began to partition the task's problems rather
+than its seeds (no training draw makes a held-out problem; the 16 held-out instances are distinct
+problems): a change of data, so every number moved (docs/benchmarks.md compares old and new).
+Re-record only for a
 deliberate, explained
 change of the numbers:
 
