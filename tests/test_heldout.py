@@ -161,3 +161,11 @@ def test_validate_cautions_a_space_smaller_than_the_evaluation(cli, write_yaml):
     assert len(notes) == 1  # 2-digit arithmetic holds far more than 64 test problems
     assert notes[0].startswith("task 'guess_number': the evaluation asks for 64 held-out")
     assert "holds 2 distinct test problem(s)" in notes[0]
+
+
+def test_nims_external_games_start_from_held_out_piles_only():
+    task = make_task("nim", {})
+    games = task.heldout_games(16, "test")
+    test_piles = {i.data["pile"] for i in task.eval_instances(64, "test")}
+    assert len(games) == 16 and {i.data["pile"] for i in games} == test_piles
+    assert len({i.seed for i in games}) == 16  # each another game against a seeded opponent

@@ -169,7 +169,7 @@ def test_external_evaluation_of_scripted_players_by_hand(nim_warm):
     from sixblanks.harness.training.evaluate import greedy_games
 
     cfg, task, _, tok = nim_warm
-    piles = [i.data["pile"] for i in task.eval_instances(16, "test")]
+    piles = [i.data["pile"] for i in task.heldout_games(16, "test")]
     winnable = sum(p % 4 != 0 for p in piles)  # by hand: a perfect first player wins these
     perfect = greedy_games(
         Scripted(tok, lambda pile: f"{optimal_take(pile, 3)}\n"), tok, task, cfg.rollout

@@ -273,17 +273,31 @@ class Nim(Task):
         names = self.params.eval_opponents
         return {"selfplay": [self.play_external(play, name, games, split) for name in names]}
 
+    def heldout_games(self, games: int, split: str) -> list[Instance]:
+        """The first ``games`` seeds of ``split``'s range whose starting pile is a held-out pile of
+        that split. A range of piles holds few held-out ones (8 piles: one test pile), so piles
+        repeat here, unlike in :meth:`eval_instances`: against the random opponent each seed is
+        another game (its replies are drawn from the seed); against a deterministic one a repeated
+        pile replays the same game. Training never starts from any of these piles."""
+
+        from ..seeds import SPLIT_OFFSETS
+
+        base = SPLIT_OFFSETS[split]
+        seeds = (s for s in range(base, base + 64 * games + 10_000))
+        keep = (s for s in seeds if self.in_split(self.seed_key(s), split))
+        return self.instances([s for s, _ in zip(keep, range(games))])
+
     def play_external(self, play: Play, opponent: str, games: int, split: str) -> dict[str, Any]:
-        """Up to ``games`` games (``play``: the evaluated policy's, greedy) against the external
-        opponent named ``opponent``, one from each starting pile of the held-out set of ``split``
-        (a range of piles holds only so many held-out ones: ``games`` in the row is how many were
-        played). A game is won (reward 1),
+        """``games`` games (``play``: the evaluated policy's, greedy) against the external opponent
+        named ``opponent``, on :meth:`heldout_games` of ``split`` (held-out piles only, repeated:
+        against a deterministic opponent the games' effective number is the distinct piles').
+        A game is won (reward 1),
         lost (decided against the policy: an illegal move included) or drawn (undecided: cut by a
         limit, or failed). Returns the tally, how many of the games perfect play wins
         (``winnable``: the ceiling against the optimal player) and what they cost (``Games.cost``)."""
 
         player = self.external_opponents()[opponent]
-        held_out = self.eval_instances(games, split)
+        held_out = self.heldout_games(games, split)
         games = len(held_out)
         got = play(f"selfplay {opponent}", [self.against(i, player) for i in held_out])
         won = [r >= 1.0 for r in got.rewards]
