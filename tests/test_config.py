@@ -491,18 +491,25 @@ def test_validate_cautions_absolute_sequence_bounds_far_from_the_measured_spread
         "scaled": {"preset": "gspo"},
         "token": {"preset": "grpo", "blanks": {"weight": {"eps_low": 3e-4, "eps_high": 4e-4}}},
     }
-    cfg = {"name": "c", "task": {"name": "arithmetic"}, "arms": arms}
+    # an evaluation the task's held-out space can fill (1-digit arithmetic holds 25 test
+    # problems), so the only cautions are the bounds'
+    cfg = {"name": "c", "task": {"name": "arithmetic"}, "eval": {"size": 16}, "arms": arms}
     code, out, err = cli("validate", write_yaml(json.dumps(cfg)), "--json")
     assert code == 0, err
     notes = {n.split(":")[0]: n for n in json.loads(out)["cautions"]}
     assert set(notes) == {"arms.paper", "arms.wide"}
     paper = notes["arms.paper"]
+    from sixblanks.harness.config.checks import SPREAD_FAR
+
     below_low = lo / -math.log1p(-3e-4)  # the bound's distance in log s, against the spread
     below_high = lo / math.log1p(4e-4)
+    assert below_low >= SPREAD_FAR
     assert f"weight.eps_low 0.0003 (from preset 'gspo_paper') is {below_low:.0f}x below" in paper
-    assert f"weight.eps_high 0.0004 (from preset 'gspo_paper') is {below_high:.0f}x below" in paper
     assert "negative advantage whose ratio fell gets no gradient" in paper
-    assert "positive advantage whose ratio rose gets no gradient" in paper
+    # the upper bound is named only where it too lies SPREAD_FAR below the spread
+    high_named = "weight.eps_high 0.0004 (from preset 'gspo_paper')" in paper
+    assert high_named == (below_high >= SPREAD_FAR)
+    assert ("positive advantage whose ratio rose gets no gradient" in paper) == high_named
     assert "weight.clip_scale" in paper and "ratio.seq_logratio_spread" in paper
     wide = notes["arms.wide"]
     assert f"weight.eps_high {math.expm1(20 * hi):g} is 20x above the largest" in wide
@@ -520,7 +527,12 @@ def test_no_sequence_bound_caution_where_the_spread_is_unknown(cli, write_yaml, 
     """Another policy, or the tiny one at a learning rate 3x or more from the one its spread was
     measured at: the spread the bounds should be compared with is unknown before a run."""
 
-    cfg = {"name": "c", "task": {"name": "arithmetic"}, "arms": {"p": {"preset": "gspo_paper"}}}
+    cfg = {
+        "name": "c",
+        "task": {"name": "arithmetic"},
+        "eval": {"size": 16},
+        "arms": {"p": {"preset": "gspo_paper"}},
+    }
     code, out, err = cli("validate", write_yaml(json.dumps(cfg | change)), "--json")
     assert code == 0, err
     assert json.loads(out)["cautions"] == []
