@@ -385,7 +385,8 @@ def test_search_arms_and_beam_evaluation_end_to_end(tmp_path, cli, write_yaml):
         "name": "search-e2e",
         "task": {
             "name": "guess_number",
-            "params": {"low": 1, "high": 8, "max_turns": 3},
+            # 48 secrets: an eighth of them (6) are test problems, the evaluation's distinct set
+            "params": {"low": 1, "high": 48, "max_turns": 3},
             "eval_size": 6,
         },  # fmt: skip
         "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 4},

@@ -32,6 +32,8 @@ from .ladder_stats import SPLIT, RungResult, judge_no_update, verdict
 
 REPEATS = 2
 """Evaluations before the engine version bump; one more follows it."""
+FROZEN_TRIES = 8
+"""Rung 2 draws at most this many batches of a group-relative arm looking for a reward spread."""
 
 
 def engine_name(engine) -> str:
@@ -205,18 +207,28 @@ def _frozen_collected(ctx, collector, kind: str) -> tuple[Collected | None, str]
         except ValueError as exc:  # no oracle, or a demonstration that failed
             return None, f"no demonstrations: {exc}"
         return collected, f"{collected.batch.size} oracle demonstrations"
-    G = ctx.group_size
-    instances = task.instances(list(range(r.prompts_per_step)))
-    batch = run_episodes(
-        ctx.engine,
-        ctx.tokenizer,
-        task,
-        instances,
-        G,
-        SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens),
-        generator=torch.Generator().manual_seed(0),
-    )
+    G, P = ctx.group_size, r.prompts_per_step
+    train = [s for s in range(FROZEN_TRIES * P * 8) if task.trains_on(s)]
+    generator = torch.Generator().manual_seed(0)
+    for tried in range(1, FROZEN_TRIES + 1):
+        # training problems only, like the arm's own batches; a batch whose every group agrees on
+        # its reward gives a group-relative arm a zero gradient, which reproduces trivially and
+        # shows nothing: the next prompts are drawn until one group disagrees
+        instances = task.instances(train[(tried - 1) * P : tried * P])
+        batch = run_episodes(
+            ctx.engine,
+            ctx.tokenizer,
+            task,
+            instances,
+            G,
+            SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens),
+            generator=generator,
+        )
+        if kind != "pg" or bool((batch.reward.view(-1, G).std(1) > 0).any()):
+            break
     what = f"{batch.size} rollouts ({len(instances)} prompts x {G})"
+    if tried > 1:
+        what += f", draw {tried} (the {tried - 1} before had no reward spread in any group)"
     baseline = None
     if ctx.blanks.advantage.estimator == "remax":  # its greedy rollout of each instance
         greedy = GreedyBaseline(ctx).run(instances, ctx.engine)
