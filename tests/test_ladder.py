@@ -728,6 +728,9 @@ def test_learning_rate_far_too_high_stops_at_rung_7_and_default_arm_passes(
     bad = _cfg(
         arms={"grpo": {"preset": "grpo", "optimizer": {"lr": 3.0}}},
         ladder={"lr_factors": [1e-4, 1.0]},
+        # one-digit arithmetic holds 25 validation problems: one greedy answer each cannot put the
+        # collapse at lr=3 past the margin; 16 samples each measure every problem's success rate
+        eval={"samples": 16, "temperature": 0.5},
     )
     from sixblanks.harness.training import loop
 
