@@ -7,12 +7,13 @@ trained it and the report can say which claims share which runs."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...layout import ExperimentDir, write_json
+from ...layout import SPEC_JSON, ExperimentDir, write_json
 from ...orchestration.runner import spec_id
 
 SHARED_JSON = "shared.json"
@@ -33,12 +34,16 @@ def run_identity(spec: dict[str, Any]) -> str:
 
 
 def finished_runs(root: Path) -> dict[str, Path]:
-    """``{identity: run directory}`` of the finished runs of every claim under ``root``
-    (``root/<claim>/<axis>/runs/<run id>``), the first found of each identity."""
+    """``{identity: run directory}`` of the runs trained to the end by a claim under ``root``
+    (``root/<claim>/<axis>/runs/<run id>``), the first found of each identity. A run still
+    running, interrupted or failed is not one (its events and evaluations stop short), and
+    neither is a copy: its source is, so that every copy names the claim that trained it."""
 
     found: dict[str, Path] = {}
     for spec in sorted(root.glob("*/*/runs/*/spec.json")):
         run = ExperimentDir(spec.parents[2]).run(spec.parent.name)
+        if (run.path / SHARED_JSON).exists():
+            continue
         if run.read_status().get("state") == "finished":
             found.setdefault(run_identity(run.read_spec()), run.path)
     return found
@@ -46,21 +51,31 @@ def finished_runs(root: Path) -> dict[str, Path]:
 
 def adopt_shared(cfg, out: Path, root: Path, log: Callable[[str], None]) -> list[str]:
     """Copy into experiment ``out`` every run of ``cfg`` that is not finished there and that a
-    finished run of another claim under ``root`` computes already; returns the copied run ids.
-    The copy's spec, status and result name the new run (its id, experiment and arm), so that
-    the store files it under this claim's arm."""
+    finished run of another claim under ``root`` computes already; returns the copied run ids."""
 
     from ...orchestration.orchestrator import build_specs
     from ...orchestration.warmstart import warm_start_key
     from ...tasks import make_task
 
-    pool = finished_runs(root)
-    if not pool:
-        return []
     tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
-    specs = build_specs(cfg, warm_start_key(cfg, tasks))
+    return adopt_specs(build_specs(cfg, warm_start_key(cfg, tasks)), out, root, log)
+
+
+COPYING = ".copying"
+"""In an experiment directory: where a run being copied is assembled, out of the runs folder so
+that no scan of ``runs/`` (the store's, :func:`finished_runs`) sees it half-made."""
+
+
+def adopt_specs(specs: list[dict], out: Path, root: Path, log: Callable[[str], None]) -> list[str]:
+    """:func:`adopt_shared` for resolved run ``specs``. A copy is assembled apart and moved into
+    ``runs/`` by one rename once whole, so a kill mid-copy leaves no run that looks finished: the
+    next attempt (a resumed command) finds the run unfinished and copies it once, afresh; a run
+    finished here already (trained, or copied by an earlier attempt) is never copied again."""
+
+    shutil.rmtree(out / COPYING, ignore_errors=True)  # what a killed attempt left half-made
+    pool = finished_runs(root)
     copied = []
-    for spec in specs:
+    for spec in specs if pool else []:
         run = ExperimentDir(out).run(spec["run_id"])
         src = pool.get(run_identity(spec))
         # a run of this experiment itself (two arms of one claim alike) is not another claim's
@@ -70,21 +85,35 @@ def adopt_shared(cfg, out: Path, root: Path, log: Callable[[str], None]) -> list
             or run.read_status().get("state") == "finished"
         ):
             continue
+        staged = _staged_copy(src, spec, out / COPYING / spec["run_id"], root)
         if run.path.exists():  # a partial run of its own: the finished copy replaces it
             shutil.rmtree(run.path)
-        shutil.copytree(src, run.path, ignore=shutil.ignore_patterns(*NOT_COPIED))
-        names = {k: spec[k] for k in NOT_IDENTITY}
-        write_json(run.spec, spec)
-        for name in ("status.json", "result.json"):
-            p = run.path / name
-            if p.is_file():
-                data = json.loads(p.read_text(encoding="utf-8"))
-                write_json(p, {**data, **{k: v for k, v in names.items() if k in data}})
-        source = src.relative_to(root)
-        write_json(run.path / SHARED_JSON, {"from": str(source), "run_id": src.name})
+        run.path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, run.path)
         copied.append(spec["run_id"])
-        log(f"{spec['arm']} seed {spec['seed']}: the finished run {source} is the same; copied")
+        log(
+            f"{spec['arm']} seed {spec['seed']}: the finished run {src.relative_to(root)} is the "
+            "same; copied"
+        )
+    shutil.rmtree(out / COPYING, ignore_errors=True)
     return copied
+
+
+def _staged_copy(src: Path, spec: dict, to: Path, root: Path) -> Path:
+    """``src`` copied to ``to`` with its spec, status and result naming the new run (its id,
+    experiment and arm, so that the store files it under this claim's arm) and a marker naming
+    its source."""
+
+    shutil.copytree(src, to, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    names = {k: spec[k] for k in NOT_IDENTITY}
+    write_json(to / SPEC_JSON, spec)
+    for name in ("status.json", "result.json"):
+        p = to / name
+        if p.is_file():
+            data = json.loads(p.read_text(encoding="utf-8"))
+            write_json(p, {**data, **{k: v for k, v in names.items() if k in data}})
+    write_json(to / SHARED_JSON, {"from": str(src.relative_to(root)), "run_id": src.name})
+    return to
 
 
 def shared_in(out: Path) -> dict[str, str]:
