@@ -59,12 +59,14 @@ def _detectable(ax: dict[str, Any]) -> str:
 def _expected(r: dict[str, Any], ax: dict[str, Any]) -> str:
     expect, delta = ax.get("expect", r["expect"]), ax.get("smallest_effect", r["smallest_effect"])
     delta = f"{delta:g}"
+    lower = (r.get("criterion") or {}).get("better") == "lower"
+    side = ", lower is better" if lower else ""
     return {
         "equal": f"within ±{delta}",
         "not_smaller": f"not smaller by more than {delta}",
         "no_difference": "not separated",
-        "best": f"best, by at least {delta} over each other arm",
-        "ordering": f"in this order, each by at least {delta}",
+        "best": f"best, by at least {delta} over each other arm{side}",
+        "ordering": f"in this order, each by at least {delta}{side}",
         "grows": f"arm − than grows from {' to '.join(r.get('between') or [])} by at least {delta}",
         "changes_sign": f"arm − than changes sign from {' to '.join(r.get('between') or [])}",
     }.get(expect, f"{expect} by at least {delta}")
@@ -72,7 +74,8 @@ def _expected(r: dict[str, Any], ax: dict[str, Any]) -> str:
 
 def _compared(r: dict[str, Any]) -> str:
     if r.get("form") == "many":
-        sep = " > " if r["expect"] == "ordering" else ", "
+        lower = (r.get("criterion") or {}).get("better") == "lower"
+        sep = (" < " if lower else " > ") if r["expect"] == "ordering" else ", "
         head = f"{r['arm']} over " if r["expect"] == "best" else ""
         others = [a for a in r["arms"] if a != r["arm"] or r["expect"] == "ordering"]
         return head + sep.join(others)
@@ -290,7 +293,7 @@ def _details(r: dict[str, Any]) -> list[render.Block]:
         fam = ax.get("family") or {}
         blocks += _shared_text(ax)
         if "comparisons" in ax:
-            blocks.append(render.Para(_combined_text(ax)))
+            blocks += [render.Para(_combined_text(ax)), *_amended_text(ax)]
             continue
         e = ax["interval"]
         text = (
@@ -317,17 +320,7 @@ def _details(r: dict[str, Any]) -> list[render.Block]:
                 f"{a} {fmt(v['start'])} → {fmt(v['end'])}" for a, v in start.items()
             )
             text += "."
-        blocks.append(render.Para(text))
-        for u in ax.get("under_amendments", []):
-            blocks.append(
-                render.Para(
-                    f"Under the criterion before amendment ({u.get('expect', '?')}, hash "
-                    f"{u['hash']}): {u['verdict']}"
-                    + (f", because {u['rule']}" if "rule" in u else f" ({u.get('why', '')})")
-                    + ".",
-                    "flag",
-                )
-            )
+        blocks += [render.Para(text), *_amended_text(ax)]
     for a in r.get("amendments", []):
         blocks.append(
             render.Para(
@@ -367,6 +360,26 @@ def _combined_text(ax: dict[str, Any]) -> str:
             )
         text += "."
     return text
+
+
+def _amended_text(ax: dict[str, Any]) -> list[render.Block]:
+    """The axis's verdict under each earlier version of the criterion (each implied pair's for a
+    claim of several comparisons), or why it is not computable."""
+
+    return [
+        render.Para(
+            f"Under the criterion before amendment ({u.get('expect', '?')}, hash "
+            f"{u['hash']}): {u['verdict']}"
+            + (f", because {u['rule']}" if "rule" in u else f" ({u.get('why', '')})")
+            + "".join(
+                f"; {c['label']}: {c['verdict']} [{fmt(c['low'])}, {fmt(c['high'])}]"
+                for c in u.get("comparisons", [])
+            )
+            + ".",
+            "flag",
+        )
+        for u in ax.get("under_amendments", [])
+    ]
 
 
 def _shared_text(ax: dict[str, Any]) -> list[render.Block]:

@@ -44,7 +44,6 @@ import functools
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 LARGER, SMALLER, CONTINUE, NO_DIFFERENCE = "larger", "smaller", "continue", "no difference"
 

@@ -140,3 +140,64 @@ def test_a_three_arm_claim_and_an_interaction_end_to_end(cli, tmp_path):
     assert "run(s) shared" in stdout
     md = (out / "findings.md").read_text()
     assert "taken over, not trained again" in md and "Holm holds it to inside the claim" in md
+    _a_sign_change_from_the_same_runs(cli, files, out, inter)
+
+
+AMENDED = """  amendments:
+    - was: {expect: grows}
+      reason: the difference may change its side, not only grow
+"""
+
+
+def _a_sign_change_from_the_same_runs(cli, files, out, grows):
+    """A sign-change claim on the interaction's arms and budgets, run as a second command into the
+    same output directory: all of its runs are the interaction's, copied (none trained, nothing
+    in its ledger), its two sides are the family, and its amendment from `grows` replays the
+    interaction claim's verdict from the same seeds."""
+
+    grown = (files / "interaction_grows.yaml").read_text()
+    text = grown.replace("  expect: grows\n", "  expect: changes_sign\n" + AMENDED)
+    path = files.parent / "sign" / "interaction_changes_sign.yaml"
+    path.parent.mkdir()
+    path.write_text(text)
+    code, stdout, err = cli("findings", str(path), "--out", str(out))
+    assert code == 0, err
+    sign = json.loads((out / "interaction_changes_sign" / "verdict.json").read_text())
+    (ax,) = sign["axes"]
+    s = ax["per_seed"]
+    assert s == grows["axes"][0]["per_seed"]  # the same runs
+    sides = ax["comparisons"]
+    for c, b in zip(sides, ("small", "large")):
+        assert c["d"] == pytest.approx(np.subtract(s[f"plain ({b})"], s[f"shuffled ({b})"]))
+    fam = [c["family"] for c in sides]
+    assert [f["size"] for f in fam] == [2, 2]
+    small, large = sorted(c["p"] for c in sides)
+    holm = {small: min(1, 2 * small), large: min(1, max(2 * small, large))}
+    assert [f["adjusted_p"] for f in fam] == pytest.approx([holm[c["p"]] for c in sides])
+    for f in fam:  # a side is separated exactly where its adjusted p is at most alpha
+        side = "above 0" if f["low"] > 0 else "below 0" if f["high"] < 0 else None
+        assert (side is not None) == (f["adjusted_p"] <= sign["alpha"])
+        assert f["verdict"] == (f"separated {side}" if side else "not separated")
+    first, second = (f["verdict"] for f in fam)
+    want = ("inconclusive" if "not separated" in (first, second)
+            else "contradicted" if first == second else "reproduced")  # fmt: skip
+    assert ax["family"]["verdict"] == want
+    # copied, not trained: the interaction's 12 runs, none in this claim's ledger
+    assert ax["shared"]["runs"] == 12
+    assert ax["shared"]["from"] == {"interaction_grows/small": 6, "interaction_grows/large": 6}
+    assert set(ax["spent"].values()) == {0}
+    # what they consumed is what the interaction spent training them, counter by counter
+    assert ax["shared"]["consumed"] == pytest.approx(grows["axes"][0]["spent"])
+    (was,) = ax["under_amendments"]
+    assert was["expect"] == "grows" and was["verdict"] == grows["axes"][0]["verdict"]
+    (replayed,) = was["comparisons"]
+    assert (replayed["low"], replayed["high"]) == pytest.approx(
+        (grows["axes"][0]["comparisons"][0]["interval"]["low"],
+         grows["axes"][0]["comparisons"][0]["interval"]["high"])
+    )  # fmt: skip
+    md = (out / "findings.md").read_text()
+    assert f"amendment (grows, hash {was['hash']}): {was['verdict']}" in md
+    # the command resumed: every run is finished here, nothing is copied again
+    code, _, err = cli("findings", str(path), "--out", str(out))
+    assert code == 0 and "copied" not in err
+    assert len(list(out.glob("interaction_changes_sign/*/runs/*/shared.json"))) == 12

@@ -109,10 +109,11 @@ def _claim_words(m) -> str:
     """The claim in words: two arms (an expectation per axis where given), k arms, or an
     interaction between two budgets."""
 
+    lower = m.better == "lower"
     if m.expect == "best":
-        return f"{m.arm} best of {', '.join(m.arms)}"
+        return f"{m.arm} best of {', '.join(m.arms)}" + (" (lower is better)" if lower else "")
     if m.expect == "ordering":
-        return " > ".join(m.arms) + " (in this order)"
+        return (" < " if lower else " > ").join(m.arms) + " (in this order, the best first)"
     if m.expect == "grows":
         return f"{m.arm} − {m.than} grows from {m.between[0]} to {m.between[1]}"
     if m.expect == "changes_sign":

@@ -55,10 +55,10 @@ CRITERION_FIELDS = (
 """What a claim's verdict is decided by, fixed before its data: changing one after a launch needs an
 amendment (``finding.amendments``)."""
 
-OPTIONAL_CRITERION = ("arms", "between")
-"""Criterion fields of the claim forms beyond two arms (k arms, an interaction between budgets):
-in the criterion, and so in its hash, only where given, so that a two-arm claim's hash is as it
-was before these forms existed."""
+OPTIONAL_CRITERION = ("arms", "between", "better")
+"""Criterion fields of the claim forms beyond two arms (k arms, an interaction between budgets,
+which side of a k-arm claim's metric is better): in the criterion, and so in its hash, only where
+given, so that a claim that leaves them out hashes as it did before they existed."""
 
 TWO_ARMS = ("larger", "smaller", "equal", "not_smaller", "no_difference")
 MANY_ARMS = ("best", "ordering")
@@ -107,8 +107,9 @@ class FindingSection(Section):
         None,
         min_length=3,
         description="A claim over three arms or more: `expect: best` (`arm` beats each other arm) "
-        "or `expect: ordering` (the arms in the claimed order, the largest metric first); decided "
-        "from the pairwise comparisons the claim implies, Holm-adjusted inside the claim.",
+        "or `expect: ordering` (the arms in the claimed order, the best first: the largest metric, "
+        "or the smallest with `better: lower`); decided from the pairwise comparisons the claim "
+        "implies, Holm-adjusted inside the claim.",
     )
     between: list[str] | None = Field(
         None,
@@ -118,6 +119,12 @@ class FindingSection(Section):
         "`expect: grows` (arm − than grows from B1 to B2 by at least `smallest_effect`) or "
         "`expect: changes_sign` (arm − than is separated from 0 on one side at B1 and on the "
         "other at B2).",
+    )
+    better: Literal["higher", "lower"] | None = Field(
+        None,
+        description="A claim over three arms or more: which side of the metric is better, "
+        "`higher` (left out: the default) or `lower` (a length, a loss); `best` is then the arm "
+        "with the smallest metric and `ordering` lists the smallest first.",
     )
     metric: str = Field(
         "final_score",
@@ -208,6 +215,10 @@ class FindingSection(Section):
             if isinstance(was.get("seeds"), dict):  # a seed plan written in part: the rest as now
                 was["seeds"] = {**versions[0]["seeds"], **was["seeds"]}
             before = {**versions[0], **was}
+            # an optional field written as null was not given then: absent, as it was hashed
+            for k in OPTIONAL_CRITERION:
+                if before.get(k, 0) is None:
+                    del before[k]
             versions.insert(0, before)
         return versions
 
@@ -271,15 +282,22 @@ def form_problems(m: FindingSection, arms: list[str]) -> list[str]:
     out: list[str] = []
     axes = list(m.budgets or {})
     need = {"two": ("arm", "than"), "many": ("arms",), "interaction": ("arm", "than", "between")}
-    cannot = {"two": ("arms", "between"), "many": ("than", "between"), "interaction": ("arms",)}
+    cannot = {
+        "two": ("arms", "between", "better"),
+        "many": ("than", "between"),
+        "interaction": ("arms", "better"),
+    }
     kind = {
         "two": "a two-arm claim",
         "many": f"expect: {m.expect}",
         "interaction": f"an interaction claim (expect: {m.expect})",
     }[m.form]
     out += [f"finding.{k}: {kind} needs it" for k in need[m.form] if getattr(m, k) is None]
+    # better orders k arms; two arms and an interaction say their direction by expect and by
+    # which arm is `arm`
+    why = {"better": " (its expect and `arm` give the direction)"}
     out += [
-        f"finding.{k}: not used by {kind}; remove it"
+        f"finding.{k}: not used by {kind}{why.get(k, '')}; remove it"
         for k in cannot[m.form]
         if getattr(m, k) is not None
     ]

@@ -19,6 +19,7 @@ Each claim writes ``OUT/<claim>/verdict.json``; ``adjust`` judges the family of 
 together; ``reports.findings`` renders them all.
 """
 
+from .amended import under
 from .claim import (
     SUMMARIES,
     check_criterion,
@@ -30,7 +31,9 @@ from .claim import (
     summary,
 )
 from .family import adjust, members
+from .forms import NotMeasured, form_of, implied_by, judge_inside, toward
 from .looks import implied, run_looks
+from .records import combine
 from .runs import (
     aggregate,
     arm_settings,
@@ -41,7 +44,7 @@ from .runs import (
     start_scores,
     undeclared_differences,
 )
-from .shared import adopt_shared, run_identity
+from .shared import adopt_shared, adopt_specs, finished_runs, run_identity
 from .verdicts import (
     ADJUSTMENTS,
     COMBINED_RULE,
@@ -71,12 +74,14 @@ __all__ = [
     "MARGIN",
     "MARGIN_RULES",
     "MOST_SEEDS_AUTO",
+    "NotMeasured",
     "RULES",
     "SIGN_CHANGE_RULE",
     "SUMMARIES",
     "adjust",
     "adjusted_p",
     "adopt_shared",
+    "adopt_specs",
     "aggregate",
     "arm_settings",
     "at_level",
@@ -84,6 +89,7 @@ __all__ = [
     "check_criterion",
     "checked_finding",
     "claim_verdict",
+    "combine",
     "combined_verdict",
     "comparisons",
     "design_of",
@@ -91,9 +97,13 @@ __all__ = [
     "detectable",
     "experiment_mapping",
     "finding_files",
+    "finished_runs",
+    "form_of",
     "holm_levels",
     "implied",
+    "implied_by",
     "judge",
+    "judge_inside",
     "members",
     "per_seed_values",
     "recorded_summary",
@@ -105,5 +115,7 @@ __all__ = [
     "sign_change_verdict",
     "start_scores",
     "summary",
+    "toward",
     "undeclared_differences",
+    "under",
 ]

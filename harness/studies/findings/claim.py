@@ -10,15 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ...config.claims import TWO_ARMS, Finding, criterion_hash, load_finding
+from ...config.claims import Finding, criterion_hash, load_finding
 from ...errors import ConfigError
 from ...orchestration.experiment import as_config
+from .amended import under
 from .looks import Log, run_looks
 from .records import many_record, two_arm_record
 from .runs import arm_settings, experiment_mapping, undeclared_differences
-from .verdicts import axis_criterion, design_of, judge, seed_design
+from .verdicts import seed_design
 
 
 def checked_finding(path: str | Path) -> tuple[Finding, Any]:
@@ -153,7 +152,9 @@ def run_finding(path: Path, out: Path, log: Log, family: int = 1) -> dict[str, A
     for ax in axes:
         ax["metric"] = m.metric
         # the verdict under every earlier version of the criterion, from the same seeds
-        ax["under_amendments"] = [_under(versions[i], ax, family) for i in range(len(m.amendments))]
+        ax["under_amendments"] = [
+            under(versions[i], versions[-1], ax, family) for i in range(len(m.amendments))
+        ]
     claim_dir.mkdir(parents=True, exist_ok=True)
     (claim_dir / "verdict.json").write_text(json.dumps(record, indent=2, default=float))
     return record
@@ -164,47 +165,6 @@ def _axis(f: Finding, axis: str, budget: dict, claim_dir: Path, log, level: floa
     if f.finding.form == "many":
         return many_record(f, {axis: budget}, run, claim_dir)
     return two_arm_record(f, axis, budget, run, claim_dir / axis)
-
-
-def _under(criterion: dict[str, Any], ax: dict[str, Any], family: int) -> dict[str, Any]:
-    arm, than = criterion["arm"], criterion["than"]
-    expect = criterion["expect"]
-    if "comparisons" in ax or (isinstance(expect, str) and expect not in TWO_ARMS):
-        return {
-            "hash": criterion_hash(criterion),
-            "verdict": "not computable",
-            "why": "a verdict under an earlier criterion is replayed for two-arm claims only",
-        }
-    criterion = axis_criterion(criterion, ax["axis"])
-    if criterion["metric"] != ax.get("metric", criterion["metric"]):
-        return {
-            "hash": criterion_hash(criterion),
-            "verdict": "not computable",
-            "why": f"the runs measured {ax['metric']}, not {criterion['metric']}",
-        }
-    if arm not in ax["per_seed"] or than not in ax["per_seed"]:
-        return {
-            "hash": criterion_hash(criterion),
-            "verdict": "not computable",
-            "why": f"the runs measured other arms than {arm} and {than}",
-        }
-    d = np.subtract(ax["per_seed"][arm], ax["per_seed"][than])
-    try:
-        if criterion["seeds"].get("cap") is None:
-            design = design_of(ax["design"])
-        else:
-            design = seed_design(criterion, criterion["alpha"] / family)
-        decided = judge(d[: design.cap], criterion, design, criterion["alpha"])
-    except (ValueError, ConfigError) as exc:  # a seed plan the seeds run cannot replay
-        return {"hash": criterion_hash(criterion), "verdict": "not computable", "why": str(exc)}
-    return {
-        "hash": criterion_hash(criterion),
-        "expect": criterion["expect"],
-        "verdict": decided["verdict"],
-        "rule": decided["rule"],
-        "low": decided["low"],
-        "high": decided["high"],
-    }
 
 
 SUMMARIES = "results"

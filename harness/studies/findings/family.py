@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .looks import comparison_criterion
+from .forms import comparison_criterion
 from .records import combine
 from .verdicts import adjusted_p, axis_criterion, comparison_p, design_of, judge
 

@@ -17,6 +17,7 @@ from sixblanks.budgets.ledger import Budget, Ledger
 from ...config.claims import Finding
 from ...errors import SixblanksError
 from ...orchestration.experiment import as_config, run_experiment
+from .forms import comparison_criterion, implied_by
 from .runs import consumed, differences, experiment_mapping, per_seed_values
 from .shared import adopt_shared, shared_in, taken_from
 from .verdicts import axis_criterion, judge, seed_design
@@ -25,46 +26,16 @@ Log = Callable[[str], None]
 
 
 def implied(f: Finding, values: dict[str, dict], label: str, n: int) -> list[dict[str, Any]]:
-    """The comparisons the claim implies at ``n`` seeds, each ``{label, arm, than, expect,
-    smallest_effect, d}`` with ``d`` ``[n]`` its per-seed differences: arm − than (two arms, on
-    the one axis of ``values``); best − each other arm, or each adjacent pair of an ordering (k
-    arms); (arm − than at B2) − (arm − than at B1) for ``grows``, arm − than at each of B1 and B2
-    for ``changes_sign`` (the same seeds at both budgets)."""
-
-    m = f.finding
+    """The comparisons the claim implies at ``n`` seeds (:func:`forms.implied_by` of its
+    criterion), each ``d`` ``[n]`` from the finished runs' ``values`` per axis and arm: arm − than
+    (two arms, on the one axis of ``values``); best − each other arm, or each adjacent pair of an
+    ordering (k arms); (arm − than at B2) − (arm − than at B1) for ``grows``, arm − than at each of
+    B1 and B2 for ``changes_sign`` (the same seeds at both budgets)."""
 
     def diff(axis: str, a: str, b: str) -> np.ndarray:
         return differences(f, axis, values[axis], label, n, a, b)
 
-    def one(name: str, a: str, b: str, expect: str, d: np.ndarray, delta: float) -> dict:
-        return {"label": name, "arm": a, "than": b, "expect": expect, "smallest_effect": delta,
-                "d": d}  # fmt: skip
-
-    if m.form == "interaction":
-        b1, b2 = m.between
-        first, second = diff(b1, m.arm, m.than), diff(b2, m.arm, m.than)
-        delta = m.effect_at(b1)
-        if m.expect == "grows":
-            name = f"({m.arm} − {m.than} at {b2}) − (at {b1})"
-            return [one(name, m.arm, m.than, "larger", second - first, delta)]
-        return [
-            one(f"{m.arm} − {m.than} at {b}", m.arm, m.than, "separated", d, delta)
-            for b, d in ((b1, first), (b2, second))
-        ]
-    (axis,) = values
-    if m.form == "two":
-        pairs = [(m.arm, m.than, m.expect_at(axis))]
-    elif m.expect == "best":
-        pairs = [(m.arm, x, "larger") for x in m.arms if x != m.arm]
-    else:
-        pairs = [(a, b, "larger") for a, b in zip(m.arms, m.arms[1:])]
-    return [one(f"{a} − {b}", a, b, e, diff(axis, a, b), m.effect_at(axis)) for a, b, e in pairs]
-
-
-def comparison_criterion(criterion: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
-    """The claim's criterion with one implied comparison's expectation and smallest effect."""
-
-    return {**criterion, "expect": c["expect"], "smallest_effect": c["smallest_effect"]}
+    return implied_by(f.finding.criterion(), list(values), diff)
 
 
 def run_looks(

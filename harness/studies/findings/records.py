@@ -14,17 +14,16 @@ import numpy as np
 from sixblanks.reports import paired
 
 from ...config.claims import Finding
-from .looks import comparison_criterion, shared_block
+from .forms import judge_inside
+from .looks import shared_block
 from .runs import audit_flags, start_scores
 from .verdicts import (
     COMBINED_RULE,
     SIGN_CHANGE_RULE,
     axis_criterion,
     combined_verdict,
-    comparison_p,
     design_record,
     detectable,
-    holm_levels,
     judge,
     sign_change_verdict,
 )
@@ -86,26 +85,7 @@ def judged_comparisons(f: Finding, run: dict, crit: dict[str, Any]) -> list[dict
     """The implied comparisons at the last look, each judged alone at the level Holm's step-down
     at the claim's alpha holds it to (inside the claim), with its interval there."""
 
-    design, comps = run["design"], run["comparisons"]
-    crits = [comparison_criterion(crit, c) for c in comps]
-    p = [comparison_p(c["d"], ci, design) for c, ci in zip(comps, crits)]
-    out = []
-    for c, ci, pi, lv in zip(comps, crits, p, holm_levels(p, f.finding.alpha)):
-        decided = judge(c["d"], ci, design, lv)
-        sd = float(np.std(c["d"], ddof=1)) if len(c["d"]) > 1 else float("nan")
-        out.append(
-            {
-                **{k: c[k] for k in ("label", "arm", "than", "expect", "smallest_effect")},
-                "d": [float(x) for x in c["d"]],
-                "p": pi,
-                "level": lv,
-                "verdict": decided["verdict"],
-                "rule": decided["rule"],
-                "interval": {k: decided[k] for k in ("estimate", "mean", "low", "high", "p", "seeds")},
-                "sequential_mde": detectable(ci["expect"], design, sd, ci["smallest_effect"]),
-            }
-        )  # fmt: skip
-    return out
+    return judge_inside(run["comparisons"], crit, run["design"], f.finding.alpha)
 
 
 def combine(expect: str, verdicts: list[str]) -> tuple[str, str]:
@@ -146,6 +126,8 @@ def many_record(f: Finding, budgets: dict[str, dict], run: dict, claim_dir: Path
     beside = [_beside(f, claim_dir / a, budgets[a], seeds, m.claim_arms()) for a in axes]
     return {
         "axis": axes[0] if len(axes) == 1 else " → ".join(axes),
+        # an interaction's two budgets, in order (its per-seed values are "arm (budget)")
+        **({"between": axes} if len(axes) > 1 else {}),
         "kind": m.form,
         "budget": flat(budgets),
         "design": design_record(run["design"]),
@@ -162,16 +144,19 @@ def many_record(f: Finding, budgets: dict[str, dict], run: dict, claim_dir: Path
         "audit": sorted({x for b in beside for x in b["audit"]}),
         "start": beside[0]["start"],
         "flags": sorted({x for b in beside for x in b["flags"]}),
-        "shared": _merge_shared([b["shared"] for b in beside]),
+        "shared": _merge_shared(axes, [b["shared"] for b in beside]),
     }
 
 
-def _merge_shared(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+def _merge_shared(axes: list[str], blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs taken over on each axis together; what they consumed named as the budget spent
+    is (each counter with its axis where there are two), so the two can be read side by side."""
+
     out: dict[str, Any] = {"runs": 0, "from": {}, "consumed": {}}
-    for b in blocks:
+    for a, b in zip(axes, blocks):
         out["runs"] += b["runs"]
         for k, v in b["from"].items():
             out["from"][k] = out["from"].get(k, 0) + v
         for k, v in b["consumed"].items():
-            out["consumed"][k] = out["consumed"].get(k, 0.0) + v
+            out["consumed"][k if len(axes) == 1 else f"{a} {k}"] = v
     return out
