@@ -36,6 +36,8 @@ def load_summaries(folder: str | Path) -> list[dict[str, Any]]:
 
 
 def _interval(ax: dict[str, Any]) -> str:
+    if "comparisons" in ax:  # a claim of several comparisons: each with its own
+        return "; ".join(f"{c['label']}: {_interval(c)}" for c in ax["comparisons"])
     fam = ax.get("family") or {}
     est = ax["interval"]["estimate"]
     return f"{fmt(est)} [{fmt(fam.get('low', ax['interval']['low']))}, {fmt(fam.get('high', ax['interval']['high']))}]"
@@ -54,13 +56,30 @@ def _detectable(ax: dict[str, Any]) -> str:
     return "n/a"
 
 
-def _expected(r: dict[str, Any]) -> str:
-    delta = f"{r['smallest_effect']:g}"
+def _expected(r: dict[str, Any], ax: dict[str, Any]) -> str:
+    expect, delta = ax.get("expect", r["expect"]), ax.get("smallest_effect", r["smallest_effect"])
+    delta = f"{delta:g}"
+    lower = (r.get("criterion") or {}).get("better") == "lower"
+    side = ", lower is better" if lower else ""
     return {
         "equal": f"within ±{delta}",
         "not_smaller": f"not smaller by more than {delta}",
         "no_difference": "not separated",
-    }.get(r["expect"], f"{r['expect']} by at least {delta}")
+        "best": f"best, by at least {delta} over each other arm{side}",
+        "ordering": f"in this order, each by at least {delta}{side}",
+        "grows": f"arm − than grows from {' to '.join(r.get('between') or [])} by at least {delta}",
+        "changes_sign": f"arm − than changes sign from {' to '.join(r.get('between') or [])}",
+    }.get(expect, f"{expect} by at least {delta}")
+
+
+def _compared(r: dict[str, Any]) -> str:
+    if r.get("form") == "many":
+        lower = (r.get("criterion") or {}).get("better") == "lower"
+        sep = (" < " if lower else " > ") if r["expect"] == "ordering" else ", "
+        head = f"{r['arm']} over " if r["expect"] == "best" else ""
+        others = [a for a in r["arms"] if a != r["arm"] or r["expect"] == "ordering"]
+        return head + sep.join(others)
+    return f"{r['arm']} vs {r['than']}"
 
 
 def _verdict_text(ax: dict[str, Any]) -> str:
@@ -81,8 +100,8 @@ def rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "claim": r["name"],
                     "statement": r["claim"],
                     "source": r["source"],
-                    "compared": f"{r['arm']} vs {r['than']} ({r['metric']}, expected "
-                    + _expected(r)
+                    "compared": f"{_compared(r)} ({r['metric']}, expected "
+                    + _expected(r, ax)
                     + ")",
                     "axis": ", ".join(f"{k} {v:g}" for k, v in ax["budget"].items()),
                     "verdict": fam.get("verdict", ax["verdict"]),
@@ -177,11 +196,19 @@ def figure(r: dict[str, Any]) -> bytes | None:
         1, len(axes_data), figsize=(3.2 * len(axes_data) + 0.6, 2.6), squeeze=False
     )
     for ax, a in zip(axs[0], axes_data):
-        ya, yb = a["per_seed"][r["arm"]], a["per_seed"][r["than"]]
-        for u, v in zip(yb, ya):
-            ax.plot([0, 1], [u, v], color="#999", lw=0.8, marker="o", ms=3)
-        ax.set_xticks([0, 1], [r["than"], r["arm"]])
-        ax.set_xlim(-0.4, 1.4)
+        if "comparisons" in a:  # each implied comparison's per-seed differences, 0 marked
+            for i, c in enumerate(a["comparisons"]):
+                ax.plot([i] * len(c["d"]), c["d"], "o", color="#666", ms=3)
+            ax.axhline(0, color="#bbb", lw=0.8)
+            labels = [c["label"] for c in a["comparisons"]]
+            ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=15)
+            ax.set_xlim(-0.6, len(labels) - 0.4)
+        else:
+            ya, yb = a["per_seed"][r["arm"]], a["per_seed"][r["than"]]
+            for u, v in zip(yb, ya):
+                ax.plot([0, 1], [u, v], color="#999", lw=0.8, marker="o", ms=3)
+            ax.set_xticks([0, 1], [r["than"], r["arm"]])
+            ax.set_xlim(-0.4, 1.4)
         verdict = (a.get("family") or {}).get("verdict", a["verdict"])
         ax.set_title(f"{verdict} ({', '.join(a['budget'])})", fontsize=9)
         ax.set_ylabel(r["metric"], fontsize=8)
@@ -227,8 +254,12 @@ def build_findings_report(out: str | Path, names: list[str] | None = None) -> Pa
             "δ; 'present but smaller than claimed' when it lies between 0 and δ; 'not reproduced "
             "at delta' when it excludes δ but not 0; 'contradicted' when it lies wholly on the "
             "other side of 0; 'inconclusive' when it contains both. A claim of equality is "
-            "reproduced inside ±δ; a 'no worse' claim above −δ. Each verdict's rule is its cell's "
-            "note.",
+            "reproduced inside ±δ; a 'no worse' claim above −δ. A claim over several arms (best, "
+            "or an ordering) is decided from the pairs it implies, Holm-adjusted inside the claim: "
+            "reproduced only if every pair is, contradicted if any pair is, otherwise the weakest "
+            "pair's verdict. An interaction claim tests, per seed, the change of arm − than "
+            "between two budgets (grows), or the side of 0 it is separated on at each (changes "
+            "sign). Each verdict's rule is its cell's note.",
             "caption",
         ),
         table,
@@ -260,10 +291,16 @@ def _details(r: dict[str, Any]) -> list[render.Block]:
     blocks: list[render.Block] = []
     for ax in r["axes"]:
         fam = ax.get("family") or {}
+        blocks += _shared_text(ax)
+        if "comparisons" in ax:
+            blocks += [render.Para(_combined_text(ax)), *_amended_text(ax)]
+            continue
         e = ax["interval"]
         text = (
             f"{ax['axis']}: alone (level {ax['level']:.3g}): {ax['verdict']}, because "
-            f"{ax['rule']} [{fmt(e['low'])}, {fmt(e['high'])}]; sequential p {e['p']:.3g}."
+            f"{ax['rule']} [{fmt(e['low'])}, {fmt(e['high'])}]; sequential p {e['p']:.3g}; "
+            f"estimate {fmt(e['estimate'])} (median-unbiased at the stopping look"
+            + (f"; mean of the seeds {fmt(e['mean'])})." if "mean" in e else ").")
         )
         if fam:
             text += (
@@ -283,17 +320,7 @@ def _details(r: dict[str, Any]) -> list[render.Block]:
                 f"{a} {fmt(v['start'])} → {fmt(v['end'])}" for a, v in start.items()
             )
             text += "."
-        blocks.append(render.Para(text))
-        for u in ax.get("under_amendments", []):
-            blocks.append(
-                render.Para(
-                    f"Under the criterion before amendment ({u.get('expect', '?')}, hash "
-                    f"{u['hash']}): {u['verdict']}"
-                    + (f", because {u['rule']}" if "rule" in u else f" ({u.get('why', '')})")
-                    + ".",
-                    "flag",
-                )
-            )
+        blocks += [render.Para(text), *_amended_text(ax)]
     for a in r.get("amendments", []):
         blocks.append(
             render.Para(
@@ -307,6 +334,67 @@ def _details(r: dict[str, Any]) -> list[render.Block]:
             render.Para("Shares its runs (the same configuration and seeds): " + ", ".join(group))
         )
     return blocks
+
+
+def _combined_text(ax: dict[str, Any]) -> str:
+    """A claim of several comparisons: its combined verdict and rule, then each comparison alone
+    (Holm inside the claim) and in the family."""
+
+    fam = ax.get("family") or {}
+    text = f"{ax['axis']}: alone: {ax['verdict']}"
+    if fam:
+        text += f"; in the family ({fam['method']} over {fam['size']}): {fam['verdict']}"
+    text += f". Rule: {ax['rule']}."
+    for c in ax["comparisons"]:
+        e, cf = c["interval"], c.get("family") or {}
+        text += (
+            f" {c['label']} (expected {c['expect']}): estimate {fmt(e['estimate'])} (median-"
+            f"unbiased; mean of the seeds {fmt(e['mean'])}); alone at the level Holm holds it to "
+            f"inside the claim ({c['level']:.3g}): {c['verdict']}, because {c['rule']} "
+            f"[{fmt(e['low'])}, {fmt(e['high'])}]"
+        )
+        if cf:
+            text += (
+                f"; in the family (adjusted p {cf['adjusted_p']:.3g}): {cf['verdict']} "
+                f"[{fmt(cf['low'])}, {fmt(cf['high'])}]"
+            )
+        text += "."
+    return text
+
+
+def _amended_text(ax: dict[str, Any]) -> list[render.Block]:
+    """The axis's verdict under each earlier version of the criterion (each implied pair's for a
+    claim of several comparisons), or why it is not computable."""
+
+    return [
+        render.Para(
+            f"Under the criterion before amendment ({u.get('expect', '?')}, hash "
+            f"{u['hash']}): {u['verdict']}"
+            + (f", because {u['rule']}" if "rule" in u else f" ({u.get('why', '')})")
+            + "".join(
+                f"; {c['label']}: {c['verdict']} [{fmt(c['low'])}, {fmt(c['high'])}]"
+                for c in u.get("comparisons", [])
+            )
+            + ".",
+            "flag",
+        )
+        for u in ax.get("under_amendments", [])
+    ]
+
+
+def _shared_text(ax: dict[str, Any]) -> list[render.Block]:
+    shared = ax.get("shared") or {}
+    if not shared.get("runs"):
+        return []
+    whence = ", ".join(f"{n} from {k}" for k, n in shared["from"].items())
+    spent = ", ".join(f"{v:g} {k}" for k, v in shared["consumed"].items())
+    return [
+        render.Para(
+            f"{ax['axis']}: {shared['runs']} run(s) taken over, not trained again ({whence}): "
+            f"the same configuration, seeds and code; their cost ({spent}) is in the ledger of "
+            "the claim that trained them, not in this one's budget spent."
+        )
+    ]
 
 
 README_START, README_END = "<!-- findings:start -->", "<!-- findings:end -->"

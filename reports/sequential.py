@@ -44,7 +44,6 @@ import functools
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 LARGER, SMALLER, CONTINUE, NO_DIFFERENCE = "larger", "smaller", "continue", "no difference"
 
@@ -345,52 +344,42 @@ class SequentialTest:
         return median_unbiased(self.design, len(self.looks) - 1, self._d)
 
 
-def median_unbiased(design: Design, k: int, d: np.ndarray, level: float | None = None) -> float:
+def median_unbiased(
+    design: Design, k: int, d: np.ndarray, level: float | None = None, sims: int = 2000
+) -> float:
     """The effect ``mu`` at which the outcome observed at look ``k`` (0-based) with data ``d``
     ``[n_k]`` is the median under stage-wise ordering: ``P_mu(stop earlier upwards, or reach look
-    k with a mean >= the observed one) = 1/2``. Normal approximation: the per-seed sd is the
-    sample's, look j stops when ``|mean| >= z_(1 - level_j / 2) sd / sqrt(n_j)``."""
+    k with a mean >= the observed one) = 1/2``. The stopping rule is the test's own (each look's
+    exact sign-flip interval at its level, on ``sims`` simulated experiments of normal per-seed
+    differences with the sample's sd): a normal approximation of the boundaries instead would
+    misplace them badly at a few seeds, where the sign-flip test can only stop when every seed
+    agrees. An interval moves with a shift of the data, so each experiment's intervals are
+    computed once and ``mu`` only shifts them."""
 
     d = np.asarray(d, dtype=float)
     sd = float(d.std(ddof=1)) if len(d) > 1 else 0.0
     obs = float(d.mean())
     if sd == 0 or not np.isfinite(sd):
         return obs
-    z, crit, ns = _paths(design, k, level)
+    low, high, means = _null_paths(design, level, sims)
+    rows = np.arange(len(means))
 
-    # [R, k+1] path means per unit sd with mu = 0
     def upper_prob(mu: float) -> float:
-        means = mu / sd + z
-        stop_up = (means[:, :k] >= crit[:k]).any(1) if k else np.zeros(len(z), bool)
-        stop_down = (means[:, :k] <= -crit[:k]).any(1) if k else np.zeros(len(z), bool)
-        first_up = np.zeros(len(z), bool)
-        if k:
-            up = means[:, :k] >= crit[:k]
-            down = means[:, :k] <= -crit[:k]
-            crossed = up | down
-            first = np.where(crossed.any(1), crossed.argmax(1), k)
-            first_up = stop_up & (up[np.arange(len(z)), np.minimum(first, k - 1)])
-            reach = ~(stop_up | stop_down)
-        else:
-            reach = np.ones(len(z), bool)
-        return float((first_up | (reach & (means[:, k] >= obs / sd))).mean())
+        s = mu / sd  # the shift in units of the simulated experiments' sd (1)
+        reach_up = means[:, k] + s >= obs / sd
+        if not k:
+            return float(reach_up.mean())
+        up, down = low[:, :k] + s > 0, high[:, :k] + s < 0
+        crossed = up | down
+        stopped = crossed.any(1)
+        first_up = stopped & up[rows, crossed.argmax(1)]
+        return float((first_up | (~stopped & reach_up)).mean())
 
     lo, hi = obs - 20 * sd, obs + 20 * sd
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if upper_prob(mid) < 0.5 else (lo, mid)
     return (lo + hi) / 2
-
-
-@functools.lru_cache(maxsize=64)
-def _paths(design: Design, k: int, level: float | None) -> tuple[np.ndarray, np.ndarray, list]:
-    ns = design.interims[: k + 1]
-    rng = np.random.default_rng(12_345)
-    steps = rng.normal(size=(20000, ns[-1]))
-    z = np.cumsum(steps, 1)[:, np.array(ns) - 1] / np.array(ns)  # [R, k+1] means, sd 1
-    levels = np.array(design.levels(level)[: k + 1])
-    crit = stats.norm.isf(levels / 2) / np.sqrt(ns)
-    return z, crit, ns
 
 
 # ---------------------------------------------------------------------------- many experiments
@@ -459,11 +448,18 @@ def simulate(
 
 
 @functools.lru_cache(maxsize=32)
-def _null_intervals(design: Design, level: float | None, sims: int) -> tuple[np.ndarray, ...]:
-    # standard normal per-seed differences, fixed seed: common random numbers for every effect
+def _null_paths(design: Design, level: float | None, sims: int) -> tuple[np.ndarray, ...]:
+    """Standard normal per-seed differences, fixed seed (common random numbers for every effect):
+    every look's interval ends ``[sims, K]`` and mean ``[sims, K]``."""
+
     d = np.random.default_rng(2_000_003).normal(size=(sims, design.cap))
     low, high, _ = _intervals(design, d, level)
-    return low, high
+    ks = np.array(design.interims)
+    return low, high, np.cumsum(d, 1)[:, ks - 1] / ks
+
+
+def _null_intervals(design: Design, level: float | None, sims: int) -> tuple[np.ndarray, ...]:
+    return _null_paths(design, level, sims)[:2]
 
 
 def _power(design: Design, effect: float, level: float | None, sims: int) -> float:

@@ -155,3 +155,26 @@ def test_accessors_and_refusals():
     wide = t.interval(0.05 / 3)
     assert wide[0] <= t.interval()[0] and wide[1] >= t.interval()[1]
     assert t.estimate() == pytest.approx(5.5, rel=0.05)
+
+
+def test_the_median_unbiased_estimate_removes_the_early_stop_bias_of_the_mean():
+    """A design that stops early about half the time at a true effect of 0.6 sd: over 300
+    experiments (each run look by look through SequentialTest), the naive mean at the stopping
+    look is biased upwards in median (an early stop needs a large mean), and the median-unbiased
+    estimate under stage-wise ordering much less so. Both medians are taken here from the
+    simulated experiments, against the true effect."""
+
+    design = seq.Design(alpha=0.2, pilot=6, batch=4, cap=14, skew=1.0)
+    effect, rng = 0.6, np.random.default_rng(3)
+    naive, mue, early = [], [], []
+    for _ in range(300):
+        d = rng.normal(effect, 1.0, design.cap)
+        t = run(design, d)
+        naive.append(t.mean())
+        mue.append(t.estimate())
+        early.append(len(t.looks) < len(design.interims))
+        assert t.mean() == pytest.approx(d[: t.looks[-1]["seeds"]].mean())
+    assert 0.3 < np.mean(early) < 0.7
+    naive_bias, mue_bias = np.median(naive) - effect, np.median(mue) - effect
+    assert naive_bias > 0.06
+    assert abs(mue_bias) < 0.6 * naive_bias

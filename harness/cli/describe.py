@@ -73,8 +73,8 @@ def validate(
             else "seeds: the design of the family it runs in"
         )
         say(
-            f"claim: {m.arm} {EXPECT_WORDS[m.expect]} {m.than} on {m.metric} (smallest "
-            f"effect {m.smallest_effect:g}, alpha {m.alpha:g}; {seeds}); budget axes: "
+            f"claim: {_claim_words(m)} on {m.metric} (smallest effect "
+            f"{_per_axis(m.smallest_effect)}, alpha {m.alpha:g}; {seeds}); budget axes: "
             + ", ".join(m.budgets or {"budget": cfg.budget})
         )
     say(plan_table(cfg))
@@ -95,6 +95,34 @@ EXPECT_WORDS = {
     "not_smaller": "not smaller than",
     "no_difference": "not separated from",
 }
+
+
+def _per_axis(v) -> str:
+    if isinstance(v, dict):
+        return ", ".join(
+            f"{k}: {x:g}" if isinstance(x, float) else f"{k}: {x}" for k, x in v.items()
+        )
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _claim_words(m) -> str:
+    """The claim in words: two arms (an expectation per axis where given), k arms, or an
+    interaction between two budgets."""
+
+    lower = m.better == "lower"
+    if m.expect == "best":
+        return f"{m.arm} best of {', '.join(m.arms)}" + (" (lower is better)" if lower else "")
+    if m.expect == "ordering":
+        return (" < " if lower else " > ").join(m.arms) + " (in this order, the best first)"
+    if m.expect == "grows":
+        return f"{m.arm} − {m.than} grows from {m.between[0]} to {m.between[1]}"
+    if m.expect == "changes_sign":
+        return f"{m.arm} − {m.than} changes sign from {m.between[0]} to {m.between[1]}"
+    if isinstance(m.expect, dict):
+        return (
+            f"{m.arm} vs {m.than} ({_per_axis({k: EXPECT_WORDS[v] for k, v in m.expect.items()})})"
+        )
+    return f"{m.arm} {EXPECT_WORDS[m.expect]} {m.than}"
 
 
 def _finding_of(path: Path):

@@ -113,6 +113,9 @@ def findings(
         return
     for r in records:
         for ax in r["axes"]:
+            if "comparisons" in ax:
+                say(_several(r, ax, adjustment))
+                continue
             e, fam = ax["interval"], ax["family"]
             say(
                 f"{r['name']} ({ax['axis']}): [bold]{fam['verdict']}[/bold] in the family "
@@ -120,7 +123,27 @@ def findings(
                 f"({r['arm']} − {r['than']} {e['estimate']:+.3f}, interval {fam['low']:+.3f} to "
                 f"{fam['high']:+.3f}, {ax['seeds']} seeds per arm)"
             )
+        for ax in (a for a in r["axes"] if (a.get("shared") or {}).get("runs")):
+            whence = ", ".join(f"{n} from {k}" for k, n in ax["shared"]["from"].items())
+            say(f"{r['name']} ({ax['axis']}): {ax['shared']['runs']} run(s) shared ({whence})")
     say(f"report: {report}")
+
+
+def _several(r: dict, ax: dict, adjustment: str) -> str:
+    """A claim of several comparisons (k arms, an interaction): its combined verdict, then each
+    comparison's estimate and interval in the family."""
+
+    fam = ax["family"]
+    parts = "; ".join(
+        f"{c['label']} {c['interval']['estimate']:+.3f}, interval {c['family']['low']:+.3f} to "
+        f"{c['family']['high']:+.3f}: {c['family']['verdict']}"
+        for c in ax["comparisons"]
+    )
+    return (
+        f"{r['name']} ({ax['axis']}): [bold]{fam['verdict']}[/bold] in the family ({adjustment}, "
+        f"largest adjusted p {fam['adjusted_p']:.3g}; alone: {ax['verdict']}) ({parts}; "
+        f"{ax['seeds']} seeds per arm)"
+    )
 
 
 def _commit() -> str:
