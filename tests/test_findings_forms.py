@@ -102,14 +102,20 @@ def test_a_three_arm_claim_and_an_interaction_end_to_end(cli, tmp_path):
         assert c["d"] == pytest.approx(want)
     levels = _holm_levels([c["p"] for c in ax["comparisons"]], best["alpha"])
     assert [c["level"] for c in ax["comparisons"]] == pytest.approx(levels)
-    order = ["reproduced", "present but smaller than claimed", "inconclusive",
-             "not reproduced at delta", "contradicted"]  # fmt: skip
+    order = [
+        "reproduced",
+        "present but smaller than claimed",
+        "inconclusive",
+        "not reproduced at delta",
+        "contradicted",
+    ]
     assert ax["verdict"] == max((c["verdict"] for c in ax["comparisons"]), key=order.index)
     (ix,) = inter["axes"]
     (c,) = ix["comparisons"]
     s = ix["per_seed"]
-    want = (np.subtract(s["plain (large)"], s["shuffled (large)"])
-            - np.subtract(s["plain (small)"], s["shuffled (small)"]))  # fmt: skip
+    want = np.subtract(s["plain (large)"], s["shuffled (large)"]) - np.subtract(
+        s["plain (small)"], s["shuffled (small)"]
+    )
     assert c["d"] == pytest.approx(want) and c["family"]["size"] == 3
     # shared runs: the interaction's 480-token runs are the three-arm claim's plain and shuffled
     # runs; whichever ran first trained them, the other copied them (byte-identical events, which
@@ -179,8 +185,13 @@ def _a_sign_change_from_the_same_runs(cli, files, out, grows):
         assert (side is not None) == (f["adjusted_p"] <= sign["alpha"])
         assert f["verdict"] == (f"separated {side}" if side else "not separated")
     first, second = (f["verdict"] for f in fam)
-    want = ("inconclusive" if "not separated" in (first, second)
-            else "contradicted" if first == second else "reproduced")  # fmt: skip
+    want = (
+        "inconclusive"
+        if "not separated" in (first, second)
+        else "contradicted"
+        if first == second
+        else "reproduced"
+    )
     assert ax["family"]["verdict"] == want
     # copied, not trained: the interaction's 12 runs, none in this claim's ledger
     assert ax["shared"]["runs"] == 12
@@ -192,9 +203,11 @@ def _a_sign_change_from_the_same_runs(cli, files, out, grows):
     assert was["expect"] == "grows" and was["verdict"] == grows["axes"][0]["verdict"]
     (replayed,) = was["comparisons"]
     assert (replayed["low"], replayed["high"]) == pytest.approx(
-        (grows["axes"][0]["comparisons"][0]["interval"]["low"],
-         grows["axes"][0]["comparisons"][0]["interval"]["high"])
-    )  # fmt: skip
+        (
+            grows["axes"][0]["comparisons"][0]["interval"]["low"],
+            grows["axes"][0]["comparisons"][0]["interval"]["high"],
+        )
+    )
     md = (out / "findings.md").read_text()
     assert f"amendment (grows, hash {was['hash']}): {was['verdict']}" in md
     # the command resumed: every run is finished here, nothing is copied again

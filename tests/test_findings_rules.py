@@ -65,10 +65,16 @@ def _design(alpha: float) -> sequential.Design:
 
 def _sides(b1, b2) -> list[dict]:
     return [
-        {"label": f"a − b at {k}", "arm": "a", "than": "b", "expect": "separated",
-         "smallest_effect": 0.05, "d": np.asarray(d)}
+        {
+            "label": f"a − b at {k}",
+            "arm": "a",
+            "than": "b",
+            "expect": "separated",
+            "smallest_effect": 0.05,
+            "d": np.asarray(d),
+        }
         for k, d in (("small", b1), ("large", b2))
-    ]  # fmt: skip
+    ]
 
 
 def test_the_p_values_the_cases_are_built_from():
@@ -128,10 +134,17 @@ def test_the_cases_cover_every_sign_change_verdict():
 
 def _criterion(**kw) -> dict:
     base = {
-        "claim": "c", "arm": "a", "than": "b", "metric": "final_score", "aggregate": "mean",
-        "expect": "larger", "smallest_effect": 0.05, "alpha": 0.1,
-        "seeds": {"pilot": None, "batch": None, "cap": None}, "symmetric": True,
-    }  # fmt: skip
+        "claim": "c",
+        "arm": "a",
+        "than": "b",
+        "metric": "final_score",
+        "aggregate": "mean",
+        "expect": "larger",
+        "smallest_effect": 0.05,
+        "alpha": 0.1,
+        "seeds": {"pilot": None, "batch": None, "cap": None},
+        "symmetric": True,
+    }
     return {**base, **kw}
 
 
@@ -147,7 +160,7 @@ def _interaction_record(b1, b2, alpha: float) -> dict:
             "b (small)": list(zeros),
             "a (large)": list(b2),
             "b (large)": list(zeros),
-        },  # fmt: skip
+        },
     }
 
 
@@ -157,18 +170,34 @@ def test_a_sign_change_in_the_family():
 
     alpha = 0.1
     sign = {
-        "alpha": alpha, "expect": "changes_sign", "arm": "a", "than": "b",
+        "alpha": alpha,
+        "expect": "changes_sign",
+        "arm": "a",
+        "than": "b",
         "criterion": _criterion(expect="changes_sign", between=["small", "large"]),
-        "axes": [{**_interaction_record(UP, DOWN_BUT_ONE, alpha),
-                  "comparisons": fs.judge_inside(_sides(UP, DOWN_BUT_ONE),
-                                                 {"expect": "changes_sign"}, _design(alpha),
-                                                 alpha)}],
-    }  # fmt: skip
+        "axes": [
+            {
+                **_interaction_record(UP, DOWN_BUT_ONE, alpha),
+                "comparisons": fs.judge_inside(
+                    _sides(UP, DOWN_BUT_ONE), {"expect": "changes_sign"}, _design(alpha), alpha
+                ),
+            }
+        ],
+    }
     two = {
-        "alpha": alpha, "expect": "larger", "arm": "a", "than": "b", "criterion": _criterion(),
-        "axes": [{"axis": "budget", "design": fs.design_record(_design(alpha)),
-                  "per_seed": {"a": list(MIXED), "b": [0.0] * N}}],
-    }  # fmt: skip
+        "alpha": alpha,
+        "expect": "larger",
+        "arm": "a",
+        "than": "b",
+        "criterion": _criterion(),
+        "axes": [
+            {
+                "axis": "budget",
+                "design": fs.design_record(_design(alpha)),
+                "per_seed": {"a": list(MIXED), "b": [0.0] * N},
+            }
+        ],
+    }
     assert sign["axes"][0]["comparisons"][1]["verdict"] == "separated below 0"  # alone
     fs.adjust([sign, two])
     p = [_p(UP), _p(DOWN_BUT_ONE), _p(MIXED)]
@@ -256,13 +285,15 @@ def _many_record(alpha: float) -> dict:
     [
         # a − b and a − c above 0 on every seed, p 2/64 each, Holm 4/64 <= 0.2: both separated
         ({"expect": "best", "arm": "a", "arms": ["a", "b", "c"]}, "reproduced"),
-        ({"expect": "best", "arm": "a", "arms": ["a", "b", "c"], "better": "lower"},
-         "contradicted"),
+        (
+            {"expect": "best", "arm": "a", "arms": ["a", "b", "c"], "better": "lower"},
+            "contradicted",
+        ),
         # a − c reproduced, c − b contradicted: any pair contradicted
         ({"expect": "ordering", "arm": None, "arms": ["a", "c", "b"]}, "contradicted"),
         ({"expect": "larger", "arm": "b", "than": "c"}, "reproduced"),  # two arms, computable
     ],
-)  # fmt: skip
+)
 def test_the_verdict_under_an_earlier_criterion_of_a_claim_over_k_arms(was, want):
     now = _criterion(expect="ordering", arm=None, than=None, arms=["a", "b", "c"], alpha=0.2)
     got = fs.under(_criterion(**{"than": None, "alpha": 0.2, **was}), now, _many_record(0.2), 1)
@@ -299,8 +330,12 @@ def test_the_verdict_under_an_earlier_criterion_of_an_interaction():
     other = fs.under(_criterion(expect="grows", arm="c", between=["small", "large"]), now, ax, 1)
     assert other["verdict"] == "not computable"
     assert "compares c, which the runs did not measure (they measured a, b)" in other["why"]
-    flat = fs.under(_criterion(expect="grows", between=["small", "large"]), now,
-                    {**_many_record(0.1), "axis": "small"}, 1)  # fmt: skip
+    flat = fs.under(
+        _criterion(expect="grows", between=["small", "large"]),
+        now,
+        {**_many_record(0.1), "axis": "small"},
+        1,
+    )
     assert "compares at budget axis 'large'; these runs are of small" in flat["why"]
     metric = fs.under(_criterion(metric="entropy_token_mean"), _criterion(), _many_record(0.1), 1)
     assert metric["verdict"] == "not computable" and "measures entropy_token_mean" in metric["why"]

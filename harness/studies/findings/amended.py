@@ -44,8 +44,13 @@ def under(
     out = {"hash": h, "expect": crit["expect"]}
     if len(judged) == 1 and comps[0]["expect"] == crit["expect"]:  # two arms: the one interval
         (j,) = judged
-        return {**out, "verdict": j["verdict"], "rule": j["rule"],
-                "low": j["interval"]["low"], "high": j["interval"]["high"]}  # fmt: skip
+        return {
+            **out,
+            "verdict": j["verdict"],
+            "rule": j["rule"],
+            "low": j["interval"]["low"],
+            "high": j["interval"]["high"],
+        }
     verdict, rule = combine(crit["expect"], [j["verdict"] for j in judged])
     return {
         **out,
@@ -60,7 +65,7 @@ def under(
                 "high": j["interval"]["high"],
             }
             for j in judged
-        ],  # fmt: skip
+        ],
     }
 
 

@@ -46,8 +46,14 @@ def implied_by(criterion: dict[str, Any], axes: list[str], diff: Diff) -> list[d
     arm, than = criterion.get("arm"), criterion.get("than")
 
     def one(label: str, a: str, b: str, e: str, d: np.ndarray, effect: float) -> dict[str, Any]:
-        return {"label": label, "arm": a, "than": b, "expect": e,
-                "smallest_effect": float(effect), "d": d}  # fmt: skip
+        return {
+            "label": label,
+            "arm": a,
+            "than": b,
+            "expect": e,
+            "smallest_effect": float(effect),
+            "d": d,
+        }
 
     form = form_of(expect)
     if form == "interaction":
@@ -109,8 +115,10 @@ def judge_inside(
                 "level": lv,
                 "verdict": decided["verdict"],
                 "rule": decided["rule"],
-                "interval": {k: decided[k] for k in ("estimate", "mean", "low", "high", "p", "seeds")},
+                "interval": {
+                    k: decided[k] for k in ("estimate", "mean", "low", "high", "p", "seeds")
+                },
                 "sequential_mde": detectable(ci["expect"], design, sd, ci["smallest_effect"]),
             }
-        )  # fmt: skip
+        )
     return out

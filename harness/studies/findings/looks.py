@@ -63,29 +63,43 @@ def run_looks(
         axis_of = next(iter(budgets)) if m.form != "interaction" else None
         comps = implied(f, values, label, n)
         crit = axis_criterion(m.criterion(), axis_of) if axis_of else m.criterion()
-        decided = [judge(c["d"], comparison_criterion(crit, c), design, level, median=False)
-                   for c in comps]  # fmt: skip
+        decided = [
+            judge(c["d"], comparison_criterion(crit, c), design, level, median=False) for c in comps
+        ]
         verdicts = [x["verdict"] for x in decided]
         looks.append(
-            {"seeds": n, "verdict": verdicts[0] if len(comps) == 1 else verdicts,
-             "decision": [x["decision"] for x in decided] if len(comps) > 1
-             else decided[0]["decision"]}
-        )  # fmt: skip
+            {
+                "seeds": n,
+                "verdict": verdicts[0] if len(comps) == 1 else verdicts,
+                "decision": [x["decision"] for x in decided]
+                if len(comps) > 1
+                else decided[0]["decision"],
+            }
+        )
         log(f"{f.name} ({', '.join(budgets)}): {n} seeds per arm, {label}: {', '.join(verdicts)}")
         done = n
         if all(x["final"] for x in decided):
             break
-    return {"design": design, "values": values, "looks": looks, "ledgers": ledgers,
-            "seconds": time.time() - started, "label": label, "comparisons": comps,
-            "seeds": done}  # fmt: skip
+    return {
+        "design": design,
+        "values": values,
+        "looks": looks,
+        "ledgers": ledgers,
+        "seconds": time.time() - started,
+        "label": label,
+        "comparisons": comps,
+        "seeds": done,
+    }
 
 
 def _look(f: Finding, axis: str, budget: dict, out: Path, ledger: Ledger, done: int, n: int, log):
     """Seeds ``done`` .. ``n - 1`` of one axis: reserved, copied from another claim where it ran
     them already, else trained; the ledger charged with what this claim trained."""
 
-    res = ledger.reserve({k: v * len(f.experiment["arms"]) * (n - done) for k, v in budget.items()},
-                         f"seeds {done}-{n}")  # fmt: skip
+    res = ledger.reserve(
+        {k: v * len(f.experiment["arms"]) * (n - done) for k, v in budget.items()},
+        f"seeds {done}-{n}",
+    )
     if res is None:
         raise SixblanksError(f"{f.name} ({axis}): the ledger refused seeds {done}..{n - 1}")
     cfg = as_config(experiment_mapping(f, axis, budget, n))
