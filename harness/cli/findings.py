@@ -52,39 +52,61 @@ def findings(
     the seeds used, the budget spent and the smallest detectable effect. Resumable: finished runs
     are kept; one process at a time per output directory."""
 
-    from sixblanks.reports.findings import build_findings_report, load_summaries, update_readme
-
     from ..errors import ConfigError
-    from ..orchestration.outlock import OutDirLock
-    from ..studies.findings import (
-        ADJUSTMENTS,
-        adjust,
-        check_criterion,
-        checked_finding,
-        comparisons,
-        finding_files,
-        recorded_summary,
-        run_finding,
-        shared_runs,
-        summary,
-    )
+    from ..studies.findings import ADJUSTMENTS
 
     if adjustment not in ADJUSTMENTS:
         raise ConfigError(f"--adjust {adjustment}: unknown (valid: {', '.join(ADJUSTMENTS)})")
     if readme is not None and summaries is None:
         raise ConfigError("--readme: the table is made from the summaries; give --summaries DIR")
-    files = finding_files(paths or [Path("experiments/findings")])
-    # every file checked, and every criterion against its committed summary, before anything runs
-    checked = [checked_finding(f)[0] for f in files]
-    if summaries is not None:
-        for f in checked:
-            check_criterion(f, recorded_summary(summaries, f), str(summaries / f"{f.name}.json"))
-    family = sum(comparisons(f) for f in checked)
+    files, family = _checked_family(paths or [Path("experiments/findings")], summaries)
     log = (
         (lambda m: err.print(f"[dim]{m}[/dim]"))
         if not (STATE["quiet"] or as_json)
         else (lambda m: None)
     )
+    records, report = _run_family(files, out_dir, log, family, adjustment)
+    if summaries is not None:
+        _write_summaries(records, summaries, readme)
+    if as_json:
+        dump_json(records)
+        return
+    for r in records:
+        _say_record(r, adjustment)
+    say(f"report: {report}")
+
+
+def _checked_family(paths: list[Path], summaries: Path | None) -> tuple[list[Path], int]:
+    """The finding files named and the family's number of comparisons; every file is checked, and
+    every criterion against its committed summary, before anything runs."""
+
+    from ..studies.findings import (
+        check_criterion,
+        checked_finding,
+        comparisons,
+        finding_files,
+        recorded_summary,
+    )
+
+    files = finding_files(paths)
+    checked = [checked_finding(f)[0] for f in files]
+    if summaries is not None:
+        for f in checked:
+            check_criterion(f, recorded_summary(summaries, f), str(summaries / f"{f.name}.json"))
+    return files, sum(comparisons(f) for f in checked)
+
+
+def _run_family(
+    files: list[Path], out_dir: Path, log, family: int, adjustment: str
+) -> tuple[list[dict], Path]:
+    """Every claim run under the output directory's lock, the verdicts adjusted across the family
+    and rewritten with the claims that share runs; returns the records and the report's path."""
+
+    from sixblanks.reports.findings import build_findings_report
+
+    from ..orchestration.outlock import OutDirLock
+    from ..studies.findings import adjust, run_finding, shared_runs
+
     out_dir.mkdir(parents=True, exist_ok=True)
     records = []
     with OutDirLock(out_dir, "findings", log=warn):
@@ -99,34 +121,43 @@ def findings(
                 json.dumps(r, indent=2, default=float)
             )
         report = build_findings_report(out_dir, [r["name"] for r in records])
-    if summaries is not None:
-        summaries.mkdir(parents=True, exist_ok=True)
-        commit = _commit()
-        for r in records:
-            (summaries / f"{r['name']}.json").write_text(
-                json.dumps(summary(r, commit), indent=2) + "\n"
-            )
-        if readme is not None:
-            update_readme(readme, load_summaries(summaries))
-    if as_json:
-        dump_json(records)
-        return
+    return records, report
+
+
+def _write_summaries(records: list[dict], summaries: Path, readme: Path | None) -> None:
+    """Each claim's summary as ``summaries/<claim>.json``, then README's table made from them."""
+
+    from sixblanks.reports.findings import load_summaries, update_readme
+
+    from ..studies.findings import summary
+
+    summaries.mkdir(parents=True, exist_ok=True)
+    commit = _commit()
     for r in records:
-        for ax in r["axes"]:
-            if "comparisons" in ax:
-                say(_several(r, ax, adjustment))
-                continue
-            e, fam = ax["interval"], ax["family"]
-            say(
-                f"{r['name']} ({ax['axis']}): [bold]{fam['verdict']}[/bold] in the family "
-                f"({adjustment}, adjusted p {fam['adjusted_p']:.3g}; alone: {ax['verdict']}) "
-                f"({r['arm']} − {r['than']} {e['estimate']:+.3f}, interval {fam['low']:+.3f} to "
-                f"{fam['high']:+.3f}, {ax['seeds']} seeds per arm)"
-            )
-        for ax in (a for a in r["axes"] if (a.get("shared") or {}).get("runs")):
-            whence = ", ".join(f"{n} from {k}" for k, n in ax["shared"]["from"].items())
-            say(f"{r['name']} ({ax['axis']}): {ax['shared']['runs']} run(s) shared ({whence})")
-    say(f"report: {report}")
+        (summaries / f"{r['name']}.json").write_text(
+            json.dumps(summary(r, commit), indent=2) + "\n"
+        )
+    if readme is not None:
+        update_readme(readme, load_summaries(summaries))
+
+
+def _say_record(r: dict, adjustment: str) -> None:
+    """A claim's verdict per budget axis, in the family and alone, and the runs it took over."""
+
+    for ax in r["axes"]:
+        if "comparisons" in ax:
+            say(_several(r, ax, adjustment))
+            continue
+        e, fam = ax["interval"], ax["family"]
+        say(
+            f"{r['name']} ({ax['axis']}): [bold]{fam['verdict']}[/bold] in the family "
+            f"({adjustment}, adjusted p {fam['adjusted_p']:.3g}; alone: {ax['verdict']}) "
+            f"({r['arm']} − {r['than']} {e['estimate']:+.3f}, interval {fam['low']:+.3f} to "
+            f"{fam['high']:+.3f}, {ax['seeds']} seeds per arm)"
+        )
+    for ax in (a for a in r["axes"] if (a.get("shared") or {}).get("runs")):
+        whence = ", ".join(f"{n} from {k}" for k, n in ax["shared"]["from"].items())
+        say(f"{r['name']} ({ax['axis']}): {ax['shared']['runs']} run(s) shared ({whence})")
 
 
 def _several(r: dict, ax: dict, adjustment: str) -> str:
