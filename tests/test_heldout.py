@@ -21,6 +21,8 @@ SPACES = [
     ("arithmetic", {}),
     ("arithmetic", {"digits": 1, "operators": "+", "operands": 2}),
     ("arithmetic", {"digits": 2}),
+    ("running_sum", {}),
+    ("running_sum", {"min_operands": 2, "max_operands": 2, "operators": "+"}),
     ("guess_number", {}),
     ("guess_number", {"low": 1, "high": 4}),
     ("guess_number", {"low": 1, "high": 2}),

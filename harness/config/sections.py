@@ -219,8 +219,8 @@ class TaskConfig(Section):
 
     name: str = Field(
         "arithmetic",
-        description="A built-in task (arithmetic, guess_number, chain_arithmetic, plan_execute, "
-        "nim, dataset), reasoning_gym:<dataset>, or a user task 'module:Class'.",
+        description="A built-in task (arithmetic, running_sum, guess_number, chain_arithmetic, "
+        "plan_execute, nim, dataset), reasoning_gym:<dataset>, or a user task 'module:Class'.",
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="Task parameters (validated by the task)."

@@ -9,7 +9,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-BUILTIN = ("arithmetic", "guess_number", "chain_arithmetic", "plan_execute", "nim", "dataset")
+BUILTIN = (
+    "arithmetic",
+    "running_sum",
+    "guess_number",
+    "chain_arithmetic",
+    "plan_execute",
+    "nim",
+    "dataset",
+)
 VALID_FORMS = [*BUILTIN, "reasoning_gym:<dataset>", "module:Class"]
 
 
@@ -27,10 +35,12 @@ def _builtin(name: str):
     from .builtin import Arithmetic, ChainArithmetic, GuessNumber
     from .dataset import DatasetTask
     from .hierarchical import PlanExecute
+    from .scratchpad import RunningSum
     from .selfplay import Nim
 
     return {
         "arithmetic": Arithmetic,
+        "running_sum": RunningSum,
         "guess_number": GuessNumber,
         "chain_arithmetic": ChainArithmetic,
         "plan_execute": PlanExecute,

@@ -1,0 +1,210 @@
+"""Whether the testbed (``experiments/testbed.yaml``) is a setting where algorithms can differ: its
+four properties measured at 5 seeds, each with a 95% t interval over the seeds, side by side.
+
+Runs the testbed's own arms (``grpo``: the default, symmetric clipping and 4 updates per batch;
+``constant``: the same with a constant loss denominator instead of per-response length
+normalization; ``shuffled``: the same with rewards shuffled within each training batch) at seeds
+0..4, one run at a time so that each run's training time is its own, then prints:
+
+1. the default arm's held-out score rise from the warm start (target: at least 0.35);
+2. its mean token entropy's relative fall over the run, first steps against last (target: at
+   least 30%), and its largest token clip fraction (target: above 5% at some step);
+3. the mean length of incorrect responses at the end of the run, per-response normalization
+   against constant normalization, paired by seed (target: the two differ by at least 2 tokens);
+4. the default arm's final held-out score against the shuffled arm's, paired by seed (target: at
+   least 0.2 apart);
+
+and the training time of a run, median over the runs (target: at most 2 minutes). "Start" and
+"end" of a curve are the means of its first and last ``--window`` steps (one step is noisy).
+
+    .venv/bin/python benchmarks/testbed.py [--seeds 5] [--out DIR] [--window 5]
+
+The warm start is trained once (or taken from the machine's cache) and shared by every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTBED = ROOT / "experiments" / "testbed.yaml"
+TARGETS = {"rise": 0.35, "entropy_fall": 0.30, "clip": 0.05, "length": 2.0, "shuffled": 0.2}
+MAX_TRAIN_SECONDS = 120.0
+
+
+def t_interval(xs: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the 95% Student t interval of the mean of ``xs``."""
+
+    from scipy import stats
+
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, math.nan, math.nan
+    half = stats.t.ppf(0.975, len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - half, m + half
+
+
+def experiment(seeds: int) -> dict:
+    """The testbed's file with its three arms and ``seeds`` seeds, run one at a time, no MLflow."""
+
+    cfg = yaml.safe_load(TESTBED.read_text())
+    missing = {"grpo", "constant", "shuffled"} - set(cfg["arms"])
+    if missing:
+        raise SystemExit(
+            f"{TESTBED}: the arms {sorted(missing)} this benchmark measures are missing"
+        )
+    cfg["seeds"] = list(range(seeds))
+    cfg["tracking"] = {"mlflow": False}
+    cfg["executor"] = {"kind": "local", "workers": 1}
+    return cfg
+
+
+def curves(db: Path) -> dict:
+    """{(arm, seed): {metric: [value by step]}} and {(arm, seed): (start score, final score)},
+    {(arm, seed): training seconds} from the experiment's store."""
+
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    names = ("entropy_token_mean", "clip_frac", "response_length_incorrect")
+    rows = con.execute(
+        "select r.arm, r.seed, m.name, m.step, m.value from metrics m join runs r using (run_id) "
+        f"where m.name in {names} and m.value is not null order by m.step"
+    ).fetchall()
+    per: dict = {}
+    for arm, seed, name, _, value in rows:
+        per.setdefault((arm, seed), {}).setdefault(name, []).append(value)
+    scores = {}
+    for arm, seed, score in con.execute(
+        "select r.arm, r.seed, e.score from evals e join runs r using (run_id) "
+        "where e.split = 'test' order by e.step"
+    ).fetchall():
+        start, _ = scores.get((arm, seed), (score, None))
+        scores[(arm, seed)] = (start, score)
+    return per, scores
+
+
+def line(label: str, xs: list[float], target: str, met: bool, unit: str = "") -> str:
+    m, lo, hi = t_interval(xs)
+    return (f"  {label:<52} {m:8.3f}{unit} [{lo:.3f}, {hi:.3f}]  target {target:<10} "
+            f"{'met' if met else 'NOT MET'}")  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument(
+        "--window", type=int, default=5, help="steps averaged at a curve's start and end"
+    )
+    ap.add_argument(
+        "--out", type=Path, default=None, help="experiment directory (default: a temp one)"
+    )
+    args = ap.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="sixblanks-testbed-")) / "out"
+    cfg_file = out.parent / "testbed-benchmark.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cfg_file.write_text(yaml.safe_dump(experiment(args.seeds), sort_keys=False))
+    cli = Path(sys.executable).parent / "sixblanks"
+    done = subprocess.run([str(cli), "run", str(cfg_file), "--out", str(out)])
+    if done.returncode != 0:
+        return done.returncode
+
+    import json
+
+    per, scores = curves(out / "results.duckdb")
+    w, seeds = args.window, range(args.seeds)
+
+    def start(xs):
+        return statistics.fmean(xs[:w])
+
+    def end(xs):
+        return statistics.fmean(xs[-w:])
+
+    rise = [scores[("grpo", s)][1] - scores[("grpo", s)][0] for s in seeds]
+    ent = [
+        1
+        - end(per[("grpo", s)]["entropy_token_mean"])
+        / start(per[("grpo", s)]["entropy_token_mean"])
+        for s in seeds
+    ]  # noqa: E501
+    clip = [max(per[("grpo", s)]["clip_frac"]) for s in seeds]
+    length = [
+        end(per[("grpo", s)]["response_length_incorrect"])
+        - end(per[("constant", s)]["response_length_incorrect"])
+        for s in seeds
+    ]  # noqa: E501
+    gap = [scores[("grpo", s)][1] - scores[("shuffled", s)][1] for s in seeds]
+    train = [
+        json.loads(p.read_text())["train_seconds"] for p in (out / "runs").glob("*/result.json")
+    ]
+    warm = statistics.fmean(scores[("grpo", s)][0] for s in seeds)
+    final = statistics.fmean(scores[("grpo", s)][1] for s in seeds)
+
+    def lo(xs):
+        return t_interval(xs)[1]
+
+    print(
+        f"\ntestbed: {TESTBED.relative_to(ROOT)}, {args.seeds} seeds, mean [95% t interval over seeds]"
+    )
+    print(
+        f"  held-out score of the default arm: {warm:.3f} at the warm start, {final:.3f} at the end"
+    )
+    print(
+        line(
+            "1. held-out score rise, default arm",
+            rise,
+            ">= 0.35",
+            statistics.fmean(rise) >= TARGETS["rise"],
+        )
+    )
+    print(
+        line(
+            "2. entropy relative fall, default arm",
+            ent,
+            ">= 0.30",
+            statistics.fmean(ent) >= TARGETS["entropy_fall"],
+        )
+    )
+    print(
+        line(
+            "   largest token clip fraction, default arm",
+            clip,
+            "> 0.05",
+            statistics.fmean(clip) > TARGETS["clip"],
+        )
+    )
+    print(
+        line(
+            "3. incorrect length, per-response - constant (tokens)",
+            length,
+            "|d| >= 2",
+            abs(statistics.fmean(length)) >= TARGETS["length"],
+        )
+    )  # noqa: E501
+    print(
+        line(
+            "4. final score, default - shuffled",
+            gap,
+            ">= 0.2",
+            statistics.fmean(gap) >= TARGETS["shuffled"],
+        )
+    )
+    print(
+        f"  each interval's far end from 0: rise {lo(rise):.3f}, entropy {lo(ent):.3f}, gap {lo(gap):.3f}"
+    )
+    print(f"  training time of a run: median {statistics.median(train):.1f} s over {len(train)} runs "
+          f"(max {max(train):.1f} s; target <= {MAX_TRAIN_SECONDS:.0f} s)")  # fmt: skip
+    print(f"  experiment directory: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The testbed's task, ``running_sum``: its instances, difficulty grades and verifier checked by hand,
+its space counted, its held-out split disjoint from training, and its verifier calls counted in a
+real run of the testbed's configuration."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import yaml
+
+from sixblanks.harness.seeds import train_seeds
+from sixblanks.harness.tasks import make_task
+from sixblanks.harness.tasks.scratchpad import last_integer
+
+from .conftest import ROOT, query
+
+
+def _steps(expr: str) -> list[str]:
+    """The scratchpad of ``expr`` worked by hand: one ``a op b = c`` per operator, left to right."""
+
+    nums, ops = [int(c) for c in expr[0::2]], list(expr[1::2])
+    out, value = [], nums[0]
+    for op, n in zip(ops, nums[1:]):
+        new = value + n if op == "+" else value - n
+        out.append(f"{value}{op}{n}={new}")
+        value = new
+    return out
+
+
+def test_an_instance_by_hand():
+    task = make_task("running_sum", {})
+    for seed in range(200):
+        inst = task.make_instance(seed)
+        expr = inst.data["expr"]
+        assert inst.prompt == f"{expr}="
+        assert inst.data["answer"] == eval(expr)  # noqa: S307 - one-digit operands and + - only
+        assert inst.data["steps"] == _steps(expr)
+        assert inst.difficulty == expr.count("+") + expr.count("-")
+        assert 3 <= len(expr[0::2]) <= 5  # the default 3 to 5 operands
+
+
+@pytest.mark.parametrize(
+    ("response", "graded"),
+    [
+        ("3+5=8,8-2=6,6+7=13", 13),
+        ("3+5=8,8-2=6,6+7=13\n", 13),
+        ("13", 13),
+        (" -4 ", -4),
+        ("8,6,13,", 13),
+        ("", None),
+        ("x=13", None),  # a letter: not an answer of this task
+        ("3+5=8,8-2=6,6+7=", 7),  # the last integer written, even an operand
+    ],
+)
+def test_only_the_last_integer_is_graded(response, graded):
+    assert last_integer(response) == graded
+
+
+def test_the_verifier_by_hand_long_or_short_right_or_wrong():
+    task = make_task("running_sum", {})
+    inst = next(
+        task.make_instance(s)
+        for s in range(200_000)
+        if task.make_instance(s).data["expr"] == "3+5-2"
+    )
+    assert task.oracle(inst, [inst.prompt]) == "3+5=8,8-2=6\n"
+    assert task.verify(inst, "3+5=8,8-2=6\n") == 1.0  # long and right
+    assert task.verify(inst, "6\n") == 1.0  # short and right
+    assert task.verify(inst, "3+5=8,8-2=5\n") == 0.0  # long and wrong
+    assert task.verify(inst, "5\n") == 0.0  # short and wrong
+
+
+def test_the_direct_share_of_the_demonstrations():
+    task = make_task("running_sum", {"direct_share": 0.5})
+    answers = [task.oracle(i, [i.prompt]) for i in task.instances(list(range(4000)))]
+    direct = [a for a in answers if "=" not in a]
+    assert 0.46 < len(direct) / len(answers) < 0.54
+    assert all(len(a) <= 4 for a in direct)  # -36 to 45, and the newline
+    again = make_task("running_sum", {"direct_share": 0.5})
+    assert answers == [again.oracle(i, [i.prompt]) for i in again.instances(list(range(4000)))]
+    # the working: 2 to 4 steps of 5 ("3+5=8") to 8 ("-9-9=-18") characters, a comma between
+    worked = [len(a) - 1 for a in answers if "=" in a]
+    assert min(worked) == 2 * 5 + 1 and max(worked) <= 4 * 8 + 3
+    assert (
+        make_task("running_sum", {"direct_share": 0.0}).oracle(task.make_instance(1), [])
+        == ",".join(task.make_instance(1).data["steps"]) + "\n"
+    )
+
+
+def test_the_space_counted_two_ways():
+    small = make_task("running_sum", {"min_operands": 2, "max_operands": 3})
+    listed = list(small.problem_space())
+    assert len(listed) == len(set(listed)) == small.space_size() == 10 * 10 * 2 + 10**3 * 4
+    drawn = {small.problem_key(small.make_instance(s)) for s in range(200_000)}
+    assert drawn == set(listed)  # every listed problem is made, and nothing else
+    # the testbed's space: 3 to 5 one-digit operands, + and -
+    assert make_task("running_sum", {}).space_size() == 10**3 * 4 + 10**4 * 8 + 10**5 * 16
+
+
+def test_training_draws_miss_every_held_out_problem():
+    task = make_task("running_sum", {})
+    test = {task.problem_key(i) for i in task.eval_instances(512, "test")}
+    validation = {task.problem_key(i) for i in task.eval_instances(512, "validation")}
+    assert len(test) == len(validation) == 512 and not test & validation
+    drawn = {task.seed_key(s) for s in train_seeds(random.Random(3), 50_000, task)}
+    assert not drawn & (test | validation)
+
+
+def test_bad_parameters_are_named():
+    with pytest.raises(ValueError, match="max_operands: must be >= min_operands"):
+        make_task("running_sum", {"min_operands": 4, "max_operands": 3})
+    with pytest.raises(ValueError, match="unsupported operator"):
+        make_task("running_sum", {"operators": "+*"})
+
+
+def test_a_run_on_the_testbed_counts_every_verifier_call(run_experiment):
+    """The testbed's own file, shrunk (a smaller policy, a few warm-start steps, two training
+    steps): every sampled response is verified once and counted, and so is every evaluation sample."""
+
+    cfg = yaml.safe_load((ROOT / "experiments" / "testbed.yaml").read_text())
+    rollout = cfg["rollout"]
+    per_step = rollout["prompts_per_step"] * rollout["group_size"]
+    cfg.update(
+        model={
+            "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
+        },
+        warm_start={"steps": 5, "num_demos": 64},
+        budget={"launched_tokens": 2 * per_step * rollout["max_new_tokens"]},
+        eval={**cfg["eval"], "size": 8, "every": None},
+        arms={"grpo": cfg["arms"]["grpo"]},
+    )
+    out = run_experiment(cfg)
+    (steps,) = query(out, "select count(distinct step) from metrics where name = 'reward_mean'")[0]
+    (calls,) = query(out, "select max(verifier_calls) from ledger")[0]
+    assert steps == 2 and calls == 2 * per_step
+    evals = query(out, "select n, eval_verifier_calls from evals order by step")
+    samples = cfg["eval"]["samples"]
+    assert evals and all(calls == n * samples for n, calls in evals)
