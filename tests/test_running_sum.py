@@ -48,6 +48,11 @@ def test_an_instance_by_hand():
         ("", None),
         ("x=13", None),  # a letter: not an answer of this task
         ("3+5=8,8-2=6,6+7=", 7),  # the last integer written, even an operand
+        ("6-7", 7),  # a minus after a digit is the operator, not a sign
+        ("6-7=", 7),
+        ("3+5=8,8-2", 2),
+        ("6--7", -7),
+        ("8,-2", -2),
     ],
 )
 def test_only_the_last_integer_is_graded(response, graded):
@@ -76,9 +81,17 @@ def test_the_direct_share_of_the_demonstrations():
     assert all(len(a) <= 4 for a in direct)  # -36 to 45, and the newline
     again = make_task("running_sum", {"direct_share": 0.5})
     assert answers == [again.oracle(i, [i.prompt]) for i in again.instances(list(range(4000)))]
-    # the working: 2 to 4 steps of 5 ("3+5=8") to 8 ("-9-9=-18") characters, a comma between
+    # the working: 2 to 4 steps of 5 ("3+5=8") to 9 ("-18-9=-27") characters, a comma between;
+    # the shortest two steps of 5, the longest 0-9=-9,-9-9=-18,-18-9=-27,-27-9=-36 (35)
     worked = [len(a) - 1 for a in answers if "=" in a]
-    assert min(worked) == 2 * 5 + 1 and max(worked) <= 4 * 8 + 3
+    assert min(worked) == 2 * 5 + 1 and max(worked) <= 35
+    longest = make_task("running_sum", {})
+    demo = next(
+        longest.make_instance(s)
+        for s in range(2_000_000)
+        if longest.make_instance(s).data["expr"] == "0-9-9-9-9"
+    )
+    assert len(longest.oracle(demo, [])) == 35 + 1
     assert (
         make_task("running_sum", {"direct_share": 0.0}).oracle(task.make_instance(1), [])
         == ",".join(task.make_instance(1).data["steps"]) + "\n"
@@ -110,6 +123,7 @@ def test_a_run_on_the_testbed_counts_every_verifier_call(run_experiment):
     rollout = cfg["rollout"]
     per_step = rollout["prompts_per_step"] * rollout["group_size"]
     cfg.update(
+        seeds=[0],
         model={
             "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
         },

@@ -3,7 +3,7 @@
 The testbed's task: built so that algorithms can differ on it. Its space holds millions of problems
 (a held-out split of distinct problems as large as any evaluation needs); each instance states its
 difficulty (the number of operations); the demonstrated answer works the chain one step at a time
-(``3+5=8,8-2=6,6+7=13``: 11 to 31 characters, one token each for the tiny policy), and only the last
+(``3+5=8,8-2=6,6+7=13``: 11 to 35 characters, one token each for the tiny policy), and only the last
 integer of a response is graded, so an answer can be long or short, with or without the scratchpad,
 whether it is right or wrong: length is free to move apart from correctness.
 """
@@ -20,7 +20,9 @@ from pydantic import Field, model_validator
 from .base import Instance, Task, TaskParams
 from .builtin import check_operators
 
-_LAST_INT = re.compile(r"-?\d+")
+# a minus is a sign only where no digit precedes it: in "8-2" it is the operator, and the last
+# integer written is 2, not -2 (a working cut off mid-step must not read as a negative answer)
+_LAST_INT = re.compile(r"(?:(?<!\d)-)?\d+")
 _ALLOWED = re.compile(r"^[0-9+\-=,\s]*$")
 
 
