@@ -42,6 +42,7 @@ def test_the_example_experiments_validate(cli):
         "search.yaml",
         "selfplay.yaml",
         "smollm2.yaml",
+        "testbed.yaml",
         "tree_search.yaml",
         "worldmodel.yaml",
     ]
@@ -56,6 +57,8 @@ def test_the_example_experiments_validate(cli):
     assert "turn_grpo_shaped" in out and "16 runs: 8 arms x 1 task(s) x 2 seeds" in out
     assert all(p in out for p in ("prm_grpo", "prime", "branch_grpo", "gigpo", "ppo_turn"))
     assert "hier_grpo" in outs["hierarchical.yaml"]
+    out = outs["testbed.yaml"]
+    assert "15 runs: 3 arms x 1 task(s) x 5 seeds" in out and "launched_tokens <= 110,000" in out
     out = outs["partial.yaml"]
     assert all(a in out for a in ("rounds", "continue", "resume", "regenerate", "bounded", "sao"))
     assert "12 runs: 6 arms x 1 task(s) x 2 seeds" in out
