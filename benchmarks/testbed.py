@@ -101,10 +101,83 @@ def curves(db: Path) -> tuple[dict, dict]:
     return per, scores
 
 
-def line(label: str, xs: list[float], target: str, met: bool, unit: str = "") -> str:
+def line(label: str, xs: list[float], target: str, met: bool) -> str:
     m, lo, hi = t_interval(xs)
-    return (f"  {label:<52} {m:8.3f}{unit} [{lo:.3f}, {hi:.3f}]  target {target:<10} "
-            f"{'met' if met else 'NOT MET'}")  # fmt: skip
+    verdict = "met" if met else "NOT MET"
+    return f"  {label:<52} {m:8.3f} [{lo:.3f}, {hi:.3f}]  target {target:<10} {verdict}"
+
+
+def properties(per: dict, scores: dict, seeds: range, w: int) -> dict[str, list[float]]:
+    """Each property's value per seed: the default arm's score rise, its entropy's relative fall
+    (first ``w`` steps against last ``w``), its largest clip fraction, the end incorrect length of
+    per-response minus constant normalization, and the default arm's final score minus the
+    shuffled arm's."""
+
+    def start(xs):
+        return statistics.fmean(xs[:w])
+
+    def end(xs):
+        return statistics.fmean(xs[-w:])
+
+    def grpo(s, metric):
+        return per[("grpo", s)][metric]
+
+    return {
+        "rise": [scores[("grpo", s)][1] - scores[("grpo", s)][0] for s in seeds],
+        "entropy_fall": [
+            1 - end(grpo(s, "entropy_token_mean")) / start(grpo(s, "entropy_token_mean"))
+            for s in seeds
+        ],
+        "clip": [max(grpo(s, "clip_frac")) for s in seeds],
+        "length": [
+            end(grpo(s, "response_length_incorrect"))
+            - end(per[("constant", s)]["response_length_incorrect"])
+            for s in seeds
+        ],
+        "shuffled": [scores[("grpo", s)][1] - scores[("shuffled", s)][1] for s in seeds],
+    }
+
+
+# (property, label, target as printed, whether the mean over seeds meets it)
+ROWS = (
+    ("rise", "1. held-out score rise, default arm", ">= 0.35", lambda m: m >= TARGETS["rise"]),
+    ("entropy_fall", "2. entropy relative fall, default arm", ">= 0.30",
+     lambda m: m >= TARGETS["entropy_fall"]),
+    ("clip", "   largest token clip fraction, default arm", "> 0.05", lambda m: m > TARGETS["clip"]),
+    ("length", "3. incorrect length, per-response - constant (tokens)", "|d| >= 2",
+     lambda m: abs(m) >= TARGETS["length"]),
+    ("shuffled", "4. final score, default - shuffled", ">= 0.2", lambda m: m >= TARGETS["shuffled"]),
+)  # fmt: skip
+
+
+LOW_NAMES = (("rise", "rise"), ("entropy_fall", "entropy"), ("shuffled", "gap"))
+
+
+def report(out: Path, seeds: int, w: int) -> None:
+    """Print the four properties of the experiment in ``out`` run at ``seeds`` seeds."""
+
+    import json
+
+    per, scores = curves(out / "results.duckdb")
+    found = properties(per, scores, range(seeds), w)
+    warm = statistics.fmean(scores[("grpo", s)][0] for s in range(seeds))
+    final = statistics.fmean(scores[("grpo", s)][1] for s in range(seeds))
+    where = TESTBED.relative_to(ROOT)
+    print(f"\ntestbed: {where}, {seeds} seeds, mean [95% t interval over seeds]")
+    print(
+        f"  held-out score of the default arm: {warm:.3f} at the warm start, {final:.3f} at the end"
+    )
+    for key, label, target, met in ROWS:
+        print(line(label, found[key], target, met(statistics.fmean(found[key]))))
+    lows = {key: t_interval(found[key])[1] for key, _ in LOW_NAMES}
+    said = ", ".join(f"{name} {lows[key]:.3f}" for key, name in LOW_NAMES)
+    print(f"  each interval's lower bound: {said}")
+    train = [json.loads(p.read_text())["train_seconds"] for p in out.glob("runs/*/result.json")]
+    print(
+        f"  training time of a run: median {statistics.median(train):.1f} s over {len(train)} runs "
+        f"(max {max(train):.1f} s; target <= {MAX_TRAIN_SECONDS:.0f} s)"
+    )
+    print(f"  experiment directory: {out}")
 
 
 def main() -> int:
@@ -118,102 +191,16 @@ def main() -> int:
     )
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="sixblanks-testbed-")) / "out"
-    cfg_file = out.parent / "testbed-benchmark.yaml"
     if out.exists():
         raise SystemExit(f"{out} exists: give a new --out (its runs would mix with this one's)")
     out.parent.mkdir(parents=True, exist_ok=True)
+    cfg_file = out.parent / "testbed-benchmark.yaml"
     cfg_file.write_text(yaml.safe_dump(experiment(args.seeds), sort_keys=False))
     cli = Path(sys.executable).parent / "sixblanks"
     done = subprocess.run([str(cli), "run", str(cfg_file), "--out", str(out)])
     if done.returncode != 0:
         return done.returncode
-
-    import json
-
-    per, scores = curves(out / "results.duckdb")
-    w, seeds = args.window, range(args.seeds)
-
-    def start(xs):
-        return statistics.fmean(xs[:w])
-
-    def end(xs):
-        return statistics.fmean(xs[-w:])
-
-    rise = [scores[("grpo", s)][1] - scores[("grpo", s)][0] for s in seeds]
-    ent = [
-        1
-        - end(per[("grpo", s)]["entropy_token_mean"])
-        / start(per[("grpo", s)]["entropy_token_mean"])
-        for s in seeds
-    ]
-    clip = [max(per[("grpo", s)]["clip_frac"]) for s in seeds]
-    length = [
-        end(per[("grpo", s)]["response_length_incorrect"])
-        - end(per[("constant", s)]["response_length_incorrect"])
-        for s in seeds
-    ]
-    gap = [scores[("grpo", s)][1] - scores[("shuffled", s)][1] for s in seeds]
-    train = [
-        json.loads(p.read_text())["train_seconds"] for p in (out / "runs").glob("*/result.json")
-    ]
-    warm = statistics.fmean(scores[("grpo", s)][0] for s in seeds)
-    final = statistics.fmean(scores[("grpo", s)][1] for s in seeds)
-
-    def lo(xs):
-        return t_interval(xs)[1]
-
-    print(
-        f"\ntestbed: {TESTBED.relative_to(ROOT)}, {args.seeds} seeds, mean [95% t interval over seeds]"
-    )
-    print(
-        f"  held-out score of the default arm: {warm:.3f} at the warm start, {final:.3f} at the end"
-    )
-    print(
-        line(
-            "1. held-out score rise, default arm",
-            rise,
-            ">= 0.35",
-            statistics.fmean(rise) >= TARGETS["rise"],
-        )
-    )
-    print(
-        line(
-            "2. entropy relative fall, default arm",
-            ent,
-            ">= 0.30",
-            statistics.fmean(ent) >= TARGETS["entropy_fall"],
-        )
-    )
-    print(
-        line(
-            "   largest token clip fraction, default arm",
-            clip,
-            "> 0.05",
-            statistics.fmean(clip) > TARGETS["clip"],
-        )
-    )
-    print(
-        line(
-            "3. incorrect length, per-response - constant (tokens)",
-            length,
-            "|d| >= 2",
-            abs(statistics.fmean(length)) >= TARGETS["length"],
-        )
-    )
-    print(
-        line(
-            "4. final score, default - shuffled",
-            gap,
-            ">= 0.2",
-            statistics.fmean(gap) >= TARGETS["shuffled"],
-        )
-    )
-    print(
-        f"  each interval's lower bound: rise {lo(rise):.3f}, entropy {lo(ent):.3f}, gap {lo(gap):.3f}"
-    )
-    print(f"  training time of a run: median {statistics.median(train):.1f} s over {len(train)} runs "
-          f"(max {max(train):.1f} s; target <= {MAX_TRAIN_SECONDS:.0f} s)")  # fmt: skip
-    print(f"  experiment directory: {out}")
+    report(out, args.seeds, args.window)
     return 0
 
 
