@@ -22,6 +22,12 @@ def parse_int(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def expression(nums, ops) -> str:
+    """The expression of operands ``nums`` joined by operators ``ops`` (one fewer): ``12+7-3``."""
+
+    return str(nums[0]) + "".join(o + str(n) for o, n in zip(ops, nums[1:]))
+
+
 def check_operators(params, allowed: str):
     """``params`` unchanged, or ValueError naming the operators outside ``allowed``."""
 
@@ -60,7 +66,7 @@ class Arithmetic(Task):
         lo, hi = (0 if p.digits == 1 else 10 ** (p.digits - 1)), 10**p.digits - 1
         nums = [rng.randint(lo, hi) for _ in range(p.operands)]
         ops = [rng.choice(p.operators) for _ in range(p.operands - 1)]
-        expr = str(nums[0]) + "".join(o + str(n) for o, n in zip(ops, nums[1:]))
+        expr = expression(nums, ops)
         answer = eval(expr, {"__builtins__": {}}, {})  # noqa: S307 - digits and + - * only
         return Instance(
             seed,
@@ -86,7 +92,7 @@ class Arithmetic(Task):
         p, ops = self.params, sorted(set(self.params.operators))
         for nums in itertools.product(self._operands(), repeat=p.operands):
             for chosen in itertools.product(ops, repeat=p.operands - 1):
-                yield str(nums[0]) + "".join(o + str(n) for o, n in zip(chosen, nums[1:]))
+                yield expression(nums, chosen)
 
     def verify(self, instance: Instance, response: str) -> float:
         return 1.0 if parse_int(response) == instance.data["answer"] else 0.0

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pydantic import Field, model_validator
 
 from .base import Instance, Task, TaskParams
-from .builtin import check_operators
+from .builtin import check_operators, expression
 
 # a minus is a sign only where no digit precedes it: in "8-2" it is the operator, and the last
 # integer written is 2, not -2 (a working cut off mid-step must not read as a negative answer)
@@ -75,7 +75,7 @@ class RunningSum(Task):
         k = rng.randint(p.min_operands, p.max_operands)
         nums = [rng.randint(0, 9) for _ in range(k)]
         ops = [rng.choice(p.operators) for _ in range(k - 1)]
-        expr = str(nums[0]) + "".join(o + str(n) for o, n in zip(ops, nums[1:]))
+        expr = expression(nums, ops)
         steps, value = [], nums[0]
         for op, n in zip(ops, nums[1:]):
             new = value + n if op == "+" else value - n
@@ -99,7 +99,7 @@ class RunningSum(Task):
         for k in range(p.min_operands, p.max_operands + 1):
             for nums in itertools.product(range(10), repeat=k):
                 for chosen in itertools.product(ops, repeat=k - 1):
-                    yield str(nums[0]) + "".join(o + str(n) for o, n in zip(chosen, nums[1:]))
+                    yield expression(nums, chosen)
 
     def verify(self, instance: Instance, response: str) -> float:
         return 1.0 if last_integer(response) == instance.data["answer"] else 0.0
