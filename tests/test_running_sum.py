@@ -108,6 +108,39 @@ def test_the_space_counted_two_ways():
     assert make_task("running_sum", {}).space_size() == 10**3 * 4 + 10**4 * 8 + 10**5 * 16
 
 
+def _totals(expr: str) -> list[int]:
+    """Every running total of ``expr``, the first number included, by hand."""
+
+    nums, ops = [int(c) for c in expr[0::2]], list(expr[1::2])
+    out = [nums[0]]
+    for op, n in zip(ops, nums[1:]):
+        out.append(out[-1] + n if op == "+" else out[-1] - n)
+    return out
+
+
+def test_bounded_totals_keep_every_step_a_one_digit_fact():
+    task = make_task("running_sum", {"max_total": 9})
+    made = [task.make_instance(s) for s in range(3000)]
+    for inst in made:
+        assert all(0 <= t <= 9 for t in _totals(inst.data["expr"]))
+        assert inst.data["steps"] == _steps(inst.data["expr"])
+    # every step that stays in range is drawn: from a total of 3, "+0".."+6" and "-0".."-3"
+    firsts = {i.data["expr"][1:3] for i in made if i.data["expr"][0] == "3"}
+    assert firsts == {f"+{d}" for d in range(7)} | {f"-{d}" for d in range(4)}
+    # counted by hand: 10 first numbers, then 11 ways to stay in 0..9 from any total
+    # (the 10 totals, with 0 reached both as +0 and -0)
+    small = make_task("running_sum", {"min_operands": 2, "max_operands": 3, "max_total": 9})
+    listed = list(small.problem_space())
+    assert len(listed) == len(set(listed)) == small.space_size() == 10 * 11 + 10 * 11**2
+    assert task.space_size() == 10 * 11**2 + 10 * 11**3 + 10 * 11**4  # 160,930
+    drawn = {small.problem_key(small.make_instance(s)) for s in range(20_000)}
+    assert drawn == set(listed)
+    # a bound above 9 lets totals pass one digit (and only then), never below 0
+    wide = make_task("running_sum", {"max_total": 12})
+    totals = [t for s in range(3000) for t in _totals(wide.make_instance(s).data["expr"])]
+    assert min(totals) == 0 and max(totals) == 12
+
+
 def test_bad_parameters_are_named():
     with pytest.raises(ValueError, match="max_operands: must be >= min_operands"):
         make_task("running_sum", {"min_operands": 4, "max_operands": 3})
