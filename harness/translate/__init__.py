@@ -17,3 +17,25 @@ translation and its renderings), ``traps`` (the traps both frameworks have), and
 ``*_settings`` (rollout, optimizer, the experiment's settings) and ``*_traps``; ``frameworks``
 ties them together.
 """
+
+from .fields import FRAMEWORKS, SOURCES, parse_fields, read_fields
+from .frameworks import translate, translate_file
+from .result import Translation
+from .traps import Trap
+from .trl_fields import TRL_DEFAULTS, TRL_OTHER_FIELDS
+from .verl_fields import VERL_DEFAULTS, VERL_OTHER
+
+__all__ = [
+    "FRAMEWORKS",
+    "SOURCES",
+    "TRL_DEFAULTS",
+    "TRL_OTHER_FIELDS",
+    "VERL_DEFAULTS",
+    "VERL_OTHER",
+    "Trap",
+    "Translation",
+    "parse_fields",
+    "read_fields",
+    "translate",
+    "translate_file",
+]
