@@ -15,7 +15,8 @@ import yaml
 from sixblanks.algorithms.fields import applicable_fields
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness.config import validate_mapping
-from sixblanks.harness.config.foreign import (
+from sixblanks.harness.errors import ConfigError, SixblanksError
+from sixblanks.harness.translate import (
     TRL_OTHER_FIELDS,
     VERL_OTHER,
     Translation,
@@ -23,7 +24,6 @@ from sixblanks.harness.config.foreign import (
     translate,
     translate_file,
 )
-from sixblanks.harness.errors import ConfigError, SixblanksError
 
 ROOT = Path(__file__).resolve().parents[1]
 TRL_DEFAULTS = ROOT / "examples" / "foreign" / "trl_grpo_defaults.yaml"

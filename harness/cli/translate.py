@@ -1,6 +1,6 @@
 """``sixblanks translate``: another framework's configuration (a TRL ``GRPOConfig``, a verl
 actor/algorithm configuration) as a sixblanks arm, with the fields it cannot represent and the
-framework's known traps (the translation itself is :mod:`sixblanks.harness.config.foreign`)."""
+framework's known traps (the translation itself is :mod:`sixblanks.harness.translate`)."""
 
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def translate(
     sixblanks cannot represent, unknown fields, and the framework's known traps with whether this
     configuration triggers them."""
 
-    from ..config.foreign import translate_file
     from ..errors import ConfigError
+    from ..translate import translate_file
 
     if arm is not None and not re.fullmatch(r"[A-Za-z0-9_.\-]+", arm):
         raise ConfigError(f"--arm: '{arm}': arm names may use letters, digits, '_', '-' and '.'")
