@@ -99,7 +99,7 @@ def test_drifting_environment_stops_at_the_no_update_rung(tmp_path, monkeypatch)
     """Also: one verdict per rung that ran, in the results, ladder.json and the store; rung 3's
     evaluations score the validation split."""
 
-    import sixblanks.harness.studies.ladder_rungs as rungs
+    import sixblanks.harness.studies.ladder.frozen_batch as rungs
     from sixblanks.harness.store.database import connect
 
     real, splits = rungs.evaluate, []
@@ -173,7 +173,7 @@ def _bare_ladder(tmp_path, monkeypatch, eval_size=4):
 def _planted_evaluations(monkeypatch, planted):
     """evaluate() answers the i-th call with planted[i]; records (split, engine version) per call."""
 
-    import sixblanks.harness.studies.ladder_rungs as rungs
+    import sixblanks.harness.studies.ladder.frozen_batch as rungs
 
     calls = []
 
@@ -302,7 +302,7 @@ def _fake_build_trainer(monkeypatch, by_estimator, key=None):
     """build_trainer that records each spec and trains nothing: its evaluations are planted per
     advantage estimator (or per ``key(spec)``) as (start, final) per-instance scores."""
 
-    import sixblanks.harness.studies.ladder as ladder_mod
+    import sixblanks.harness.studies.ladder.walk as ladder_mod
 
     specs = []
     key = key or (lambda spec: spec["blanks"]["advantage"]["estimator"])
@@ -403,7 +403,7 @@ def initial():
 def _rung_2(initial, preset, out):
     from sixblanks.algorithms.presets import resolve
     from sixblanks.harness.rollout.engine import HFEngine
-    from sixblanks.harness.studies.ladder_rungs import frozen_batch_rung
+    from sixblanks.harness.studies.ladder.frozen_batch import frozen_batch_rung
 
     cfg, task, model, tok = initial
     return frozen_batch_rung(
@@ -423,7 +423,7 @@ def test_rung_2_reproduces_the_arms_own_update_on_a_batch_stored_to_disk(
 
     import math
 
-    import sixblanks.harness.studies.ladder_rungs as rungs
+    import sixblanks.harness.studies.ladder.frozen_batch as rungs
     from sixblanks.algorithms.presets import resolve
 
     real, loads = rungs.load_frozen_batch, []
@@ -685,7 +685,7 @@ def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, m
     """A lagged arm (data.lag 4, no staleness bound) that the synchronous setting beats on 6 of 8
     instances fails rung 9; a synchronous arm has nothing to compare."""
 
-    import sixblanks.harness.studies.ladder as ladder_mod
+    import sixblanks.harness.studies.ladder.walk as ladder_mod
 
     zero = [0.0] * 8
     specs = []

@@ -551,7 +551,7 @@ def test_ladder_rung_2_takes_process_reward_arms(guess_warm):
     micro-batch splits."""
 
     from sixblanks.harness.rollout.engine import HFEngine
-    from sixblanks.harness.studies.ladder_rungs import frozen_batch_rung
+    from sixblanks.harness.studies.ladder.frozen_batch import frozen_batch_rung
 
     cfg, task, model, tok = guess_warm
     for preset in ("prm_grpo", "prime"):

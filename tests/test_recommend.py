@@ -396,7 +396,7 @@ GROUP_CREDIT = ("gigpo", "prm", "turn_return", "group_norm", "group_mean", "loo"
 
 @pytest.mark.parametrize("row", R.ROWS, ids=[r.id for r in R.ROWS])
 def test_the_rung_checked_first_varies_what_its_why_says(row):
-    """Each row's first rung, as harness/studies/ladder.py runs it on the starter's arm, has
+    """Each row's first rung, as harness/studies/ladder/ runs it on the starter's arm, has
     something to compare: rung 5 estimators and rung 8 credit the arm can learn with (validated as
     the arm, so no group estimator at one sample per prompt), rung 6 another normalization, rung 7
     a trust region it varies (a sequence clip on its own scale, SAPO's temperatures), rung 9 a

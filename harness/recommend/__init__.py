@@ -3,7 +3,7 @@
 A situation is the answers to :data:`QUESTIONS`. The matrix (:data:`ROWS`) is read top to
 bottom and the first row whose conditions hold is the recommendation: a starting preset (a name in
 ``sixblanks.algorithms.presets.PRESETS``), the blank overrides of the starter arm, why, the main
-warning, and the ablation-ladder rung to check first (``harness/studies/ladder.py``).
+warning, and the ablation-ladder rung to check first (``harness/studies/ladder/``).
 :data:`NOTES` add lines that hold across rows (no demonstrations: no warm start; an answer the
 recommended row did not use), :data:`CONFLICTS` refuse situations with nothing to learn from or
 with answers that contradict, and :data:`STARTER_TASKS` pick the built-in task of the starter

@@ -198,7 +198,7 @@ def test_ctrl_c_in_the_ladder_records_the_finished_rungs_and_exits_130(
 
 LADDER_2 = (
     "import sys\n"
-    "import sixblanks.harness.studies.ladder as ladder\n"
+    "import sixblanks.harness.studies.ladder.walk as ladder\n"
     "ladder.RUNGS = ladder.RUNGS[:2]  # the first two rungs: contract, frozen batch\n"
     "from sixblanks.harness.cli import main\n"
     "main()\n"

@@ -1,31 +1,5 @@
-"""The ablation ladder: debug a failing arm one axis at a time, in order.
-
-    1 contract         masks, behavior vs recomputed log-probs, ratio 1 on-policy, rewards, groups, turns
-    2 frozen_batch     the arm's own update (policy gradient; a critic's policy and value losses; DPO on
-                       its pairs; SFT) on a frozen batch stored to disk: twice, and across micro-batch
-                       splits -> same losses, same gradients
-    3 no_update_eval   the initial policy evaluated repeatedly (same seeds, new engine version) -> same
-                       score on every instance
-    4 curriculum       difficulty distribution; trainable-group fraction at the start and over a short run
-    5 advantage        advantage estimator varied, everything else fixed
-    6 normalization    loss normalization varied, each Z as is and scale-matched (its gradient-norm
-                       clip rescaled by its total loss weight over the arm's): bias vs step size
-    7 clip_kl_lr       clipping (on the ratio's own scale; SAPO: its temperatures), KL and learning
-                       rate varied (gradient norms reported)
-    8 credit           one form of credit added by the advantage blank alone (a turn critic, a
-                       PRM, GiGPO)
-    9 asynchrony       the arm's lag (data.lag or data.concurrent) against its synchronous setting;
-                       fails when asynchrony loses
-
-Each rung is a small experiment under the same ledger machinery (a budget per rung). It gives rows
-(one per setting it tried) and exactly one verdict row (``variant == "verdict"``: pass, fail or
-inconclusive with a short reason); the ladder stops at the first failing verdict unless ``all_rungs``.
-A rung passes only on evidence that could have failed it (:mod:`sixblanks.harness.studies.ladder_stats`).
-Every evaluation the ladder makes, its own and its short runs', scores the VALIDATION split: the
-ladder selects settings, and selection never sees the test instances reports show. Variants are
-compared to the arm's nominal setting by a paired bootstrap over the same validation instances, so
-one seed already gives an interval.
-"""
+"""The walk of the ablation ladder: set-up, the rungs in order, progress and results (the package's
+docstring lists the rungs)."""
 
 from __future__ import annotations
 
@@ -43,24 +17,24 @@ from sixblanks.algorithms.blanks import deep_merge
 from sixblanks.algorithms.presets import resolve
 from sixblanks.budgets.ledger import divide_budget
 
-from ..config import ExperimentConfig
-from ..errors import SixblanksError
-from ..layout import ExperimentDir, write_json
-from ..models import load_pretrained, set_fp32_lm_head
-from ..orchestration.progress import PlainLines, plain_wanted
-from ..orchestration.runner import build_trainer
-from ..rollout.backends import make_engine
-from ..rollout.engine import RolloutError
-from ..tasks import make_task
-from ..tasks.judge import attach_judge
-from ..training import TrainingError
-from .ladder_rungs import (
+from ...config import ExperimentConfig
+from ...errors import SixblanksError
+from ...layout import ExperimentDir, write_json
+from ...models import load_pretrained, set_fp32_lm_head
+from ...orchestration.progress import PlainLines, plain_wanted
+from ...orchestration.runner import build_trainer
+from ...rollout.backends import make_engine
+from ...rollout.engine import RolloutError
+from ...tasks import make_task
+from ...tasks.judge import attach_judge
+from ...training import TrainingError
+from .frozen_batch import (
     contract_rung,
     engine_name,
     frozen_batch_check,
     no_update_rung,
 )
-from .ladder_stats import (
+from .stats import (
     MARGIN,
     SPLIT,
     VERDICT,
@@ -108,8 +82,8 @@ class Ladder:
         arm: str | None = None,
         log: Callable[[str], None] | None = None,
     ):
-        from ..config.parallel_checks import refuse_in_one_process
-        from ..orchestration.orchestrator import Orchestrator
+        from ...config.parallel_checks import refuse_in_one_process
+        from ...orchestration.orchestrator import Orchestrator
 
         refuse_in_one_process(cfg, "the ablation ladder")
         self.cfg = cfg
@@ -118,7 +92,7 @@ class Ladder:
         if self.arm in cfg.arms:  # the arm's sampling settings (its rollout overrides)
             self.rollout = cfg.rollout_for(self.arm)
         if self.arm not in cfg.arms:
-            from ..errors import ConfigError, unknown_name
+            from ...errors import ConfigError, unknown_name
 
             raise ConfigError(f"--arm: {unknown_name('arm', self.arm, cfg.arms)}")
         self.log = log or (lambda _m: None)
@@ -338,7 +312,7 @@ class Ladder:
         self, rung: int, name: str, variants: dict[str, dict[str, Any]], nominal_key: str
     ) -> list[RungResult]:
         """Runs each variant under the rung budget, then judges them against the nominal setting
-        (:func:`~sixblanks.harness.studies.ladder_stats.judge_compare`): rows and the rung's verdict."""
+        (:func:`~sixblanks.harness.studies.ladder.stats.judge_compare`): rows and the rung's verdict."""
 
         outs = {}
         for label, kw in variants.items():
@@ -427,8 +401,8 @@ class Ladder:
 
         from sixblanks.algorithms.normalization import loss_weights
 
-        from ..rollout.agent import run_episodes
-        from ..rollout.engine import SamplingParams
+        from ...rollout.agent import run_episodes
+        from ...rollout.engine import SamplingParams
 
         model, tok = self._policy()
         r = self.rollout
@@ -616,7 +590,7 @@ class Ladder:
                     done["rungs"][str(rung)] = [asdict(r) for r in res]
                     write_json(ExperimentDir(self.out).ladder_progress, done)
             except KeyboardInterrupt:  # Ctrl-C: the rungs done so far are recorded
-                from ..orchestration.interrupts import Interrupted
+                from ...orchestration.interrupts import Interrupted
 
                 self.save(time.time() - t0)
                 n_done = len(verdicts(self.results))
@@ -650,7 +624,7 @@ class Ladder:
                 default=str,
             ).encode()
         ).hexdigest()[:16]
-        from ..layout import read_json
+        from ...layout import read_json
 
         old = read_json(ExperimentDir(self.out).ladder_progress, {}) or {}
         if old.get("key") == key:
@@ -658,7 +632,7 @@ class Ladder:
         return {"key": key, "arm": self.arm, "rungs": {}}
 
     def save(self, seconds: float) -> None:
-        from ..store.database import write_ladder
+        from ...store.database import write_ladder
 
         rows = [asdict(r) for r in self.results]
         path = ExperimentDir(self.out).ladder

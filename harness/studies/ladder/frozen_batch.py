@@ -6,7 +6,7 @@
     3 no_update_eval   the initial policy evaluated repeatedly on the validation split, then again
                        after an engine version bump (same weights): every instance must score the same
 
-Each returns its row and its one verdict row (see :mod:`sixblanks.harness.studies.ladder_stats`).
+Each returns its row and its one verdict row (see :mod:`sixblanks.harness.studies.ladder.stats`).
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..layout import LADDER_FROZEN_BATCH
-from ..rollout.agent import run_episodes
-from ..rollout.engine import SamplerMismatch, SamplingParams
-from ..rollout.trajectory import TrajectoryBatch
-from ..seeds import TRAIN_SEED_RANGE
-from ..training.base import Collected, Prepared
-from ..training.contract import fresh_episodes, recompute_logprobs, sample_and_check
-from ..training.evaluate import evaluate
-from ..training.objectives.policy_gradient import PolicyGradient
-from .ladder_stats import SPLIT, RungResult, judge_no_update, verdict
+from ...layout import LADDER_FROZEN_BATCH
+from ...rollout.agent import run_episodes
+from ...rollout.engine import SamplerMismatch, SamplingParams
+from ...rollout.trajectory import TrajectoryBatch
+from ...seeds import TRAIN_SEED_RANGE
+from ...training.base import Collected, Prepared
+from ...training.contract import fresh_episodes, recompute_logprobs, sample_and_check
+from ...training.evaluate import evaluate
+from ...training.objectives.policy_gradient import PolicyGradient
+from .stats import SPLIT, RungResult, judge_no_update, verdict
 
 REPEATS = 2
 """Evaluations before the engine version bump; one more follows it."""
@@ -156,7 +156,7 @@ def rung_objective(ctx):
     """The objective rung 2 runs for the arm of ``ctx``: the arm's own, a process-credit arm's with
     its second model's inputs stood in (:class:`ProcessInputsStoodIn`)."""
 
-    from ..training.objectives import make_objective
+    from ...training.objectives import make_objective
 
     if arm_kind(ctx.blanks) == "pg" and ctx.blanks.advantage.estimator in ("prm", "prime"):
         return ProcessInputsStoodIn(ctx)
@@ -196,7 +196,7 @@ def _frozen_collected(ctx, collector, kind: str) -> tuple[Collected | None, str]
     (``collector``); every other arm's batch is ``prompts_per_step`` instances of seeds 0, 1, ...
     sampled G times each from a fixed generator (ReMax: with its greedy baseline)."""
 
-    from ..training.collectors import GreedyBaseline
+    from ...training.collectors import GreedyBaseline
 
     r, task = ctx.settings.rollout, ctx.task
     if kind == "dpo":
@@ -412,8 +412,8 @@ def frozen_batch_rung(
     ``engine``: :func:`frozen_batch_check`, the frozen batch stored in ``out_dir`` (None: a
     temporary folder)."""
 
-    from ..config import OptimizerConfig
-    from ..training import RunSettings, Trainer
+    from ...config import OptimizerConfig
+    from ...training import RunSettings, Trainer
 
     settings = RunSettings(
         blanks=blanks,
