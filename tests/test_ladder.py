@@ -11,14 +11,8 @@ import torch
 
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import LADDER_FROZEN_BATCH
-from sixblanks.harness.studies.ladder import (
-    MARGIN,
-    VERDICT,
-    Ladder,
-    first_failure,
-    paired_diff_ci,
-    verdicts,
-)
+from sixblanks.harness.studies.ladder import VERDICT, Ladder, first_failure, verdicts
+from sixblanks.harness.studies.ladder.stats import MARGIN, paired_diff_ci
 from sixblanks.harness.tasks.builtin import Arithmetic
 
 BASE = {
@@ -99,7 +93,7 @@ def test_drifting_environment_stops_at_the_no_update_rung(tmp_path, monkeypatch)
     """Also: one verdict per rung that ran, in the results, ladder.json and the store; rung 3's
     evaluations score the validation split."""
 
-    import sixblanks.harness.studies.ladder.frozen_batch as rungs
+    import sixblanks.harness.studies.ladder.no_update as rungs
     from sixblanks.harness.store.database import connect
 
     real, splits = rungs.evaluate, []
@@ -173,7 +167,7 @@ def _bare_ladder(tmp_path, monkeypatch, eval_size=4):
 def _planted_evaluations(monkeypatch, planted):
     """evaluate() answers the i-th call with planted[i]; records (split, engine version) per call."""
 
-    import sixblanks.harness.studies.ladder.frozen_batch as rungs
+    import sixblanks.harness.studies.ladder.no_update as rungs
 
     calls = []
 
@@ -302,7 +296,7 @@ def _fake_build_trainer(monkeypatch, by_estimator, key=None):
     """build_trainer that records each spec and trains nothing: its evaluations are planted per
     advantage estimator (or per ``key(spec)``) as (start, final) per-instance scores."""
 
-    import sixblanks.harness.studies.ladder.walk as ladder_mod
+    import sixblanks.harness.studies.ladder.short_runs as ladder_mod
 
     specs = []
     key = key or (lambda spec: spec["blanks"]["advantage"]["estimator"])
@@ -685,7 +679,7 @@ def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, m
     """A lagged arm (data.lag 4, no staleness bound) that the synchronous setting beats on 6 of 8
     instances fails rung 9; a synchronous arm has nothing to compare."""
 
-    import sixblanks.harness.studies.ladder.walk as ladder_mod
+    import sixblanks.harness.studies.ladder.short_runs as ladder_mod
 
     zero = [0.0] * 8
     specs = []

@@ -163,7 +163,7 @@ def test_rung_one_checks_the_clean_sampler_and_reports_the_injected_mismatch(ini
 
     from sixblanks.harness.config.sections import MismatchConfig
     from sixblanks.harness.rollout.backends import make_engine
-    from sixblanks.harness.studies.ladder.frozen_batch import contract_rung
+    from sixblanks.harness.studies.ladder.contract import contract_rung
 
     cfg, task, model, tok = initial
     noisy = cfg.rollout.model_copy(update={"mismatch": MismatchConfig(logit_noise=1.0)})

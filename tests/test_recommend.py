@@ -188,7 +188,7 @@ def test_a_row_with_a_bad_override_or_answer_is_reported(monkeypatch):
 def test_rung_names_are_the_ladders():
     from sixblanks.harness.studies.ladder import RUNGS
 
-    assert R.RUNG_NAMES == dict(RUNGS)
+    assert R.RUNG_NAMES == {r.number: r.name for r in RUNGS}
 
 
 def test_defaults_are_reported_when_nothing_can_be_asked(cli):

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -172,14 +173,16 @@ def test_ctrl_c_in_the_ladder_records_the_finished_rungs_and_exits_130(
 
     import yaml
 
-    from sixblanks.harness.studies.ladder import VERDICT, Ladder
+    import sixblanks.harness.studies.ladder.walk as walk
+    from sixblanks.harness.studies.ladder import VERDICT
 
     from ..test_ladder import BASE
 
-    def ctrl_c(self):
+    def ctrl_c(ctx):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Ladder, "rung_no_update_eval", ctrl_c)
+    rungs = [replace(r, run=ctrl_c) if r.name == "no_update_eval" else r for r in walk.RUNGS]
+    monkeypatch.setattr(walk, "RUNGS", tuple(rungs))
     chaos.fault("Ctrl-C in the ladder's rung 3")
     out = tmp_path / "out"
     code, _, err = cli("ladder", write_yaml(yaml.safe_dump(BASE)), "--out", str(out), "--all")

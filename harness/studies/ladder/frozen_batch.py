@@ -1,122 +1,27 @@
-"""The ladder's first three rungs: checks of one policy that train nothing.
-
-    1 contract         fresh rollouts through the trajectory-contract checks
-    2 frozen_batch     the arm's own update (policy gradient, actor-critic, DPO or SFT) on a frozen
-                       batch stored to disk, twice and across a micro-batch split
-    3 no_update_eval   the initial policy evaluated repeatedly on the validation split, then again
-                       after an engine version bump (same weights): every instance must score the same
-
-Each returns its row and its one verdict row (see :mod:`sixblanks.harness.studies.ladder.stats`).
-"""
+"""Rung 2, the frozen batch: the arm's own update (policy gradient, actor-critic, DPO or SFT) on a
+frozen batch stored to disk, computed twice and across a micro-batch split: the same losses and
+the same gradients, or the update depends on something it should not (its micro-batches, state
+left from a previous call)."""
 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import asdict, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from ...layout import LADDER_FROZEN_BATCH
 from ...rollout.agent import run_episodes
-from ...rollout.engine import SamplerMismatch, SamplingParams
+from ...rollout.engine import SamplingParams
 from ...rollout.trajectory import TrajectoryBatch
-from ...seeds import TRAIN_SEED_RANGE
 from ...training.base import Collected, Prepared
-from ...training.contract import fresh_episodes, recompute_logprobs, sample_and_check
-from ...training.evaluate import evaluate
 from ...training.objectives.policy_gradient import PolicyGradient
-from .stats import SPLIT, RungResult, judge_no_update, verdict
+from .rows import FROZEN_BATCH, RungResult, engine_name
 
-REPEATS = 2
-"""Evaluations before the engine version bump; one more follows it."""
 FROZEN_TRIES = 8
 """Rung 2 draws at most this many batches of a group-relative arm looking for a reward spread."""
-
-
-def engine_name(engine) -> str:
-    """The engine class that sampled a rung's rollouts (HFEngine, VLLMEngine), for its evidence."""
-
-    return type(engine).__name__
-
-
-def contract_rung(
-    engine, model, tok, task, rollout, group_size: int, seed: int
-) -> list[RungResult]:
-    r = rollout
-    rng = np.random.default_rng(seed)
-    instances = task.instances(
-        [int(x) for x in rng.integers(0, TRAIN_SEED_RANGE, r.prompts_per_step)]
-    )
-    batch, rep = sample_and_check(
-        engine,
-        model,
-        tok,
-        task,
-        instances,
-        group_size,
-        r,
-        seed=seed,
-        reward_range=task.reward_range,
-    )
-    figures = mismatch_figures(engine, model, tok, task, instances, group_size, r, seed, batch)
-    detail = {**rep.to_dict(), "engine": engine_name(engine), "mismatch": figures}
-    if rep.passed:
-        reason = f"every contract check holds on {len(instances) * group_size} fresh rollouts"
-        summary = rep.summary() + _mismatch_line(figures)
-        return [
-            RungResult(1, "contract", "fresh rollouts", "pass", summary, detail=detail),
-            verdict(1, "contract", "pass", reason),
-        ]
-    fails = "; ".join(f"{f.name}: {f.detail}" for f in rep.failures)
-    reason = "trajectory contract broken: " + ", ".join(f.name for f in rep.failures)
-    return [
-        RungResult(
-            1,
-            "contract",
-            "fresh rollouts",
-            "fail",
-            f"trajectory contract broken: {fails}",
-            detail=detail,
-        ),
-        verdict(1, "contract", "fail", reason),
-    ]
-
-
-def mismatch_figures(
-    engine, model, tok, task, instances, group_size: int, rollout, seed: int, batch
-) -> dict[str, Any]:
-    """The sampler-trainer mismatch the arm's training rollouts carry (every figure of
-    :func:`~sixblanks.algorithms.weights.mismatch_stats`, before any correction): of the contract's
-    own rollouts, or, where ``rollout.mismatch`` corrupts the training sampler on purpose (the
-    contract is checked on the clean one), of the same instances sampled through it.
-    ``injected``: the settings, or None."""
-
-    from sixblanks.algorithms.weights import mismatch_stats
-
-    injected = SamplerMismatch.of(getattr(rollout, "mismatch", None))
-    if injected is not None:
-        batch = fresh_episodes(engine, tok, task, instances, group_size, rollout, seed, injected)
-    trainer = recompute_logprobs(model, batch, rollout.temperature, rollout.top_k, rollout.top_p)
-    stats = mismatch_stats(trainer, batch.behavior_logprobs, batch.action_mask)
-    return {
-        "injected": None if injected is None else asdict(injected),
-        **stats,
-    }
-
-
-def _mismatch_line(figures: dict[str, Any]) -> str:
-    """The rung's sentence on the mismatch: the injected one's size, else nothing (float noise)."""
-
-    if figures.get("injected") is None or "mismatch.kl" not in figures:
-        return ""
-    return (
-        f"; the training sampler's injected mismatch: KL {figures['mismatch.kl']:.3g}, "
-        f"mean |k - 1| {figures['mismatch.ratio_abs_dev']:.3g}, ESS {figures['mismatch.ess']:.3g} "
-        "(before any correction)"
-    )
 
 
 KINDS = {
@@ -137,10 +42,11 @@ def arm_kind(blanks) -> str:
 
 
 class ProcessInputsStoodIn(PolicyGradient):
-    """A process-credit arm's update (:class:`~sixblanks.harness.training.objectives.process.ProcessCredit`
-    inherits the policy gradient's) with its second model's inputs stood in: step scores 0.5 where
-    the environment gives no label, token rewards 0. Rung 2 checks the policy's loss and gradient
-    on a frozen batch, not the process reward model."""
+    """A process-credit arm's update
+    (:class:`~sixblanks.harness.training.objectives.process.ProcessCredit` inherits the policy
+    gradient's) with its second model's inputs stood in: step scores 0.5 where the environment
+    gives no label, token rewards 0. Rung 2 checks the policy's loss and gradient on a frozen
+    batch, not the process reward model."""
 
     SKIPS_UNUSED = False  # as ProcessCredit: pi_old and pi_ref always computed
 
@@ -333,8 +239,8 @@ def frozen_batch_check(trainer, path: Path, **about: Any) -> list[RungResult]:
     if collected is None:
         reason = f"nothing to update on: {data}"
         return [
-            RungResult(2, "frozen_batch", label, "inconclusive", reason, detail=detail),
-            verdict(2, "frozen_batch", "inconclusive", reason),
+            FROZEN_BATCH.row(label, "inconclusive", reason, detail=detail),
+            FROZEN_BATCH.verdict("inconclusive", reason),
         ]
     prepared = objective.prepare(collected)
     save_frozen_batch(path, kind, prepared, ctx.blanks, arm=ctx.settings.name, **about)
@@ -344,16 +250,61 @@ def frozen_batch_check(trainer, path: Path, **about: Any) -> list[RungResult]:
     runs = [_update_gradients(ctx, objective, path, m) for m in (m0, m0, m1)]
     unit = "pairs" if kind == "dpo" else "rows"
     detail |= {"file": str(path), "units": units, "unit": unit, "micro_batch_sizes": [m0, m0, m1]}
-    what = f"{KINDS[kind]} on {data}, stored in {path.name}"
     if any("policy" not in g for _, g in runs):
         reason = (
             f"the {KINDS[kind]} took no optimizer step on {data} (no trained token, or target KL "
             "stopped it): nothing to reproduce"
         )
         return [
-            RungResult(2, "frozen_batch", label, "inconclusive", reason, detail=detail),
-            verdict(2, "frozen_batch", "inconclusive", reason),
+            FROZEN_BATCH.row(label, "inconclusive", reason, detail=detail),
+            FROZEN_BATCH.verdict("inconclusive", reason),
         ]
+    ok, compared, zero = _compare_runs(runs, kind, (m0, m1), unit, detail)
+    ev = f"{KINDS[kind]} on {data}, stored in {path.name}: {compared}"
+    if not ok:
+        status, ev = "fail", "update not reproducible on a frozen batch: " + ev
+        reason = f"the {KINDS[kind]} differs on a repeat or a micro-batch split ({path} replays it)"
+    else:
+        status, reason = _judge_reproduced(kind, data, zero, units, unit)
+        ev = ev if status == "pass" else reason + "; " + ev
+    return [
+        FROZEN_BATCH.row(label, status, ev, detail=detail),
+        FROZEN_BATCH.verdict(status, reason),
+    ]
+
+
+def _judge_reproduced(
+    kind: str, data: str, zero: list[str], units: int, unit: str
+) -> tuple[str, str]:
+    """(status, reason) of an update that reproduced: a pass only where it could have failed,
+    with a gradient to compare (``zero``: the parts whose gradient is zero) and a batch of
+    ``units`` that micro-batches split."""
+
+    if zero:
+        # a zero gradient reproduces trivially: no signal in the batch, nothing shown
+        return "inconclusive", (
+            f"the frozen batch's {' and '.join(zero)} gradient is zero ({data} without a learning "
+            "signal): nothing to reproduce"
+        )
+    if units < 2:
+        return "inconclusive", f"one {unit[:-1]} in the frozen batch: no micro-batch split to check"
+    return "pass", f"the {KINDS[kind]} reproduces on a repeat and across a micro-batch split"
+
+
+def _compare_runs(
+    runs: list[tuple[dict[str, Any], dict[str, torch.Tensor]]],
+    kind: str,
+    micro: tuple[int, int],
+    unit: str,
+    detail: dict[str, Any],
+) -> tuple[bool, str, list[str]]:
+    """The update's three computations (micro-batches of ``micro[0]`` units, the arm's own, twice,
+    then of ``micro[1]``) compared: whether losses and gradients agree, the evidence, and the
+    parts whose gradient is zero. Each part's gradient differences and the losses go into
+    ``detail``."""
+
+    m0, m1 = micro
+
     loss_keys = ["loss", "value_loss"] if kind == "critic" else ["loss"]
     losses = {k: [float(m[k]) for m, _ in runs] for k in loss_keys}
     ok, loss_text = True, []
@@ -375,34 +326,12 @@ def frozen_batch_check(trainer, path: Path, **about: Any) -> list[RungResult]:
         if g_max == 0.0:
             zero.append(part)
     detail["loss"] = losses
-    ev = (
-        f"{what}: "
-        + "; ".join(loss_text)
+    text = (
+        "; ".join(loss_text)
         + f" (micro-batches of {m0} {unit}); max relative grad difference: "
         + "; ".join(grad_text)
     )
-    if not ok:
-        status, ev = "fail", "update not reproducible on a frozen batch: " + ev
-        reason = f"the {KINDS[kind]} differs on a repeat or a micro-batch split ({path} replays it)"
-    elif zero:
-        # a zero gradient reproduces trivially: no signal in the batch, nothing shown
-        status = "inconclusive"
-        reason = (
-            f"the frozen batch's {' and '.join(zero)} gradient is zero ({data} without a learning "
-            "signal): nothing to reproduce"
-        )
-        ev = reason + "; " + ev
-    elif units < 2:
-        status = "inconclusive"
-        reason = f"one {unit[:-1]} in the frozen batch: no micro-batch split to check"
-        ev = reason + "; " + ev
-    else:
-        status = "pass"
-        reason = f"the {KINDS[kind]} reproduces on a repeat and across a micro-batch split"
-    return [
-        RungResult(2, "frozen_batch", label, status, ev, detail=detail),
-        verdict(2, "frozen_batch", status, reason),
-    ]
+    return ok, text, zero
 
 
 def frozen_batch_rung(
@@ -430,35 +359,3 @@ def frozen_batch_rung(
         return frozen_batch_check(trainer, Path(out_dir) / LADDER_FROZEN_BATCH)
     with tempfile.TemporaryDirectory() as tmp:
         return frozen_batch_check(trainer, Path(tmp) / LADDER_FROZEN_BATCH)
-
-
-def no_update_rung(engine, model, tok, task, n: int, rollout) -> list[RungResult]:
-    """``REPEATS`` evaluations of the unchanged policy on the validation split, then one after an
-    engine version bump that reloads the same weights; every instance is compared across all."""
-
-    runs: list[dict[str, Any]] = []
-    for i in range(REPEATS + 1):
-        if i == REPEATS:
-            engine.load_weights({k: v.clone() for k, v in model.state_dict().items()})
-        runs.append(
-            evaluate(
-                engine,
-                tok,
-                task,
-                n,
-                max_new_tokens=rollout.max_new_tokens,
-                seed=0,
-                max_context_tokens=rollout.max_prompt_tokens,
-                split=SPLIT,
-            )
-        )
-    status, ev, reason, detail = judge_no_update(
-        [list(e["per_instance"]) for e in runs], REPEATS, tuple(task.reward_range)
-    )
-    splits = sorted({str(e.get("split")) for e in runs})  # what evaluate says it scored
-    detail |= {"split": "/".join(splits), "engine": engine_name(engine)}
-    label = f"{REPEATS + 1} evaluations, same policy"
-    return [
-        RungResult(3, "no_update_eval", label, status, ev, detail=detail),
-        verdict(3, "no_update_eval", status, reason, split=SPLIT, n=n),
-    ]

@@ -1,10 +1,11 @@
 """What the ablation ladder's evidence can show: pure judgments over per-instance scores.
 
-Every rung ends in exactly one verdict row (``variant == "verdict"``): pass, fail or inconclusive and
-a short reason. A rung passes only on evidence that could have failed it:
+Every rung ends in exactly one verdict row (``variant == "verdict"``): pass, fail or inconclusive
+and a short reason. A rung passes only on evidence that could have failed it:
 
-- rung 3 (no update): a policy that scores the reward floor (or the ceiling) on every instance cannot
-  show drift, since a response that changes but stays wrong (right) scores the same: inconclusive;
+- rung 3 (no update): a policy that scores the reward floor (or the ceiling) on every instance
+  cannot show drift, since a response that changes but stays wrong (right) scores the same:
+  inconclusive;
 - rung 6 (normalization) also runs each Z whose gradient scale differs from the arm's scale-matched
   (:func:`explain_scale`): a Z that wins both as is and scale-matched shows estimator bias, one that
   wins only as is a changed step size;
@@ -14,66 +15,22 @@ a short reason. A rung passes only on evidence that could have failed it:
   otherwise, and whenever both runs give the same score on every instance (an interval of width 0
   that only says the runs did not tell the settings apart).
 
-Each row keeps its measurements in ``detail``; ``split`` names the held-out split they were scored on.
+Each row keeps its measurements in ``detail``; ``split`` names the held-out split they were scored
+on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from .rows import SPLIT, RungId, RungResult
+
 MARGIN = 0.05
 """A variant fails a rung when its paired interval over the nominal lies above this; it passes one
 when the interval's upper bound does not exceed it."""
-SPLIT = "validation"
-"""The held-out split every ladder evaluation scores: selection never sees the test instances."""
-VERDICT = "verdict"
-"""The ``variant`` of a rung's one verdict row."""
-
-
-@dataclass
-class RungResult:
-    rung: int
-    rung_name: str
-    variant: str  # a setting, or VERDICT for the rung's one verdict row
-    status: str  # pass / fail / inconclusive
-    evidence: str
-    ci_low: float | None = None
-    ci_high: float | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-def mean_of(steps: list[dict[str, Any]], key: str) -> float | None:
-    """The mean of a step metric over the steps that have it (None: none has)."""
-
-    vals = [m[key] for m in steps if key in m]
-    return float(np.mean(vals)) if vals else None
-
-
-def verdict(
-    rung: int,
-    name: str,
-    status: str,
-    reason: str,
-    ci: tuple[float, float] | None = None,
-    **detail: Any,
-) -> RungResult:
-    """The verdict row of a rung."""
-
-    lo, hi = ci or (None, None)
-    return RungResult(rung, name, VERDICT, status, reason, lo, hi, detail=detail)
-
-
-def verdicts(results: list[RungResult]) -> list[RungResult]:
-    return [r for r in results if r.variant == VERDICT]
-
-
-def first_failure(results: list[RungResult]) -> RungResult | None:
-    """The verdict row of the first failing rung, or None."""
-
-    return next((r for r in verdicts(results) if r.status == "fail"), None)
 
 
 def paired_diff_ci(
@@ -99,8 +56,9 @@ def judge_no_update(
     """Per-instance scores of one unchanged policy evaluated repeatedly on the same instances; the
     evaluations from index ``bump_at`` on follow an engine version bump (same weights).
 
-    Compares every instance across every evaluation: the repeats among themselves, and each one after
-    the bump with the last one before it. Returns (status, row evidence, verdict reason, detail)."""
+    Compares every instance across every evaluation: the repeats among themselves, and each one
+    after the bump with the last one before it. Returns (status, row evidence, verdict reason,
+    detail)."""
 
     pre, post = per_instance[:bump_at], per_instance[bump_at:]
     k, n = len(per_instance), len(per_instance[0])
@@ -124,32 +82,47 @@ def judge_no_update(
         "at_floor": floor,
         "at_ceiling": ceiling,
     }
-    where = f"{len(repeat)} of {n} instances changed between the {len(pre)} repeats, {len(bumped)} after the engine version bump"
+    where = (
+        f"{len(repeat)} of {n} instances changed between the {len(pre)} repeats, {len(bumped)} "
+        "after the engine version bump"
+    )
     if changed:
         what = "environment drift" if repeat else "engine drift (same weights, new version)"
         ev = f"{what}: the same policy on the same {n} validation seeds scored {scores} ({where})"
         return "fail", ev, f"{what}: {where}", detail
+    status, ev, reason = _judge_unchanged(n, scores, floor, ceiling, reward_range)
+    return status, ev, reason, detail
+
+
+def _judge_unchanged(
+    n: int, scores: list[float], floor: int, ceiling: int, reward_range: tuple[float, float]
+) -> tuple[str, str, str]:
+    """(status, row evidence, verdict reason) where no instance changed across the evaluations
+    (their mean ``scores``): a pass unless every instance sat at the reward floor (``floor``
+    counts those) or at the ceiling, where a changed response could score the same."""
+
+    k, (lo, hi) = len(scores), reward_range
     for count, value, end, stays in (
         (floor, lo, "floor", "wrong"),
         (ceiling, hi, "ceiling", "right"),
     ):
         if count == n:
             reason = (
-                f"every one of the {n} validation instances scored {value:g} (the reward {end}) in all "
-                f"{k} evaluations: a response that changed but stayed {stays} scores the same, so drift "
-                "could not show"
+                f"every one of the {n} validation instances scored {value:g} (the reward {end}) in "
+                f"all {k} evaluations: a response that changed but stayed {stays} scores the same, "
+                "so drift could not show"
             )
-            return "inconclusive", reason + f" (scores {scores})", reason, detail
+            return "inconclusive", reason + f" (scores {scores})", reason
     ev = (
         f"identical per-instance scores on all {n} validation instances across {k} evaluations "
-        f"(repeats and after an engine version bump), scores {scores}; {n - floor} of {n} instances "
-        f"above the reward floor, {n - ceiling} below the ceiling"
+        f"(repeats and after an engine version bump), scores {scores}; {n - floor} of {n} "
+        f"instances above the reward floor, {n - ceiling} below the ceiling"
     )
     reason = (
         f"no instance changed across {k} evaluations, before and after the version bump "
         f"({n - floor} of {n} validation instances above the floor)"
     )
-    return "pass", ev, reason, detail
+    return "pass", ev, reason
 
 
 # ---------------------------------------------------------------- rungs 5-8: one axis varied
@@ -175,50 +148,44 @@ def _run_summary(o: dict[str, Any]) -> str:
         if o.get("grad_norm")
         else ""
     )
-    return f"score {o['start_score']:.3f} -> {o['final']:.3f} (gain {d:+.3f} [{lo:+.3f}, {hi:+.3f}]){gn}"
+    score = f"score {o['start_score']:.3f} -> {o['final']:.3f}"
+    return f"{score} (gain {d:+.3f} [{lo:+.3f}, {hi:+.3f}]){gn}"
 
 
 def _row_detail(o: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in o.items() if k not in ("scores", "start", "trainable")}
 
 
-def _judge_nominal(rung: int, name: str, key: str, o: dict[str, Any]) -> RungResult:
+def _judge_nominal(rung: RungId, key: str, o: dict[str, Any]) -> RungResult:
     """The nominal run against its own warm start (the reference the variants are compared with)."""
 
     d, lo, hi = o["gain"]
     summary = _run_summary(o)
     if _identical(o["scores"], o["start"]):
-        status, why = (
-            "inconclusive",
-            f"unchanged from the warm start ({_same_everywhere(o['scores'], o['start'])})",
-        )
+        status = "inconclusive"
+        why = f"unchanged from the warm start ({_same_everywhere(o['scores'], o['start'])})"
     elif lo > 0:
         status, why = "pass", "a measurable gain over the warm start"
     else:
         status, why = "inconclusive", "no gain over the warm start that the interval can show"
-    return RungResult(rung, name, key, status, f"{why}: {summary}", lo, hi, detail=_row_detail(o))
+    return rung.row(key, status, f"{why}: {summary}", (lo, hi), _row_detail(o))
 
 
 def _judge_variant(
-    rung: int, name: str, label: str, o: dict[str, Any], nominal: dict[str, Any]
+    rung: RungId, label: str, o: dict[str, Any], nominal: dict[str, Any]
 ) -> RungResult:
     """One variant against the nominal setting on the same instances (nominal not diverged)."""
 
     if o.get("diverged"):
-        return RungResult(
-            rung,
-            name,
-            label,
-            "pass",
-            f"diverged ({o['error']}) while the nominal setting did not: no better than it",
-            detail=_row_detail(o),
-        )
+        why = f"diverged ({o['error']}) while the nominal setting did not: no better than it"
+        return rung.row(label, "pass", why, detail=_row_detail(o))
     d, lo, hi = paired_diff_ci(o["scores"], nominal["scores"])
     vs = f"vs nominal {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
     detail = _row_detail(o) | {"vs_nominal": [d, lo, hi]}
     if _identical(o["scores"], nominal["scores"]):
         status = "inconclusive"
-        why = f"{_same_everywhere(o['scores'], nominal['scores'])} for both: the runs cannot tell the settings apart"
+        same = _same_everywhere(o["scores"], nominal["scores"])
+        why = f"{same} for both: the runs cannot tell the settings apart"
     elif not np.isfinite(lo):
         status, why = "inconclusive", f"{vs}: too few instances for an interval"
     elif lo > MARGIN:
@@ -227,30 +194,28 @@ def _judge_variant(
         status, why = "pass", f"{vs}: does not beat it by more than {MARGIN:g}"
     else:
         status, why = "inconclusive", f"{vs}: the interval reaches past the margin {MARGIN:g}"
-    return RungResult(rung, name, label, status, f"{why}; {_run_summary(o)}", lo, hi, detail=detail)
+    return rung.row(label, status, f"{why}; {_run_summary(o)}", (lo, hi), detail)
 
 
 def _judge_after_divergence(
-    rung: int, name: str, label: str, o: dict[str, Any], is_nominal: bool, any_live: bool
+    rung: RungId, label: str, o: dict[str, Any], is_nominal: bool, any_live: bool
 ) -> RungResult:
     """A row of a rung whose nominal setting diverged: a setting that trains on is the evidence."""
 
     if o.get("diverged"):
         status = "fail" if is_nominal and any_live else "inconclusive"
-        return RungResult(
-            rung, name, label, status, f"diverged: {o['error']}", detail=_row_detail(o)
-        )
+        return rung.row(label, status, f"diverged: {o['error']}", detail=_row_detail(o))
     _, lo, hi = o["gain"]
     ev = f"does not diverge where the nominal does: {_run_summary(o)}"
-    return RungResult(rung, name, label, "fail", ev, lo, hi, detail=_row_detail(o))
+    return rung.row(label, "fail", ev, (lo, hi), _row_detail(o))
 
 
 def judge_compare(
-    rung: int, name: str, outs: dict[str, dict[str, Any]], nominal_key: str
+    rung: RungId, outs: dict[str, dict[str, Any]], nominal_key: str
 ) -> list[RungResult]:
-    """Rows and the verdict of a rung that varies one axis. ``outs`` maps each setting's label to its
-    short run (``scores``/``start``: per-instance final and warm-start scores on the validation
-    split, ``final``/``start_score`` their means; or ``diverged`` with ``error``).
+    """Rows and the verdict of a rung that varies one axis. ``outs`` maps each setting's label to
+    its short run (``scores``/``start``: per-instance final and warm-start scores on the
+    validation split, ``final``/``start_score`` their means; or ``diverged`` with ``error``).
 
     The nominal row judges the nominal run against its warm start; each variant row judges that
     variant against the nominal; the verdict judges the rung."""
@@ -260,42 +225,62 @@ def judge_compare(
         for k, o in outs.items()
     }
     nominal = outs[nominal_key]
-    others = {k: o for k, o in outs.items() if k != nominal_key}
     live = {k: o for k, o in outs.items() if not o.get("diverged")}
     n = len(next(iter(live.values()), {}).get("scores") or [])
     held = "/".join(sorted({str(o.get("split") or SPLIT) for o in outs.values()}))
     split = {"split": held, "n": n}
-
     if nominal.get("diverged"):
         rows = [
-            _judge_after_divergence(rung, name, k, o, k == nominal_key, bool(live))
+            _judge_after_divergence(rung, k, o, k == nominal_key, bool(live))
             for k, o in outs.items()
         ]
-        if not live:
-            reason = f"every setting of this rung diverged ({nominal['error']}): the cause lies elsewhere"
-            return rows + [verdict(rung, name, "inconclusive", reason, **split)]
-        best = max(live, key=lambda k: live[k]["final"])
-        reason = (
-            f"the nominal {nominal_key} diverged ({nominal['error']}); {best} does not and reaches "
-            f"{live[best]['final']:.3f} on {n} {held} instances"
-        )
-        return rows + [verdict(rung, name, "fail", reason, **split, best=best)]
+        return rows + [_verdict_after_divergence(rung, nominal_key, nominal, live, split)]
+    rows = [_judge_nominal(rung, nominal_key, nominal)]
+    rows += [_judge_variant(rung, k, o, nominal) for k, o in outs.items() if k != nominal_key]
+    return rows + [_verdict_of_compare(rung, rows, live, split)]
 
-    rows = [_judge_nominal(rung, name, nominal_key, nominal)]
-    rows += [_judge_variant(rung, name, k, o, nominal) for k, o in others.items()]
-    by = {r.variant: r for r in rows}
-    fails = [k for k in others if by[k].status == "fail"]
-    if fails:
-        best = max(fails, key=lambda k: by[k].detail["vs_nominal"][0])
-        d, lo, hi = by[best].detail["vs_nominal"]
+
+def _verdict_after_divergence(
+    rung: RungId,
+    nominal_key: str,
+    nominal: dict[str, Any],
+    live: dict[str, dict[str, Any]],
+    split: dict[str, Any],
+) -> RungResult:
+    """The verdict of a rung whose nominal setting diverged: a failure where another setting
+    trains on (it names the best), inconclusive where every setting diverged."""
+
+    if not live:
         reason = (
-            f"{best} beats the nominal {nominal_key} by {d:+.3f} [{lo:+.3f}, {hi:+.3f}] on the same "
-            f"{n} {held} instances"
+            f"every setting of this rung diverged ({nominal['error']}): the cause lies elsewhere"
         )
-        return rows + [verdict(rung, name, "fail", reason, (lo, hi), **split, best=best)]
-    if not others:
+        return rung.verdict("inconclusive", reason, **split)
+    best = max(live, key=lambda k: live[k]["final"])
+    reason = (
+        f"the nominal {nominal_key} diverged ({nominal['error']}); {best} does not and reaches "
+        f"{live[best]['final']:.3f} on {split['n']} {split['split']} instances"
+    )
+    return rung.verdict("fail", reason, **split, best=best)
+
+
+def _verdict_of_compare(
+    rung: RungId, rows: list[RungResult], live: dict[str, dict[str, Any]], split: dict[str, Any]
+) -> RungResult:
+    """The verdict of a rung whose nominal setting trained (``rows``: the nominal's row first, then
+    each variant's): the best winning variant fails it; it passes when every variant passes."""
+
+    nominal_key, variants = rows[0].variant, rows[1:]
+    on = f"on the same {split['n']} {split['split']} instances"
+    fails = [r for r in variants if r.status == "fail"]
+    if fails:
+        best = max(fails, key=lambda r: r.detail["vs_nominal"][0])
+        d, lo, hi = best.detail["vs_nominal"]
+        by = f"by {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+        reason = f"{best.variant} beats the nominal {nominal_key} {by} {on}"
+        return rung.verdict("fail", reason, (lo, hi), **split, best=best.variant)
+    if not variants:
         reason = "no variant of this axis is configured (ladder section): nothing to compare"
-        return rows + [verdict(rung, name, "inconclusive", reason, **split)]
+        return rung.verdict("inconclusive", reason, **split)
     if all(o["gain"][0] <= 0 for o in live.values()):
         values = {v for o in live.values() for v in [*o["scores"], *o["start"]]}
         what = (
@@ -304,20 +289,15 @@ def judge_compare(
             else "no setting improves on the warm start within the rung budget"
         )
         reason = f"{what}: the runs cannot tell the settings apart"
-        return rows + [verdict(rung, name, "inconclusive", reason, **split)]
-    unsure = [r for r in rows[1:] if r.status != "pass"]
+        return rung.verdict("inconclusive", reason, **split)
+    unsure = [r for r in variants if r.status != "pass"]
     if unsure:
-        reason = "cannot tell: " + "; ".join(
-            f"{r.variant}: {r.evidence.split(';')[0]}" for r in unsure
-        )
-        return rows + [verdict(rung, name, "inconclusive", reason, **split)]
-    top = max((r.ci_high for r in rows[1:] if r.ci_high is not None), default=None)
+        why = "; ".join(f"{r.variant}: {r.evidence.split(';')[0]}" for r in unsure)
+        return rung.verdict("inconclusive", "cannot tell: " + why, **split)
+    top = max((r.ci_high for r in variants if r.ci_high is not None), default=None)
     bound = f" (largest upper bound {top:+.3f})" if top is not None else ""
-    reason = (
-        f"no setting beats the nominal {nominal_key} by more than {MARGIN:g} on the same {n} "
-        f"{held} instances{bound}"
-    )
-    return rows + [verdict(rung, name, "pass", reason, **split)]
+    reason = f"no setting beats the nominal {nominal_key} by more than {MARGIN:g} {on}{bound}"
+    return rung.verdict("pass", reason, **split)
 
 
 # ---------------------------------------------------------------- rung 6: weighting vs scale
@@ -336,61 +316,17 @@ def explain_scale(
     estimator bias. Plain fails and matched passes: a changed step size. Matched fails alone: the
     weighting helps once the step size is matched."""
 
-    by = {r.variant: r for r in rows}
-    roles = {}  # each variant row: the ratio of its mode's scale, and whether it is matched
-    for plain, s in scale.items():
-        same = s.get("matched") is None and (s.get("ratio") is not None or grad_clip is None)
-        same = same and not s.get("unmatchable")
-        roles[plain] = {"scale_ratio": s.get("ratio"), "scale_matched": same}
-        if s.get("matched"):
-            roles[s["matched"]] = {"scale_ratio": s["ratio"], "scale_matched": True}
-    rows = [
-        replace(r, detail=r.detail | roles[r.variant]) if r.variant in roles else r for r in rows
-    ]
+    status = {r.variant: r.status for r in rows}
+    rows = _with_scale_roles(rows, scale, grad_clip)
     *body, final = rows
     said, found = [], []
     for plain, s in scale.items():
-        c, twin = s.get("ratio"), s.get("matched")
-        if s.get("unmatchable"):
-            said.append(
-                f"{plain} changes the weighting and the gradient scale (total loss weight "
-                f"x{c:.3g} of the nominal's), with no scale-matched twin: the arm's critic steps "
-                "under the same gradient clip and its value loss does not follow Z, so no clip "
-                "rescales the policy's gradient alone"
-            )
+        said.append(_what_it_changes(plain, s, grad_clip))
+        twin = s.get("matched")
+        if s.get("unmatchable") or s.get("ratio") is None or twin is None:
             continue
-        if c is None:
-            said.append(
-                f"{plain} changes the weighting only (optimizer.grad_clip off: AdamW's steps do not "
-                "change with a constant gradient scale)"
-                if grad_clip is None
-                else f"{plain}: its gradient scale could not be measured (no trained token)"
-            )
-            continue
-        if twin is None:
-            said.append(f"{plain} changes the weighting only (the same total loss weight)")
-            continue
-        said.append(
-            f"{plain} changes the weighting and the gradient scale (total loss weight x{c:.3g} of "
-            f"the nominal's), {twin} the weighting only"
-        )
-        if plain not in by or twin not in by:
-            continue
-        p_fail, m_fail = by[plain].status == "fail", by[twin].status == "fail"
-        if p_fail and m_fail:
-            found.append(f"{plain} wins with its step size matched too: estimator bias")
-        elif p_fail and by[twin].status == "pass":
-            found.append(
-                f"{plain} wins only with its own gradient scale ({twin} passes): a changed step "
-                "size, not estimator bias"
-            )
-        elif p_fail:
-            found.append(
-                f"{plain} wins with its own gradient scale; scale-matched the runs cannot tell: "
-                "a changed step size or estimator bias"
-            )
-        elif m_fail:
-            found.append(f"{twin} wins: its weighting helps once its step size is matched")
+        if plain in status and twin in status:
+            found += _what_separates(plain, twin, status[plain], status[twin])
     if not said:
         return rows
     text = "; ".join(said) + "."
@@ -400,3 +336,70 @@ def explain_scale(
         final, evidence=f"{final.evidence}. {text}", detail=final.detail | {"scale": scale}
     )
     return [*body, final]
+
+
+def _with_scale_roles(
+    rows: list[RungResult], scale: dict[str, dict[str, Any]], grad_clip: float | None
+) -> list[RungResult]:
+    """``rows`` with each variant row's ``scale_ratio`` (its mode's scale over the nominal's) and
+    ``scale_matched`` (whether its gradient scale is the nominal's) in its detail."""
+
+    roles = {}
+    for plain, s in scale.items():
+        same = s.get("matched") is None and (s.get("ratio") is not None or grad_clip is None)
+        same = same and not s.get("unmatchable")
+        roles[plain] = {"scale_ratio": s.get("ratio"), "scale_matched": same}
+        if s.get("matched"):
+            roles[s["matched"]] = {"scale_ratio": s["ratio"], "scale_matched": True}
+    return [
+        replace(r, detail=r.detail | roles[r.variant]) if r.variant in roles else r for r in rows
+    ]
+
+
+def _what_it_changes(plain: str, s: dict[str, Any], grad_clip: float | None) -> str:
+    """What the plain variant ``plain`` changes (the weighting, the gradient scale), and its
+    scale-matched twin, in one phrase."""
+
+    c, twin = s.get("ratio"), s.get("matched")
+    if s.get("unmatchable"):
+        return (
+            f"{plain} changes the weighting and the gradient scale (total loss weight "
+            f"x{c:.3g} of the nominal's), with no scale-matched twin: the arm's critic steps "
+            "under the same gradient clip and its value loss does not follow Z, so no clip "
+            "rescales the policy's gradient alone"
+        )
+    if c is None:
+        return (
+            f"{plain} changes the weighting only (optimizer.grad_clip off: AdamW's steps do not "
+            "change with a constant gradient scale)"
+            if grad_clip is None
+            else f"{plain}: its gradient scale could not be measured (no trained token)"
+        )
+    if twin is None:
+        return f"{plain} changes the weighting only (the same total loss weight)"
+    return (
+        f"{plain} changes the weighting and the gradient scale (total loss weight x{c:.3g} of "
+        f"the nominal's), {twin} the weighting only"
+    )
+
+
+def _what_separates(plain: str, twin: str, plain_status: str, twin_status: str) -> list[str]:
+    """What a plain variant's and its scale-matched twin's statuses separate: estimator bias or a
+    changed step size (nothing where neither wins)."""
+
+    p_fail, m_fail = plain_status == "fail", twin_status == "fail"
+    if p_fail and m_fail:
+        return [f"{plain} wins with its step size matched too: estimator bias"]
+    if p_fail and twin_status == "pass":
+        return [
+            f"{plain} wins only with its own gradient scale ({twin} passes): a changed step "
+            "size, not estimator bias"
+        ]
+    if p_fail:
+        return [
+            f"{plain} wins with its own gradient scale; scale-matched the runs cannot tell: "
+            "a changed step size or estimator bias"
+        ]
+    if m_fail:
+        return [f"{twin} wins: its weighting helps once its step size is matched"]
+    return []
