@@ -186,8 +186,11 @@ def test_a_row_with_a_bad_override_or_answer_is_reported(monkeypatch):
 
 
 def test_rung_names_are_the_ladders():
-    from sixblanks.harness.studies.ladder import RUNGS
+    """The rung names the matrix shows are the ladder registry's own, not a copy."""
 
+    from sixblanks.harness.studies.ladder import RUNG_NAMES, RUNGS
+
+    assert R.RUNG_NAMES is RUNG_NAMES
     assert R.RUNG_NAMES == {r.number: r.name for r in RUNGS}
 
 

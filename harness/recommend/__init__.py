@@ -13,6 +13,7 @@ Everything here is data; the functions only match it. Light to import (no torch)
 its options from :data:`QUESTIONS`.
 """
 
+from ..studies.ladder.registry import RUNG_NAMES
 from .advice import (
     Recommendation,
     check_matrix,
@@ -36,7 +37,6 @@ from .matrix import (
     QUESTIONS,
     ROW_BY_ID,
     ROWS,
-    RUNG_NAMES,
     STARTER_TASKS,
     WARM_START,
     Note,

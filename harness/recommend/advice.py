@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError, SixblanksError, suggest
+from ..studies.ladder.registry import RUNG_NAMES  # a row names the rung to check first
 from .matrix import (
     BASELINE,
     CONFLICTS,
@@ -22,7 +23,6 @@ from .matrix import (
     QUESTION_BY_NAME,
     QUESTIONS,
     ROWS,
-    RUNG_NAMES,
     STARTER_TASKS,
     WARM_START,
     Question,
@@ -343,7 +343,8 @@ def check_matrix() -> list[str]:
 
 
 def markdown_table() -> str:
-    """The matrix as the guide's table (docs/guide/recommend.md; a test keeps the guide equal to it)."""
+    """The matrix as the guide's table (docs/guide/recommend.md; a test keeps the guide equal to
+    it)."""
 
     def when(r: Row) -> str:
         if not r.when:

@@ -1,8 +1,8 @@
 """The selection matrix as data: the questions a situation answers (:data:`QUESTIONS`), the
-rows read top to bottom (:data:`ROWS`: a starting preset, its blank overrides, why, the main warning,
-the ladder rung to check first), the notes that hold across rows, the conflicts refused, and the
-built-in tasks of starter experiments. Light to import (no torch): the CLI builds its options from
-:data:`QUESTIONS`."""
+rows read top to bottom (:data:`ROWS`: a starting preset, its blank overrides, why, the main
+warning, the ladder rung to check first), the notes that hold across rows, the conflicts refused,
+and the built-in tasks of starter experiments. Light to import (no torch): the CLI builds its
+options from :data:`QUESTIONS`."""
 
 from __future__ import annotations
 
@@ -111,19 +111,6 @@ QUESTIONS: tuple[Question, ...] = (
 QUESTION_BY_NAME: dict[str, Question] = {q.name: q for q in QUESTIONS}
 DEFAULTS: dict[str, str] = {q.name: q.default for q in QUESTIONS}
 
-# rung numbers and names of the ablation ladder (harness/studies/ladder.py's RUNGS; a test keeps them equal)
-RUNG_NAMES: dict[int, str] = {
-    1: "contract",
-    2: "frozen_batch",
-    3: "no_update_eval",
-    4: "curriculum",
-    5: "advantage",
-    6: "normalization",
-    7: "clip_kl_lr",
-    8: "credit",
-    9: "asynchrony",
-}
-
 When = Mapping[str, tuple[str, ...]]
 """Conditions: question name -> the answers that satisfy it; a question not named: any answer."""
 
@@ -146,6 +133,8 @@ class Row:
     warning: str
     """The main warning: what goes wrong first with this choice, and what to watch."""
     rung: int
+    """The ablation-ladder rung to check first, by its number (its name: the ladder's registry,
+    :data:`~sixblanks.harness.studies.ladder.registry.RUNG_NAMES`)."""
     rung_why: str
     """Why that rung of the ladder is the one to check first."""
     overrides: Mapping[str, Any] = field(default_factory=dict)
@@ -396,8 +385,8 @@ ROWS: tuple[Row, ...] = (
         7,
         "The KL coefficient, the clip and the learning rate are the guard against "
         "over-optimization: rung 7 varies them.",
-        baseline_note="put your reward model or judge in task.judge (docs/guide/tasks.md, judges) for "
-        "both arms; the starter's toy task uses its verifier.",
+        baseline_note="put your reward model or judge in task.judge (docs/guide/tasks.md, judges) "
+        "for both arms; the starter's toy task uses its verifier.",
     ),
     Row(
         "length_bias",
@@ -455,8 +444,8 @@ ROWS: tuple[Row, ...] = (
         "long reasoning with a verifier stalls: the entropy collapses, more groups come out all "
         "right or all wrong, long responses reach the length cap",
         "dapo",
-        "The open reasoning-RL recipe (DAPO) changes four blanks of GRPO, each against one way such "
-        "a run stalls: clip-higher (eps_high 0.28 above eps_low 0.2) lets a low-probability "
+        "The open reasoning-RL recipe (DAPO) changes four blanks of GRPO, each against one way "
+        "such a run stalls: clip-higher (eps_high 0.28 above eps_low 0.2) lets a low-probability "
         "token's ratio rise further before the clip stops its gradient, which keeps the entropy "
         "from collapsing; dynamic sampling trains only on groups whose rewards differ (a group "
         "all right or all wrong has A = 0) and samples again until the batch is full; a "
