@@ -16,18 +16,17 @@ normalization; ``shuffled``: the same with rewards shuffled within each training
    least 0.2 apart);
 
 and the training time of a run, median over the runs (target: at most 2 minutes). The scores are
-the held-out evaluations at the start (the warm start) and at the end of each run; the entropy and
-length curves' start and end are the means of their first and last ``--window`` steps (one step is
-noisy).
+the held-out evaluations at the start (the warm start) and at the end of each run; the entropy
+curve's start and end are the means of its first and last ``--window`` steps (one step is noisy),
+the incorrect length at the end its mean over the last quarter of the steps (at least ``--window``).
 
     .venv/bin/python benchmarks/testbed.py [--seeds 5] [--out DIR] [--window 5]
 
 The warm start is trained once (or taken from the machine's cache) and shared by every run.
 
-Measured 2026-12-05, before the verifier read "8-2" as 2 rather than -2 (15 runs, 93.4 s of
-training each, median): score 0.367 -> 0.616, rise 0.249
-[0.215, 0.284] (not met); entropy fall 0.685 (met); largest clip fraction 0.035 (not met);
-incorrect-length difference 0.54 [-1.52, 2.60] tokens (not met); shuffled gap 0.316 (met).
+Measured 2026-12-05 (15 runs, 112.3 s of training each, median): score 0.485 -> 0.926, rise
+0.441 [0.433, 0.450] (met); entropy fall 0.848 (met); largest clip fraction 0.013 (not met);
+incorrect-length difference 5.27 [2.00, 8.54] tokens (met); shuffled gap 0.587 (met).
 More in docs/guide/testbed.md.
 """
 
