@@ -1,0 +1,492 @@
+"""Run a piece of model-written Python in a sandbox: a fresh process with no network, no view of the
+user's files, resource limits and a wall-clock timeout, and a typed result.
+
+    sandbox = Sandbox(SandboxConfig(timeout_seconds=2), hide=[run_dir])  # refuses if unavailable
+    result = sandbox.run("print(sum(range(10)))")   # thread-safe: one Sandbox, many threads
+    result.reason, result.stdout, result.wall_seconds   # "ok", "45\\n", 0.06
+
+Each call starts util-linux's ``unshare`` with new PID, mount, network, IPC and UTS namespaces;
+its first process (:mod:`.sandbox_init`) builds a root that shows only the system directories and
+the interpreter's, read-only, with a writable /tmp, drops every privilege, applies the limits and
+runs the program as ``python main.py`` in /tmp/work. When the program ends, times out or floods
+its output, everything it started is killed with its namespace, and its files go with it. What
+the machine cannot provide is refused with :class:`SandboxUnavailable`, never relaxed;
+``isolation: none`` (trusted code only) runs the same way without the namespaces. The guide
+``docs/guide/sandbox.md`` says what is and is not guaranteed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import SixblanksError
+from .probe import Isolation, probe
+
+KiB, MiB = 1024, 1024 * 1024
+REASONS = ("ok", "error", "timeout", "killed", "output_limit", "refused")
+"""How a call ended: exit code 0; another exit code; past the wall-clock limit; ended by a signal
+(a CPU or file-size limit, the kernel); stopped for printing more than the output limit; not run
+(the program or its input is over its size limit)."""
+
+INIT = Path(__file__).with_name("sandbox_init.py")
+WORKDIR = "/tmp/work"
+"""The program's working directory inside the namespaces: the same path on every call, so its
+tracebacks (``File "/tmp/work/main.py"``) do not depend on a random directory name."""
+
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+"""What the program sees of the host besides the interpreter's directories, read-only."""
+
+UID_BASE, UID_SPAN = 1 << 30, 1 << 29
+"""Under root, each call runs under a uid drawn from [2^30, 2^30 + 2^29): one no account or other
+call holds, so RLIMIT_NPROC (counted per uid) caps this call's processes alone."""
+
+SETUP_ALLOWANCE = 10.0
+"""Seconds allowed past the timeout for starting and tearing down, after which the parent kills
+the sandbox itself (the init enforces the timeout; this covers an init that hangs)."""
+
+OUTPUT_GRACE = 0.5
+"""Seconds to keep reading output after the init has reported (isolation: none only: a process
+that left the program's group may hold the pipes)."""
+
+
+class SandboxUnavailable(SixblanksError):
+    """The machine cannot provide the isolation the configuration asks for, or the sandbox could
+    not be set up: the message says what is missing."""
+
+
+class SandboxConfig(BaseModel):
+    """The sandbox's isolation and limits. Every limit is per call; memory, CPU time and file size
+    are per process (RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    isolation: Literal["namespaces", "none"] = Field(
+        "namespaces",
+        description="namespaces: no network, only system and interpreter directories visible "
+        "(read-only), every process killed with the call; none: a plain child process in a "
+        "temporary directory, with the limits and timeout only (trusted code; the fairness audit "
+        "flags it).",
+    )
+    timeout_seconds: float = Field(10.0, gt=0, description="Wall-clock limit of one call.")
+    cpu_seconds: int = Field(10, ge=1, description="CPU seconds of each process (SIGXCPU).")
+    memory_bytes: int = Field(512 * MiB, ge=32 * MiB, description="Address space per process.")
+    file_bytes: int = Field(16 * MiB, ge=0, description="Largest file a process may write.")
+    disk_bytes: int = Field(
+        64 * MiB, ge=MiB, description="Size of the writable /tmp (and of /dev/shm), in memory."
+    )
+    open_files: int = Field(64, ge=16, description="Open files per process.")
+    processes: int = Field(
+        32, ge=1, description="Processes and threads of the call (the program counts as one)."
+    )
+    output_bytes: int = Field(
+        16 * KiB, ge=1, description="Bytes kept of stdout and of stderr; more stops the call."
+    )
+    source_bytes: int = Field(64 * KiB, ge=1, description="Largest program run (else refused).")
+    stdin_bytes: int = Field(MiB, ge=0, description="Largest stdin accepted (else refused).")
+    python: str | None = Field(
+        None, description="Interpreter of the program; default: the harness's own."
+    )
+    visible: tuple[str, ...] = Field((), description="More host paths to show, read-only.")
+    hide: tuple[str, ...] = Field(
+        (), description="Paths never shown, even inside a visible directory."
+    )
+    env: dict[str, str] = Field({}, description="More environment variables of the program.")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """One call's outcome. ``stdout``/``stderr``: the first ``output_bytes`` of each, decoded as
+    UTF-8 (a cut character becomes U+FFFD); ``truncated``: more was printed. ``exit_code``: when
+    the program exited; ``signal``: when a signal ended it. ``wall_seconds``: the whole call, set-up
+    included (what an environment execution costs); ``cpu_seconds``: the program's processes'."""
+
+    reason: str
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    signal: int | None
+    truncated: bool
+    wall_seconds: float
+    cpu_seconds: float
+    isolation: str
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.reason == "ok"
+
+
+def audit_flag(config: SandboxConfig) -> str | None:
+    """The fairness audit's sentence for a configuration that runs model code without isolation."""
+
+    if config.isolation == "none":
+        return (
+            "sandbox: isolation none: model-written code runs without namespaces (network, "
+            "files and leftover processes unguarded): trusted code only"
+        )
+    return None
+
+
+def _interpreter_dirs(python: str) -> list[str]:
+    """The directories an interpreter reads: its prefixes (a virtual environment's and the base
+    installation's) and its executable's."""
+
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    else:
+        code = "import sys,json;print(json.dumps([sys.prefix,sys.base_prefix,sys.exec_prefix,sys.base_exec_prefix]))"
+        try:
+            out = subprocess.run([python, "-I", "-c", code], capture_output=True, timeout=30)
+            prefixes = json.loads(out.stdout)
+        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            raise SandboxUnavailable(
+                f"sandbox: the interpreter {python} could not be started: {exc}"
+            ) from exc
+    return [*prefixes, os.path.dirname(os.path.realpath(python))]
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    """Paths not inside another of them, sorted (binding a parent after its child would cover it)."""
+
+    out: list[str] = []
+    for p in sorted(set(paths)):
+        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+            out.append(p)
+    return out
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+@lru_cache(maxsize=1)
+def _machine() -> Isolation:
+    """The probe, once per process: what the machine provides does not change while it runs."""
+
+    return probe()
+
+
+class Sandbox:
+    """A configured sandbox, checked against the machine once; :meth:`run` may be called from many
+    threads at once (each call has its own processes, pipes and directory; nothing is shared)."""
+
+    def __init__(
+        self,
+        config: SandboxConfig | None = None,
+        *,
+        hide: Iterable[str | os.PathLike[str]] = (),
+        machine: Isolation | None = None,
+    ):
+        self.config = config or SandboxConfig()
+        self.machine = machine if machine is not None else _machine()
+        self.python = os.path.abspath(self.config.python or sys.executable)
+        if self.config.isolation == "namespaces" and not self.machine.namespaces:
+            raise SandboxUnavailable(
+                [f"sandbox (isolation: namespaces): {p}" for p in self.machine.problems]
+                + ["set isolation: none only for code you trust"]
+            )
+        self.hidden = [os.path.realpath(p) for p in (*self.config.hide, *hide)]
+        self.visible: list[str] = []
+        if self.config.isolation == "namespaces":
+            interpreter = [os.path.realpath(p) for p in _interpreter_dirs(self.python)]
+            for h in self.hidden:
+                clash = [d for d in interpreter if _inside(d, h)]
+                if clash:
+                    raise SandboxUnavailable(
+                        f"sandbox: the hidden path {h} holds the interpreter's directory "
+                        f"{clash[0]}: the program could not start"
+                    )
+            extra = [os.path.realpath(p) for p in self.config.visible]
+            self.visible = _outermost([*SYSTEM_PATHS, *interpreter, *extra])
+            # a hidden path matters only where something visible would show it
+            self.hidden = [h for h in self.hidden if any(_inside(h, v) for v in self.visible)]
+
+    # ------------------------------------------------------------------ one call
+
+    def run(self, source: str, stdin: str = "") -> SandboxResult:
+        """Run ``source`` as ``python main.py`` with ``stdin`` on its standard input."""
+
+        start = time.monotonic()
+        cfg = self.config
+        size, stdin_size = len(source.encode()), len(stdin.encode())
+        refusal = None
+        if size > cfg.source_bytes:
+            refusal = f"the program is {size} bytes; the limit is {cfg.source_bytes}"
+        elif stdin_size > cfg.stdin_bytes:
+            refusal = f"the input is {stdin_size} bytes; the limit is {cfg.stdin_bytes}"
+        if refusal:
+            return self._result("refused", start, detail=refusal)
+        namespaces = cfg.isolation == "namespaces"
+        workdir = WORKDIR if namespaces else tempfile.mkdtemp(prefix="sixblanks-sandbox-")
+        try:
+            return self._call(source, stdin, workdir, start)
+        finally:
+            if not namespaces:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    def _plan(self, source: str, stdin: str, workdir: str) -> dict:
+        cfg = self.config
+        namespaces = cfg.isolation == "namespaces"
+        bindir = os.path.dirname(self.python)
+        env = {
+            "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": workdir,
+            "TMPDIR": "/tmp" if namespaces else workdir,
+            "USER": "sandbox",
+            "LOGNAME": "sandbox",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            # output up to a kill is kept; the same program prints the same thing (set order)
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            # one thread per numerical library: threads count against the process limit
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            **cfg.env,
+        }
+        privileged = namespaces and self.machine.privileged
+        return {
+            "isolation": cfg.isolation,
+            "python": self.python,
+            "source": source,
+            "stdin": stdin,
+            "workdir": workdir,
+            "env": env,
+            "visible": self.visible,
+            "hidden": self.hidden,
+            "uid": UID_BASE + secrets.randbelow(UID_SPAN) if privileged else None,
+            "disk_bytes": cfg.disk_bytes,
+            "timeout": cfg.timeout_seconds,
+            "limits": {
+                "cpu": cfg.cpu_seconds,
+                "memory": cfg.memory_bytes,
+                "file": cfg.file_bytes,
+                "open_files": cfg.open_files,
+                "processes": cfg.processes,
+            },
+        }
+
+    def _call(self, source: str, stdin: str, workdir: str, start: float) -> SandboxResult:
+        plan = json.dumps(self._plan(source, stdin, workdir)).encode()
+        command = [sys.executable, "-I", "-S", str(INIT)]
+        if self.config.isolation == "namespaces":
+            command = self.machine.unshare_command() + command
+        plan_r, plan_w = os.pipe()
+        status_r, status_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [*command, str(plan_r), str(status_w)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(plan_r, status_w),
+                start_new_session=True,  # a terminal's Ctrl-C reaches the harness, not the program
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"},
+            )
+        except OSError:
+            for fd in (plan_w, status_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(plan_r)
+            os.close(status_w)
+        group = self.config.isolation == "none"
+        call = _Call(proc, status_r, self.config.output_bytes, group)
+        try:
+            try:
+                with open(plan_w, "wb") as f:
+                    f.write(plan)
+            except BrokenPipeError:
+                pass  # the init is gone: its stderr says why, read below
+            call.collect(start + self.config.timeout_seconds + SETUP_ALLOWANCE)
+        finally:
+            call.finish()
+        return self._outcome(call, start)
+
+    def _outcome(self, call: _Call, start: float) -> SandboxResult:
+        cfg = self.config
+        final = next((r for r in call.records if "status" in r), None)
+        error = next((r["error"] for r in call.records if "error" in r), None)
+        out = {k: bytes(v).decode("utf-8", errors="replace") for k, v in call.output.items()}
+        if error is not None or (final is None and call.stopped is None):
+            why = error or f"the sandbox ended before the program did: {out['stderr'][-400:]}"
+            raise SandboxUnavailable(f"sandbox ({cfg.isolation}): {why}")
+        kw = {"stdout": out["stdout"], "stderr": out["stderr"], "truncated": call.truncated}
+        kw["cpu_seconds"] = final["cpu_seconds"] if final else 0.0
+        if call.stopped == "output_limit":
+            detail = f"{call.flooded} passed {cfg.output_bytes} bytes: stopped, the first ones kept"
+            return self._result("output_limit", start, detail=detail, **kw)
+        if call.stopped == "timeout" or final["timed_out"]:
+            detail = f"stopped after {cfg.timeout_seconds:g} s of wall-clock time"
+            return self._result("timeout", start, detail=detail, **kw)
+        status = final["status"]
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            detail = f"killed by {signal.Signals(sig).name}" + {
+                signal.SIGXCPU: f" (its CPU time limit, {cfg.cpu_seconds} s)",
+                signal.SIGXFSZ: f" (its file size limit, {cfg.file_bytes} bytes)",
+            }.get(sig, "")
+            return self._result("killed", start, detail=detail, signal=sig, **kw)
+        code = os.WEXITSTATUS(status)
+        reason = "ok" if code == 0 else "error"
+        return self._result(reason, start, detail=f"exit code {code}", exit_code=code, **kw)
+
+    def _result(self, reason: str, start: float, **kw) -> SandboxResult:
+        base = {"stdout": "", "stderr": "", "exit_code": None, "signal": None, "truncated": False}
+        base.update({"cpu_seconds": 0.0, "detail": ""}, **kw)
+        wall = time.monotonic() - start
+        return SandboxResult(
+            reason=reason, wall_seconds=wall, isolation=self.config.isolation, **base
+        )
+
+
+class _Call:
+    """One call's processes and pipes, as the parent sees them: reads output and the init's status
+    records, and kills the sandbox when it must stop (timeout, output over the limit)."""
+
+    def __init__(self, proc: subprocess.Popen, status_fd: int, limit: int, group: bool):
+        self.proc, self.status_fd, self.limit = proc, status_fd, limit
+        self.group = group  # isolation none: the program runs in a process group of its own
+        self.output = {"stdout": bytearray(), "stderr": bytearray()}
+        self.records: list[dict] = []
+        self.truncated = False
+        self.flooded = ""  # the stream that passed the limit
+        self.stopped: str | None = None
+        self.init_pidfd: int | None = None
+        self.child: int | None = None
+        self._status = bytearray()
+
+    def collect(self, deadline: float) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ, "stdout")
+        sel.register(self.proc.stderr, selectors.EVENT_READ, "stderr")
+        sel.register(self.status_fd, selectors.EVENT_READ, "status")
+        reported = None  # when the init's status pipe closed (it has exited)
+        try:
+            while sel.get_map():
+                now = time.monotonic()
+                if now >= deadline:
+                    return self.stop("timeout")
+                if reported is not None and now - reported > OUTPUT_GRACE:
+                    return
+                for key, _ in sel.select(min(deadline - now, OUTPUT_GRACE)):
+                    data = os.read(key.fd, 65536)
+                    if not data:
+                        sel.unregister(key.fileobj)
+                        if key.data == "status":
+                            reported = time.monotonic()
+                    elif key.data == "status":
+                        self._on_status(data)
+                    else:
+                        buf = self.output[key.data]
+                        room = self.limit - len(buf)
+                        buf += data[:room]
+                        if len(data) > room:
+                            self.truncated, self.flooded = True, key.data
+                            return self.stop("output_limit")
+        finally:
+            sel.close()
+
+    def _on_status(self, data: bytes) -> None:
+        self._status += data
+        *lines, rest = self._status.split(b"\n")
+        self._status = bytearray(rest)
+        for line in lines:
+            record = json.loads(line)
+            self.records.append(record)
+            if "init" in record:
+                self._watch(record["init"])
+            if "child" in record:
+                self.child = record["child"]
+
+    def _watch(self, pid: int) -> None:
+        """Hold a pidfd on the init: it is killed through it, and its end (the namespace's) is
+        awaited through it. It is checked to be this call's (unshare's child, or the process
+        started) after opening, so a reused pid is never signalled."""
+
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            ppid = -1
+        if pid == self.proc.pid or ppid == self.proc.pid:
+            self.init_pidfd = fd
+        else:
+            os.close(fd)
+
+    def stop(self, why: str) -> None:
+        """Kill everything of this call and say why (``timeout``, ``output_limit``)."""
+
+        self.stopped = why
+        self.kill()
+
+    def kill(self) -> None:
+        """The init (with it, in a PID namespace, every process of the program), the program's
+        process group (isolation none), and unshare."""
+
+        if self.init_pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.init_pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+        if self.group and self.child is not None:
+            try:
+                os.killpg(self.child, signal.SIGKILL)
+            except OSError:
+                pass
+        self.proc.kill()
+
+    def finish(self) -> None:
+        """Wait until nothing of the call runs: unshare (whose wait for the init returns once the
+        namespace is empty) and the init itself, then close the pipes. A call that did not end
+        (an exception while reading) is killed first."""
+
+        if self.stopped is None and not any("status" in r for r in self.records):
+            self.kill()
+        try:
+            self.proc.wait(timeout=SETUP_ALLOWANCE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.init_pidfd is not None:
+            select.select([self.init_pidfd], [], [], SETUP_ALLOWANCE)
+            os.close(self.init_pidfd)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            stream.close()
+        os.close(self.status_fd)
+
+
+def run_code(
+    source: str,
+    config: SandboxConfig | None = None,
+    *,
+    stdin: str = "",
+    hide: Iterable[str | os.PathLike[str]] = (),
+) -> SandboxResult:
+    """Run ``source`` once in a sandbox (see :class:`Sandbox`); raises :class:`SandboxUnavailable`
+    when the machine cannot provide the isolation ``config`` asks for."""
+
+    return Sandbox(config, hide=hide).run(source, stdin)
