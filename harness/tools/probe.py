@@ -97,9 +97,7 @@ def probe() -> Isolation:
         )
     unshare = shutil.which("unshare")
     if unshare is None:
-        problems.append(
-            "util-linux's unshare is not on PATH (Debian: apt-get install util-linux)"
-        )
+        problems.append("util-linux's unshare is not on PATH (Debian: apt-get install util-linux)")
         return Isolation(None, False, False, kernel, arch, tuple(problems))
     empty = [sys.executable, "-I", "-S", "-c", ""]
     privileged = os.geteuid() == 0 and _try([unshare, *NAMESPACES, "--", *empty]) is None

@@ -93,7 +93,10 @@ class SandboxConfig(BaseModel):
     )
     open_files: int = Field(64, ge=16, description="Open files per process.")
     processes: int = Field(
-        32, ge=1, description="Processes and threads of the call (the program counts as one)."
+        32,
+        ge=1,
+        description="Processes and threads of the call, the program's own included "
+        "(isolation: namespaces only: without them the count would be the user's).",
     )
     output_bytes: int = Field(
         16 * KiB, ge=1, description="Bytes kept of stdout and of stderr; more stops the call."
@@ -214,6 +217,12 @@ class Sandbox:
                         f"{clash[0]}: the program could not start"
                     )
             extra = [os.path.realpath(p) for p in self.config.visible]
+            for p in [*interpreter, *extra]:
+                if _inside(p, "/proc") or _inside(p, "/dev") or p == "/tmp":
+                    raise SandboxUnavailable(
+                        f"sandbox: {p} cannot be shown: the sandbox has its own /proc, /dev "
+                        "and /tmp"
+                    )
             self.visible = _outermost([*SYSTEM_PATHS, *interpreter, *extra])
             # a hidden path matters only where something visible would show it
             self.hidden = [h for h in self.hidden if any(_inside(h, v) for v in self.visible)]
@@ -264,6 +273,13 @@ class Sandbox:
             **cfg.env,
         }
         privileged = namespaces and self.machine.privileged
+        # RLIMIT_NPROC counts the processes of a uid (of a user namespace's uid, for a user
+        # namespace). Under root the call's own uid has only the program's. In a user namespace
+        # unshare and the init are its root too, so they are added. Without namespaces it would
+        # count every process of the user: no limit is set.
+        processes = None
+        if namespaces:
+            processes = cfg.processes + (0 if privileged else 2)
         return {
             "isolation": cfg.isolation,
             "python": self.python,
@@ -281,7 +297,7 @@ class Sandbox:
                 "memory": cfg.memory_bytes,
                 "file": cfg.file_bytes,
                 "open_files": cfg.open_files,
-                "processes": cfg.processes,
+                "processes": processes,
             },
         }
 

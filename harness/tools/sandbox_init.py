@@ -145,10 +145,6 @@ def build_root(plan: dict) -> None:
     os.mkdir("/tmp/oldroot")
     pivot_root("/tmp", "/tmp/oldroot")
     os.chdir("/")
-    for path in plan["visible"]:
-        expose(path)
-    for path in plan["hidden"]:
-        hide(path)
     os.mkdir("/proc")
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     os.mkdir("/dev")
@@ -165,6 +161,11 @@ def build_root(plan: dict) -> None:
     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, disk)
     os.mkdir("/tmp")
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, disk)
+    # after /tmp: a visible path under the host's /tmp is bound inside the sandbox's own
+    for path in plan["visible"]:
+        expose(path)
+    for path in plan["hidden"]:
+        hide(path)
     _check(libc.umount2(b"/oldroot", MNT_DETACH), "detach the old root")
     os.rmdir("/oldroot")
     read_only("/dev", recursive=False)
@@ -216,7 +217,8 @@ def start_program(plan: dict, status_fd: int) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (limits["memory"],) * 2)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file"],) * 2)
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"],) * 2)
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
+        if limits["processes"] is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"],) * 2)
         # a core dump would go to the host's core handler, outside the sandbox
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if plan["isolation"] == "namespaces":
