@@ -61,7 +61,7 @@ SETUP_ALLOWANCE = 10.0
 """Seconds allowed past the timeout for starting and tearing down, after which the parent kills
 the sandbox itself (the init enforces the timeout; this covers an init that hangs)."""
 
-OUTPUT_GRACE = 0.5
+OUTPUT_GRACE = 0.2
 """Seconds to keep reading output after the init has reported (isolation: none only: a process
 that left the program's group may hold the pipes)."""
 
@@ -234,7 +234,10 @@ class Sandbox:
 
         start = time.monotonic()
         cfg = self.config
-        size, stdin_size = len(source.encode()), len(stdin.encode())
+        try:
+            size, stdin_size = len(source.encode()), len(stdin.encode())
+        except UnicodeEncodeError as exc:  # a lone surrogate: no file can hold it
+            return self._result("refused", start, detail=f"not valid Unicode text: {exc.reason}")
         refusal = None
         if size > cfg.source_bytes:
             refusal = f"the program is {size} bytes; the limit is {cfg.source_bytes}"
@@ -360,6 +363,7 @@ class Sandbox:
             detail = f"killed by {signal.Signals(sig).name}" + {
                 signal.SIGXCPU: f" (its CPU time limit, {cfg.cpu_seconds} s)",
                 signal.SIGXFSZ: f" (its file size limit, {cfg.file_bytes} bytes)",
+                signal.SIGKILL: " (its hard CPU limit, or the kernel)",
             }.get(sig, "")
             return self._result("killed", start, detail=detail, signal=sig, **kw)
         code = os.WEXITSTATUS(status)
@@ -389,6 +393,7 @@ class _Call:
         self.stopped: str | None = None
         self.init_pidfd: int | None = None
         self.child: int | None = None
+        self.child_pidfd: int | None = None
         self._status = bytearray()
 
     def collect(self, deadline: float) -> None:
@@ -430,28 +435,10 @@ class _Call:
             record = json.loads(line)
             self.records.append(record)
             if "init" in record:
-                self._watch(record["init"])
-            if "child" in record:
+                self.init_pidfd = _pidfd(record["init"], self.proc.pid)
+            if "child" in record and self.group:  # a pid of this namespace: the init's
                 self.child = record["child"]
-
-    def _watch(self, pid: int) -> None:
-        """Hold a pidfd on the init: it is killed through it, and its end (the namespace's) is
-        awaited through it. It is checked to be this call's (unshare's child, or the process
-        started) after opening, so a reused pid is never signalled."""
-
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            return
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            ppid = -1
-        if pid == self.proc.pid or ppid == self.proc.pid:
-            self.init_pidfd = fd
-        else:
-            os.close(fd)
+                self.child_pidfd = _pidfd(self.child, self.proc.pid)
 
     def stop(self, why: str) -> None:
         """Kill everything of this call and say why (``timeout``, ``output_limit``)."""
@@ -487,12 +474,34 @@ class _Call:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self.init_pidfd is not None:
-            select.select([self.init_pidfd], [], [], SETUP_ALLOWANCE)
-            os.close(self.init_pidfd)
+        # in a PID namespace the init outlives every process of the program; without one the
+        # program itself is awaited (it is not this process's child: a pidfd says when it ends)
+        for fd in (self.init_pidfd, self.child_pidfd):
+            if fd is not None:
+                select.select([fd], [], [], SETUP_ALLOWANCE)
+                os.close(fd)
         for stream in (self.proc.stdout, self.proc.stderr):
             stream.close()
         os.close(self.status_fd)
+
+
+def _pidfd(pid: int, parent: int) -> int | None:
+    """A pidfd on ``pid`` if it is ``parent`` or its child, checked after opening: a pid reused
+    since it was reported is never signalled or awaited."""
+
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # already gone
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        ppid = -1
+    if parent in (pid, ppid):
+        return fd
+    os.close(fd)
+    return None
 
 
 def run_code(
