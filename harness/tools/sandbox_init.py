@@ -35,7 +35,7 @@ MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
 SYS_MOUNT_SETATTR = 442  # one number on every architecture (the syscall table was unified by then)
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 DEVICES = ("null", "zero", "full", "random", "urandom")
@@ -297,6 +297,9 @@ def main() -> None:
     plan_fd, status_fd = int(sys.argv[1]), int(sys.argv[2])
     with os.fdopen(plan_fd, "rb") as f:
         plan = json.loads(f.read())
+    # not dumpable: the program cannot ptrace this process or open its /proc files (under a user
+    # namespace they share a uid, and this one keeps its capabilities there)
+    _check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "make the init undumpable")
     # the parent kills the sandbox through this pid; /proc is still the host's here
     _report(status_fd, {"init": int(os.readlink("/proc/self"))})
     wake_r, wake_w = os.pipe()
