@@ -30,7 +30,8 @@ from sixblanks.harness.tools import (
     probe,
     run_code,
 )
-from sixblanks.harness.tools.sandbox import SETUP_ALLOWANCE, SYSTEM_PATHS
+from sixblanks.harness.tools.process import SETUP_ALLOWANCE
+from sixblanks.harness.tools.sandbox import SYSTEM_PATHS
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "SIXBLANKS_SANDBOX_TEST_MARK"

@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import select
-import selectors
 import shutil
 import signal
 import subprocess
@@ -29,21 +27,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import SixblanksError
+from .limits import SandboxConfig, SandboxResult
 from .probe import Isolation, probe
-
-KiB, MiB = 1024, 1024 * 1024
-REASONS = ("ok", "error", "timeout", "killed", "output_limit", "refused")
-"""How a call ended: exit code 0; another exit code; past the wall-clock limit; ended by a signal
-(a CPU or file-size limit, the kernel); stopped for printing more than the output limit; not run
-(the program or its input is over its size limit)."""
+from .process import SETUP_ALLOWANCE, Call
 
 INIT = Path(__file__).with_name("sandbox_init.py")
 WORKDIR = "/tmp/work"
@@ -57,94 +47,10 @@ UID_BASE, UID_SPAN = 1 << 30, 1 << 29
 """Under root, each call runs under a uid drawn from [2^30, 2^30 + 2^29): one no account or other
 call holds, so RLIMIT_NPROC (counted per uid) caps this call's processes alone."""
 
-SETUP_ALLOWANCE = 10.0
-"""Seconds allowed past the timeout for starting and tearing down, after which the parent kills
-the sandbox itself (the init enforces the timeout; this covers an init that hangs)."""
-
-OUTPUT_GRACE = 0.2
-"""Seconds to keep reading output after the init has reported (isolation: none only: a process
-that left the program's group may hold the pipes)."""
-
 
 class SandboxUnavailable(SixblanksError):
     """The machine cannot provide the isolation the configuration asks for, or the sandbox could
     not be set up: the message says what is missing."""
-
-
-class SandboxConfig(BaseModel):
-    """The sandbox's isolation and limits. Every limit is per call; memory, CPU time and file size
-    are per process (RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    isolation: Literal["namespaces", "none"] = Field(
-        "namespaces",
-        description="namespaces: no network, only system and interpreter directories visible "
-        "(read-only), every process killed with the call; none: a plain child process in a "
-        "temporary directory, with the limits and timeout only (trusted code; the fairness audit "
-        "flags it).",
-    )
-    timeout_seconds: float = Field(10.0, gt=0, description="Wall-clock limit of one call.")
-    cpu_seconds: int = Field(10, ge=1, description="CPU seconds of each process (SIGXCPU).")
-    memory_bytes: int = Field(512 * MiB, ge=32 * MiB, description="Address space per process.")
-    file_bytes: int = Field(16 * MiB, ge=0, description="Largest file a process may write.")
-    disk_bytes: int = Field(
-        64 * MiB, ge=MiB, description="Size of the writable /tmp (and of /dev/shm), in memory."
-    )
-    open_files: int = Field(64, ge=16, description="Open files per process.")
-    processes: int = Field(
-        32,
-        ge=1,
-        description="Processes and threads of the call, the program's own included "
-        "(isolation: namespaces only: without them the count would be the user's).",
-    )
-    output_bytes: int = Field(
-        16 * KiB, ge=1, description="Bytes kept of stdout and of stderr; more stops the call."
-    )
-    source_bytes: int = Field(64 * KiB, ge=1, description="Largest program run (else refused).")
-    stdin_bytes: int = Field(MiB, ge=0, description="Largest stdin accepted (else refused).")
-    python: str | None = Field(
-        None, description="Interpreter of the program; default: the harness's own."
-    )
-    visible: tuple[str, ...] = Field((), description="More host paths to show, read-only.")
-    hide: tuple[str, ...] = Field(
-        (), description="Paths never shown, even inside a visible directory."
-    )
-    env: dict[str, str] = Field({}, description="More environment variables of the program.")
-
-
-@dataclass(frozen=True)
-class SandboxResult:
-    """One call's outcome. ``stdout``/``stderr``: the first ``output_bytes`` of each, decoded as
-    UTF-8 (a cut character becomes U+FFFD); ``truncated``: more was printed. ``exit_code``: when
-    the program exited; ``signal``: when a signal ended it. ``wall_seconds``: the whole call, set-up
-    included (what an environment execution costs); ``cpu_seconds``: the program's processes'."""
-
-    reason: str
-    stdout: str
-    stderr: str
-    exit_code: int | None
-    signal: int | None
-    truncated: bool
-    wall_seconds: float
-    cpu_seconds: float
-    isolation: str
-    detail: str
-
-    @property
-    def ok(self) -> bool:
-        return self.reason == "ok"
-
-
-def audit_flag(config: SandboxConfig) -> str | None:
-    """The fairness audit's sentence for a configuration that runs model code without isolation."""
-
-    if config.isolation == "none":
-        return (
-            "sandbox: isolation none: model-written code runs without namespaces (network, "
-            "files and leftover processes unguarded): trusted code only"
-        )
-    return None
 
 
 def _interpreter_dirs(python: str) -> list[str]:
@@ -154,7 +60,8 @@ def _interpreter_dirs(python: str) -> list[str]:
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
     else:
-        code = "import sys,json;print(json.dumps([sys.prefix,sys.base_prefix,sys.exec_prefix,sys.base_exec_prefix]))"
+        names = "sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix"
+        code = f"import sys, json; print(json.dumps([{names}]))"
         try:
             out = subprocess.run([python, "-I", "-c", code], capture_output=True, timeout=30)
             prefixes = json.loads(out.stdout)
@@ -329,7 +236,7 @@ class Sandbox:
             os.close(plan_r)
             os.close(status_w)
         group = self.config.isolation == "none"
-        call = _Call(proc, status_r, self.config.output_bytes, group)
+        call = Call(proc, status_r, self.config.output_bytes, group)
         try:
             try:
                 with open(plan_w, "wb") as f:
@@ -341,7 +248,7 @@ class Sandbox:
             call.finish()
         return self._outcome(call, start)
 
-    def _outcome(self, call: _Call, start: float) -> SandboxResult:
+    def _outcome(self, call: Call, start: float) -> SandboxResult:
         cfg = self.config
         final = next((r for r in call.records if "status" in r), None)
         error = next((r["error"] for r in call.records if "error" in r), None)
@@ -377,131 +284,6 @@ class Sandbox:
         return SandboxResult(
             reason=reason, wall_seconds=wall, isolation=self.config.isolation, **base
         )
-
-
-class _Call:
-    """One call's processes and pipes, as the parent sees them: reads output and the init's status
-    records, and kills the sandbox when it must stop (timeout, output over the limit)."""
-
-    def __init__(self, proc: subprocess.Popen, status_fd: int, limit: int, group: bool):
-        self.proc, self.status_fd, self.limit = proc, status_fd, limit
-        self.group = group  # isolation none: the program runs in a process group of its own
-        self.output = {"stdout": bytearray(), "stderr": bytearray()}
-        self.records: list[dict] = []
-        self.truncated = False
-        self.flooded = ""  # the stream that passed the limit
-        self.stopped: str | None = None
-        self.init_pidfd: int | None = None
-        self.child: int | None = None
-        self.child_pidfd: int | None = None
-        self._status = bytearray()
-
-    def collect(self, deadline: float) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ, "stdout")
-        sel.register(self.proc.stderr, selectors.EVENT_READ, "stderr")
-        sel.register(self.status_fd, selectors.EVENT_READ, "status")
-        reported = None  # when the init's status pipe closed (it has exited)
-        try:
-            while sel.get_map():
-                now = time.monotonic()
-                if now >= deadline:
-                    return self.stop("timeout")
-                if reported is not None and now - reported > OUTPUT_GRACE:
-                    return
-                for key, _ in sel.select(min(deadline - now, OUTPUT_GRACE)):
-                    data = os.read(key.fd, 65536)
-                    if not data:
-                        sel.unregister(key.fileobj)
-                        if key.data == "status":
-                            reported = time.monotonic()
-                    elif key.data == "status":
-                        self._on_status(data)
-                    else:
-                        buf = self.output[key.data]
-                        room = self.limit - len(buf)
-                        buf += data[:room]
-                        if len(data) > room:
-                            self.truncated, self.flooded = True, key.data
-                            return self.stop("output_limit")
-        finally:
-            sel.close()
-
-    def _on_status(self, data: bytes) -> None:
-        self._status += data
-        *lines, rest = self._status.split(b"\n")
-        self._status = bytearray(rest)
-        for line in lines:
-            record = json.loads(line)
-            self.records.append(record)
-            if "init" in record:
-                self.init_pidfd = _pidfd(record["init"], self.proc.pid)
-            if "child" in record and self.group:  # a pid of this namespace: the init's
-                self.child = record["child"]
-                self.child_pidfd = _pidfd(self.child, self.proc.pid)
-
-    def stop(self, why: str) -> None:
-        """Kill everything of this call and say why (``timeout``, ``output_limit``)."""
-
-        self.stopped = why
-        self.kill()
-
-    def kill(self) -> None:
-        """The init (with it, in a PID namespace, every process of the program), the program's
-        process group (isolation none), and unshare."""
-
-        if self.init_pidfd is not None:
-            try:
-                signal.pidfd_send_signal(self.init_pidfd, signal.SIGKILL)
-            except OSError:
-                pass
-        if self.group and self.child is not None:
-            try:
-                os.killpg(self.child, signal.SIGKILL)
-            except OSError:
-                pass
-        self.proc.kill()
-
-    def finish(self) -> None:
-        """Wait until nothing of the call runs: unshare (whose wait for the init returns once the
-        namespace is empty) and the init itself, then close the pipes. A call that did not end
-        (an exception while reading) is killed first."""
-
-        if self.stopped is None and not any("status" in r for r in self.records):
-            self.kill()
-        try:
-            self.proc.wait(timeout=SETUP_ALLOWANCE)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        # in a PID namespace the init outlives every process of the program; without one the
-        # program itself is awaited (it is not this process's child: a pidfd says when it ends)
-        for fd in (self.init_pidfd, self.child_pidfd):
-            if fd is not None:
-                select.select([fd], [], [], SETUP_ALLOWANCE)
-                os.close(fd)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            stream.close()
-        os.close(self.status_fd)
-
-
-def _pidfd(pid: int, parent: int) -> int | None:
-    """A pidfd on ``pid`` if it is ``parent`` or its child, checked after opening: a pid reused
-    since it was reported is never signalled or awaited."""
-
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:  # already gone
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        ppid = -1
-    if parent in (pid, ppid):
-        return fd
-    os.close(fd)
-    return None
 
 
 def run_code(
