@@ -107,6 +107,21 @@ def test_this_machine_provides_the_namespaces():
     assert not found.privileged or os.geteuid() == 0  # only root makes them without a user ns
 
 
+def test_root_without_cap_sys_admin_is_refused(monkeypatch):
+    """Root that can make namespaces only through a user namespace would run the program as the
+    host's root, whom the kernel exempts from RLIMIT_NPROC: refused, not relaxed."""
+
+    from sixblanks.harness.tools import machine as probing
+
+    real = probing._try
+    monkeypatch.setattr(probing, "_try", lambda cmd: "EPERM" if "--user" not in cmd else real(cmd))
+    monkeypatch.setattr(probing.os, "getuid", lambda: 0)
+    monkeypatch.setattr(probing.os, "geteuid", lambda: 0)
+    found = probing.probe()
+    assert (found.privileged, found.user_namespace, found.namespaces) == (False, True, False)
+    assert found.problems[-1].startswith("the harness runs as root without the right")
+
+
 def test_a_machine_without_namespaces_is_refused_with_what_is_missing():
     lacking = Isolation(None, False, False, "6.1", "x86_64", ("util-linux's unshare is missing",))
     with pytest.raises(SandboxUnavailable) as err:

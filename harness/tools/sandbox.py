@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..errors import SixblanksError
 from .limits import SandboxConfig, SandboxResult
-from .probe import Isolation, probe
+from .machine import Isolation, probe
 from .process import SETUP_ALLOWANCE, Call
 
 INIT = Path(__file__).with_name("sandbox_init.py")

@@ -113,4 +113,13 @@ def probe() -> Isolation:
                 "kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0; a container "
                 "needs a seccomp profile that permits unshare)"
             )
+    if user_ns and os.getuid() == 0:
+        # the namespace's root would be the host's: the kernel exempts that user from
+        # RLIMIT_NPROC, and a fork bomb would run unchecked
+        problems.append(
+            "the harness runs as root without the right to create namespaces (CAP_SYS_ADMIN): "
+            "through a user namespace the program would be the host's root, whom the kernel "
+            "exempts from the process limit; give the harness CAP_SYS_ADMIN or run it as "
+            "another user"
+        )
     return Isolation(unshare, privileged, user_ns, kernel, arch, tuple(problems))
