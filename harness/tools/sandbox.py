@@ -182,6 +182,11 @@ class Sandbox:
             "MKL_NUM_THREADS": "1",
             **cfg.env,
         }
+        python = self.python
+        if namespaces:
+            # the directories are bound at their real paths (a symlinked home is not recreated);
+            # the file's own link stays, for a virtual environment is found through it
+            python = os.path.join(os.path.realpath(bindir), os.path.basename(python))
         privileged = namespaces and self.machine.privileged
         # RLIMIT_NPROC counts the processes of a uid (of a user namespace's uid, for a user
         # namespace). Under root the call's own uid has only the program's. In a user namespace
@@ -192,7 +197,7 @@ class Sandbox:
             processes = cfg.processes + (0 if privileged else 2)
         return {
             "isolation": cfg.isolation,
-            "python": self.python,
+            "python": python,
             "source": source,
             "stdin": stdin,
             "workdir": workdir,
