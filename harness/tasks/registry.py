@@ -14,6 +14,7 @@ BUILTIN = (
     "running_sum",
     "guess_number",
     "chain_arithmetic",
+    "long_arithmetic",
     "plan_execute",
     "nim",
     "dataset",
@@ -35,6 +36,7 @@ def _builtin(name: str):
     from .builtin import Arithmetic, ChainArithmetic, GuessNumber
     from .dataset import DatasetTask
     from .hierarchical import PlanExecute
+    from .longarith import LongArithmetic
     from .scratchpad import RunningSum
     from .selfplay import Nim
 
@@ -43,6 +45,7 @@ def _builtin(name: str):
         "running_sum": RunningSum,
         "guess_number": GuessNumber,
         "chain_arithmetic": ChainArithmetic,
+        "long_arithmetic": LongArithmetic,
         "plan_execute": PlanExecute,
         "nim": Nim,
         "dataset": DatasetTask,
