@@ -6,7 +6,8 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      chat template's hash and whether the rollouts apply one
     task             name, resolved parameters, hash of the task class source and of the modules
                      it comes from (its environment, the helpers it imports; user tasks included),
-                     the reasoning-gym version and dataset source for its tasks
+                     the reasoning-gym version and dataset source for its tasks, the gymnasium
+                     version for a gymnasium environment (its class's source: the reward's)
     reward           hash of the verifier's source, and every shaping term of the arm (overlong
                      shaping, potential shaping, KL in the reward); the experiment's reward has none
     sampling         backend, temperature, top-p, top-k (samples per prompt: global_batch), and
@@ -141,6 +142,11 @@ def _task_and_reward(name: str, params_json: str) -> tuple[dict[str, Any], dict[
         ident["reasoning_gym"] = version("reasoning-gym")
         ident["dataset_source"] = _source_hash(type(ds))
         verifier["score_answer"] = _source_hash(type(ds).score_answer)
+    if getattr(task, "env_id", None) and name.startswith("gymnasium:"):  # the reward is the env's
+        from importlib.metadata import version
+
+        ident["gymnasium"] = version("gymnasium")
+        verifier["environment"] = _source_hash(type(task.make_gym().unwrapped))
     return ident, verifier
 
 
