@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CONSTRAINTS ?= constraints-cpu.txt
-EXTRAS ?= dev,gguf,ray,cluster
+EXTRAS ?= dev,gguf,ray,cluster,gym
 CONFIG ?= experiments.yaml
 STAMP := $(VENV)/.installed
 # system programs the tests use (headless Chromium renders the report; PostgreSQL serves the shared-storage tests), from Debian's apt

@@ -32,7 +32,7 @@ from typing import Any
 
 from .counters import COUNTERS, DISCARD_REASONS
 
-TIME_COUNTERS = frozenset({"device_seconds", "wall_seconds"})
+TIME_COUNTERS = frozenset({"device_seconds", "wall_seconds", "tool_seconds"})
 """Measured seconds (floats); every other counter counts whole units (ints)."""
 
 TIME_TOLERANCE = 1e-6

@@ -37,6 +37,7 @@ from sixblanks.algorithms.blanks import Blanks
 from .experiment import ExperimentConfig
 from .parallel_checks import parallel_notes, parallel_problems
 from .sections import RolloutConfig, TaskConfig
+from .tool_checks import tool_problems
 
 
 @dataclass
@@ -47,6 +48,14 @@ class _Arm:
     blanks: Blanks
     rollout: RolloutConfig
     group_size: int
+    tool_turns: int = 0
+    """Tool turns an episode may take where the arm is offered the code tool (``tools:``)."""
+    tool_calls: int = 0
+    """Programs an episode may run (tool turns x calls per turn)."""
+
+    @property
+    def tools(self) -> bool:
+        return self.tool_turns > 0
 
     def path(self, dotted: str) -> str:
         """``arms.<arm>.blanks.<dotted>``, with where the value comes from when the arm does not
@@ -80,7 +89,11 @@ def _arms(cfg: ExperimentConfig) -> list[_Arm]:
             continue
         rollout = cfg.rollout_for(name)
         g = blanks.data.group_size or rollout.group_size
-        out.append(_Arm(name, spec.preset, spec.blanks, blanks, rollout, g))
+        tools = cfg.tools_for(name)
+        turns, calls = (
+            (tools.max_calls, tools.max_calls * tools.calls_per_turn) if tools else (0, 0)
+        )
+        out.append(_Arm(name, spec.preset, spec.blanks, blanks, rollout, g, turns, calls))
     return out
 
 
@@ -313,10 +326,11 @@ def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[
 
     b, r, g = arm.blanks, arm.rollout, arm.group_size
     d, L, P, ppp = b.data, r.max_new_tokens, r.max_prompt_tokens, r.prompts_per_step
-    t = f" x {turns} turn(s)"
+    turns += arm.tool_turns  # the code tool's turns come on top of the task's (ToolTask)
+    t = f" x {turns} turn(s)" + (f" ({arm.tool_turns} of the code tool)" if arm.tools else "")
 
     def rollouts(n: int, how: str) -> dict[str, tuple[float, str]]:
-        return {  # RunContext.worst_rollouts
+        out = {  # RunContext.worst_rollouts
             "launched_tokens": (n * turns * L, f"{how} x max_new_tokens {L}{t}"),
             "prompt_tokens": (n * turns * P, f"{how} x max_prompt_tokens {P}{t}"),
             "rollouts_launched": (n, how),
@@ -324,6 +338,9 @@ def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[
             "verifier_calls": (n * turns, how + t),
             "judge_calls": (n * turns * judge_per_verify, f"{how}{t} x {judge_per_verify} call(s)"),
         }
+        if arm.tools:
+            out["tool_calls"] = (n * arm.tool_calls, f"{how} x {arm.tool_calls} program(s)")
+        return out
 
     if d.source == "demonstrations":  # played through the environment: no prompt is sampled
         n, how = ppp * g, f"prompts_per_step {ppp} x group size {g}"
@@ -402,6 +419,8 @@ def _charged(arm: _Arm, task: TaskConfig) -> set[str]:
         never.add("replayed_tokens")
     if d.world_model is None:
         never.add("imagined_env_steps")
+    if not arm.tools:
+        never |= {"tool_calls", "tool_seconds"}
     if d.self_play is None:
         never.add("opponent_tokens")
     user_prm = (
@@ -512,7 +531,7 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
     out += _prm_label_problems(arms, [t for t, _ in tasks])
     out += _probe_problems(cfg, arms)
     out += _budget_problems("budget", cfg.budget, arms, tasks)
-    out += parallel_problems(cfg)
+    out += parallel_problems(cfg) + tool_problems(cfg)
     first = tasks[:1]  # the ladder and the sweep run the first task
     sw = cfg.sweep
     if "trial_budget" in sw.model_fields_set and sw.trial_budget:

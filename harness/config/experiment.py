@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from sixblanks.algorithms.blanks import Blanks
 from sixblanks.algorithms.presets import resolve
 
+from ..tools.config import ToolsConfig
 from .sections import (
     ArmConfig,
     Budget,
@@ -43,6 +44,12 @@ class ExperimentConfig(Section):
         None, description="Several tasks: runs are arm x task x seed."
     )
     rollout: RolloutConfig = RolloutConfig()
+    tools: ToolsConfig | None = Field(
+        None,
+        description="The code tool offered to the policy in every episode (a call's program runs "
+        "in the sandbox, its output is the next observation); None: no tool. An arm with "
+        "`tools: false` is not offered it (docs/guide/tools.md).",
+    )
     warm_start: WarmStartConfig = WarmStartConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     budget: Budget = Field(
@@ -118,6 +125,12 @@ class ExperimentConfig(Section):
             keys = arm_rollout.mismatch.model_dump(exclude_unset=True)
             over["mismatch"] = self.rollout.mismatch.model_copy(update=keys)
         return self.rollout.model_copy(update=over)
+
+    def tools_for(self, arm: str) -> ToolsConfig | None:
+        """The code tool ``arm``'s runs offer: the experiment's ``tools`` section, unless the arm
+        sets ``tools: false``."""
+
+        return self.tools if self.arms[arm].tools else None
 
     def optimizer_for(self, arm: str) -> OptimizerConfig:
         over = self.arms[arm].optimizer.model_dump(exclude_none=True)

@@ -220,7 +220,8 @@ class TaskConfig(Section):
     name: str = Field(
         "arithmetic",
         description="A built-in task (arithmetic, running_sum, guess_number, chain_arithmetic, "
-        "plan_execute, nim, dataset), reasoning_gym:<dataset>, or a user task 'module:Class'.",
+        "long_arithmetic, plan_execute, nim, dataset), reasoning_gym:<dataset>, "
+        "gymnasium:<env id>, or a user task 'module:Class'.",
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="Task parameters (validated by the task)."
@@ -625,6 +626,13 @@ class ArmConfig(Section):
         default_factory=FaultConfig,
         description="A fault planted in the arm's training (a negative control); the fairness "
         "audit flags it.",
+    )
+    tools: bool = Field(
+        True,
+        description="Whether this arm's episodes are offered the experiment's code tool (its "
+        "`tools:` section; nothing where it has none). false: the arm answers without it, from the "
+        "same warm start (which then demonstrates both ways); the fairness audit records the "
+        "difference.",
     )
 
     def run_fields(self) -> dict[str, Any]:

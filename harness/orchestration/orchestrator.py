@@ -60,6 +60,8 @@ def build_specs(
                     "code_version": code,
                 }
                 spec.update(cfg.arms[arm].run_fields())  # seed_offset, fault: only where set
+                if (tools := cfg.tools_for(arm)) is not None:  # the code tool: where offered
+                    spec["tools"] = tools.model_dump(mode="json")
                 # only where there are some: a built-in task's run id is as it was
                 spec.update({"task_inputs": task_in} if task_in else {})
                 spec.update({"arm_inputs": arm_ins} if arm_ins else {})
@@ -129,6 +131,7 @@ class Orchestrator:
         from .warmstart import cached_warm_start, warm_start
 
         self._check_backend()
+        self._check_tools()
         self.out.mkdir(parents=True, exist_ok=True)
         tasks, key, specs = self._plan()
         self.warm_dir = self.dir.warm_policy(key)
@@ -173,6 +176,15 @@ class Orchestrator:
                 f"rollout.backend is 'vllm' but vLLM is not installed in {sys.executable}: "
                 f"{INSTALL_HINT}"
             )
+
+    def _check_tools(self) -> None:
+        """Refuse, before the warm start, an experiment whose code tool this machine cannot
+        isolate as configured (SandboxUnavailable says what is missing)."""
+
+        if any(self.cfg.tools_for(arm) is not None for arm in self.cfg.arms):
+            from ..tools import Sandbox
+
+            Sandbox(self.cfg.tools.sandbox)
 
     def reuse(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Finished runs of other code for specs that are otherwise the same: their specs replace

@@ -121,6 +121,12 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     if settings.reward_range == (0.0, 1.0):
         settings.reward_range = task.reward_range
     model, tok = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+    if spec.get("tools"):  # the code tool: in the spec only where the arm is offered it
+        from ..tasks.tooled import with_tools
+        from ..tools.config import ToolsConfig
+
+        hide = [work_dir] if work_dir is not None else []
+        task = with_tools(task, ToolsConfig.model_validate(spec["tools"]), tok, hide=hide)
     stop_point("setup")  # each model load is long for a large model: a stop is seen between them
     fp32_head = bool(spec["model"].get("fp32_lm_head"))  # in the spec only where set
     set_fp32_lm_head(model, fp32_head)

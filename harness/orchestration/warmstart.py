@@ -105,6 +105,25 @@ def tasks_inputs(cfg) -> list[dict]:
     return found if any(found) else []
 
 
+def tool_modes(cfg) -> list[bool]:
+    """Whether the warm start demonstrates with the code tool (True), without it (False), or both:
+    one per kind of arm, so that arms with and without the tool start from the same policy (the
+    tool's announcement before the prompt tells the two apart)."""
+
+    return sorted({cfg.tools_for(arm) is not None for arm in cfg.arms})
+
+
+def demonstrated_tasks(cfg, tasks: list[Task], tokenizer) -> list[Task]:
+    """The tasks the warm start demonstrates: each task as offered the code tool and as it is, as
+    :func:`tool_modes` asks."""
+
+    from ..tasks.tooled import with_tools
+
+    modes = tool_modes(cfg)
+    tooled = [with_tools(t, cfg.tools, tokenizer) for t in tasks] if True in modes else []
+    return tooled + (list(tasks) if False in modes else [])
+
+
 def warm_start_key(cfg, tasks: list[Task]) -> str:
     """Content hash of everything the warm-start policy depends on."""
 
@@ -120,6 +139,9 @@ def warm_start_key(cfg, tasks: list[Task]) -> str:
     }
     # the demonstrations come from the tasks' data and code: their files (by content, not by
     # where they lie) and user modules
+    modes = tool_modes(cfg)
+    if modes != [False]:  # demonstrations with the code tool (only then: other keys as they were)
+        payload["tools"] = {"config": cfg.tools.model_dump(mode="json"), "modes": modes}
     inputs = tasks_inputs(cfg)
     if inputs:
         placed = [without_locations(t["params"], i) for t, i in zip(payload["tasks"], inputs)]
@@ -263,13 +285,16 @@ def _warm_start_in(cfg, tasks: list[Task], key: str, directory: Path, log):
     ws = cfg.warm_start
     if ws.enabled and ws.steps > 0:
         rng = random.Random(ws.seed)
-        per_task = max(1, ws.num_demos // len(tasks))
+        demonstrated = demonstrated_tasks(cfg, tasks, tok)
+        per_task = max(1, ws.num_demos // len(demonstrated))
         batches, cost = [], {}
-        for ti, task in enumerate(tasks):
+        for ti, task in enumerate(demonstrated):
             if not task.has_oracle:
                 continue
             seeds = demo_seeds(rng, ti, per_task, task)
-            batch, played = demonstration_pool(task, tok, seeds, cfg.rollout.max_prompt_tokens)
+            batch, played = demonstration_pool(
+                task, tok, seeds, cfg.rollout.max_prompt_tokens, cfg.rollout.env_workers
+            )
             batches.append(batch)
             cost = {k: cost.get(k, 0.0) + v for k, v in played.items()}
         if batches:
@@ -284,7 +309,7 @@ def _warm_start_in(cfg, tasks: list[Task], key: str, directory: Path, log):
                 if log and (step % every == 0 or step == cfg.warm_start.steps - 1):
                     log(f"warm start: SFT step {step + 1}/{cfg.warm_start.steps} loss {loss:.4f}")
 
-            task = next(t for t in tasks if t.has_oracle)
+            task = next(t for t in demonstrated if t.has_oracle)
             result = train_sft(model, tok, task, demo, ws, cfg.rollout, progress, cost)
             losses = [m["loss"] for m in result.steps]
             counters = {k: v for k, v in result.ledger.counters.items() if v}

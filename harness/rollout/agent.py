@@ -312,7 +312,9 @@ def play_round(
         level = (res.info or {}).get("level")  # hierarchical tasks: 0 plan, 1 execute
         ep.levels.append(int(level) if level is not None else -1)
         ep.terminated = bool(res.terminated)
-        if res.terminated or res.truncated or turn == max_turns - 1 or gen.finish_reason == "eos":
+        # a chat model closes every turn with its end token; after a tool call the episode goes on
+        eos = gen.finish_reason == "eos" and not (res.info or {}).get("tool_call")
+        if res.terminated or res.truncated or turn == max_turns - 1 or eos:
             ep.truncated = (
                 ep.truncated
                 or bool(res.truncated)
@@ -426,5 +428,6 @@ def episodes_to_batch(
         segments=[ep.segments for ep in episodes],
         snapshots=[ep.snapshots for ep in episodes],
         failure_reasons=[ep.failure for ep in episodes],
+        tool_log=[list(getattr(ep.env, "tool_log", None) or ()) for ep in episodes],
         task_name=task_name,
     )

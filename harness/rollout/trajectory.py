@@ -56,6 +56,8 @@ class TrajectoryBatch:
     snapshots: list[list[Any]] = field(
         default_factory=list
     )  # the environment's snapshot() before each action, where recorded (branching); else []
+    # (outcome, wall seconds) of each tool call the episode made (harness/tasks/tooled.py); []
+    tool_log: list[list[tuple[str, float]]] = field(default_factory=list)
     task_name: str = ""
 
     _TENSORS = (
@@ -79,9 +81,11 @@ class TrajectoryBatch:
         "terminated",
         "token_versions",
     )
-    _LISTS = ("observations", "actions", "segments", "failure_reasons", "snapshots")
+    _LISTS = ("observations", "actions", "segments", "failure_reasons", "snapshots", "tool_log")
 
     def __post_init__(self) -> None:
+        if not self.tool_log:  # made without the agent loop (a file of pairs, a saved batch)
+            self.tool_log = [[] for _ in range(int(self.tokens.shape[0]))]
         if self.token_versions is None:
             acts = self.turn_ids >= 0
             self.token_versions = torch.where(

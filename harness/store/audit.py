@@ -6,7 +6,8 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      chat template's hash and whether the rollouts apply one
     task             name, resolved parameters, hash of the task class source and of the modules
                      it comes from (its environment, the helpers it imports; user tasks included),
-                     the reasoning-gym version and dataset source for its tasks
+                     the reasoning-gym version and dataset source for its tasks, the gymnasium
+                     version for a gymnasium environment (its class's source: the reward's)
     reward           hash of the verifier's source, and every shaping term of the arm (overlong
                      shaping, potential shaping, KL in the reward); the experiment's reward has none
     sampling         backend, temperature, top-p, top-k (samples per prompt: global_batch), and
@@ -32,10 +33,13 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      value: none): a negative control, flagged as not a fair arm
     seed_offset      what the arm adds to the seed of its training randomness
                      (``arms.<arm>.seed_offset``): recorded, never flagged (:data:`RECORDED`)
+    tools            the code tool its episodes are offered (the ``tools:`` section: call format,
+                     turns, sandbox limits; None: none, or ``arms.<arm>.tools: false``)
 Beyond the items, an arm that samples under an injected mismatch (``rollout.mismatch``) or a lagged
 behaviour policy (``data.lag``, ``broadcast_every``, a concurrent collector) with no blank reading
 the rollout's log-probs (truncated IS, a gate, a ratio to the rollout, the bypass form) is flagged
-``correction``: its gradient carries the difference's bias uncorrected.
+``correction``: its gradient carries the difference's bias uncorrected. An arm whose code tool runs
+the policy's programs without isolation (``sandbox.isolation: none``) is flagged ``sandbox``.
 With several tasks, task-dependent items hold one value per task.
 """
 
@@ -54,6 +58,7 @@ from ..config import ExperimentConfig
 from ..layout import RunDir
 from ..version import code_fingerprint
 from .inert import inert_differences
+from .tool_audit import sandbox_flags, tools_reason
 
 HELD_CONSTANT = (
     "initial_policy",
@@ -70,6 +75,7 @@ HELD_CONSTANT = (
     "search_budget",
     "fault",
     "seed_offset",
+    "tools",
 )
 RECORDED = ("seed_offset",)
 """Items of :data:`HELD_CONSTANT` recorded for every arm and never flagged: differences an
@@ -136,6 +142,11 @@ def _task_and_reward(name: str, params_json: str) -> tuple[dict[str, Any], dict[
         ident["reasoning_gym"] = version("reasoning-gym")
         ident["dataset_source"] = _source_hash(type(ds))
         verifier["score_answer"] = _source_hash(type(ds).score_answer)
+    if getattr(task, "env_id", None) and name.startswith("gymnasium:"):  # the reward is the env's
+        from importlib.metadata import version
+
+        ident["gymnasium"] = version("gymnasium")
+        verifier["environment"] = _source_hash(type(task.make_gym().unwrapped))
     return ident, verifier
 
 
@@ -277,6 +288,7 @@ def spec_items(
         "search_budget": cfg.arms[spec["arm"]].search_budget if spec["arm"] in cfg.arms else None,
         "fault": (spec.get("fault") or NO_FAULT) if shaped else NO_FAULT,
         "seed_offset": int(spec.get("seed_offset", 0)) if shaped else 0,
+        "tools": spec.get("tools"),
     }
 
 
@@ -395,7 +407,7 @@ def fairness_audit(
                     }
                 )
         flags += _run_flags(cfg, arm, rec["runs"], code)
-    flags += uncorrected_flags(specs)
+    flags += uncorrected_flags(specs) + sandbox_flags(specs)
     return {
         "held_constant": HELD_CONSTANT,
         "reference": reference,
@@ -460,6 +472,8 @@ def uncorrected_flags(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _reason(item: str, value: Any, ref: Any) -> str:
     """Which keys differ, in words."""
 
+    if item == "tools":
+        return tools_reason(value, ref)
     if item == "training_search":
         searched = value or ref
         who = "this arm" if value else "the experiment's reference arm"

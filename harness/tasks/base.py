@@ -401,6 +401,13 @@ class Task:
 
         raise NotImplementedError(f"task '{self.name}' has no demonstration oracle")
 
+    def tool_oracle(self, instance: Instance, observations: list[str]) -> tuple[str, str]:
+        """The oracle's next action where a code tool is offered (the ``tools:`` section):
+        ``("code", program)`` for a tool turn, or ``("answer", action)`` as :meth:`oracle` writes
+        it. Default: the answer, without the tool."""
+
+        return "answer", self.oracle(instance, observations)
+
     def corrupt_step(self, instance: Instance, turn: int, action: str, rng) -> str | None:
         """A wrong version of ``action`` (turn ``turn``), for PRIME's intervention probe: here one
         digit changed to another; None where the action has no digit (the probe skips it). A task

@@ -1,4 +1,5 @@
-"""Task registry: built-in names, ``reasoning_gym:<dataset>`` and user tasks ``module:Class``.
+"""Task registry: built-in names, ``reasoning_gym:<dataset>``, ``gymnasium:<env id>`` and user
+tasks ``module:Class``.
 
 Light to import (no torch): the config validator uses it to check names.
 """
@@ -14,11 +15,12 @@ BUILTIN = (
     "running_sum",
     "guess_number",
     "chain_arithmetic",
+    "long_arithmetic",
     "plan_execute",
     "nim",
     "dataset",
 )
-VALID_FORMS = [*BUILTIN, "reasoning_gym:<dataset>", "module:Class"]
+VALID_FORMS = [*BUILTIN, "reasoning_gym:<dataset>", "gymnasium:<env id>", "module:Class"]
 
 
 class TaskLoadError(ValueError):
@@ -35,6 +37,7 @@ def _builtin(name: str):
     from .builtin import Arithmetic, ChainArithmetic, GuessNumber
     from .dataset import DatasetTask
     from .hierarchical import PlanExecute
+    from .longarith import LongArithmetic
     from .scratchpad import RunningSum
     from .selfplay import Nim
 
@@ -43,6 +46,7 @@ def _builtin(name: str):
         "running_sum": RunningSum,
         "guess_number": GuessNumber,
         "chain_arithmetic": ChainArithmetic,
+        "long_arithmetic": LongArithmetic,
         "plan_execute": PlanExecute,
         "nim": Nim,
         "dataset": DatasetTask,
@@ -63,12 +67,12 @@ def _import_class(path: str):
 
 
 def task_class(name: str):
-    """The class of a built-in task or a user task ``module:Class`` (None for reasoning_gym:
-    tasks, whose class is one for every dataset); raises TaskLoadError."""
+    """The class of a built-in task or a user task ``module:Class`` (None for reasoning_gym: and
+    gymnasium: tasks, whose class is one for every dataset or environment); raises TaskLoadError."""
 
     if name in BUILTIN:
         return _builtin(name)
-    if name.startswith("reasoning_gym:"):
+    if name.startswith(("reasoning_gym:", "gymnasium:")):
         return None
     if ":" in name:
         return _import_class(name)
@@ -91,6 +95,10 @@ def make_task(name: str, params: dict[str, Any] | None = None):
 
             raise TaskLoadError(unknown_name("reasoning-gym dataset", ds, dataset_names()))
         return ReasoningGymTask(ds, params)
+    if name.startswith("gymnasium:"):
+        from .gymenv import gym_task
+
+        return gym_task(name.split(":", 1)[1], params)
     if ":" in name:
         return _import_class(name)(params)
     from ..errors import unknown_name

@@ -18,6 +18,7 @@ from ..seeds import train_seeds
 from ..stopping import stop_point
 from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
+from ..tools.toolbox import OUTCOMES, tally
 from .base import RunSettings, TrainingError
 from .meter import Meter
 from .parallel import full_tensors, load_full_state, load_optimizer_state, optimizer_state
@@ -64,7 +65,18 @@ def rollout_cost(
         "env_steps": float(sum(int(b.n_turns.sum()) for b in batches)),
         "verifier_calls": float(verifier - since[0]),
         "judge_calls": float(judge - since[1]),
+        **tool_cost(batches),
     }
+
+
+def tool_cost(batches: list[TrajectoryBatch]) -> dict[str, float]:
+    """The ledger's ``tool_calls`` and ``tool_seconds`` of episodes' programs (none where no episode
+    made a call: a run without the tool charges neither)."""
+
+    counts = tally(log for b in batches for log in b.tool_log)
+    if not any(counts[k] for k in OUTCOMES):
+        return {}
+    return {"tool_calls": counts["calls"], "tool_seconds": counts["seconds"]}
 
 
 @dataclass
@@ -98,6 +110,7 @@ class RunContext:
         self.turns = max(1, self.task.max_turns)
         self.l_max = self.blanks.normalization.l_max or rollout.max_new_tokens * self.turns
         self.pad_id = self.tokenizer.pad_token_id or 0
+        self.step_tool_logs: list[list[tuple[str, float]]] = []
 
     # ------------------------------------------------------------------ data and its cost
 
@@ -115,7 +128,37 @@ class RunContext:
             "env_steps": float(n * self.turns),
             "verifier_calls": float(n * self.turns),
             "judge_calls": float(n * self.turns * self.judge_calls_per_verify),
+            **(self.worst_tools(n) if self.toolbox else {}),
         }
+
+    def worst_tools(self, n: int) -> dict[str, float]:
+        """The most ``n`` episodes' programs can cost: every call they may make, each running to its
+        timeout and its set-up allowance (an exact bound, so a limit on either holds)."""
+
+        calls = float(n * self.tool_calls_per_episode)
+        return {"tool_calls": calls, "tool_seconds": calls * self.toolbox.worst_seconds}
+
+    @property
+    def toolbox(self):
+        """The run's code tool (harness/tools/toolbox.py); None where its task offers none."""
+
+        return getattr(self.task, "toolbox", None)
+
+    @property
+    def tool_calls_per_episode(self) -> int:
+        cfg = self.toolbox.config
+        return cfg.max_calls * cfg.calls_per_turn
+
+    def tool_metrics(self) -> dict[str, float]:
+        """The step's tool calls by outcome (``tools.calls``, ``tools.seconds``, ``tools.ok``,
+        ``tools.timeout``, ``tools.parse_unclosed``, ...), counted by :meth:`rollout_cost` over
+        every episode the step launched, and reset; {} where the task offers no tool."""
+
+        if not self.toolbox:
+            return {}
+        out = {f"tools.{k}": v for k, v in tally(self.step_tool_logs).items()}
+        self.step_tool_logs = []
+        return out
 
     @property
     def judge_calls_per_verify(self) -> int:
@@ -180,6 +223,7 @@ class RunContext:
         ran (:meth:`VerifierGate.counts`)."""
 
         cost = rollout_cost(batches, self.gate, since)
+        self.step_tool_logs += [log for b in batches for log in b.tool_log]
         if self.dp is not None:  # the batches are the gathered ones; each rank's gate its own
             cost.update(self.dp.sum_costs({k: cost[k] for k in ("verifier_calls", "judge_calls")}))
         return cost

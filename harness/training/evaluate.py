@@ -16,6 +16,7 @@ from ..rollout.search import search
 from ..rollout.trajectory import TrajectoryBatch
 from ..tasks.base import Games, Instance, Play, Task
 from ..tasks.verify import VerifierGate
+from .context import tool_cost
 
 
 def evaluate(
@@ -30,13 +31,15 @@ def evaluate(
     seed: int = 0,
     max_context_tokens: int = 512,
     split: str = "test",
+    env_workers: int = 1,
 ) -> dict[str, Any]:
     """Mean outcome reward over the held-out set of ``split`` asked for ``n`` instances: distinct
     problems, at most ``n`` (``Task.eval_instances``); ``"n"`` in the record is how many it held,
     the effective number of instances (greedy when temperature is 0).
 
     Returns ``{"score", "n", "split", "seed_range", "success_rate", "pass_at", "failed", "verifier_calls", "judge_calls",
-    "generated_tokens", "per_instance"}``; ``score`` is the mean reward of one sample (pass@1 for a
+    "generated_tokens", "per_instance"}`` (and ``tool_calls``, ``tool_seconds`` where the episodes
+    called the code tool; ``env_workers``: threads for their environment steps); ``score`` is the mean reward of one sample (pass@1 for a
     0/1 reward, averaged over ``samples``), ``pass_at`` maps k to the unbiased pass@k estimate
     (success: reward > 0) for k = 1 and k = ``samples``. Evaluation cost is reported here so
     callers can count it apart from the training budget.
@@ -48,7 +51,9 @@ def evaluate(
     # fewer of this split, so every count below is the set's own length, never ``n``
     instances = task.eval_instances(n, split)
     seeds = [i.seed for i in instances]
-    params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
+    params = SamplingParams(
+        temperature=temperature, max_new_tokens=max_new_tokens, env_workers=env_workers
+    )
     gen = torch.Generator().manual_seed(seed)
     batch = run_episodes(
         engine,
@@ -79,6 +84,7 @@ def evaluate(
         "judge_calls": gate.counts()[1] - judged0,
         "generated_tokens": batch.launched_tokens(),
         "per_instance": per.tolist(),
+        **tool_cost([batch]),
     }
 
 
@@ -178,13 +184,14 @@ def evaluate_run(ctx) -> tuple[dict[str, Any], dict[str, float]]:
     }
     ev = evaluate(
         ctx.engine, ctx.tokenizer, ctx.task, s.eval_size, temperature=s.eval_temperature,
-        samples=s.eval_samples, **common,
+        samples=s.eval_samples, env_workers=s.rollout.env_workers, **common,
     )  # fmt: skip
     actual = {
         "launched_tokens": float(ev["generated_tokens"]),
         "verifier_calls": float(ev["verifier_calls"]),
         "judge_calls": float(ev["judge_calls"]),
         "rollouts_launched": float(ev["n"] * s.eval_samples),
+        **{k: float(ev[k]) for k in ("tool_calls", "tool_seconds") if k in ev},
     }
     if s.eval_beam:
         b = s.eval_beam

@@ -162,7 +162,7 @@ class Trainer:
         meter = self.ctx.meter
         snap = meter.ledger.snapshot(self.ctx.step)
         metrics.update({f"ledger.{k}": v for k, v in snap.items() if k != "step"})
-        metrics.update({**self.sizes, **memory_metrics(self.ctx.device)})
+        metrics.update({**self.sizes, **memory_metrics(self.ctx.device), **self.ctx.tool_metrics()})
         if self.ctx.dp is not None:  # every rank's copy of the ledger is the same, or the run fails
             self.ctx.dp.check_ledger(meter.ledger, self.ctx.step)
         self.result.steps.append(metrics)

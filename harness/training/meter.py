@@ -31,7 +31,11 @@ from typing import Any
 
 import torch
 
-from sixblanks.budgets.ledger import TIME_COUNTERS, Ledger, Reservation
+from sixblanks.budgets.ledger import Ledger, Reservation
+
+MEASURED = ("device_seconds", "wall_seconds")
+"""The time counters a charge measures, and estimates ahead (the ledger's ``tool_seconds``, a time
+counter too, is reserved at its exact worst case: each program's timeout)."""
 
 TIME_ESTIMATE_FACTOR = 1.2
 """A gated unit reserves this multiple of the longest unit of its kinds measured so far."""
@@ -134,9 +138,9 @@ class Meter:
         """kind -> own device/wall seconds committed by charges of that kind (the time's labels)"""
         self.prior: dict[str, float] = {}
         """The time the first step reserves, before any unit of work was measured."""
-        self.overshoot_bound: dict[str, float] = {k: 0.0 for k in TIME_COUNTERS}
+        self.overshoot_bound: dict[str, float] = {k: 0.0 for k in MEASURED}
         """The longest step (with its checkpoint) so far: what a time limit can be exceeded by."""
-        self.last_step: dict[str, float] = {k: 0.0 for k in TIME_COUNTERS}
+        self.last_step: dict[str, float] = {k: 0.0 for k in MEASURED}
 
     def estimate(self, kinds: tuple[str, ...]) -> dict[str, float]:
         """TIME_ESTIMATE_FACTOR x the sum over ``kinds`` of the longest unit of each kind; before
@@ -149,7 +153,7 @@ class Meter:
             * sum(self.unit_time.get(kind, {}).get(k, 0.0) for kind in kinds)
             if measured or not self.prior
             else self.prior.get(k, 0.0)
-            for k in TIME_COUNTERS
+            for k in MEASURED
         }
 
     def first_step(self, evals: list[dict[str, Any]], collector, epochs: int) -> None:
@@ -157,7 +161,7 @@ class Meter:
         from the start evaluation (``evals[0]["cost"]``) and the ``collector``'s worst case."""
 
         measured = any(k in self.unit_time for k in UNIT_KINDS if k != "checkpoint")
-        if measured or not evals or not (TIME_COUNTERS & set(self.ledger.budget.limits)):
+        if measured or not evals or not (set(MEASURED) & set(self.ledger.budget.limits)):
             return
         launched = collector.worst_case().get("launched_tokens", 0.0)
         self.prior = first_step_prior(evals[0].get("cost") or {}, launched, epochs)
@@ -193,8 +197,8 @@ class Meter:
         """Record a finished charge's unit length and its own time under its kind."""
 
         elapsed = dict(zip(("device_seconds", "wall_seconds"), charge.elapsed))
-        unit = self.unit_time.setdefault(charge.kind, {k: 0.0 for k in TIME_COUNTERS})
-        tot = self.time_by_kind.setdefault(charge.kind, {k: 0.0 for k in TIME_COUNTERS})
+        unit = self.unit_time.setdefault(charge.kind, {k: 0.0 for k in MEASURED})
+        tot = self.time_by_kind.setdefault(charge.kind, {k: 0.0 for k in MEASURED})
         for (k, e), o in zip(elapsed.items(), own):
             unit[k] = max(unit[k], e)
             tot[k] += o
@@ -208,10 +212,10 @@ class Meter:
         """Time measured elsewhere (a concurrent collector's process) and committed with its work:
         its unit length and its label, as a charge of ``kind`` would record them."""
 
-        unit = self.unit_time.setdefault(kind, {c: 0.0 for c in TIME_COUNTERS})
+        unit = self.unit_time.setdefault(kind, {c: 0.0 for c in MEASURED})
         unit["device_seconds"] = max(unit["device_seconds"], device)
         unit["wall_seconds"] = max(unit["wall_seconds"], wall)
-        tot = self.time_by_kind.setdefault(kind, {c: 0.0 for c in TIME_COUNTERS})
+        tot = self.time_by_kind.setdefault(kind, {c: 0.0 for c in MEASURED})
         tot["device_seconds"] += device  # its wall time overlaps the trainer's: not committed
 
     def charge(self, label: str) -> Charge:
@@ -269,4 +273,4 @@ def first_step_prior(
     if n <= 0 or launched_tokens <= 0:
         return {}
     scale = launched_tokens / n * (1.0 + (FIRST_STEP_FACTOR - 1.0) * max(1, epochs))
-    return {k: float(eval_cost.get(k, 0.0)) * scale for k in TIME_COUNTERS}
+    return {k: float(eval_cost.get(k, 0.0)) * scale for k in MEASURED}

@@ -26,10 +26,11 @@ from ...seeds import train_seeds
 from ...tasks.base import Task
 from ...tasks.verify import VerifierGate
 from ..base import Collected, Collector, TrainingError
-from ..context import RunContext
+from ..context import RunContext, tool_cost
 
-PLAYBACK = ("env_steps", "verifier_calls", "judge_calls")
-"""What playing demonstrations costs besides their tokens and rollouts."""
+PLAYBACK = ("env_steps", "verifier_calls", "judge_calls", "tool_calls", "tool_seconds")
+"""What playing demonstrations costs besides their tokens and rollouts (the code tool's programs
+where a demonstration calls it)."""
 
 
 class OracleEngine(RolloutEngine):
@@ -95,19 +96,22 @@ def play_demonstrations(
         "env_steps": float(int(batch.n_turns.sum())),
         "verifier_calls": float(verifier - calls0[0]),
         "judge_calls": float(judge - calls0[1]),
+        **tool_cost([batch]),
     }
     return batch, cost
 
 
 def demonstration_pool(
-    task: Task, tokenizer, seeds: list[int], max_context_tokens: int = 512
+    task: Task, tokenizer, seeds: list[int], max_context_tokens: int = 512, env_workers: int = 1
 ) -> tuple[TrajectoryBatch, dict[str, float]]:
     """:func:`play_demonstrations` for a pool made outside any run (the warm start's), where a
     failed sample would silently train on nothing: a demonstration that failed (its environment or
     verifier raised) raises here. Returns the pool and what playing it took (``pool_cost`` of
-    :class:`Demonstrations`)."""
+    :class:`Demonstrations`). ``env_workers``: threads for its environment steps (a code tool's
+    programs)."""
 
-    batch, cost = play_demonstrations(task, tokenizer, seeds, max_context_tokens)
+    params = SamplingParams(temperature=0.0, max_new_tokens=0, env_workers=env_workers)
+    batch, cost = play_demonstrations(task, tokenizer, seeds, max_context_tokens, params=params)
     if bool(batch.failed.any()):
         i = int(batch.failed.nonzero()[0])
         raise ValueError(
@@ -158,7 +162,7 @@ class Demonstrations(Collector):
         }
         if self.pool is None:  # each demonstration may take every turn, a verifier call each
             rollouts = self.ctx.worst_rollouts(self.n)
-            worst.update({k: rollouts[k] for k in PLAYBACK})
+            worst.update({k: rollouts[k] for k in PLAYBACK if k in rollouts})
         else:
             worst.update(self.unpaid)
         return worst
