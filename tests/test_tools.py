@@ -287,3 +287,36 @@ def test_demonstrations_with_and_without_the_tool(arith):
     plain, plain_cost = demonstration_pool(task, tok, seeds, 192)
     assert plain.actions[0] == [f"{inst.data['answer']}\n"] and plain.reward.tolist() == [1.0] * 6
     assert "tool_calls" not in plain_cost and plain_cost["env_steps"] == 6
+
+
+# --------------------------------------------------------------------------- the task
+
+
+def test_long_arithmetic_by_hand():
+    """Operands of 1 to 4 digits, each digit count equally likely; the answer and the difficulty
+    (the operands' digits) recomputed from the prompt; 10^8 products at the defaults."""
+
+    task = make_task("long_arithmetic", {})
+    assert task.space_size() == (10 + 90 + 900 + 9000) ** 2
+    counts = {d: 0 for d in range(1, 5)}
+    for seed in range(2000):
+        inst = task.make_instance(seed)
+        a, b = inst.prompt.removesuffix("=").split("*")
+        assert inst.data["answer"] == int(a) * int(b)
+        assert inst.difficulty == len(a) + len(b)
+        counts[len(a)] += 1
+    assert all(abs(c / 2000 - 0.25) < 0.04 for c in counts.values()), counts
+    inst = task.make_instance(7)
+    assert task.oracle(inst, [inst.prompt]) == f"{inst.data['answer']}\n"
+    assert task.tool_oracle(inst, [inst.prompt]) == ("code", f"print({inst.data['expr']})")
+    after = [inst.prompt, f"{inst.data['answer']}\n"]
+    assert task.tool_oracle(inst, after) == ("answer", f"{inst.data['answer']}\n")
+    assert task.verify(inst, f" {inst.data['answer']}\n") == 1.0
+    assert task.verify(inst, f"{inst.data['answer'] + 1}") == 0.0
+    mixed = make_task("long_arithmetic", {"min_digits": 2, "max_digits": 2, "operators": "*+"})
+    space = list(mixed.problem_space())
+    assert len(space) == len(set(space)) == mixed.space_size() == 90 * 90 * 2
+    with pytest.raises(ValueError, match="max_digits: must be >= min_digits"):
+        make_task("long_arithmetic", {"min_digits": 3, "max_digits": 2})
+    with pytest.raises(ValueError, match="unsupported operator"):
+        make_task("long_arithmetic", {"operators": "*/"})

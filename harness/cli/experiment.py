@@ -55,6 +55,14 @@ def rollouts(
             help="Use the warm-start policy (built and cached if missing).",
         ),
     ] = True,
+    tools: Annotated[
+        bool,
+        typer.Option(
+            "--tools/--no-tools",
+            help="Offer the experiment's code tool (its tools: section, where it has one), as an "
+            "arm offered it plays the task.",
+        ),
+    ] = True,
     out_dir: OutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -72,6 +80,10 @@ def rollouts(
     tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
     the_task = tasks[names.index(chosen)]
     model, tok = _episode_policy(cfg, tasks, warm, out_dir, quiet=STATE["quiet"] or as_json)
+    if tools and cfg.tools is not None:
+        from ..tasks.tooled import with_tools
+
+        the_task = with_tools(the_task, cfg.tools, tok)
     engine = make_engine(cfg.rollout, model, tok, seed=seed)
     batch, contract = sample_and_check(
         engine,

@@ -246,22 +246,25 @@ class GymTask(Task):
         return string.printable
 
 
-def gym_task(env_id: str, params: dict[str, Any] | None) -> GymTask:
-    """The task of ``gymnasium:<env_id>``; TaskLoadError where gymnasium is missing or does not
-    know the id (the registry's message, with the ids it knows that are close)."""
+class GymUnavailable(LookupError):
+    """gymnasium is not installed, or does not know the environment id (the registry raises it as
+    a TaskLoadError)."""
 
-    from .registry import TaskLoadError
+
+def gym_task(env_id: str, params: dict[str, Any] | None) -> GymTask:
+    """The task of ``gymnasium:<env_id>``; GymUnavailable where gymnasium is missing or does not
+    know the id (with the ids it knows, the close ones first)."""
 
     try:
         import gymnasium
     except ImportError:
-        raise TaskLoadError(
+        raise GymUnavailable(
             f"task 'gymnasium:{env_id}': gymnasium is not installed: {INSTALL_HINT}"
         ) from None
     if env_id not in gymnasium.registry:
         from ..errors import unknown_name
 
-        raise TaskLoadError(
+        raise GymUnavailable(
             unknown_name("gymnasium environment", env_id, sorted(gymnasium.registry))
         )
     return GymTask(env_id, params)

@@ -96,9 +96,12 @@ def make_task(name: str, params: dict[str, Any] | None = None):
             raise TaskLoadError(unknown_name("reasoning-gym dataset", ds, dataset_names()))
         return ReasoningGymTask(ds, params)
     if name.startswith("gymnasium:"):
-        from .gymenv import gym_task
+        from .gymenv import GymUnavailable, gym_task
 
-        return gym_task(name.split(":", 1)[1], params)
+        try:
+            return gym_task(name.split(":", 1)[1], params)
+        except GymUnavailable as exc:
+            raise TaskLoadError(str(exc)) from None
     if ":" in name:
         return _import_class(name)(params)
     from ..errors import unknown_name

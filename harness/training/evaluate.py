@@ -38,11 +38,12 @@ def evaluate(
     the effective number of instances (greedy when temperature is 0).
 
     Returns ``{"score", "n", "split", "seed_range", "success_rate", "pass_at", "failed", "verifier_calls", "judge_calls",
-    "generated_tokens", "per_instance"}`` (and ``tool_calls``, ``tool_seconds`` where the episodes
-    called the code tool; ``env_workers``: threads for their environment steps); ``score`` is the mean reward of one sample (pass@1 for a
+    "generated_tokens", "per_instance"}``, and ``tool_calls`` and ``tool_seconds`` where the episodes
+    called the code tool; ``score`` is the mean reward of one sample (pass@1 for a
     0/1 reward, averaged over ``samples``), ``pass_at`` maps k to the unbiased pass@k estimate
     (success: reward > 0) for k = 1 and k = ``samples``. Evaluation cost is reported here so
-    callers can count it apart from the training budget.
+    callers can count it apart from the training budget. ``env_workers``: threads for the
+    episodes' environment steps (a code tool's programs).
     """
 
     gate = VerifierGate(task)
