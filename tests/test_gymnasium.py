@@ -51,9 +51,15 @@ def tok():
 def _play(task, tok, moves, seeds=(0,)):
     gate = VerifierGate(task)
     batch = run_episodes(
-        Moves(tok, moves), tok, task, task.instances(list(seeds)), 1,
-        SamplingParams(max_new_tokens=8), gate, max_context_tokens=512,
-    )  # fmt: skip
+        Moves(tok, moves),
+        tok,
+        task,
+        task.instances(list(seeds)),
+        1,
+        SamplingParams(max_new_tokens=8),
+        gate,
+        max_context_tokens=512,
+    )
     return batch, gate
 
 

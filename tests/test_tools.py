@@ -226,8 +226,11 @@ def test_calls_of_one_turn_run_in_parallel_and_are_counted_exactly(arith):
     elapsed = time.perf_counter() - t0
     counts = tally(batch.tool_log)
     assert {k: counts[k] for k in ("ok", "error", "timeout", "parse_unclosed")} == {
-        "ok": 6, "error": 3, "timeout": 1, "parse_unclosed": 2
-    }  # fmt: skip
+        "ok": 6,
+        "error": 3,
+        "timeout": 1,
+        "parse_unclosed": 2,
+    }
     assert counts["calls"] == 10 and gate.stats.calls == 12
     serial = sum(s for log in batch.tool_log for _, s in log)
     assert serial > 0.4 * 9 + 1.5  # what one thread would have waited
@@ -240,9 +243,10 @@ def test_calls_of_one_turn_run_in_parallel_and_are_counted_exactly(arith):
     assert tool_cost([batch]) == {"tool_calls": 10.0, "tool_seconds": pytest.approx(serial)}
     # a call that did not parse runs no program; a batch without any call charges nothing
     assert tool_cost([batch.select([10])]) == {"tool_calls": 0.0, "tool_seconds": 0.0}
-    assert tool_cost([batch.select([1])]) == {"tool_calls": 1.0, "tool_seconds": pytest.approx(
-        batch.tool_log[1][0][1]
-    )}  # fmt: skip
+    assert tool_cost([batch.select([1])]) == {
+        "tool_calls": 1.0,
+        "tool_seconds": pytest.approx(batch.tool_log[1][0][1]),
+    }
     tok = arith[1]
     untooled = Script(tok, {e: [f"{a}\n"] for e, a in exprs[:2]})
     plain = run_episodes(untooled, tok, task, task.instances([0, 1]), 1, SamplingParams())

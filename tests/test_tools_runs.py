@@ -166,7 +166,10 @@ def test_the_tools_experiment_shrunk_counts_every_program(run_experiment):
     ran = ("ok", "error", "timeout", "killed", "output_limit", "refused")
     assert metrics["tools.calls"] == calls == sum(metrics[f"tools.{k}"] for k in ran)
     assert metrics["tools.seconds"] == pytest.approx(secs)
-    assert not query(out, "select 1 from metrics m join runs r using (run_id) "
-                          "where r.arm = 'text' and m.name like 'tools.%'")  # fmt: skip
+    assert not query(
+        out,
+        "select 1 from metrics m join runs r using (run_id) "
+        "where r.arm = 'text' and m.name like 'tools.%'",
+    )
     flags = json.loads((out / "fairness.json").read_text())["flags"]
     assert [f["arm"] for f in flags if f["item"] == "tools"] == ["text"]

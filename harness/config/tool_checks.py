@@ -22,11 +22,13 @@ def tool_problems(cfg: ExperimentConfig) -> list[str]:
         except Exception:  # noqa: BLE001 - an arm whose blanks do not resolve is reported elsewhere
             continue
         refused = [
-            (d.concurrent is not None, "data.concurrent (its collector process builds the task "
-             "without the tool)"),
+            (
+                d.concurrent is not None,
+                "data.concurrent (its collector process builds the task without the tool)",
+            ),
             (d.world_model is not None, "data.world_model (imagined episodes run no program)"),
             (d.self_play is not None, "data.self_play (a game's opponent makes no tool turns)"),
-        ]  # fmt: skip
+        ]
         out += [
             f"arms.{name}: {what} is not supported with the code tool (tools:); set "
             f"arms.{name}.tools: false or leave it out"
