@@ -201,6 +201,27 @@ def _normalized(
 # ----------------------------------------------------------------------------- the report
 
 
+def heldout_size(d: Data) -> str:
+    """", over N distinct problems" (per task where several: ", over distinct problems
+    (arithmetic: 25, running_sum: 128)"): the effective number of instances each evaluation held,
+    as its records say (a range where evaluations held different numbers); "" where none says."""
+
+    if d.scored.height == 0 or "n" not in d.scored.columns:
+        return ""
+    per = (
+        d.scored.drop_nulls("n")
+        .group_by("task")
+        .agg(pl.col("n").min().alias("lo"), pl.col("n").max().alias("hi"))
+        .sort("task")
+    )
+    if per.height == 0:
+        return ""
+    sizes = [(t, f"{lo}" if lo == hi else f"{lo}-{hi}") for t, lo, hi in per.iter_rows()]
+    if len(sizes) == 1:
+        return f", over {sizes[0][1]} distinct problems"
+    return ", over distinct problems (" + ", ".join(f"{t}: {n}" for t, n in sizes) + ")"
+
+
 def intro_blocks(d: Data, resamples: int) -> list[render.Block]:
     budget = d.config.get("budget", {})
     n_seeds = len(d.config.get("seeds", []))
@@ -220,7 +241,8 @@ def intro_blocks(d: Data, resamples: int) -> list[render.Block]:
             f"{', '.join(f'{k} ≤ {v:g}' for k, v in budget.items())}. Seeds: {n_seeds}. "
             f"Tasks: {', '.join(d.tasks) or '—'}. "
             + (
-                f"Scores: the {d.score_label} (held-out instances never used for selection). "
+                f"Scores: the {d.score_label}{heldout_size(d)} (held-out instances never used "
+                "for selection). "
                 if d.split
                 else "No evaluation recorded yet. "
             )

@@ -502,6 +502,20 @@ class AlwaysWrong(Arithmetic):
         return 0.0
 
 
+def _spy_instances(monkeypatch, task) -> list[int]:
+    """The seeds ``task.instances`` is asked for from now on (appended as it is called)."""
+
+    seen: list[int] = []
+    real = task.instances
+
+    def instances(seeds):
+        seen.extend(seeds)
+        return real(seeds)
+
+    monkeypatch.setattr(task, "instances", instances)
+    return seen
+
+
 def _curriculum_ladder(tmp_path, task: str):
     """A ladder on ``task`` from the golden fixture's initial policy (no warm start of its own),
     its short runs under 300 launched tokens and evaluated on 8 validation instances."""
@@ -566,7 +580,10 @@ def test_rung_4_verdict_on_planted_short_runs(
     if diverged:
         out |= {"diverged": True, "error": "loss is nan"}
     monkeypatch.setattr(ladder, "_train", lambda **kw: out)
+    seen = _spy_instances(monkeypatch, ladder.task)
     row, v = ladder.rung_curriculum()
+    # the histogram counts training problems: 200 of them, not one a held-out secret
+    assert len(seen) == 200 and all(ladder.task.trains_on(s) for s in seen)
     assert (row.status, v.status) == (status, status) and phrase in v.evidence
     # guess_number 1-16: the guesses bisection needs (1 to 5), not one bar
     hist = row.detail.get("difficulty_hist") or row.detail["hist"]
@@ -615,7 +632,10 @@ def test_rung_6_runs_each_z_as_is_and_scale_matched(tmp_path, monkeypatch):
     ladder.task = make_task("arithmetic")  # its batch is planted: no policy, no engine
     monkeypatch.setattr(ladder, "_policy", lambda: (None, None))
     monkeypatch.setattr(ladder, "_engine", lambda m, t: None)
+    seen = _spy_instances(monkeypatch, ladder.task)
     rows = ladder.rung_normalization()
+    # the rung's batch poses training problems only (arithmetic's seeds 0..7 include test ones)
+    assert seen and all(ladder.task.trains_on(s) for s in seen)
     assert [(r.variant, r.status) for r in rows] == [
         ("Z=seq-mean-token-mean (nominal)", "pass"),
         ("Z=token-mean", "pass"),

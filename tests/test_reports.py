@@ -11,6 +11,7 @@ from scipy import stats as sps
 
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.orchestration.orchestrator import Orchestrator
+from sixblanks.harness.tasks import make_task
 from sixblanks.reports import stats
 from sixblanks.reports.build import build_report
 
@@ -170,6 +171,30 @@ def test_report_files_self_contained_and_escaped(experiment):
     assert arms["grpo"]["mean_lo"] <= arms["grpo"]["mean"] <= arms["grpo"]["mean_hi"]
     md = (rep / "report.md").read_text()
     assert "warm-start score" in md and "| grpo | grpo | 2/2 |" in md
+    # the effective number of instances: the distinct test problems each evaluation held
+    task = make_task("arithmetic")
+    distinct = {task.problem_key(i) for i in task.eval_instances(16)}
+    assert f"Scores: the test split, over {len(distinct)} distinct problems" in md
+
+
+def test_the_held_out_size_per_task_and_as_a_range():
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from sixblanks.reports.build import heldout_size
+
+    scored = pl.DataFrame(
+        {"task": ["b", "a", "a", "b", "a"], "n": [128, 25, 25, 128, 20]},
+        schema={"task": pl.String, "n": pl.Int64},
+    )
+    assert heldout_size(SimpleNamespace(scored=scored)) == (
+        ", over distinct problems (a: 20-25, b: 128)"
+    )
+    one = scored.filter(pl.col("task") == "b")
+    assert heldout_size(SimpleNamespace(scored=one)) == ", over 128 distinct problems"
+    none = scored.with_columns(pl.lit(None, pl.Int64).alias("n"))
+    assert heldout_size(SimpleNamespace(scored=none)) == ""
 
 
 def _copy(experiment, tmp_path):

@@ -90,7 +90,7 @@ def rollouts(
         model,
         tok,
         the_task,
-        the_task.instances(list(range(seed * 100_000, seed * 100_000 + n))),
+        the_task.instances(_training_seeds(the_task, n, seed)),
         group or cfg.rollout.group_size,
         cfg.rollout,
         seed=seed,
@@ -103,6 +103,16 @@ def rollouts(
         _print_episodes(batch, tok, contract)
     if not contract.passed:
         raise typer.Exit(1)
+
+
+def _training_seeds(task, n: int, seed: int) -> list[int]:
+    """``n`` instance seeds drawn as a run's training batches draw them (``--seed`` seeds the
+    draw): episodes shown are of training problems, never of a held-out one."""
+    import random
+
+    from ..seeds import train_seeds
+
+    return train_seeds(random.Random(seed), n, task)
 
 
 def _add_task(cfg, task: str | None) -> str:

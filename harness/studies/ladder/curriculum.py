@@ -3,13 +3,16 @@ reward spread (a learning signal for a group-relative arm) at the start and over
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+from ...seeds import train_seeds
 from .context import RungContext
 from .rows import CURRICULUM, RungResult
 
 DIFFICULTY_SEEDS = 200
-"""Task instances whose difficulty the histogram counts."""
+"""Training instances whose difficulty the histogram counts (drawn as training draws them, so the
+histogram is that of what the arm trains on, and no held-out problem is looked at)."""
 SIGNAL_FLOOR = 0.1
 """Under this share of groups with a learning signal the rung cannot call the curriculum fine."""
 
@@ -17,7 +20,8 @@ SIGNAL_FLOOR = 0.1
 def curriculum(ctx: RungContext) -> list[RungResult]:
     import numpy as np  # loaded when the rung runs: the registry is read without it
 
-    diffs = [ctx.task.make_instance(s).difficulty for s in range(DIFFICULTY_SEEDS)]
+    seeds = train_seeds(random.Random(0), DIFFICULTY_SEEDS, ctx.task)
+    diffs = [i.difficulty for i in ctx.task.instances(seeds)]
     name = f"ladder rung {CURRICULUM.number} ({CURRICULUM.name}) short run"
     out = ctx.train(seed=ctx.seeds[0], name=name)
     hist = {str(k): int(v) for k, v in zip(*np.unique(diffs, return_counts=True))}

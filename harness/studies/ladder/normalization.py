@@ -11,8 +11,10 @@ a clip every variant is its own scale-matched one.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+from ...seeds import train_seeds
 from .context import RungContext, Variants
 from .rows import NORMALIZATION, RungResult
 
@@ -91,7 +93,8 @@ def total_loss_weights(ctx: RungContext, modes: list[str]) -> dict[str, float]:
         ctx.engine(model, tok),
         tok,
         ctx.task,
-        ctx.task.instances(list(range(r.prompts_per_step))),
+        # training problems, drawn as the arm's own batches draw them: never a held-out one
+        ctx.task.instances(train_seeds(random.Random(0), r.prompts_per_step, ctx.task)),
         G,
         SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens),
         generator=torch.Generator().manual_seed(0),
