@@ -63,10 +63,10 @@ def test_rollouts_draws_training_problems_only():
     """`rollouts` shows what training draws: on arithmetic (a quarter of its 200 problems held
     out, seeds 2, 3 and 6 among them) no episode poses a held-out problem, and --seed replays."""
 
-    from sixblanks.harness.cli.experiment import _training_seeds
+    from sixblanks.harness.cli.experiment import training_seeds
     from sixblanks.harness.tasks import make_task
 
     task = make_task("arithmetic")
-    seeds = _training_seeds(task, 64, 3)
+    seeds = training_seeds(task, 64, 3)
     assert len(seeds) == 64 and all(task.trains_on(s) for s in seeds)
-    assert seeds == _training_seeds(task, 64, 3) != _training_seeds(task, 64, 4)
+    assert seeds == training_seeds(task, 64, 3) != training_seeds(task, 64, 4)

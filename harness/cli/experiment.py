@@ -90,7 +90,7 @@ def rollouts(
         model,
         tok,
         the_task,
-        the_task.instances(_training_seeds(the_task, n, seed)),
+        the_task.instances(training_seeds(the_task, n, seed)),
         group or cfg.rollout.group_size,
         cfg.rollout,
         seed=seed,
@@ -105,7 +105,7 @@ def rollouts(
         raise typer.Exit(1)
 
 
-def _training_seeds(task, n: int, seed: int) -> list[int]:
+def training_seeds(task, n: int, seed: int) -> list[int]:
     """``n`` instance seeds drawn as a run's training batches draw them (``--seed`` seeds the
     draw): episodes shown are of training problems, never of a held-out one."""
     import random
