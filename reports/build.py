@@ -202,7 +202,7 @@ def _normalized(
 
 
 def heldout_size(d: Data) -> str:
-    """", over N distinct problems" (per task where several: ", over distinct problems
+    """ ", over N distinct problems" (per task where several: ", over distinct problems
     (arithmetic: 25, running_sum: 128)"): the effective number of instances each evaluation held,
     as its records say (a range where evaluations held different numbers); "" where none says."""
 
