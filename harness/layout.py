@@ -76,6 +76,7 @@ CHECKPOINT = "checkpoint"
 RESULT_JSON = "result.json"
 POLICY = "policy"
 PLACEMENT_JSON = "placement.json"
+SHARED_JSON = "shared.json"
 
 
 NOT_WRITTEN: Path | None = None
@@ -166,6 +167,12 @@ class RunDir(Directory):
     def placement(self) -> Path:
         """Where a Ray task ran the run and what it held (harness/orchestration/placement.py); local runs: none."""
         return self.path / PLACEMENT_JSON
+
+    @property
+    def shared(self) -> Path:
+        """In a run copied from another claim's finished run (it was not trained here): where it
+        came from (harness/studies/findings/shared.py)."""
+        return self.path / SHARED_JSON
 
     @property
     def result(self) -> Path:

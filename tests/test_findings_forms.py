@@ -143,6 +143,16 @@ def test_a_three_arm_claim_and_an_interaction_end_to_end(cli, tmp_path):
     ).fetchone()[0]
     con.close()
     assert ax["spent"]["launched_tokens"] == pytest.approx(trained)
+    # each claim's store marks its copies with their source, and no run trained there
+    for exp in {p.parents[2] for p in runs}:
+        con = connect(exp)
+        marked = dict(con.execute("SELECT run_id, shared_from FROM runs").fetchall())
+        con.close()
+        here = [p.parent for p in runs if p.parents[2] == exp]
+        assert marked == {
+            d.name: json.loads((d / "shared.json").read_text())["from"] if d in copied else None
+            for d in here
+        }
     assert "run(s) shared" in stdout
     md = (out / "findings.md").read_text()
     assert "taken over, not trained again" in md and "Holm holds it to inside the claim" in md

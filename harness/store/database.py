@@ -41,7 +41,7 @@ SCHEMA: dict[str, str] = {
         run_id VARCHAR PRIMARY KEY, experiment_id VARCHAR, arm VARCHAR, preset VARCHAR, task VARCHAR,
         seed BIGINT, status VARCHAR, spec JSON, blanks JSON, initial_policy_hash VARCHAR, steps BIGINT,
         ended_because VARCHAR, error VARCHAR, started_at DOUBLE, updated_at DOUBLE, finished_at DOUBLE,
-        final_score DOUBLE, placement JSON""",
+        final_score DOUBLE, placement JSON, shared_from VARCHAR""",
     "budgets": "run_id VARCHAR, counter VARCHAR, limit_value DOUBLE, consumed DOUBLE",
     "ledger": "run_id VARCHAR, step BIGINT, "
     + ", ".join(f"{c} DOUBLE" for c in LEDGER_COLUMNS)

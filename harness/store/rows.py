@@ -91,6 +91,8 @@ def run_row(
         "final_score": final,
         # node, resources, GPU share of a run placed by Ray (device-seconds "shared" on a shared GPU)
         "placement": rd.placement.read_text() if rd.placement.exists() else None,
+        # a run copied from another claim's (trained there, counted in that claim's ledger)
+        "shared_from": json.loads(rd.shared.read_text())["from"] if rd.shared.exists() else None,
     }
 
 

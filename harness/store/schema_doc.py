@@ -58,6 +58,10 @@ NOTES: dict[str, dict[str, str]] = {
         "placement": "where a Ray task ran the run and what it held: node, host, resources, GPU "
         "ids, its GPU share (the run's `placement.json`, harness/orchestration/placement.py); NULL "
         "for local runs",
+        "shared_from": "a run copied from another claim's finished run with the same resolved "
+        "configuration (`sixblanks findings`): that run's `<claim>/<axis>/runs/<run id>`; its "
+        "training is counted in the ledger of the claim that trained it, not here. NULL for a run "
+        "trained in this experiment",
     },
     "budgets": {
         "run_id": "→ runs",

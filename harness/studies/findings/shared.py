@@ -13,11 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...layout import SPEC_JSON, ExperimentDir, write_json
+from ...layout import SHARED_JSON, SPEC_JSON, ExperimentDir, write_json
 from ...orchestration.runner import spec_id
-
-SHARED_JSON = "shared.json"
-"""In a run directory copied from another claim's: where it came from."""
 
 NOT_IDENTITY = ("run_id", "experiment", "arm")
 """Spec fields that name a run without deciding it: the experiment's name (one per claim and
