@@ -129,7 +129,7 @@ def test_a_machine_that_cannot_isolate_refuses_the_run(cli, write_yaml, monkeypa
 
 
 @pytest.mark.slow
-def test_the_tools_experiment_shrunk_counts_every_program(run_experiment):
+def test_the_tools_experiment_shrunk_counts_every_program(run_experiment, cli):
     """experiments/tools.yaml with a smaller policy, a short warm start and two training steps:
     the ledger's tool_calls are the programs the step metrics count by outcome, the text
     arm runs none, and the audit records which arm was offered the tool."""
@@ -173,3 +173,28 @@ def test_the_tools_experiment_shrunk_counts_every_program(run_experiment):
     )
     flags = json.loads((out / "fairness.json").read_text())["flags"]
     assert [f["arm"] for f in flags if f["item"] == "tools"] == ["text"]
+    _eval_offers_the_tool_as_the_run_trained(out, cli)
+
+
+def _eval_offers_the_tool_as_the_run_trained(out, cli):
+    """`sixblanks eval` of the tool arm's policy replays the run's last evaluation (greedy, the
+    same held-out problems): the same score and the same programs, the tool offered as the arm
+    was; --no-tools scores it without the tool, and --tools on the text arm is refused."""
+
+    runs = {json.loads(p.read_text())["arm"]: p.parent for p in out.glob("runs/*/spec.json")}
+    last = [json.loads(line) for line in (runs["tool"] / "events.jsonl").read_text().splitlines()]
+    last = [e for e in last if e["type"] == "eval"][-1]
+
+    def evaluate(arm: str, *flags: str):
+        code, text, err = cli("eval", str(runs[arm]), "--n", "8", "--json", *flags)
+        return code, text + err
+
+    code, text = evaluate("tool")
+    assert code == 0, text
+    ev = json.loads(text)
+    assert (ev["score"], ev["n"]) == (last["score"], last["n"])
+    assert ev["tool_calls"] == last["cost"]["tool_calls"]
+    code, text = evaluate("tool", "--no-tools")
+    assert code == 0 and "tool_calls" not in json.loads(text)
+    code, text = evaluate("text", "--tools")
+    assert code == 2 and "the run's arm was not offered it" in text

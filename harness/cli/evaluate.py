@@ -48,6 +48,25 @@ def _task(name: str | None, params: str | None, spec: dict[str, Any] | None):
         raise ConfigError(f"--task {name}: {exc}") from None
 
 
+def _offer_tools(task, spec: dict[str, Any] | None, tools: bool | None, tokenizer):
+    """``task`` with the code tool of the run's arm (its spec's ``tools``, present only where the
+    arm was offered it) unless ``tools`` is False; ``tools`` True where the run had none (or a
+    model directory: no run) is a ConfigError."""
+
+    offered = (spec or {}).get("tools")
+    if tools is False or (tools is None and not offered):
+        return task
+    if not offered:
+        where = (
+            "a model directory has no run" if spec is None else "the run's arm was not offered it"
+        )
+        raise ConfigError(f"--tools: no code tool to offer ({where}); leave --tools out")
+    from ..tasks.tooled import with_tools
+    from ..tools.config import ToolsConfig
+
+    return with_tools(task, ToolsConfig.model_validate(offered), tokenizer)
+
+
 @app.command(name="eval")
 def evaluate_policy(
     model: Annotated[
@@ -71,10 +90,19 @@ def evaluate_policy(
         typer.Option("--max-new-tokens", min=1, help="Default: the run's, else 16."),
     ] = None,
     temperature: Annotated[float, typer.Option("--temperature", min=0.0)] = 0.0,
+    tools: Annotated[
+        bool | None,
+        typer.Option(
+            "--tools/--no-tools",
+            help="Offer the code tool the run's arm was offered (default: as the run trained; "
+            "--no-tools scores the policy without it).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a finished run's policy, or any model directory, on a task's held-out split (the
-    evaluation every run uses; its cost reported)."""
+    evaluation every run uses, the code tool offered as the run's arm was offered it; its cost
+    reported)."""
 
     from ..config import RolloutConfig
     from ..layout import SPEC_JSON, model_dir_of
@@ -96,6 +124,7 @@ def evaluate_policy(
     m = (spec or {}).get("model") or {}
     policy, tok = load_pretrained(directory, m.get("device", "cpu"), m.get("dtype", "float32"))
     set_fp32_lm_head(policy, bool(m.get("fp32_lm_head")))
+    the_task = _offer_tools(the_task, spec, tools, tok)
     t0 = time.perf_counter()
     ev = evaluate(
         make_engine(rollout, policy, tok, seed=0),
@@ -107,6 +136,7 @@ def evaluate_policy(
         seed=int(spec["seed"]) if spec else 0,
         max_context_tokens=rollout.max_prompt_tokens,
         split=split,
+        env_workers=rollout.env_workers,
     )
     ev = {k: v for k, v in ev.items() if k != "per_instance"}
     ev.update(model=str(directory), task=the_task.name, seconds=time.perf_counter() - t0)
@@ -119,5 +149,11 @@ def evaluate_policy(
     )
     out.print(
         f"cost: {ev['generated_tokens']:,} generated tokens, {ev['verifier_calls']:,} verifier "
-        f"calls, {ev['judge_calls']:,} judge calls, {ev['seconds']:.1f} s"
+        f"calls, {ev['judge_calls']:,} judge calls"
+        + (
+            f", {ev['tool_calls']:,.0f} tool calls ({ev['tool_seconds']:.1f} s)"
+            if "tool_calls" in ev
+            else ""
+        )
+        + f", {ev['seconds']:.1f} s"
     )

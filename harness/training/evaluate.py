@@ -171,6 +171,25 @@ def evaluation_worst(ctx) -> dict[str, float]:
     return worst
 
 
+OPTIONAL_COSTS = ("judge_calls", "tool_calls", "tool_seconds")
+"""Costs an evaluation has only with a judge or a code tool: totals leave them out while 0."""
+
+
+def charge_evaluation(total: dict[str, float], ev: dict[str, Any]) -> dict[str, float]:
+    """What evaluation ``ev`` cost (generated tokens, verifier and judge calls, and the code
+    tool's programs, calls and seconds, where its episodes were offered the tool), added with
+    what an inference-time search at it cost (``ev["search"]``) to the running ``total`` (a cost
+    of :data:`OPTIONAL_COSTS` only once nonzero). Returns the evaluation's own cost."""
+
+    keys = ("generated_tokens", "verifier_calls", "judge_calls", "tool_calls", "tool_seconds")
+    cost = {k: float(ev[k]) for k in keys if k in ev}
+    for k, v in cost.items():
+        v += float(ev.get("search", {}).get(k, 0.0))
+        if v or k not in OPTIONAL_COSTS:
+            total[k] = total.get(k, 0.0) + v
+    return cost
+
+
 def evaluate_run(ctx) -> tuple[dict[str, Any], dict[str, float]]:
     """One held-out evaluation of a run's current policy (``ctx``: its RunContext): single samples
     (:func:`evaluate`) and, with ``eval.beam``, an inference-time beam search (``ev["search"]``, its

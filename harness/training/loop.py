@@ -32,7 +32,7 @@ from ..tasks.verify import VerifierGate
 from .base import Collected, Collector, Objective, Prepared, RunResult, RunSettings, TrainingError
 from .collectors import make_collector
 from .context import RunContext, frozen_copy
-from .evaluate import evaluate_apart, evaluate_run, evaluation_worst
+from .evaluate import charge_evaluation, evaluate_apart, evaluate_run, evaluation_worst
 from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
 from .parallel import setup as setup_parallel
@@ -182,11 +182,7 @@ class Trainer:
             ev, charge.actual = evaluate_run(ctx) if dp is None or dp.writer else (None, {})
             if dp is not None:
                 ev, charge.actual = dp.from_rank0((ev, charge.actual))
-        cost = {k: float(ev[k]) for k in ("generated_tokens", "verifier_calls", "judge_calls")}
-        for k, v in cost.items():  # judge calls only where a judge is configured; a beam's too
-            v += float(ev.get("search", {}).get(k, 0.0))
-            if v or k != "judge_calls":
-                self.result.eval_cost[k] = self.result.eval_cost.get(k, 0.0) + v
+        cost = charge_evaluation(self.result.eval_cost, ev)
         record = {
             "step": ctx.step,
             "position": dict(self.ledger.counters),
