@@ -149,7 +149,18 @@ def schema(
 
     from ..config import ExperimentConfig
 
-    text = json.dumps(ExperimentConfig.model_json_schema(), indent=2) + "\n"
+    schema = ExperimentConfig.model_json_schema()
+    # read before validation (harness/config/bases.py): no field of the model, but of the file
+    schema["properties"] = {
+        "base": {
+            "type": "string",
+            "title": "Base",
+            "description": "An experiment file this one builds on (relative to this file): its "
+            "sections with this file's laid over them, key by key; arms and lists replace.",
+        },
+        **schema["properties"],
+    }
+    text = json.dumps(schema, indent=2) + "\n"
     if output is None:
         sys.stdout.write(text)
     else:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError, format_validation_error
+from .bases import with_base
 from .loading import budget_problems, parse_yaml, resolve_paths, validate_mapping
 from .sections import Budget, Section
 
@@ -351,7 +352,7 @@ def load_finding(path: str | Path) -> Finding:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: file not found")
-    data = parse_yaml(p.read_text(encoding="utf-8"), str(p))
+    data = with_base(parse_yaml(p.read_text(encoding="utf-8"), str(p)), p)
     if not isinstance(data, dict) or "finding" not in data:
         raise ConfigError(f"{p}: a finding file needs a 'finding:' section beside the experiment")
     # relative paths (a data file beside the finding) are read from the finding file's directory

@@ -452,7 +452,10 @@ def load_config(path: str | Path) -> ExperimentConfig:
     """Parse and validate an experiment file; raises ConfigError listing every problem."""
 
     text = read_text_file(path, "an experiment YAML file")
-    return validate_mapping(parse_yaml(text, str(path)), str(path), Path(path).parent)
+    from .bases import with_base  # it reads files through this module's readers
+
+    data = with_base(parse_yaml(text, str(path)), path)
+    return validate_mapping(data, str(path), Path(path).parent)
 
 
 def resolved_dict(cfg: ExperimentConfig) -> dict[str, Any]:
