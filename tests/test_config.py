@@ -358,7 +358,9 @@ def test_schema_is_json_schema_of_the_config(cli, tmp_path):
         "ladder",
         "sweep",
     }
-    assert "arms" in schema["required"]
+    # arms: required of a file, unless it names a base (which may hold them)
+    assert "arms" in schema["then"]["required"] and schema["if"] == {"not": {"required": ["base"]}}
+    assert "base" in schema["properties"]
 
 
 def test_config_error_lists_problems():

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from sixblanks.algorithms.blanks import Blanks
 from sixblanks.algorithms.presets import resolve
-from sixblanks.harness.config import ExperimentConfig
+from sixblanks.harness.config.bases import file_schema
 from sixblanks.harness.config.claims import FindingSection
 from sixblanks.harness.config.loading import parse_yaml
 from sixblanks.harness.config.sections import ArmConfig
@@ -30,7 +30,8 @@ SCHEMA_LINE = "# yaml-language-server: $schema="
 
 @pytest.fixture(scope="module")
 def schema() -> dict[str, Any]:
-    return ExperimentConfig.model_json_schema()
+    # what `sixblanks schema` writes: the configuration's, and base: beside it
+    return file_schema()
 
 
 @pytest.fixture(scope="module")

@@ -147,19 +147,9 @@ def schema(
 ) -> None:
     """Write the JSON Schema of experiments.yaml (for editor completion and checking)."""
 
-    from ..config import ExperimentConfig
+    from ..config.bases import file_schema
 
-    schema = ExperimentConfig.model_json_schema()
-    # read before validation (harness/config/bases.py): no field of the model, but of the file
-    schema["properties"] = {
-        "base": {
-            "type": "string",
-            "title": "Base",
-            "description": "An experiment file this one builds on (relative to this file): its "
-            "sections with this file's laid over them, key by key; arms and lists replace.",
-        },
-        **schema["properties"],
-    }
+    schema = file_schema()
     text = json.dumps(schema, indent=2) + "\n"
     if output is None:
         sys.stdout.write(text)

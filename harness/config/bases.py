@@ -57,3 +57,27 @@ def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def file_schema() -> dict[str, Any]:
+    """The JSON Schema of an experiment file: the configuration's, with ``base:`` (read before
+    validation, so no field of the configuration)."""
+
+    from .experiment import ExperimentConfig
+
+    schema = ExperimentConfig.model_json_schema()
+    schema["properties"] = {
+        "base": {
+            "type": "string",
+            "title": "Base",
+            "description": "An experiment file this one builds on (relative to this file): its "
+            "sections with this file's laid over them, key by key; arms and lists replace.",
+        },
+        **schema["properties"],
+    }
+    # what a file must hold itself, unless its base holds it
+    required = schema.pop("required", [])
+    if required:
+        schema["if"] = {"not": {"required": ["base"]}}
+        schema["then"] = {"required": required}
+    return schema
