@@ -324,3 +324,51 @@ def test_long_arithmetic_by_hand():
         make_task("long_arithmetic", {"min_digits": 3, "max_digits": 2})
     with pytest.raises(ValueError, match="unsupported operator"):
         make_task("long_arithmetic", {"operators": "*/"})
+
+
+# ------------------------------------------------------- a chat template that declares the tool
+
+DECLARES = (
+    "{% if tools %}<tools>{% for t in tools %}{{ t['function']['name'] }}: "
+    "{{ t['function']['description'] }}{% endfor %}</tools>\n{% endif %}"
+    "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}[end]\n{% endfor %}"
+    "{% if add_generation_prompt %}[assistant]{% endif %}"
+)
+IGNORES = DECLARES.split("{% endif %}", 1)[1]  # the same template without the declaration
+
+
+def test_a_template_that_declares_tools_carries_the_tool_instead_of_the_announcement(arith):
+    """Where the chat template renders tools= (the tool_call format), the prompt is the template's
+    rendering with the code tool declared, and no announcement text is added; a template that
+    ignores tools=, and the tags format, keep the announcement."""
+
+    import copy
+
+    from sixblanks.harness.rollout.agent import encode_observation
+    from sixblanks.harness.tools.calls import TOOL_SCHEMA, template_declares
+
+    task, tok = arith
+    declaring, ignoring = copy.deepcopy(tok), copy.deepcopy(tok)
+    declaring.chat_template, ignoring.chat_template = DECLARES, IGNORES
+    assert template_declares(declaring) and not template_declares(ignoring)
+    assert not template_declares(tok)  # no template at all
+    call = ToolsConfig(format="tool_call")
+    box = Toolbox(call, declaring)
+    assert box.chat_tools == (TOOL_SCHEMA,) and box.announce == ""
+    assert Toolbox(call, ignoring).chat_tools == () and Toolbox(call, ignoring).announce
+    assert Toolbox(ToolsConfig(format="tags"), declaring).chat_tools == ()
+    # the prompt's tokens: the template's own rendering of the user message with the tool
+    tooled = with_tools(task, call, declaring)
+    env = tooled.make_env(task.make_instance(0), VerifierGate(tooled))
+    prompt, _ = env.reset()
+    assert prompt == task.make_env(task.make_instance(0), VerifierGate(task)).reset()[0]
+    rendered = declaring.apply_chat_template(
+        [{"role": "user", "content": prompt}],
+        tools=[TOOL_SCHEMA],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert rendered.startswith("<tools>python: Run a Python program")
+    want = declaring(rendered, add_special_tokens=False)["input_ids"]
+    assert encode_observation(declaring, prompt, True, tooled) == want
+    assert encode_observation(declaring, prompt, True, task) != want  # without the tool

@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -96,15 +97,18 @@ def encode_observation(tokenizer, text: str, first: bool, task: Task | None = No
     system = getattr(params, "system_prompt", None)
     role = getattr(params, "observation_role", "user")
     template = getattr(tokenizer, "chat_template", None)
+    tools = json.dumps(getattr(task, "chat_tools", ()))  # a code tool the template declares
     # a group's samples share their prompt: each text is tokenized once (the template is in the
     # key, so a tokenizer given another template encodes afresh)
-    return list(_encode(tokenizer, template, text, first, system, role))
+    return list(_encode(tokenizer, template, text, first, system, role, tools))
 
 
 @functools.lru_cache(maxsize=8192)
-def _encode(tokenizer, template, text: str, first: bool, system, role: str) -> tuple[int, ...]:
+def _encode(
+    tokenizer, template, text: str, first: bool, system, role: str, tools: str
+) -> tuple[int, ...]:
     if template:
-        return tuple(chat_observation(tokenizer, text, first, system, role))
+        return tuple(chat_observation(tokenizer, text, first, system, role, json.loads(tools)))
     if first and system:
         text = f"{system}\n\n{text}"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]

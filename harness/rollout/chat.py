@@ -5,24 +5,30 @@ multi-turn episode's tokens are the template's rendering of its conversation, ac
 
 from __future__ import annotations
 
+import json
+
 _CHAT_PARTS: dict[tuple, tuple[str, str, str, str]] = {}
 
 
 def chat_parts(
-    tokenizer, system: str | None = None, role: str = "user"
+    tokenizer, system: str | None = None, role: str = "user", tools: list | tuple = ()
 ) -> tuple[str, str, str, str]:
     """The template's text (before the prompt; after it, the generation prompt; after an action
     and before the next user text, the turn's close; after that text, the generation prompt),
-    found by rendering a conversation of placeholders. A template that does not extend the history
-    by appending (one that rewrites earlier turns) is refused."""
+    found by rendering a conversation of placeholders; ``tools``: the tools (JSON-schema function
+    specs) the template declares, rendered through its ``tools=`` argument. A template that does
+    not extend the history by appending (one that rewrites earlier turns) is refused."""
 
-    key = (id(tokenizer), tokenizer.chat_template, system, role)
+    key = (id(tokenizer), tokenizer.chat_template, system, role, json.dumps(list(tools)))
     if key in _CHAT_PARTS:
         return _CHAT_PARTS[key]
     P, A, OBS = "\x01prompt\x01", "\x01action\x01", "\x01observation\x01"
 
     def render(msgs, gen):
-        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+        extra = {"tools": list(tools)} if tools else {}
+        return tokenizer.apply_chat_template(
+            msgs, tokenize=False, add_generation_prompt=gen, **extra
+        )
 
     lead = [{"role": "system", "content": system}] if system else []
     user = [*lead, {"role": "user", "content": P}]
@@ -52,11 +58,17 @@ def chat_parts(
 
 
 def chat_observation(
-    tokenizer, text: str, first: bool, system: str | None = None, role: str = "user"
+    tokenizer,
+    text: str,
+    first: bool,
+    system: str | None = None,
+    role: str = "user",
+    tools: list | tuple = (),
 ) -> list[int]:
-    """The tokens of the prompt (``first``, after the ``system`` message if any) or of a later
-    observation (a ``role`` message), as the template renders them."""
+    """The tokens of the prompt (``first``, after the ``system`` message if any, and the ``tools``
+    the template declares) or of a later observation (a ``role`` message), as the template renders
+    them."""
 
-    head, after_prompt, before_obs, after_obs = chat_parts(tokenizer, system, role)
+    head, after_prompt, before_obs, after_obs = chat_parts(tokenizer, system, role, tools)
     rendered = head + text + after_prompt if first else before_obs + text + after_obs
     return tokenizer(rendered, add_special_tokens=False)["input_ids"]

@@ -93,6 +93,11 @@ class ToolTask(Task):
             setattr(self, name, getattr(task, name))
 
     @property
+    def chat_tools(self) -> tuple[dict, ...]:
+        """The tools a chat template declares in the prompt (its ``tools=``), where it does."""
+        return self.toolbox.chat_tools
+
+    @property
     def max_turns(self) -> int:
         return max(1, self.inner.max_turns) + self.toolbox.config.max_calls
 

@@ -25,6 +25,20 @@ from .limits import SandboxResult
 FORMATS = ("tags", "tool_call")
 TOOL_NAME = "python"
 """The code tool's name in the ``tool_call`` format."""
+TOOL_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Run a Python program in a sandbox; what it prints comes back.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The program."}},
+            "required": ["code"],
+        },
+    },
+}
+"""The code tool as a chat template's ``tools=`` declares it (the JSON-schema function form that
+templates trained on tool calls render)."""
 
 PARSE_FAILURES = ("unclosed", "empty", "bad_json", "unknown_tool", "no_code", "too_many")
 """Why a call was not run: its opening tag has no closing tag (a turn cut off at the token limit);
@@ -68,6 +82,22 @@ def resolve_format(fmt: str, tokenizer=None) -> str:
         raise ValueError(f"unknown tool call format '{fmt}' (valid: auto, {', '.join(FORMATS)})")
     template = getattr(tokenizer, "chat_template", None) or ""
     return "tool_call" if "<tool_call>" in template else "tags"
+
+
+def template_declares(tokenizer) -> bool:
+    """Whether the tokenizer's chat template renders a ``tools=`` declaration: a conversation
+    rendered with :data:`TOOL_SCHEMA` names the tool where the same one rendered without it does
+    not (a template that ignores ``tools`` renders both alike)."""
+
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    msgs = [{"role": "user", "content": "?"}]
+
+    def render(**kw) -> str:
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kw)
+
+    with_tool = render(tools=[TOOL_SCHEMA])
+    return with_tool != render() and TOOL_NAME in with_tool.replace(render(), "", 1)
 
 
 def call_text(fmt: str, code: str) -> str:

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 
 from .calls import (
     PARSE_FAILURES,
+    TOOL_SCHEMA,
     call_text,
     observation,
     parse_turn,
     resolve_format,
     result_text,
+    template_declares,
 )
 from .config import ToolsConfig
 from .limits import REASONS
@@ -42,8 +44,9 @@ class ToolTurn:
 
 
 class Toolbox:
-    """The configured code tool of a run. ``tokenizer`` decides ``format: auto``; ``hide``: paths
-    the sandbox never shows (the run's directory)."""
+    """The configured code tool of a run. ``tokenizer`` decides ``format: auto``, and whether its
+    chat template declares the tool (``chat_tools``: what its ``tools=`` renders, then in place of
+    the announcement); ``hide``: paths the sandbox never shows (the run's directory)."""
 
     def __init__(
         self,
@@ -54,6 +57,12 @@ class Toolbox:
         self.config = config
         self.format = resolve_format(config.format, tokenizer)
         self.announce = config.announcement(self.format)
+        # a chat template trained on tool calls declares the tool itself (its tools= argument):
+        # there the prompt carries that declaration instead of the default announcement
+        self.chat_tools: tuple[dict, ...] = ()
+        declares = self.format == "tool_call" and config.announce is None
+        if declares and template_declares(tokenizer):
+            self.chat_tools, self.announce = (TOOL_SCHEMA,), ""
         self.sandbox = Sandbox(config.sandbox, hide=hide)  # SandboxUnavailable: refused here
 
     @property
