@@ -217,8 +217,11 @@ def single(shape: Shape, setup, steps: int, reps: int, trl: bool, reference: boo
     quiet_logs()
     task, model0, tok = policy(shape, setup.device, setup.bf16)
     out: dict[str, Any] = {"params": sum(p.numel() for p in model0.parameters())}
+    print(f"policy: {out['params'] / 1e6:.1f}M parameters on {setup.device}", flush=True)
     why = trl_problem() if trl else "not asked for"
     if why is None:
+        print(f"sixblanks and TRL: one uncounted run each, then {reps} alternating pairs of "
+              f"{steps} timed steps", flush=True)  # fmt: skip
         ours, theirs, ratio = alternating_runs(task, model0, tok, steps, reps, setup)
         out.update(sixblanks_s=ours, trl_s=theirs, ratio=ratio)
         out["from"] = {m: str(Path(sys.modules[m].__file__).parent.parent)
@@ -227,6 +230,7 @@ def single(shape: Shape, setup, steps: int, reps: int, trl: bool, reference: boo
         out["trl_skipped"] = why
         out["sixblanks_s"] = statistics.median(sixblanks_run(task, model0, tok, steps, setup=setup))
     if reference:
+        print("one device, sampling and forwarding as the ranks do", flush=True)
         # the ranks forward every row whole (no shared prefix under DDP): so does the reference
         alike = replace(setup, group_seeds=True, shared_prefix=False)
         metrics: list[dict[str, Any]] = []
@@ -345,9 +349,9 @@ def drive(args: argparse.Namespace, carried: str) -> int:
     seen = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] if gpus else ""
     env = {"CUDA_VISIBLE_DEVICES": seen} if gpus else {}
     failed, results = False, {}
+    first = me + part_args(args, "single") + (["--reference"] if world else [])
     try:
-        results["single"] = child(me + part_args(args, "single") + (["--reference"] * bool(world)),
-                                  args.out, "single", 240 if args.dry_run else 420, env)  # fmt: skip
+        results["single"] = child(first, args.out, "single", 240 if args.dry_run else 420, env)
     except RuntimeError as exc:
         failed = True
         print(f"FAILED: one device: {exc}")
@@ -377,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="Alternating runs of each side.")
     ap.add_argument("--dry-run", action="store_true", help="The CPU, a small shape: it starts.")
     ap.add_argument("--no-trl", action="store_true", help="sixblanks alone.")
-    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "sixblanks-gpu-check")
+    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "sixblanks-gpu-check",
+                    help="Where the parts leave their results (JSON).")  # fmt: skip
     ap.add_argument("--part", choices=["single", "ranks"], help=argparse.SUPPRESS)
     ap.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

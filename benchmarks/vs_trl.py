@@ -284,6 +284,47 @@ def floors(model0, tok, reps: int = 20) -> tuple[float, float]:
 # ---------------------------------------------------------------------------------------------- TRL
 
 
+def trl_config(out: str, steps: int, setup: Setup = SETUP):
+    """TRL's GRPOConfig of the comparison: the settings of the sixblanks side, one by one."""
+
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=out,
+        per_device_train_batch_size=setup.prompts * setup.group,
+        gradient_accumulation_steps=1,
+        num_generations=setup.group,
+        max_completion_length=setup.new_tokens,
+        # EOS ignored: every sample is new_tokens long
+        generation_kwargs={"min_new_tokens": setup.new_tokens},
+        temperature=1.0,
+        top_p=1.0,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=0.2,
+        loss_type="grpo",
+        scale_rewards="group",
+        learning_rate=setup.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        optim="adamw_torch",
+        max_steps=steps + 1,
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to="none",
+        # sixblanks keeps every activation; TRL's GRPOConfig would recompute them
+        gradient_checkpointing=False,
+        use_cpu=setup.device == "cpu",
+        bf16=setup.bf16,
+        fp16=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+
+
 def trl_run(
     task, model0, tok, steps: int, parts: Parts | None = None, setup: Setup = SETUP
 ) -> list[float]:
@@ -291,7 +332,7 @@ def trl_run(
 
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     seeds = list(range(setup.prompts * (steps + 1) * 4))
     prompts = [task.make_instance(s).prompt for s in seeds]
@@ -313,40 +354,7 @@ def trl_run(
             times.append(time.perf_counter() - self.t0)
 
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(
-            output_dir=out,
-            per_device_train_batch_size=setup.prompts * setup.group,
-            gradient_accumulation_steps=1,
-            num_generations=setup.group,
-            max_completion_length=setup.new_tokens,
-            # EOS ignored: every sample is new_tokens long
-            generation_kwargs={"min_new_tokens": setup.new_tokens},
-            temperature=1.0,
-            top_p=1.0,
-            beta=0.0,
-            num_iterations=1,
-            epsilon=0.2,
-            loss_type="grpo",
-            scale_rewards="group",
-            learning_rate=setup.lr,
-            lr_scheduler_type="constant",
-            warmup_steps=0,
-            weight_decay=0.0,
-            max_grad_norm=1.0,
-            optim="adamw_torch",
-            max_steps=steps + 1,
-            logging_steps=10**6,
-            save_strategy="no",
-            report_to="none",
-            # sixblanks keeps every activation; TRL's GRPOConfig would recompute them
-            gradient_checkpointing=False,
-            use_cpu=setup.device == "cpu",
-            bf16=setup.bf16,
-            fp16=False,
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-            seed=0,
-        )
+        args = trl_config(out, steps, setup)
         trainer = GRPOTrainer(
             model=copy.deepcopy(model0),
             reward_funcs=reward,
