@@ -20,7 +20,8 @@ SHELL := /bin/bash
 # this machine's pip config names optional local indexes that may not exist; hide those warnings only
 PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
-.PHONY: run findings test test-main test-vllm test-properties lint format setup vllm trl clean schema
+.PHONY: run findings test test-main test-vllm test-properties lint format setup vllm trl clean schema \
+	gpu-carry
 
 setup: $(STAMP)
 
@@ -57,6 +58,11 @@ $(TRL_STAMP): pyproject.toml $(CONSTRAINTS)
 	$(TRL_VENV)/bin/python -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) torch $(PIPFILTER)
 	$(TRL_VENV)/bin/python -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[trl]" $(PIPFILTER)
 	@touch $(TRL_STAMP)
+
+# the wheels benchmarks/gpu_check.py carries to a lent GPU machine, into .gpu-carry/ (git-ignored;
+# docs/benchmarks.md, "The GPU check"): pydantic, TRL, datasets and what they need that it lacks
+gpu-carry:
+	PYTHON=$(if $(wildcard $(PY)),$(PY),$(PYTHON)) bash benchmarks/gpu_carry.sh
 
 run: $(STAMP) sixblanks.schema.json
 	$(VENV)/bin/sixblanks run $(CONFIG)
@@ -127,4 +133,4 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_VENV) .gpu-carry .pytest_cache .ruff_cache

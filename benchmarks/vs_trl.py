@@ -6,8 +6,11 @@ every sample is exactly 32 tokens), fp32 on the CPU, KL coefficient 0 (no refere
 one optimizer step per batch (one epoch, one minibatch: exactly on-policy), torch AdamW at the
 same constant learning rate, weight decay 0 and gradient clipping at 1, clipped ratio
 epsilon 0.2, group-normalized advantages and the same loss aggregation (per-sequence token mean,
-then the mean over sequences: TRL ``loss_type="grpo"``, sixblanks ``grpo``). The reward is the
-arithmetic task's verifier on both sides.
+then the mean over sequences: TRL ``loss_type="grpo"``, sixblanks ``grpo``), no gradient
+checkpointing (TRL's ``GRPOConfig`` turns it on by default; the figures below from before
+2026-12-06 were measured with it on, which cost TRL a second forward in its update). The reward is
+the arithmetic task's verifier on both sides. :class:`Setup` holds the batch, its lengths and the
+device and precision; ``benchmarks/gpu_check.py`` runs the same two functions on a GPU.
 
 The runs alternate (sixblanks, TRL, sixblanks, ...; ``--reps`` each) in one invocation; each run
 takes ``--steps`` steps after one warm-up step, and its time per step is the median of those.
@@ -44,11 +47,45 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 PROMPTS, GROUP, NEW_TOKENS, LR = 8, 8, 32, 1e-6
 TARGET = 2.0  # sixblanks' steps/s over TRL's
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What both sides run: the batch (``prompts`` x ``group`` samples of ``new_tokens`` each),
+    the learning rate, the device and the precision (``bf16``: the model's weights are bfloat16
+    and TRL computes in bfloat16 too). The defaults are the comparison above: fp32 on the CPU.
+
+    sixblanks' alone: ``group_seeds`` (each group sampled with a generator of its own, as the
+    ranks of a data-parallel run sample), ``shared_prefix`` (each prompt's forward computed once
+    for its group; off under data parallelism) and ``parallel`` (``model.parallel``: backend and
+    world size, inside a process group the caller joined)."""
+
+    prompts: int = PROMPTS
+    group: int = GROUP
+    new_tokens: int = NEW_TOKENS
+    lr: float = LR
+    device: str = "cpu"
+    bf16: bool = False
+    group_seeds: bool = False
+    shared_prefix: bool = True
+    parallel: dict[str, Any] | None = None
+
+
+SETUP = Setup()
+
+
+def synchronize(setup: Setup) -> None:
+    """Wait for the device's queued work, so that a step's clock stops when its work is done."""
+
+    if setup.device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def policy():
@@ -91,37 +128,53 @@ class Parts:
         return real
 
 
-def sixblanks_run(
-    task, model0, tok, steps: int, parts: Parts | None = None, overlap: bool = False
-) -> list[float]:
-    """Seconds of each step after the first. ``overlap``: a concurrent collector (a process of
-    its own) samples batch k+1 while the trainer updates on batch k (lag 1: not the identical
-    algorithm, a separate row)."""
+def run_settings(setup: Setup = SETUP, overlap: bool = False):
+    """The RunSettings of the sixblanks side: GRPO, KL 0, the batch and optimizer of ``setup``."""
 
     from sixblanks.algorithms.presets import resolve
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.training import RunSettings, Trainer
+    from sixblanks.harness.training import RunSettings
 
     cfg = validate_mapping(
         {
             "task": {"name": "arithmetic"},
             "arms": {"a": {"preset": "grpo"}},
             "rollout": {
-                "max_new_tokens": NEW_TOKENS,
-                "prompts_per_step": PROMPTS,
-                "group_size": GROUP,
+                "max_new_tokens": setup.new_tokens,
+                "prompts_per_step": setup.prompts,
+                "group_size": setup.group,
                 "ignore_eos": True,
+                "group_seeds": setup.group_seeds,
+                "shared_prefix": setup.shared_prefix,
             },
-            "optimizer": {"lr": LR, "weight_decay": 0.0, "grad_clip": 1.0},
+            "optimizer": {"lr": setup.lr, "weight_decay": 0.0, "grad_clip": 1.0},
         }
     )
-    over = {"regularizer": {"loss_kl_coef": 0.0}}
+    over: dict[str, Any] = {"regularizer": {"loss_kl_coef": 0.0}}
     if overlap:
         over["data"] = {"concurrent": {"queue": 1}}
-    blanks = resolve("grpo", over)
-    s = RunSettings(blanks, cfg.rollout, cfg.optimizer, {"optimizer_steps": 1e9}, 0,
-                    evaluate=False, name="grpo")  # fmt: skip
-    tr = Trainer(s, task, copy.deepcopy(model0), tok)
+    return RunSettings(resolve("grpo", over), cfg.rollout, cfg.optimizer,
+                       {"optimizer_steps": 1e9}, 0, evaluate=False, name="grpo",
+                       parallel=setup.parallel)  # fmt: skip
+
+
+def sixblanks_run(
+    task,
+    model0,
+    tok,
+    steps: int,
+    parts: Parts | None = None,
+    overlap: bool = False,
+    setup: Setup = SETUP,
+    metrics: list[dict[str, Any]] | None = None,
+) -> list[float]:
+    """Seconds of each step after the first. ``overlap``: a concurrent collector (a process of
+    its own) samples batch k+1 while the trainer updates on batch k (lag 1: not the identical
+    algorithm, a separate row). ``metrics``: each step's metrics are appended to it."""
+
+    from sixblanks.harness.training import Trainer
+
+    tr = Trainer(run_settings(setup, overlap), task, copy.deepcopy(model0), tok)
     times = []
     try:
         for i in range(steps + 1):
@@ -129,8 +182,11 @@ def sixblanks_run(
                 parts.on = i > 0  # the warm-up step is not counted
             t0 = time.perf_counter()
             m = tr.step()
+            synchronize(setup)
             times.append(time.perf_counter() - t0)
-            assert m is not None and m["response_length"] == NEW_TOKENS, m
+            assert m is not None and m["response_length"] == setup.new_tokens, m
+            if metrics is not None:
+                metrics.append(m)
     finally:
         if parts is not None:
             parts.on = False
@@ -228,12 +284,57 @@ def floors(model0, tok, reps: int = 20) -> tuple[float, float]:
 # ---------------------------------------------------------------------------------------------- TRL
 
 
-def trl_run(task, model0, tok, steps: int, parts: Parts | None = None) -> list[float]:
+def trl_config(out: str, steps: int, setup: Setup = SETUP):
+    """TRL's GRPOConfig of the comparison: the settings of the sixblanks side, one by one."""
+
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=out,
+        per_device_train_batch_size=setup.prompts * setup.group,
+        gradient_accumulation_steps=1,
+        num_generations=setup.group,
+        max_completion_length=setup.new_tokens,
+        # EOS ignored: every sample is new_tokens long
+        generation_kwargs={"min_new_tokens": setup.new_tokens},
+        temperature=1.0,
+        top_p=1.0,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=0.2,
+        loss_type="grpo",
+        scale_rewards="group",
+        learning_rate=setup.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        optim="adamw_torch",
+        max_steps=steps + 1,
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to="none",
+        # sixblanks keeps every activation; TRL's GRPOConfig would recompute them
+        gradient_checkpointing=False,
+        use_cpu=setup.device == "cpu",
+        bf16=setup.bf16,
+        fp16=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+
+
+def trl_run(
+    task, model0, tok, steps: int, parts: Parts | None = None, setup: Setup = SETUP
+) -> list[float]:
+    """Seconds of each TRL step after the first, on the batch and device of ``setup``."""
+
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    seeds = list(range(PROMPTS * (steps + 1) * 4))
+    seeds = list(range(setup.prompts * (steps + 1) * 4))
     prompts = [task.make_instance(s).prompt for s in seeds]
     data = Dataset.from_dict({"prompt": prompts, "seed": seeds})
 
@@ -249,40 +350,11 @@ def trl_run(task, model0, tok, steps: int, parts: Parts | None = None) -> list[f
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
+            synchronize(setup)
             times.append(time.perf_counter() - self.t0)
 
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(
-            output_dir=out,
-            per_device_train_batch_size=PROMPTS * GROUP,
-            gradient_accumulation_steps=1,
-            num_generations=GROUP,
-            max_completion_length=NEW_TOKENS,
-            generation_kwargs={"min_new_tokens": NEW_TOKENS},  # EOS ignored: 32 tokens each
-            temperature=1.0,
-            top_p=1.0,
-            beta=0.0,
-            num_iterations=1,
-            epsilon=0.2,
-            loss_type="grpo",
-            scale_rewards="group",
-            learning_rate=LR,
-            lr_scheduler_type="constant",
-            warmup_steps=0,
-            weight_decay=0.0,
-            max_grad_norm=1.0,
-            optim="adamw_torch",
-            max_steps=steps + 1,
-            logging_steps=10**6,
-            save_strategy="no",
-            report_to="none",
-            use_cpu=True,
-            bf16=False,
-            fp16=False,
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-            seed=0,
-        )
+        args = trl_config(out, steps, setup)
         trainer = GRPOTrainer(
             model=copy.deepcopy(model0),
             reward_funcs=reward,
@@ -388,18 +460,20 @@ def quiet_logs() -> None:
     logging.getLogger("trl").setLevel(logging.ERROR)
 
 
-def alternating_runs(task, model0, tok, steps: int, reps: int) -> tuple[float, float, float]:
+def alternating_runs(
+    task, model0, tok, steps: int, reps: int, setup: Setup = SETUP
+) -> tuple[float, float, float]:
     """(sixblanks s/step, TRL s/step, ratio): medians of alternating runs, pairs printed."""
 
     # one uncounted run of each side first (the process's first run pays one-off start-up costs)
-    sixblanks_run(task, model0, tok, 1)
+    sixblanks_run(task, model0, tok, 1, setup=setup)
     with contextlib.redirect_stdout(sys.stderr):
-        trl_run(task, model0, tok, 1)
+        trl_run(task, model0, tok, 1, setup=setup)
     ours, theirs, ratios = [], [], []
     for r in range(reps):
-        a = statistics.median(sixblanks_run(task, model0, tok, steps))
+        a = statistics.median(sixblanks_run(task, model0, tok, steps, setup=setup))
         with contextlib.redirect_stdout(sys.stderr):
-            b = statistics.median(trl_run(task, model0, tok, steps))
+            b = statistics.median(trl_run(task, model0, tok, steps, setup=setup))
         ours.append(a)
         theirs.append(b)
         ratios.append(b / a)
