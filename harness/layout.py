@@ -55,7 +55,7 @@ MLFLOW_DB = "mlflow.db"
 MLFLOW_ARTIFACTS = "mlartifacts"
 WARM_START = "warm_start"
 WARM_START_JSON = "warm_start.json"
-# the warm-start tokenizer's identity (store/audit.py), beside it: a cached warm start is checked
+# the warm-start tokenizer's identity (fairness/audit.py), beside it: a cached warm start is checked
 # without loading the policy (or importing transformers) in the orchestrating process
 TOKENIZER_IDENTITY_JSON = "tokenizer_identity.json"
 RUNS = "runs"

@@ -226,8 +226,9 @@ def test_a_shuffled_arm_learns_from_permuted_rewards_and_evaluates_as_any_other(
 
 
 def test_the_audit_flags_a_fault_and_records_an_offset(tmp_path):
+    from sixblanks.harness.fairness.audit import HELD_CONSTANT, fairness_audit
+    from sixblanks.harness.fairness.identity import tokenizer_identity
     from sixblanks.harness.models import build_tokenizer
-    from sixblanks.harness.store.audit import HELD_CONSTANT, fairness_audit, tokenizer_identity
 
     cfg = _cfg(
         {

@@ -10,10 +10,11 @@ import pytest
 from sixblanks.algorithms.blanks import flatten
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.fairness.audit import HELD_CONSTANT, fairness_audit
+from sixblanks.harness.fairness.identity import tokenizer_identity
+from sixblanks.harness.fairness.inert import inert_differences, inert_note
 from sixblanks.harness.models import build_tokenizer
 from sixblanks.harness.orchestration.orchestrator import build_specs
-from sixblanks.harness.store.audit import HELD_CONSTANT, fairness_audit, tokenizer_identity
-from sixblanks.harness.store.inert import inert_differences, inert_note
 
 BASE = {
     "name": "audit",

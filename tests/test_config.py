@@ -43,6 +43,7 @@ def test_the_example_experiments_validate(cli):
         "selfplay.yaml",
         "smollm2.yaml",
         "testbed.yaml",
+        "testbed_findings.yaml",
         "tools.yaml",
         "tree_search.yaml",
         "worldmodel.yaml",

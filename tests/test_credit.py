@@ -307,7 +307,7 @@ def test_shaping_telescopes_to_minus_the_start_potential_and_reaches_the_advanta
 def test_potential_shaping_on_guess_number_and_refused_where_a_task_has_no_potential(guess_warm):
     import copy
 
-    from sixblanks.harness.store.audit import shaping_terms
+    from sixblanks.harness.fairness.audit import shaping_terms
     from sixblanks.harness.tasks import make_task
     from sixblanks.harness.training import RunSettings, Trainer, TrainingError
 

@@ -180,9 +180,9 @@ def test_a_run_whose_inputs_changed_after_planning_is_refused_and_the_audit_sees
 
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.errors import SixblanksError
+    from sixblanks.harness.fairness.audit import spec_items
     from sixblanks.harness.orchestration.orchestrator import build_specs
     from sixblanks.harness.orchestration.runner import check_inputs_unchanged
-    from sixblanks.harness.store.audit import spec_items
 
     data = tmp_path / "data.jsonl"
     write_rows(data, ROWS)

@@ -150,6 +150,7 @@ LAYERS = (
     "translate",
     "studies",
     "orchestration",
+    "fairness",
     "store",
     "training",
     "rollout",
@@ -173,8 +174,8 @@ def _layer(module: str) -> tuple[str, int] | None:
 
 
 def test_harness_imports_point_down_its_layers():
-    """cli, recommend and translate -> studies -> orchestration -> store -> training -> rollout ->
-    tasks -> the ground floor (config, errors, layout, ...): no module imports one of a layer above
+    """cli, recommend and translate -> studies -> orchestration -> fairness -> store -> training ->
+    rollout -> tasks -> the ground floor (config, errors, layout, ...): no module imports one of a layer above
     it."""
 
     up = []

@@ -116,7 +116,7 @@ def test_an_uncorrected_arm_under_injected_mismatch_is_flagged():
     reads the rollout's log-probs. Each correcting arm passes; no mismatch, no flag."""
 
     from sixblanks.algorithms.presets import get_preset
-    from sixblanks.harness.store.audit import uncorrected_flags
+    from sixblanks.harness.fairness.audit import uncorrected_flags
 
     noisy = {"mismatch": {"logit_noise": 1.0}}
 

@@ -335,8 +335,9 @@ def test_runs_of_an_arm_with_a_mismatch_log_it_and_the_others_do_not(tmp_path):
 
 
 def test_the_audit_flags_arms_whose_mismatch_differs_naming_the_values(tmp_path):
+    from sixblanks.harness.fairness.audit import fairness_audit
+    from sixblanks.harness.fairness.identity import tokenizer_identity
     from sixblanks.harness.models import build_tokenizer
-    from sixblanks.harness.store.audit import fairness_audit, tokenizer_identity
 
     warm = {"policy_hash": "p0", "key": "k", "tokenizer": tokenizer_identity(build_tokenizer("01"))}
     cfg = _cfg(

@@ -114,7 +114,7 @@ def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml):
     ).items()
     # GRPO matches DAPO in every configured item; only the measured batch figures may differ
     # (they follow the sampled lengths), and then only by more than the audit's tolerance
-    from sixblanks.harness.store.audit import MEASURED_TOLERANCE
+    from sixblanks.harness.fairness.audit import MEASURED_TOLERANCE
 
     for f in (f for f in audit["flags"] if f["arm"] == "grpo"):
         assert f["item"] == "global_batch" and f["reason"].startswith("measured:"), f
@@ -150,8 +150,8 @@ def test_a_code_change_reruns_unless_reuse_is_asked_and_then_flags(tmp_path, mon
     """Runs are tied to the code that made them: after a code change nothing is skipped as
     finished; --reuse-finished reuses the old runs, and the audit flags each as run by other code."""
 
+    import sixblanks.harness.fairness.audit as audit_mod
     import sixblanks.harness.orchestration.orchestrator as orch_mod
-    import sixblanks.harness.store.audit as audit_mod
     from sixblanks.harness.store.database import connect
 
     cfg = _cfg(seeds=[0], arms={"grpo": {"preset": "grpo"}}, budget={"launched_tokens": 300})
@@ -202,7 +202,7 @@ def test_editing_an_algorithm_file_changes_the_run_ids(tmp_path):
 
 
 def test_under_consumption_is_flagged(tmp_path):
-    from sixblanks.harness.store.audit import fairness_audit
+    from sixblanks.harness.fairness.audit import fairness_audit
 
     cfg = _cfg()
     specs = build_specs(cfg, "k")

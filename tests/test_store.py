@@ -11,11 +11,11 @@ import time
 import pytest
 
 from sixblanks.harness.config import validate_mapping
+from sixblanks.harness.fairness.audit import HELD_CONSTANT
 from sixblanks.harness.layout import RunDir, read_status, write_json
 from sixblanks.harness.orchestration.experiment import run_experiment
 from sixblanks.harness.orchestration.orchestrator import Orchestrator
 from sixblanks.harness.orchestration.runner import execute_run
-from sixblanks.harness.store.audit import HELD_CONSTANT
 from sixblanks.harness.store.database import (
     SCHEMA,
     StoreBusy,

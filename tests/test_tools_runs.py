@@ -90,7 +90,7 @@ def test_validate_refuses_what_the_tool_cannot_do(cli, write_yaml):
 
 
 def test_the_audit_flags_an_unisolated_sandbox_and_an_arm_without_the_tool():
-    from sixblanks.harness.store.tool_audit import sandbox_flags, tools_reason
+    from sixblanks.harness.fairness.tools import sandbox_flags, tools_reason
     from sixblanks.harness.tools import SandboxConfig, audit_flag
 
     none = {**TOOLS, "sandbox": {"isolation": "none"}}

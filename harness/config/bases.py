@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .loading import parse_yaml, read_text_file, resolve_paths
+from .experiment import ExperimentConfig
+from .loading import parse_yaml, read_text_file, resolve_paths, validate_mapping
 
 NOT_INHERITED = ("name",)
 """Keys a file never takes from its ``base:``: an experiment is named by itself (or its file)."""
@@ -63,8 +64,6 @@ def file_schema() -> dict[str, Any]:
     """The JSON Schema of an experiment file: the configuration's, with ``base:`` (read before
     validation, so no field of the configuration)."""
 
-    from .experiment import ExperimentConfig
-
     schema = ExperimentConfig.model_json_schema()
     schema["properties"] = {
         "base": {
@@ -81,3 +80,11 @@ def file_schema() -> dict[str, Any]:
         schema["if"] = {"not": {"required": ["base"]}}
         schema["then"] = {"required": required}
     return schema
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Parse and validate an experiment file; raises ConfigError listing every problem."""
+
+    text = read_text_file(path, "an experiment YAML file")
+    data = with_base(parse_yaml(text, str(path)), path)
+    return validate_mapping(data, str(path), Path(path).parent)

@@ -448,16 +448,6 @@ def read_text_file(path: str | Path, expected: str) -> str:
         raise ConfigError(f"{p}: cannot read: {exc}") from None
 
 
-def load_config(path: str | Path) -> ExperimentConfig:
-    """Parse and validate an experiment file; raises ConfigError listing every problem."""
-
-    text = read_text_file(path, "an experiment YAML file")
-    from .bases import with_base  # it reads files through this module's readers
-
-    data = with_base(parse_yaml(text, str(path)), path)
-    return validate_mapping(data, str(path), Path(path).parent)
-
-
 def resolved_dict(cfg: ExperimentConfig) -> dict[str, Any]:
     """The fully resolved configuration: every default filled in, every arm's blanks expanded,
     every task's parameters with their defaults."""

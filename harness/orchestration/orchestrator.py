@@ -139,7 +139,7 @@ class Orchestrator:
         if cached is not None:  # nothing to load: the runs load the policy themselves
             info, identity = cached
         else:
-            from ..store.audit import tokenizer_identity
+            from ..fairness.identity import tokenizer_identity
 
             _, tok, info = warm_start(self.cfg, tasks, self.dir.warm_start, log=self.log, key=key)
             identity = tokenizer_identity(tok)
@@ -389,7 +389,7 @@ class Orchestrator:
     # ------------------------------------------------------------------ audit and summary
 
     def fairness(self) -> dict[str, Any]:
-        from ..store.audit import fairness_audit
+        from ..fairness.audit import fairness_audit
 
         audit = fairness_audit(self.cfg, self.specs, self.runs_dir, self.warm_info)
         write_json(self.dir.fairness, audit)
