@@ -34,7 +34,9 @@ class Blanks(Spec):
 
     objective: Literal["pg", "sft", "dpo"] = Field(
         "pg",
-        description="pg: the policy-gradient template; sft: NLL (w=1, A=1); dpo: offline preference loss.",
+        description=(
+            "pg: the policy-gradient template; sft: NLL (w=1, A=1); dpo: offline preference loss."
+        ),
     )
     mask: MaskSpec = MaskSpec()
     weight: WeightSpec = WeightSpec()
@@ -120,7 +122,8 @@ class Blanks(Spec):
             raise ValueError("weight.gate: low must be below high")
         if w.ratio == "none" and w.trust_region != "none":
             raise ValueError(
-                "weight.trust_region: ratio 'none' (w = 1) has no trust region; set trust_region: none"
+                "weight.trust_region: ratio 'none' (w = 1) has no trust region; "
+                "set trust_region: none"
             )
 
     def _weight_forms_consistent(self) -> None:
@@ -305,8 +308,8 @@ class Blanks(Spec):
         )  # the reuse
         if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none" and not bypass_is:
             raise ValueError(
-                "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance ratio; "
-                "weight.ratio is 'none' (or, in the bypass form, an importance weight: "
+                "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance "
+                "ratio; weight.ratio is 'none' (or, in the bypass form, an importance weight: "
                 "weight.old_policy: rollout with weight.tis_cap or a weighing gate)"
             )
 

@@ -1,4 +1,4 @@
-"""Actor-critic credit: GAE (with skip-observation), value loss with clipping, diagnostics. Pure torch.
+"""Actor-critic credit: GAE (skipping observations), clipped value loss, diagnostics. Pure torch.
 
 Conventions (``[B, T]`` unless stated):
 
@@ -27,7 +27,7 @@ def gae(
     lam: float | torch.Tensor = 1.0,
     bootstrap: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalized advantage estimation over action tokens (Schulman et al. 2016), skipping observations.
+    """Generalized advantage estimation (Schulman et al. 2016) over action tokens only.
 
     ``lam`` is one number or one per sample (``[B]``, SAO's length-adaptive lambda).
 
@@ -36,7 +36,7 @@ def gae(
     (``[B]``; e.g. V of the state after a time-limit truncation) or 0 (terminal).
 
     Returns:
-        ``(advantages [B, T], returns [B, T])`` with returns = advantages + values, zero off the mask.
+        ``(advantages [B, T], returns [B, T])``, returns = advantages + values, zero off the mask.
     """
 
     r, v, m = token_rewards.double(), values.double(), mask > 0
@@ -65,7 +65,7 @@ def place_rewards(
     turn_rewards: torch.Tensor,
     penalty: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Token rewards ``[B, T]``: each turn's reward on that turn's last action token, minus ``penalty``.
+    """Token rewards ``[B, T]``: each turn's reward on its last action token, minus ``penalty``.
 
     A reward that would land on an observation token is moved to the turn's last action token, so
     it is never silently lost.
@@ -121,9 +121,11 @@ def whiten_population(
 def value_loss(
     values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token value loss ``[B, T]``: 1/2 max((V - R)^2, (V_clip - R)^2), V_clip = V_old + clip(V - V_old, ±clip).
+    """Per-token value loss ``[B, T]``: 1/2 max((V - R)^2, (V_clip - R)^2), where
+    V_clip = V_old + clip(V - V_old, ±clip).
 
-    Without ``clip``: 1/2 (V - R)^2. Also returns the indicator ``[B, T]`` that the clipped term is active.
+    Without ``clip``: 1/2 (V - R)^2. Also returns the indicator ``[B, T]`` that the clipped term is
+    active.
     """
 
     unclipped = (values - returns.detach()) ** 2
@@ -148,7 +150,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 
 
 def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> float:
-    """mean((r - 1) - log r) over valid tokens (Stable-Baselines3's low-variance estimate of KL(old||new))."""
+    """mean((r - 1) - log r) over valid tokens: Stable-Baselines3's low-variance estimate of
+    KL(old||new)."""
 
     m = mask > 0
     if not m.any():

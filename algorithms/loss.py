@@ -59,7 +59,7 @@ def compute_advantages(
     step_scores: torch.Tensor | None = None,
     process_rewards: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """Advantages ``[B, T]`` for a preset or blanks, and the trained mask ``[B, T]`` after data filters.
+    """Advantages ``[B, T]`` for a preset or blanks, and the mask ``[B, T]`` after data filters.
 
     Args:
         rewards: ``[B]`` outcome rewards. mask: ``[B, T]`` action mask.
@@ -77,7 +77,8 @@ def compute_advantages(
         l_max: generation budget in tokens (overlong shaping).
 
     Returns:
-        ``(advantages [B, T], mask [B, T], info)``; ``info`` has the shaped rewards and KL-in-reward.
+        ``(advantages [B, T], mask [B, T], info)``; ``info`` has the shaped rewards and the KL in
+        the reward.
     """
 
     b = _as_blanks(blanks)
@@ -200,10 +201,10 @@ def behavior_weight(
     behavior_logp: torch.Tensor | None,
     mask: torch.Tensor,
 ) -> torch.Tensor | float:
-    """The detached per-token weight of the off-policy corrections that weigh: truncated
-    IS in its token or sequence form (``weight.tis_cap``, ``weight.tis_form``) and a gate in clamp or
-    weight mode (``weight.gate``; weight: IcePop/KPop's k on the kept tokens, 0 outside). ``[B, T]``,
-    or 1.0 when none applies. ``old_logp`` is pi_old, or pi_theta detached in the bypass form."""
+    """The detached per-token weight of the off-policy corrections that weigh: truncated IS in its
+    token or sequence form (``weight.tis_cap``, ``weight.tis_form``) and a gate in clamp or weight
+    mode (``weight.gate``; weight: IcePop/KPop's k on the kept tokens, 0 outside). ``[B, T]``, or
+    1.0 when none applies. ``old_logp`` is pi_old, or pi_theta detached in the bypass form."""
 
     w_spec, out = blanks.weight, 1.0
     if w_spec.tis_cap is not None and w_spec.tis_form == "token":
@@ -249,8 +250,9 @@ def behavior_mask(
     mask: its tokens stay in Z and are accepted (trained with weight 0); the share it weighs 0 is
     the metric ``gate.masked_frac``, not a discard.
 
-    Args: ``[B, T]`` log-probs of pi_old (recomputed by the trainer) and of the behaviour policy, and
-    the mask. Returns (the mask ``[B, T]``, {reason: (tokens dropped, rows left with none)}, metrics).
+    Args: ``[B, T]`` log-probs of pi_old (recomputed by the trainer) and of the behaviour policy,
+    and the mask. Returns (the mask ``[B, T]``, {reason: (tokens dropped, rows left with none)},
+    metrics).
     """
 
     w_spec, metrics = blanks.weight, {}
@@ -304,13 +306,14 @@ def policy_loss(
     Args:
         logp: ``[B, T]`` log pi_theta (requires grad). old_logp: ``[B, T]`` log pi_old (detached).
         advantages: ``[B, T]``. mask: ``[B, T]``.
-        weights: ``[B, T]`` Z weights from :func:`sixblanks.algorithms.normalization.loss_weights`, computed on the
-            *whole* optimizer-step batch and sliced like the other tensors; summing this function's
-            loss over micro-batches gives the full-batch loss.
+        weights: ``[B, T]`` Z weights from :func:`sixblanks.algorithms.normalization.loss_weights`,
+            computed on the *whole* optimizer-step batch and sliced like the other tensors; summing
+            this function's loss over micro-batches gives the full-batch loss.
         behavior_logp: ``[B, T]`` rollout-engine log-probs (truncated IS, gates, the ratio
             'behavior' and the bypass form ``weight.old_policy: rollout``, where they replace
             ``old_logp``).
-        ref_logp: ``[B, T]`` reference log-probs (KL in the loss). entropy: ``[B, T]`` (entropy bonus).
+        ref_logp: ``[B, T]`` reference log-probs (KL in the loss). entropy: ``[B, T]`` (entropy
+            bonus).
         turn_ids: ``[B, T]`` the environment turn of each token (a per-turn sequence ratio,
             ``weight.sequence: turn``).
 
@@ -400,7 +403,8 @@ def policy_loss(
 def sft_loss(
     logp: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """NLL of the masked tokens: -sum(w m log pi), token-mean over the batch by default. ``[B, T]`` inputs."""
+    """NLL of the masked tokens: -sum(w m log pi), token-mean over the batch by default.
+    ``[B, T]`` inputs."""
 
     m = mask.to(logp.dtype)
     if weights is None:
@@ -416,7 +420,8 @@ def dpo_loss(
     beta: float = 0.1,
     label_smoothing: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """DPO on sequence log-prob *sums* ``[N]``: -(1-eps) log sigma(beta h) - eps log sigma(-beta h), mean over pairs.
+    """DPO on sequence log-prob *sums* ``[N]``: the mean over pairs of
+    -(1-eps) log sigma(beta h) - eps log sigma(-beta h), where
 
     h = [log pi(y_w) - log pi_ref(y_w)] - [log pi(y_l) - log pi_ref(y_l)].
     """

@@ -103,7 +103,9 @@ def value_notes(b: Blanks) -> list[str]:
     if g is not None:
         z = {
             "mask": "rejected tokens leave Z (verl's decoupled rejection sampling)",
-            "weight": "rejected tokens weigh 0 and stay in Z (IcePop in verl, OpenRLHF, AReaL, TRL)",
+            "weight": (
+                "rejected tokens weigh 0 and stay in Z (IcePop in verl, OpenRLHF, AReaL, TRL)"
+            ),
             "clamp": "the ratio is clamped into the band (AReaL's clamp)",
         }[g.mode]
         out.append(

@@ -9,7 +9,8 @@ Conventions (``[B, T]`` unless stated), as in :mod:`sixblanks.algorithms.critic`
 - ``values[:, t]`` is V of the state in which action token t is generated; ``rewards[:, t]`` is the
   reward received after token t.
 - Log-probs are of the sampled token. ``behavior`` / ``roll`` is the policy that sampled it (the
-  rollout engine, possibly several versions behind); ``old`` / ``train`` the trainer's recomputation.
+  rollout engine, possibly several versions behind); ``old`` / ``train`` the trainer's
+  recomputation.
 - Every returned weight, mask, target and advantage is detached; quantities are computed in float64.
 """
 
@@ -89,12 +90,12 @@ def vtrace(
     state for a time-limit cut, as with :func:`sixblanks.algorithms.critic.gae`. The advantage uses
     v_{s+}, as in the paper and IMPALA (rlax instead mixes lam into that bootstrap:
     lam v_{s+} + (1 - lam) V(x_{s+})). On-policy (log_rhos = 0, bars >= 1), v_s are the GAE(lam)
-    returns and pg_s = delta_s + gamma A_{s+} = A_s + gamma (1 - lam) A_{s+}, with delta the one-step
-    TD error and A the GAE(lam) advantages (0 after the last step): A_s itself only at lam = 1; at
-    lam = 0 the two-step advantage delta_s + gamma delta_{s+}.
+    returns and pg_s = delta_s + gamma A_{s+} = A_s + gamma (1 - lam) A_{s+}, with delta the
+    one-step TD error and A the GAE(lam) advantages (0 after the last step): A_s itself only at
+    lam = 1; at lam = 0 the two-step advantage delta_s + gamma delta_{s+}.
 
     Args:
-        rewards, values, log_rhos, mask: ``[B, T]``; log_rhos = log pi - log mu on the sampled tokens.
+        rewards, values, log_rhos, mask: ``[B, T]``; log_rhos = log pi - log mu, sampled tokens.
         bootstrap: ``[B]`` or None.
 
     Returns:
@@ -137,8 +138,8 @@ def vtrace(
 def sequence_log_is(
     old_logp: torch.Tensor, behavior_logp: torch.Tensor, mask: torch.Tensor, normalize: bool = False
 ) -> torch.Tensor:
-    """Sequence log IS ratio ``[B]``: sum_t m_t (old - behavior), or with ``normalize`` the mean over
-    the row's action tokens (log of the per-token geometric mean). 0 for a row with no token."""
+    """Sequence log IS ratio ``[B]``: sum_t m_t (old - behavior), or with ``normalize`` the mean
+    over the row's action tokens (log of the per-token geometric mean); 0 for a row without one."""
 
     m, n = _rows(mask)
     s = _log_diff(old_logp, behavior_logp, m).sum(1)
@@ -296,8 +297,8 @@ def ratio_gate(
     - ``metric="binary_kl"`` (KPop): keep where :func:`binary_kl_max` <= ``high``, per token or
       its mean over the row.
 
-    ``mode="mask"`` returns the new mask (``mask.dtype``). ``mode="clamp"`` (ratio metric only, as in
-    AReaL) returns the detached weights ``[B, T]``: the token (or sequence) ratio clamped into
+    ``mode="mask"`` returns the new mask (``mask.dtype``). ``mode="clamp"`` (ratio metric only, as
+    in AReaL) returns the detached weights ``[B, T]``: the token (or sequence) ratio clamped into
     [low, high], zero off the mask; the mask itself is unchanged. ``mode="weight"`` (IcePop, KPop;
     with level ``sequence``, OpenRLHF's seq-mask-tis) returns the detached weights ``[B, T]``: each
     kept token's own ratio e^{d_t} (at ``sequence_sum``, the row's product exp(sum_t d_t) on every
@@ -313,10 +314,11 @@ def ratio_gate(
 
     Returns:
         ``(mask_or_weight [B, T], info)``; info (floats): ``masked_frac`` (share of action tokens
-        dropped, or weighted 0 in weight mode; 0 in clamp mode), ``clamped_frac`` (share of action tokens whose weight was clamped;
-        0 in mask mode), ``log_ratio_p1/p50/p99`` (token d_t before any truncation), and at
-        sequence level ``seq_log_ratio_p1/p50/p99`` (ratio metric) or ``kl_mean``/``kl_max`` of the
-        gated KL statistic (kl metric). Percentiles are NaN without action tokens.
+        dropped, or weighted 0 in weight mode; 0 in clamp mode), ``clamped_frac`` (share of action
+        tokens whose weight was clamped; 0 in mask mode), ``log_ratio_p1/p50/p99`` (token d_t before
+        any truncation), and at sequence level ``seq_log_ratio_p1/p50/p99`` (ratio metric) or
+        ``kl_mean``/``kl_max`` of the gated KL statistic (kl metric). Percentiles are NaN without
+        action tokens.
     """
 
     _check_gate(level, metric, mode, low, high)

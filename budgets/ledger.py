@@ -209,7 +209,8 @@ class Ledger:
                 and v > reservation.amounts.get(k, 0)
             ):
                 raise BudgetError(
-                    f"commit of {v:g} {k} exceeds the reservation of {reservation.amounts.get(k, 0):g}"
+                    f"commit of {v:g} {k} exceeds the reservation of "
+                    f"{reservation.amounts.get(k, 0):g}"
                 )
         for k, v in reservation.amounts.items():
             self.reserved[k] -= v
