@@ -177,7 +177,9 @@ def sao_policy_lambda(mask: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:
-    """The chapter's PPO checklist answered for a critic arm (empty for critic-free blanks)."""
+    """A critic arm's answer to each choice that PPO implementations make differently and that
+    changes results (value granularity, truncation bootstrap, advantage normalization, value
+    clipping, epochs, clip symmetry, KL placement, loss denominator, GAE); empty without a critic."""
 
     a = blanks.advantage
     if a.estimator != "gae":

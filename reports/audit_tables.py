@@ -122,8 +122,9 @@ def _parse(s: str | None) -> Any:
 
 
 def fairness_blocks(d: Data) -> list[Block]:
-    """One column per arm, one row per held-constant item (whatever items the store holds); a flagged
-    cell is highlighted with its reason beside it. Per-run flags (consumption, code) follow."""
+    """One column per arm, one row per held-constant item (whatever items the store holds); a
+    flagged cell is highlighted with its reason beside it. Per-run flags (consumption, code) come
+    after."""
 
     f = d.fairness
     per_arm = f.filter(pl.col("run_id").is_null())
@@ -156,9 +157,9 @@ def fairness_blocks(d: Data) -> list[Block]:
             row_cls.append("diff" if len(values) > 1 else "")
         blocks += [
             Para(
-                "What must be held constant across arms, the value of each arm in its cell. A flagged "
-                "cell (⚠ in Markdown) differs from the experiment's value (last column), its reason "
-                "beside it; rows whose values differ at all are highlighted.",
+                "What must be held constant across arms, the value of each arm in its cell. A "
+                "flagged cell (⚠ in Markdown) differs from the experiment's value (last column), "
+                "its reason beside it; rows whose values differ at all are highlighted.",
                 "caption",
             ),
             Table(["item", *arms, "experiment's value (where flagged)"], rows, row_cls),
@@ -179,7 +180,8 @@ def fairness_blocks(d: Data) -> list[Block]:
     if not f.filter(pl.col("flagged")).height:
         blocks.append(
             Para(
-                "No arm differs on a held-constant item; every run consumed at least 90% of the matched budget."
+                "No arm differs on a held-constant item; every run consumed at least 90% of the "
+                "matched budget."
             )
         )
     return blocks

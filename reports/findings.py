@@ -39,8 +39,9 @@ def _interval(ax: dict[str, Any]) -> str:
     if "comparisons" in ax:  # a claim of several comparisons: each with its own
         return "; ".join(f"{c['label']}: {_interval(c)}" for c in ax["comparisons"])
     fam = ax.get("family") or {}
-    est = ax["interval"]["estimate"]
-    return f"{fmt(est)} [{fmt(fam.get('low', ax['interval']['low']))}, {fmt(fam.get('high', ax['interval']['high']))}]"
+    interval = ax["interval"]
+    low, high = fam.get("low", interval["low"]), fam.get("high", interval["high"])
+    return f"{fmt(interval['estimate'])} [{fmt(low)}, {fmt(high)}]"
 
 
 def _spent(ax: dict[str, Any]) -> str:

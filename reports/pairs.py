@@ -250,22 +250,21 @@ def paired_blocks(d: Data, rows: list[dict[str, Any]] | None = None) -> list[Blo
     return [
         Heading("Paired differences"),
         Para(
-            "Each pair of arms compared on the seeds both finished and the held-out instances every "
-            "arm is evaluated on, the arm that scored higher first: the difference is taken per "
-            "seed and instance, so the noise the two arms share cancels. The interval counts the "
-            "seeds' spread and the evaluation's own "
-            "sampling noise together (two-way random effects: seeds and instances, Student t with "
-            "Satterthwaite's degrees of freedom); with 3 seeds or fewer it is somewhat too narrow "
-            "(a 95% interval covers about 93% at 3 seeds, 88% at 2, in simulation), and one seed "
-            "gives no "
-            "verdict. Pairs are separated by Holm's step-down over the pairs' p-values, and each "
-            "interval is at the level Holm held its pair to (its CI level): a separated pair's "
-            "at the level it passed, a pair not separated at the level where the step-down "
-            "stopped, so an interval excludes 0 exactly where its pair is separated (one pair: "
-            "95%). 'Smallest detectable difference' is the true difference this many seeds and "
-            "instances would detect 80% of the time (two-sided, at the same level): a pair that "
-            "is not separated and whose difference would matter only below it is inconclusive, "
-            "not equal. The Summary says each row in a sentence.",
+            "Each pair of arms compared on the seeds both finished and the held-out instances "
+            "every arm is evaluated on, the arm that scored higher first: the difference is taken "
+            "per seed and instance, so the noise the two arms share cancels. The interval counts "
+            "the seeds' spread and the evaluation's own sampling noise together (two-way random "
+            "effects: seeds and instances, Student t with Satterthwaite's degrees of freedom); "
+            "with 3 seeds or fewer it is somewhat too narrow (a 95% interval covers about 93% at 3 "
+            "seeds, 88% at 2, in simulation), and one seed gives no verdict. Pairs are separated "
+            "by Holm's step-down over the pairs' p-values, and each interval is at the level Holm "
+            "held its pair to (its CI level): a separated pair's at the level it passed, a pair "
+            "not separated at the level where the step-down stopped, so an interval excludes 0 "
+            "exactly where its pair is separated (one pair: 95%). 'Smallest detectable difference' "
+            "is the true difference this many seeds and instances would detect 80% of the time "
+            "(two-sided, at the same level): a pair that is not separated and whose difference "
+            "would matter only below it is inconclusive, not equal. The Summary says each row in a "
+            "sentence.",
             "caption",
         ),
         table,
@@ -338,8 +337,8 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
     return [
         heading,
         Para(
-            "Each arm's held-out score against each budget axis, fitted with R(C) = R0 + (A − R0) / "
-            "(1 + (C_mid / C)^B): R0 the warm-start score, A the asymptote, B and C_mid the "
+            "Each arm's held-out score against each budget axis, fitted with R(C) = R0 + (A − R0) "
+            "/ (1 + (C_mid / C)^B): R0 the warm-start score, A the asymptote, B and C_mid the "
             "efficiency. The fit and its intervals come from one procedure: the fit to every run, "
             "and refits to the arm's runs resampled with replacement. A pair 'differs in "
             "asymptote' where the interval of A's difference excludes 0; else 'differs in "

@@ -116,10 +116,10 @@ def selfplay_blocks(d: Data) -> list[Block]:
             "Win rate of each arm's greedy policy against the task's fixed external opponents, "
             "played apart from training at every evaluation (first and last evaluation of each "
             "run: mean over runs, [min, max] where there are several). Games against a training "
-            "pool of past checkpoints are never shown as progress: only opponents that no "
-            "training can move are. Draws: games cut short undecided. Perfect play: the share of "
-            "these games a perfect first player wins against any opponent (the ceiling against "
-            "the optimal one). These games are counted apart from the training budget (their generated "
+            "pool of past checkpoints are never shown as progress: only opponents that no training "
+            "can move are. Draws: games cut short undecided. Perfect play: the share of these "
+            "games a perfect first player wins against any opponent (the ceiling against the "
+            "optimal one). These games are counted apart from the training budget (their generated "
             "tokens, all evaluations of all runs, in the last column).",
             "caption",
         ),

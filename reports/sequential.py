@@ -3,10 +3,10 @@ MEAN per-seed difference, with repeated confidence intervals from the same test.
 
 Input per look: ``d``, shape ``[n]``, one difference per seed (arm minus other arm, seeds paired),
 ``n`` the seeds so far. Look ``k`` (``n_k`` seeds, see ``Design.interims``) gets its own share
-``spend[k]`` of ``alpha`` (the shares sum to ``alpha``: a Bonferroni split over looks). At look ``k``
-the test computes the exact two-sided sign-flip p-value of ``d``: the share of the ``2^n`` sign
-patterns ``e`` whose ``|sum(e * |d|)|`` is at least the observed ``|sum(d)|`` (all patterns up to
-16 seeds, ``draws`` random ones beyond). The studentized statistic ``t = mean / (sd / sqrt(n))``
+``spend[k]`` of ``alpha`` (the shares sum to ``alpha``: a Bonferroni split over looks). At look
+``k`` the test computes the exact two-sided sign-flip p-value of ``d``: the share of the ``2^n``
+sign patterns ``e`` whose ``|sum(e * |d|)|`` is at least the observed ``|sum(d)|`` (all patterns up
+to 16 seeds, ``draws`` random ones beyond). The studentized statistic ``t = mean / (sd / sqrt(n))``
 orders the patterns of one data set exactly as ``|mean|`` does (a sign flip keeps ``sum(d^2)``, so
 ``sd^2 = (sum(d^2) - n mean^2) / (n - 1)`` and ``|t|`` grows with ``|mean|``), so the two give one
 p-value; the code computes with the sum, which has no ``sd = 0`` case (all-zero differences give
@@ -14,15 +14,15 @@ p = 1 and never separate). The look rejects, direction the sign of the mean, iff
 ``p <= spend[k] / skew``; otherwise the experiment continues; after the last look: no difference.
 
 Repeated confidence intervals: at look ``k`` the interval is every ``delta`` for which the same test
-applied to ``d - delta`` does not reject at the look's level. For one pattern ``e`` (with ``a = e.d``,
-``b = sum(e)``) the condition ``|a - delta b| >= |sum(d) - n delta|`` holds exactly on the segment
-between ``(a - sum d)/(b - n)`` and ``(a + sum d)/(b + n)``, a segment that contains the mean; so the
-p-value of ``d - delta`` falls monotonically on each side of the mean, the accepted set is one
-interval, and its ends are order statistics of the segments' ends (no root search). The decision
-is "0 outside the interval" by construction. Since the looks split alpha (Bonferroni), the
-intervals of all looks hold together with probability ``1 - alpha`` under symmetric differences:
-the interval at the look where the experiment stopped is valid after stopping, which a naive
-interval is not.
+applied to ``d - delta`` does not reject at the look's level. For one pattern ``e`` (with
+``a = e.d``, ``b = sum(e)``) the condition ``|a - delta b| >= |sum(d) - n delta|`` holds exactly on
+the segment between ``(a - sum d)/(b - n)`` and ``(a + sum d)/(b + n)``, a segment that contains the
+mean; so the p-value of ``d - delta`` falls monotonically on each side of the mean, the accepted set
+is one interval, and its ends are order statistics of the segments' ends (no root search). The
+decision is "0 outside the interval" by construction. Since the looks split alpha (Bonferroni), the
+intervals of all looks hold together with probability ``1 - alpha`` under symmetric differences: the
+interval at the look where the experiment stopped is valid after stopping, which a naive interval is
+not.
 
 Skewed differences. A sign-flip test is exact when the per-seed difference is symmetric about its
 mean; for a skewed difference with mean 0 its error comes from the signs, not the mean: with

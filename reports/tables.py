@@ -503,9 +503,9 @@ def search_blocks(d: Data) -> list[Block]:
     return [
         Heading("Hyperparameter search: effort per arm"),
         Para(
-            "Arms named ARM.tuned above run the best trial's configuration, ARM the defaults, both on "
-            "fresh seeds under the matched budget and scored on the test split; trials were chosen "
-            "on the validation split.",
+            "Arms named ARM.tuned above run the best trial's configuration, ARM the defaults, both "
+            "on fresh seeds under the matched budget and scored on the test split; trials were "
+            "chosen on the validation split.",
             "caption",
         ),
         Table(
