@@ -17,6 +17,7 @@ import torch
 
 if TYPE_CHECKING:
     from .blanks import Blanks
+    from .specs import RegularizerSpec
 
 
 def gae(
@@ -179,37 +180,15 @@ def sao_policy_lambda(mask: torch.Tensor, alpha: float) -> torch.Tensor:
 def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:
     """A critic arm's answer to each choice that PPO implementations make differently and that
     changes results (value granularity, truncation bootstrap, advantage normalization, value
-    clipping, epochs, clip symmetry, KL placement, loss denominator, GAE); empty without a critic."""
+    clipping, epochs, clip symmetry, KL placement, loss denominator, GAE); empty with no critic."""
 
     a = blanks.advantage
     if a.estimator != "gae":
         return []
-    c, w, n, r, d = a.critic, blanks.weight, blanks.normalization, blanks.regularizer, blanks.data
-    kl = []
-    if r.reward_kl_coef > 0:
-        kl.append(
-            f"in the reward ({r.reward_kl_estimator}, beta {r.reward_kl_coef:g}, from pi_old)"
-        )
-    if r.loss_kl_coef > 0:
-        kl.append(f"in the loss ({r.loss_kl_estimator}, beta {r.loss_kl_coef:g}, on pi_theta)")
-    trunk = {
-        "separate": "separate critic",
-        "shared": "shared trunk",
-        "frozen_attention": "separate critic, attention frozen, MLPs trained",
-    }[c.trunk]
-    if w.trust_region == "dis":  # SAO's band masks both tails, for either sign of A
-        band = "symmetric" if w.eps_low == w.eps_high else "asymmetric"
-        clip = f"DIS band ({band}, strict, both tails masked)"
-    else:
-        clip = "symmetric" if w.eps_low == w.eps_high else "asymmetric (clip-higher)"
-    lam = (
-        f"; the policy's lambda per sample, 1 - 1/({c.policy_lambda_alpha:g} l), l its length; "
-        f"the critic's {a.lam:g}"
-        if c.policy_lambda_alpha is not None
-        else ""
-    )
+    c, n, d = a.critic, blanks.normalization, blanks.data
+    kl = _kl_placement(blanks.regularizer)
     return [
-        ("value granularity", f"{c.granularity} ({trunk}){lam}"),
+        ("value granularity", _value_granularity(blanks)),
         (
             "truncation bootstrap",
             "V(next state) where a limit cut the episode; 0 at terminal states"
@@ -222,16 +201,7 @@ def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:
             f"±{c.value_clip:g} around V_old (the rollout-time value)" if c.value_clip else "off",
         ),
         ("epochs / minibatches", f"{d.epochs} / {d.minibatches}"),
-        (
-            "clip symmetry and target-KL",
-            f"{clip}: [1-{w.eps_low:g}, 1+{w.eps_high:g}]"
-            + (f", dual clip c={w.dual_clip_c:g}" if w.dual_clip_c else "")
-            + (
-                f"; early stop at approx_kl > 1.5 x {w.target_kl:g}"
-                if w.target_kl
-                else "; no target-KL stop"
-            ),
-        ),
+        ("clip symmetry and target-KL", _clip_form(blanks)),
         ("KL placement", "; ".join(kl) if kl else "none"),
         (
             "global loss denominator",
@@ -242,3 +212,55 @@ def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:
             f"gamma {a.gamma:g}, lambda {a.lam:g}, skip-observation (gamma counts action tokens)",
         ),
     ]
+
+
+def _kl_placement(r: RegularizerSpec) -> list[str]:
+    """Where the KL to the reference enters: the reward, the loss, both or neither."""
+
+    kl = []
+    if r.reward_kl_coef > 0:
+        kl.append(
+            f"in the reward ({r.reward_kl_estimator}, beta {r.reward_kl_coef:g}, from pi_old)"
+        )
+    if r.loss_kl_coef > 0:
+        kl.append(f"in the loss ({r.loss_kl_estimator}, beta {r.loss_kl_coef:g}, on pi_theta)")
+    return kl
+
+
+def _value_granularity(blanks: Blanks) -> str:
+    """Where values are predicted, by which trunk, and SAO's per-sample policy lambda if set."""
+
+    a = blanks.advantage
+    c = a.critic
+    trunk = {
+        "separate": "separate critic",
+        "shared": "shared trunk",
+        "frozen_attention": "separate critic, attention frozen, MLPs trained",
+    }[c.trunk]
+    lam = (
+        f"; the policy's lambda per sample, 1 - 1/({c.policy_lambda_alpha:g} l), l its length; "
+        f"the critic's {a.lam:g}"
+        if c.policy_lambda_alpha is not None
+        else ""
+    )
+    return f"{c.granularity} ({trunk}){lam}"
+
+
+def _clip_form(blanks: Blanks) -> str:
+    """The trust region's bounds, their symmetry, the dual clip and the target-KL stop."""
+
+    w = blanks.weight
+    if w.trust_region == "dis":  # SAO's band masks both tails, for either sign of A
+        band = "symmetric" if w.eps_low == w.eps_high else "asymmetric"
+        clip = f"DIS band ({band}, strict, both tails masked)"
+    else:
+        clip = "symmetric" if w.eps_low == w.eps_high else "asymmetric (clip-higher)"
+    return (
+        f"{clip}: [1-{w.eps_low:g}, 1+{w.eps_high:g}]"
+        + (f", dual clip c={w.dual_clip_c:g}" if w.dual_clip_c else "")
+        + (
+            f"; early stop at approx_kl > 1.5 x {w.target_kl:g}"
+            if w.target_kl
+            else "; no target-KL stop"
+        )
+    )
