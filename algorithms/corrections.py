@@ -1,6 +1,6 @@
 """The off-policy corrections applied where the loss is built: truncated importance sampling and
-ratio gates that weigh tokens, and those (a mask form of truncated IS, a gate in mask mode, SAO's DIS
-band) that drop tokens before Z is computed. Pure torch; every weight and mask is detached."""
+ratio gates that weigh tokens, and those (a mask form of truncated IS, a gate in mask mode, SAO's
+DIS band) that drop tokens before Z is computed. Pure torch; every weight and mask is detached."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Actor-critic credit: GAE (skipping observations), clipped value loss, diagnostics. Pure torch.
+"""Actor-critic credit: GAE (skipping observations), V-trace targets for samples of a lagged
+behaviour policy, clipped value loss, diagnostics. Pure torch.
 
 Conventions (``[B, T]`` unless stated):
 
@@ -175,6 +176,96 @@ def sao_policy_lambda(mask: torch.Tensor, alpha: float) -> torch.Tensor:
     return torch.where(
         length > 0, 1.0 - 1.0 / (alpha * length.clamp(min=1.0)), torch.zeros_like(length)
     )
+
+
+def vtrace(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap: torch.Tensor | None,
+    log_rhos: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    rho_bar_pg: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018).
+
+    With pi/mu = exp(log_rhos) at step s (the target policy over the behaviour policy that sampled
+    the token), s+ the next action token of the row and x_{s+} its state:
+
+        rho_s = min(rho_bar, pi/mu),  c_s = lam min(c_bar, pi/mu)
+        delta_s = rho_s (r_s + gamma V(x_{s+}) - V(x_s))
+        v_s = V(x_s) + delta_s + gamma c_s (v_{s+} - V(x_{s+}))
+        pg_s = min(rho_bar_pg, pi/mu) (r_s + gamma v_{s+} - V(x_s))
+
+    After a row's last action token, V(x_T) = v_T = ``bootstrap`` (``[B]``; None means 0). Each row
+    is one episode: pass bootstrap 0 for a terminal end (the discount is 0 there) and V of the next
+    state for a time-limit cut, as with :func:`sixblanks.algorithms.critic.gae`. The advantage uses
+    v_{s+}, as in the paper and IMPALA (rlax instead mixes lam into that bootstrap:
+    lam v_{s+} + (1 - lam) V(x_{s+})). On-policy (log_rhos = 0, bars >= 1), v_s are the GAE(lam)
+    returns and pg_s = delta_s + gamma A_{s+} = A_s + gamma (1 - lam) A_{s+}, with delta the
+    one-step TD error and A the GAE(lam) advantages (0 after the last step): A_s itself only at
+    lam = 1; at lam = 0 the two-step advantage delta_s + gamma delta_{s+}.
+
+    Args:
+        rewards, values, log_rhos, mask: ``[B, T]``; log_rhos = log pi - log mu, sampled tokens.
+        bootstrap: ``[B]`` or None.
+
+    Returns:
+        ``(vs [B, T], pg_advantages [B, T])``, detached, zero off the mask, in ``values.dtype``.
+
+    Raises:
+        ValueError: ``rho_bar < c_bar`` (the trace would weigh a step more than its correction).
+    """
+
+    if rho_bar < c_bar:
+        raise ValueError(f"V-trace needs rho_bar >= c_bar, got rho_bar={rho_bar}, c_bar={c_bar}")
+    m = mask > 0
+    r = rewards.detach().double()
+    v = values.detach().double()
+    pi_mu = torch.exp(torch.where(m, log_rhos.detach().double(), torch.zeros_like(r)))
+    rho = pi_mu.clamp(max=rho_bar)
+    c = lam * pi_mu.clamp(max=c_bar)
+    rho_pg = pi_mu.clamp(max=rho_bar_pg)
+    if bootstrap is None:
+        next_v = torch.zeros(r.shape[0], dtype=torch.float64)
+    else:
+        next_v = bootstrap.detach().double().clone()
+    vs, pg = _vtrace_backward(r, v, m, rho, c, rho_pg, next_v, gamma)
+    return vs.to(values.dtype), pg.to(values.dtype)
+
+
+def _vtrace_backward(
+    r: torch.Tensor,
+    v: torch.Tensor,
+    m: torch.Tensor,
+    rho: torch.Tensor,
+    c: torch.Tensor,
+    rho_pg: torch.Tensor,
+    next_v: torch.Tensor,
+    gamma: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace's recursion from each row's last action token back to its first, in float64:
+    (v_s, pg_s) ``[B, T]``, zero off the bool mask ``m``. ``r``, ``v`` and the truncated traces
+    ``rho``, ``c``, ``rho_pg`` are ``[B, T]``; ``next_v`` ``[B]`` is the bootstrap V(x_T)."""
+
+    B, T = r.shape
+    next_vs = next_v.clone()  # v_T = V(x_T)
+    vs = torch.zeros_like(r)
+    pg = torch.zeros_like(r)
+    zero = torch.zeros(B, dtype=torch.float64)
+    for t in range(T - 1, -1, -1):
+        mt = m[:, t]
+        delta = rho[:, t] * (r[:, t] + gamma * next_v - v[:, t])
+        vs_t = v[:, t] + delta + gamma * c[:, t] * (next_vs - next_v)
+        pg_t = rho_pg[:, t] * (r[:, t] + gamma * next_vs - v[:, t])
+        vs[:, t] = torch.where(mt, vs_t, zero)
+        pg[:, t] = torch.where(mt, pg_t, zero)
+        next_v = torch.where(mt, v[:, t], next_v)
+        next_vs = torch.where(mt, vs_t, next_vs)
+    return vs, pg
 
 
 def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:

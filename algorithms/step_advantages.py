@@ -226,6 +226,18 @@ def prm(
         return broadcast(normalized(total), mask)
     if mode != "advantage":
         raise ValueError(f"prm mode: unknown '{mode}'; valid: sum, min, advantage")
+    z = _pooled_step_z(s, has, group_ids, std_ddof, std_eps)
+    to_go = z.flip(1).cumsum(1).flip(1)  # sum over steps k' >= k
+    per_turn = to_go + (normalized(R)[:, None] if outcome else 0.0)
+    return to_tokens(per_turn, valid, mask)
+
+
+def _pooled_step_z(
+    s: torch.Tensor, has: torch.Tensor, group_ids: torch.Tensor, std_ddof: int, std_eps: float
+) -> torch.Tensor:
+    """Each step score of ``s`` ``[B, K]`` (where ``has``) normalized over every step of its task
+    group's episodes: (s - mean) / (std + eps), 0 where there is no step or the pool has one."""
+
     inv, n_groups = group_index(group_ids)
     h = has.double()
     cnt = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, h.sum(1))
@@ -236,10 +248,7 @@ def prm(
     )
     n = cnt[inv]
     std = torch.where(n > std_ddof, (ss[inv] / (n - std_ddof).clamp(min=1)).sqrt(), 0.0)
-    z = torch.where(has & (n[:, None] > 1), (s - mean[:, None]) / (std[:, None] + std_eps), 0.0)
-    to_go = z.flip(1).cumsum(1).flip(1)  # sum over steps k' >= k
-    per_turn = to_go + (normalized(R)[:, None] if outcome else 0.0)
-    return to_tokens(per_turn, valid, mask)
+    return torch.where(has & (n[:, None] > 1), (s - mean[:, None]) / (std[:, None] + std_eps), 0.0)
 
 
 @ESTIMATORS.register(
