@@ -37,6 +37,7 @@ from . import (
     worldmodel,
 )
 from .audit_tables import blanks_blocks, fairness_blocks
+from .cost_tables import budget_blocks, census_blocks, eval_cost_blocks, search_blocks
 from .data import (
     CENSUS,
     EVALS,
@@ -56,12 +57,8 @@ from .tables import (
     MIN_BOOTSTRAP_RUNS,
     MIN_P_SEEDS,
     arm_table,
-    budget_blocks,
-    census_blocks,
-    eval_cost_blocks,
     fmt,
     scores_blocks,
-    search_blocks,
 )
 
 
