@@ -299,36 +299,12 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
     heading = Heading("Compute curves: asymptote or efficiency")
     most = max(f.runs for by_arm in fits.values() for f in by_arm.values())
     if most < curvefit.MIN_RUNS:  # shown as such: one line, not a table of empty fits
-        return [
-            heading,
-            Para(
-                f"Not fitted: every arm has fewer than {curvefit.MIN_RUNS} finished runs (at most "
-                f"{most}). A compute curve R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted to so "
-                "few runs has intervals too narrow to read and no verdict on asymptote or "
-                "efficiency.",
-                "caption",
-            ),
-        ]
-    fit_rows = []
-    for axis, by_arm in fits.items():
-        for arm, f in by_arm.items():
-            problem = f.problem()
-            if problem:  # shown as such: no estimate without an interval that stands
-                fit_rows.append([AXES[axis], arm, Cell(problem, "inert"), "", "", "", ""])
-                continue
-            a, b, m = f.estimate
-            (alo, ahi), (blo, bhi), (mlo, mhi) = f.interval(0), f.interval(1), f.interval(2)
-            fit_rows.append(
-                [
-                    AXES[axis],
-                    arm,
-                    estimate_interval(a, alo, ahi),
-                    estimate_interval(b, blo, bhi, 2),
-                    estimate_interval(np.exp(m), np.exp(mlo), np.exp(mhi), g=True),
-                    fmt(f.rmse),
-                    _extrapolated(curves[axis][arm], d.warm_start_score),
-                ]
-            )
+        return [heading, _not_fitted(most)]
+    fit_rows = [
+        _fit_row(axis, arm, f, curves[axis][arm], d.warm_start_score)
+        for axis, by_arm in fits.items()
+        for arm, f in by_arm.items()
+    ]
     verdict_rows = [
         [p["a"], p["b"]]
         + [_curve_cell(p[axis], fits[axis].get(p["a"]), fits[axis].get(p["b"])) for axis in AXES]
@@ -366,6 +342,40 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
             ["arm A (ended higher)", "arm B"] + [f"A vs B on {v}" for v in AXES.values()],
             verdict_rows,
         ),
+    ]
+
+
+def _not_fitted(most: int) -> Para:
+    """Why no arm's compute curve is fitted: at most ``most`` finished runs, below the minimum."""
+
+    return Para(
+        f"Not fitted: every arm has fewer than {curvefit.MIN_RUNS} finished runs (at most "
+        f"{most}). A compute curve R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted to so "
+        "few runs has intervals too narrow to read and no verdict on asymptote or "
+        "efficiency.",
+        "caption",
+    )
+
+
+def _fit_row(
+    axis: str, arm: str, f: curvefit.ArmFit, curve: list[tuple[np.ndarray, np.ndarray]], r0: float
+) -> list[Cell | str]:
+    """An arm's fit on one budget axis: A, B and C_mid with their intervals, the RMSE, and the
+    half-budget fit's extrapolation to the end; or why the fit is not shown."""
+
+    problem = f.problem()
+    if problem:  # shown as such: no estimate without an interval that stands
+        return [AXES[axis], arm, Cell(problem, "inert"), "", "", "", ""]
+    a, b, m = f.estimate
+    (alo, ahi), (blo, bhi), (mlo, mhi) = f.interval(0), f.interval(1), f.interval(2)
+    return [
+        AXES[axis],
+        arm,
+        estimate_interval(a, alo, ahi),
+        estimate_interval(b, blo, bhi, 2),
+        estimate_interval(np.exp(m), np.exp(mlo), np.exp(mhi), g=True),
+        fmt(f.rmse),
+        _extrapolated(curve, r0),
     ]
 
 
