@@ -15,14 +15,23 @@ INPUTS: dict[str, str] = {
     "rewards": "[B] outcome rewards (after shaping and sequence-level KL in the reward)",
     "mask": "[B, T] action mask after the data filters",
     "group_ids": "[B] prompt group of each sample (one group per sample when not given)",
-    "token_penalty": "[B, T] KL-in-reward penalty per token, times beta (None: no KL in the reward)",
+    "token_penalty": (
+        "[B, T] KL-in-reward penalty per token, times beta (None: no KL in the reward)"
+    ),
     "baseline_rewards": "[B] rewards of the greedy rollouts (remax)",
     "turn_rewards": "[B, K] per-turn rewards",
     "turn_ids": "[B, T] environment turn of each action token, -1 elsewhere",
     "state_keys": "[B, K] the environment's state key before each turn (anchor states, GiGPO)",
-    "levels": "[B, K] the level of each turn from the environment: 0 high (plan), 1 low (execute), -1 none",
-    "step_labels": "[B, K] the environment's label of each step (1 right / subgoal done, 0 not, NaN none)",
-    "step_scores": "[B, K] a process reward model's score of each step (NaN past the episode's turns)",
+    "levels": (
+        "[B, K] the level of each turn from the environment: 0 high (plan), 1 low (execute), "
+        "-1 none"
+    ),
+    "step_labels": (
+        "[B, K] the environment's label of each step (1 right / subgoal done, 0 not, NaN none)"
+    ),
+    "step_scores": (
+        "[B, K] a process reward model's score of each step (NaN past the episode's turns)"
+    ),
     "process_rewards": "[B, T] token-level process rewards (PRIME: beta log(pi_phi / pi_ref))",
 }
 """The tensors ``compute_advantages`` can give an estimator, by name."""

@@ -5,8 +5,9 @@ masks ``[B, T]`` (1 on trained action tokens). Every estimator returns
 token-level advantages ``[B, T]`` (zero where the mask is zero), detached.
 
 ``ESTIMATORS`` registers each estimator with the tensors it takes (``inputs``, named as in
-:data:`INPUTS`) and the ``advantage.*`` fields it reads; :func:`sixblanks.algorithms.loss.compute_advantages`
-passes exactly those, so an estimator cannot silently ignore a field (none takes ``**kwargs``).
+:data:`INPUTS`) and the ``advantage.*`` fields it reads;
+:func:`sixblanks.algorithms.loss.compute_advantages` passes exactly those, so an estimator cannot
+silently ignore a field (none takes ``**kwargs``).
 """
 
 from __future__ import annotations
@@ -153,8 +154,9 @@ def group_mean_batch_std(
 
     ``batch_std``: ``rewards``: the std of the raw rewards about the batch mean (ROLL, the Lite PPO
     authors' code; TRL ``scale_rewards="batch"``); ``centered``: the std of the group-centred values
-    R_i - mean_g (AReaL's group/batch norm; ScaleRL's Â/std(Â)). Both with ``std_ddof``. A group whose
-    rewards are all equal gets A = 0; ``singleton`` as in ``group_norm``. ``[B]`` -> ``[B, T]``.
+    R_i - mean_g (AReaL's group/batch norm; ScaleRL's Â/std(Â)). Both with ``std_ddof``. A group
+    whose rewards are all equal gets A = 0; ``singleton`` as in ``group_norm``.
+    ``[B]`` -> ``[B, T]``.
     """
 
     r = rewards.double()
@@ -219,10 +221,11 @@ def reinforce_pp(
     gamma: float = 1.0,
     whiten_eps: float = 1e-8,
 ) -> torch.Tensor:
-    """REINFORCE++: r~_t = 1[t = last]·R - penalty_t; G_t = reward-to-go; whitened over all valid tokens.
+    """REINFORCE++: r~_t = 1[t = last]·R - penalty_t; G_t = reward-to-go; whitened over all valid
+    tokens.
 
     Args:
-        token_penalty: ``[B, T]`` per-token KL penalty already multiplied by beta (KL in the reward).
+        token_penalty: ``[B, T]`` per-token KL penalty, already times beta (KL in the reward).
     """
 
     r = torch.zeros_like(mask, dtype=torch.float64)
@@ -246,7 +249,8 @@ def reinforce_pp_baseline(
     whiten_eps: float = 1e-8,
     singleton: str = "zero",
 ) -> torch.Tensor:
-    """REINFORCE++-baseline: A' = R - mean_group R (no std), broadcast, then whitened over valid tokens.
+    """REINFORCE++-baseline: A' = R - mean_group R (no std), broadcast, then whitened over valid
+    tokens.
 
     ``singleton``: rule for a group of one, applied to A' before whitening: "zero" (A' = 0) or
     "raw" (A' = R).
@@ -263,7 +267,7 @@ def reinforce_pp_baseline(
 def remax(
     rewards: torch.Tensor, mask: torch.Tensor, baseline_rewards: torch.Tensor
 ) -> torch.Tensor:
-    """ReMax: A_i = R_i - R(greedy_i), the greedy decode of the same instance and environment seed."""
+    """ReMax: A_i = R_i - R(greedy_i), greedy_i the greedy decode of the same instance and seed."""
 
     return broadcast(rewards.double() - baseline_rewards.double(), mask)
 
@@ -303,6 +307,6 @@ TOKEN_LEVEL = frozenset(
 
 
 def get_estimator(name: str) -> Callable[..., torch.Tensor]:
-    """The function of estimator ``name``; raises :class:`UnknownNameError` listing the valid names."""
+    """Estimator ``name``'s function; raises :class:`UnknownNameError` listing the valid names."""
 
     return ESTIMATORS[name].fn

@@ -34,7 +34,9 @@ class Blanks(Spec):
 
     objective: Literal["pg", "sft", "dpo"] = Field(
         "pg",
-        description="pg: the policy-gradient template; sft: NLL (w=1, A=1); dpo: offline preference loss.",
+        description=(
+            "pg: the policy-gradient template; sft: NLL (w=1, A=1); dpo: offline preference loss."
+        ),
     )
     mask: MaskSpec = MaskSpec()
     weight: WeightSpec = WeightSpec()
@@ -55,6 +57,17 @@ class Blanks(Spec):
         return self
 
     def _weight_consistent(self) -> None:
+        """The weight blank's fields, checked in this order: the pairs that exclude each other,
+        CISPO/DPPO and the bypass form, the sequence ratio's scale, and what the ratio needs."""
+
+        self._weight_pairs_consistent()
+        self._weight_forms_consistent()
+        self._clip_scale_consistent()
+        self._ratio_consistent()
+
+    def _weight_pairs_consistent(self) -> None:
+        """Trust regions, truncated IS and gates that exclude each other or need another field."""
+
         w = self.weight
         if w.trust_region == "sapo" and w.dual_clip_c is not None:
             raise ValueError(
@@ -90,7 +103,11 @@ class Blanks(Spec):
                 "weight.gate.level: 'sequence_sum' bounds the product of the token ratios; use "
                 "metric 'ratio' (a KL gate takes level token or sequence)"
             )
-        self._weight_forms_consistent()
+
+    def _clip_scale_consistent(self) -> None:
+        """weight.clip_scale: measured on a sequence ratio's first update, critic-free only."""
+
+        w = self.weight
         if w.clip_scale is not None and (
             w.ratio not in ("sequence", "gspo_token") or w.trust_region != "clip"
         ):
@@ -111,6 +128,11 @@ class Blanks(Spec):
                 "weight.clip_scale: measured by the critic-free objective only; an actor-critic "
                 "arm (advantage.estimator gae) takes absolute eps_low/eps_high"
             )
+
+    def _ratio_consistent(self) -> None:
+        """What the chosen ratio supports: a sequence form, a ratio gate's band, a trust region."""
+
+        w = self.weight
         if w.sequence != "trajectory" and w.ratio not in ("sequence", "gspo_token"):
             raise ValueError(
                 f"weight.sequence: '{w.sequence}' chooses what a sequence ratio averages over; "
@@ -120,7 +142,8 @@ class Blanks(Spec):
             raise ValueError("weight.gate: low must be below high")
         if w.ratio == "none" and w.trust_region != "none":
             raise ValueError(
-                "weight.trust_region: ratio 'none' (w = 1) has no trust region; set trust_region: none"
+                "weight.trust_region: ratio 'none' (w = 1) has no trust region; "
+                "set trust_region: none"
             )
 
     def _weight_forms_consistent(self) -> None:
@@ -215,7 +238,17 @@ class Blanks(Spec):
             )
 
     def _data_consistent(self) -> None:
-        w = self.weight
+        """The data blank's fields, checked in this order: the collectors that exclude each other,
+        sampling and lag, the prompt pool and its filters, and batch reuse."""
+
+        self._collectors_consistent()
+        self._sampling_consistent()
+        self._prompt_pool_consistent()
+        self._reuse_consistent()
+
+    def _collectors_consistent(self) -> None:
+        """Branching and a world model extend the trainer's own online rounds only."""
+
         if self.data.branching is not None and (
             self.data.concurrent is not None
             or self.data.replay is not None
@@ -240,6 +273,10 @@ class Blanks(Spec):
                 "pg, data.source 'rollouts'), not with ReMax, a concurrent collector, branching, a "
                 "replay buffer or self-play"
             )
+
+    def _sampling_consistent(self) -> None:
+        """The accuracy filter, staleness and lag, replay and a concurrent collector."""
+
         band = self.data.accuracy_filter
         if band is not None and (not self.data.dynamic_sampling or not band[0] <= band[1]):
             raise ValueError(
@@ -268,6 +305,10 @@ class Blanks(Spec):
             )
         if (self.data.lag or self.data.broadcast_every > 1) and self.data.source != "rollouts":
             raise ValueError("data.lag: only online rollouts (data.source 'rollouts') can lag")
+
+    def _prompt_pool_consistent(self) -> None:
+        """Zero-variance filtering, retiring prompts, a curriculum and the prompt pool itself."""
+
         if self.data.zero_variance_filter and (
             self.data.source != "rollouts" or self.objective != "pg"
         ):
@@ -299,14 +340,19 @@ class Blanks(Spec):
                 "data.prompt_pool: drawn by the trainer's own online rounds (data.source "
                 "'rollouts'), not by a concurrent collector or self-play"
             )
+
+    def _reuse_consistent(self) -> None:
+        """Training on a batch more than once needs an importance ratio (or weight)."""
+
+        w = self.weight
         bypass_is = w.old_policy == "rollout" and (  # verl's bypass_pg_is / bypass IcePop:
             (w.tis_cap is not None and not w.tis_form.endswith("_mask"))  # the weight pi_theta/
             or (w.gate is not None and w.gate.mode in ("clamp", "weight"))  # pi_rollout corrects
         )  # the reuse
         if self.data.epochs * self.data.minibatches > 1 and w.ratio == "none" and not bypass_is:
             raise ValueError(
-                "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance ratio; "
-                "weight.ratio is 'none' (or, in the bypass form, an importance weight: "
+                "data.epochs: reusing a batch (epochs x minibatches > 1) needs an importance "
+                "ratio; weight.ratio is 'none' (or, in the bypass form, an importance weight: "
                 "weight.old_policy: rollout with weight.tis_cap or a weighing gate)"
             )
 

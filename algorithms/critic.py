@@ -1,4 +1,5 @@
-"""Actor-critic credit: GAE (with skip-observation), value loss with clipping, diagnostics. Pure torch.
+"""Actor-critic credit: GAE (skipping observations), V-trace targets for samples of a lagged
+behaviour policy, clipped value loss, diagnostics. Pure torch.
 
 Conventions (``[B, T]`` unless stated):
 
@@ -17,6 +18,7 @@ import torch
 
 if TYPE_CHECKING:
     from .blanks import Blanks
+    from .specs import RegularizerSpec
 
 
 def gae(
@@ -27,7 +29,7 @@ def gae(
     lam: float | torch.Tensor = 1.0,
     bootstrap: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalized advantage estimation over action tokens (Schulman et al. 2016), skipping observations.
+    """Generalized advantage estimation (Schulman et al. 2016) over action tokens only.
 
     ``lam`` is one number or one per sample (``[B]``, SAO's length-adaptive lambda).
 
@@ -36,7 +38,7 @@ def gae(
     (``[B]``; e.g. V of the state after a time-limit truncation) or 0 (terminal).
 
     Returns:
-        ``(advantages [B, T], returns [B, T])`` with returns = advantages + values, zero off the mask.
+        ``(advantages [B, T], returns [B, T])``, returns = advantages + values, zero off the mask.
     """
 
     r, v, m = token_rewards.double(), values.double(), mask > 0
@@ -65,7 +67,7 @@ def place_rewards(
     turn_rewards: torch.Tensor,
     penalty: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Token rewards ``[B, T]``: each turn's reward on that turn's last action token, minus ``penalty``.
+    """Token rewards ``[B, T]``: each turn's reward on its last action token, minus ``penalty``.
 
     A reward that would land on an observation token is moved to the turn's last action token, so
     it is never silently lost.
@@ -121,9 +123,11 @@ def whiten_population(
 def value_loss(
     values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token value loss ``[B, T]``: 1/2 max((V - R)^2, (V_clip - R)^2), V_clip = V_old + clip(V - V_old, ±clip).
+    """Per-token value loss ``[B, T]``: 1/2 max((V - R)^2, (V_clip - R)^2), where
+    V_clip = V_old + clip(V - V_old, ±clip).
 
-    Without ``clip``: 1/2 (V - R)^2. Also returns the indicator ``[B, T]`` that the clipped term is active.
+    Without ``clip``: 1/2 (V - R)^2. Also returns the indicator ``[B, T]`` that the clipped term is
+    active.
     """
 
     unclipped = (values - returns.detach()) ** 2
@@ -148,7 +152,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 
 
 def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> float:
-    """mean((r - 1) - log r) over valid tokens (Stable-Baselines3's low-variance estimate of KL(old||new))."""
+    """mean((r - 1) - log r) over valid tokens: Stable-Baselines3's low-variance estimate of
+    KL(old||new)."""
 
     m = mask > 0
     if not m.any():
@@ -173,38 +178,108 @@ def sao_policy_lambda(mask: torch.Tensor, alpha: float) -> torch.Tensor:
     )
 
 
+def vtrace(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap: torch.Tensor | None,
+    log_rhos: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    rho_bar_pg: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018).
+
+    With pi/mu = exp(log_rhos) at step s (the target policy over the behaviour policy that sampled
+    the token), s+ the next action token of the row and x_{s+} its state:
+
+        rho_s = min(rho_bar, pi/mu),  c_s = lam min(c_bar, pi/mu)
+        delta_s = rho_s (r_s + gamma V(x_{s+}) - V(x_s))
+        v_s = V(x_s) + delta_s + gamma c_s (v_{s+} - V(x_{s+}))
+        pg_s = min(rho_bar_pg, pi/mu) (r_s + gamma v_{s+} - V(x_s))
+
+    After a row's last action token, V(x_T) = v_T = ``bootstrap`` (``[B]``; None means 0). Each row
+    is one episode: pass bootstrap 0 for a terminal end (the discount is 0 there) and V of the next
+    state for a time-limit cut, as with :func:`sixblanks.algorithms.critic.gae`. The advantage uses
+    v_{s+}, as in the paper and IMPALA (rlax instead mixes lam into that bootstrap:
+    lam v_{s+} + (1 - lam) V(x_{s+})). On-policy (log_rhos = 0, bars >= 1), v_s are the GAE(lam)
+    returns and pg_s = delta_s + gamma A_{s+} = A_s + gamma (1 - lam) A_{s+}, with delta the
+    one-step TD error and A the GAE(lam) advantages (0 after the last step): A_s itself only at
+    lam = 1; at lam = 0 the two-step advantage delta_s + gamma delta_{s+}.
+
+    Args:
+        rewards, values, log_rhos, mask: ``[B, T]``; log_rhos = log pi - log mu, sampled tokens.
+        bootstrap: ``[B]`` or None.
+
+    Returns:
+        ``(vs [B, T], pg_advantages [B, T])``, detached, zero off the mask, in ``values.dtype``.
+
+    Raises:
+        ValueError: ``rho_bar < c_bar`` (the trace would weigh a step more than its correction).
+    """
+
+    if rho_bar < c_bar:
+        raise ValueError(f"V-trace needs rho_bar >= c_bar, got rho_bar={rho_bar}, c_bar={c_bar}")
+    m = mask > 0
+    r = rewards.detach().double()
+    v = values.detach().double()
+    pi_mu = torch.exp(torch.where(m, log_rhos.detach().double(), torch.zeros_like(r)))
+    rho = pi_mu.clamp(max=rho_bar)
+    c = lam * pi_mu.clamp(max=c_bar)
+    rho_pg = pi_mu.clamp(max=rho_bar_pg)
+    if bootstrap is None:
+        next_v = torch.zeros(r.shape[0], dtype=torch.float64)
+    else:
+        next_v = bootstrap.detach().double().clone()
+    vs, pg = _vtrace_backward(r, v, m, rho, c, rho_pg, next_v, gamma)
+    return vs.to(values.dtype), pg.to(values.dtype)
+
+
+def _vtrace_backward(
+    r: torch.Tensor,
+    v: torch.Tensor,
+    m: torch.Tensor,
+    rho: torch.Tensor,
+    c: torch.Tensor,
+    rho_pg: torch.Tensor,
+    next_v: torch.Tensor,
+    gamma: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace's recursion from each row's last action token back to its first, in float64:
+    (v_s, pg_s) ``[B, T]``, zero off the bool mask ``m``. ``r``, ``v`` and the truncated traces
+    ``rho``, ``c``, ``rho_pg`` are ``[B, T]``; ``next_v`` ``[B]`` is the bootstrap V(x_T)."""
+
+    B, T = r.shape
+    next_vs = next_v.clone()  # v_T = V(x_T)
+    vs = torch.zeros_like(r)
+    pg = torch.zeros_like(r)
+    zero = torch.zeros(B, dtype=torch.float64)
+    for t in range(T - 1, -1, -1):
+        mt = m[:, t]
+        delta = rho[:, t] * (r[:, t] + gamma * next_v - v[:, t])
+        vs_t = v[:, t] + delta + gamma * c[:, t] * (next_vs - next_v)
+        pg_t = rho_pg[:, t] * (r[:, t] + gamma * next_vs - v[:, t])
+        vs[:, t] = torch.where(mt, vs_t, zero)
+        pg[:, t] = torch.where(mt, pg_t, zero)
+        next_v = torch.where(mt, v[:, t], next_v)
+        next_vs = torch.where(mt, vs_t, next_vs)
+    return vs, pg
+
+
 def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:
-    """The chapter's PPO checklist answered for a critic arm (empty for critic-free blanks)."""
+    """A critic arm's answer to each choice that PPO implementations make differently and that
+    changes results (value granularity, truncation bootstrap, advantage normalization, value
+    clipping, epochs, clip symmetry, KL placement, loss denominator, GAE); empty with no critic."""
 
     a = blanks.advantage
     if a.estimator != "gae":
         return []
-    c, w, n, r, d = a.critic, blanks.weight, blanks.normalization, blanks.regularizer, blanks.data
-    kl = []
-    if r.reward_kl_coef > 0:
-        kl.append(
-            f"in the reward ({r.reward_kl_estimator}, beta {r.reward_kl_coef:g}, from pi_old)"
-        )
-    if r.loss_kl_coef > 0:
-        kl.append(f"in the loss ({r.loss_kl_estimator}, beta {r.loss_kl_coef:g}, on pi_theta)")
-    trunk = {
-        "separate": "separate critic",
-        "shared": "shared trunk",
-        "frozen_attention": "separate critic, attention frozen, MLPs trained",
-    }[c.trunk]
-    if w.trust_region == "dis":  # SAO's band masks both tails, for either sign of A
-        band = "symmetric" if w.eps_low == w.eps_high else "asymmetric"
-        clip = f"DIS band ({band}, strict, both tails masked)"
-    else:
-        clip = "symmetric" if w.eps_low == w.eps_high else "asymmetric (clip-higher)"
-    lam = (
-        f"; the policy's lambda per sample, 1 - 1/({c.policy_lambda_alpha:g} l), l its length; "
-        f"the critic's {a.lam:g}"
-        if c.policy_lambda_alpha is not None
-        else ""
-    )
+    c, n, d = a.critic, blanks.normalization, blanks.data
+    kl = _kl_placement(blanks.regularizer)
     return [
-        ("value granularity", f"{c.granularity} ({trunk}){lam}"),
+        ("value granularity", _value_granularity(blanks)),
         (
             "truncation bootstrap",
             "V(next state) where a limit cut the episode; 0 at terminal states"
@@ -217,16 +292,7 @@ def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:
             f"±{c.value_clip:g} around V_old (the rollout-time value)" if c.value_clip else "off",
         ),
         ("epochs / minibatches", f"{d.epochs} / {d.minibatches}"),
-        (
-            "clip symmetry and target-KL",
-            f"{clip}: [1-{w.eps_low:g}, 1+{w.eps_high:g}]"
-            + (f", dual clip c={w.dual_clip_c:g}" if w.dual_clip_c else "")
-            + (
-                f"; early stop at approx_kl > 1.5 x {w.target_kl:g}"
-                if w.target_kl
-                else "; no target-KL stop"
-            ),
-        ),
+        ("clip symmetry and target-KL", _clip_form(blanks)),
         ("KL placement", "; ".join(kl) if kl else "none"),
         (
             "global loss denominator",
@@ -237,3 +303,55 @@ def ppo_checklist(blanks: Blanks) -> list[tuple[str, str]]:
             f"gamma {a.gamma:g}, lambda {a.lam:g}, skip-observation (gamma counts action tokens)",
         ),
     ]
+
+
+def _kl_placement(r: RegularizerSpec) -> list[str]:
+    """Where the KL to the reference enters: the reward, the loss, both or neither."""
+
+    kl = []
+    if r.reward_kl_coef > 0:
+        kl.append(
+            f"in the reward ({r.reward_kl_estimator}, beta {r.reward_kl_coef:g}, from pi_old)"
+        )
+    if r.loss_kl_coef > 0:
+        kl.append(f"in the loss ({r.loss_kl_estimator}, beta {r.loss_kl_coef:g}, on pi_theta)")
+    return kl
+
+
+def _value_granularity(blanks: Blanks) -> str:
+    """Where values are predicted, by which trunk, and SAO's per-sample policy lambda if set."""
+
+    a = blanks.advantage
+    c = a.critic
+    trunk = {
+        "separate": "separate critic",
+        "shared": "shared trunk",
+        "frozen_attention": "separate critic, attention frozen, MLPs trained",
+    }[c.trunk]
+    lam = (
+        f"; the policy's lambda per sample, 1 - 1/({c.policy_lambda_alpha:g} l), l its length; "
+        f"the critic's {a.lam:g}"
+        if c.policy_lambda_alpha is not None
+        else ""
+    )
+    return f"{c.granularity} ({trunk}){lam}"
+
+
+def _clip_form(blanks: Blanks) -> str:
+    """The trust region's bounds, their symmetry, the dual clip and the target-KL stop."""
+
+    w = blanks.weight
+    if w.trust_region == "dis":  # SAO's band masks both tails, for either sign of A
+        band = "symmetric" if w.eps_low == w.eps_high else "asymmetric"
+        clip = f"DIS band ({band}, strict, both tails masked)"
+    else:
+        clip = "symmetric" if w.eps_low == w.eps_high else "asymmetric (clip-higher)"
+    return (
+        f"{clip}: [1-{w.eps_low:g}, 1+{w.eps_high:g}]"
+        + (f", dual clip c={w.dual_clip_c:g}" if w.dual_clip_c else "")
+        + (
+            f"; early stop at approx_kl > 1.5 x {w.target_kl:g}"
+            if w.target_kl
+            else "; no target-KL stop"
+        )
+    )

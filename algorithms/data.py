@@ -15,7 +15,8 @@ def overlong_penalty(
 ) -> torch.Tensor:
     """DAPO soft overlong punishment R_length ``[B]`` for response lengths ``[B]``.
 
-    0 if |y| <= L_max - L_cache; ((L_max - L_cache) - |y|) / L_cache * factor if |y| <= L_max; -factor beyond.
+    0 if |y| <= L_max - L_cache; ((L_max - L_cache) - |y|) / L_cache * factor if |y| <= L_max;
+    -factor beyond L_max.
     """
 
     lengths = lengths.double()

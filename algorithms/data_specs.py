@@ -20,10 +20,10 @@ class OverlongShaping(Spec):
 
 
 class ReplaySpec(Spec):
-    """A replay buffer of prompt groups (the seventh of the off-policy controls: reuse across steps): each step trains on its
-    fresh groups plus ``per_step`` groups drawn from the buffer, each group at most ``reuse`` more
-    times; beyond ``capacity`` groups the buffer evicts. Replayed tokens are counted apart
-    (``replayed_tokens``), never launched or accepted again."""
+    """A replay buffer of prompt groups (the seventh of the off-policy controls: reuse across
+    steps): each step trains on its fresh groups plus ``per_step`` groups drawn from the buffer,
+    each group at most ``reuse`` more times; beyond ``capacity`` groups the buffer evicts. Replayed
+    tokens are counted apart (``replayed_tokens``), never launched or accepted again."""
 
     capacity: int = Field(32, ge=1, description="Groups the buffer keeps.")
     reuse: int = Field(1, ge=1, description="Times a group may be replayed after its first use.")
@@ -189,10 +189,10 @@ class SearchSpec(Spec):
     mode: Literal["best_of_n", "beam", "tree"] = Field(
         "best_of_n",
         description="best_of_n: n independent samples per prompt, scored by the verifier; beam: "
-        "over turns, each kept node expanded 'expand' times and the 'beam' best unfinished children "
-        "kept (by the guide); tree: best-first, each round expanding the best frontier node "
-        "'expand' times, 'expansions' rounds. Beam and tree fork the environment (snapshot, else "
-        "replay of seed and actions, counted).",
+        "over turns, each kept node expanded 'expand' times and the 'beam' best unfinished "
+        "children kept (by the guide); tree: best-first, each round expanding the best frontier "
+        "node 'expand' times, 'expansions' rounds. Beam and tree fork the environment (snapshot, "
+        "else replay of seed and actions, counted).",
     )
     n: int = Field(8, ge=1, description="best_of_n: samples per prompt.")
     beam: int = Field(2, ge=1, description="beam: unfinished nodes kept per prompt each turn.")
@@ -235,7 +235,8 @@ class SearchSpec(Spec):
     policy: Literal["current", "initial"] = Field(
         "current",
         description="current: search with the policy being trained (expert iteration: search, "
-        "distill, repeat); initial: with the frozen initial policy (distillation of its best-of-N).",
+        "distill, repeat); initial: with the frozen initial policy (distillation of its "
+        "best-of-N).",
     )
 
     @model_validator(mode="after")
@@ -347,7 +348,11 @@ class DataSpec(Spec):
 
     source: Literal["rollouts", "demonstrations", "preference_pairs", "search"] = Field(
         "rollouts",
-        description="rollouts: online; demonstrations: SFT; preference_pairs: DPO pairs (data.pairs: from a file, else from scored rollouts of the initial policy); search: the trajectories a search selects (data.search), distilled by SFT (objective sft) or trained by the policy gradient (objective pg: the samples carry the behaviour log-probs of the distribution actually sampled; the selection biases them).",
+        description="rollouts: online; demonstrations: SFT; preference_pairs: DPO pairs "
+        "(data.pairs: from a file, else from scored rollouts of the initial policy); search: the "
+        "trajectories a search selects (data.search), distilled by SFT (objective sft) or trained "
+        "by the policy gradient (objective pg: the samples carry the behaviour log-probs of the "
+        "distribution actually sampled; the selection biases them).",
     )
     group_size: int | None = Field(
         None, ge=1, description="G samples per prompt; None: the rollout section's group_size."
@@ -412,20 +417,22 @@ class DataSpec(Spec):
     )
     accuracy_filter: tuple[float, float] | None = Field(
         None,
-        description="PRIME's accuracy filter [low, high]: with dynamic sampling, a group whose mean "
-        "reward lies outside the band is dropped (census verdict 'accuracy') and resampled; None: off.",
+        description="PRIME's accuracy filter [low, high]: with dynamic sampling, a group whose "
+        "mean reward lies outside the band is dropped (census verdict 'accuracy') and resampled; "
+        "None: off.",
     )
     staleness: int | None = Field(
         None,
         ge=0,
-        description="Bounded staleness: drop samples more than K policy versions behind the trainer "
-        "(discard reason 'staleness'); None: no bound.",
+        description="Bounded staleness: drop samples more than K policy versions behind the "
+        "trainer (discard reason 'staleness'); None: no bound.",
     )
     broadcast_every: int = Field(
         1,
         ge=1,
         description="The behaviour policy receives new weights every n policy versions (a version: "
-        "the weights after a step's update), so samples come from the last broadcast; 1: every step.",
+        "the weights after a step's update), so samples come from the last broadcast; 1: every "
+        "step.",
     )
     replay: ReplaySpec | None = Field(
         None, description="A replay buffer of past groups (off-policy reuse); None: single use."

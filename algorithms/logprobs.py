@@ -42,7 +42,7 @@ def process_logits(
     if top_p < 1.0:
         sorted_logits, idx = torch.sort(out, dim=-1, descending=True)
         probs = torch.softmax(sorted_logits, dim=-1)
-        # remove a token when the mass strictly before it already reaches top_p (always keep the first)
+        # drop a token when the mass strictly before it already reaches top_p (keep the first)
         before = torch.cumsum(probs, dim=-1) - probs
         remove_sorted = before >= top_p
         remove = torch.zeros_like(remove_sorted).scatter(-1, idx, remove_sorted)
@@ -107,7 +107,8 @@ def token_logprobs(
     """Log-probability of ``targets`` under the sampling distribution, and its entropy.
 
     Args:
-        logits: ``[B, T, V]`` logits predicting ``targets`` (already shifted: logits[:, t] predicts targets[:, t]).
+        logits: ``[B, T, V]`` logits predicting ``targets`` (already shifted: logits[:, t] predicts
+            targets[:, t]).
         targets: ``[B, T]`` token ids.
         temperature, top_k, top_p: the sampling settings (see :func:`process_logits`).
         entropy: also return the entropy ``[B, T]`` of the (temperature-scaled) distribution.

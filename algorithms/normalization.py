@@ -21,7 +21,7 @@ NORMALIZATIONS = Registry("normalization mode", inputs=("mask",))
 
 
 def _rows(mask: torch.Tensor, count_empty_rows: bool) -> float:
-    """B: the rows of ``mask`` ``[B, T]``, all-masked rows included only if ``count_empty_rows`` (>= 1)."""
+    """B: the rows of ``mask`` ``[B, T]``, all-masked ones only if ``count_empty_rows`` (>= 1)."""
 
     B = float(mask.shape[0]) if count_empty_rows else float((mask.sum(1) > 0).sum())
     return max(B, 1.0)

@@ -59,6 +59,17 @@ def _band(lo: float, hi: float) -> str:
 def value_notes(b: Blanks) -> list[str]:
     """Notes on the values of ``b`` that frameworks spell differently."""
 
+    return [
+        *_trust_region_notes(b),
+        *_sequence_ratio_notes(b),
+        *_rollout_correction_notes(b),
+        *_loss_notes(b),
+    ]
+
+
+def _trust_region_notes(b: Blanks) -> list[str]:
+    """CISPO's cap and DPPO's anchor and truncation, against the frameworks' defaults."""
+
     w, out = b.weight, []
     if w.trust_region == "cispo":
         band = _band(max(1.0 - w.eps_low, 0.0), 1.0 + w.eps_high)
@@ -76,6 +87,13 @@ def value_notes(b: Blanks) -> list[str]:
             f"DPPO mask anchored on {anchor}, thresholds {w.eps_low:g}/{w.eps_high:g}, ratio "
             f"truncation C = {cap} (verl's effective default is 3, the authors' 10)."
         )
+    return out
+
+
+def _sequence_ratio_notes(b: Blanks) -> list[str]:
+    """A sequence ratio's clip bounds (scaled to the measured spread or absolute) and its turns."""
+
+    w, out = b.weight, []
     if w.ratio in ("sequence", "gspo_token") and w.trust_region == "clip":
         if w.clip_scale is not None:
             out.append(
@@ -99,11 +117,20 @@ def value_notes(b: Blanks) -> list[str]:
                 "own s and mean advantage); Z still weighs by the normalization mode "
                 f"({b.normalization.mode}): normalization turn-mean weighs each turn alike."
             )
+    return out
+
+
+def _rollout_correction_notes(b: Blanks) -> list[str]:
+    """A gate on pi_old/pi_rollout (verl bounds its inverse) and the bypass form."""
+
+    w, out = b.weight, []
     g = w.gate
     if g is not None:
         z = {
             "mask": "rejected tokens leave Z (verl's decoupled rejection sampling)",
-            "weight": "rejected tokens weigh 0 and stay in Z (IcePop in verl, OpenRLHF, AReaL, TRL)",
+            "weight": (
+                "rejected tokens weigh 0 and stay in Z (IcePop in verl, OpenRLHF, AReaL, TRL)"
+            ),
             "clamp": "the ratio is clamped into the band (AReaL's clamp)",
         }[g.mode]
         out.append(
@@ -115,6 +142,13 @@ def value_notes(b: Blanks) -> list[str]:
             "Bypass form: pi_old is the rollout's log-probs (no recomputation); corrections read "
             "pi_theta/pi_rollout in each micro-batch and zero tokens without removing them from Z."
         )
+    return out
+
+
+def _loss_notes(b: Blanks) -> list[str]:
+    """The per-prompt normalization modes' two meanings, and k3's gradient in the loss."""
+
+    out = []
     n = b.normalization.mode
     if n in ("prompt-mean", "task-mean"):
         out.append(

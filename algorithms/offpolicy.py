@@ -1,5 +1,6 @@
-"""Off-policy corrections for asynchronous training: V-trace, IS weights and masks, ratio gates,
-DIS (SAO), bounded staleness and lag statistics. Pure torch.
+"""Off-policy corrections for asynchronous training: IS weights and masks, ratio gates, DIS (SAO),
+bounded staleness and lag statistics, and V-trace (defined with the critic's targets, importable
+from here). Pure torch.
 
 Conventions (``[B, T]`` unless stated), as in :mod:`sixblanks.algorithms.critic`:
 
@@ -9,7 +10,8 @@ Conventions (``[B, T]`` unless stated), as in :mod:`sixblanks.algorithms.critic`
 - ``values[:, t]`` is V of the state in which action token t is generated; ``rewards[:, t]`` is the
   reward received after token t.
 - Log-probs are of the sampled token. ``behavior`` / ``roll`` is the policy that sampled it (the
-  rollout engine, possibly several versions behind); ``old`` / ``train`` the trainer's recomputation.
+  rollout engine, possibly several versions behind); ``old`` / ``train`` the trainer's
+  recomputation.
 - Every returned weight, mask, target and advantage is detached; quantities are computed in float64.
 """
 
@@ -19,6 +21,7 @@ import math
 
 import torch
 
+from .critic import vtrace as vtrace
 from .regularizers import kl_estimate
 
 LOG_RATIO_CLAMP = 20.0
@@ -62,83 +65,11 @@ def quantiles(x: torch.Tensor, qs: tuple[float, ...]) -> list[float]:
     return out
 
 
-def vtrace(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    bootstrap: torch.Tensor | None,
-    log_rhos: torch.Tensor,
-    mask: torch.Tensor,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    rho_bar: float = 1.0,
-    c_bar: float = 1.0,
-    rho_bar_pg: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018).
-
-    With pi/mu = exp(log_rhos) at step s (the target policy over the behaviour policy that sampled
-    the token), s+ the next action token of the row and x_{s+} its state:
-
-        rho_s = min(rho_bar, pi/mu),  c_s = lam min(c_bar, pi/mu)
-        delta_s = rho_s (r_s + gamma V(x_{s+}) - V(x_s))
-        v_s = V(x_s) + delta_s + gamma c_s (v_{s+} - V(x_{s+}))
-        pg_s = min(rho_bar_pg, pi/mu) (r_s + gamma v_{s+} - V(x_s))
-
-    After a row's last action token, V(x_T) = v_T = ``bootstrap`` (``[B]``; None means 0). Each row
-    is one episode: pass bootstrap 0 for a terminal end (the discount is 0 there) and V of the next
-    state for a time-limit cut, as with :func:`sixblanks.algorithms.critic.gae`. The advantage uses
-    v_{s+}, as in the paper and IMPALA (rlax instead mixes lam into that bootstrap:
-    lam v_{s+} + (1 - lam) V(x_{s+})). On-policy (log_rhos = 0, bars >= 1), v_s are the GAE(lam)
-    returns and pg_s = delta_s + gamma A_{s+} = A_s + gamma (1 - lam) A_{s+}, with delta the one-step
-    TD error and A the GAE(lam) advantages (0 after the last step): A_s itself only at lam = 1; at
-    lam = 0 the two-step advantage delta_s + gamma delta_{s+}.
-
-    Args:
-        rewards, values, log_rhos, mask: ``[B, T]``; log_rhos = log pi - log mu on the sampled tokens.
-        bootstrap: ``[B]`` or None.
-
-    Returns:
-        ``(vs [B, T], pg_advantages [B, T])``, detached, zero off the mask, in ``values.dtype``.
-
-    Raises:
-        ValueError: ``rho_bar < c_bar`` (the trace would weigh a step more than its correction).
-    """
-
-    if rho_bar < c_bar:
-        raise ValueError(f"V-trace needs rho_bar >= c_bar, got rho_bar={rho_bar}, c_bar={c_bar}")
-    m = mask > 0
-    r = rewards.detach().double()
-    v = values.detach().double()
-    B, T = r.shape
-    pi_mu = torch.exp(torch.where(m, log_rhos.detach().double(), torch.zeros_like(r)))
-    rho = pi_mu.clamp(max=rho_bar)
-    c = lam * pi_mu.clamp(max=c_bar)
-    rho_pg = pi_mu.clamp(max=rho_bar_pg)
-    if bootstrap is None:
-        next_v = torch.zeros(B, dtype=torch.float64)
-    else:
-        next_v = bootstrap.detach().double().clone()
-    next_vs = next_v.clone()  # v_T = V(x_T)
-    vs = torch.zeros_like(r)
-    pg = torch.zeros_like(r)
-    zero = torch.zeros(B, dtype=torch.float64)
-    for t in range(T - 1, -1, -1):
-        mt = m[:, t]
-        delta = rho[:, t] * (r[:, t] + gamma * next_v - v[:, t])
-        vs_t = v[:, t] + delta + gamma * c[:, t] * (next_vs - next_v)
-        pg_t = rho_pg[:, t] * (r[:, t] + gamma * next_vs - v[:, t])
-        vs[:, t] = torch.where(mt, vs_t, zero)
-        pg[:, t] = torch.where(mt, pg_t, zero)
-        next_v = torch.where(mt, v[:, t], next_v)
-        next_vs = torch.where(mt, vs_t, next_vs)
-    return vs.to(values.dtype), pg.to(values.dtype)
-
-
 def sequence_log_is(
     old_logp: torch.Tensor, behavior_logp: torch.Tensor, mask: torch.Tensor, normalize: bool = False
 ) -> torch.Tensor:
-    """Sequence log IS ratio ``[B]``: sum_t m_t (old - behavior), or with ``normalize`` the mean over
-    the row's action tokens (log of the per-token geometric mean). 0 for a row with no token."""
+    """Sequence log IS ratio ``[B]``: sum_t m_t (old - behavior), or with ``normalize`` the mean
+    over the row's action tokens (log of the per-token geometric mean); 0 for a row without one."""
 
     m, n = _rows(mask)
     s = _log_diff(old_logp, behavior_logp, m).sum(1)
@@ -209,8 +140,38 @@ def is_mask(
 
 
 GATE_LEVELS = ("token", "sequence", "sequence_sum")
+"""What a gate bounds, with d_t = log pi_train - log pi_roll on the sampled tokens:
+
+- ``token``: each token (ratio metric: keep m_t 1[low <= e^{d_t} <= high]);
+- ``sequence``: a whole row (ratio metric: keep it iff low <= exp(mean_t d_t) <= high, the geometric
+  mean of its token ratios; KL metrics: their mean over the row's action tokens);
+- ``sequence_sum``: a whole row, ratio metric only: keep it iff low <= exp(sum_t d_t) <= high (the
+  product of its token ratios; verl's ``seq_sum_k1`` bounds 1/k, so its "lo_hi" is [1/hi, 1/lo]
+  here).
+"""
+
 GATE_METRICS = ("ratio", "kl", "binary_kl")
+"""What a gate measures:
+
+- ``ratio``: the importance ratio pi_train/pi_roll, kept within [low, high];
+- ``kl``: k3 = e^{d} - 1 - d, the estimate of KL(pi_roll || pi_train) on tokens sampled from pi_roll
+  (clamped to 10, as in :func:`~sixblanks.algorithms.regularizers.kl_estimate`). Only ``high``
+  applies: drop when KL > high;
+- ``binary_kl`` (KPop): keep where :func:`binary_kl_max` <= ``high``.
+"""
+
 GATE_MODES = ("mask", "clamp", "weight")
+"""What a gate returns:
+
+- ``mask``: the new mask (``mask.dtype``);
+- ``clamp`` (ratio metric only, as in AReaL): the detached weights ``[B, T]``, the token (or
+  sequence) ratio clamped into [low, high], zero off the mask; the mask itself is unchanged;
+- ``weight`` (IcePop, KPop; with level ``sequence``, OpenRLHF's seq-mask-tis): the detached weights
+  ``[B, T]``, each kept token's own ratio e^{d_t} (at ``sequence_sum``, the row's product
+  exp(sum_t d_t) on every token: verl's sequence IS with "lo_hi", TRL's ``sequence_mask``), 0 on
+  what is outside; the mask is unchanged, so what is outside stays in Z contributing 0, as in verl,
+  OpenRLHF, AReaL and TRL.
+"""
 
 
 def _check_gate(level: str, metric: str, mode: str, low: float, high: float) -> None:
@@ -278,34 +239,11 @@ def ratio_gate(
     metric: str = "ratio",
     mode: str = "mask",
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Train/rollout mismatch gate (IcePop-style; AReaL ``rejection_sampling``).
-
-    With d_t = log pi_train - log pi_roll on the sampled tokens:
-
-    - ``level="token", metric="ratio"``: keep m_t 1[low <= e^{d_t} <= high];
-    - ``level="sequence", metric="ratio"``: keep a whole row iff low <= exp(mean_t d_t) <= high
-      (the geometric mean of its token ratios);
-    - ``metric="kl"``: k3 = e^{d} - 1 - d, the estimate of KL(pi_roll || pi_train) on tokens sampled
-      from pi_roll (clamped to 10, as in :func:`~sixblanks.algorithms.regularizers.kl_estimate`);
-      per token, or its mean over the row's action tokens at sequence level. Only ``high``
-      applies: drop when KL > high.
-
-    - ``level="sequence_sum", metric="ratio"``: keep a whole row iff low <= exp(sum_t d_t) <= high
-      (the product of its token ratios; verl's ``seq_sum_k1`` bounds 1/k, so its "lo_hi" is
-      [1/hi, 1/lo] here);
-    - ``metric="binary_kl"`` (KPop): keep where :func:`binary_kl_max` <= ``high``, per token or
-      its mean over the row.
-
-    ``mode="mask"`` returns the new mask (``mask.dtype``). ``mode="clamp"`` (ratio metric only, as in
-    AReaL) returns the detached weights ``[B, T]``: the token (or sequence) ratio clamped into
-    [low, high], zero off the mask; the mask itself is unchanged. ``mode="weight"`` (IcePop, KPop;
-    with level ``sequence``, OpenRLHF's seq-mask-tis) returns the detached weights ``[B, T]``: each
-    kept token's own ratio e^{d_t} (at ``sequence_sum``, the row's product exp(sum_t d_t) on every
-    token: verl's sequence IS with "lo_hi", TRL's ``sequence_mask``), 0 on what is outside; the
-    mask is unchanged, so what is outside stays in Z contributing 0, as in verl, OpenRLHF, AReaL
-    and TRL. Whether dropped tokens stay in Z
-    is the caller's choice: aggregate over the original mask to keep them (contributing 0) or over
-    the returned one to drop them.
+    """Train/rollout mismatch gate (IcePop-style; AReaL ``rejection_sampling``) on
+    d_t = log pi_train - log pi_roll of the sampled tokens: what it keeps at ``level`` by ``metric``
+    (:data:`GATE_LEVELS`, :data:`GATE_METRICS`) and what it returns in ``mode``
+    (:data:`GATE_MODES`). Whether dropped tokens stay in Z is the caller's choice: aggregate over
+    the original mask to keep them (contributing 0) or over the returned one to drop them.
 
     Args:
         train_logp, roll_logp, mask: ``[B, T]``.
@@ -313,10 +251,11 @@ def ratio_gate(
 
     Returns:
         ``(mask_or_weight [B, T], info)``; info (floats): ``masked_frac`` (share of action tokens
-        dropped, or weighted 0 in weight mode; 0 in clamp mode), ``clamped_frac`` (share of action tokens whose weight was clamped;
-        0 in mask mode), ``log_ratio_p1/p50/p99`` (token d_t before any truncation), and at
-        sequence level ``seq_log_ratio_p1/p50/p99`` (ratio metric) or ``kl_mean``/``kl_max`` of the
-        gated KL statistic (kl metric). Percentiles are NaN without action tokens.
+        dropped, or weighted 0 in weight mode; 0 in clamp mode), ``clamped_frac`` (share of action
+        tokens whose weight was clamped; 0 in mask mode), ``log_ratio_p1/p50/p99`` (token d_t before
+        any truncation), and at sequence level ``seq_log_ratio_p1/p50/p99`` (ratio metric) or
+        ``kl_mean``/``kl_max`` of the gated KL statistic (kl metric). Percentiles are NaN without
+        action tokens.
     """
 
     _check_gate(level, metric, mode, low, high)
@@ -325,26 +264,7 @@ def ratio_gate(
     info: dict[str, float] = {}
     p1, p50, p99 = quantiles(d[m], (0.01, 0.5, 0.99))
     info.update(log_ratio_p1=p1, log_ratio_p50=p50, log_ratio_p99=p99)
-
-    lo, hi = _log_bound(low), _log_bound(high)
-    if metric in ("kl", "binary_kl"):
-        inside = _kl_inside(train_logp, roll_logp, m, n, level, high, info, metric)
-        log_r = d
-    elif level == "sequence_sum":
-        seq = d.sum(1)
-        q1, q50, q99 = quantiles(seq[n > 0], (0.01, 0.5, 0.99))
-        info.update(seq_log_ratio_p1=q1, seq_log_ratio_p50=q50, seq_log_ratio_p99=q99)
-        inside = ((seq >= lo) & (seq <= hi))[:, None]
-        log_r = seq[:, None].expand_as(d)
-    elif level == "sequence":
-        seq = d.sum(1) / n.clamp(min=1.0)
-        q1, q50, q99 = quantiles(seq[n > 0], (0.01, 0.5, 0.99))
-        info.update(seq_log_ratio_p1=q1, seq_log_ratio_p50=q50, seq_log_ratio_p99=q99)
-        inside = ((seq >= lo) & (seq <= hi))[:, None]
-        log_r = seq[:, None].expand_as(d)
-    else:
-        inside = (d >= lo) & (d <= hi)
-        log_r = d
+    inside, log_r = _gate_inside(train_logp, roll_logp, d, m, n, level, metric, low, high, info)
 
     out_tok = m & ~inside
     total = max(float(n.sum()), 1.0)
@@ -362,6 +282,34 @@ def ratio_gate(
     info.update(masked_frac=0.0, clamped_frac=frac)
     w = torch.exp(log_r.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(min=max(low, 0.0), max=high)
     return torch.where(m, w, torch.zeros_like(w)).to(train_logp.dtype), info
+
+
+def _gate_inside(
+    train_logp: torch.Tensor,
+    roll_logp: torch.Tensor,
+    d: torch.Tensor,
+    m: torch.Tensor,
+    n: torch.Tensor,
+    level: str,
+    metric: str,
+    low: float,
+    high: float,
+    info: dict[str, float],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the gate keeps (``[B, T]`` per token, ``[B, 1]`` per row) and the log-ratio ``[B, T]``
+    a clamping or weighing gate uses (the row's at sequence levels); ``d`` is the token log-ratio
+    ``[B, T]``, ``m`` the bool mask, ``n`` ``[B]`` the action tokens per row. A sequence level's
+    percentiles, or the KL statistic's mean and max, go to ``info``."""
+
+    lo, hi = _log_bound(low), _log_bound(high)
+    if metric in ("kl", "binary_kl"):
+        return _kl_inside(train_logp, roll_logp, m, n, level, high, info, metric), d
+    if level == "token":
+        return (d >= lo) & (d <= hi), d
+    seq = d.sum(1) if level == "sequence_sum" else d.sum(1) / n.clamp(min=1.0)
+    q1, q50, q99 = quantiles(seq[n > 0], (0.01, 0.5, 0.99))
+    info.update(seq_log_ratio_p1=q1, seq_log_ratio_p50=q50, seq_log_ratio_p99=q99)
+    return ((seq >= lo) & (seq <= hi))[:, None], seq[:, None].expand_as(d)
 
 
 def dis(

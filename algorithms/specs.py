@@ -84,7 +84,8 @@ class WeightSpec(Spec):
         description=(
             "none: w = 1 (pure on-policy REINFORCE, no ratio); token: r_t = pi/pi_old per token; "
             "sequence: GSPO s_i = exp(mean_t log r_t) (geometric mean); gspo_token: the "
-            "stop-gradient token form of GSPO; behavior: rho_t = pi/pi_rollout (SAO's DIS, no pi_old)."
+            "stop-gradient token form of GSPO; behavior: rho_t = pi/pi_rollout (SAO's DIS, "
+            "no pi_old)."
         ),
     )
     trust_region: Literal["none", "clip", "sapo", "dis", "cispo", "dppo_tv", "dppo_kl"] = Field(
@@ -116,7 +117,10 @@ class WeightSpec(Spec):
     tis_cap: float | None = Field(
         None,
         gt=0,
-        description="Truncated importance sampling: multiply by min(pi_old/pi_behavior, C), detached. None: off.",
+        description=(
+            "Truncated importance sampling: multiply by min(pi_old/pi_behavior, C), detached. "
+            "None: off."
+        ),
     )
     tis_form: Literal["token", "sequence", "token_mask", "sequence_mask"] = Field(
         "token",
@@ -163,7 +167,10 @@ class WeightSpec(Spec):
     target_kl: float | None = Field(
         None,
         gt=0,
-        description="Stop the update epochs once approx_kl > 1.5 target_kl (per minibatch, before the step).",
+        description=(
+            "Stop the update epochs once approx_kl > 1.5 target_kl (per minibatch, before the "
+            "step)."
+        ),
     )
 
 
@@ -179,7 +186,10 @@ class CriticSpec(Spec):
     )
     granularity: Literal["token", "turn", "sequence"] = Field(
         "token",
-        description="Where values are predicted: every action token, the first token of each turn, or once per sequence.",
+        description=(
+            "Where values are predicted: every action token, the first token of each turn, or once "
+            "per sequence."
+        ),
     )
     bootstrap_truncated: bool = Field(
         True, description="At a time-limit truncation, bootstrap with V(next state) instead of 0."
@@ -209,8 +219,8 @@ class CriticSpec(Spec):
     targets: Literal["gae", "vtrace"] = Field(
         "gae",
         description="gae: GAE(lambda) advantages and returns; vtrace: V-trace targets and policy "
-        "advantages (Espeholt et al. 2018) with rho = pi_old/pi_behaviour clipped at rho_bar, c_bar, "
-        "rho_bar_pg, for data sampled by a lagged or asynchronous behaviour policy.",
+        "advantages (Espeholt et al. 2018) with rho = pi_old/pi_behaviour clipped at rho_bar, "
+        "c_bar, rho_bar_pg, for data sampled by a lagged or asynchronous behaviour policy.",
     )
     rho_bar: float = Field(1.0, gt=0, description="V-trace: clip of rho in the TD errors.")
     c_bar: float = Field(1.0, gt=0, description="V-trace: clip of the traces c (<= rho_bar).")
@@ -306,16 +316,16 @@ class AdvantageSpec(Spec):
         "group_norm",
         description=(
             "unit: A = 1 (SFT); return: A = R (no baseline); batch_mean: R - mean (per group when "
-            "groups exist); loo: leave-one-out (RLOO); group_norm: (R - mean_g)/(std_g + eps) (GRPO); "
-            "group_mean: R - mean_g (Dr. GRPO); group_mean_batch_std: (R - mean_g)/(std_batch + eps) "
-            "(Lite PPO; advantage.batch_std picks the std); reinforce_pp: token returns whitened over the batch; "
-            "reinforce_pp_baseline: R - mean_g then batch whitening; remax: R - R(greedy); "
-            "turn_return: reward-to-go from each turn with gamma; gigpo: episode groups plus "
-            "step groups of identical environment states (GiGPO); hierarchical: outcome credit for "
-            "high-level (plan) turns and subgoal credit for low-level (execute) turns, each against "
-            "its own group baseline; prm: an explicit process reward "
-            "model's step scores (advantage.prm); prime: PRIME's implicit process rewards with "
-            "leave-one-out baselines (advantage.prime); gae: critic + GAE."
+            "groups exist); loo: leave-one-out (RLOO); group_norm: (R - mean_g)/(std_g + eps) "
+            "(GRPO); group_mean: R - mean_g (Dr. GRPO); group_mean_batch_std: "
+            "(R - mean_g)/(std_batch + eps) (Lite PPO; advantage.batch_std picks the std); "
+            "reinforce_pp: token returns whitened over the batch; reinforce_pp_baseline: "
+            "R - mean_g then batch whitening; remax: R - R(greedy); turn_return: reward-to-go from "
+            "each turn with gamma; gigpo: episode groups plus step groups of identical environment "
+            "states (GiGPO); hierarchical: outcome credit for high-level (plan) turns and subgoal "
+            "credit for low-level (execute) turns, each against its own group baseline; prm: an "
+            "explicit process reward model's step scores (advantage.prm); prime: PRIME's implicit "
+            "process rewards with leave-one-out baselines (advantage.prime); gae: critic + GAE."
         ),
     )
     std_ddof: Literal[0, 1] = Field(1, description="ddof of the group std (verl, TRL: 1).")
@@ -330,7 +340,9 @@ class AdvantageSpec(Spec):
     )
     singleton: Literal["zero", "raw"] = Field(
         "zero",
-        description="Rule for a group of one sample: zero: A = 0 (no signal); raw: A = R (verl grpo).",
+        description=(
+            "Rule for a group of one sample: zero: A = 0 (no signal); raw: A = R (verl grpo)."
+        ),
     )
     whiten_eps: float = Field(
         1e-8, gt=0, description="Batch whitening: (A - mu)/sqrt(var + eps), ddof 0."
@@ -338,7 +350,9 @@ class AdvantageSpec(Spec):
     gamma: float = Field(1.0, ge=0, le=1, description="Discount for token/turn returns.")
     turn_baseline: Literal["none", "group"] = Field(
         "group",
-        description="turn_return: subtract the group's mean return at the same turn index (or none).",
+        description=(
+            "turn_return: subtract the group's mean return at the same turn index (or none)."
+        ),
     )
     lam: float = Field(1.0, ge=0, le=1, description="GAE lambda.")
     gigpo_omega: float = Field(
@@ -377,16 +391,18 @@ class NormalizationSpec(Spec):
         description=(
             "token-mean: sum(m l)/sum(m); seq-mean-token-mean: (1/B) sum_i sum_t m l / T_i; "
             "seq-mean-token-sum: (1/B) sum_i sum_t m l; constant: sum(m l)/(B * L_max) (Dr. GRPO); "
-            "token-sum: sum(m l) (verl); prompt-mean: a token-mean inside each prompt's group, then "
-            "the mean over prompts (ScaleRL); task-mean: the mean over prompts of the mean of their "
-            "sequences' token-means; turn-mean: each environment turn weighs alike. Underscores "
-            "may replace the hyphens (token_sum)."
+            "token-sum: sum(m l) (verl); prompt-mean: a token-mean inside each prompt's group, "
+            "then the mean over prompts (ScaleRL); task-mean: the mean over prompts of the mean of "
+            "their sequences' token-means; turn-mean: each environment turn weighs alike. "
+            "Underscores may replace the hyphens (token_sum)."
         ),
     )
     l_max: int | None = Field(
         None,
         gt=0,
-        description="L_max for mode constant; None: the rollout's max_new_tokens (the generation budget).",
+        description=(
+            "L_max for mode constant; None: the rollout's max_new_tokens (the generation budget)."
+        ),
     )
     count_empty_rows: bool = Field(
         False,

@@ -27,12 +27,12 @@ def turn_return(
     turn_baseline: str = "group",
     token_penalty: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Turn-level returns: G_{i,k} = sum_{k' >= k} gamma^(k'-k) r_{i,k'}, broadcast to turn k's action tokens.
+    """Turn-level returns G_{i,k} = sum_{k' >= k} gamma^(k'-k) r_{i,k'}, on turn k's action tokens.
 
     Args:
         turn_rewards: ``[B, K]``; turn_ids: ``[B, T]`` (-1 off action tokens).
         token_penalty: ``[B, T]`` per-token KL penalty already multiplied by beta (KL in the
-            reward): turn k's reward becomes r_{i,k} - sum of the penalties of turn k's action tokens.
+            reward): turn k's reward becomes r_{i,k} minus the penalties of its action tokens.
         turn_baseline: "group": subtract the mean G at the same turn index over the group's samples
             that reached it (a turn reached by one sample only gets A = 0 there); "none": A = G.
     """
@@ -195,9 +195,9 @@ def prm(
 
     - ``sum``: R'_i = sum_k s_{i,k} (+ R_i); A_i = (R'_i - mean_g R') / (std_g R' + eps), on every
       trained token. The total grows with the number of steps.
-    - ``min``: R'_i = min_k s_{i,k} (+ R_i), normalized the same way. An extra step can only lower it.
-    - ``advantage`` (DeepSeekMath process supervision): s~_{i,k} = (s_{i,k} - mean) / (std + eps) over
-      every step of the task group's episodes; turn k's tokens get A = sum_{k' >= k} s~_{i,k'}
+    - ``min``: R'_i = min_k s_{i,k} (+ R_i), normalized the same way. A step more can only lower it.
+    - ``advantage`` (DeepSeekMath process supervision): s~_{i,k} = (s_{i,k} - mean) / (std + eps)
+      over every step of the task group's episodes; turn k's tokens get A = sum_{k' >= k} s~_{i,k'}
       (+ the group-normalized outcome (R_i - mean_g R) / (std_g R + eps)).
 
     KL in the reward (``token_penalty [B, T]``): each step's score loses its tokens' penalties.
@@ -226,6 +226,18 @@ def prm(
         return broadcast(normalized(total), mask)
     if mode != "advantage":
         raise ValueError(f"prm mode: unknown '{mode}'; valid: sum, min, advantage")
+    z = _pooled_step_z(s, has, group_ids, std_ddof, std_eps)
+    to_go = z.flip(1).cumsum(1).flip(1)  # sum over steps k' >= k
+    per_turn = to_go + (normalized(R)[:, None] if outcome else 0.0)
+    return to_tokens(per_turn, valid, mask)
+
+
+def _pooled_step_z(
+    s: torch.Tensor, has: torch.Tensor, group_ids: torch.Tensor, std_ddof: int, std_eps: float
+) -> torch.Tensor:
+    """Each step score of ``s`` ``[B, K]`` (where ``has``) normalized over every step of its task
+    group's episodes: (s - mean) / (std + eps), 0 where there is no step or the pool has one."""
+
     inv, n_groups = group_index(group_ids)
     h = has.double()
     cnt = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inv, h.sum(1))
@@ -236,10 +248,7 @@ def prm(
     )
     n = cnt[inv]
     std = torch.where(n > std_ddof, (ss[inv] / (n - std_ddof).clamp(min=1)).sqrt(), 0.0)
-    z = torch.where(has & (n[:, None] > 1), (s - mean[:, None]) / (std[:, None] + std_eps), 0.0)
-    to_go = z.flip(1).cumsum(1).flip(1)  # sum over steps k' >= k
-    per_turn = to_go + (normalized(R)[:, None] if outcome else 0.0)
-    return to_tokens(per_turn, valid, mask)
+    return torch.where(has & (n[:, None] > 1), (s - mean[:, None]) / (std[:, None] + std_eps), 0.0)
 
 
 @ESTIMATORS.register(
@@ -259,7 +268,8 @@ def prime(
     """PRIME (Cui et al. 2025), exact leave-one-out (not the code's K/(K-1) form), gamma 1,
     no final whitening:
 
-        A_{i,t} = sum_{s >= t} [r_{i,s} - (1/(K-1)) sum_{j != i} r(y^j)/|y^j|] + R_i - (1/(K-1)) sum_{j != i} R_j
+        A_{i,t} = sum_{s >= t} [r_{i,s} - (1/(K-1)) sum_{j != i} r(y^j)/|y^j|]
+                  + R_i - (1/(K-1)) sum_{j != i} R_j
 
     with ``process_rewards [B, T]`` r_{i,s} = beta log(pi_phi/pi_ref) on action tokens, r(y^j) the
     sum over sample j's tokens and |y^j| its trained tokens. KL in the reward (``token_penalty``)

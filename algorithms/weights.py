@@ -42,7 +42,7 @@ def token_ratio(logp, old_logp, mask=None, clamp: float = 20.0) -> torch.Tensor:
 
 
 def self_ratio(logp: torch.Tensor) -> torch.Tensor:
-    """exp(log pi - sg[log pi]): value 1, gradient ∇log pi (w = 1, on-policy REINFORCE). ``[B, T]``."""
+    """exp(log pi - sg[log pi]): value 1, gradient ∇log pi (w = 1, REINFORCE). ``[B, T]``."""
 
     return torch.exp(logp - logp.detach())
 
@@ -188,7 +188,8 @@ def clip_surrogate(
     eps_high: float,
     dual_clip_c: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO clip: l = max(-A r, -A clip(r, 1-eps_low, 1+eps_high)); dual clip caps l at -c·A for A < 0.
+    """PPO clip: l = max(-A r, -A clip(r, 1-eps_low, 1+eps_high)); dual clip caps l at -c·A where
+    A < 0.
 
     Returns (per-token loss ``[B, T]``, clipped indicator ``[B, T]`` (the clipped branch is active,
     so the token passes no gradient)).
@@ -209,7 +210,8 @@ def clip_surrogate(
 def sapo_surrogate(
     ratio: torch.Tensor, adv: torch.Tensor, tau_pos: float, tau_neg: float
 ) -> torch.Tensor:
-    """SAPO soft gate: l = -f(r)·A, f(r) = (4/tau) sigmoid(tau (r - 1)); tau = tau_pos if A > 0 else tau_neg.
+    """SAPO soft gate: l = -f(r)·A, f(r) = (4/tau) sigmoid(tau (r - 1)); tau is tau_pos where A > 0,
+    else tau_neg.
 
     The gradient weight ∂f/∂log r = 4 p (1 - p) r with p = sigmoid(tau (r - 1)) equals 1 at r = 1.
     """
@@ -308,11 +310,11 @@ def _dppo(metric: str):
     surrogate.__doc__ = (
         f"DPPO binary {metric.upper()} (Rethinking the Trust Region in LLM RL): "
         "l = -A sg(min(r, C)) M log pi, M the binary mask of :func:`dppo_keep` with thresholds "
-        "delta_low = eps_low, delta_high = eps_high, anchored on the ratio's denominator (pi_old for "
-        "ratio 'token', as verl; pi_rollout for ratio 'behavior', as the authors' Stable-RL, SkyRL "
-        "and prime-rl), C = weight.ratio_cap (None: no truncation). ``ratio``, ``adv``, ``logp``, "
-        "``anchor_logp``: ``[B, T]``. Returns (per-token loss ``[B, T]``, ``clipped`` ``[B, T]``: "
-        "the masked tokens)."
+        "delta_low = eps_low, delta_high = eps_high, anchored on the ratio's denominator (pi_old "
+        "for ratio 'token', as verl; pi_rollout for ratio 'behavior', as the authors' Stable-RL, "
+        "SkyRL and prime-rl), C = weight.ratio_cap (None: no truncation). ``ratio``, ``adv``, "
+        "``logp``, ``anchor_logp``: ``[B, T]``. Returns (per-token loss ``[B, T]``, ``clipped`` "
+        "``[B, T]``: the masked tokens)."
     )
     return surrogate
 

@@ -50,22 +50,22 @@ DISCARD_REASONS: tuple[str, ...] = (
     "stale_inflight",
     "stale_queue",
 )
-"""Why launched tokens did not enter a gradient. "zero_variance_filter": groups whose rewards were all
-equal, dropped without resampling (ScaleRL); "failed": a task or verifier failure; "baseline":
+"""Why launched tokens did not enter a gradient. "zero_variance_filter": groups whose rewards were
+all equal, dropped without resampling (ScaleRL); "failed": a task or verifier failure; "baseline":
 ReMax's greedy rollouts (a cost of the estimator, never trained on); "staleness": samples past the
 bounded-staleness limit; "masking": tokens an off-policy gate or a masked truncated-IS form dropped;
-"dis": tokens outside SAO's DIS band; "unconsumed": rounds a concurrent collector launched that
-were never trained on (still queued when the run ended, or made after the checkpoint a killed
-trainer resumed from); "search_selection": samples a search drew and did not select (the cost of
-selection that success filtering would otherwise hide); "restart": what an earlier attempt of the
-run launched before it was killed with no usable checkpoint left, so that the run started again
-from its first step (its work is charged, none of it is in the weights); "pair_selection": the
-responses of DPO's scored groups that are neither the best nor the worst (the cost of making a pair
-out of G samples); "no_preference": every response of a DPO group whose rewards are all equal (no
-pair can be made of it); "aborted": the partial episodes of groups a streaming collector aborted
-when new weights arrived (``partial: regenerate``; each group is launched again); "stale_inflight" /
-"stale_queue": groups past the bound on the versions they fell behind while generated / while
-waiting to be consumed."""
+"dis": tokens outside SAO's DIS band; "unconsumed": rounds a concurrent collector launched that were
+never trained on (still queued when the run ended, or made after the checkpoint a killed trainer
+resumed from); "search_selection": samples a search drew and did not select (the cost of selection
+that success filtering would otherwise hide); "restart": what an earlier attempt of the run launched
+before it was killed with no usable checkpoint left, so that the run started again from its first
+step (its work is charged, none of it is in the weights); "pair_selection": the responses of DPO's
+scored groups that are neither the best nor the worst (the cost of making a pair out of G samples);
+"no_preference": every response of a DPO group whose rewards are all equal (no pair can be made of
+it); "aborted": the partial episodes of groups a streaming collector aborted when new weights
+arrived (``partial: regenerate``; each group is launched again); "stale_inflight" / "stale_queue":
+groups past the bound on the versions they fell behind while generated / while waiting to be
+consumed."""
 
 
 def counter_names() -> list[str]:

@@ -179,7 +179,8 @@ class Ledger:
         return whole_units(amounts)
 
     def reserve(self, amounts: dict[str, float], label: str = "") -> Reservation | None:
-        """Hold the worst-case cost of work about to launch; None if it would not fit (do not launch)."""
+        """Hold the worst-case cost of work about to launch; None if it would not fit (then do not
+        launch it)."""
 
         amounts = self._check(amounts)
         if not self.fits(amounts):
@@ -209,7 +210,8 @@ class Ledger:
                 and v > reservation.amounts.get(k, 0)
             ):
                 raise BudgetError(
-                    f"commit of {v:g} {k} exceeds the reservation of {reservation.amounts.get(k, 0):g}"
+                    f"commit of {v:g} {k} exceeds the reservation of "
+                    f"{reservation.amounts.get(k, 0):g}"
                 )
         for k, v in reservation.amounts.items():
             self.reserved[k] -= v
@@ -268,12 +270,8 @@ class Ledger:
         discarded for "restart", since none of it is in the weights."""
 
         lost = self._check(lost)
-        spent = {
-            k: v
-            for k, v in lost.items()
-            if v and k not in ("accepted_tokens", "rollouts_accepted", "discarded_tokens",
-                               "replayed_tokens")
-        }  # fmt: skip
+        outcomes = ("accepted_tokens", "rollouts_accepted", "discarded_tokens", "replayed_tokens")
+        spent = {k: v for k, v in lost.items() if v and k not in outcomes}
         self._add(spent, {"type": "add", "label": "restart: the work of the attempt before"})
         self.discard("restart", spent.get("launched_tokens", 0), rollouts)
 
@@ -354,7 +352,7 @@ class Ledger:
             (led.discarded_by_reason, "discarded_by_reason"),
             (led.discarded_rollouts_by_reason, "discarded_rollouts_by_reason"),
         ):
-            mine.update({r: whole(v, f"{key}.{r}") for r, v in state.get(key, {}).items()})  # fmt: skip
+            mine.update({r: whole(v, f"{key}.{r}") for r, v in state.get(key, {}).items()})
         led.snapshots = copy.deepcopy(state.get("snapshots", []))
         led.seq = int(state.get("n_events", 0))
         led._seen = dict(led.counters)

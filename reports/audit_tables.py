@@ -122,64 +122,76 @@ def _parse(s: str | None) -> Any:
 
 
 def fairness_blocks(d: Data) -> list[Block]:
-    """One column per arm, one row per held-constant item (whatever items the store holds); a flagged
-    cell is highlighted with its reason beside it. Per-run flags (consumption, code) follow."""
+    """One column per arm, one row per held-constant item (whatever items the store holds); a
+    flagged cell is highlighted with its reason beside it. Per-run flags (consumption, code) come
+    after."""
 
     f = d.fairness
     per_arm = f.filter(pl.col("run_id").is_null())
     per_run = f.filter(pl.col("run_id").is_not_null() & pl.col("flagged"))
     arms = [a for a in d.arms if a in set(per_arm["arm"].to_list())]
     arms += [a for a in dict.fromkeys(per_arm["arm"].to_list()) if a not in arms]
-    cell = {
-        (a, i): (fl, r, v, ref)
-        for a, i, fl, r, v, ref in per_arm.select(
-            "arm", "item", "flagged", "reason", "value", "reference"
-        ).iter_rows()
-    }
     blocks: list[Block] = [Heading("Fairness audit")]
     if per_arm.height:
-        rows, row_cls = [], []
-        for item in dict.fromkeys(per_arm["item"].to_list()):
-            cells: list[Cell | str] = [item]
-            values, refs = set(), []
-            for a in arms:
-                fl, reason, value, ref = cell.get((a, item), (False, None, None, None))
-                values.add(json.dumps(_parse(value), sort_keys=True))
-                text = compact(_parse(value)) if (a, item) in cell else "(not audited)"
-                cells.append(
-                    Cell(text, "flag", str(reason or "flagged"), "⚠") if fl else Cell(text)
-                )
-                if fl and ref is not None:
-                    refs.append(compact(_parse(ref)))
-            cells.append(", ".join(dict.fromkeys(refs)) if refs else "")
-            rows.append(cells)
-            row_cls.append("diff" if len(values) > 1 else "")
+        rows, row_cls = _held_constant_rows(per_arm, arms)
         blocks += [
             Para(
-                "What must be held constant across arms, the value of each arm in its cell. A flagged "
-                "cell (⚠ in Markdown) differs from the experiment's value (last column), its reason "
-                "beside it; rows whose values differ at all are highlighted.",
+                "What must be held constant across arms, the value of each arm in its cell. A "
+                "flagged cell (⚠ in Markdown) differs from the experiment's value (last column), "
+                "its reason beside it; rows whose values differ at all are highlighted.",
                 "caption",
             ),
             Table(["item", *arms, "experiment's value (where flagged)"], rows, row_cls),
         ]
     if per_run.height:
         blocks.append(Para("Flags of single runs (consumption, code):", "caption"))
-        blocks.append(
-            Table(
-                ["arm", "item", "run", "reason"],
-                [
-                    [a, i, str(rid), Cell(str(r), "flag", mark="⚠")]
-                    for a, i, r, rid in per_run.select(
-                        "arm", "item", "reason", "run_id"
-                    ).iter_rows()
-                ],
-            )
-        )
+        blocks.append(_run_flags_table(per_run))
     if not f.filter(pl.col("flagged")).height:
         blocks.append(
             Para(
-                "No arm differs on a held-constant item; every run consumed at least 90% of the matched budget."
+                "No arm differs on a held-constant item; every run consumed at least 90% of the "
+                "matched budget."
             )
         )
     return blocks
+
+
+def _held_constant_rows(
+    per_arm: pl.DataFrame, arms: list[str]
+) -> tuple[list[list[Cell | str]], list[str]]:
+    """The held-constant table's rows (the item, each arm's value, flagged ones with their reason,
+    then the experiment's value where flagged) and each row's class ("diff" where values differ)."""
+
+    cell = {
+        (a, i): (fl, r, v, ref)
+        for a, i, fl, r, v, ref in per_arm.select(
+            "arm", "item", "flagged", "reason", "value", "reference"
+        ).iter_rows()
+    }
+    rows, row_cls = [], []
+    for item in dict.fromkeys(per_arm["item"].to_list()):
+        cells: list[Cell | str] = [item]
+        values, refs = set(), []
+        for a in arms:
+            fl, reason, value, ref = cell.get((a, item), (False, None, None, None))
+            values.add(json.dumps(_parse(value), sort_keys=True))
+            text = compact(_parse(value)) if (a, item) in cell else "(not audited)"
+            cells.append(Cell(text, "flag", str(reason or "flagged"), "⚠") if fl else Cell(text))
+            if fl and ref is not None:
+                refs.append(compact(_parse(ref)))
+        cells.append(", ".join(dict.fromkeys(refs)) if refs else "")
+        rows.append(cells)
+        row_cls.append("diff" if len(values) > 1 else "")
+    return rows, row_cls
+
+
+def _run_flags_table(per_run: pl.DataFrame) -> Table:
+    """The flags of single runs (consumption, code): arm, item, run and the flagged reason."""
+
+    return Table(
+        ["arm", "item", "run", "reason"],
+        [
+            [a, i, str(rid), Cell(str(r), "flag", mark="⚠")]
+            for a, i, r, rid in per_run.select("arm", "item", "reason", "run_id").iter_rows()
+        ],
+    )

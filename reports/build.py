@@ -37,6 +37,7 @@ from . import (
     worldmodel,
 )
 from .audit_tables import blanks_blocks, fairness_blocks
+from .cost_tables import budget_blocks, census_blocks, eval_cost_blocks, search_blocks
 from .data import (
     CENSUS,
     EVALS,
@@ -56,12 +57,8 @@ from .tables import (
     MIN_BOOTSTRAP_RUNS,
     MIN_P_SEEDS,
     arm_table,
-    budget_blocks,
-    census_blocks,
-    eval_cost_blocks,
     fmt,
     scores_blocks,
-    search_blocks,
 )
 
 
@@ -116,12 +113,13 @@ def _read_store(out_dir: Path) -> dict[str, Any]:
         evals = read_table(con, "evals", EVALS)
         budgets = con.sql("SELECT * FROM budgets").pl()
         ledger_last = con.sql(
-            "SELECT l.* FROM ledger l JOIN (SELECT run_id, max(step) s FROM ledger GROUP BY run_id) m "
-            "ON l.run_id = m.run_id AND l.step = m.s"
+            "SELECT l.* FROM ledger l JOIN (SELECT run_id, max(step) s FROM ledger GROUP BY "
+            "run_id) m ON l.run_id = m.run_id AND l.step = m.s"
         ).pl()
         curves = con.sql(
-            "SELECT m.run_id, m.step, m.name, m.value, l.launched_tokens FROM metrics m JOIN ledger l "
-            "ON m.run_id = l.run_id AND m.step = l.step WHERE m.name IN ('trainable_group_frac', 'response_length')"
+            "SELECT m.run_id, m.step, m.name, m.value, l.launched_tokens FROM metrics m JOIN "
+            "ledger l ON m.run_id = l.run_id AND m.step = l.step WHERE m.name IN "
+            "('trainable_group_frac', 'response_length')"
         ).pl()
         census = read_table(con, "census", CENSUS)
         if census.height:  # x-axis: the ledger's cumulative launched tokens after that step
@@ -182,7 +180,8 @@ def _normalized(
 ) -> tuple[pl.DataFrame, dict[str, tuple[float, float]] | None]:
     """(``scored`` with ``nscore``, per-task ranges or None): min-max per task if scales differ."""
 
-    # rliable: scores normalized per task where tasks differ in scale (built-in rewards lie in [0, 1])
+    # rliable: scores normalized per task where tasks differ in scale (built-in rewards are in
+    # [0, 1])
     ranges = None
     if len(tasks) > 1:
         ranges = stats.task_ranges(
@@ -229,7 +228,8 @@ def intro_blocks(d: Data, resamples: int) -> list[render.Block]:
         "Tasks differ in scale (a score outside [0, 1]), so each task's scores are min-max "
         "normalized over all runs of that task ("
         + ", ".join(f"{t}: [{lo:g}, {hi:g}]" for t, (lo, hi) in d.ranges.items())
-        + "); aggregates, the warm-start score and aggregate curves are in those units, per-task rows raw."
+        + "); aggregates, the warm-start score and aggregate curves are in those units, "
+        "per-task rows raw."
         if d.ranges
         else "Every task's scores lie in [0, 1]: raw scores, not normalized."
         if len(d.tasks) > 1
@@ -246,15 +246,16 @@ def intro_blocks(d: Data, resamples: int) -> list[render.Block]:
                 if d.split
                 else "No evaluation recorded yet. "
             )
-            + f"The warm-start score ({d.score_label}, the common reference): {fmt(d.warm_start_score)}. "
+            + f"The warm-start score ({d.score_label}, the common reference): "
+            f"{fmt(d.warm_start_score)}. "
             f"Baseline arm for P(improvement): {d.baseline}."
         ),
         render.Para(
-            "Intervals (95%): a mean's (the final score's, the gain's) is a Student t interval over "
-            "the seeds (n − 1 degrees of freedom; with several tasks each task's seeds, combined "
-            "with Welch–Satterthwaite's degrees of freedom). It covers at any number of seeds from "
-            "two, and so it is wide with few: at 2 seeds the t quantile is 12.7. One seed gives "
-            "none. Median and IQM have a stratified percentile bootstrap interval "
+            "Intervals (95%): a mean's (the final score's, the gain's) is a Student t interval "
+            "over the seeds (n − 1 degrees of freedom; with several tasks each task's seeds, "
+            "combined with Welch–Satterthwaite's degrees of freedom). It covers at any number of "
+            "seeds from two, and so it is wide with few: at 2 seeds the t quantile is 12.7. One "
+            "seed gives none. Median and IQM have a stratified percentile bootstrap interval "
             f"({resamples} resamples; seeds resampled within each task) only from "
             f"{MIN_BOOTSTRAP_RUNS} finished runs: over fewer it is too narrow (at 2 seeds it spans "
             "just the two values). P(improvement) is shown with the seeds behind it, and not below "

@@ -54,7 +54,7 @@ def diff_ci(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
 
 
 def arm_task_stats(d: Data) -> ArmTaskStats:
-    """{(arm, task): runs, finished, final scores, mean [CI] and launched tokens per finished run}."""
+    """{(arm, task): runs, finished, final scores, mean [CI], launched tokens per finished run}."""
 
     scores = run_scores(d)
     tokens = dict(d.ledger_last.select("run_id", "launched_tokens").iter_rows())

@@ -28,11 +28,11 @@ def query(con) -> dict[str, pl.DataFrame]:
     and the validation metrics per step."""
 
     cost = con.sql(
-        "SELECT r.arm, m.run_id, sum(CASE WHEN m.name IN ('credit_seconds', 'critic_seconds') "
-        "THEN m.value ELSE 0 END) AS extra_seconds, sum(CASE WHEN m.name = "
-        "'branch.launched_tokens' THEN m.value ELSE 0 END) AS branch_tokens, "
-        "max(CASE WHEN m.name IN ('credit_seconds', 'critic_seconds', 'branch.rows') THEN 1 "
-        "ELSE 0 END) AS has_extra FROM metrics m JOIN runs r USING (run_id) GROUP BY r.arm, m.run_id"
+        "SELECT r.arm, m.run_id, sum(CASE WHEN m.name IN ('credit_seconds', 'critic_seconds') THEN "
+        "m.value ELSE 0 END) AS extra_seconds, sum(CASE WHEN m.name = 'branch.launched_tokens' "
+        "THEN m.value ELSE 0 END) AS branch_tokens, max(CASE WHEN m.name IN ('credit_seconds', "
+        "'critic_seconds', 'branch.rows') THEN 1 ELSE 0 END) AS has_extra FROM metrics m JOIN runs "
+        "r USING (run_id) GROUP BY r.arm, m.run_id"
     ).pl()
     calib = con.sql(
         "SELECT r.arm, m.name, sum(m.value) AS value FROM metrics m JOIN runs r USING (run_id) "

@@ -129,9 +129,9 @@ def _pooled(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.n
 
 @dataclass(frozen=True)
 class ArmFit:
-    """An arm's fit: ``fit`` the least-squares refinement (for prediction), ``estimate`` the grid fit
-    to every run once (A, B, log C_mid) and ``boots`` ``[resamples, 3]`` the same grid fit to runs
-    resampled with replacement. Estimates and intervals come from one procedure, so an interval
+    """An arm's fit: ``fit`` the least-squares refinement (for prediction), ``estimate`` the grid
+    fit to every run once (A, B, log C_mid) and ``boots`` ``[resamples, 3]`` the same grid fit to
+    runs resampled with replacement. Estimates and intervals come from one procedure, so an interval
     that excludes its estimate means the data do not determine the curve (``problem`` says so)."""
 
     fit: Fit | None

@@ -1,6 +1,6 @@
-"""Single-sample and search-time scores, never in one budget row (the chapter:
-"do not report search-time and single-sample policies under the same compute budget without
-separation").
+"""Single-sample and search-time scores, never in one budget row: a search spends inference-time
+compute that a single sample does not, so under one budget the search would look like a better
+policy.
 
 The arm table scores each policy by one sample per instance (pass@1). Where the evaluation drew k
 samples per instance (``eval.samples``), best-of-k chosen by the verifier (pass@k) is an
@@ -57,8 +57,9 @@ def search_rows(d: Data) -> list[list[str]]:
     out = []
     for arm, mode, t, score in sorted(agg.iter_rows(), key=lambda r: order.get(r[0], 0)):
         compute = f"{t:.1f} generated tokens" if t is not None else "not measured"
-        out.append([arm, f"{mode} search over turns, leaf chosen by the verifier", compute,
-                    f"{score:.3f}"])  # fmt: skip
+        out.append(
+            [arm, f"{mode} search over turns, leaf chosen by the verifier", compute, f"{score:.3f}"]
+        )
     return out
 
 

@@ -39,8 +39,9 @@ def _interval(ax: dict[str, Any]) -> str:
     if "comparisons" in ax:  # a claim of several comparisons: each with its own
         return "; ".join(f"{c['label']}: {_interval(c)}" for c in ax["comparisons"])
     fam = ax.get("family") or {}
-    est = ax["interval"]["estimate"]
-    return f"{fmt(est)} [{fmt(fam.get('low', ax['interval']['low']))}, {fmt(fam.get('high', ax['interval']['high']))}]"
+    interval = ax["interval"]
+    low, high = fam.get("low", interval["low"]), fam.get("high", interval["high"])
+    return f"{fmt(interval['estimate'])} [{fmt(low)}, {fmt(high)}]"
 
 
 def _spent(ax: dict[str, Any]) -> str:
@@ -216,13 +217,53 @@ def figure(r: dict[str, Any]) -> bytes | None:
     return fig_png(fig)
 
 
+METHOD = (
+    "Each claim ran as an experiment of two arms that differ only in the blanks the claim "
+    "is about, matched on the budget shown. Seeds were added in batches until the claim "
+    "was decided or its seed cap was reached, under a sequential sign-flip test of the "
+    "mean per-seed difference whose error is split over its looks; the claims run "
+    "together are one family, each stopped at its alpha divided by the family's size, "
+    "and their verdicts adjusted across the family (Holm unless said otherwise). The "
+    "interval is the test's repeated confidence interval at the level of the adjusted "
+    "decision: valid however the looks went, for the fixed evaluation set, and the "
+    "decision is read from it. A claim of a direction with smallest effect δ is "
+    "'reproduced' when the interval excludes 0 on the claimed side and does not exclude "
+    "δ; 'present but smaller than claimed' when it lies between 0 and δ; 'not reproduced "
+    "at delta' when it excludes δ but not 0; 'contradicted' when it lies wholly on the "
+    "other side of 0; 'inconclusive' when it contains both. A claim of equality is "
+    "reproduced inside ±δ; a 'no worse' claim above −δ. A claim over several arms (best, "
+    "or an ordering) is decided from the pairs it implies, Holm-adjusted inside the claim: "
+    "reproduced only if every pair is, contradicted if any pair is, otherwise the weakest "
+    "pair's verdict. An interaction claim tests, per seed, the change of arm − than "
+    "between two budgets (grows), or the side of 0 it is separated on at each (changes "
+    "sign). Each verdict's rule is its cell's note."
+)
+"""How the findings page reads a verdict: the experiment, the sequential test, the family's
+adjustment, and each verdict's rule (the page's caption above the table)."""
+
+
 def build_findings_report(out: str | Path, names: list[str] | None = None) -> Path:
     """``OUT/index.html`` and ``OUT/findings.md`` from the verdicts under ``out`` (those of
     ``names`` only, where given: the claims of the last findings run, one family)."""
 
     out = Path(out)
     verdicts = load_verdicts(out, names)
-    table = render.Table(
+    blocks: list[render.Block] = [render.Para(METHOD, "caption"), _verdicts_table(verdicts)]
+    for r in verdicts:
+        blocks += _verdict_blocks(out, r)
+    if not verdicts:
+        blocks.append(render.Para("No finding has run yet.", "flag"))
+    title = "sixblanks findings"
+    (out / "index.html").write_text(render.to_html(title, blocks), encoding="utf-8")
+    (out / "findings.md").write_text(render.to_markdown(title, blocks), encoding="utf-8")
+    return out / "index.html"
+
+
+def _verdicts_table(verdicts: list[dict[str, Any]]) -> render.Table:
+    """One row per claim: what was compared on which axis, the verdict (its rule as the note), the
+    effect, seeds, budget spent, the detectable effect and the audit."""
+
+    return render.Table(
         HEADER,
         [
             [
@@ -239,50 +280,25 @@ def build_findings_report(out: str | Path, names: list[str] | None = None) -> Pa
             for r in rows(verdicts)
         ],
     )
+
+
+def _verdict_blocks(out: Path, r: dict[str, Any]) -> list[render.Block]:
+    """One claim's section: its name, statement and source, what it means, its details, and its
+    figure (written beside the page)."""
+
     blocks: list[render.Block] = [
-        render.Para(
-            "Each claim ran as an experiment of two arms that differ only in the blanks the claim "
-            "is about, matched on the budget shown. Seeds were added in batches until the claim "
-            "was decided or its seed cap was reached, under a sequential sign-flip test of the "
-            "mean per-seed difference whose error is split over its looks; the claims run "
-            "together are one family, each stopped at its alpha divided by the family's size, "
-            "and their verdicts adjusted across the family (Holm unless said otherwise). The "
-            "interval is the test's repeated confidence interval at the level of the adjusted "
-            "decision: valid however the looks went, for the fixed evaluation set, and the "
-            "decision is read from it. A claim of a direction with smallest effect δ is "
-            "'reproduced' when the interval excludes 0 on the claimed side and does not exclude "
-            "δ; 'present but smaller than claimed' when it lies between 0 and δ; 'not reproduced "
-            "at delta' when it excludes δ but not 0; 'contradicted' when it lies wholly on the "
-            "other side of 0; 'inconclusive' when it contains both. A claim of equality is "
-            "reproduced inside ±δ; a 'no worse' claim above −δ. A claim over several arms (best, "
-            "or an ordering) is decided from the pairs it implies, Holm-adjusted inside the claim: "
-            "reproduced only if every pair is, contradicted if any pair is, otherwise the weakest "
-            "pair's verdict. An interaction claim tests, per seed, the change of arm − than "
-            "between two budgets (grows), or the side of 0 it is separated on at each (changes "
-            "sign). Each verdict's rule is its cell's note.",
-            "caption",
-        ),
-        table,
+        render.Heading(r["name"], 3),
+        render.Para(f"{r['claim']} Source: {r['source']}."),
     ]
-    for r in verdicts:
-        blocks += [
-            render.Heading(r["name"], 3),
-            render.Para(f"{r['claim']} Source: {r['source']}."),
-        ]
-        if r.get("meaning"):
-            blocks.append(render.Para(r["meaning"], "caption"))
-        blocks += _details(r)
-        png = figure(r)
-        if png:
-            name = f"{r['name']}.png"
-            (out / name).write_bytes(png)
-            blocks.append(render.Image(name, r["name"], png))
-    if not verdicts:
-        blocks.append(render.Para("No finding has run yet.", "flag"))
-    title = "sixblanks findings"
-    (out / "index.html").write_text(render.to_html(title, blocks), encoding="utf-8")
-    (out / "findings.md").write_text(render.to_markdown(title, blocks), encoding="utf-8")
-    return out / "index.html"
+    if r.get("meaning"):
+        blocks.append(render.Para(r["meaning"], "caption"))
+    blocks += _details(r)
+    png = figure(r)
+    if png:
+        name = f"{r['name']}.png"
+        (out / name).write_bytes(png)
+        blocks.append(render.Image(name, r["name"], png))
+    return blocks
 
 
 def _details(r: dict[str, Any]) -> list[render.Block]:

@@ -119,22 +119,7 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
 
     spans = d.lag.height and bool((d.lag["name"] == "lag.version_span").any())
     fig, axes = plt.subplots(1, 4 if spans else 3, figsize=(20 if spans else 15, 4))
-    ax = axes[0]
-    for r in rows:
-        lag = lags.get(r["arm"], 0)
-        if r.get("mean") is None:
-            continue
-        lo, hi = r.get("mean_lo"), r.get("mean_hi")
-        err = None
-        if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
-            err = [[r["mean"] - lo], [hi - r["mean"]]]
-        ax.errorbar([lag], [r["mean"]], yerr=err, fmt="o", capsize=3)
-        ax.annotate(
-            r["arm"], (lag, r["mean"]), textcoords="offset points", xytext=(5, 3), fontsize=8
-        )
-    ax.set_xlabel("lag (versions behind: data.lag; measured mean for concurrent arms)")
-    ax.set_ylabel(f"final score ({d.score_label})")
-    ax.set_title("score against lag")
+    _score_against_lag(axes[0], rows, lags, d.score_label)
     ev = d.lag.join(d.runs.select("run_id", "arm"), on="run_id")
     for ax, names, label in (
         (
@@ -149,22 +134,51 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
             else []
         ),
     ):
-        for arm in d.arms:
-            for name in names:
-                sub = ev.filter((pl.col("arm") == arm) & (pl.col("name") == name))
-                if sub.height == 0:
-                    continue
-                by_step = sub.group_by("step").agg(
-                    pl.col("value").mean(), pl.col("launched_tokens").mean()
-                )
-                by_step = by_step.sort("step")
-                style, tag = STYLES[name]
-                ax.plot(by_step["launched_tokens"], by_step["value"], style, label=f"{arm}{tag}")
-        ax.set_xlabel("launched tokens")
-        ax.set_title(label)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6, ncol=2 if len(ax.get_lines()) > 8 else 1)
+        _over_training(ax, ev, d.arms, names, label)
     return "Lag: score against lag, and the behaviour policy's distance over training", fig_png(fig)
+
+
+def _score_against_lag(ax: Any, rows: list[dict[str, Any]], lags: dict, score_label: str) -> None:
+    """Each arm's final score (mean with its interval) at its lag, on matplotlib axes ``ax``."""
+
+    for r in rows:
+        lag = lags.get(r["arm"], 0)
+        if r.get("mean") is None:
+            continue
+        lo, hi = r.get("mean_lo"), r.get("mean_hi")
+        err = None
+        if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
+            err = [[r["mean"] - lo], [hi - r["mean"]]]
+        ax.errorbar([lag], [r["mean"]], yerr=err, fmt="o", capsize=3)
+        ax.annotate(
+            r["arm"], (lag, r["mean"]), textcoords="offset points", xytext=(5, 3), fontsize=8
+        )
+    ax.set_xlabel("lag (versions behind: data.lag; measured mean for concurrent arms)")
+    ax.set_ylabel(f"final score ({score_label})")
+    ax.set_title("score against lag")
+
+
+def _over_training(
+    ax: Any, ev: pl.DataFrame, arms: list[str], names: tuple[str, ...], label: str
+) -> None:
+    """The lag metrics ``names`` of each arm against launched tokens (mean over runs per step), on
+    matplotlib axes ``ax``; ``ev`` holds the metrics with each run's arm."""
+
+    for arm in arms:
+        for name in names:
+            sub = ev.filter((pl.col("arm") == arm) & (pl.col("name") == name))
+            if sub.height == 0:
+                continue
+            by_step = sub.group_by("step").agg(
+                pl.col("value").mean(), pl.col("launched_tokens").mean()
+            )
+            by_step = by_step.sort("step")
+            style, tag = STYLES[name]
+            ax.plot(by_step["launched_tokens"], by_step["value"], style, label=f"{arm}{tag}")
+    ax.set_xlabel("launched tokens")
+    ax.set_title(label)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, ncol=2 if len(ax.get_lines()) > 8 else 1)
 
 
 DROPS = ("stale_inflight", "stale_queue", "staleness", "aborted", "unconsumed")
@@ -179,41 +193,12 @@ def async_blocks(d: Data) -> list:
 
     from .render import Heading, Para, Table
 
-    arms = []
-    for arm, blanks in d.runs.select("arm", "blanks").iter_rows():
-        data = (json.loads(blanks) if isinstance(blanks, str) else blanks or {}).get("data", {})
-        if data.get("concurrent") is not None and arm not in arms:
-            arms.append(arm)
+    arms = _concurrent_arms(d)
     if not arms or d.lag.height == 0:
         return []
     ev = d.lag.join(d.runs.select("run_id", "arm"), on="run_id")
     last = d.ledger_last.join(d.runs.select("run_id", "arm"), on="run_id")
-
-    def stat(arm: str, name: str, agg: str) -> str:
-        sub = ev.filter((pl.col("arm") == arm) & (pl.col("name") == name))["value"]
-        if len(sub) == 0:
-            return "-"
-        return f"{(sub.mean() if agg == 'mean' else sub.max()):.2f}"
-
-    rows = []
-    for arm in order_arms(d, arms):
-        mine = last.filter(pl.col("arm") == arm)
-        launched = float(mine["launched_tokens"].sum()) if mine.height else 0.0
-        drops = []
-        for reason in DROPS:
-            col = f"discarded_{reason}"
-            n = float(mine[col].fill_null(0).sum()) if col in mine.columns and mine.height else 0.0
-            drops.append(f"{n:.0f} ({100 * n / launched:.1f}%)" if launched else f"{n:.0f}")
-        rows.append(
-            [
-                arm,
-                *[
-                    f"{stat(arm, f'lag.{k}', 'mean')} / {stat(arm, f'lag.{k}_max', 'max')}"
-                    for k in ("inflight_behind", "queue_behind", "version_span")
-                ],
-                *drops,
-            ]
-        )
+    rows = [_async_row(arm, ev, last) for arm in order_arms(d, arms)]
     return [
         Heading("Asynchrony: staleness by where it passed, version spans, and what was dropped"),
         Para(
@@ -235,6 +220,45 @@ def async_blocks(d: Data) -> list:
             ],
             rows,
         ),
+    ]
+
+
+def _concurrent_arms(d: Data) -> list[str]:
+    """The arms whose blanks set ``data.concurrent``, in the order their runs come."""
+
+    arms = []
+    for arm, blanks in d.runs.select("arm", "blanks").iter_rows():
+        data = (json.loads(blanks) if isinstance(blanks, str) else blanks or {}).get("data", {})
+        if data.get("concurrent") is not None and arm not in arms:
+            arms.append(arm)
+    return arms
+
+
+def _async_row(arm: str, ev: pl.DataFrame, last: pl.DataFrame) -> list[str]:
+    """One concurrent arm's row: staleness in flight, in the queue and version span (mean over its
+    steps / max), then the launched tokens each asynchronous discard reason took. ``ev``: the lag
+    metrics, ``last``: each run's last ledger row, both with the run's arm."""
+
+    def stat(name: str, agg: str) -> str:
+        sub = ev.filter((pl.col("arm") == arm) & (pl.col("name") == name))["value"]
+        if len(sub) == 0:
+            return "-"
+        return f"{(sub.mean() if agg == 'mean' else sub.max()):.2f}"
+
+    mine = last.filter(pl.col("arm") == arm)
+    launched = float(mine["launched_tokens"].sum()) if mine.height else 0.0
+    drops = []
+    for reason in DROPS:
+        col = f"discarded_{reason}"
+        n = float(mine[col].fill_null(0).sum()) if col in mine.columns and mine.height else 0.0
+        drops.append(f"{n:.0f} ({100 * n / launched:.1f}%)" if launched else f"{n:.0f}")
+    return [
+        arm,
+        *[
+            f"{stat(f'lag.{k}', 'mean')} / {stat(f'lag.{k}_max', 'max')}"
+            for k in ("inflight_behind", "queue_behind", "version_span")
+        ],
+        *drops,
     ]
 
 

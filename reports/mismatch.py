@@ -93,7 +93,7 @@ def mismatch_blocks(d: Data, with_plots: bool = True) -> list[Block]:
                     stat(a, NAMES[0], "max"),
                     stat(a, NAMES[1], "mean"),
                     stat(a, NAMES[1], "max"),
-                ]  # fmt: skip
+                ]
                 for a in arms
             ],
         ),

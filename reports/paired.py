@@ -8,7 +8,8 @@ instances ``i``. Its mean has the variance of a two-way random-effects model
     Var(mean d) = var_seed / S + var_instance / I + var_cell / (S * I)
 
 estimated without bias from the ANOVA mean squares (each component truncated at zero), with
-Satterthwaite's degrees of freedom and Student-t quantiles: (MS_seed + MS_instance - MS_cell) / (S I).
+Satterthwaite's degrees of freedom and Student-t quantiles:
+(MS_seed + MS_instance - MS_cell) / (S I).
 
 A bootstrap that resamples seeds and instances, each with replacement and independently
 (``twoway_bootstrap``), estimates another variance, not this one corrected for few seeds. With the

@@ -250,22 +250,21 @@ def paired_blocks(d: Data, rows: list[dict[str, Any]] | None = None) -> list[Blo
     return [
         Heading("Paired differences"),
         Para(
-            "Each pair of arms compared on the seeds both finished and the held-out instances every "
-            "arm is evaluated on, the arm that scored higher first: the difference is taken per "
-            "seed and instance, so the noise the two arms share cancels. The interval counts the "
-            "seeds' spread and the evaluation's own "
-            "sampling noise together (two-way random effects: seeds and instances, Student t with "
-            "Satterthwaite's degrees of freedom); with 3 seeds or fewer it is somewhat too narrow "
-            "(a 95% interval covers about 93% at 3 seeds, 88% at 2, in simulation), and one seed "
-            "gives no "
-            "verdict. Pairs are separated by Holm's step-down over the pairs' p-values, and each "
-            "interval is at the level Holm held its pair to (its CI level): a separated pair's "
-            "at the level it passed, a pair not separated at the level where the step-down "
-            "stopped, so an interval excludes 0 exactly where its pair is separated (one pair: "
-            "95%). 'Smallest detectable difference' is the true difference this many seeds and "
-            "instances would detect 80% of the time (two-sided, at the same level): a pair that "
-            "is not separated and whose difference would matter only below it is inconclusive, "
-            "not equal. The Summary says each row in a sentence.",
+            "Each pair of arms compared on the seeds both finished and the held-out instances "
+            "every arm is evaluated on, the arm that scored higher first: the difference is taken "
+            "per seed and instance, so the noise the two arms share cancels. The interval counts "
+            "the seeds' spread and the evaluation's own sampling noise together (two-way random "
+            "effects: seeds and instances, Student t with Satterthwaite's degrees of freedom); "
+            "with 3 seeds or fewer it is somewhat too narrow (a 95% interval covers about 93% at 3 "
+            "seeds, 88% at 2, in simulation), and one seed gives no verdict. Pairs are separated "
+            "by Holm's step-down over the pairs' p-values, and each interval is at the level Holm "
+            "held its pair to (its CI level): a separated pair's at the level it passed, a pair "
+            "not separated at the level where the step-down stopped, so an interval excludes 0 "
+            "exactly where its pair is separated (one pair: 95%). 'Smallest detectable difference' "
+            "is the true difference this many seeds and instances would detect 80% of the time "
+            "(two-sided, at the same level): a pair that is not separated and whose difference "
+            "would matter only below it is inconclusive, not equal. The Summary says each row in a "
+            "sentence.",
             "caption",
         ),
         table,
@@ -300,36 +299,12 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
     heading = Heading("Compute curves: asymptote or efficiency")
     most = max(f.runs for by_arm in fits.values() for f in by_arm.values())
     if most < curvefit.MIN_RUNS:  # shown as such: one line, not a table of empty fits
-        return [
-            heading,
-            Para(
-                f"Not fitted: every arm has fewer than {curvefit.MIN_RUNS} finished runs (at most "
-                f"{most}). A compute curve R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted to so "
-                "few runs has intervals too narrow to read and no verdict on asymptote or "
-                "efficiency.",
-                "caption",
-            ),
-        ]
-    fit_rows = []
-    for axis, by_arm in fits.items():
-        for arm, f in by_arm.items():
-            problem = f.problem()
-            if problem:  # shown as such: no estimate without an interval that stands
-                fit_rows.append([AXES[axis], arm, Cell(problem, "inert"), "", "", "", ""])
-                continue
-            a, b, m = f.estimate
-            (alo, ahi), (blo, bhi), (mlo, mhi) = f.interval(0), f.interval(1), f.interval(2)
-            fit_rows.append(
-                [
-                    AXES[axis],
-                    arm,
-                    estimate_interval(a, alo, ahi),
-                    estimate_interval(b, blo, bhi, 2),
-                    estimate_interval(np.exp(m), np.exp(mlo), np.exp(mhi), g=True),
-                    fmt(f.rmse),
-                    _extrapolated(curves[axis][arm], d.warm_start_score),
-                ]
-            )
+        return [heading, _not_fitted(most)]
+    fit_rows = [
+        _fit_row(axis, arm, f, curves[axis][arm], d.warm_start_score)
+        for axis, by_arm in fits.items()
+        for arm, f in by_arm.items()
+    ]
     verdict_rows = [
         [p["a"], p["b"]]
         + [_curve_cell(p[axis], fits[axis].get(p["a"]), fits[axis].get(p["b"])) for axis in AXES]
@@ -338,8 +313,8 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
     return [
         heading,
         Para(
-            "Each arm's held-out score against each budget axis, fitted with R(C) = R0 + (A − R0) / "
-            "(1 + (C_mid / C)^B): R0 the warm-start score, A the asymptote, B and C_mid the "
+            "Each arm's held-out score against each budget axis, fitted with R(C) = R0 + (A − R0) "
+            "/ (1 + (C_mid / C)^B): R0 the warm-start score, A the asymptote, B and C_mid the "
             "efficiency. The fit and its intervals come from one procedure: the fit to every run, "
             "and refits to the arm's runs resampled with replacement. A pair 'differs in "
             "asymptote' where the interval of A's difference excludes 0; else 'differs in "
@@ -367,6 +342,40 @@ def curve_blocks(d: Data, resamples: int = 100) -> list[Block]:
             ["arm A (ended higher)", "arm B"] + [f"A vs B on {v}" for v in AXES.values()],
             verdict_rows,
         ),
+    ]
+
+
+def _not_fitted(most: int) -> Para:
+    """Why no arm's compute curve is fitted: at most ``most`` finished runs, below the minimum."""
+
+    return Para(
+        f"Not fitted: every arm has fewer than {curvefit.MIN_RUNS} finished runs (at most "
+        f"{most}). A compute curve R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted to so "
+        "few runs has intervals too narrow to read and no verdict on asymptote or "
+        "efficiency.",
+        "caption",
+    )
+
+
+def _fit_row(
+    axis: str, arm: str, f: curvefit.ArmFit, curve: list[tuple[np.ndarray, np.ndarray]], r0: float
+) -> list[Cell | str]:
+    """An arm's fit on one budget axis: A, B and C_mid with their intervals, the RMSE, and the
+    half-budget fit's extrapolation to the end; or why the fit is not shown."""
+
+    problem = f.problem()
+    if problem:  # shown as such: no estimate without an interval that stands
+        return [AXES[axis], arm, Cell(problem, "inert"), "", "", "", ""]
+    a, b, m = f.estimate
+    (alo, ahi), (blo, bhi), (mlo, mhi) = f.interval(0), f.interval(1), f.interval(2)
+    return [
+        AXES[axis],
+        arm,
+        estimate_interval(a, alo, ahi),
+        estimate_interval(b, blo, bhi, 2),
+        estimate_interval(np.exp(m), np.exp(mlo), np.exp(mhi), g=True),
+        fmt(f.rmse),
+        _extrapolated(curve, r0),
     ]
 
 

@@ -51,6 +51,27 @@ def _json(x: Any) -> dict[str, Any]:
     return (json.loads(x) if isinstance(x, str) else x) or {}
 
 
+def _opponent_cells(o: pl.DataFrame) -> list[str]:
+    """One arm's games against one opponent (``o``: its evaluations, with each run's first and
+    last step ``s0``, ``s1``): games per evaluation, first and last win rate, last draw rate, the
+    perfect-play ceiling and the evaluation's generated tokens."""
+
+    start = o.filter(pl.col("step") == pl.col("s0"))
+    end = o.filter(pl.col("step") == pl.col("s1"))
+    games = end["games"].to_list()
+    draws = sum(end["draws"].to_list())
+    ceiling = end["winnable"].drop_nulls()
+    spent = o["eval_generated_tokens"].drop_nulls()
+    return [
+        f"{games[0]} ({end['split'][0]})",
+        _rate(start["win_rate"].to_list()),
+        _rate(end["win_rate"].to_list()),
+        f"{draws / max(1, sum(games)):.3f}",
+        f"{ceiling.sum() / max(1, sum(games)):.3f}" if ceiling.len() else "—",
+        f"{spent.sum():.0f}" if spent.len() else "—",
+    ]
+
+
 def trained_against(blanks: Any, spec: Any = None) -> str:
     """An arm's training opponents, in words, from its resolved blanks (and its run spec)."""
 
@@ -90,36 +111,17 @@ def selfplay_blocks(d: Data) -> list[Block]:
             continue
         label = trained_against(sub["blanks"][0], sub["spec"][0])
         for opp in sorted(sub["opponent"].unique().to_list()):
-            o = sub.filter(pl.col("opponent") == opp)
-            start = o.filter(pl.col("step") == pl.col("s0"))
-            end = o.filter(pl.col("step") == pl.col("s1"))
-            games = end["games"].to_list()
-            draws = sum(end["draws"].to_list())
-            ceiling = end["winnable"].drop_nulls()
-            spent = o["eval_generated_tokens"].drop_nulls()
-            table.append(
-                [
-                    arm,
-                    label,
-                    opp,
-                    f"{games[0]} ({end['split'][0]})",
-                    _rate(start["win_rate"].to_list()),
-                    _rate(end["win_rate"].to_list()),
-                    f"{draws / max(1, sum(games)):.3f}",
-                    f"{ceiling.sum() / max(1, sum(games)):.3f}" if ceiling.len() else "—",
-                    f"{spent.sum():.0f}" if spent.len() else "—",
-                ]
-            )
+            table.append([arm, label, opp, *_opponent_cells(sub.filter(pl.col("opponent") == opp))])
     return [
         Heading("Self-play: against fixed external opponents"),
         Para(
             "Win rate of each arm's greedy policy against the task's fixed external opponents, "
             "played apart from training at every evaluation (first and last evaluation of each "
             "run: mean over runs, [min, max] where there are several). Games against a training "
-            "pool of past checkpoints are never shown as progress: only opponents that no "
-            "training can move are. Draws: games cut short undecided. Perfect play: the share of "
-            "these games a perfect first player wins against any opponent (the ceiling against "
-            "the optimal one). These games are counted apart from the training budget (their generated "
+            "pool of past checkpoints are never shown as progress: only opponents that no training "
+            "can move are. Draws: games cut short undecided. Perfect play: the share of these "
+            "games a perfect first player wins against any opponent (the ceiling against the "
+            "optimal one). These games are counted apart from the training budget (their generated "
             "tokens, all evaluations of all runs, in the last column).",
             "caption",
         ),

@@ -4,9 +4,9 @@ sentence per compared pair with the direction in words ("dapo > grpo: paired dif
 
 Computed here once, from the report's data (``build.load``; ``build.summary_of`` reads a directory):
 the report's first section, the end of `sixblanks run`, the output of `sixblanks report` and
-``sixblanks.load(out).summary()`` / ``.verdicts()`` all show this. The mean and its interval are the arm table's (the same function,
-``stats.stratified_t_interval``, on the same scores); the sentences are the paired table's rows
-(``pairs.pair_rows``)."""
+``sixblanks.load(out).summary()`` / ``.verdicts()`` all show this. The mean and its interval are the
+arm table's (the same function, ``stats.stratified_t_interval``, on the same scores); the sentences
+are the paired table's rows (``pairs.pair_rows``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The report's statistics and tables: per arm and per arm x task scores, the dynamic-sampling
-census, evaluation cost, the six blanks (with inert differences), the fairness audit, budgets and
-search effort. Each ``*_blocks`` function returns render blocks (see render.py)."""
+"""The report's score statistics and tables: per arm and per arm x task scores at the matched
+budget, with the formatting every table shares (``fmt``, ``estimate_interval``, ``ci``). What the
+runs cost is in cost_tables.py. Each ``*_blocks`` function returns render blocks (see render.py)."""
 
 from __future__ import annotations
 
@@ -180,79 +180,121 @@ def arm_table(
     scores = run_scores(d)
     finished = scores.filter((pl.col("status") == "finished") & pl.col("final_score").is_not_null())
     pass_cols = [c for c in scores.columns if c.startswith("pass@")]
-
-    def by_task(arm: str, col: str = "final_score") -> dict[str, np.ndarray]:
-        f = finished.filter(pl.col("arm") == arm)
-        return {t: f.filter(pl.col("task") == t)[col].drop_nulls().to_numpy() for t in d.tasks}
-
-    base = by_task(d.baseline) if d.baseline else {}
+    base = _by_task(finished, d.tasks, d.baseline) if d.baseline else {}
     rows, task_rows = [], []
     for arm in d.arms:
-        all_runs = scores.filter(pl.col("arm") == arm)
+        runs = scores.filter(pl.col("arm") == arm)
         f = finished.filter(pl.col("arm") == arm)
-        row: dict[str, Any] = {
-            "arm": arm,
-            "preset": all_runs["preset"][0],
-            "runs": all_runs.height,
-            "finished": f.height,
-            "split": d.split,
-        }
-        mine = by_task(arm)
+        mine = _by_task(finished, d.tasks, arm)
         p_avg, p_task = (
             stats.probability_of_improvement_by_task(mine, base)
             if arm != d.baseline and base
             else (None, {})
         )
-        if f.height:
-            gain = f.filter(pl.col("start_norm").is_not_null())
-            _interval_stats(
-                row,
-                [f.filter(pl.col("task") == t)["final_norm"].to_numpy() for t in d.tasks],
-                [
-                    (g["final_norm"] - g["start_norm"]).to_numpy()
-                    for t in d.tasks
-                    for g in [gain.filter(pl.col("task") == t)]
-                ],
-                resamples,
-                seed,
-            )
-            row["p_improve"] = None if p_avg is None or math.isnan(p_avg) else p_avg
-            row["p_improve_by_task"] = p_task
-            # the seeds behind P: each arm's fewest on a task both were scored on
-            row["p_improve_seeds"] = (
-                [min(len(mine[t]) for t in p_task), min(len(base[t]) for t in p_task)]
-                if p_task
-                else None
-            )
-            row["auc_launched"] = float(f["auc_launched"].mean())
-            row["seeds"] = f.height
-            row.update({c: f[c].mean() for c in pass_cols})
-        rows.append(row)
+        rows.append(
+            _arm_row(d, arm, runs, f, (mine, base, p_avg, p_task), pass_cols, resamples, seed)
+        )
         if len(d.tasks) < 2:
             continue
         for t in d.tasks:
-            ft = f.filter(pl.col("task") == t)
-            trow: dict[str, Any] = {
-                "arm": arm,
-                "task": t,
-                "runs": all_runs.filter(pl.col("task") == t).height,
-                "finished": ft.height,
-                "split": d.split,
-            }
-            if ft.height:
-                g = ft.filter(pl.col("start_score").is_not_null())
-                _interval_stats(
-                    trow,
-                    [ft["final_score"].to_numpy()],
-                    [(g["final_score"] - g["start_score"]).to_numpy()],
-                    resamples,
-                    seed,
-                )
-                trow["p_improve"] = p_task.get(t)
-                trow["p_improve_seeds"] = [len(mine[t]), len(base[t])] if t in p_task else None
-                trow.update({c: ft[c].mean() for c in pass_cols})
-            task_rows.append(trow)
+            seeds = [len(mine[t]), len(base[t])] if t in p_task else None
+            task_rows.append(
+                _task_row(d, arm, t, runs, f, (p_task.get(t), seeds), pass_cols, resamples, seed)
+            )
     return rows, task_rows, scores
+
+
+def _by_task(finished: pl.DataFrame, tasks: list[str], arm: str) -> dict[str, np.ndarray]:
+    """{task: the final scores ``[n]`` of ``arm``'s finished runs on it}."""
+
+    f = finished.filter(pl.col("arm") == arm)
+    return {t: f.filter(pl.col("task") == t)["final_score"].drop_nulls().to_numpy() for t in tasks}
+
+
+def _arm_row(
+    d: Data,
+    arm: str,
+    runs: pl.DataFrame,
+    f: pl.DataFrame,
+    improvement: tuple[dict, dict, float | None, dict[str, float]],
+    pass_cols: list[str],
+    resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """One arm's row over runs x tasks: its runs (``runs``; ``f`` the finished ones), normalized
+    scores and gains with their intervals, P(improvement) over the baseline with the seeds behind
+    it (``improvement``: the arm's and the baseline's scores by task, the average P and P by task),
+    AUC and pass@k."""
+
+    row: dict[str, Any] = {
+        "arm": arm,
+        "preset": runs["preset"][0],
+        "runs": runs.height,
+        "finished": f.height,
+        "split": d.split,
+    }
+    if not f.height:
+        return row
+    mine, base, p_avg, p_task = improvement
+    gain = f.filter(pl.col("start_norm").is_not_null())
+    _interval_stats(
+        row,
+        [f.filter(pl.col("task") == t)["final_norm"].to_numpy() for t in d.tasks],
+        [
+            (g["final_norm"] - g["start_norm"]).to_numpy()
+            for t in d.tasks
+            for g in [gain.filter(pl.col("task") == t)]
+        ],
+        resamples,
+        seed,
+    )
+    row["p_improve"] = None if p_avg is None or math.isnan(p_avg) else p_avg
+    row["p_improve_by_task"] = p_task
+    # the seeds behind P: each arm's fewest on a task both were scored on
+    row["p_improve_seeds"] = (
+        [min(len(mine[t]) for t in p_task), min(len(base[t]) for t in p_task)] if p_task else None
+    )
+    row["auc_launched"] = float(f["auc_launched"].mean())
+    row["seeds"] = f.height
+    row.update({c: f[c].mean() for c in pass_cols})
+    return row
+
+
+def _task_row(
+    d: Data,
+    arm: str,
+    task: str,
+    runs: pl.DataFrame,
+    f: pl.DataFrame,
+    improvement: tuple[float | None, list[int] | None],
+    pass_cols: list[str],
+    resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """One arm's row on one task, raw scores: its runs and finished runs there (``runs``, ``f``:
+    the arm's), final score and gain with their intervals, P(improvement) within the task and the
+    seeds behind it (``improvement``), pass@k."""
+
+    ft = f.filter(pl.col("task") == task)
+    trow: dict[str, Any] = {
+        "arm": arm,
+        "task": task,
+        "runs": runs.filter(pl.col("task") == task).height,
+        "finished": ft.height,
+        "split": d.split,
+    }
+    if ft.height:
+        g = ft.filter(pl.col("start_score").is_not_null())
+        _interval_stats(
+            trow,
+            [ft["final_score"].to_numpy()],
+            [(g["final_score"] - g["start_score"]).to_numpy()],
+            resamples,
+            seed,
+        )
+        trow["p_improve"], trow["p_improve_seeds"] = improvement
+        trow.update({c: ft[c].mean() for c in pass_cols})
+    return trow
 
 
 def train_device_seconds(d: Data) -> dict[str, float]:
@@ -279,6 +321,20 @@ def search_tokens(d: Data) -> dict[str, float]:
 def scores_blocks(
     d: Data, rows: list[dict[str, Any]], task_rows: list[dict[str, Any]]
 ) -> list[Block]:
+    blocks: list[Block] = [
+        Heading("Arms at the matched budget"),
+        _arms_table(d, rows),
+        *eval_mode_blocks(d, rows),
+    ]
+    if len(d.tasks) > 1:
+        blocks += _per_task_blocks(d, task_rows)
+    return blocks
+
+
+def _arms_table(d: Data, rows: list[dict[str, Any]]) -> Table:
+    """One row per arm: scores at the matched budget with their intervals, gain, P(improvement),
+    AUC, and what the training cost beside the policy."""
+
     sl = d.score_label
     several = len(d.tasks) > 1
     unit = " (normalized per task)" if d.ranges else ""
@@ -306,7 +362,7 @@ def scores_blocks(
         parts += [f"{search[arm]:.0f} search tokens"] if search.get(arm) else []
         return "; ".join(parts) or "—"
 
-    table = Table(
+    return Table(
         header,
         [
             [
@@ -322,206 +378,40 @@ def scores_blocks(
             for r in rows
         ],
     )
-    blocks: list[Block] = [Heading("Arms at the matched budget"), table, *eval_mode_blocks(d, rows)]
-    if several:
-        blocks += [
-            Heading("Per task"),
-            Para(
-                f"Each arm on each task, raw scores of the {sl}; P(improvement) over "
-                f"{d.baseline} within the task (the arm table averages these).",
-                "caption",
-            ),
-            Table(
-                [
-                    "arm",
-                    "task",
-                    "finished/runs",
-                    f"final score, mean [95% CI] ({sl})",
-                    "IQM",
-                    f"gain over warm start ({sl})",
-                    f"P(improve over {d.baseline}) on this task",
-                ],
-                [
-                    [
-                        r["arm"],
-                        r["task"],
-                        f"{r['finished']}/{r['runs']}",
-                        ci(r, "mean"),
-                        ci(r, "iqm"),
-                        ci(r, "gain"),
-                        p_improve_cell(r),
-                    ]
-                    for r in task_rows
-                ],
-            ),
-        ]
-    return blocks
 
 
-# ----------------------------------------------------------------------------- diagnostics
+def _per_task_blocks(d: Data, task_rows: list[dict[str, Any]]) -> list[Block]:
+    """Each arm on each task, raw scores, with P(improvement) within the task."""
 
-VERDICTS = ("all_correct", "all_wrong", "zero_variance", "accuracy", "surplus")
-
-
-def census_blocks(d: Data) -> list[Block]:
-    """Per arm: groups launched over training and the share kept or dropped by each verdict."""
-
-    if d.census.height == 0:
-        return []
-    c = d.census.join(d.runs.select("run_id", "arm"), on="run_id")
-    agg = c.group_by("arm").agg(
-        pl.col("run_id").n_unique().alias("runs"),
-        pl.col("groups_launched").sum(),
-        pl.col("groups_kept").sum(),
-        *[pl.col(f"dropped_{v}").sum() for v in VERDICTS],
-    )
-    by_arm = {r["arm"]: r for r in agg.iter_rows(named=True)}
-
-    def share(n: Any, total: Any) -> str:
-        n = n or 0  # a store written before a verdict existed has no count for it
-        return f"{n} ({100 * n / total:.0f}%)" if total else str(n)
-
+    sl = d.score_label
     return [
-        Heading("Dynamic-sampling census"),
+        Heading("Per task"),
         Para(
-            "Training groups launched per arm (all seeds) and what became of them: kept for the "
-            "gradient, or dropped as all correct, all wrong, zero variance, outside the accuracy "
-            "band (data.accuracy_filter, PRIME) or surplus beyond the step's quota. An arm "
-            "without dynamic sampling keeps every group.",
+            f"Each arm on each task, raw scores of the {sl}; P(improvement) over "
+            f"{d.baseline} within the task (the arm table averages these).",
             "caption",
         ),
         Table(
-            ["arm", "runs", "groups launched", "kept", *[f"dropped: {v}" for v in VERDICTS]],
+            [
+                "arm",
+                "task",
+                "finished/runs",
+                f"final score, mean [95% CI] ({sl})",
+                "IQM",
+                f"gain over warm start ({sl})",
+                f"P(improve over {d.baseline}) on this task",
+            ],
             [
                 [
-                    a,
-                    str(r["runs"]),
-                    str(r["groups_launched"]),
-                    *[
-                        share(r[k], r["groups_launched"])
-                        for k in ("groups_kept", *[f"dropped_{v}" for v in VERDICTS])
-                    ],
+                    r["arm"],
+                    r["task"],
+                    f"{r['finished']}/{r['runs']}",
+                    ci(r, "mean"),
+                    ci(r, "iqm"),
+                    ci(r, "gain"),
+                    p_improve_cell(r),
                 ]
-                for a in d.arms
-                if (r := by_arm.get(a))
-            ],
-        ),
-    ]
-
-
-EVAL_COST = (
-    ("eval_generated_tokens", "generated tokens", 0),
-    ("eval_verifier_calls", "verifier calls", 0),
-    ("eval_device_seconds", "device-seconds", 2),
-    ("eval_wall_seconds", "wall-seconds", 2),
-)
-
-
-def eval_cost_blocks(d: Data) -> list[Block]:
-    if d.evals.height == 0:
-        return []
-    ev = d.evals.join(d.runs.select("run_id", "arm"), on="run_id")
-    train = d.ledger_last.join(d.runs.select("run_id", "arm"), on="run_id")
-    rows = []
-    for arm in d.arms:
-        e = ev.filter(pl.col("arm") == arm)
-        runs = max(e["run_id"].n_unique(), 1)
-        splits = ", ".join(
-            f"{n} {s}" for s, n in e.group_by("split").len().sort("split").iter_rows()
-        )
-        cells = [arm, splits or "0"]
-        for col, _, digits in EVAL_COST:
-            v = e[col]
-            cells.append(
-                "—"
-                if v.null_count() == v.len()
-                else f"{fmt(float(v.sum()), digits)} ({fmt(float(v.sum()) / runs, digits)})"
-            )
-        lt = train.filter(pl.col("arm") == arm)["launched_tokens"]
-        cells.append(fmt(float(lt.sum()), 0) if lt.len() else "—")
-        rows.append(cells)
-    return [
-        Heading("Evaluation cost"),
-        Para(
-            "What the evaluations themselves cost, all runs of the arm together (per run in "
-            "parentheses), by split. Evaluation is counted apart from the training budget; the "
-            "training launched tokens are shown for scale.",
-            "caption",
-        ),
-        Table(
-            [
-                "arm",
-                "evaluations",
-                *[f"eval {label}" for _, label, _ in EVAL_COST],
-                "training launched tokens",
-            ],
-            rows,
-        ),
-    ]
-
-
-# ----------------------------------------------------------------------------- budgets, search
-
-
-def budget_blocks(d: Data) -> list[Block]:
-    b = d.budgets.join(d.runs.select("run_id", "arm", "task", "seed", "status"), on="run_id").sort(
-        "arm", "task", "seed"
-    )
-    rows = [
-        [
-            rid,
-            arm,
-            str(task),
-            str(seed),
-            status,
-            counter,
-            f"{limit:g}",
-            f"{consumed:g} ({100 * consumed / limit:.0f}%)" if limit else f"{consumed:g}",
-        ]
-        for rid, counter, limit, consumed, arm, task, seed, status in b.select(
-            "run_id", "counter", "limit_value", "consumed", "arm", "task", "seed", "status"
-        ).iter_rows()
-    ]
-    return [
-        Heading("Planned vs consumed budget per run"),
-        Table(["run", "arm", "task", "seed", "status", "counter", "planned", "consumed"], rows),
-    ]
-
-
-def search_blocks(d: Data) -> list[Block]:
-    if d.trials.height == 0:
-        return []
-    eff = d.trials.group_by("arm", maintain_order=True).agg(
-        pl.len().alias("n"),
-        (pl.col("state") == "COMPLETE").sum().alias("c"),
-        (pl.col("state") == "PRUNED").sum().alias("p"),
-        (pl.col("state") == "FAIL").sum().alias("f"),
-        pl.col("launched_tokens").sum().alias("tok"),
-        (pl.col("device_seconds").sum() / 3600).alias("dh"),
-        pl.col("value").max().alias("best"),
-    )
-    return [
-        Heading("Hyperparameter search: effort per arm"),
-        Para(
-            "Arms named ARM.tuned above run the best trial's configuration, ARM the defaults, both on "
-            "fresh seeds under the matched budget and scored on the test split; trials were chosen "
-            "on the validation split.",
-            "caption",
-        ),
-        Table(
-            [
-                "arm",
-                "trials",
-                "complete",
-                "pruned",
-                "failed",
-                "launched tokens",
-                "device-hours",
-                "best value (validation split)",
-            ],
-            [
-                [arm, str(n), str(c), str(p), str(f), fmt(tok, 0), fmt(dh, 4), fmt(best)]
-                for arm, n, c, p, f, tok, dh, best in eff.iter_rows()
+                for r in task_rows
             ],
         ),
     ]

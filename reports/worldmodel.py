@@ -32,8 +32,8 @@ def query(con) -> pl.DataFrame:
     names = ", ".join(f"'{n}'" for n, _ in HELD_OUT)
     err = con.sql(
         "SELECT m.run_id, m.name, m.value FROM metrics m JOIN (SELECT run_id, max(step) AS s FROM "
-        f"metrics WHERE name IN ({names}) GROUP BY run_id) x ON m.run_id = x.run_id AND m.step = x.s "
-        f"WHERE m.name IN ({names})"
+        f"metrics WHERE name IN ({names}) GROUP BY run_id) x ON m.run_id = x.run_id AND m.step = "
+        f"x.s WHERE m.name IN ({names})"
     ).pl()
     if err.height == 0:
         return pl.DataFrame()
@@ -66,8 +66,8 @@ def worldmodel_blocks(d: Data) -> list[Block]:
     return [
         Heading("World model: imagined and real environment steps"),
         Para(
-            "Per arm, mean over runs: the real environment's steps (env_steps, the budget's) and the "
-            "steps simulated by the learned world model (imagined_env_steps), and the model's "
+            "Per arm, mean over runs: the real environment's steps (env_steps, the budget's) and "
+            "the steps simulated by the learned world model (imagined_env_steps), and the model's "
             "prediction error at the last step on held-out real transitions (each step's real "
             "transitions, measured before it trained on them).",
             "caption",

@@ -142,10 +142,10 @@ def run(
     ``runs/<name>``), build the report, and return the results (:func:`load`).
 
     ``progress``: live progress bars on a terminal. ``reuse_finished``: reuse finished runs made
-    by other code (the audit flags them). ``add``: add a changed definition to a directory that holds
-    another one. ``log``: a callable taking each progress line (default: silent). Runs that failed
-    raise :class:`~sixblanks.harness.orchestration.orchestrator.RunFailed` after the report is
-    written (the results of the others are in ``out``); Ctrl-C raises
+    by other code (the audit flags them). ``add``: add a changed definition to a directory that
+    holds another one. ``log``: a callable taking each progress line (default: silent). Runs that
+    failed raise :class:`~sixblanks.harness.orchestration.orchestrator.RunFailed` after the report
+    is written (the results of the others are in ``out``); Ctrl-C raises
     :class:`~sixblanks.harness.orchestration.interrupts.Interrupted` with the runs left resumable.
     """
 
@@ -202,7 +202,7 @@ def ladder(
                 "evidence": r.evidence,
             }
             for r in rungs
-        ]  # fmt: skip
+        ]
     )
 
 
