@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sixblanks.algorithms.blanks import Blanks
+from sixblanks.budgets.worst import episodes_worst, update_worst
 
 from .experiment import ExperimentConfig
 from .parallel_checks import parallel_notes, parallel_problems
@@ -76,7 +77,7 @@ class _Arm:
         return self.path("data.group_size")
 
 
-def _arms(cfg: ExperimentConfig) -> list[_Arm]:
+def resolved_arms(cfg: ExperimentConfig) -> list[_Arm]:
     """The arms whose blanks resolve (the others are reported by the semantic pass)."""
 
     from pydantic import ValidationError
@@ -330,17 +331,18 @@ def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[
     t = f" x {turns} turn(s)" + (f" ({arm.tool_turns} of the code tool)" if arm.tools else "")
 
     def rollouts(n: int, how: str) -> dict[str, tuple[float, str]]:
-        out = {  # RunContext.worst_rollouts
-            "launched_tokens": (n * turns * L, f"{how} x max_new_tokens {L}{t}"),
-            "prompt_tokens": (n * turns * P, f"{how} x max_prompt_tokens {P}{t}"),
-            "rollouts_launched": (n, how),
-            "env_steps": (n * turns, how + t),
-            "verifier_calls": (n * turns, how + t),
-            "judge_calls": (n * turns * judge_per_verify, f"{how}{t} x {judge_per_verify} call(s)"),
+        # the numbers the loop reserves (RunContext.worst_rollouts), with how each is counted
+        cost = episodes_worst(n, turns, L, P, judge_per_verify, arm.tool_calls)
+        said = {
+            "launched_tokens": f"{how} x max_new_tokens {L}{t}",
+            "prompt_tokens": f"{how} x max_prompt_tokens {P}{t}",
+            "rollouts_launched": how,
+            "env_steps": how + t,
+            "verifier_calls": how + t,
+            "judge_calls": f"{how}{t} x {judge_per_verify} call(s)",
+            "tool_calls": f"{how} x {arm.tool_calls} program(s)",
         }
-        if arm.tools:
-            out["tool_calls"] = (n * arm.tool_calls, f"{how} x {arm.tool_calls} program(s)")
-        return out
+        return {k: (v, said[k]) for k, v in cost.items() if k in said}
 
     if d.source == "demonstrations":  # played through the environment: no prompt is sampled
         n, how = ppp * g, f"prompts_per_step {ppp} x group size {g}"
@@ -393,12 +395,16 @@ def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[
         if d.self_play is not None:
             tokens, how = worst["launched_tokens"]
             worst["opponent_tokens"] = (tokens, how + " (a reply to every move)")
-    steps = d.epochs * d.minibatches
     launched, rows = worst["launched_tokens"], worst["rollouts_launched"]
-    worst.update(  # Trainer.worst_update: it accepts at most what it launched
-        optimizer_steps=(steps, f"data.epochs {d.epochs} x data.minibatches {d.minibatches}"),
-        accepted_tokens=launched,
-        rollouts_accepted=rows,
+    # Trainer.worst_update: it accepts at most what it launched
+    update = update_worst(d.epochs, d.minibatches, rows[0], launched[0])
+    worst.update(
+        optimizer_steps=(
+            update["optimizer_steps"],
+            f"data.epochs {d.epochs} x data.minibatches {d.minibatches}",
+        ),
+        accepted_tokens=(update["accepted_tokens"], launched[1]),
+        rollouts_accepted=(update["rollouts_accepted"], rows[1]),
     )
     if b.advantage.estimator == "prm" and b.advantage.prm.scorer != "trained":
         calls = worst.get("judge_calls", (0.0, ""))[0] + rows[0]
@@ -517,7 +523,7 @@ def _prm_label_problems(arms: list[_Arm], tasks: list[TaskConfig]) -> list[str]:
 def run_problems(cfg: ExperimentConfig) -> list[str]:
     """Every problem of ``cfg``'s runs that shows before any of them starts."""
 
-    arms = _arms(cfg)
+    arms = resolved_arms(cfg)
     tasks = [(t, _turns(t)) for t in cfg.tasks or []]
     out: list[str] = []
     for arm in arms:
@@ -655,7 +661,7 @@ def cautions(cfg: ExperimentConfig) -> list[str]:
     and logged when a run starts, never refused."""
 
     out: list[str] = []
-    for arm in _arms(cfg):
+    for arm in resolved_arms(cfg):
         b, G = arm.blanks, arm.group_size
         weight = arm.override.get("weight") or {}
         if b.weight.clip_scale is not None and {"eps_low", "eps_high"} & set(weight):

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from sixblanks.budgets.worst import episodes_worst
+
 from ..rollout.agent import run_episodes
 from ..rollout.engine import RolloutEngine, SamplerMismatch, SamplingParams
 from ..rollout.trajectory import TrajectoryBatch
@@ -120,23 +122,18 @@ class RunContext:
     def worst_rollouts(self, n: int) -> dict[str, float]:
         """The most ``n`` episodes can cost: every turn at the generation and context limits."""
 
-        rollout = self.settings.rollout
-        return {
-            "launched_tokens": float(n * self.turns * rollout.max_new_tokens),
-            "prompt_tokens": float(n * self.turns * rollout.max_prompt_tokens),
-            "rollouts_launched": float(n),
-            "env_steps": float(n * self.turns),
-            "verifier_calls": float(n * self.turns),
-            "judge_calls": float(n * self.turns * self.judge_calls_per_verify),
-            **(self.worst_tools(n) if self.toolbox else {}),
-        }
-
-    def worst_tools(self, n: int) -> dict[str, float]:
-        """The most ``n`` episodes' programs can cost: every call they may make, each running to its
-        timeout and its set-up allowance (an exact bound, so a limit on either holds)."""
-
-        calls = float(n * self.tool_calls_per_episode)
-        return {"tool_calls": calls, "tool_seconds": calls * self.toolbox.worst_seconds}
+        rollout, box = self.settings.rollout, self.toolbox
+        return episodes_worst(
+            n,
+            self.turns,
+            rollout.max_new_tokens,
+            rollout.max_prompt_tokens,
+            self.judge_calls_per_verify,
+            # every program an episode may run, each to its timeout and set-up allowance: an
+            # exact bound, so a limit on either tool counter holds
+            self.tool_calls_per_episode if box else 0,
+            box.worst_seconds if box else 0.0,
+        )
 
     @property
     def toolbox(self):

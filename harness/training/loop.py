@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from sixblanks.budgets.ledger import Budget, Ledger
+from sixblanks.budgets.worst import update_worst
 
 from ..lora import memory_metrics, param_counts, train_state_bytes
 from ..rollout.engine import HFEngine, RolloutEngine
@@ -106,8 +107,7 @@ class Trainer:
 
     def worst_update(self, rows: int, tokens: float, admission: bool = False) -> dict[str, float]:
         d = self.ctx.blanks.data
-        out = {"optimizer_steps": float(d.epochs * d.minibatches), "accepted_tokens": float(tokens)}
-        out["rollouts_accepted"] = float(rows)
+        out = update_worst(d.epochs, d.minibatches, rows, tokens)
         if admission:  # a second model's calls (a user PRM): the step's admission checks them,
             out.update(self.objective.worst_extra(rows))  # the objective reserves and charges
         return out
