@@ -231,8 +231,11 @@ def check_tokenizer_fits(tokenizer, model, where: str | Path) -> None:
 
     rows = model.get_input_embeddings().num_embeddings
     n = len(tokenizer)
-    special = [i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id)
-               if i is not None]  # fmt: skip
+    special = [
+        i
+        for i in (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id)
+        if i is not None
+    ]
     if n > rows or any(i >= rows for i in special):
         raise ModelError(
             f"'{where}': the tokenizer has {n} tokens (largest special id "

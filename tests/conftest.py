@@ -14,10 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # between runs): `make test` passes or fails the same way on any machine. `make test-properties`
 # runs them under the "random" profile: fresh draws, many more of them (a slow suite, outside CI;
 # a failure prints the example to add with @example).
-settings.register_profile("pinned", derandomize=True, database=None, max_examples=200,
-                          deadline=None, print_blob=True)  # fmt: skip
-settings.register_profile("random", derandomize=False, database=None, max_examples=5000,
-                          deadline=None, print_blob=True)  # fmt: skip
+settings.register_profile(
+    "pinned", derandomize=True, database=None, max_examples=200, deadline=None, print_blob=True
+)
+settings.register_profile(
+    "random", derandomize=False, database=None, max_examples=5000, deadline=None, print_blob=True
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pinned"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -210,11 +210,15 @@ def test_a_shuffled_arm_learns_from_permuted_rewards_and_evaluates_as_any_other(
     perm = reward_permutation(batch.size, 0, 0)
     mask0 = fbatch.action_mask.clone()
     want, _, _ = compute_advantages(
-        PRESETS["grpo"].blanks, fbatch.reward[perm], mask0, fbatch.group_ids,
-        old_logp=p_faulted.tensors["old_logp"], ref_logp=p_faulted.tensors["ref_logp"],
+        PRESETS["grpo"].blanks,
+        fbatch.reward[perm],
+        mask0,
+        fbatch.group_ids,
+        old_logp=p_faulted.tensors["old_logp"],
+        ref_logp=p_faulted.tensors["ref_logp"],
         l_max=faulted.ctx.l_max,
         **{**fbatch.advantage_inputs(), "turn_rewards": fbatch.reward[perm][:, None]},
-    )  # fmt: skip
+    )
     assert torch.allclose(p_faulted.tensors["adv"], want)
     assert not torch.allclose(p_faulted.tensors["adv"], p_clean.tensors["adv"])
     # ... and the logged rewards are the true ones

@@ -430,8 +430,10 @@ def test_the_schema_flags_misspelt_presets_task_names_and_task_parameters(cli):
         "task": {"name": "arithmetic", "params": {"digitz": 2}},
     }
     assert any("digitz" in m for m in errors(bad))
-    ok = {"arms": {"a": {"preset": "grpo"}}, "tasks": [{"name": "reasoning_gym:leg_counting"},
-                                                      {"name": "examples.my_tasks:Reverse"}]}  # fmt: skip
+    ok = {
+        "arms": {"a": {"preset": "grpo"}},
+        "tasks": [{"name": "reasoning_gym:leg_counting"}, {"name": "examples.my_tasks:Reverse"}],
+    }
     assert errors(ok) == []
 
 

@@ -433,9 +433,13 @@ def _chain_run(preset, task, model, tok, tokens, eval_size):
         }
     )
     s = RunSettings(
-        resolve(preset), cfg.rollout, cfg.optimizer, {"launched_tokens": tokens}, 0,
+        resolve(preset),
+        cfg.rollout,
+        cfg.optimizer,
+        {"launched_tokens": tokens},
+        0,
         eval_size=eval_size,
-    )  # fmt: skip
+    )
     return Trainer(s, task, model, tok).train()
 
 

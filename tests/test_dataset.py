@@ -138,7 +138,7 @@ def test_a_dataset_task_with_math_verify_end_to_end(run_experiment):
         "task": {
             "name": "dataset",
             "params": {"path": SHIPPED, "prompt_field": "question", "verifier": "math_verify"},
-        },  # fmt: skip
+        },
         "rollout": {"max_new_tokens": 8, "prompts_per_step": 2, "group_size": 4},
         "warm_start": {"steps": 20, "num_demos": 200},
         "budget": {"launched_tokens": 200},

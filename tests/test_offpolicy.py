@@ -332,11 +332,15 @@ def _dis_loss(logp, roll, adv, mask, eps_low, eps_high):
     b = resolve(
         "grpo",
         {
-            "weight": {"ratio": "behavior", "trust_region": "dis", "eps_low": eps_low,
-                       "eps_high": eps_high},
+            "weight": {
+                "ratio": "behavior",
+                "trust_region": "dis",
+                "eps_low": eps_low,
+                "eps_high": eps_high,
+            },
             "regularizer": {"loss_kl_coef": 0.0},
         },
-    )  # fmt: skip
+    )
     loss, _ = policy_loss(b, logp, torch.zeros_like(logp), adv, mask, mask, behavior_logp=roll)
     return loss
 

@@ -255,8 +255,12 @@ def test_mlflow_bulk_insert_stores_what_log_batch_stores(tmp_path):
 
     def stored(run_id):
         keys = sorted(client.get_run(run_id).data.metrics)
-        hist = {k: sorted((m.step, m.timestamp, str(m.value)) for m in
-                          client.get_metric_history(run_id, k)) for k in keys}  # fmt: skip
+        hist = {
+            k: sorted(
+                (m.step, m.timestamp, str(m.value)) for m in client.get_metric_history(run_id, k)
+            )
+            for k in keys
+        }
         return client.get_run(run_id).data.metrics, hist
 
     mine, reference = stored(ours), stored(theirs)

@@ -193,7 +193,7 @@ def test_skipping_unused_forwards_gives_the_same_gradients(
                     for p in self.model.parameters()
                     if p.grad is not None
                 ]
-            )  # fmt: skip
+            )
         )
         return real_step(self)
 

@@ -123,8 +123,10 @@ def sweep(
         )
     say(table)
     if not summary["confirm"]["runs"]:
-        say(f"no confirmation runs ({summary['confirm'].get('skipped', 'none finished')}): "
-             f"no report; the trials are in {sw.out / 'results.duckdb'}")  # fmt: skip
+        say(
+            f"no confirmation runs ({summary['confirm'].get('skipped', 'none finished')}): "
+            f"no report; the trials are in {sw.out / 'results.duckdb'}"
+        )
         return
     report_path = build_report_checked(sw.out)
     say(f"report (defaults vs tuned, search effort): {report_path}")

@@ -291,8 +291,14 @@ def check_parallel_fits(model_cfg, executor_cfg) -> None:
         from .ray_executor import RayExecutor
 
         n = par.world_size
-        RayExecutor(executor_cfg.address, executor_cfg.num_cpus * n, float(n) if cuda else 0.0, 1,
-                    executor_cfg.checkpoint_seconds, executor_cfg.memory_gib).preflight()  # fmt: skip
+        RayExecutor(
+            executor_cfg.address,
+            executor_cfg.num_cpus * n,
+            float(n) if cuda else 0.0,
+            1,
+            executor_cfg.checkpoint_seconds,
+            executor_cfg.memory_gib,
+        ).preflight()
         return
     if not cuda:
         return
@@ -321,6 +327,7 @@ def make_executor(cfg, workers: int, threads: int):
     if cfg.kind == "ray":
         from .ray_executor import RayExecutor
 
-        return RayExecutor(cfg.address, cfg.num_cpus, cfg.num_gpus, threads, cfg.checkpoint_seconds,
-                           cfg.memory_gib)  # fmt: skip
+        return RayExecutor(
+            cfg.address, cfg.num_cpus, cfg.num_gpus, threads, cfg.checkpoint_seconds, cfg.memory_gib
+        )
     return LocalExecutor(workers, threads, cfg.checkpoint_seconds)

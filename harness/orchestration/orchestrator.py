@@ -308,8 +308,10 @@ class Orchestrator:
                 early.threads, executor = threads, early
             else:
                 executor = make_executor(ex, workers, threads)
-            jobs = [(s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir))
-                    for s in longest_first(todo)]  # fmt: skip
+            jobs = [
+                (s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir))
+                for s in longest_first(todo)
+            ]
             self.log(f"running {len(todo)} run(s) on the {ex.kind} executor ({workers} worker(s))")
             try:
                 failures = executor.run(jobs, runs_progress(self.progress, self.dir.run, todo))

@@ -95,9 +95,16 @@ def this_machine() -> dict[str, Any]:
     except ImportError:
         pass
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return {"Alive": True, "NodeID": "this-machine", "NodeManagerAddress": socket.gethostname(),
-            "Resources": {"CPU": float(os.cpu_count() or 1), "GPU": float(gpus),
-                          "memory": float(memory)}}  # fmt: skip
+    return {
+        "Alive": True,
+        "NodeID": "this-machine",
+        "NodeManagerAddress": socket.gethostname(),
+        "Resources": {
+            "CPU": float(os.cpu_count() or 1),
+            "GPU": float(gpus),
+            "memory": float(memory),
+        },
+    }
 
 
 def cluster_nodes() -> list[dict[str, Any]]:

@@ -182,9 +182,11 @@ def plain_progress(run_dir: Callable[[str], Any], todo: list[dict[str, Any]]):
             state, key = st.get("state"), end_key(st)
             if state in ("finished", "failed") and key != ends[rd.run_id]:
                 ends[rd.run_id] = key
-                what = "FAILED: " + redact(str(st.get("error", "")))[:200] if state == "failed" else (
-                    f"finished after {st.get('step', '?')} steps"
-                )  # fmt: skip
+                what = (
+                    "FAILED: " + redact(str(st.get("error", "")))[:200]
+                    if state == "failed"
+                    else (f"finished after {st.get('step', '?')} steps")
+                )
                 say(f"{name}: {what}")
 
     return callback

@@ -74,8 +74,12 @@ class RayExecutor:
             how = "joined"
         else:
             # address "local": start one, even where a `ray start` left its address in /tmp/ray
-            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                     log_to_driver=False)  # fmt: skip
+            ray.init(
+                address="local",
+                num_cpus=os.cpu_count() or 1,
+                include_dashboard=False,
+                log_to_driver=False,
+            )
             how = "started"
         try:
             check_fits(self.request, cluster_nodes())

@@ -75,12 +75,28 @@ class Trainer:
         # same arithmetic, element by element (the golden runs' weights are unchanged), with fewer
         # operations a step. PyTorch picks it by itself on CUDA only.
         optimizer = torch.optim.AdamW(
-            model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay,
+            model.parameters(),
+            lr=o.lr,
+            betas=tuple(o.betas),
+            weight_decay=o.weight_decay,
             foreach=True,
-        )  # fmt: skip
+        )
         meter = Meter(ledger, timer, dp)
-        self.ctx = RunContext(settings, task, model, tokenizer, ref, engine, VerifierGate(task),
-                              meter, optimizer, rng, gen, dp=dp, train_module=train_module)  # fmt: skip
+        self.ctx = RunContext(
+            settings,
+            task,
+            model,
+            tokenizer,
+            ref,
+            engine,
+            VerifierGate(task),
+            meter,
+            optimizer,
+            rng,
+            gen,
+            dp=dp,
+            train_module=train_module,
+        )
         self.objective: Objective = (objective or make_objective)(self.ctx)
         self.collector: Collector = (collector or make_collector)(self.ctx)
         trainable, total = param_counts(model)  # LoRA: the adapter's weights only

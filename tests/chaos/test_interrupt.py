@@ -219,9 +219,12 @@ def test_a_ladder_killed_between_rungs_resumes_at_the_first_unfinished_one(tmp_p
     from ..test_ladder import BASE
 
     cfg = tmp_path / "exp.yaml"
-    small = {**BASE, "task": {"name": "arithmetic", "eval_size": 16},
-             "warm_start": {"steps": 20, "num_demos": 200},
-             "ladder": {**BASE["ladder"], "budget": {"launched_tokens": 600}}}  # fmt: skip
+    small = {
+        **BASE,
+        "task": {"name": "arithmetic", "eval_size": 16},
+        "warm_start": {"steps": 20, "num_demos": 200},
+        "ladder": {**BASE["ladder"], "budget": {"launched_tokens": 600}},
+    }
     cfg.write_text(yaml.safe_dump(small))
     out = tmp_path / "out"
     cmd = [sys.executable, "-c", LADDER_2, "ladder", str(cfg), "--out", str(out), "--all"]

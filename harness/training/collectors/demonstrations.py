@@ -173,9 +173,13 @@ class Demonstrations(Collector):
             if self.pool is None:
                 seeds = train_seeds(ctx.rng, self.n, ctx.task)
                 batch, cost = play_demonstrations(
-                    ctx.task, ctx.tokenizer, seeds, ctx.settings.rollout.max_prompt_tokens,
-                    ctx.gate, ctx.params,
-                )  # fmt: skip
+                    ctx.task,
+                    ctx.tokenizer,
+                    seeds,
+                    ctx.settings.rollout.max_prompt_tokens,
+                    ctx.gate,
+                    ctx.params,
+                )
             else:
                 idx = torch.randint(0, self.pool.size, (self.n,), generator=self.pool_gen)
                 batch, cost = self.pool.select(idx), self.unpaid
