@@ -82,7 +82,8 @@ def sweep(
     out_dir: OutOpt = None,
     add: AddOpt = False,
 ) -> None:
-    """Hyperparameter search per arm under a fixed search budget, then confirmation on fresh seeds."""
+    """Hyperparameter search per arm under a fixed search budget, then confirmation on fresh
+    seeds."""
 
     from ..config import load_config
     from ..orchestration.data_files import check_data_files

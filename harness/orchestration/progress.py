@@ -48,7 +48,10 @@ def plain_eval_line(name: str, ev: dict[str, Any], budget: dict[str, float]) -> 
     """One evaluation: its step, its score and its own place in the budget."""
 
     at = ev.get("position") or {}
-    return f"{name}: eval at step {ev.get('step')}: score {ev['score']:.3f} ({plain_budget(at, budget)})"
+    return (
+        f"{name}: eval at step {ev.get('step')}: score {ev['score']:.3f} "
+        f"({plain_budget(at, budget)})"
+    )
 
 
 class PlainLines:

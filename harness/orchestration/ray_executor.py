@@ -31,8 +31,9 @@ from .ray_ranks import submit as submit_ranks
 
 
 class RayExecutor:
-    """Each run is a Ray task with its declared num_cpus / num_gpus. Joins the cluster at ``address``
-    if given; with none (or ``local``) starts a cluster on this machine and shuts it down after."""
+    """Each run is a Ray task with its declared num_cpus / num_gpus. Joins the cluster at
+    ``address`` if given; with none (or ``local``) starts a cluster on this machine and shuts it
+    down after."""
 
     def __init__(
         self,

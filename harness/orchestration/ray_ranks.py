@@ -2,10 +2,10 @@
 node (each bundle ``executor.num_cpus`` CPUs, and one GPU on CUDA), a Ray task per rank on its
 bundle, the process group's address and port taken on bundle 0's node.
 
-Each rank task runs :func:`~.ranks.rank_main`, as torchrun's workers do on one machine: rank 0 writes
-the run's files. A rank that fails or whose worker dies ends the run (its peers error on the lost
-connection); the run's status names the rank, the placement group is removed, and the same command
-resumes the run from rank 0's last checkpoint.
+Each rank task runs :func:`~.ranks.rank_main`, as torchrun's workers do on one machine: rank 0
+writes the run's files. A rank that fails or whose worker dies ends the run (its peers error on the
+lost connection); the run's status names the rank, the placement group is removed, and the same
+command resumes the run from rank 0's last checkpoint.
 """
 
 from __future__ import annotations

@@ -37,12 +37,12 @@ def evaluate(
     problems, at most ``n`` (``Task.eval_instances``); ``"n"`` in the record is how many it held,
     the effective number of instances (greedy when temperature is 0).
 
-    Returns ``{"score", "n", "split", "seed_range", "success_rate", "pass_at", "failed", "verifier_calls", "judge_calls",
-    "generated_tokens", "per_instance"}``, and ``tool_calls`` and ``tool_seconds`` where the episodes
-    called the code tool; ``score`` is the mean reward of one sample (pass@1 for a
-    0/1 reward, averaged over ``samples``), ``pass_at`` maps k to the unbiased pass@k estimate
-    (success: reward > 0) for k = 1 and k = ``samples``. Evaluation cost is reported here so
-    callers can count it apart from the training budget. ``env_workers``: threads for the
+    Returns ``{"score", "n", "split", "seed_range", "success_rate", "pass_at", "failed",
+    "verifier_calls", "judge_calls", "generated_tokens", "per_instance"}``, and ``tool_calls`` and
+    ``tool_seconds`` where the episodes called the code tool; ``score`` is the mean reward of one
+    sample (pass@1 for a 0/1 reward, averaged over ``samples``), ``pass_at`` maps k to the unbiased
+    pass@k estimate (success: reward > 0) for k = 1 and k = ``samples``. Evaluation cost is reported
+    here so callers can count it apart from the training budget. ``env_workers``: threads for the
     episodes' environment steps (a code tool's programs).
     """
 
@@ -426,7 +426,8 @@ def _token_mean(logp: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 def _pair_scores(ctx, pairs: TrajectoryBatch, k: int) -> dict[str, float]:
-    """The policy's and the reference's view of ``k`` pairs (rows ``i`` chosen, ``i + k`` rejected)."""
+    """The policy's and the reference's view of ``k`` pairs (rows ``i`` chosen, ``i + k``
+    rejected)."""
 
     m = pairs.action_mask
     lp = ctx.batched_logprobs(ctx.model, pairs)

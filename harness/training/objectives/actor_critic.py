@@ -1,4 +1,5 @@
-"""The actor-critic objective: a value model, GAE advantages, and the template loss plus a value loss.
+"""The actor-critic objective: a value model, GAE advantages, and the template loss plus a value
+loss.
 
 prepare: pi_old and values in one no-grad pass (micro-batched; a shared trunk reuses the policy's
 hidden states), pi_ref, rewards on tokens (KL in the reward from pi_old), GAE (a bootstrap only
@@ -65,7 +66,8 @@ class ActorCritic(Objective):
             )
 
     def values(self, sub: TrajectoryBatch, hidden=None):
-        """(values at the declared granularity [B, T], value positions [B, T], bootstrap value [B])."""
+        """(values at the declared granularity [B, T], value positions [B, T], bootstrap value
+        [B])."""
 
         dev = self.ctx.device
         v_all = self.critic(sub.tokens.to(dev), sub.attention_mask.to(dev), hidden)
@@ -95,7 +97,8 @@ class ActorCritic(Objective):
         mb = ctx.settings.rollout.micro_batch_size
         parts: list[list[torch.Tensor]] = [[], [], [], []]
         critic_seconds = 0.0
-        # the critic pass (with pi_old in the same forward where the trunk is shared), charged as one
+        # the critic pass (with pi_old in the same forward where the trunk is shared), charged
+        # as one
         with ctx.meter.must_reserve({}, f"critic pass step {ctx.step}"), torch.no_grad():
             for s0 in range(0, batch.size, mb):
                 stop_point("the critic pass")  # Ctrl-C (harness/stopping.py)
@@ -124,7 +127,8 @@ class ActorCritic(Objective):
             ctx.step,
         )
         token_rewards = place_rewards(mask, batch.turn_ids, turn_rewards, penalty)
-        # bootstrap only where a limit cut the episode short; never past the environment's terminal state
+        # bootstrap only where a limit cut the episode short; never past the environment's
+        # terminal state
         cut = ~batch.terminated & ~batch.failed
         bootstrap = torch.where(
             cut & torch.tensor(self.spec.bootstrap_truncated),

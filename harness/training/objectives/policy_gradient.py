@@ -84,7 +84,8 @@ class PolicyGradient(Stateless, Objective):
         if ctx.blanks.data.potential_shaping.enabled and not ctx.task.has_potential:
             raise TrainingError(
                 f"{ctx.settings.name}: data.potential_shaping: task '{ctx.task.name}' defines no "
-                "potential (its environment has no potential()); turn it off or use a task that does"
+                "potential (its environment has no potential()); turn it off or use a task that "
+                "does"
             )
         b, skip = ctx.blanks, ctx.settings.rollout.skip_unused_forwards and self.SKIPS_UNUSED
         # no reference forward when no blank reads it (its KL is then not logged, unless asked)
