@@ -11,10 +11,10 @@ pays the worker's imports), plus its share of the store, MLflow and the report. 
 the same runs sent again into a fresh store, per run (target 0.2 s).
 
 Separately, in fresh interpreters: the time to import the command line, and one run of one arm and
-one seed through the ``sixblanks run`` command (warm start cached, MLflow off), whose wall time minus
-its training is the fixed cost of a command: from the command's start to the run's first step, and
-from its last step to the command's exit. Most of it is the price of a fresh interpreter (torch and
-transformers imported in the command and in its worker), which the runs of an experiment share.
+one seed through the ``sixblanks run`` command (warm start cached, MLflow off), whose wall time
+minus its training is the fixed cost of a command: from the command's start to the run's first step,
+and from its last step to the command's exit. Most of it is the price of a fresh interpreter (torch
+and transformers imported in the command and in its worker), which the runs of an experiment share.
 
     .venv/bin/python benchmarks/experiment.py [--config experiments.yaml] [--budget N]
                                               [--seeds K] [--out DIR]

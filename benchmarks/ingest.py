@@ -1,7 +1,9 @@
-"""Ingest throughput: 1M metric rows into results.duckdb (target: at most 2 seconds on this machine).
+"""Ingest throughput: 1M metric rows into results.duckdb (target: at most 2 seconds on this
+machine).
 
 Builds a synthetic experiment directory (runs with events.jsonl written like real runs), then times
-`sixblanks.harness.store.database.ingest` end to end (parse events, Arrow tables, one transaction) and prints the figure.
+`sixblanks.harness.store.database.ingest` end to end (parse events, Arrow tables, one transaction)
+and prints the figure.
 
     .venv/bin/python benchmarks/ingest.py [--rows 1000000] [--runs 8]
 """

@@ -1,10 +1,11 @@
-"""Peak memory and time of per-token log-probs + entropy: chunked path vs naive log_softmax + gather.
+"""Peak memory and time of per-token log-probs + entropy: chunked path vs naive
+log_softmax + gather.
 
 Each measurement runs in a fresh subprocess; "extra peak" is the high-water RSS beyond the
 [B, T, V] logits tensor itself (which both paths need). The naive path materializes a second
 [B, T, V] tensor (log_softmax) and more for the entropy; the chunked path only [B, chunk, V] slices.
 
-    .venv/bin/python benchmarks/loss.py                       # forward at 64 x 1024 x 32k, fwd+bwd at 16 x 1024 x 32k
+    .venv/bin/python benchmarks/loss.py   # forward at 64 x 1024 x 32k, fwd+bwd at 16 x 1024 x 32k
     .venv/bin/python benchmarks/loss.py --B 64 --T 1024 --V 32000 --backward-B 16
 """
 

@@ -109,8 +109,8 @@ def line(label: str, xs: list[float], target: str, met: bool) -> str:
 def properties(per: dict, scores: dict, seeds: range, w: int) -> dict[str, list[float]]:
     """Each property's value per seed: the default arm's score rise, its entropy's relative fall
     (first ``w`` steps against last ``w``), its largest clip fraction, the incorrect length of
-    per-response minus constant normalization over the last quarter of the steps, and the default arm's final score minus the
-    shuffled arm's."""
+    per-response minus constant normalization over the last quarter of the steps, and the default
+    arm's final score minus the shuffled arm's."""
 
     def start(xs):
         return statistics.fmean(xs[:w])

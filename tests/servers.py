@@ -2,8 +2,8 @@
 PostgreSQL server, each on 127.0.0.1 and a free port, in a process group of its own (so ``kill``
 ends it as a crash would, and nothing outlives the test).
 
-PostgreSQL comes from Debian's ``postgresql`` package, which ``make test`` installs with apt where it
-is missing (Makefile, the system dependencies). PostgreSQL refuses to run as root: under root the
+PostgreSQL comes from Debian's ``postgresql`` package, which ``make test`` installs with apt where
+it is missing (Makefile, the system dependencies). PostgreSQL refuses to run as root: under root the
 server runs as the package's ``postgres`` user, on a data directory that user owns."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The diagnostics that do not depend on an arm's loss normalization (harness/training/diagnostics.py):
-values computed by hand on small batches, the same entropy under two normalizations, and the
-gradient-noise probe on a frozen policy."""
+"""The diagnostics that do not depend on an arm's loss normalization
+(harness/training/diagnostics.py): values computed by hand on small batches, the same entropy under
+two normalizations, and the gradient-noise probe on a frozen policy."""
 
 import math
 

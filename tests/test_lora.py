@@ -126,9 +126,9 @@ def test_gradient_checkpointing_gives_the_same_training(tiny):
 
 
 def test_a_lora_critic_shares_the_frozen_base_with_an_adapter_of_its_own(tiny):
-    """PPO on a LoRA policy: the value model holds no copy of the weights. It trains a second adapter
-    on the same frozen base; the policy's optimizer never steps it; the base stays as it was; and
-    both the policy and the critic equal plain models built from their merged weights."""
+    """PPO on a LoRA policy: the value model holds no copy of the weights. It trains a second
+    adapter on the same frozen base; the policy's optimizer never steps it; the base stays as it
+    was; and both the policy and the critic equal plain models built from their merged weights."""
 
     from transformers import AutoModelForCausalLM
 

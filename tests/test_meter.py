@@ -86,8 +86,8 @@ def test_time_is_reserved_from_the_longest_unit_of_each_kind():
 
 
 class RandomClock:
-    """Device and wall time that jump by a random, heavy-tailed amount at every reading, so that units
-    of work take unpredictable times (some far longer than any before)."""
+    """Device and wall time that jump by a random, heavy-tailed amount at every reading, so that
+    units of work take unpredictable times (some far longer than any before)."""
 
     def __init__(self, seed: int):
         import random

@@ -190,7 +190,7 @@ def test_a_float32_head_on_a_bfloat16_policy_gives_float32_logits_on_both_sides(
     assert measured[True][1] < measured[False][1], measured
 
 
-# --------------------------------------------------------------------------- the concurrent collector
+# ----------------------------------------------------------------------- the concurrent collector
 
 
 def test_the_concurrent_collectors_engine_samples_with_the_runs_mismatch(tmp_path):

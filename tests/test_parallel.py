@@ -275,7 +275,9 @@ def test_world_size_one_is_the_single_process_path():
     tr = Trainer(s, task, copy.deepcopy(model0), tok)
     assert tr.ctx.dp is None and tr.ctx.train_module is tr.ctx.model
     one = tr.train(evaluate_start=False)
-    strip = lambda m: {k: v for k, v in m.items() if "seconds" not in k and "memory" not in k}  # noqa: E731
+    strip = lambda m: {  # noqa: E731
+        k: v for k, v in m.items() if "seconds" not in k and "memory" not in k
+    }
     assert [strip(m) for m in one.steps] == [strip(m) for m in plain.steps]
 
 
@@ -334,7 +336,8 @@ def plain(counters: dict) -> dict:
 
 
 def single_process(spec: dict, warm: str, run_dir: Path) -> dict:
-    """The result of ``spec`` run in one process with the per-group seeds every rank samples with."""
+    """The result of ``spec`` run in one process with the per-group seeds every rank samples
+    with."""
 
     from sixblanks.harness.orchestration.runner import execute_run
 

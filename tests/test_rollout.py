@@ -67,7 +67,8 @@ def test_contract_holds_on_real_rollouts(policies, name):
     assert batch.action_tokens() > 0 and batch.size == 16
     if name == "guess_number":
         assert int(batch.n_turns.max()) > 1  # really multi-turn
-        # observation tokens between turns are masked; action tokens of the k-th action carry turn id k
+        # observation tokens between turns are masked; action tokens of the k-th action carry
+        # turn id k
         for b in range(batch.size):
             actions = [(s, e) for kind, s, e in batch.segments[b] if kind == "action"]
             for k, (s, e) in enumerate(actions):

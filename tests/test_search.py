@@ -261,7 +261,8 @@ def test_a_shared_prefix_trains_once():
 
 
 def test_tree_value_model_learns_the_tree_labels(guess8):
-    """The value model trained on a tree's Monte Carlo node values: its Brier score on them falls."""
+    """The value model trained on a tree's Monte Carlo node values: its Brier score on them
+    falls."""
 
     from sixblanks.harness.config import ModelConfig
     from sixblanks.harness.models import load_policy

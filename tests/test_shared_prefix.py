@@ -1,7 +1,7 @@
-"""The training forward with shared prompts (harness/training/shared_prefix.py) against transformers' own
-forward over every full sequence: log-probs, entropies and gradients, on batches with groups of
-prompts of different lengths, continuations of different lengths (right padding), grouped-query
-attention, temperature; and the cases that must take transformers' forward."""
+"""The training forward with shared prompts (harness/training/shared_prefix.py) against
+transformers' own forward over every full sequence: log-probs, entropies and gradients, on batches
+with groups of prompts of different lengths, continuations of different lengths (right padding),
+grouped-query attention, temperature; and the cases that must take transformers' forward."""
 
 import pytest
 import torch

@@ -1,5 +1,5 @@
-"""Hyperparameter search under a fixed budget: identical trial counts, budget never exceeded, pruning on
-tokens, resume after a kill, trials in DuckDB, report section."""
+"""Hyperparameter search under a fixed budget: identical trial counts, budget never exceeded,
+pruning on tokens, resume after a kill, trials in DuckDB, report section."""
 
 import json
 import math
@@ -178,9 +178,10 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
 
 
 def _check_plain_lines(err: str, arms: dict, out) -> None:
-    """Stderr not a terminal (both attempts'): one line per evaluation of each trial, from its worker,
-    matching the scores the study recorded at each token checkpoint; one line per trial's end with its
-    state; one line per evaluation and per finished confirmation run, as their events record them."""
+    """Stderr not a terminal (both attempts'): one line per evaluation of each trial, from its
+    worker, matching the scores the study recorded at each token checkpoint; one line per trial's
+    end with its state; one line per evaluation and per finished confirmation run, as their events
+    record them."""
 
     from sixblanks.harness.layout import read_status
 

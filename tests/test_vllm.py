@@ -1,7 +1,7 @@
 """vLLM rollouts for real (run in .venv-vllm by `make test`; see conftest for how they are gated).
 
-Independent references: the trainer's own forward pass (``policy_logprobs``), the model's softmax for
-the sampled distribution, and the HF engine for greedy decoding.
+Independent references: the trainer's own forward pass (``policy_logprobs``), the model's softmax
+for the sampled distribution, and the HF engine for greedy decoding.
 """
 
 import json

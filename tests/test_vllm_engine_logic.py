@@ -1,5 +1,6 @@
 """The vLLM engine's own logic without vLLM: mismatch metrics by hand, the weight-sync routes and
-their loud failure, output mapping, and the set-up error. (tests/test_vllm.py runs vLLM for real.)"""
+their loud failure, output mapping, and the set-up error. (tests/test_vllm.py runs vLLM for
+real.)"""
 
 import math
 import sys

@@ -31,7 +31,8 @@ warm_start: {steps: 20, num_demos: 200}
 budget: {launched_tokens: 4000}
 eval: {every: 2000}
 seeds: [0]
-arms: {grpo: {preset: grpo}, dr_grpo: {preset: dr_grpo}, rloo: {preset: rloo}}  # no dynamic sampling: even steps
+arms: {grpo: {preset: grpo}, dr_grpo: {preset: dr_grpo}, rloo: {preset: rloo}}\
+  # no dynamic sampling: even steps
 executor: {workers: 2, checkpoint_seconds: 600}
 tracking: {mlflow: false}
 """
