@@ -73,11 +73,12 @@ def main() -> None:
         n = con.execute("SELECT count(*) FROM metrics").fetchone()[0]
         con.close()
         print(
-            f"ingested {n:,} metric rows ({counts['ledger']:,} ledger rows) from {args.runs} runs in {dt:.2f} s "
-            f"({n / dt / 1e6:.2f} M rows/s; target: 1M rows in <= 2 s)"
+            f"ingested {n:,} metric rows ({counts['ledger']:,} ledger rows) from {args.runs} runs "
+            f"in {dt:.2f} s ({n / dt / 1e6:.2f} M rows/s; target: 1M rows in <= 2 s)"
         )
         print(
-            f"re-ingest (idempotent, replaces the same rows): {dt2:.2f} s, rows unchanged: {counts == ingest(out)}"
+            f"re-ingest (idempotent, replaces the same rows): {dt2:.2f} s, rows unchanged: "
+            f"{counts == ingest(out)}"
         )
 
 

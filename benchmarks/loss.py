@@ -87,7 +87,8 @@ def main() -> None:
                 print(f"  {m:8s}: failed (out of memory?)")
             else:
                 print(
-                    f"  {m:8s}: {r['seconds']:7.2f} s   extra peak {r['extra_peak'] / GiB:6.2f} GiB "
+                    f"  {m:8s}: {r['seconds']:7.2f} s   "
+                    f"extra peak {r['extra_peak'] / GiB:6.2f} GiB "
                     f"({r['extra_peak'] / r['logits']:.2f} x the logits)"
                 )
         if all(res.values()):

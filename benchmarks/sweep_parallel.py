@@ -104,7 +104,10 @@ def main() -> None:
         print(
             f"speed-up: {t1 / tn:.2f}x   same configurations tried: {same}   "
             f"total never exceeded: "
-            f"{max(one['spent']['launched_tokens'], many['spent']['launched_tokens']) <= args.trial_tokens * args.trials}"
+            f"""{
+                max(one["spent"]["launched_tokens"], many["spent"]["launched_tokens"])
+                <= args.trial_tokens * args.trials
+            }"""
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)
