@@ -11,10 +11,10 @@ pays the worker's imports), plus its share of the store, MLflow and the report. 
 the same runs sent again into a fresh store, per run (target 0.2 s).
 
 Separately, in fresh interpreters: the time to import the command line, and one run of one arm and
-one seed through the ``sixblanks run`` command (warm start cached, MLflow off), whose wall time minus
-its training is the fixed cost of a command: from the command's start to the run's first step, and
-from its last step to the command's exit. Most of it is the price of a fresh interpreter (torch and
-transformers imported in the command and in its worker), which the runs of an experiment share.
+one seed through the ``sixblanks run`` command (warm start cached, MLflow off), whose wall time
+minus its training is the fixed cost of a command: from the command's start to the run's first step,
+and from its last step to the command's exit. Most of it is the price of a fresh interpreter (torch
+and transformers imported in the command and in its worker), which the runs of an experiment share.
 
     .venv/bin/python benchmarks/experiment.py [--config experiments.yaml] [--budget N]
                                               [--seeds K] [--out DIR]
@@ -67,8 +67,12 @@ def experiment(cfg, out: Path) -> tuple[dict[str, float], list[dict], int]:
 
     phases: dict[str, float] = {}
     orch = Orchestrator(cfg, out, progress=False)
-    names = {"prepare": "warm start and plan", "fairness": "fairness audit and summary",
-             "summary": "fairness audit and summary", "ingest": "store (DuckDB ingest)"}  # fmt: skip
+    names = {
+        "prepare": "warm start and plan",
+        "fairness": "fairness audit and summary",
+        "summary": "fairness audit and summary",
+        "ingest": "store (DuckDB ingest)",
+    }
     for method, name in names.items():
 
         def wrapped(*a, _fn=getattr(orch, method), _name=name, **k):
@@ -94,14 +98,19 @@ def experiment(cfg, out: Path) -> tuple[dict[str, float], list[dict], int]:
         phases["MLflow, after the report"] = time.perf_counter() - t0
     ex = cfg.executor
     workers = default_workers(len(specs), ex.workers) if ex.kind == "local" else len(specs)
-    phases = {"warm start and plan": phases.pop("warm start and plan"),
-              f"runs ({len(specs)}, {workers} at a time)": runs, **phases}  # fmt: skip
+    phases = {
+        "warm start and plan": phases.pop("warm start and plan"),
+        f"runs ({len(specs)}, {workers} at a time)": runs,
+        **phases,
+    }
     results = []
     for s in specs:
         rd = orch.dir.run(s["run_id"])
         status = rd.read_status()
-        results.append(json.loads((rd.path / "result.json").read_text()) | {
-            "started": status["started"], "finished": status["finished"]})  # fmt: skip
+        results.append(
+            json.loads((rd.path / "result.json").read_text())
+            | {"started": status["started"], "finished": status["finished"]}
+        )
     return phases, results, workers
 
 
@@ -185,8 +194,10 @@ def main() -> None:
         imports, command, train, before, after = one_run(config, Path(tmp))
     n = len(results)
     total = sum(phases.values())  # the command's phases: the report built once, MLflow beside it
-    print(f"{config.name}: {n} runs, {total:.1f} s in all (make run's target: "
-          f"{TARGET_SECONDS:.0f} s, {'met' if total <= TARGET_SECONDS else 'not met'})")  # fmt: skip
+    print(
+        f"{config.name}: {n} runs, {total:.1f} s in all (make run's target: "
+        f"{TARGET_SECONDS:.0f} s, {'met' if total <= TARGET_SECONDS else 'not met'})"
+    )
     for name, seconds in phases.items():
         print(f"  {name:38}{seconds:8.1f} s {100 * seconds / total:5.1f}%")
     print(f"runs per hour: {3600 * n / total:.0f}")

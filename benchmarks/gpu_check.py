@@ -106,9 +106,22 @@ def use_carried() -> str:
     if not (site / ".complete").exists():
         # pip picks, of each name, the wheel built for this Python
         names = sorted({w.name.split("-")[0] for w in wheels})
-        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-               "--disable-pip-version-check", "--upgrade", "--target", str(site),
-               "--find-links", str(CARRY), *names]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--upgrade",
+            "--target",
+            str(site),
+            "--find-links",
+            str(CARRY),
+            *names,
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"installing the carried wheels failed:\n{done.stderr[-2000:]}")
@@ -151,9 +164,12 @@ def padded_tokenizer(alphabet: str, vocab: int):
     table.update({f"<x{i}>": i for i in range(len(table), vocab)})
     tok = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
-        pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        unk_token="<unk>",
         clean_up_tokenization_spaces=False,
-    )  # fmt: skip
+    )
     tok.padding_side = "left"
     return tok
 
@@ -167,12 +183,20 @@ def policy(shape: Shape, device: str, bf16: bool):
     task = hash_reward_task()
     tok = padded_tokenizer(task.alphabet(), shape.vocab)
     config = LlamaConfig(
-        vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads, max_position_embeddings=8192, rope_theta=100000.0,
-        rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-    )  # fmt: skip
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=8192,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     return task, model.to(device, torch.bfloat16 if bf16 else torch.float32), tok
@@ -220,12 +244,17 @@ def single(shape: Shape, setup, steps: int, reps: int, trl: bool, reference: boo
     print(f"policy: {out['params'] / 1e6:.1f}M parameters on {setup.device}", flush=True)
     why = trl_problem() if trl else "not asked for"
     if why is None:
-        print(f"sixblanks and TRL: one uncounted run each, then {reps} alternating pairs of "
-              f"{steps} timed steps", flush=True)  # fmt: skip
+        print(
+            f"sixblanks and TRL: one uncounted run each, then {reps} alternating pairs of "
+            f"{steps} timed steps",
+            flush=True,
+        )
         ours, theirs, ratio = alternating_runs(task, model0, tok, steps, reps, setup)
         out.update(sixblanks_s=ours, trl_s=theirs, ratio=ratio)
-        out["from"] = {m: str(Path(sys.modules[m].__file__).parent.parent)
-                       for m in ("pydantic", "trl", "datasets")}  # fmt: skip
+        out["from"] = {
+            m: str(Path(sys.modules[m].__file__).parent.parent)
+            for m in ("pydantic", "trl", "datasets")
+        }
     else:
         out["trl_skipped"] = why
         out["sixblanks_s"] = statistics.median(sixblanks_run(task, model0, tok, steps, setup=setup))
@@ -273,8 +302,9 @@ def child(cmd: list[str], out: Path, name: str, timeout: float, env: dict[str, s
     print(f"\n--- {name} ---", flush=True)
     t0 = time.perf_counter()
     try:
-        done = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-                              timeout=timeout)  # fmt: skip
+        done = subprocess.run(
+            cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **env}, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"{name} ran past its {timeout:.0f} s") from None
     if done.returncode != 0:
@@ -332,8 +362,10 @@ def drive(args: argparse.Namespace, carried: str) -> int:
     import transformers
 
     cuda = torch.cuda.is_available()
-    print(f"GPU check: Python {sys.version.split()[0]}, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}; {carried}")  # fmt: skip
+    print(
+        f"GPU check: Python {sys.version.split()[0]}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}; {carried}"
+    )
     if not cuda and not args.dry_run:
         print("no CUDA GPU on this machine: nothing checked (--dry-run runs it on the CPU)")
         return 2
@@ -358,11 +390,18 @@ def drive(args: argparse.Namespace, carried: str) -> int:
         failed = True
         print(f"FAILED: one device: {exc}")
     if world and not failed:
-        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                  f"--nproc-per-node={world}", "--max-restarts=0"]  # fmt: skip
+        launch = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={world}",
+            "--max-restarts=0",
+        ]
         try:
-            results["ranks"] = child(launch + me[1:] + part_args(args, "ranks"), args.out,
-                                     "ranks", 180, {})  # fmt: skip
+            results["ranks"] = child(
+                launch + me[1:] + part_args(args, "ranks"), args.out, "ranks", 180, {}
+            )
         except RuntimeError as exc:
             failed = True
             print(f"FAILED: data parallel: {exc}")
@@ -385,8 +424,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="Alternating runs of each side.")
     ap.add_argument("--dry-run", action="store_true", help="The CPU, a small shape: it starts.")
     ap.add_argument("--no-trl", action="store_true", help="sixblanks alone.")
-    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "sixblanks-gpu-check",
-                    help="Where the parts leave their results (JSON).")  # fmt: skip
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "sixblanks-gpu-check",
+        help="Where the parts leave their results (JSON).",
+    )
     ap.add_argument("--part", choices=["single", "ranks"], help=argparse.SUPPRESS)
     ap.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

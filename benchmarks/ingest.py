@@ -1,7 +1,9 @@
-"""Ingest throughput: 1M metric rows into results.duckdb (target: at most 2 seconds on this machine).
+"""Ingest throughput: 1M metric rows into results.duckdb (target: at most 2 seconds on this
+machine).
 
 Builds a synthetic experiment directory (runs with events.jsonl written like real runs), then times
-`sixblanks.harness.store.database.ingest` end to end (parse events, Arrow tables, one transaction) and prints the figure.
+`sixblanks.harness.store.database.ingest` end to end (parse events, Arrow tables, one transaction)
+and prints the figure.
 
     .venv/bin/python benchmarks/ingest.py [--rows 1000000] [--runs 8]
 """
@@ -71,11 +73,12 @@ def main() -> None:
         n = con.execute("SELECT count(*) FROM metrics").fetchone()[0]
         con.close()
         print(
-            f"ingested {n:,} metric rows ({counts['ledger']:,} ledger rows) from {args.runs} runs in {dt:.2f} s "
-            f"({n / dt / 1e6:.2f} M rows/s; target: 1M rows in <= 2 s)"
+            f"ingested {n:,} metric rows ({counts['ledger']:,} ledger rows) from {args.runs} runs "
+            f"in {dt:.2f} s ({n / dt / 1e6:.2f} M rows/s; target: 1M rows in <= 2 s)"
         )
         print(
-            f"re-ingest (idempotent, replaces the same rows): {dt2:.2f} s, rows unchanged: {counts == ingest(out)}"
+            f"re-ingest (idempotent, replaces the same rows): {dt2:.2f} s, rows unchanged: "
+            f"{counts == ingest(out)}"
         )
 
 

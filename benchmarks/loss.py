@@ -1,10 +1,11 @@
-"""Peak memory and time of per-token log-probs + entropy: chunked path vs naive log_softmax + gather.
+"""Peak memory and time of per-token log-probs + entropy: chunked path vs naive
+log_softmax + gather.
 
 Each measurement runs in a fresh subprocess; "extra peak" is the high-water RSS beyond the
 [B, T, V] logits tensor itself (which both paths need). The naive path materializes a second
 [B, T, V] tensor (log_softmax) and more for the entropy; the chunked path only [B, chunk, V] slices.
 
-    .venv/bin/python benchmarks/loss.py                       # forward at 64 x 1024 x 32k, fwd+bwd at 16 x 1024 x 32k
+    .venv/bin/python benchmarks/loss.py   # forward at 64 x 1024 x 32k, fwd+bwd at 16 x 1024 x 32k
     .venv/bin/python benchmarks/loss.py --B 64 --T 1024 --V 32000 --backward-B 16
 """
 
@@ -86,7 +87,8 @@ def main() -> None:
                 print(f"  {m:8s}: failed (out of memory?)")
             else:
                 print(
-                    f"  {m:8s}: {r['seconds']:7.2f} s   extra peak {r['extra_peak'] / GiB:6.2f} GiB "
+                    f"  {m:8s}: {r['seconds']:7.2f} s   "
+                    f"extra peak {r['extra_peak'] / GiB:6.2f} GiB "
                     f"({r['extra_peak'] / r['logits']:.2f} x the logits)"
                 )
         if all(res.values()):

@@ -77,11 +77,13 @@ def main() -> None:
         )
         print(
             f"       + DuckDB ingest and MLflow logging per run    {per_run:7.2f} s "
-            f"(for {len(results)} runs: ingest {t_ingest:.2f} s, MLflow {store_and_track - t_ingest:.2f} s)"
+            f"(for {len(results)} runs: ingest {t_ingest:.2f} s, "
+            f"MLflow {store_and_track - t_ingest:.2f} s)"
         )
         print(
             f"  recording overhead inside the run: {100 * rec / on_train:.2f}%   "
-            f"end to end (on / off - 1): {100 * ((on_train + per_run) / off - 1):+.1f}%   (target <= 2%)"
+            f"end to end (on / off - 1): {100 * ((on_train + per_run) / off - 1):+.1f}%   "
+            "(target <= 2%)"
         )
 
 

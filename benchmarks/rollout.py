@@ -42,12 +42,14 @@ def main() -> None:
     ]
     best = engine_and_generate_rates(model, tok, prompts, args.new, args.repeats)
     print(
-        f"batch {args.batch} x {args.new} new tokens, tiny model ({sum(p.numel() for p in model.parameters()):,} params)"
+        f"batch {args.batch} x {args.new} new tokens, tiny model "
+        f"({sum(p.numel() for p in model.parameters()):,} params)"
     )
     print(f"  HF engine (sampling + log-probs): {best['engine']:10.0f} tokens/s")
     print(f"  bare model.generate (sampling):   {best['generate']:10.0f} tokens/s")
     print(
-        f"  ratio engine / generate:          {best['engine'] / best['generate']:10.2f}x  (target >= 0.90x)"
+        f"  ratio engine / generate:          {best['engine'] / best['generate']:10.2f}x  "
+        "(target >= 0.90x)"
     )
     agent_loop_rate()
 
@@ -142,8 +144,8 @@ def agent_loop_rate() -> None:
     )
     dt = time.perf_counter() - t0
     print(
-        f"agent loop on guess_number: {batch.size} episodes, {float(batch.n_turns.float().mean()):.1f} turns each, "
-        f"{batch.size / dt:.1f} episodes/s"
+        f"agent loop on guess_number: {batch.size} episodes, "
+        f"{float(batch.n_turns.float().mean()):.1f} turns each, {batch.size / dt:.1f} episodes/s"
     )
 
 
@@ -202,8 +204,9 @@ def compare_engines(label: str, model, tok, prompts: list[list[int]], args) -> N
         mask[i, len(p) :] = 1
     mm = mismatch_stats(lp, eng_lp, mask)
     print(
-        f"{label} ({sum(p.numel() for p in model.parameters()):,} params): {len(prompts)} prompts x "
-        f"{n} samples x {args.vllm_new} new tokens, temperature 1 (vLLM start-up {startup:.1f} s)"
+        f"{label} ({sum(p.numel() for p in model.parameters()):,} params): "
+        f"{len(prompts)} prompts x {n} samples x {args.vllm_new} new tokens, temperature 1 "
+        f"(vLLM start-up {startup:.1f} s)"
     )
     print(f"  HF engine:   {best['HF']:10.0f} tokens/s")
     print(f"  vLLM engine: {best['vLLM']:10.0f} tokens/s")
@@ -212,8 +215,9 @@ def compare_engines(label: str, model, tok, prompts: list[list[int]], args) -> N
     ceiling = matmul_ceiling(model, len(prompts) * n)
     print(
         f"  matmul ceiling at {len(prompts) * n} sequences per decode step: {ceiling:.0f} tokens/s "
-        f"(the model's linear layers alone, timed here); vLLM reaches {best['vLLM'] / ceiling:.0%}, "
-        f"HF {best['HF'] / ceiling:.0%}; 2x HF would need {2 * best['HF'] / ceiling:.0%}"
+        "(the model's linear layers alone, timed here); "
+        f"vLLM reaches {best['vLLM'] / ceiling:.0%}, HF {best['HF'] / ceiling:.0%}; "
+        f"2x HF would need {2 * best['HF'] / ceiling:.0%}"
     )
     print(
         f"  vLLM vs trainer log-probs: max |diff| {mm['mismatch.logp_abs_max']:.2e}, "

@@ -93,13 +93,22 @@ def main() -> None:
             t["params"] for t in many["trials_detail"]
         ]
         print(json.dumps({"trials": args.trials, "parallel": args.parallel}))
-        print(f"parallel 1: {t1:7.1f} s  ({one['complete']} complete, spent "
-              f"{one['spent']['launched_tokens']:g} launched tokens)")  # fmt: skip
-        print(f"parallel {args.parallel}: {tn:7.1f} s  ({many['complete']} complete, spent "
-              f"{many['spent']['launched_tokens']:g} launched tokens)")  # fmt: skip
-        print(f"speed-up: {t1 / tn:.2f}x   same configurations tried: {same}   "
-              f"total never exceeded: "
-              f"{max(one['spent']['launched_tokens'], many['spent']['launched_tokens']) <= args.trial_tokens * args.trials}")  # fmt: skip
+        print(
+            f"parallel 1: {t1:7.1f} s  ({one['complete']} complete, spent "
+            f"{one['spent']['launched_tokens']:g} launched tokens)"
+        )
+        print(
+            f"parallel {args.parallel}: {tn:7.1f} s  ({many['complete']} complete, spent "
+            f"{many['spent']['launched_tokens']:g} launched tokens)"
+        )
+        print(
+            f"speed-up: {t1 / tn:.2f}x   same configurations tried: {same}   "
+            f"total never exceeded: "
+            f"""{
+                max(one["spent"]["launched_tokens"], many["spent"]["launched_tokens"])
+                <= args.trial_tokens * args.trials
+            }"""
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -109,8 +109,8 @@ def line(label: str, xs: list[float], target: str, met: bool) -> str:
 def properties(per: dict, scores: dict, seeds: range, w: int) -> dict[str, list[float]]:
     """Each property's value per seed: the default arm's score rise, its entropy's relative fall
     (first ``w`` steps against last ``w``), its largest clip fraction, the incorrect length of
-    per-response minus constant normalization over the last quarter of the steps, and the default arm's final score minus the
-    shuffled arm's."""
+    per-response minus constant normalization over the last quarter of the steps, and the default
+    arm's final score minus the shuffled arm's."""
 
     def start(xs):
         return statistics.fmean(xs[:w])
@@ -148,10 +148,12 @@ ROWS = (
     ("rise", "1. held-out score rise, default arm", ">= 0.35", lambda m: m >= TARGETS["rise"]),
     ("entropy_fall", "2. entropy relative fall, default arm", ">= 0.30",
      lambda m: m >= TARGETS["entropy_fall"]),
-    ("clip", "   largest token clip fraction, default arm", "> 0.05", lambda m: m > TARGETS["clip"]),
+    ("clip", "   largest token clip fraction, default arm", "> 0.05",
+     lambda m: m > TARGETS["clip"]),
     ("length", "3. incorrect length, per-response - constant (tokens)", "|d| >= 2",
      lambda m: abs(m) >= TARGETS["length"]),
-    ("shuffled", "4. final score, default - shuffled", ">= 0.2", lambda m: m >= TARGETS["shuffled"]),
+    ("shuffled", "4. final score, default - shuffled", ">= 0.2",
+     lambda m: m >= TARGETS["shuffled"]),
 )  # fmt: skip
 
 

@@ -153,9 +153,16 @@ def run_settings(setup: Setup = SETUP, overlap: bool = False):
     over: dict[str, Any] = {"regularizer": {"loss_kl_coef": 0.0}}
     if overlap:
         over["data"] = {"concurrent": {"queue": 1}}
-    return RunSettings(resolve("grpo", over), cfg.rollout, cfg.optimizer,
-                       {"optimizer_steps": 1e9}, 0, evaluate=False, name="grpo",
-                       parallel=setup.parallel)  # fmt: skip
+    return RunSettings(
+        resolve("grpo", over),
+        cfg.rollout,
+        cfg.optimizer,
+        {"optimizer_steps": 1e9},
+        0,
+        evaluate=False,
+        name="grpo",
+        parallel=setup.parallel,
+    )
 
 
 def sixblanks_run(
@@ -247,10 +254,12 @@ def floors(model0, tok, reps: int = 20) -> tuple[float, float]:
     weights = []
     for layer in body.layers:
         a, m = layer.self_attn, layer.mlp
-        weights += [torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(),
-                    a.o_proj.weight.detach(),
-                    torch.cat([m.gate_proj.weight, m.up_proj.weight]).detach(),
-                    m.down_proj.weight.detach()]  # fmt: skip
+        weights += [
+            torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(),
+            a.o_proj.weight.detach(),
+            torch.cat([m.gate_proj.weight, m.up_proj.weight]).detach(),
+            m.down_proj.weight.detach(),
+        ]
     weights.append(model0.lm_head.weight.detach())
     xs = {w.shape[1]: torch.randn(B, w.shape[1]) for w in weights}
     big = {w.shape[1]: torch.randn(N, w.shape[1]) for w in weights}

@@ -57,9 +57,9 @@ def disk_full(exc: BaseException) -> bool:
 def disk_full_message(exc: BaseException, what: str) -> str:
     where = getattr(exc, "filename", None)
     return (
-        f"no space left writing {where or what} ({redact(str(exc))[:120]}): free space (or raise the "
-        "file-size limit), then run the same command: what was written before is intact, and runs "
-        "resume from their last checkpoint"
+        f"no space left writing {where or what} ({redact(str(exc))[:120]}): free space (or raise "
+        "the file-size limit), then run the same command: what was written before is intact, and "
+        "runs resume from their last checkpoint"
     )
 
 

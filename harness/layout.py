@@ -4,7 +4,7 @@
       experiment.json           the resolved config, the warm-start info, the run ids   orchestrator
       fairness.json             the fairness audit                                      orchestrator
       summary.json              one row per run of the last `sixblanks run`             orchestrator
-      results.duckdb            the results store                                       harness.store only
+      results.duckdb            the results store                                       store only
       mlflow_sync.json          what MLflow has received                                tracking
       mlflow.db                 the default MLflow tracking store                       tracking
       mlartifacts/              MLflow artifacts                                        tracking
@@ -22,12 +22,13 @@
 
     OUT/runs/<run_id>/          RunDir; a run writes only here
       spec.json                 the fully resolved spec (its content hash is the run id)
-      status.json               state (pending/running/finished/failed), step, counters, last eval, timings
+      status.json               state (pending/running/finished/failed), step, counters, last eval,
+                                timings
       events.jsonl              one line per step / evaluation / census record
       ledger.jsonl              every ledger event, append-only (harness/orchestration/ledgerlog.py)
-      checkpoint/               model, optimizers, RNG states, ledger, position (harness/checkpoint.py:
-                                safetensors + a weights-only state + a checksummed manifest;
-                                checkpoint.prev/ the one before)
+      checkpoint/               model, optimizers, RNG states, ledger, position
+                                (harness/checkpoint.py: safetensors + a weights-only state + a
+                                checksummed manifest; checkpoint.prev/ the one before)
       result.json               final counters, evaluations, consumption (finished runs only)
       policy/                   the final policy as a model directory transformers loads, with its
                                 tokenizer and model card (finished runs only; policy_out.py)
@@ -165,7 +166,8 @@ class RunDir(Directory):
 
     @property
     def placement(self) -> Path:
-        """Where a Ray task ran the run and what it held (harness/orchestration/placement.py); local runs: none."""
+        """Where a Ray task ran the run and what it held (harness/orchestration/placement.py);
+        local runs: none."""
         return self.path / PLACEMENT_JSON
 
     @property
@@ -187,7 +189,8 @@ class RunDir(Directory):
         return json.loads(self.spec.read_text(encoding="utf-8"))
 
     def read_status(self) -> dict[str, Any]:
-        """status.json; ``{"state": "pending"}`` when the run has not started (or it is unreadable)."""
+        """status.json; ``{"state": "pending"}`` when the run has not started (or it is
+        unreadable)."""
 
         try:
             return json.loads(self.status.read_text(encoding="utf-8"))
@@ -200,7 +203,8 @@ class RunDir(Directory):
         return read_json(self.result, {})
 
     def read_events(self) -> list[dict[str, Any]]:
-        """The records of events.jsonl, up to a torn last line of a killed run (redone on resume)."""
+        """The records of events.jsonl, up to a torn last line of a killed run (redone on
+        resume)."""
 
         import orjson
 
@@ -212,7 +216,8 @@ class RunDir(Directory):
             try:
                 out.append(orjson.loads(line))
             except orjson.JSONDecodeError:
-                try:  # NaN / Infinity (a metric such as explained variance can be NaN): json reads them
+                # NaN / Infinity (a metric such as explained variance can be NaN): json reads them
+                try:
                     out.append(json.loads(line))
                 except ValueError:
                     if i == len(lines) - 1:
@@ -234,7 +239,8 @@ class ExperimentDir(Directory):
 
     @classmethod
     def default(cls, name: str) -> ExperimentDir:
-        """Where an experiment goes without ``--out``: ``runs/<name>`` under the current directory."""
+        """Where an experiment goes without ``--out``: ``runs/<name>`` under the current
+        directory."""
 
         return cls(Path(EXPERIMENTS_ROOT) / name)
 

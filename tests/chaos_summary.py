@@ -1,11 +1,11 @@
 """The chaos suite's summary.
 
-Each chaos case (``tests/chaos/``, and the sweep's kill and Ctrl-C test) takes the ``chaos`` fixture: it names each
-fault it injects (:meth:`Case.fault`) and checks what survived through :meth:`Case.same` (counters
-that must agree) and :meth:`Case.rows` (rows that must all be there, once). Every case appends its
-record to one file per ``pytest`` invocation (xdist workers included); at the end the controlling
-process prints the totals: cases run, faults survived, counters compared, rows lost and rows
-counted twice (both must be 0).
+Each chaos case (``tests/chaos/``, and the sweep's kill and Ctrl-C test) takes the ``chaos``
+fixture: it names each fault it injects (:meth:`Case.fault`) and checks what survived through
+:meth:`Case.same` (counters that must agree) and :meth:`Case.rows` (rows that must all be there,
+once). Every case appends its record to one file per ``pytest`` invocation (xdist workers included);
+at the end the controlling process prints the totals: cases run, faults survived, counters compared,
+rows lost and rows counted twice (both must be 0).
 """
 
 from __future__ import annotations

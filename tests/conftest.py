@@ -14,10 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # between runs): `make test` passes or fails the same way on any machine. `make test-properties`
 # runs them under the "random" profile: fresh draws, many more of them (a slow suite, outside CI;
 # a failure prints the example to add with @example).
-settings.register_profile("pinned", derandomize=True, database=None, max_examples=200,
-                          deadline=None, print_blob=True)  # fmt: skip
-settings.register_profile("random", derandomize=False, database=None, max_examples=5000,
-                          deadline=None, print_blob=True)  # fmt: skip
+settings.register_profile(
+    "pinned", derandomize=True, database=None, max_examples=200, deadline=None, print_blob=True
+)
+settings.register_profile(
+    "random", derandomize=False, database=None, max_examples=5000, deadline=None, print_blob=True
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pinned"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -29,12 +31,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 # the chaos suite's totals, printed at the end (tests/chaos/); no process started by a test
 # outlives it (checked after each test, and for the whole run at its end)
-from .chaos_summary import chaos, pytest_runtest_makereport, pytest_terminal_summary  # noqa: E402, F401
+from .chaos_summary import (  # noqa: E402, F401
+    chaos,
+    pytest_runtest_makereport,
+    pytest_terminal_summary,
+)
 from .strays import RUN, no_stray_processes, pytest_sessionfinish  # noqa: E402, F401
 
-# the GGUF conversion cache (harness/models.py): one per test run, shared by the xdist workers (they
-# inherit the variable), so the suite converts SmolLM2 once, from the file, as a fresh machine would;
-# the controlling process removes it at exit
+# the GGUF conversion cache (harness/models.py): one per test run, shared by the xdist workers
+# (they inherit the variable), so the suite converts SmolLM2 once, from the file, as a fresh
+# machine would; the controlling process removes it at exit
 os.environ["SIXBLANKS_CACHE"] = str(Path(tempfile.gettempdir()) / f"sixblanks-test-cache-{RUN}")
 if not os.environ.get("PYTEST_XDIST_WORKER"):
     atexit.register(shutil.rmtree, os.environ["SIXBLANKS_CACHE"], True)
@@ -51,7 +57,8 @@ def pytest_collection_modifyitems(config, items):
         return
     if os.environ.get("SIXBLANKS_REQUIRE_VLLM") == "1":
         raise pytest.UsageError(
-            f"SIXBLANKS_REQUIRE_VLLM=1 but vllm does not import in {sys.executable}: run `make vllm`"
+            f"SIXBLANKS_REQUIRE_VLLM=1 but vllm does not import in {sys.executable}: "
+            "run `make vllm`"
         )
     skip = pytest.mark.skip(reason="vLLM not installed here; `make test` runs these in .venv-vllm")
     for it in wanted:

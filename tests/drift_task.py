@@ -12,5 +12,5 @@ class DriftingArithmetic(Arithmetic):
     def verify(self, instance, response):
         CALLS["n"] += 1
         correct = super().verify(instance, response)
-        # every other block of 37 calls the verifier flips: same policy, same seeds, different scores
+        # every other block of 37 calls the verifier flips: same policy, same seeds, other scores
         return 1.0 - correct if (CALLS["n"] // 37) % 2 else correct

@@ -2,8 +2,8 @@
 PostgreSQL server, each on 127.0.0.1 and a free port, in a process group of its own (so ``kill``
 ends it as a crash would, and nothing outlives the test).
 
-PostgreSQL comes from Debian's ``postgresql`` package, which ``make test`` installs with apt where it
-is missing (Makefile, the system dependencies). PostgreSQL refuses to run as root: under root the
+PostgreSQL comes from Debian's ``postgresql`` package, which ``make test`` installs with apt where
+it is missing (Makefile, the system dependencies). PostgreSQL refuses to run as root: under root the
 server runs as the package's ``postgres`` user, on a data directory that user owns."""
 
 from __future__ import annotations
@@ -68,12 +68,25 @@ class MlflowServer:
         """Start it; with ``wait=False`` return at once (``wait()`` before the first use), so that
         its ~8 s start overlaps other set-up."""
 
-        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend,
-               "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            self.backend,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+        ]
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job workers
         with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env,
-                                         start_new_session=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=log, env=env, start_new_session=True
+            )
         if wait:
             self.wait(timeout)
 
@@ -146,16 +159,42 @@ class PostgresServer:
 
     def start(self, timeout: float = 60.0) -> None:
         if not (self.data / "PG_VERSION").exists():
-            subprocess.run(self._cmd(postgres_bin("initdb"), "-D", str(self.data), "-U", "postgres",
-                                     "--auth=trust", "-E", "UTF8", "--no-sync"),
-                           check=True, capture_output=True, cwd=self.root)  # fmt: skip
+            subprocess.run(
+                self._cmd(
+                    postgres_bin("initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ),
+                check=True,
+                capture_output=True,
+                cwd=self.root,
+            )
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
-                self._cmd(postgres_bin("postgres"), "-D", str(self.data), "-p", str(self.port),
-                          "-k", str(self.root), "-c", "listen_addresses=127.0.0.1",
-                          "-c", "fsync=off"),
-                stdout=log, stderr=log, start_new_session=True, cwd=self.root,
-            )  # fmt: skip
+                self._cmd(
+                    postgres_bin("postgres"),
+                    "-D",
+                    str(self.data),
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.root),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                ),
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                cwd=self.root,
+            )
         _wait(self._ready, self.proc, self.log, "postgres", timeout)
 
     def create(self, db: str) -> str:
@@ -190,22 +229,44 @@ class RayCluster:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.ray = str(Path(sys.executable).parent / "ray")
-        self.env = {**os.environ, "SIXBLANKS_TEST_CLUSTER": self.tag,
-                    "SIXBLANKS_TEST_WORKER": f"cluster-{self.tag}", "RAY_USAGE_STATS_ENABLED": "0",
-                    # a test cluster on loopback: no token authentication (Ray 2.60 enables it on a
-                    # head where ~/.ray/auth_token exists, but not on a joining node, which is refused)
-                    "RAY_AUTH_MODE": "disabled"}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "SIXBLANKS_TEST_CLUSTER": self.tag,
+            "SIXBLANKS_TEST_WORKER": f"cluster-{self.tag}",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # a test cluster on loopback: no token authentication (Ray 2.60 enables it on a
+            # head where ~/.ray/auth_token exists, but not on a joining node, which is refused)
+            "RAY_AUTH_MODE": "disabled",
+        }
 
     def _ports(self) -> list[str]:
-        names = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-                 "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port")  # fmt: skip
+        names = (
+            "--node-manager-port",
+            "--object-manager-port",
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--metrics-export-port",
+            "--runtime-env-agent-port",
+        )
         return [a for n in names for a in (n, str(free_port()))]
 
     def add_node(self, num_cpus: int = 1, num_gpus: int = 0, head: bool = False) -> None:
-        where = (["--head", "--port", str(self.port), "--include-dashboard=false"] if head
-                 else ["--address", self.address])  # fmt: skip
-        cmd = [self.ray, "start", *where, "--num-cpus", str(num_cpus), "--num-gpus", str(num_gpus),
-               "--disable-usage-stats", *self._ports()]  # fmt: skip
+        where = (
+            ["--head", "--port", str(self.port), "--include-dashboard=false"]
+            if head
+            else ["--address", self.address]
+        )
+        cmd = [
+            self.ray,
+            "start",
+            *where,
+            "--num-cpus",
+            str(num_cpus),
+            "--num-gpus",
+            str(num_gpus),
+            "--disable-usage-stats",
+            *self._ports(),
+        ]
         done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise AssertionError(
@@ -216,12 +277,19 @@ class RayCluster:
         """The live nodes, once ``expected`` of them have joined (asked from a child process, so
         this process never holds a Ray connection of its own)."""
 
-        probe = ("import json, ray; ray.init(address=%r, log_to_driver=False); "
-                 "print(json.dumps([n for n in ray.nodes() if n['Alive']])); ray.shutdown()")  # fmt: skip
+        probe = (
+            "import json, ray; ray.init(address=%r, log_to_driver=False); "
+            "print(json.dumps([n for n in ray.nodes() if n['Alive']])); ray.shutdown()"
+        )
         t0 = time.time()
         while True:
-            out = subprocess.run([sys.executable, "-c", probe % self.address], env=self.env,
-                                 capture_output=True, text=True, timeout=120)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, "-c", probe % self.address],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             import json
 
             found = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else []

@@ -1,5 +1,5 @@
-"""`sixblanks` started as a terminal starts it, for the tests that press Ctrl-C (SIGINT to its process
-group).
+"""`sixblanks` started as a terminal starts it, for the tests that press Ctrl-C (SIGINT to its
+process group).
 
 A process started with SIGINT ignored passes that on to everything it starts, and Python then
 installs no Ctrl-C handler of its own: a test runner launched in the background by a

@@ -229,7 +229,8 @@ def test_clip_surrogate_values_and_zero_gradient_outside_trust_region():
     adv = t([1.0, -1.0, 1.0, -1.0])
     ratio = torch.exp(logp - old)
     loss, clipped = clip_surrogate(ratio, adv, 0.2, 0.28, dual_clip_c=3.0)
-    # A>0, r=1.5 > 1.28: clipped at -1.28;  A<0, r=0.5 < 0.8: 0.8;  inside: -1.1;  A<0, r=5: dual cap 3
+    # A>0, r=1.5 > 1.28: clipped at -1.28;  A<0, r=0.5 < 0.8: 0.8;  inside: -1.1;
+    # A<0, r=5: dual cap 3
     assert torch.allclose(loss, t([-1.28, 0.8, -1.1, 3.0]))
     assert clipped.tolist() == [1.0, 1.0, 0.0, 1.0]
     (g,) = torch.autograd.grad(loss.sum(), logp)
@@ -374,7 +375,8 @@ def test_kl_estimators_by_hand():
 
 
 def test_kl_loss_pulls_toward_the_reference_and_entropy_bonus_sign():
-    # with A = 0 only the KL term acts; its gradient on log pi must have the sign of d (descent lowers d)
+    # with A = 0 only the KL term acts; its gradient on log pi must have the sign of d (descent
+    # lowers d)
     mask = t([[1.0, 1.0]])
     logp = t([[-0.5, -2.0]]).requires_grad_()
     ref = t([[-1.0, -1.0]])
@@ -491,7 +493,8 @@ def test_dynamic_sampling_census_accounts_for_every_group():
 
 
 def test_ratio_and_clip_diagnostics_are_plain_means_over_action_tokens():
-    # constant-Z (dr_grpo) weights are far from uniform; the diagnostics must not be weighted by them
+    # constant-Z (dr_grpo) weights are far from uniform; the diagnostics must not be weighted by
+    # them
     blanks = resolve("dr_grpo")
     mask = t([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     old = torch.zeros(2, 3, dtype=D)

@@ -1,6 +1,7 @@
-"""An arm's seed offset (``arms.<arm>.seed_offset``) and a planted training fault (``arms.<arm>.fault:
-{rewards: shuffle}``): keys of the experiment file, carried by the arm's run specs, applied to
-training only (the held-out evaluation is the other arms'), recorded or flagged by the audit."""
+"""An arm's seed offset (``arms.<arm>.seed_offset``) and a planted training fault
+(``arms.<arm>.fault: {rewards: shuffle}``): keys of the experiment file, carried by the arm's run
+specs, applied to training only (the held-out evaluation is the other arms'), recorded or flagged by
+the audit."""
 
 import json
 
@@ -92,8 +93,8 @@ def test_build_specs_carry_the_arm_run_fields():
     faulted = build_specs(_cfg({"a": {"preset": "grpo", "fault": {"rewards": "shuffle"}}}), "k")[0]
     assert "seed_offset" not in plain and "fault" not in plain
     assert offset.get("seed_offset") == 1000 and faulted.get("fault") == {"rewards": "shuffle"}, (
-        "harness/orchestration/orchestrator.py build_specs: spec.update(cfg.arms[arm].run_fields()) "
-        "before the run id is computed"
+        "harness/orchestration/orchestrator.py build_specs: "
+        "spec.update(cfg.arms[arm].run_fields()) before the run id is computed"
     )
     assert offset["seed"] == plain["seed"] == 0
     assert len({plain["run_id"], offset["run_id"], faulted["run_id"]}) == 3
@@ -146,8 +147,8 @@ def test_an_offset_arm_trains_on_other_draws_and_evaluates_on_the_same_instances
 
 
 def test_the_shuffle_permutes_the_rewards_by_seed_and_step():
-    """Row i gets the reward of row perm[i] (a permutation drawn from the run's training seed and the
-    step), on its own last turn; the rewards' multiset is unchanged."""
+    """Row i gets the reward of row perm[i] (a permutation drawn from the run's training seed and
+    the step), on its own last turn; the rewards' multiset is unchanged."""
 
     reward = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.0, 0.0, 0.0])
     turns = torch.zeros(8, 2)
@@ -210,11 +211,15 @@ def test_a_shuffled_arm_learns_from_permuted_rewards_and_evaluates_as_any_other(
     perm = reward_permutation(batch.size, 0, 0)
     mask0 = fbatch.action_mask.clone()
     want, _, _ = compute_advantages(
-        PRESETS["grpo"].blanks, fbatch.reward[perm], mask0, fbatch.group_ids,
-        old_logp=p_faulted.tensors["old_logp"], ref_logp=p_faulted.tensors["ref_logp"],
+        PRESETS["grpo"].blanks,
+        fbatch.reward[perm],
+        mask0,
+        fbatch.group_ids,
+        old_logp=p_faulted.tensors["old_logp"],
+        ref_logp=p_faulted.tensors["ref_logp"],
         l_max=faulted.ctx.l_max,
         **{**fbatch.advantage_inputs(), "turn_rewards": fbatch.reward[perm][:, None]},
-    )  # fmt: skip
+    )
     assert torch.allclose(p_faulted.tensors["adv"], want)
     assert not torch.allclose(p_faulted.tensors["adv"], p_clean.tensors["adv"])
     # ... and the logged rewards are the true ones

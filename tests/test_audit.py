@@ -1,5 +1,5 @@
-"""The fairness audit measures each held-constant item and flags exactly the planted difference; inert
-differences are found from what the runs did."""
+"""The fairness audit measures each held-constant item and flags exactly the planted difference;
+inert differences are found from what the runs did."""
 
 import copy
 import json

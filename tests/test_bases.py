@@ -101,7 +101,8 @@ def test_a_finding_on_a_base_validates(tmp_path, cli):
         "finding:\n  claim: rloo is no worse\n  source: a test\n  about: [advantage.estimator]\n"
         "  arm: rloo\n  than: grpo\n  metric: final_score\n  expect: not_smaller\n"
         "  smallest_effect: 0.05\n"
-        "arms:\n  grpo: {preset: grpo}\n  rloo: {preset: grpo, blanks: {advantage: {estimator: loo}}}\n",
+        "arms:\n  grpo: {preset: grpo}\n"
+        "  rloo: {preset: grpo, blanks: {advantage: {estimator: loo}}}\n",
     )
     f = load_finding(claim)
     assert f.name == "c" and f.experiment["budget"] == {"launched_tokens": 900}

@@ -137,14 +137,14 @@ def test_the_report_shows_the_spread_beside_the_clip_fraction(initial):
                 "clip=[0.00015,0.0002] (x0.5, sequence scale)",
                 "clip=[0.0006,0.0008] (x2, sequence scale)",
             },
-        ),  # fmt: skip
+        ),
         (
             "gspo",
             {
                 "clip=[1,1.33] x spread (x0.5, sequence scale)",
                 "clip=[4,5.33] x spread (x2, sequence scale)",
             },
-        ),  # fmt: skip
+        ),
         ("sapo", {"tau=[0.5,0.525] (x0.5)", "tau=[2,2.1] (x2)"}),
     ],
 )

@@ -42,8 +42,20 @@ def test_rollouts_takes_any_registered_task_with_its_defaults(cli, write_yaml, t
     """A task the file does not list: its default parameters (guess_number: 5 turns)."""
 
     path = write_yaml("arms: {a: {preset: grpo}}\nwarm_start: {steps: 5, num_demos: 50}\n")
-    code, out, err = cli("rollouts", path, "--task", "guess_number", "--n", "1", "--group", "2",
-                         "--json", "--no-warm-start", "--out", str(tmp_path / "o"))  # fmt: skip
+    code, out, err = cli(
+        "rollouts",
+        path,
+        "--task",
+        "guess_number",
+        "--n",
+        "1",
+        "--group",
+        "2",
+        "--json",
+        "--no-warm-start",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["task"] == "guess_number" and data["contract"]["passed"] is True

@@ -145,8 +145,14 @@ def test_runs_and_a_sweep_spread_over_two_nodes_with_postgres_and_an_mlflow_serv
         "space": {"grpo": {"optimizer.lr": {"type": "categorical", "choices": [3e-4, 1e-3]}}},
         "confirm_seeds": [7],
     }
-    path = _config(tmp_path, "cluster-sweep", seeds=[0], executor=executor, sweep=sweep,
-                   tracking={"mlflow": False})  # fmt: skip
+    path = _config(
+        tmp_path,
+        "cluster-sweep",
+        seeds=[0],
+        executor=executor,
+        sweep=sweep,
+        tracking={"mlflow": False},
+    )
     out = tmp_path / "sweep"
     code, _, err = cli("sweep", path, "--out", str(out))
     assert code == 0, err
@@ -206,8 +212,13 @@ def test_a_server_missing_at_start_is_a_clear_error_before_anything_runs(tmp_pat
     assert "Connection refused" in err and not (tmp_path / "a" / "warm_start").exists()
 
     storage = f"postgresql+psycopg2://postgres@127.0.0.1:{closed}/optuna"
-    sweep = {"n_trials": 1, "storage": storage, "trial_budget": {"launched_tokens": 300},
-             "total_budget": {"launched_tokens": 300}, "space": {"grpo": {}}}  # fmt: skip
+    sweep = {
+        "n_trials": 1,
+        "storage": storage,
+        "trial_budget": {"launched_tokens": 300},
+        "total_budget": {"launched_tokens": 300},
+        "space": {"grpo": {}},
+    }
     path = _config(tmp_path, "no-pg", sweep=sweep, tracking={"mlflow": False})
     code, _, err = cli("sweep", path, "--out", str(tmp_path / "b"))
     shown = storage.replace("postgres@", "***@")  # user-info never printed
@@ -235,9 +246,16 @@ def test_a_gpu_share_sets_the_engine_memory_share_and_whole_gpus_above_one():
     assert engine_memory_share(0.8) == pytest.approx(0.8)  # outside a Ray task: the whole share
     with pytest.raises(SixblanksError, match="num_gpus 1.5: a share of one GPU"):
         validate_mapping({"name": "x", **BASE, "executor": {"kind": "ray", "num_gpus": 1.5}})
-    node = {"Alive": True, "NodeID": "ab" * 8, "NodeManagerAddress": "10.0.0.7",
-            "Resources": {"CPU": 8.0, "GPU": 1.0, "memory": 32 * 2**30}}  # fmt: skip
+    node = {
+        "Alive": True,
+        "NodeID": "ab" * 8,
+        "NodeManagerAddress": "10.0.0.7",
+        "Resources": {"CPU": 8.0, "GPU": 1.0, "memory": 32 * 2**30},
+    }
     check_fits({"CPU": 8.0, "GPU": 0.5, "memory": 16 * 2**30}, [node])
-    with pytest.raises(SixblanksError, match=r"asks for 1 CPU, 0 GPU, 64.0 GiB memory .*"
-                       r"node abababab \(10.0.0.7\): 8 CPU, 1 GPU, 32.0 GiB memory"):  # fmt: skip
+    with pytest.raises(
+        SixblanksError,
+        match=r"asks for 1 CPU, 0 GPU, 64.0 GiB memory .*"
+        r"node abababab \(10.0.0.7\): 8 CPU, 1 GPU, 32.0 GiB memory",
+    ):
         check_fits({"CPU": 1.0, "GPU": 0.0, "memory": 64 * 2**30}, [node])

@@ -30,7 +30,8 @@ def test_default_experiment_validates_and_prints_plan(cli):
 
 
 def test_the_example_experiments_validate(cli):
-    """Every shipped experiment file is valid (the lag ablation of experiments/async.yaml among them)."""
+    """Every shipped experiment file is valid (the lag ablation of experiments/async.yaml among
+    them)."""
 
     files = sorted((ROOT / "experiments").glob("*.yaml"))
     assert [f.name for f in files] == [
@@ -186,7 +187,8 @@ MALFORMED = [
         "unknown reasoning-gym dataset",
         "arms: {a: {preset: grpo}}\ntask: {name: 'reasoning_gym:basic_arithmetc'}\n",
         [
-            "task.name: unknown reasoning-gym dataset 'basic_arithmetc'; did you mean 'basic_arithmetic'?"
+            "task.name: unknown reasoning-gym dataset 'basic_arithmetc'; "
+            "did you mean 'basic_arithmetic'?"
         ],
     ),
     (
@@ -223,7 +225,8 @@ MALFORMED = [
         "budget on an unknown counter",
         "arms: {a: {preset: grpo}}\nbudget: {launched_tokenz: 100}\n",
         [
-            "budget.launched_tokenz: unknown counter 'launched_tokenz'; did you mean 'launched_tokens'?"
+            "budget.launched_tokenz: unknown counter 'launched_tokenz'; "
+            "did you mean 'launched_tokens'?"
         ],
     ),
     (
@@ -249,7 +252,8 @@ MALFORMED = [
     ),
     (
         "sweep space bounds",
-        "arms: {a: {preset: grpo}}\nsweep: {space: {a: {optimizer.lr: {type: float, low: 1, high: 0.1}}}}\n",
+        "arms: {a: {preset: grpo}}\n"
+        "sweep: {space: {a: {optimizer.lr: {type: float, low: 1, high: 0.1}}}}\n",
         ["sweep.space.a.optimizer.lr.high: must be > low (1.0)"],
     ),
 ]
@@ -399,7 +403,8 @@ def test_validate_catches_what_would_fail_inside_every_run(tmp_path, cli, write_
     assert code == 2 and "model.gguf: package 'no_such_pkg_abc' is not installed" in err
     (tmp_path / "m").mkdir()
     ok = write_yaml(
-        f"arms: {{a: {{preset: grpo}}}}\nmodel: {{path: {tmp_path / 'm'}}}\neval: {{counter: optimizer_steps}}\n",
+        f"arms: {{a: {{preset: grpo}}}}\nmodel: {{path: {tmp_path / 'm'}}}\n"
+        "eval: {counter: optimizer_steps}\n",
         "ok.yaml",
     )
     assert cli("validate", ok)[0] == 0
@@ -430,8 +435,10 @@ def test_the_schema_flags_misspelt_presets_task_names_and_task_parameters(cli):
         "task": {"name": "arithmetic", "params": {"digitz": 2}},
     }
     assert any("digitz" in m for m in errors(bad))
-    ok = {"arms": {"a": {"preset": "grpo"}}, "tasks": [{"name": "reasoning_gym:leg_counting"},
-                                                      {"name": "examples.my_tasks:Reverse"}]}  # fmt: skip
+    ok = {
+        "arms": {"a": {"preset": "grpo"}},
+        "tasks": [{"name": "reasoning_gym:leg_counting"}, {"name": "examples.my_tasks:Reverse"}],
+    }
     assert errors(ok) == []
 
 

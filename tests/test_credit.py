@@ -298,7 +298,8 @@ def test_shaping_telescopes_to_minus_the_start_potential_and_reaches_the_advanta
         turn_ids=turn_ids,
         potentials=pots,
     )
-    # shaped (gamma 1): ep0 [0.3, 0.3, 0.3] -> G [0.9, 0.6, 0.3]; ep1 [0.2, -0.3, 0] -> G [-0.1, -0.3]
+    # shaped (gamma 1): ep0 [0.3, 0.3, 0.3] -> G [0.9, 0.6, 0.3];
+    #                   ep1 [0.2, -0.3, 0] -> G [-0.1, -0.3]
     want = torch.tensor([[0.5, 0.45, 0.0], [-0.5, -0.45, 0.0]])
     assert torch.allclose(adv.float(), want, atol=1e-6)
     assert torch.allclose(info["potential_shaping"], torch.tensor([-0.1, -0.1], dtype=D))
@@ -433,9 +434,13 @@ def _chain_run(preset, task, model, tok, tokens, eval_size):
         }
     )
     s = RunSettings(
-        resolve(preset), cfg.rollout, cfg.optimizer, {"launched_tokens": tokens}, 0,
+        resolve(preset),
+        cfg.rollout,
+        cfg.optimizer,
+        {"launched_tokens": tokens},
+        0,
         eval_size=eval_size,
-    )  # fmt: skip
+    )
     return Trainer(s, task, model, tok).train()
 
 

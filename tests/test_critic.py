@@ -1,4 +1,5 @@
-"""Actor-critic credit: GAE, skip-observation GAE, value clipping, target-KL early stop, a real PPO run."""
+"""Actor-critic credit: GAE, skip-observation GAE, value clipping, target-KL early stop, a real PPO
+run."""
 
 import copy
 import math
@@ -38,7 +39,8 @@ def t(x):
 
 def test_gae_by_hand():
     adv, ret = gae(t([[0.0, 0.0, 1.0]]), t([[0.5, 0.6, 0.7]]), t([[1, 1, 1]]), gamma=0.9, lam=0.8)
-    # delta2 = 1 - 0.7 = 0.3; delta1 = 0.9*0.7 - 0.6 = 0.03; delta0 = 0.9*0.6 - 0.5 = 0.04; gamma*lam = 0.72
+    # delta2 = 1 - 0.7 = 0.3; delta1 = 0.9*0.7 - 0.6 = 0.03; delta0 = 0.9*0.6 - 0.5 = 0.04;
+    # gamma*lam = 0.72
     a2 = 0.3
     a1 = 0.03 + 0.72 * a2
     a0 = 0.04 + 0.72 * a1
@@ -47,7 +49,8 @@ def test_gae_by_hand():
 
 
 def test_skip_observation_gae_by_hand():
-    # action, action | observation, observation | action; a turn reward 0.5 on turn 0's last action token
+    # action, action | observation, observation | action; a turn reward 0.5 on turn 0's last
+    # action token
     mask = t([[1, 1, 0, 0, 1]])
     values = t([[0.5, 0.6, 99.0, 99.0, 0.7]])  # observation values are ignored
     rewards = t([[0.0, 0.5, 0.0, 0.0, 1.0]])
@@ -78,7 +81,8 @@ def test_rewards_sit_on_each_turns_last_action_token():
 def test_value_clipping_matches_its_formula():
     v = t([1.0, 0.6]).requires_grad_()
     loss, clipped = value_loss(v, t([0.5, 0.5]), t([2.0, 0.0]), clip=0.2)
-    # sample 0: unclipped (1-2)^2 = 1; V_clip = 0.7 -> (0.7-2)^2 = 1.69 -> 0.845 (clipped, no gradient)
+    # sample 0: unclipped (1-2)^2 = 1; V_clip = 0.7 -> (0.7-2)^2 = 1.69 -> 0.845 (clipped, no
+    # gradient)
     # sample 1: inside the clip range: 0.5 * 0.36
     assert torch.allclose(loss, t([0.845, 0.18])) and clipped.tolist() == [1.0, 0.0]
     (g,) = torch.autograd.grad(loss.sum(), v)
@@ -186,7 +190,8 @@ def test_target_kl_early_stop_records_where_it_stopped(guess):
         max_steps=2, evaluate_start=False
     )
     for m in res.steps:
-        # epoch 0 runs on the rollout policy (approx_kl = 0); the first check after an update stops it
+        # epoch 0 runs on the rollout policy (approx_kl = 0); the first check after an update
+        # stops it
         assert (
             m["early_stop_epoch"] == 1
             and m["optimizer_steps"] == 1

@@ -1,7 +1,7 @@
-"""The pass-rate curriculum of the data blank (``data.curriculum``): a prompt whose latest groups all
-passed or all failed is skipped before launch with probability 1 - max(p^z, floor); skipped prompts
-cost nothing and are counted by the census by reason; the draws are deterministic under the run's
-seed; a default data blank dumps as before the field existed."""
+"""The pass-rate curriculum of the data blank (``data.curriculum``): a prompt whose latest groups
+all passed or all failed is skipped before launch with probability 1 - max(p^z, floor); skipped
+prompts cost nothing and are counted by the census by reason; the draws are deterministic under the
+run's seed; a default data blank dumps as before the field existed."""
 
 import random
 

@@ -130,15 +130,15 @@ def test_bad_dataset_params_are_named(cli, write_yaml, params, message):
 
 def test_a_dataset_task_with_math_verify_end_to_end(run_experiment):
     """`sixblanks run` on the shipped file with math_verify: warm start on its train rows, a tiny
-    budget, evaluations on its test split (all 18 of its questions: the file's 120 rows hold 92 distinct
-    questions, a fifth of them test, each once), every verifier call counted."""
+    budget, evaluations on its test split (all 18 of its questions: the file's 120 rows hold 92
+    distinct questions, a fifth of them test, each once), every verifier call counted."""
 
     cfg = {
         "name": "dataset-e2e",
         "task": {
             "name": "dataset",
             "params": {"path": SHIPPED, "prompt_field": "question", "verifier": "math_verify"},
-        },  # fmt: skip
+        },
         "rollout": {"max_new_tokens": 8, "prompts_per_step": 2, "group_size": 4},
         "warm_start": {"steps": 20, "num_demos": 200},
         "budget": {"launched_tokens": 200},

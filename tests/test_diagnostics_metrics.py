@@ -1,6 +1,6 @@
-"""The diagnostics that do not depend on an arm's loss normalization (harness/training/diagnostics.py):
-values computed by hand on small batches, the same entropy under two normalizations, and the
-gradient-noise probe on a frozen policy."""
+"""The diagnostics that do not depend on an arm's loss normalization
+(harness/training/diagnostics.py): values computed by hand on small batches, the same entropy under
+two normalizations, and the gradient-noise probe on a frozen policy."""
 
 import math
 
@@ -39,9 +39,15 @@ def _step_metrics(mode: str) -> dict[str, float]:
     for rows in ([0], [1]):
         logp = torch.zeros(1, 4, requires_grad=True)
         _, met = policy_loss(
-            blanks, logp, torch.zeros(1, 4), torch.ones(1, 4), MASK[rows], weights[rows],
-            ref_logp=torch.zeros(1, 4), entropy=ENTROPY[rows],
-        )  # fmt: skip
+            blanks,
+            logp,
+            torch.zeros(1, 4),
+            torch.ones(1, 4),
+            MASK[rows],
+            weights[rows],
+            ref_logp=torch.zeros(1, 4),
+            entropy=ENTROPY[rows],
+        )
         met[ENTROPY_SUM] = entropy_token_sum(ENTROPY[rows], MASK[rows])
         merge(sums, met)
     return finish(sums, 1)

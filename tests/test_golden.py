@@ -86,7 +86,8 @@ class Killed(Exception):
 @pytest.mark.parametrize("preset", ["dapo", "ppo", "sft", "dpo", "remax"])
 def test_a_run_killed_and_resumed_from_its_checkpoint_reproduces_the_golden_run(setup, preset):
     """The checkpoint holds everything (collector, objective, critic, RNGs, both ledgers, the next
-    evaluation point): killed after step 3 and resumed, each kind of run ends exactly as uninterrupted."""
+    evaluation point): killed after step 3 and resumed, each kind of run ends exactly as
+    uninterrupted."""
 
     saved = Saved()
 

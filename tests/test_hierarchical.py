@@ -191,7 +191,8 @@ def _hier(**kw):
 
 
 def _per_turn(rows):
-    """[[A_turn0, A_turn1, A_turn2], ...] -> [B, T] on the two tokens of each turn (0 off the mask)."""
+    """[[A_turn0, A_turn1, A_turn2], ...] -> [B, T] on the two tokens of each turn (0 off the
+    mask)."""
 
     return (torch.tensor(rows, dtype=D).repeat_interleave(2, dim=1) * MASK).float()
 

@@ -1,8 +1,8 @@
 """The house's import rules, walked over every module's imports (relative and absolute
 ``sixblanks.*`` ones, at the top or inside a function, under TYPE_CHECKING too): no import circle,
 and the arrows point one way (algorithms/ and budgets/ import nothing else of the project, reports/
-nothing of harness/, rollouts nothing of training, tasks nothing of the rollout engines, and only the
-store opens results.duckdb for writing)."""
+nothing of harness/, rollouts nothing of training, tasks nothing of the rollout engines, and only
+the store opens results.duckdb for writing)."""
 
 import ast
 import re
@@ -156,7 +156,8 @@ LAYERS = (
     "rollout",
     "tasks",
 )
-"""harness/'s parts, top to bottom; every other module of its root is the ground floor, below all."""
+"""harness/'s parts, top to bottom; every other module of its root is the ground floor, below
+all."""
 
 UPWARD_ALLOWED = {
     # the experiment file is checked against the task registry (names, parameters, judges) before
@@ -175,8 +176,8 @@ def _layer(module: str) -> tuple[str, int] | None:
 
 def test_harness_imports_point_down_its_layers():
     """cli, recommend and translate -> studies -> orchestration -> fairness -> store -> training ->
-    rollout -> tasks -> the ground floor (config, errors, layout, ...): no module imports one of a layer above
-    it."""
+    rollout -> tasks -> the ground floor (config, errors, layout, ...): no module imports one of a
+    layer above it."""
 
     up = []
     for m, targets in GRAPH.items():

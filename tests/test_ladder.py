@@ -165,7 +165,8 @@ def _bare_ladder(tmp_path, monkeypatch, eval_size=4):
 
 
 def _planted_evaluations(monkeypatch, planted):
-    """evaluate() answers the i-th call with planted[i]; records (split, engine version) per call."""
+    """evaluate() answers the i-th call with planted[i]; records (split, engine version) per
+    call."""
 
     import sixblanks.harness.studies.ladder.no_update as rungs
 
@@ -208,8 +209,8 @@ def _planted_evaluations(monkeypatch, planted):
         (
             [[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]],
             "fail",
-            "engine drift (same weights, new version): 0 of 4 instances changed between the 2 repeats, "
-            "2 after the engine version bump",
+            "engine drift (same weights, new version): 0 of 4 instances changed between the 2 "
+            "repeats, 2 after the engine version bump",
             (0, 2),
         ),
         # a repeat differs on instance 3

@@ -85,7 +85,8 @@ def _killed_and_resumed(over) -> dict:
 
 
 def test_a_lagged_run_killed_and_resumed_ends_as_uninterrupted():
-    """The ring of snapshots is in the checkpoint: the resumed run samples with the same old weights."""
+    """The ring of snapshots is in the checkpoint: the resumed run samples with the same old
+    weights."""
 
     whole = _trainer(LAG2)
     want = record_result(whole.train(), whole.model)

@@ -131,9 +131,13 @@ def test_unit_counters_refuse_fractions_and_keep_exact_ints():
     assert led.exhausted() and not led.has_left("device_seconds")
     # a state written before counts were ints (integral floats) resumes as exact ints
     back = Ledger.from_state(
-        {"limits": {"launched_tokens": 100.0}, "counters": {"launched_tokens": 40.0},
-         "discarded_by_reason": {"failed": 3.0}, "n_events": 2}
-    )  # fmt: skip
+        {
+            "limits": {"launched_tokens": 100.0},
+            "counters": {"launched_tokens": 40.0},
+            "discarded_by_reason": {"failed": 3.0},
+            "n_events": 2,
+        }
+    )
     assert type(back.counters["launched_tokens"]) is int and back.remaining("launched_tokens") == 60
     assert type(back.discarded_by_reason["failed"]) is int
 
@@ -166,8 +170,10 @@ def test_every_event_is_numbered_sunk_and_checked_and_a_violation_names_its_even
     led.commit(led.reserve({"launched_tokens": 40}, "a"), {"launched_tokens": 30})
     led.discard("failed", 5, 1)
     assert [e["seq"] for e in got] == [0, 1, 2] and [e["type"] for e in got] == [
-        "reserve", "commit", "discard"
-    ]  # fmt: skip
+        "reserve",
+        "commit",
+        "discard",
+    ]
     led.counters["launched_tokens"] -= 10  # a bug elsewhere that lowers a counter
     with pytest.raises(
         BudgetError, match=r"event .*'seq': 3.*launched_tokens decreased from 30 to 20"
@@ -191,9 +197,16 @@ def test_every_event_is_numbered_sunk_and_checked_and_a_violation_names_its_even
 
 def test_lost_work_is_charged_and_its_launched_tokens_discarded_as_restart():
     led = Ledger(Budget({"launched_tokens": 100}))
-    lost = {"launched_tokens": 40.0, "accepted_tokens": 30.0, "discarded_tokens": 10.0,
-            "rollouts_launched": 8.0, "rollouts_accepted": 6.0, "device_seconds": 2.5,
-            "verifier_calls": 8.0, "optimizer_steps": 2.0}  # fmt: skip
+    lost = {
+        "launched_tokens": 40.0,
+        "accepted_tokens": 30.0,
+        "discarded_tokens": 10.0,
+        "rollouts_launched": 8.0,
+        "rollouts_accepted": 6.0,
+        "device_seconds": 2.5,
+        "verifier_calls": 8.0,
+        "optimizer_steps": 2.0,
+    }
     led.charge_lost(lost, 8.0)
     c = led.counters
     assert c["launched_tokens"] == 40 and c["accepted_tokens"] == 0 and c["discarded_tokens"] == 40

@@ -52,8 +52,14 @@ def test_only_the_adapter_trains_and_the_reference_is_the_base(tiny):
     assert trainable == want and total == sum(p.numel() for p in model.parameters()) + want
     ref = AdapterOff(policy)
     # SFT on demonstrations: a gradient from the first step (an untrained policy's RL has none)
-    s = RunSettings(resolve("sft"), cfg.rollout, cfg.optimizer.model_copy(update={"lr": 1e-2}),
-                    {"optimizer_steps": 3}, 0, eval_size=4)  # fmt: skip
+    s = RunSettings(
+        resolve("sft"),
+        cfg.rollout,
+        cfg.optimizer.model_copy(update={"lr": 1e-2}),
+        {"optimizer_steps": 3},
+        0,
+        eval_size=4,
+    )
     tr = Trainer(s, task, policy, tok, ref_model=ref)
     res = tr.train()
     assert res.ledger.counters["optimizer_steps"] == 3
@@ -99,8 +105,14 @@ def test_gradient_checkpointing_gives_the_same_training(tiny):
     from sixblanks.harness.training import RunSettings, Trainer
 
     cfg, task, model, tok = tiny
-    s = RunSettings(resolve("sft"), cfg.rollout, cfg.optimizer.model_copy(update={"lr": 1e-2}),
-                    {"optimizer_steps": 3}, 0, eval_size=4)  # fmt: skip
+    s = RunSettings(
+        resolve("sft"),
+        cfg.rollout,
+        cfg.optimizer.model_copy(update={"lr": 1e-2}),
+        {"optimizer_steps": 3},
+        0,
+        eval_size=4,
+    )
     runs = []
     for on in (False, True):
         m = copy.deepcopy(model)
@@ -114,9 +126,9 @@ def test_gradient_checkpointing_gives_the_same_training(tiny):
 
 
 def test_a_lora_critic_shares_the_frozen_base_with_an_adapter_of_its_own(tiny):
-    """PPO on a LoRA policy: the value model holds no copy of the weights. It trains a second adapter
-    on the same frozen base; the policy's optimizer never steps it; the base stays as it was; and
-    both the policy and the critic equal plain models built from their merged weights."""
+    """PPO on a LoRA policy: the value model holds no copy of the weights. It trains a second
+    adapter on the same frozen base; the policy's optimizer never steps it; the base stays as it
+    was; and both the policy and the critic equal plain models built from their merged weights."""
 
     from transformers import AutoModelForCausalLM
 
@@ -130,10 +142,10 @@ def test_a_lora_critic_shares_the_frozen_base_with_an_adapter_of_its_own(tiny):
         resolve("ppo"),
         cfg.rollout,
         cfg.optimizer.model_copy(update={"lr": 1e-2}),
-        {"optimizer_steps": 8},
+        {"optimizer_steps": 8},  # two steps of 4 epochs
         0,
         eval_size=4,
-    )  # fmt: skip (two steps of 4 epochs)
+    )
     tr = Trainer(s, task, policy, tok, ref_model=AdapterOff(policy))
     critic = tr.objective.critic
     assert critic.backbone is None and critic.adapter in policy.peft_config
@@ -187,7 +199,7 @@ def test_a_lora_critic_shares_the_frozen_base_with_an_adapter_of_its_own(tiny):
                     }
                 }
             },
-        ),  # fmt: skip
+        ),
         ("dpo", {}),
     ],
     ids=["world_model", "tree_search_from_the_initial_policy", "dpo"],
@@ -204,8 +216,14 @@ def test_lora_with_the_models_beside_the_policy(guess_warm, preset, overrides):
     cfg, task, model, tok = guess_warm
     policy = apply_lora(copy.deepcopy(model), LORA)
     pol0 = {n: p.detach().clone() for n, p in policy.named_parameters() if ".default." in n}
-    s = RunSettings(resolve(preset, overrides), cfg.rollout, cfg.optimizer,
-                    {"launched_tokens": 200}, 0, eval_size=4)  # fmt: skip
+    s = RunSettings(
+        resolve(preset, overrides),
+        cfg.rollout,
+        cfg.optimizer,
+        {"launched_tokens": 200},
+        0,
+        eval_size=4,
+    )
     tr = Trainer(s, task, policy, tok, ref_model=AdapterOff(policy))
     res = tr.train()
     assert res.steps and all(math.isfinite(m["loss"]) for m in res.steps if "loss" in m)

@@ -331,7 +331,8 @@ def test_prompt_mean_equals_skyrl_advantage_scaling():
 
 def test_task_mean_equals_seq_mean_token_mean_for_equal_groups_only():
     """TRL #5375: the mean over prompts of per-sequence means is seq-mean-token-mean when groups are
-    equal; with unequal groups it is not; prompt-mean differs unless lengths are equal in a group."""
+    equal; with unequal groups it is not; prompt-mean differs unless lengths are equal in a
+    group."""
 
     g = torch.Generator().manual_seed(2)
     L = torch.randn(6, 4, generator=g, dtype=D)
@@ -417,7 +418,8 @@ def test_straight_through_k3_against_verl(estimator, plus):
 def test_straight_through_k3_far_from_the_reference_keeps_k2s_gradient():
     """At d = log pi - log pi_ref = +-25 (past the +-20 clamp): the value is k3's clamped 10 (verl's
     low_var_kl clamps d to +-20, then k3 to 10), the gradient k2's d itself, +-25 per token, as
-    verl's straight-through form gives (its k2 part is unclamped); plain k3's gradient there is 0."""
+    verl's straight-through form gives (its k2 part is unclamped); plain k3's gradient there
+    is 0."""
 
     ref = t([-30.0, -5.0, -1.0])
     lp = t([-5.0, -30.0, -1.0 + 25.0])  # d = +25, -25, +25

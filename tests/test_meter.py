@@ -86,8 +86,8 @@ def test_time_is_reserved_from_the_longest_unit_of_each_kind():
 
 
 class RandomClock:
-    """Device and wall time that jump by a random, heavy-tailed amount at every reading, so that units
-    of work take unpredictable times (some far longer than any before)."""
+    """Device and wall time that jump by a random, heavy-tailed amount at every reading, so that
+    units of work take unpredictable times (some far longer than any before)."""
 
     def __init__(self, seed: int):
         import random
@@ -244,8 +244,14 @@ def test_the_first_step_reserves_its_estimated_time(limit, monkeypatch):
 
     monkeypatch.setattr(loop, "DeviceTimer", lambda _d: FakeTimer())
     tr = _tiny_trainer({"device_seconds": limit})
-    tr.result.evals = [{"step": 0, "score": 0.0, "position": {},
-                        "cost": {"generated_tokens": 10, "device_seconds": 1.0, "wall_seconds": 1.0}}]  # fmt: skip
+    tr.result.evals = [
+        {
+            "step": 0,
+            "score": 0.0,
+            "position": {},
+            "cost": {"generated_tokens": 10, "device_seconds": 1.0, "wall_seconds": 1.0},
+        }
+    ]
     assert tr.collector.worst_case()["launched_tokens"] == 2 * 4 * 6  # prompts x group x tokens
     res = tr.train(evaluate_start=False, max_steps=1)
     prior = 48 * 0.1 * 4.0  # tokens x s/token x FIRST_STEP_FACTOR (one epoch)
@@ -253,6 +259,9 @@ def test_the_first_step_reserves_its_estimated_time(limit, monkeypatch):
         assert res.steps == [] and res.ended_because == "budget"
         assert res.ledger.counters["launched_tokens"] == 0
         return
-    first = next(e for e in res.ledger.events if e["type"] == "reserve"
-                 and e["amounts"].get("device_seconds"))  # fmt: skip
+    first = next(
+        e
+        for e in res.ledger.events
+        if e["type"] == "reserve" and e["amounts"].get("device_seconds")
+    )
     assert first["amounts"]["device_seconds"] == pytest.approx(prior) and len(res.steps) == 1

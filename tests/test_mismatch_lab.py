@@ -190,7 +190,7 @@ def test_a_float32_head_on_a_bfloat16_policy_gives_float32_logits_on_both_sides(
     assert measured[True][1] < measured[False][1], measured
 
 
-# --------------------------------------------------------------------------- the concurrent collector
+# ----------------------------------------------------------------------- the concurrent collector
 
 
 def test_the_concurrent_collectors_engine_samples_with_the_runs_mismatch(tmp_path):
@@ -249,12 +249,17 @@ def test_vllm_refuses_logit_noise_naming_the_key_and_takes_the_rest():
         ConfigError, match=r"^.*arms\.b\.rollout\.mismatch\.logit_noise: 0\.5 needs"
     ):
         _cfg(
-            {"a": {"preset": "grpo"}, "b": {"preset": "grpo", "rollout": {"mismatch": {"logit_noise": 0.5}}}},
+            {
+                "a": {"preset": "grpo"},
+                "b": {"preset": "grpo", "rollout": {"mismatch": {"logit_noise": 0.5}}},
+            },
             rollout=vllm,
-        )  # fmt: skip
+        )
     with pytest.raises(ConfigError) as err:
-        _cfg({"a": {"preset": "grpo"}, "b": {"preset": "grpo"}},
-             rollout={**vllm, "mismatch": {"logit_noise": 0.5}})  # fmt: skip
+        _cfg(
+            {"a": {"preset": "grpo"}, "b": {"preset": "grpo"}},
+            rollout={**vllm, "mismatch": {"logit_noise": 0.5}},
+        )
     assert str(err.value).count("rollout.mismatch.logit_noise") == 1  # one line, not one an arm
     ok = {"sampler_dtype": "bfloat16", "top_p": 0.9}
     _cfg({"a": {"preset": "grpo"}}, rollout={**vllm, "mismatch": ok}, model={"fp32_lm_head": True})

@@ -172,10 +172,19 @@ def test_smollm2_chat_template_in_a_multi_turn_episode(smollm2):
     # prompt of the task's and the environment's answers as tool messages
     for opts in ({}, {"system_prompt": "Guess the number.", "observation_role": "tool"}):
         task = make_task("guess_number", {"low": 1, "high": 8, "max_turns": 3, **opts})
-        b = run_episodes(HFEngine(model, tok), tok, task, task.instances([0, 1]), 2, params,
-                         max_context_tokens=256, generator=torch.Generator().manual_seed(0))  # fmt: skip
-        report = check_contract(b, model, tok, reward_range=(0, 1), group_size=2, env_keys=True,
-                                task=task)  # fmt: skip
+        b = run_episodes(
+            HFEngine(model, tok),
+            tok,
+            task,
+            task.instances([0, 1]),
+            2,
+            params,
+            max_context_tokens=256,
+            generator=torch.Generator().manual_seed(0),
+        )
+        report = check_contract(
+            b, model, tok, reward_range=(0, 1), group_size=2, env_keys=True, task=task
+        )
         assert report.passed, report.summary()
         assert int(b.n_turns.max()) >= 2  # multi-turn: the history is rendered, not only the prompt
         role = opts.get("observation_role", "user")
@@ -186,8 +195,10 @@ def test_smollm2_chat_template_in_a_multi_turn_episode(smollm2):
             msgs = [{"role": "system", "content": opts["system_prompt"]}] if opts else []
             msgs += [{"role": "user", "content": b.observations[i][0]}]
             for k, a in enumerate(b.actions[i][:-1]):
-                msgs += [{"role": "assistant", "content": a},
-                         {"role": role, "content": b.observations[i][k + 1]}]  # fmt: skip
+                msgs += [
+                    {"role": "assistant", "content": a},
+                    {"role": role, "content": b.observations[i][k + 1]},
+                ]
             want = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
             want += tok.decode(b.tokens[i, last[0] : last[1]])
             assert tok.decode(b.tokens[i, :n]) == want
@@ -220,7 +231,7 @@ def test_sixblanks_run_trains_smollm2_from_the_gguf_package(run_experiment):
             "prompts_per_step": 2,
             "group_size": 2,
             "max_prompt_tokens": 128,
-        },  # fmt: skip
+        },
         "warm_start": {"steps": 2, "num_demos": 16, "batch_size": 4},
         "budget": {"optimizer_steps": 2},
         "eval": {"every": 2},

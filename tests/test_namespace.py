@@ -33,8 +33,11 @@ def _project_files():
         if top.name.startswith("."):
             continue
         if top.is_dir():
-            yield from (p for p in top.rglob("*.py") if not any(
-                part.startswith(".") for part in p.relative_to(ROOT).parts))  # fmt: skip
+            yield from (
+                p
+                for p in top.rglob("*.py")
+                if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)
+            )
         elif top.suffix == ".py":
             yield top
 

@@ -40,7 +40,8 @@ def lg(x):
 
 
 def test_vtrace_three_steps_by_hand():
-    # gamma 0.9, lam 1, bars 1; pi/mu = [0.5, 2, 0.8] -> rho = c = [0.5, 1, 0.8]; terminal (bootstrap 0)
+    # gamma 0.9, lam 1, bars 1; pi/mu = [0.5, 2, 0.8] -> rho = c = [0.5, 1, 0.8]; terminal
+    # (bootstrap 0)
     vs, pg = vtrace(
         t([[0.0, 0.0, 1.0]]),
         t([[0.5, 0.6, 0.7]]),
@@ -60,7 +61,8 @@ def test_vtrace_three_steps_by_hand():
 
 
 def test_vtrace_skips_observations_and_bootstraps_by_hand():
-    # action | observation | action; the observation's reward, value and log-rho are ignored (NaN here)
+    # action | observation | action; the observation's reward, value and log-rho are ignored
+    # (NaN here)
     nan = float("nan")
     vs, pg = vtrace(
         t([[0.1, nan, 1.0]]),
@@ -70,8 +72,8 @@ def test_vtrace_skips_observations_and_bootstraps_by_hand():
         t([[1, 0, 1]]),
         gamma=0.9,
     )
-    # s=2 (rho = c = 0.5): delta = 0.5 (1 + 0.9*0.3 - 0.7) = 0.285;  v2 = 0.7 + 0.285 + 0.9*0.5*(0.3 - 0.3)
-    #      = 0.985;  pg2 = 0.5 (1 + 0.9*0.3 - 0.7) = 0.285
+    # s=2 (rho = c = 0.5): delta = 0.5 (1 + 0.9*0.3 - 0.7) = 0.285;
+    #      v2 = 0.7 + 0.285 + 0.9*0.5*(0.3 - 0.3) = 0.985;  pg2 = 0.5 (1 + 0.9*0.3 - 0.7) = 0.285
     # s=0 (next action token is 2, rho = c = 1): delta = 0.1 + 0.9*0.7 - 0.5 = 0.23
     #      v0 = 0.5 + 0.23 + 0.9*(0.985 - 0.7) = 0.9865;  pg0 = 0.1 + 0.9*0.985 - 0.5 = 0.4865
     assert torch.allclose(vs, t([[0.9865, 0.0, 0.985]]))
@@ -79,11 +81,13 @@ def test_vtrace_skips_observations_and_bootstraps_by_hand():
 
 
 def test_vtrace_truncated_rhos_by_hand():
-    # pi/mu = [4, 3], rho_bar 2, c_bar 1, rho_bar_pg 1.5 -> rho = [2, 2], c = [1, 1], rho_pg = [1.5, 1.5]
+    # pi/mu = [4, 3], rho_bar 2, c_bar 1, rho_bar_pg 1.5
+    #   -> rho = [2, 2], c = [1, 1], rho_pg = [1.5, 1.5]
     args = (t([[0.0, 1.0]]), t([[0.2, 0.4]]), t([0.0]), lg([[4.0, 3.0]]), t([[1, 1]]))
     vs, pg = vtrace(*args, rho_bar=2.0, c_bar=1.0, rho_bar_pg=1.5)
     # s=1: delta = 2 (1 - 0.4) = 1.2; v1 = 0.4 + 1.2 = 1.6; pg1 = 1.5 (1 - 0.4) = 0.9
-    # s=0: delta = 2 (0 + 0.4 - 0.2) = 0.4; v0 = 0.2 + 0.4 + 1*(1.6 - 0.4) = 1.8; pg0 = 1.5 (1.6 - 0.2) = 2.1
+    # s=0: delta = 2 (0 + 0.4 - 0.2) = 0.4; v0 = 0.2 + 0.4 + 1*(1.6 - 0.4) = 1.8;
+    #      pg0 = 1.5 (1.6 - 0.2) = 2.1
     assert torch.allclose(vs, t([[1.8, 1.6]])) and torch.allclose(pg, t([[2.1, 0.9]]))
     # without truncation (rho = c = rho_pg = pi/mu): v1 = 0.4 + 3*0.6 = 2.2, pg1 = 3*0.6 = 1.8
     inf = math.inf
@@ -276,7 +280,8 @@ def test_sequence_gate_by_hand():
 
 
 def test_kl_gate_by_hand():
-    # d = log pi_train - log pi_roll; k3 = e^d - 1 - d: 0 at d = 0, 0.306853 at log 2, 0.193147 at -log 2
+    # d = log pi_train - log pi_roll; k3 = e^d - 1 - d: 0 at d = 0, 0.306853 at log 2, 0.193147
+    # at -log 2
     train = t([[L2, -L2], [0.0, L2]])
     roll = torch.zeros_like(train)
     mask = t([[1, 1], [1, 1]])
@@ -332,11 +337,15 @@ def _dis_loss(logp, roll, adv, mask, eps_low, eps_high):
     b = resolve(
         "grpo",
         {
-            "weight": {"ratio": "behavior", "trust_region": "dis", "eps_low": eps_low,
-                       "eps_high": eps_high},
+            "weight": {
+                "ratio": "behavior",
+                "trust_region": "dis",
+                "eps_low": eps_low,
+                "eps_high": eps_high,
+            },
             "regularizer": {"loss_kl_coef": 0.0},
         },
-    )  # fmt: skip
+    )
     loss, _ = policy_loss(b, logp, torch.zeros_like(logp), adv, mask, mask, behavior_logp=roll)
     return loss
 
@@ -447,8 +456,9 @@ def test_staleness_properties_random():
 
 def test_lag_stats_by_hand():
     # behaviour log-probs 0, current d: row 0 [log 2, 0] -> k3 [0.306853, 0], mean 0.153426
-    # row 1 [-log 2, (NaN off the mask)] -> 0.193147; row 2 [log 2, -log 2] -> (0.306853 + 0.193147)/2
-    # = 0.25; row 3 has no action token (kl 0, left out of the KL summaries)
+    # row 1 [-log 2, (NaN off the mask)] -> 0.193147;
+    # row 2 [log 2, -log 2] -> (0.306853 + 0.193147)/2 = 0.25;
+    # row 3 has no action token (kl 0, left out of the KL summaries)
     cur = t([[L2, 0.0], [-L2, float("nan")], [L2, -L2], [1.0, 1.0]])
     mask = t([[1, 1], [1, 0], [1, 1], [0, 0]])
     out = lag_stats(torch.zeros_like(cur), cur, mask, torch.tensor([0, 2, 4, 2]))
@@ -460,6 +470,7 @@ def test_lag_stats_by_hand():
     assert out["kl_p50"] == pytest.approx(K3_DOWN)
     assert out["kl_p90"] == pytest.approx(K3_DOWN + 0.8 * (0.25 - K3_DOWN))
     assert out["kl_max"] == pytest.approx(0.25)
-    # second method: weights.mismatch_stats' k3 (KL(pi_roll || pi_train), tokens from pi_roll) on row 2
+    # second method: weights.mismatch_stats' k3 (KL(pi_roll || pi_train), tokens from pi_roll) on
+    # row 2
     ms = mismatch_stats(cur[2:3], torch.zeros(1, 2, dtype=D), mask[2:3])
     assert out["kl"][2] == pytest.approx(ms["mismatch.kl"])

@@ -1,4 +1,5 @@
-"""`sixblanks run` end to end: specs, skipping, SIGKILL + resume without double counting, executors, audit."""
+"""`sixblanks run` end to end: specs, skipping, SIGKILL + resume without double counting, executors,
+audit."""
 
 import json
 import os
@@ -148,7 +149,8 @@ def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml):
 
 def test_a_code_change_reruns_unless_reuse_is_asked_and_then_flags(tmp_path, monkeypatch):
     """Runs are tied to the code that made them: after a code change nothing is skipped as
-    finished; --reuse-finished reuses the old runs, and the audit flags each as run by other code."""
+    finished; --reuse-finished reuses the old runs, and the audit flags each as run by other
+    code."""
 
     import sixblanks.harness.fairness.audit as audit_mod
     import sixblanks.harness.orchestration.orchestrator as orch_mod

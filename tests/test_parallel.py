@@ -111,9 +111,13 @@ def resumed_vs_straight(initial, parallel) -> tuple[dict, dict]:
         s = RunSettings(
             blanks=resolve("grpo", {"data": {"minibatches": 2}}),
             rollout=cfg.rollout.model_copy(update={"group_seeds": True}),
-            optimizer=cfg.optimizer, budget={"launched_tokens": 1e9}, seed=0, eval_size=8,
-            name="grpo", parallel=parallel,
-        )  # fmt: skip
+            optimizer=cfg.optimizer,
+            budget={"launched_tokens": 1e9},
+            seed=0,
+            eval_size=8,
+            name="grpo",
+            parallel=parallel,
+        )
         return Trainer(s, task, copy.deepcopy(model0), tok)
 
     straight = trainer()
@@ -155,9 +159,12 @@ def _planted_per_rank_weights():
 
 def _rank(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )  # fmt: skip
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     torch.set_num_threads(1)
     from sixblanks.harness.training import parallel
 
@@ -256,14 +263,21 @@ def test_world_size_one_is_the_single_process_path():
     from sixblanks.harness.training import RunSettings, Trainer
 
     s = RunSettings(
-        blanks=resolve("grpo", {}), rollout=cfg.rollout, optimizer=cfg.optimizer,
-        budget={"launched_tokens": 300}, seed=0, eval_size=8, name="grpo",
+        blanks=resolve("grpo", {}),
+        rollout=cfg.rollout,
+        optimizer=cfg.optimizer,
+        budget={"launched_tokens": 300},
+        seed=0,
+        eval_size=8,
+        name="grpo",
         parallel={"backend": "fsdp2", "world_size": 1},
-    )  # fmt: skip
+    )
     tr = Trainer(s, task, copy.deepcopy(model0), tok)
     assert tr.ctx.dp is None and tr.ctx.train_module is tr.ctx.model
     one = tr.train(evaluate_start=False)
-    strip = lambda m: {k: v for k, v in m.items() if "seconds" not in k and "memory" not in k}  # noqa: E731
+    strip = lambda m: {  # noqa: E731
+        k: v for k, v in m.items() if "seconds" not in k and "memory" not in k
+    }
     assert [strip(m) for m in one.steps] == [strip(m) for m in plain.steps]
 
 
@@ -322,7 +336,8 @@ def plain(counters: dict) -> dict:
 
 
 def single_process(spec: dict, warm: str, run_dir: Path) -> dict:
-    """The result of ``spec`` run in one process with the per-group seeds every rank samples with."""
+    """The result of ``spec`` run in one process with the per-group seeds every rank samples
+    with."""
 
     from sixblanks.harness.orchestration.runner import execute_run
 
@@ -432,8 +447,9 @@ def test_ctrl_c_stops_every_rank_and_leaves_the_run_resumable(tmp_path, write_ya
     cfg = {**RUN, "seeds": [0], "tracking": {"mlflow": False}, "budget": {"launched_tokens": 3000}}
     out = tmp_path / "out"
     cmd = terminal.command("run", write_yaml(json.dumps(cfg)), "--out", str(out))
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.time() + 180
     run_dir = None
     while time.time() < deadline and proc.poll() is None:
@@ -460,9 +476,14 @@ def test_a_vllm_engine_per_rank_samples_and_counts_as_one_process(tmp_path):
     from sixblanks.harness.orchestration.orchestrator import Orchestrator
     from sixblanks.harness.orchestration.ranks import launch
 
-    cfg = {**RUN, "rollout": {**RUN["rollout"], "backend": "vllm"}, "seeds": [0],
-           "budget": {"launched_tokens": 600}, "tracking": {"mlflow": False},
-           "model": {"parallel": {"backend": "fsdp2", "world_size": 2}}}  # fmt: skip
+    cfg = {
+        **RUN,
+        "rollout": {**RUN["rollout"], "backend": "vllm"},
+        "seeds": [0],
+        "budget": {"launched_tokens": 600},
+        "tracking": {"mlflow": False},
+        "model": {"parallel": {"backend": "fsdp2", "world_size": 2}},
+    }
     orch = Orchestrator(validate_mapping(cfg), tmp_path / "exp", progress=False)
     spec = orch.prepare()[0]
     two = launch(spec, tmp_path / "two", str(orch.warm_dir), threads=2)
@@ -479,13 +500,20 @@ def test_a_ray_placement_group_runs_the_ranks_and_counts_the_same(tmp_path, cli,
     on this machine counts and scores what one process does (a checkpoint after every step, its
     optimizer state gathered from the shards); a run no node can hold is refused before anything."""
 
-    too_big = {**RUN, "seeds": [0], "tracking": {"mlflow": False},
-               "executor": {"kind": "ray", "num_cpus": 2}}  # fmt: skip
+    too_big = {
+        **RUN,
+        "seeds": [0],
+        "tracking": {"mlflow": False},
+        "executor": {"kind": "ray", "num_cpus": 2},
+    }
     code, _, err = cli("run", write_yaml(json.dumps(too_big)), "--out", str(tmp_path / "big"))
     # a run's two bundles of 2 CPUs on one node: this machine has 2
     assert code != 0 and "asks for 4 CPU" in err and not (tmp_path / "big" / "runs").exists()
-    cfg = {**too_big, "executor": {"kind": "ray", "num_cpus": 1},
-           "model": {"parallel": {"backend": "fsdp2", "world_size": 2}}}  # fmt: skip
+    cfg = {
+        **too_big,
+        "executor": {"kind": "ray", "num_cpus": 1},
+        "model": {"parallel": {"backend": "fsdp2", "world_size": 2}},
+    }
     code, _, err = cli("run", write_yaml(json.dumps(cfg)), "--out", str(tmp_path / "ray"))
     assert code == 0, err
     run_dir = Path(glob.glob(str(tmp_path / "ray" / "runs" / "*"))[0])

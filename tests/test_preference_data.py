@@ -211,9 +211,13 @@ def test_demonstrations_play_through_the_agent_loop_and_charge_its_steps_and_cal
     task = chain_task()
     # 3 steps a chain, the verifier called at the last one only: 2 demonstrations a step, 2 steps
     s = settings(
-        initial, "sft", {}, {"optimizer_steps": 2.0}, {"prompts_per_step": 2, "group_size": 1},
+        initial,
+        "sft",
+        {},
+        {"optimizer_steps": 2.0},
+        {"prompts_per_step": 2, "group_size": 1},
         evaluate=False,
-    )  # fmt: skip
+    )
     tr = Trainer(s, task, copy.deepcopy(model0), tok)
     c = tr.train().ledger.counters
     assert c["rollouts_launched"] == c["rollouts_accepted"] == 4
@@ -228,10 +232,13 @@ def test_demonstrations_play_through_the_agent_loop_and_charge_its_steps_and_cal
     assert pool.actions == [[f"{v}\n" for v in vs[1:]] for vs in values]
     s = settings(initial, "sft", {}, {"optimizer_steps": 3.0}, evaluate=False)
     tr = Trainer(
-        s, task, copy.deepcopy(model0), tok,
+        s,
+        task,
+        copy.deepcopy(model0),
+        tok,
         collector=lambda ctx: Demonstrations(ctx, pool, 2, 0, pool_cost=cost),
         objective=lambda ctx: SFT(ctx, kl_to_reference=False),
-    )  # fmt: skip
+    )
     c = tr.train().ledger.counters
     assert c["env_steps"] == 9 and c["verifier_calls"] == 3 and c["rollouts_launched"] == 6
 

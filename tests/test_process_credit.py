@@ -387,8 +387,9 @@ def test_branches_restart_from_the_state_before_the_turn_and_credit_it(guess_war
     engine, gate = HFEngine(model, tok), VerifierGate(task)
     params = SamplingParams(temperature=1.0, max_new_tokens=3)
     gen = torch.Generator().manual_seed(0)
-    src = run_episodes(engine, tok, task, task.instances([5, 6]), 4, params, gate, generator=gen,
-                       snapshots=True)  # fmt: skip
+    src = run_episodes(
+        engine, tok, task, task.instances([5, 6]), 4, params, gate, generator=gen, snapshots=True
+    )
     points = [(i, 1) for i in range(src.size) if len(src.actions[i]) > 1][:2]
     assert points, "no episode reached a second turn"
     out = branch_episodes(engine, tok, task, src, points, 3, params, gate, generator=gen)

@@ -502,8 +502,9 @@ def test_the_guide_lists_the_matrix():
     readme = (ROOT / "docs" / "guide" / "recommend.md").read_text()
     assert "# Where to start: `sixblanks recommend`" in readme
     assert R.markdown_table() in readme, (
-        "the guide's matrix table differs from the matrix in harness/recommend/: regenerate it with "
-        "python -c 'from sixblanks.harness.recommend import markdown_table; print(markdown_table())'"
+        "the guide's matrix table differs from the matrix in harness/recommend/: regenerate it "
+        "with python -c "
+        "'from sixblanks.harness.recommend import markdown_table; print(markdown_table())'"
     )
     section = readme.split("# Where to start: `sixblanks recommend`")[1].split("\n## ")[0]
     for r in R.ROWS:

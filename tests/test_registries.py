@@ -1,4 +1,5 @@
-"""Registries of the blanks' variants, their declared fields, and `sixblanks explain` built on them."""
+"""Registries of the blanks' variants, their declared fields, and `sixblanks explain` built on
+them."""
 
 import json
 import typing
@@ -290,7 +291,8 @@ def test_applicable_fields_keep_the_flatten_order():
 
 
 # Alternative values for the fields the algorithms functions read (the data fields are read by the
-# harness's loop, the critic fields by its actor-critic objective, target_kl by its minibatch routine).
+# harness's loop, the critic fields by its actor-critic objective, target_kl by its minibatch
+# routine).
 ALTERNATIVES = {
     "weight.eps_low": 0.05,
     "weight.eps_high": 0.07,
@@ -330,7 +332,8 @@ def _override(path, value):
 
 
 def _run(blanks, data):
-    """compute_advantages + policy_loss as the harness wires them (L_max: normalization.l_max or T)."""
+    """compute_advantages + policy_loss as the harness wires them (L_max: normalization.l_max
+    or T)."""
 
     rewards, mask, groups, old, ref, behavior, logp0, truncated, greedy = data
     l_max = blanks.normalization.l_max or mask.shape[1]

@@ -330,8 +330,8 @@ def test_report_shows_per_task_rows_splits_and_pass_at_k(planted):
     head = next(ln for ln in md.splitlines() if "final score, mean [95% CI]" in ln)
     assert "pass@" not in head
     a = planted["arms"]["A"]
-    # 10 generated tokens per evaluation of 8 instances x 4 samples: 1.25 per instance for best-of-4,
-    # a quarter of it for one sample
+    # 10 generated tokens per evaluation of 8 instances x 4 samples: 1.25 per instance for
+    # best-of-4, a quarter of it for one sample
     assert "| A | pass@1: one sample | 1 sample; 0.3 generated tokens |" in md
     best = next(
         ln for ln in md.splitlines() if ln.startswith("| A | best-of-4 chosen by the verifier")

@@ -68,7 +68,8 @@ def test_curve_auc_by_hand():
 
 
 def test_stratified_bootstrap_over_strata_of_unequal_size():
-    # a run failed on task B: 3 scores on A, 2 on B. Each task's scores are resampled within the task
+    # a run failed on task B: 3 scores on A, 2 on B. Each task's scores are resampled within the
+    # task
     strata = [np.array([0.1, 0.5, 0.9]), np.array([2.0, 3.0])]
     p, lo, hi = stats.stratified_bootstrap_ci_strata(strata, "mean", resamples=300, seed=5)
     assert p == pytest.approx((0.1 + 0.5 + 0.9 + 2.0 + 3.0) / 5)

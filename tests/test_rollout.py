@@ -67,7 +67,8 @@ def test_contract_holds_on_real_rollouts(policies, name):
     assert batch.action_tokens() > 0 and batch.size == 16
     if name == "guess_number":
         assert int(batch.n_turns.max()) > 1  # really multi-turn
-        # observation tokens between turns are masked; action tokens of the k-th action carry turn id k
+        # observation tokens between turns are masked; action tokens of the k-th action carry
+        # turn id k
         for b in range(batch.size):
             actions = [(s, e) for kind, s, e in batch.segments[b] if kind == "action"]
             for k, (s, e) in enumerate(actions):
@@ -262,9 +263,15 @@ def test_a_system_prompt_without_a_chat_template_is_text_before_the_prompt(polic
 
     _, model, tok = policies("arithmetic")
     task = make_task("arithmetic", {"system_prompt": "1+1=2"})
-    batch = run_episodes(HFEngine(model, tok), tok, task, task.instances([0, 1]), 2,
-                         SamplingParams(max_new_tokens=3),
-                         generator=torch.Generator().manual_seed(0))  # fmt: skip
+    batch = run_episodes(
+        HFEngine(model, tok),
+        tok,
+        task,
+        task.instances([0, 1]),
+        2,
+        SamplingParams(max_new_tokens=3),
+        generator=torch.Generator().manual_seed(0),
+    )
     prompt = batch.observations[0][0]
     want = [tok.bos_token_id, *tok(f"1+1=2\n\n{prompt}", add_special_tokens=False)["input_ids"]]
     (kind, s, e) = batch.segments[0][0]
@@ -285,9 +292,15 @@ def test_the_static_cache_decoder_gives_the_models_own_logits(kv_heads):
     from sixblanks.harness.rollout.fastdecode import LlamaDecoder, supported
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=kv_heads,
-                      tie_word_embeddings=True)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=50,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(cfg).eval()
     assert supported(model)
     lens = [7, 3, 5]
@@ -326,8 +339,14 @@ def test_the_decoder_in_bfloat16_is_as_close_to_float32_as_the_models_own_bfloat
     from sixblanks.harness.rollout.fastdecode import LlamaDecoder
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=50,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     model32 = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # sharp attention (scores of tens), where 16-bit scores lose most
         for layer in model32.model.layers:
@@ -361,8 +380,9 @@ def test_the_decoder_samples_what_the_transformers_path_samples(policies):
     from sixblanks.harness.rollout.fastdecode import supported
 
     task, model, tok = policies("arithmetic")
-    prompts = [tok(task.make_instance(i).prompt, add_special_tokens=False)["input_ids"]
-               for i in range(4)]  # fmt: skip
+    prompts = [
+        tok(task.make_instance(i).prompt, add_special_tokens=False)["input_ids"] for i in range(4)
+    ]
     out = {}
     for decode in ("auto", "transformers"):
         eng = HFEngine(model, tok, decode=decode)
@@ -374,8 +394,9 @@ def test_the_decoder_samples_what_the_transformers_path_samples(policies):
         assert ga.logprobs == pytest.approx(gb.logprobs, abs=1e-5)
     import copy
 
-    lora = apply_lora(copy.deepcopy(model), {"r": 2, "alpha": 4.0, "dropout": 0.0,
-                                             "target_modules": "all-linear"})  # fmt: skip
+    lora = apply_lora(
+        copy.deepcopy(model), {"r": 2, "alpha": 4.0, "dropout": 0.0, "target_modules": "all-linear"}
+    )
     assert not supported(lora) and not supported(AdapterOff(lora))
 
 
@@ -418,8 +439,9 @@ def test_fixed_length_generation_takes_every_token_as_the_stopping_path_does(pol
     general path (forced by a stop set whose only stop token is past the vocabulary)."""
 
     task, model, tok = policies("arithmetic")
-    prompts = [tok(task.make_instance(i).prompt, add_special_tokens=False)["input_ids"]
-               for i in range(3)]  # fmt: skip
+    prompts = [
+        tok(task.make_instance(i).prompt, add_special_tokens=False)["input_ids"] for i in range(3)
+    ]
     eng = HFEngine(model, tok)
     V = model.get_output_embeddings().weight.shape[0]
     never = torch.zeros(V + 1, dtype=torch.bool)

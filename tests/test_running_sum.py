@@ -1,6 +1,6 @@
-"""The testbed's task, ``running_sum``: its instances, difficulty grades and verifier checked by hand,
-its space counted, and its verifier calls counted in a real run of the testbed's configuration (its
-held-out split is checked with every built-in task's, in test_heldout.py)."""
+"""The testbed's task, ``running_sum``: its instances, difficulty grades and verifier checked by
+hand, its space counted, and its verifier calls counted in a real run of the testbed's configuration
+(its held-out split is checked with every built-in task's, in test_heldout.py)."""
 
 from __future__ import annotations
 
@@ -150,7 +150,8 @@ def test_bad_parameters_are_named():
 
 def test_a_run_on_the_testbed_counts_every_verifier_call(run_experiment):
     """The testbed's own file, shrunk (a smaller policy, a few warm-start steps, two training
-    steps): every sampled response is verified once and counted, and so is every evaluation sample."""
+    steps): every sampled response is verified once and counted, and so is every evaluation
+    sample."""
 
     cfg = yaml.safe_load((ROOT / "experiments" / "testbed.yaml").read_text())
     rollout = cfg["rollout"]

@@ -208,8 +208,11 @@ def test_beam_search_by_hand(guess8):
         g, r = leaf.episode.group, sum(leaf.episode.turn_rewards)
         if r > best.get(g, (-1, None))[0]:
             best[g] = (r, leaf.episode.actions)
-    assert best == {0: (1.0, ["4\n", "6\n", "7\n"]), 1: (1.0, ["4\n", "2\n", "3\n"]),
-                    2: (1.0, ["4\n", "2\n", "1\n"])}  # fmt: skip
+    assert best == {
+        0: (1.0, ["4\n", "6\n", "7\n"]),
+        1: (1.0, ["4\n", "2\n", "3\n"]),
+        2: (1.0, ["4\n", "2\n", "1\n"]),
+    }
     # per prompt: the solved leaf at turn 3, the two children at the last turn, and the pruned
     # "9" children of turns 1 and 2: 3 leaves, 5 tips
     assert len(tree.leaves) == 9 and len(tree.tips) == 15 and cost["rollouts_launched"] == 15
@@ -258,7 +261,8 @@ def test_a_shared_prefix_trains_once():
 
 
 def test_tree_value_model_learns_the_tree_labels(guess8):
-    """The value model trained on a tree's Monte Carlo node values: its Brier score on them falls."""
+    """The value model trained on a tree's Monte Carlo node values: its Brier score on them
+    falls."""
 
     from sixblanks.harness.config import ModelConfig
     from sixblanks.harness.models import load_policy
@@ -388,7 +392,7 @@ def test_search_arms_and_beam_evaluation_end_to_end(tmp_path, cli, write_yaml):
             # 48 secrets: an eighth of them (6) are test problems, the evaluation's distinct set
             "params": {"low": 1, "high": 48, "max_turns": 3},
             "eval_size": 6,
-        },  # fmt: skip
+        },
         "rollout": {"max_new_tokens": 3, "prompts_per_step": 2, "group_size": 4},
         "warm_start": {"steps": 20, "num_demos": 200},
         "budget": {"launched_tokens": 160},
@@ -402,7 +406,7 @@ def test_search_arms_and_beam_evaluation_end_to_end(tmp_path, cli, write_yaml):
                     "data": {"search": {"mode": "beam", "beam": 1, "expand": 2, "min_reward": 0.0}}
                 },
             },
-        },  # fmt: skip
+        },
         "tracking": {"mlflow": False},
     }
     out = tmp_path / "out"

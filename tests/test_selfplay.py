@@ -466,7 +466,8 @@ def test_end_to_end_the_external_evaluation_is_in_duckdb(tmp_path, cli, write_ya
     evals = con.execute("SELECT r.arm, e.step FROM evals e JOIN runs r USING (run_id)").fetchall()
     tokens = dict(
         con.execute(
-            "SELECT r.arm, max(l.opponent_tokens) FROM ledger l JOIN runs r USING (run_id) GROUP BY 1"
+            "SELECT r.arm, max(l.opponent_tokens) FROM ledger l JOIN runs r USING (run_id) "
+            "GROUP BY 1"
         ).fetchall()
     )
     con.close()

@@ -1,7 +1,7 @@
-"""The training forward with shared prompts (harness/training/shared_prefix.py) against transformers' own
-forward over every full sequence: log-probs, entropies and gradients, on batches with groups of
-prompts of different lengths, continuations of different lengths (right padding), grouped-query
-attention, temperature; and the cases that must take transformers' forward."""
+"""The training forward with shared prompts (harness/training/shared_prefix.py) against
+transformers' own forward over every full sequence: log-probs, entropies and gradients, on batches
+with groups of prompts of different lengths, continuations of different lengths (right padding),
+grouped-query attention, temperature; and the cases that must take transformers' forward."""
 
 import pytest
 import torch
@@ -142,12 +142,23 @@ def test_the_run_context_uses_it_and_a_setting_turns_it_off(monkeypatch):
             {
                 "task": {"name": "arithmetic"},
                 "arms": {"a": {"preset": "grpo"}},
-                "rollout": {"max_new_tokens": 6, "prompts_per_step": 2, "group_size": 4,
-                            "shared_prefix": on},
+                "rollout": {
+                    "max_new_tokens": 6,
+                    "prompts_per_step": 2,
+                    "group_size": 4,
+                    "shared_prefix": on,
+                },
             }
-        )  # fmt: skip
-        s = RunSettings(resolve("grpo"), cfg.rollout, cfg.optimizer, {"optimizer_steps": 9}, 0,
-                        evaluate=False, name="grpo")  # fmt: skip
+        )
+        s = RunSettings(
+            resolve("grpo"),
+            cfg.rollout,
+            cfg.optimizer,
+            {"optimizer_steps": 9},
+            0,
+            evaluate=False,
+            name="grpo",
+        )
         ctx = Trainer(s, task, copy.deepcopy(model), tok).ctx
         if batch is None:
             batch = ctx.episodes(ctx.engine, ctx.train_instances(2), 4)

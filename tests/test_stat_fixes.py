@@ -1,7 +1,7 @@
-"""Statistics of the report and the trainer's diagnostics, each checked against a second computation:
-the curve bootstrap draws per arm, whatever order runs and arms are listed in; the paired table's
-intervals agree with Holm's decisions; the gradient noise-to-signal ratio does not saturate at the
-number of steps; the two-way bootstrap's variance is the one its formula says."""
+"""Statistics of the report and the trainer's diagnostics, each checked against a second
+computation: the curve bootstrap draws per arm, whatever order runs and arms are listed in; the
+paired table's intervals agree with Holm's decisions; the gradient noise-to-signal ratio does not
+saturate at the number of steps; the two-way bootstrap's variance is the one its formula says."""
 
 from __future__ import annotations
 

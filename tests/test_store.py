@@ -1,4 +1,5 @@
-"""Results store (DuckDB) and MLflow: every table, idempotent ingest, partial runs, unreachable tracking."""
+"""Results store (DuckDB) and MLflow: every table, idempotent ingest, partial runs, unreachable
+tracking."""
 
 import json
 import math
@@ -86,7 +87,8 @@ def test_every_table_is_queryable(experiment):
     ):
         assert calls == n and n <= tokens <= n * 6 and secs > 0
     dapo_discards = q(
-        "SELECT reason, sum(tokens) FROM discards JOIN runs USING (run_id) WHERE arm = 'dapo' GROUP BY reason"
+        "SELECT reason, sum(tokens) FROM discards JOIN runs USING (run_id) WHERE arm = 'dapo' "
+        "GROUP BY reason"
     )
     assert dapo_discards and dapo_discards[0][0] == "dynamic_sampling"
     total = q(
@@ -99,8 +101,9 @@ def test_every_table_is_queryable(experiment):
     # the census: every launched group is kept or dropped by a verdict, and the groups dapo dropped
     # account for its dynamic-sampling discards exactly
     census = q(
-        "SELECT arm, sum(groups_launched), sum(groups_kept + dropped_all_correct + dropped_all_wrong"
-        " + dropped_zero_variance + dropped_surplus), sum(tokens_launched - tokens_accepted),"
+        "SELECT arm, sum(groups_launched), sum(groups_kept + dropped_all_correct"
+        " + dropped_all_wrong + dropped_zero_variance + dropped_surplus),"
+        " sum(tokens_launched - tokens_accepted),"
         " count(*) FROM census JOIN runs USING (run_id) GROUP BY arm ORDER BY arm"
     )
     steps = dict(q("SELECT arm, steps FROM runs"))
@@ -255,8 +258,12 @@ def test_mlflow_bulk_insert_stores_what_log_batch_stores(tmp_path):
 
     def stored(run_id):
         keys = sorted(client.get_run(run_id).data.metrics)
-        hist = {k: sorted((m.step, m.timestamp, str(m.value)) for m in
-                          client.get_metric_history(run_id, k)) for k in keys}  # fmt: skip
+        hist = {
+            k: sorted(
+                (m.step, m.timestamp, str(m.value)) for m in client.get_metric_history(run_id, k)
+            )
+            for k in keys
+        }
         return client.get_run(run_id).data.metrics, hist
 
     mine, reference = stored(ours), stored(theirs)
@@ -404,7 +411,8 @@ def test_partial_run_is_ingested_and_completed_on_resume_without_duplicates(tmp_
     status, steps = con.execute("SELECT status, steps FROM runs").fetchone()
     n, distinct = con.execute("SELECT count(*), count(DISTINCT step) FROM ledger").fetchone()
     dup_metrics = con.execute(
-        "SELECT count(*) FROM (SELECT step, name, count(*) c FROM metrics GROUP BY ALL HAVING c > 1)"
+        "SELECT count(*) FROM "
+        "(SELECT step, name, count(*) c FROM metrics GROUP BY ALL HAVING c > 1)"
     ).fetchone()[0]
     con.close()
     assert status == "finished" and n == distinct == steps and dup_metrics == 0
@@ -523,7 +531,8 @@ def test_trials_writer_is_idempotent_and_one_transaction(tmp_path):
     write_trials(tmp_path, "exp", rows)
     got = _rows(
         tmp_path,
-        "SELECT experiment_id, arm, trial, state, params, value, pruned_at FROM trials ORDER BY ALL",
+        "SELECT experiment_id, arm, trial, state, params, value, pruned_at FROM trials "
+        "ORDER BY ALL",
     )
     assert [(e, a, t, s, json.loads(p), v, pr) for e, a, t, s, p, v, pr in got] == [
         ("exp", "grpo", 0, "COMPLETE", {"optimizer.lr": 1e-3}, 0.5, None),

@@ -1,5 +1,5 @@
-"""The training package's layout shows the design: a thin loop, and collectors and objectives each in
-a file of their own, short enough to read in one sitting."""
+"""The training package's layout shows the design: a thin loop, and collectors and objectives each
+in a file of their own, short enough to read in one sitting."""
 
 from pathlib import Path
 

@@ -1,5 +1,5 @@
-"""Hyperparameter search under a fixed budget: identical trial counts, budget never exceeded, pruning on
-tokens, resume after a kill, trials in DuckDB, report section."""
+"""Hyperparameter search under a fixed budget: identical trial counts, budget never exceeded,
+pruning on tokens, resume after a kill, trials in DuckDB, report section."""
 
 import json
 import math
@@ -60,8 +60,9 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
     def attempt(log, trials: int) -> subprocess.Popen:
         """The sweep, its stderr (as a cluster job's) a file, once ``trials`` trials finished."""
 
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+        )
         t0 = time.time()
         while proc.poll() is None and time.time() - t0 < 180 and finished_trials() < trials:
             time.sleep(0.05)
@@ -158,8 +159,12 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
             assert hi <= clo or chi <= lo  # disjoint seed ranges: no instance is shared
     logs = (tmp_path / "first.log").read_text() + (tmp_path / "second.log").read_text()
     _check_plain_lines(logs + done.stderr, arms, out)
-    stopped = [t for rec in arms.values() for t in rec["trials_detail"] if t["error"] and
-               "interrupted (Ctrl-C)" in t["error"]]  # fmt: skip
+    stopped = [
+        t
+        for rec in arms.values()
+        for t in rec["trials_detail"]
+        if t["error"] and "interrupted (Ctrl-C)" in t["error"]
+    ]
     chaos.rows(
         len(stopped), int(in_a_trial), "trials stopped by Ctrl-C, failed with their spending"
     )
@@ -173,9 +178,10 @@ def test_sweep_matches_effort_prunes_on_tokens_resumes_and_reports(tmp_path, wri
 
 
 def _check_plain_lines(err: str, arms: dict, out) -> None:
-    """Stderr not a terminal (both attempts'): one line per evaluation of each trial, from its worker,
-    matching the scores the study recorded at each token checkpoint; one line per trial's end with its
-    state; one line per evaluation and per finished confirmation run, as their events record them."""
+    """Stderr not a terminal (both attempts'): one line per evaluation of each trial, from its
+    worker, matching the scores the study recorded at each token checkpoint; one line per trial's
+    end with its state; one line per evaluation and per finished confirmation run, as their events
+    record them."""
 
     from sixblanks.harness.layout import read_status
 
@@ -322,8 +328,11 @@ def test_pruning_works_across_trials_running_at_once(tmp_path, cli, write_yaml):
     out = tmp_path / "out"
     journal = out / "sweep" / "optuna.journal"
     journal.parent.mkdir(parents=True)
-    study = optuna.create_study(study_name="sweep:grpo", direction="maximize",
-                                storage=open_storage(("journal", str(journal))))  # fmt: skip
+    study = optuna.create_study(
+        study_name="sweep:grpo",
+        direction="maximize",
+        storage=open_storage(("journal", str(journal))),
+    )
     every = 400 / 4  # the sweep's checkpoints: a quarter of the trial budget
     study.add_trial(
         optuna.trial.create_trial(
@@ -383,8 +392,9 @@ def _kill_the_worker_of(out, number: int, chaos):
             if not journal.exists():
                 continue
             try:
-                study = optuna.load_study(study_name="sweep:grpo",
-                                          storage=open_storage(("journal", str(journal))))  # fmt: skip
+                study = optuna.load_study(
+                    study_name="sweep:grpo", storage=open_storage(("journal", str(journal)))
+                )
             except KeyError:  # not created yet
                 continue
             for t in study.get_trials(deepcopy=False):
@@ -409,8 +419,18 @@ def _kill_the_worker_of(out, number: int, chaos):
 )
 # a trial spending all but a float's residue of its budget, one at a time: the search once
 # opened a trial of 7.1e-15 tokens after it; counts are whole, so it spends 49 and the next gets 1
-@example(total=50, trial=50, parallel=1, ops=[(True, 0.0, 0), (False, 0.9999999999999999, 0),
-                                              (True, 0.0, 0), (False, 1.0, 0), (True, 0.0, 0)])  # fmt: skip
+@example(
+    total=50,
+    trial=50,
+    parallel=1,
+    ops=[
+        (True, 0.0, 0),
+        (False, 0.9999999999999999, 0),
+        (True, 0.0, 0),
+        (False, 1.0, 0),
+        (True, 0.0, 0),
+    ],
+)
 def test_parallel_trials_never_exceed_the_search_total(total, trial, parallel, ops):
     """Property: trials opened up to ``parallel`` at a time, closed in any order with any whole
     spending up to their budget: the committed total never passes the search total, each trial's

@@ -82,7 +82,8 @@ def test_a_tool_turn_runs_each_call_and_reports_each_outcome():
     turn = box.turn("<code>print(6*7)</code><code>1/0</code><code>x</code>")
     assert turn.is_call
     assert turn.observation == (
-        "42\nerror: ZeroDivisionError: division by zero\nerror: NameError: name 'x' is not defined\n"
+        "42\nerror: ZeroDivisionError: division by zero\n"
+        "error: NameError: name 'x' is not defined\n"
     )
     assert [o for o, _ in turn.records] == ["ok", "error", "error"]
     assert all(s > 0 for _, s in turn.records)

@@ -141,8 +141,9 @@ def test_dynamic_sampling_round_cap_error(initial):
 
 
 def test_target_kl_stops_the_epochs_of_a_critic_free_arm(initial):
-    """weight.target_kl is read by the shared minibatch routine: a GRPO arm with 4 epochs stops after
-    its first step once the approx KL to pi_old passes 1.5 x target_kl; a loose target never stops."""
+    """weight.target_kl is read by the shared minibatch routine: a GRPO arm with 4 epochs stops
+    after its first step once the approx KL to pi_old passes 1.5 x target_kl; a loose target never
+    stops."""
 
     cfg, task, model0, tok = initial
     runs = {}
@@ -193,7 +194,7 @@ def test_skipping_unused_forwards_gives_the_same_gradients(
                     for p in self.model.parameters()
                     if p.grad is not None
                 ]
-            )  # fmt: skip
+            )
         )
         return real_step(self)
 

@@ -575,7 +575,7 @@ def test_trl_cispo_without_epsilon_high_is_named_not_represented():
     assert "cispo_cap" in fired(t) and "epsilon_high" in lacking(t)
 
 
-# --------------------------------------------------------------------------- the experiment's settings
+# ---------------------------------------------------------------------- the experiment's settings
 
 
 def test_prompt_length_is_the_experiments_max_prompt_tokens(cli, tmp_path):

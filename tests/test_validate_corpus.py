@@ -1,5 +1,6 @@
 """A corpus of bad experiment files: each is refused by `sixblanks validate` with exit code 2, its
-key path, and no traceback, before any model is loaded or any run starts. Fast: no model is built, nothing is run."""
+key path, and no traceback, before any model is loaded or any run starts. Fast: no model is built,
+nothing is run."""
 
 import json
 
@@ -124,7 +125,8 @@ CORPUS = [
     ),
     ("zero eval size", ARMS + "task: {eval_size: 0}\n", "task.eval_size: must be > 0"),
     ("negative Ray CPUs", ARMS + "executor: {num_cpus: -1}\n", "executor.num_cpus: must be > 0"),
-    # settings valid one by one whose runs cannot work, never end or train on nothing (harness/config/checks.py)
+    # settings valid one by one whose runs cannot work, never end or train on nothing
+    # (harness/config/checks.py)
     (
         "a lower clip bound below 0",
         "arms: {a: {preset: grpo, blanks: {weight: {eps_low: 1.5}}}}\n",

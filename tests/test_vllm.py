@@ -1,7 +1,7 @@
 """vLLM rollouts for real (run in .venv-vllm by `make test`; see conftest for how they are gated).
 
-Independent references: the trainer's own forward pass (``policy_logprobs``), the model's softmax for
-the sampled distribution, and the HF engine for greedy decoding.
+Independent references: the trainer's own forward pass (``policy_logprobs``), the model's softmax
+for the sampled distribution, and the HF engine for greedy decoding.
 """
 
 import json
@@ -313,8 +313,9 @@ def test_a_lora_policy_samples_in_vllm_from_its_merged_weights(tiny, capfd):
     from sixblanks.harness.rollout.vllm_engine import VLLMEngine, reload_warning_counts
 
     model, tok, _ = tiny
-    policy = apply_lora(copy.deepcopy(model), {"r": 4, "alpha": 8.0, "dropout": 0.0,
-                                               "target_modules": "all-linear"})  # fmt: skip
+    policy = apply_lora(
+        copy.deepcopy(model), {"r": 4, "alpha": 8.0, "dropout": 0.0, "target_modules": "all-linear"}
+    )
     with torch.no_grad():  # a trained adapter: B starts at 0, which would merge to the base
         for n, p in policy.named_parameters():
             if "lora_B" in n:

@@ -1,5 +1,6 @@
 """The vLLM engine's own logic without vLLM: mismatch metrics by hand, the weight-sync routes and
-their loud failure, output mapping, and the set-up error. (tests/test_vllm.py runs vLLM for real.)"""
+their loud failure, output mapping, and the set-up error. (tests/test_vllm.py runs vLLM for
+real.)"""
 
 import math
 import sys
@@ -185,8 +186,9 @@ def test_a_lora_policy_reaches_vllm_as_merged_weights(tiny, tmp_path):
     from sixblanks.harness.rollout.vllm_engine import export_weights
 
     model, tok = tiny
-    policy = apply_lora(copy.deepcopy(model), {"r": 2, "alpha": 4.0, "dropout": 0.0,
-                                               "target_modules": "all-linear"})  # fmt: skip
+    policy = apply_lora(
+        copy.deepcopy(model), {"r": 2, "alpha": 4.0, "dropout": 0.0, "target_modules": "all-linear"}
+    )
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():  # a trained adapter (B starts at 0, which would merge to the base)
         for n, p in policy.named_parameters():

@@ -1,4 +1,5 @@
-"""Warm start: a real, small SFT run raises held-out accuracy; the result is cached by content hash."""
+"""Warm start: a real, small SFT run raises held-out accuracy; the result is cached by content
+hash."""
 
 import json
 import shutil

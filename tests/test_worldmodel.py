@@ -93,8 +93,15 @@ def test_the_world_model_learns_the_environment_and_imagines_without_the_verifie
     # imagined episodes: the policy acts in the model, the verifier is never called
     imagined = ImaginedTask(task, wm, tok)
     gate = VerifierGate(imagined, timeout_s=None)
-    b = run_episodes(HFEngine(model, tok), tok, imagined, task.instances([5, 6]), 3,
-                     SamplingParams(1.0, max_new_tokens=3), gate)  # fmt: skip
+    b = run_episodes(
+        HFEngine(model, tok),
+        tok,
+        imagined,
+        task.instances([5, 6]),
+        3,
+        SamplingParams(1.0, max_new_tokens=3),
+        gate,
+    )
     assert gate.stats.calls == 0 and not bool(b.failed.any())
     assert bool((b.n_turns >= 1).all()) and int(b.n_turns.max()) <= 4
     assert bool(torch.isfinite(b.reward).all())
@@ -113,9 +120,13 @@ def _train(guess4, overrides, budget=300.0, run=True):
         }
     )
     s = RunSettings(
-        resolve("grpo", overrides), cfg.rollout, cfg.optimizer, {"launched_tokens": budget}, 0,
+        resolve("grpo", overrides),
+        cfg.rollout,
+        cfg.optimizer,
+        {"launched_tokens": budget},
+        0,
         eval_size=4,
-    )  # fmt: skip
+    )
     tr = Trainer(s, task, copy.deepcopy(model), tok)
     return tr, tr.train() if run else None
 

@@ -1,6 +1,7 @@
 """The ``sixblanks`` command line: the application (``app``), its commands by part (``describe``:
 validate, schema, explain, recommend; ``experiment``: rollouts, run, report, status, sync, ingest,
-ui; ``evaluate``: eval; ``studies``: ladder, sweep; ``translate``: other frameworks' configurations) and :func:`main`.
+ui; ``evaluate``: eval; ``studies``: ladder, sweep; ``translate``: other frameworks'
+configurations) and :func:`main`.
 
 Errors meant for the user (bad config, unknown names, commands not built yet)
 print one line per problem and exit non-zero without a traceback; ``--debug``

@@ -66,7 +66,8 @@ def rollouts(
     out_dir: OutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Sample episodes with the configured policy, show them, and run the contract checks (exit 1 if one fails)."""
+    """Sample episodes with the configured policy, show them, and run the contract checks (exit 1
+    if one fails)."""
 
     from ..config import load_config
     from ..rollout.backends import make_engine
@@ -345,8 +346,9 @@ def report(
     ] = None,
 ) -> None:
     """Build the comparison report (DIR/report/index.html, report.md, scores.csv/.parquet) from
-    results.duckdb; with several directories, compare the experiments side by side (the same arms on
-    two backends, models or code versions): scores, differences and every audit item that differs."""
+    results.duckdb; with several directories, compare the experiments side by side (the same arms
+    on two backends, models or code versions): scores, differences and every audit item that
+    differs."""
 
     from ..errors import ConfigError
     from ..orchestration.experiment import build_report_checked
@@ -438,7 +440,8 @@ def _used(row: dict[str, Any], counter: str, limit: float) -> str:
 
 @app.command()
 def sync(directory: Annotated[Path, typer.Argument(help="Experiment output directory.")]) -> None:
-    """Send runs that MLflow has not received yet (e.g. after the tracking server was unreachable)."""
+    """Send runs that MLflow has not received yet (e.g. after the tracking server was
+    unreachable)."""
 
     from ..config import validate_mapping
     from ..orchestration.tracking import Tracker, tracking_uri

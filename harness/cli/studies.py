@@ -82,7 +82,8 @@ def sweep(
     out_dir: OutOpt = None,
     add: AddOpt = False,
 ) -> None:
-    """Hyperparameter search per arm under a fixed search budget, then confirmation on fresh seeds."""
+    """Hyperparameter search per arm under a fixed search budget, then confirmation on fresh
+    seeds."""
 
     from ..config import load_config
     from ..orchestration.data_files import check_data_files
@@ -123,8 +124,10 @@ def sweep(
         )
     say(table)
     if not summary["confirm"]["runs"]:
-        say(f"no confirmation runs ({summary['confirm'].get('skipped', 'none finished')}): "
-             f"no report; the trials are in {sw.out / 'results.duckdb'}")  # fmt: skip
+        say(
+            f"no confirmation runs ({summary['confirm'].get('skipped', 'none finished')}): "
+            f"no report; the trials are in {sw.out / 'results.duckdb'}"
+        )
         return
     report_path = build_report_checked(sw.out)
     say(f"report (defaults vs tuned, search effort): {report_path}")

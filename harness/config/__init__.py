@@ -2,9 +2,10 @@
 
 Every default lives in the models' fields (``sections``: the model, tasks, rollouts, optimizer, warm
 start, evaluation, arms, executor, tracking; ``studies``: the ladder and the sweep; ``experiment``:
-the whole file). :func:`load_config` (``bases``, with ``loading``) collects every problem at once (YAML syntax,
-unknown keys, wrong types, unknown names, and settings whose runs cannot work: ``checks``) and
-raises :class:`~sixblanks.harness.errors.ConfigError` with one ``key.path: message`` line each.
+the whole file). :func:`load_config` (``bases``, with ``loading``) collects every problem at once
+(YAML syntax, unknown keys, wrong types, unknown names, and settings whose runs cannot work:
+``checks``) and raises :class:`~sixblanks.harness.errors.ConfigError` with one
+``key.path: message`` line each.
 """
 
 from .bases import load_config

@@ -1,9 +1,10 @@
-"""Cross-field checks of a parsed experiment: settings each valid alone whose runs cannot work, would
-never end, or would train on nothing. Called by :func:`~.loading.validate_mapping` on a configuration
-that parsed, before any model is loaded; each problem is one ``key.path: message`` line.
+"""Cross-field checks of a parsed experiment: settings each valid alone whose runs cannot work,
+would never end, or would train on nothing. Called by :func:`~.loading.validate_mapping` on a
+configuration that parsed, before any model is loaded; each problem is one ``key.path: message``
+line.
 
-- clip bounds outside their meaningful range (``weight.eps_low`` >= 1: a lower bound 1 - eps_low <= 0
-  clips nothing; a gate band that excludes ratio 1; a truncated-IS cap below 1);
+- clip bounds outside their meaningful range (``weight.eps_low`` >= 1: a lower bound
+  1 - eps_low <= 0 clips nothing; a gate band that excludes ratio 1; a truncated-IS cap below 1);
 - a group size of 1 with a group-relative advantage (every advantage exactly 0) or with dynamic
   sampling (every group dropped);
 - more minibatches than a step's batch has rows (``algorithms.data.minibatches`` would run fewer
@@ -70,7 +71,8 @@ class _Arm:
 
     @property
     def group_path(self) -> str:
-        """Where the arm's group size is set: its data blank (or preset), else rollout.group_size."""
+        """Where the arm's group size is set: its data blank (or preset), else
+        rollout.group_size."""
 
         if self.blanks.data.group_size is None:
             return "rollout.group_size"
@@ -148,8 +150,9 @@ def _fault_problems(cfg: ExperimentConfig, arm: _Arm) -> list[str]:
         return []
     return [
         f"arms.{arm.name}.fault.rewards: '{fault}' acts on the rewards the advantages are "
-        f"computed from, and the arm's objective '{arm.blanks.objective}' ({arm.path('objective')}) "
-        "computes none; plant it on a policy-gradient arm, or set rewards: none"
+        f"computed from, and the arm's objective '{arm.blanks.objective}' "
+        f"({arm.path('objective')}) computes none; plant it on a policy-gradient arm, or set "
+        "rewards: none"
     ]
 
 
@@ -299,8 +302,8 @@ def _minibatch_problems(arm: _Arm) -> list[str]:
     rows, how = bound
     return [
         f"{arm.path('data.minibatches')}: {d.minibatches} minibatches of a step's batch of at most "
-        f"{rows} rows ({how}): a minibatch needs a row, so at most {rows} optimizer steps would run "
-        f"per epoch while {d.minibatches} are reserved; use at most {rows}"
+        f"{rows} rows ({how}): a minibatch needs a row, so at most {rows} optimizer steps would "
+        f"run per epoch while {d.minibatches} are reserved; use at most {rows}"
     ]
 
 
@@ -390,7 +393,8 @@ def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[
         if d.replay is not None:
             worst["replayed_tokens"] = (
                 d.replay.per_step * g * turns * L,
-                f"data.replay.per_step {d.replay.per_step} x group size {g} x max_new_tokens {L}{t}",
+                f"data.replay.per_step {d.replay.per_step} x group size {g} x max_new_tokens "
+                f"{L}{t}",
             )
         if d.self_play is not None:
             tokens, how = worst["launched_tokens"]

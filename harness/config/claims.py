@@ -96,7 +96,8 @@ class FindingSection(Section):
     about: list[str] = Field(
         min_length=1,
         description="The blanks (or dotted blank fields, or arm keys such as `fault`, "
-        "`seed_offset`, `optimizer.lr`) the claim is about; the two arms may differ in nothing else.",
+        "`seed_offset`, `optimizer.lr`) the claim is about; the two arms may differ in nothing "
+        "else.",
     )
     arm: str | None = Field(
         None,

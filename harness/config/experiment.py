@@ -1,5 +1,5 @@
-"""The whole experiment: its sections, how they combine (an arm's blanks and rollout, the plan of arm
-x task x seed) and the checks across sections."""
+"""The whole experiment: its sections, how they combine (an arm's blanks and rollout, the plan of
+arm x task x seed) and the checks across sections."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What a data-parallel run (``model.parallel`` with ``world_size`` above 1) does not do yet, refused
-before any run starts, each with the key to change.
+"""What a data-parallel run (``model.parallel`` with ``world_size`` above 1) does not do yet,
+refused before any run starts, each with the key to change.
 
 Data parallelism covers on-policy rounds (with dynamic sampling, the zero-variance filter, a
 prompt pool) trained by the critic-free policy-gradient objective: each rank samples a share of

@@ -86,7 +86,8 @@ class ParallelConfig(Section):
 
 
 class ModelConfig(Section):
-    """The policy. Default: a tiny Llama-type model with a tokenizer trained for the task alphabet."""
+    """The policy. Default: a tiny Llama-type model with a tokenizer trained for the task
+    alphabet."""
 
     path: str | None = Field(None, description="A local Hugging Face model directory.")
     gguf: str | None = Field(
@@ -275,16 +276,16 @@ class MismatchConfig(Section):
         0.0,
         ge=0,
         description="Standard deviation sigma of Gaussian noise N(0, sigma^2) added to every logit "
-        "at every decode step, before temperature, top-k and top-p; drawn from the rollout's seeded "
-        "generator (a run replays from its seed). HF backend only.",
+        "at every decode step, before temperature, top-k and top-p; drawn from the rollout's "
+        "seeded generator (a run replays from its seed). HF backend only.",
     )
     top_p: float = Field(
         1.0,
         gt=0,
         le=1,
-        description="A nucleus the sampler alone truncates to (renormalized; with rollout.top_p < 1 "
-        "too, the smaller of the two), while the trainer scores the distribution rollout.top_p "
-        "gives. 1: off.",
+        description="A nucleus the sampler alone truncates to (renormalized; with "
+        "rollout.top_p < 1 too, the smaller of the two), while the trainer scores the distribution "
+        "rollout.top_p gives. 1: off.",
     )
 
     @property
@@ -366,8 +367,8 @@ class RolloutConfig(Section):
         description="Log the policy gradient's noise across steps: grad.sq_norm (the step's "
         "gradient, before clipping) and grad.noise_to_signal (trace of the gradients' covariance "
         "over the steps so far / the unbiased estimate of the squared norm of their mean, "
-        "||mean||^2 - trace/n; absent while that estimate is <= 0). For comparing estimators on a frozen "
-        "policy (optimizer.lr: 0); keeps two float64 copies of the gradient on the CPU. "
+        "||mean||^2 - trace/n; absent while that estimate is <= 0). For comparing estimators on a "
+        "frozen policy (optimizer.lr: 0); keeps two float64 copies of the gradient on the CPU. "
         "Critic-free policy-gradient arms only.",
     )
     chat_template: str = Field(
@@ -421,7 +422,8 @@ class OptimizerOverride(Section):
 
 
 class WarmStartConfig(Section):
-    """SFT on task demonstrations: the common initial policy of every arm (cached by content hash)."""
+    """SFT on task demonstrations: the common initial policy of every arm (cached by content
+    hash)."""
 
     enabled: bool = True
     steps: int = Field(300, ge=0)
@@ -467,16 +469,17 @@ class EvalConfig(Section):
     )
     split: Literal["test", "validation"] = Field(
         "test",
-        description="Held-out split scored: 'test' for reports (the default); the sweep's trials and "
-        "the ladder use 'validation', disjoint from test, so selection never sees the reported instances.",
+        description="Held-out split scored: 'test' for reports (the default); the sweep's trials "
+        "and the ladder use 'validation', disjoint from test, so selection never sees the "
+        "reported instances.",
     )
 
     @model_validator(mode="after")
     def _samples(self) -> EvalConfig:
         if self.samples > 1 and self.temperature == 0:
             raise ValueError(
-                "samples: several samples per instance need eval.temperature > 0 (greedy samples are "
-                "identical: pass@k would equal pass@1 at k times the cost)"
+                "samples: several samples per instance need eval.temperature > 0 (greedy samples "
+                "are identical: pass@k would equal pass@1 at k times the cost)"
             )
         return self
 
@@ -611,8 +614,8 @@ class ArmConfig(Section):
     search_budget: dict[str, float] | None = Field(
         None,
         description="What tuning this arm's settings cost (ledger counters summed over its search "
-        "trials); set by `sixblanks sweep` on its tuned arms. None: not tuned. The audit flags arms "
-        "that differ.",
+        "trials); set by `sixblanks sweep` on its tuned arms. None: not tuned. The audit flags "
+        "arms that differ.",
     )
     seed_offset: int = Field(
         0,

@@ -1,4 +1,5 @@
-"""The sections of experiments about experiments: the ablation ladder and the hyperparameter search."""
+"""The sections of experiments about experiments: the ablation ladder and the hyperparameter
+search."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class LadderConfig(Section):
     lr_factors: list[float] = Field(default_factory=lambda: [0.3, 1.0, 3.0])
     clip_variants: list[tuple[float, float]] = Field(
         default_factory=lambda: [(0.2, 0.2), (0.2, 0.28)],
-        description="Rung 7: (eps_low, eps_high) pairs tried on an arm with a token-level PPO clip.",
+        description="Rung 7: (eps_low, eps_high) pairs tried on an arm with a token-level PPO "
+        "clip.",
     )
     scale_factors: list[float] = Field(
         default_factory=lambda: [0.5, 2.0],
@@ -91,7 +93,8 @@ class SweepConfig(Section):
     )
     space: dict[str, dict[str, ParamSpace]] = Field(
         default_factory=dict,
-        description="arm -> {dotted field path (e.g. optimizer.lr, blanks.weight.eps_high): space}.",
+        description="arm -> {dotted field path (e.g. optimizer.lr, blanks.weight.eps_high): "
+        "space}.",
     )
     confirm_seeds: list[int] = Field(
         default_factory=lambda: [100, 101],

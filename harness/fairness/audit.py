@@ -24,9 +24,10 @@ arm as a value or a content hash (never a proxy), differences flagged; with the 
                      of its schedule (linear warm-up, then constant: the trainer's only one)
     training_search  the search the arm trains on (data.source 'search': mode, width, selection,
                      search policy; None: single samples): its search compute is inside its matched
-                     budget, and search-time scores are never put in the same row as single-sample ones
-    evaluation       the evaluation scaffold: split, size, samples, beam, temperature, schedule, seeds
-                     (its token limit is the arm's max_new_tokens, audited under limits)
+                     budget, and search-time scores are never put in the same row as single-sample
+                     ones
+    evaluation       the evaluation scaffold: split, size, samples, beam, temperature, schedule,
+                     seeds (its token limit is the arm's max_new_tokens, audited under limits)
     budget           the limits
     search_budget    what tuning the arm cost (``arms.<arm>.search_budget``; None: not tuned)
     fault            a fault planted in the arm's training (``arms.<arm>.fault``; the experiment's
@@ -255,7 +256,8 @@ def _per_task(item: str, values: dict[str, Any]) -> Any:
 def fairness_audit(
     cfg: ExperimentConfig, specs: list[dict[str, Any]], runs_dir: Path, warm_info: dict[str, Any]
 ) -> dict[str, Any]:
-    """What the chapter says to hold constant, per arm, and each arm's consumption; flags differences.
+    """What the chapter says to hold constant, per arm, and each arm's consumption; flags
+    differences.
 
     An arm is flagged on an item where it differs from the experiment's value (the first arm's; for
     the reward, the task's reward without shaping), when a run consumed less than 90% of the
@@ -419,7 +421,10 @@ def _reason(item: str, value: Any, ref: Any) -> str:
                 "difference in score may be the optimizer's, not the blanks'"
             )
         if item == "reward" and value.get("shaping"):
-            return f"the reward is shaped ({', '.join(sorted(value['shaping']))}): not the task's reward"
+            return (
+                f"the reward is shaped ({', '.join(sorted(value['shaping']))}): not the task's "
+                "reward"
+            )
         if item == "sampling" and "mismatch" in keys:
             others = [k for k in keys if k != "mismatch"]
             return (
@@ -477,7 +482,8 @@ def _run_flags(
                         "arm": arm,
                         "item": "consumption",
                         "run_id": run["run_id"],
-                        "reason": f"consumed {used:g} of {limit:g} {counter} (< 90% of the matched budget)",
+                        "reason": f"consumed {used:g} of {limit:g} {counter} (< 90% of the "
+                        "matched budget)",
                     }
                 )
             if run["state"] != "finished":

@@ -15,7 +15,8 @@ from sixblanks.algorithms.blanks import Blanks, flatten
 from ..layout import RunDir
 
 RATIO_ONE = 1e-6
-"""An importance ratio within this of 1 counts as 1 (on-policy recomputation is exact up to this)."""
+"""An importance ratio within this of 1 counts as 1 (on-policy recomputation is exact up to
+this)."""
 
 CLIP_FIELDS = ("weight.eps_low", "weight.eps_high", "weight.dual_clip_c")
 TRUST_REGION_FIELDS = (
@@ -25,8 +26,9 @@ TRUST_REGION_FIELDS = (
     "weight.tau_neg",
     "weight.log_ratio_clamp",
 )
-"""Fields that act only through a ratio away from 1 (at r = 1 every trust region's gradient weight is
-1). The ratio's kind (token or sequence) changes the gradient even at r = 1, so it is not here."""
+"""Fields that act only through a ratio away from 1 (at r = 1 every trust region's gradient weight
+is 1). The ratio's kind (token or sequence) changes the gradient even at r = 1, so it is not
+here."""
 
 
 def _activity(runs_dir: Path, run_ids: list[str]) -> dict[str, float]:

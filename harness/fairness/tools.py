@@ -1,5 +1,6 @@
 """The fairness audit's items about the code tool: an arm offered it where another is not (the
-``tools`` item's reason) and an arm whose tool runs programs without isolation (flag ``sandbox``)."""
+``tools`` item's reason) and an arm whose tool runs programs without isolation (flag
+``sandbox``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Executors: run a list of (spec, run_dir, warm_dir) jobs, locally or on a Ray cluster.
 
-Both call :func:`sixblanks.harness.orchestration.runner.execute_run` in a separate process per run; a run writes only inside
-its own directory. ``run(jobs, tick)`` returns {run_id: error} for failed runs and calls ``tick()``
-periodically (progress) and ``tick(final=True)`` at the end.
+Both call :func:`sixblanks.harness.orchestration.runner.execute_run` in a separate process per run;
+a run writes only inside its own directory. ``run(jobs, tick)`` returns {run_id: error} for failed
+runs and calls ``tick()`` periodically (progress) and ``tick(final=True)`` at the end.
 
 ``session(workers)`` is for work handed out piece by piece (sweep trials): a context manager giving
 a session that submits ``fn(*args)`` to a worker process (local pool of ``workers``, or Ray tasks),
@@ -35,8 +35,8 @@ from .spawning import SPAWN
 
 def exit_with_parent(parent_pid: int, every: float = 1.0) -> None:
     """Worker initializer: end this worker once its parent is gone (a killed ``sixblanks run`` or
-    sweep). An orphaned pool worker would otherwise wait for work forever; a run it was doing resumes
-    from its checkpoint next time, as after any kill."""
+    sweep). An orphaned pool worker would otherwise wait for work forever; a run it was doing
+    resumes from its checkpoint next time, as after any kill."""
 
     def watch() -> None:
         while os.getppid() == parent_pid:
@@ -291,8 +291,14 @@ def check_parallel_fits(model_cfg, executor_cfg) -> None:
         from .ray_executor import RayExecutor
 
         n = par.world_size
-        RayExecutor(executor_cfg.address, executor_cfg.num_cpus * n, float(n) if cuda else 0.0, 1,
-                    executor_cfg.checkpoint_seconds, executor_cfg.memory_gib).preflight()  # fmt: skip
+        RayExecutor(
+            executor_cfg.address,
+            executor_cfg.num_cpus * n,
+            float(n) if cuda else 0.0,
+            1,
+            executor_cfg.checkpoint_seconds,
+            executor_cfg.memory_gib,
+        ).preflight()
         return
     if not cuda:
         return
@@ -321,6 +327,7 @@ def make_executor(cfg, workers: int, threads: int):
     if cfg.kind == "ray":
         from .ray_executor import RayExecutor
 
-        return RayExecutor(cfg.address, cfg.num_cpus, cfg.num_gpus, threads, cfg.checkpoint_seconds,
-                           cfg.memory_gib)  # fmt: skip
+        return RayExecutor(
+            cfg.address, cfg.num_cpus, cfg.num_gpus, threads, cfg.checkpoint_seconds, cfg.memory_gib
+        )
     return LocalExecutor(workers, threads, cfg.checkpoint_seconds)

@@ -16,14 +16,16 @@ Job = tuple[dict[str, Any], str, str]
 """(run spec, run directory, warm-start policy directory)"""
 
 SIGINT_SEEN = threading.Event()
-"""Set by :func:`deferred_interrupts`'s handler: Ctrl-C was pressed; acted on at the next safe point."""
+"""Set by :func:`deferred_interrupts`'s handler: Ctrl-C was pressed; acted on at the next safe
+point."""
 
 
 @contextmanager
 def deferred_interrupts() -> Iterator[threading.Event]:
     """Within the block, Ctrl-C (SIGINT) only sets :data:`SIGINT_SEEN` (a second one raises
-    KeyboardInterrupt at once): the sweep acts on it between trials and while it waits for one, never
-    in the middle of a write to its study's storage. Only in the main thread; restored after."""
+    KeyboardInterrupt at once): the sweep acts on it between trials and while it waits for one,
+    never in the middle of a write to its study's storage. Only in the main thread; restored
+    after."""
 
     if threading.current_thread() is not threading.main_thread():
         yield SIGINT_SEEN

@@ -113,7 +113,8 @@ def replay(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def compare(replayed: dict[str, float], counters: dict[str, float], rel: float = 1e-9) -> list[str]:
-    """The counters where ``replayed`` (from :func:`replay`) and the ledger's ``counters`` differ."""
+    """The counters where ``replayed`` (from :func:`replay`) and the ledger's ``counters``
+    differ."""
 
     out = []
     for k in sorted(set(replayed) | set(counters)):

@@ -1,4 +1,5 @@
-"""The orchestrator: experiment -> warm-start stage + one run spec per arm x task x seed -> executor.
+"""The orchestrator: experiment -> warm-start stage + one run spec per arm x task x seed ->
+executor.
 
 It writes the experiment-level files (experiment.json, fairness.json, summary.json; see
 :mod:`sixblanks.harness.layout`) and has the store ingest the run directories. Runs write only
@@ -97,8 +98,8 @@ class Orchestrator:
         progress: bool | str = True,
         reuse_finished: bool = False,
     ):
-        """``progress``: True, bars on a terminal and plain lines otherwise; ``"plain"``, plain lines
-        (the sweep's confirmation runs, under a sweep that decided so); False, neither."""
+        """``progress``: True, bars on a terminal and plain lines otherwise; ``"plain"``, plain
+        lines (the sweep's confirmation runs, under a sweep that decided so); False, neither."""
 
         self.cfg = cfg
         self.out = Path(out_dir)
@@ -308,8 +309,10 @@ class Orchestrator:
                 early.threads, executor = threads, early
             else:
                 executor = make_executor(ex, workers, threads)
-            jobs = [(s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir))
-                    for s in longest_first(todo)]  # fmt: skip
+            jobs = [
+                (s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir))
+                for s in longest_first(todo)
+            ]
             self.log(f"running {len(todo)} run(s) on the {ex.kind} executor ({workers} worker(s))")
             try:
                 failures = executor.run(jobs, runs_progress(self.progress, self.dir.run, todo))

@@ -34,7 +34,8 @@ from ..rollout.gpu_share import gpu_share
 
 
 class PlacementError(SixblanksError):
-    """A run that no node of the cluster can hold, or a node that cannot see the output directory."""
+    """A run that no node of the cluster can hold, or a node that cannot see the output
+    directory."""
 
 
 def resources(num_cpus: float, num_gpus: float, memory_gib: float | None) -> dict[str, float]:
@@ -71,8 +72,8 @@ def check_fits(request: dict[str, float], nodes: list[dict[str, Any]]) -> None:
     )
     raise PlacementError(
         f"each run asks for {_describe(request)} (executor.num_cpus, executor.num_gpus"
-        f"{', executor.memory_gib' if 'memory' in request else ''}), and no node of the cluster has "
-        f"that: {listing or 'no live node'}. Ask for less, or add a node that has it."
+        f"{', executor.memory_gib' if 'memory' in request else ''}), and no node of the cluster "
+        f"has that: {listing or 'no live node'}. Ask for less, or add a node that has it."
     )
 
 
@@ -95,9 +96,16 @@ def this_machine() -> dict[str, Any]:
     except ImportError:
         pass
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return {"Alive": True, "NodeID": "this-machine", "NodeManagerAddress": socket.gethostname(),
-            "Resources": {"CPU": float(os.cpu_count() or 1), "GPU": float(gpus),
-                          "memory": float(memory)}}  # fmt: skip
+    return {
+        "Alive": True,
+        "NodeID": "this-machine",
+        "NodeManagerAddress": socket.gethostname(),
+        "Resources": {
+            "CPU": float(os.cpu_count() or 1),
+            "GPU": float(gpus),
+            "memory": float(memory),
+        },
+    }
 
 
 def cluster_nodes() -> list[dict[str, Any]]:

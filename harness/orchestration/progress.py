@@ -48,7 +48,10 @@ def plain_eval_line(name: str, ev: dict[str, Any], budget: dict[str, float]) -> 
     """One evaluation: its step, its score and its own place in the budget."""
 
     at = ev.get("position") or {}
-    return f"{name}: eval at step {ev.get('step')}: score {ev['score']:.3f} ({plain_budget(at, budget)})"
+    return (
+        f"{name}: eval at step {ev.get('step')}: score {ev['score']:.3f} "
+        f"({plain_budget(at, budget)})"
+    )
 
 
 class PlainLines:
@@ -182,9 +185,11 @@ def plain_progress(run_dir: Callable[[str], Any], todo: list[dict[str, Any]]):
             state, key = st.get("state"), end_key(st)
             if state in ("finished", "failed") and key != ends[rd.run_id]:
                 ends[rd.run_id] = key
-                what = "FAILED: " + redact(str(st.get("error", "")))[:200] if state == "failed" else (
-                    f"finished after {st.get('step', '?')} steps"
-                )  # fmt: skip
+                what = (
+                    "FAILED: " + redact(str(st.get("error", "")))[:200]
+                    if state == "failed"
+                    else (f"finished after {st.get('step', '?')} steps")
+                )
                 say(f"{name}: {what}")
 
     return callback

@@ -1,6 +1,7 @@
 """One rank of a data-parallel run (torchrun's worker, or a Ray task on its bundle): join the
 process group, run the spec; rank 0 writes the run's files, the others none. A rank that fails
-writes ``rank<r>.error.json`` in the run's directory for the launcher (:mod:`.ranks`), then exits."""
+writes ``rank<r>.error.json`` in the run's directory for the launcher (:mod:`.ranks`), then
+exits."""
 
 from __future__ import annotations
 

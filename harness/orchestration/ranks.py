@@ -1,11 +1,11 @@
 """A data-parallel run's processes, one per rank (``model.parallel.world_size`` above 1).
 
 :func:`launch` starts them with torchrun on this machine and waits: every rank (:mod:`.rank`) runs
-:func:`~.runner.execute_run` on the same spec (the training side, :mod:`..training.parallel`), rank 0
-writes the run's files. A rank that fails or dies ends the run: torchrun stops the others (on gloo
-a rank whose peer is gone errors at once), the run's status says "failed" and names the rank that
-failed first, and no process of the run is left. The same command resumes it from rank 0's last
-checkpoint, with the usual accounting of the work lost since.
+:func:`~.runner.execute_run` on the same spec (the training side, :mod:`..training.parallel`),
+rank 0 writes the run's files. A rank that fails or dies ends the run: torchrun stops the others
+(on gloo a rank whose peer is gone errors at once), the run's status says "failed" and names the
+rank that failed first, and no process of the run is left. The same command resumes it from
+rank 0's last checkpoint, with the usual accounting of the work lost since.
 
 A stop (Ctrl-C) ends the ranks at once; the run resumes from its last checkpoint.
 
@@ -62,12 +62,20 @@ def torchrun_command(
     run_dir, warm_dir, threads: int, checkpoint_seconds: float, world: int
 ) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--standalone", f"--nproc-per-node={world}", "--max-restarts=0",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={world}",
+        "--max-restarts=0",
         "--monitor-interval=0.2",
-        "-m", "sixblanks.harness.orchestration.rank",
-        str(run_dir), str(warm_dir), str(threads), str(checkpoint_seconds),
-    ]  # fmt: skip
+        "-m",
+        "sixblanks.harness.orchestration.rank",
+        str(run_dir),
+        str(warm_dir),
+        str(threads),
+        str(checkpoint_seconds),
+    ]
 
 
 def launch(
@@ -134,8 +142,15 @@ def record_rank_failure(rd: RunDir, rank: int | None, message: str, **extra: Any
     """Status "failed", naming the rank (``failed_rank``); returns the error to raise."""
 
     status = rd.read_status()
-    status.update({"state": "failed", "error": f"data-parallel run: {message}",
-                   "failed_rank": rank, "updated": time.time(), **extra})  # fmt: skip
+    status.update(
+        {
+            "state": "failed",
+            "error": f"data-parallel run: {message}",
+            "failed_rank": rank,
+            "updated": time.time(),
+            **extra,
+        }
+    )
     write_json(rd.status, status)
     where = f" (the ranks' output: {extra['ranks_log']})" if "ranks_log" in extra else ""
     return RankFailed(f"run {rd.run_id}: {message}{where}")
@@ -162,9 +177,12 @@ def _mark_interrupted(rd: RunDir) -> None:
     status = rd.read_status()
     if status.get("state") == "running":
         status.update(
-            {"state": "interrupted", "updated": time.time(),
-             "interrupted": "stopped; resumes from its last checkpoint"}
-        )  # fmt: skip
+            {
+                "state": "interrupted",
+                "updated": time.time(),
+                "interrupted": "stopped; resumes from its last checkpoint",
+            }
+        )
         write_json(rd.status, status)
 
 

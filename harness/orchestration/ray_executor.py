@@ -31,8 +31,9 @@ from .ray_ranks import submit as submit_ranks
 
 
 class RayExecutor:
-    """Each run is a Ray task with its declared num_cpus / num_gpus. Joins the cluster at ``address``
-    if given; with none (or ``local``) starts a cluster on this machine and shuts it down after."""
+    """Each run is a Ray task with its declared num_cpus / num_gpus. Joins the cluster at
+    ``address`` if given; with none (or ``local``) starts a cluster on this machine and shuts it
+    down after."""
 
     def __init__(
         self,
@@ -74,8 +75,12 @@ class RayExecutor:
             how = "joined"
         else:
             # address "local": start one, even where a `ray start` left its address in /tmp/ray
-            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                     log_to_driver=False)  # fmt: skip
+            ray.init(
+                address="local",
+                num_cpus=os.cpu_count() or 1,
+                include_dashboard=False,
+                log_to_driver=False,
+            )
             how = "started"
         try:
             check_fits(self.request, cluster_nodes())

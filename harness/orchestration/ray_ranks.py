@@ -2,10 +2,10 @@
 node (each bundle ``executor.num_cpus`` CPUs, and one GPU on CUDA), a Ray task per rank on its
 bundle, the process group's address and port taken on bundle 0's node.
 
-Each rank task runs :func:`~.ranks.rank_main`, as torchrun's workers do on one machine: rank 0 writes
-the run's files. A rank that fails or whose worker dies ends the run (its peers error on the lost
-connection); the run's status names the rank, the placement group is removed, and the same command
-resumes the run from rank 0's last checkpoint.
+Each rank task runs :func:`~.ranks.rank_main`, as torchrun's workers do on one machine: rank 0
+writes the run's files. A rank that fails or whose worker dies ends the run (its peers error on the
+lost connection); the run's status names the rank, the placement group is removed, and the same
+command resumes the run from rank 0's last checkpoint.
 """
 
 from __future__ import annotations
@@ -78,9 +78,10 @@ class PlacedRun:
         # a rank that failed writes its error and exits (its worker then reads as dead); one
         # killed outright leaves no error file
         silent = [
-            i for i, c in enumerate(codes)
+            i
+            for i, c in enumerate(codes)
             if isinstance(c, str) and not (rd.path / f"rank{i}.error.json").exists()
-        ]  # fmt: skip
+        ]
         rank, why = failed_rank(rd, "")
         if silent and (rank is None or not _own_error(rd, rank)):
             rank, why = silent[0], f"its Ray worker died ({codes[silent[0]]})"
@@ -115,10 +116,19 @@ def submit(spec, run_dir, warm_dir, threads: int, ckpt: float, num_cpus: float) 
     task = ray.remote(_rank_task)
     placed = PlacedRun(Path(run_dir), group)
     for rank in range(world):
-        env = {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": addr,
-               "MASTER_PORT": str(port), "OMP_NUM_THREADS": str(max(1, threads))}  # fmt: skip
-        opts = {"num_cpus": bundle["CPU"], "num_gpus": bundle.get("GPU", 0.0), "max_retries": 0,
-                "scheduling_strategy": OnBundle(group, placement_group_bundle_index=rank)}  # fmt: skip
+        env = {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "MASTER_ADDR": addr,
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": str(max(1, threads)),
+        }
+        opts = {
+            "num_cpus": bundle["CPU"],
+            "num_gpus": bundle.get("GPU", 0.0),
+            "max_retries": 0,
+            "scheduling_strategy": OnBundle(group, placement_group_bundle_index=rank),
+        }
         placed.refs.append(
             task.options(**opts).remote(str(run_dir), str(warm_dir), threads, ckpt, env)
         )

@@ -267,12 +267,20 @@ def run_worker(args: tuple) -> dict[str, Any]:
         return {"ok": True, "summary": run(spec, run_dir, warm_dir, threads, ckpt_s)}
     except RunInterrupted as exc:
         exit_soon()
-        return {"ok": False, "interrupted": True, "started": True, "error": str(exc),
-                "run_id": Path(run_dir).name}  # fmt: skip
+        return {
+            "ok": False,
+            "interrupted": True,
+            "started": True,
+            "error": str(exc),
+            "run_id": Path(run_dir).name,
+        }
     except Exception as exc:  # noqa: BLE001 - reported back to the orchestrator
         from ..errors import describe
 
-        return {"ok": False, "error": describe(exc, f"run {Path(run_dir).name}'s files"),
-                "run_id": Path(run_dir).name}  # fmt: skip
+        return {
+            "ok": False,
+            "error": describe(exc, f"run {Path(run_dir).name}'s files"),
+            "run_id": Path(run_dir).name,
+        }
     finally:
         ACTIVE.clear()

@@ -113,8 +113,11 @@ def check_database(url: str, what: str) -> None:
     shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() == "sqlite":
         return
-    connect_args = {"connect_timeout": int(TIMEOUT_S)} if parsed.get_backend_name() in (
-        "postgresql", "mysql") else {}  # fmt: skip
+    connect_args = (
+        {"connect_timeout": int(TIMEOUT_S)}
+        if parsed.get_backend_name() in ("postgresql", "mysql")
+        else {}
+    )
     try:
         engine = sqlalchemy.create_engine(parsed, connect_args=connect_args)
     except ModuleNotFoundError as exc:

@@ -4,7 +4,8 @@ One parent run per experiment invocation, one nested run per arm x task x seed. 
 flattened blanks and config; metrics are the per-step metrics and every ledger counter (so curves
 can be drawn against tokens); tags name the preset, seed, code version and fairness flags.
 
-What was sent is recorded in ``OUT/mlflow_sync.json`` (:class:`~sixblanks.harness.layout.ExperimentDir`); ``sixblanks sync OUT`` sends what is missing.
+What was sent is recorded in ``OUT/mlflow_sync.json``
+(:class:`~sixblanks.harness.layout.ExperimentDir`); ``sixblanks sync OUT`` sends what is missing.
 Re-sending a run first deletes its earlier (possibly partial) MLflow run, so nothing is duplicated.
 
 So that MLflow's UI shows a finished experiment: the experiment's kind is set (its UI opens on the
@@ -244,7 +245,7 @@ class Tracker:
             ]
             write_json(self.dir.mlflow_sync, state)
             raise
-        except Exception as exc:  # noqa: BLE001 - unreachable server: keep going, events stay on disk
+        except Exception as exc:  # noqa: BLE001 - server unreachable: go on, events stay on disk
             state["pending"] = sorted(
                 set(state.get("pending", [])) | {r for r in todo if r not in state["synced"]}
             )
@@ -310,11 +311,11 @@ class Tracker:
 class SyncBeside:
     """:meth:`Tracker.sync` from a spawned process of its own, started at the top of a command
     (MLflow imported while the runs run; the tracking URI, credentials included, reaches it
-    through the pipe that starts it, never a file or its command line): :meth:`send` hands it the runs once
-    they are done, :meth:`artifacts` the files to add once written (the report, built meanwhile:
-    the two share no files and each keeps a core busy). Leaving the ``with`` block waits for it;
-    an error in the block stops it before the runs it was not yet sent (as an in-process sync that
-    never happened), a Ctrl-C stops it at once. ``state`` is then the sync state as
+    through the pipe that starts it, never a file or its command line): :meth:`send` hands it the
+    runs once they are done, :meth:`artifacts` the files to add once written (the report, built
+    meanwhile: the two share no files and each keeps a core busy). Leaving the ``with`` block waits
+    for it; an error in the block stops it before the runs it was not yet sent (as an in-process
+    sync that never happened), a Ctrl-C stops it at once. ``state`` is then the sync state as
     ``OUT/mlflow_sync.json`` records it: what was not sent stays pending for ``sixblanks sync``."""
 
     def __init__(self, tracker: Tracker, said=lambda s: s):
@@ -496,5 +497,8 @@ def _bulk_insert(store, run_id: str, metrics: list[tuple[str, float, int]], ts: 
             if mark is None:  # a driver of another parameter style: SQLAlchemy binds the rows
                 conn.execute(table.insert(), [dict(zip(cols, r)) for r in values])
                 continue
-            sql = f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
+            sql = (
+                f"INSERT INTO {table.name} ({', '.join(cols)}) "
+                f"VALUES ({', '.join([mark] * len(cols))})"
+            )
             conn.exec_driver_sql(sql, values)

@@ -55,11 +55,11 @@ def train_sft(
     progress: Callable[[int, float], None] | None = None,
     pool_cost: dict[str, float] | None = None,
 ):
-    """``ws.steps`` SFT steps (``ws``: the WarmStartConfig) on minibatches of ``ws.batch_size`` drawn
-    from ``demos``: AdamW at ``ws.lr`` (no weight decay), gradient norm clipped at 1, on the
+    """``ws.steps`` SFT steps (``ws``: the WarmStartConfig) on minibatches of ``ws.batch_size``
+    drawn from ``demos``: AdamW at ``ws.lr`` (no weight decay), gradient norm clipped at 1, on the
     unprocessed distribution (temperature 1; ``rollout`` gives the context and micro-batch sizes).
-    ``pool_cost``: what playing the demonstrations took (environment steps, verifier calls),
-    charged in the first step. Returns the trainer's result (``steps[i]["loss"]``, the ledger of
+    ``pool_cost``: what playing the demonstrations took (environment steps, verifier calls), charged
+    in the first step. Returns the trainer's result (``steps[i]["loss"]``, the ledger of
     demonstration tokens, environment steps and verifier calls)."""
 
     settings = RunSettings(
@@ -91,7 +91,8 @@ def train_sft(
 
 
 def chat_identity(mode: str) -> str:
-    """``rollout.chat_template`` as it enters the warm-start key: the mode, or a file's content hash."""
+    """``rollout.chat_template`` as it enters the warm-start key: the mode, or a file's content
+    hash."""
 
     if mode in ("auto", "none"):
         return mode
@@ -302,7 +303,8 @@ def _warm_start_in(cfg, tasks: list[Task], key: str, directory: Path, log):
             every = max(1, cfg.warm_start.steps // 5)
             if log:
                 log(
-                    f"warm start: training {key}: {ws.steps} SFT steps on {demo.size} demonstrations"
+                    f"warm start: training {key}: {ws.steps} SFT steps on {demo.size} "
+                    "demonstrations"
                 )
 
             def progress(step: int, loss: float) -> None:

@@ -111,7 +111,8 @@ class EngineStats(CallStats):
     extra: dict = field(default_factory=dict)
 
     def record(self, prompts: list[list[int]], n: int, result, seconds: float) -> None:
-        """Count one ``generate`` call: ``n`` samples of each prompt, ``result[i][j]`` Generations."""
+        """Count one ``generate`` call: ``n`` samples of each prompt, ``result[i][j]``
+        Generations."""
 
         self.seconds += seconds
         self.calls += 1
@@ -136,7 +137,8 @@ class RolloutEngine(ABC):
 
     @abstractmethod
     def load_weights(self, state_dict: dict[str, torch.Tensor] | None = None) -> None:
-        """Take new policy weights (None: the shared model changed in place); advances policy_version."""
+        """Take new policy weights (None: the shared model changed in place); advances
+        policy_version."""
 
 
 def _cache_kwarg(model) -> str:

@@ -19,7 +19,8 @@ def gpu_share(num_gpus: float) -> float:
 
 def engine_memory_share(gpu_memory_utilization: float, share: float | None = None) -> float:
     """vLLM's ``gpu_memory_utilization`` for a run holding ``share`` of a GPU (default: this
-    process's share, 1 outside a Ray task): the configured share of the run's slice of the device."""
+    process's share, 1 outside a Ray task): the configured share of the run's slice of the
+    device."""
 
     if share is None:
         share = float(os.environ.get(SHARE_VAR, "1"))

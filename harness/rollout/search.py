@@ -86,7 +86,8 @@ class SearchTree:
         }
 
     def node_values(self) -> dict[int, float]:
-        """Mean reward of the finished, not failed leaves under each node (nodes with none: absent)."""
+        """Mean reward of the finished, not failed leaves under each node (nodes with none:
+        absent)."""
 
         sums: dict[int, list[float]] = {}
         for leaf in self.leaves:

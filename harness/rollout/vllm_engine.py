@@ -387,9 +387,9 @@ class VLLMEngine(RolloutEngine):
             )
         if m.sampler_dtype is not None and m.sampler_dtype != self.dtype:
             raise RolloutError(
-                f"rollout.mismatch.sampler_dtype: {m.sampler_dtype} asked of a vLLM engine built in "
-                f"{self.dtype} (its dtype is fixed when it starts: make it with the run's rollout "
-                "section, harness/rollout/backends.py make_engine)"
+                f"rollout.mismatch.sampler_dtype: {m.sampler_dtype} asked of a vLLM engine built "
+                f"in {self.dtype} (its dtype is fixed when it starts: make it with the run's "
+                "rollout section, harness/rollout/backends.py make_engine)"
             )
 
     def _sampling(self, params: SamplingParams, n: int, seed: int | None):
@@ -417,8 +417,8 @@ class VLLMEngine(RolloutEngine):
             i = too_long[0]
             raise RolloutError(
                 f"prompt {i} has {len(prompts[i])} tokens; with max_new_tokens "
-                f"{params.max_new_tokens} it exceeds the vLLM engine's max_model_len {self.max_model_len} "
-                "(raise rollout.max_prompt_tokens)"
+                f"{params.max_new_tokens} it exceeds the vLLM engine's max_model_len "
+                f"{self.max_model_len} (raise rollout.max_prompt_tokens)"
             )
         # one seed per prompt drawn from the run's generator: reproducible and resumable
         seeds = (

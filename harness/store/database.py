@@ -33,14 +33,20 @@ from ..errors import SixblanksError
 from ..layout import ExperimentDir, read_json
 from .rows import LEDGER_COLUMNS, fairness_rows, run_tables, trial_rows
 
+# A line of columns too long for 100 columns goes on in the next literal ("""...""" """...): the
+# same text, line breaks and indentation as one literal.
 SCHEMA: dict[str, str] = {
     "experiments": """
         experiment_id VARCHAR PRIMARY KEY, name VARCHAR, config JSON, warm_start_key VARCHAR,
-        initial_policy_hash VARCHAR, warm_start_score DOUBLE, code_version VARCHAR, ingested_at DOUBLE""",
+        initial_policy_hash VARCHAR, warm_start_score DOUBLE, code_version VARCHAR, """
+    """ingested_at DOUBLE""",
     "runs": """
-        run_id VARCHAR PRIMARY KEY, experiment_id VARCHAR, arm VARCHAR, preset VARCHAR, task VARCHAR,
-        seed BIGINT, status VARCHAR, spec JSON, blanks JSON, initial_policy_hash VARCHAR, steps BIGINT,
-        ended_because VARCHAR, error VARCHAR, started_at DOUBLE, updated_at DOUBLE, finished_at DOUBLE,
+        run_id VARCHAR PRIMARY KEY, experiment_id VARCHAR, arm VARCHAR, preset VARCHAR, """
+    """task VARCHAR,
+        seed BIGINT, status VARCHAR, spec JSON, blanks JSON, initial_policy_hash VARCHAR, """
+    """steps BIGINT,
+        ended_because VARCHAR, error VARCHAR, started_at DOUBLE, updated_at DOUBLE, """
+    """finished_at DOUBLE,
         final_score DOUBLE, placement JSON, shared_from VARCHAR""",
     "budgets": "run_id VARCHAR, counter VARCHAR, limit_value DOUBLE, consumed DOUBLE",
     "ledger": "run_id VARCHAR, step BIGINT, "
@@ -50,7 +56,8 @@ SCHEMA: dict[str, str] = {
     "metrics": "run_id VARCHAR, step BIGINT, name VARCHAR, value DOUBLE",
     "evals": """
         run_id VARCHAR, step BIGINT, split VARCHAR, score DOUBLE, n BIGINT, success_rate DOUBLE,
-        launched_tokens DOUBLE, accepted_tokens DOUBLE, device_seconds DOUBLE, verifier_calls DOUBLE,
+        launched_tokens DOUBLE, accepted_tokens DOUBLE, device_seconds DOUBLE, """
+    """verifier_calls DOUBLE,
         position JSON, detail JSON, eval_generated_tokens DOUBLE, eval_verifier_calls DOUBLE,
         eval_device_seconds DOUBLE, eval_wall_seconds DOUBLE, env_steps DOUBLE, wall_seconds DOUBLE,
         pass_at JSON, eval_judge_calls DOUBLE, search_mode VARCHAR, search_score DOUBLE,
@@ -58,19 +65,24 @@ SCHEMA: dict[str, str] = {
     "discards": "run_id VARCHAR, step BIGINT, reason VARCHAR, rollouts DOUBLE, tokens DOUBLE",
     "census": """
         run_id VARCHAR, step BIGINT, rounds BIGINT, prompts_sampled BIGINT, groups_launched BIGINT,
-        groups_varied BIGINT, groups_kept BIGINT, dropped_all_correct BIGINT, dropped_all_wrong BIGINT,
-        dropped_zero_variance BIGINT, dropped_surplus BIGINT, dropped_accuracy BIGINT, responses_launched BIGINT,
+        groups_varied BIGINT, groups_kept BIGINT, dropped_all_correct BIGINT, """
+    """dropped_all_wrong BIGINT,
+        dropped_zero_variance BIGINT, dropped_surplus BIGINT, """
+    """dropped_accuracy BIGINT, responses_launched BIGINT,
         responses_accepted BIGINT, tokens_launched BIGINT, tokens_accepted BIGINT, cap_hit BOOLEAN,
         skipped_all_correct BIGINT, skipped_all_wrong BIGINT""",
     "fairness": """
-        experiment_id VARCHAR, arm VARCHAR, item VARCHAR, flagged BOOLEAN, reason VARCHAR, value JSON,
+        experiment_id VARCHAR, arm VARCHAR, item VARCHAR, flagged BOOLEAN, reason VARCHAR, """
+    """value JSON,
         reference JSON, run_id VARCHAR""",
     "inert": "experiment_id VARCHAR, arm VARCHAR, blank VARCHAR, note VARCHAR",
     "trials": """
         experiment_id VARCHAR, arm VARCHAR, trial BIGINT, state VARCHAR, params JSON, value DOUBLE,
-        launched_tokens DOUBLE, device_seconds DOUBLE, pruned_at DOUBLE, run_id VARCHAR, split VARCHAR""",
+        launched_tokens DOUBLE, device_seconds DOUBLE, pruned_at DOUBLE, """
+    """run_id VARCHAR, split VARCHAR""",
     "ladder": """
-        experiment_id VARCHAR, arm VARCHAR, rung BIGINT, rung_name VARCHAR, variant VARCHAR, status VARCHAR,
+        experiment_id VARCHAR, arm VARCHAR, rung BIGINT, rung_name VARCHAR, variant VARCHAR, """
+    """status VARCHAR,
         evidence VARCHAR, ci_low DOUBLE, ci_high DOUBLE, detail JSON""",
     "selfplay_evals": """
         run_id VARCHAR, step BIGINT, split VARCHAR, opponent VARCHAR, games BIGINT, wins BIGINT,
@@ -109,8 +121,8 @@ def connect(out_dir: str | Path, read_only: bool = False):
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise StoreBusy(
-                f"{path} is being written by another process (the orchestrator); try again when it is done, "
-                f"or read the run directories under {exp_dir.runs}"
+                f"{path} is being written by another process (the orchestrator); try again when it "
+                f"is done, or read the run directories under {exp_dir.runs}"
             ) from None
         raise StoreDamaged(path, exc) from None
     except duckdb.Error as exc:
@@ -251,7 +263,8 @@ def ingest(
     fairness: dict[str, Any] | None = None,
     run_ids: list[str] | None = None,
 ) -> dict[str, int]:
-    """Ingest run directories (all, or ``run_ids``) idempotently. Returns rows per table after ingest."""
+    """Ingest run directories (all, or ``run_ids``) idempotently. Returns rows per table after
+    ingest."""
 
     exp_dir = ExperimentDir(out_dir)
     exp = experiment or exp_dir.read_experiment()
@@ -423,7 +436,8 @@ def append_rows(out_dir: str | Path, tables: dict[str, list[dict[str, Any]] | pa
 
 def clear(out_dir: str | Path) -> None:
     """Delete every row of every table, in one transaction: the experiment's definition changed
-    (``--add``, harness/orchestration/definition.py) and the store is rebuilt from the current runs' directories."""
+    (``--add``, harness/orchestration/definition.py) and the store is rebuilt from the current
+    runs' directories."""
 
     with _transaction(out_dir) as con:
         for table in SCHEMA:

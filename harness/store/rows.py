@@ -89,7 +89,8 @@ def run_row(
         "updated_at": status.get("updated"),
         "finished_at": status.get("finished"),
         "final_score": final,
-        # node, resources, GPU share of a run placed by Ray (device-seconds "shared" on a shared GPU)
+        # node, resources, GPU share of a run placed by Ray (device-seconds "shared" on a shared
+        # GPU)
         "placement": rd.placement.read_text() if rd.placement.exists() else None,
         # a run copied from another claim's (trained there, counted in that claim's ledger)
         "shared_from": json.loads(rd.shared.read_text())["from"] if rd.shared.exists() else None,

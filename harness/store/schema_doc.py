@@ -102,9 +102,11 @@ NOTES: dict[str, dict[str, str]] = {
         "wall-clock axes)",
         "position": "every counter at the evaluation (JSON)",
         "detail": "per-task, per-instance scores (JSON)",
-        "eval_generated_tokens, eval_verifier_calls, eval_device_seconds, eval_wall_seconds": "what "
-        "this evaluation itself cost: tokens and verifier calls of its single samples; device and "
-        "wall seconds of the whole evaluation (with `eval.beam`, its beam search included)",
+        "eval_generated_tokens, eval_verifier_calls, eval_device_seconds, eval_wall_seconds": (
+            "what this evaluation itself cost: tokens and verifier calls of its single samples; "
+            "device and wall seconds of the whole evaluation (with `eval.beam`, its beam search "
+            "included)"
+        ),
         "eval_judge_calls": "judge calls of its single samples (NULL where the task has no judge)",
         "pass_at": 'unbiased pass@k by k (JSON, e.g. `{"1": 0.4, "8": 0.7}`; k = 1 and k = '
         "`eval.samples`)",
@@ -152,21 +154,20 @@ NOTES: dict[str, dict[str, str]] = {
     "fairness": {
         "experiment_id, arm": "the experiment and the arm",
         "item": "initial_policy, tokenizer, task, reward, sampling, limits, global_batch, "
-        "optimizer, training_search, evaluation, budget, search_budget, fault, seed_offset, consumption, or "
-        "code",
+        "optimizer, training_search, evaluation, budget, search_budget, fault, seed_offset, "
+        "consumption, or code",
         "flagged": "the arm differs from the experiment's value (seed_offset: recorded, never "
         "flagged), a run consumed < 90% of the matched budget, or a run was made by other code",
         "reason": "why it is flagged (which keys differ)",
         "value, reference": "the arm's value and the experiment's (JSON): content hashes of the "
-        "tokenizer (vocabulary and merges, whole tokenizer, chat template), of the task's class and "
-        "verifier source, the task's inputs as each run recorded them (the content of every data "
-        "file it reads; the source of each user module it calls: a task class, a verifier, a "
+        "tokenizer (vocabulary and merges, whole tokenizer, chat template), of the task's class "
+        "and verifier source, the task's inputs as each run recorded them (the content of every "
+        "data file it reads; the source of each user module it calls: a task class, a verifier, a "
         "judge, and every module they import from the user's tree, at any depth), resolved task "
-        "parameters, the reasoning-gym version, every "
-        "reward-shaping term, sampling, limits, the global batch (configured, and measured: the "
-        "prompts whose group reached an update, optimizer steps per 1000 accepted tokens), the "
-        "evaluation scaffold, the search "
-        "budget, a planted fault (`rewards: shuffle`; the experiment's: none), the seed offset",
+        "parameters, the reasoning-gym version, every reward-shaping term, sampling, limits, the "
+        "global batch (configured, and measured: the prompts whose group reached an update, "
+        "optimizer steps per 1000 accepted tokens), the evaluation scaffold, the search budget, a "
+        "planted fault (`rewards: shuffle`; the experiment's: none), the seed offset",
         "run_id": "for per-run flags (consumption, code)",
     },
     "inert": {

@@ -1,8 +1,9 @@
 """Hyperparameter search under a fixed budget: one Optuna study per arm, the same number of trials,
-the same sampler, seed and pruner for every arm, the arm's default enqueued first; trials charged to the
-arm's search ledger (the total is never exceeded: each trial's own budget is clamped to what is left);
-pruning on the ledger resource (intermediate scores reported at launched-token checkpoints); then the
-best configuration of each arm is confirmed on fresh seeds under the experiment's matched budget.
+the same sampler, seed and pruner for every arm, the arm's default enqueued first; trials charged to
+the arm's search ledger (the total is never exceeded: each trial's own budget is clamped to what is
+left); pruning on the ledger resource (intermediate scores reported at launched-token checkpoints);
+then the best configuration of each arm is confirmed on fresh seeds under the experiment's matched
+budget.
 
 Everything lives in ``OUT/sweep/`` (:class:`~sixblanks.harness.layout.SweepDir`): the Optuna journal
 (or ``sweep.storage``), the trials, the confirmation runs, the results store (table ``trials``) and
@@ -288,7 +289,8 @@ class Sweep:
         }
 
     def confirm(self, summary: dict[str, Any]) -> dict[str, Any]:
-        """Re-run each arm at its defaults and at its best configuration on fresh seeds, matched budget."""
+        """Re-run each arm at its defaults and at its best configuration on fresh seeds, matched
+        budget."""
 
         from ..orchestration.orchestrator import Orchestrator
 
@@ -370,5 +372,5 @@ class Sweep:
                         client.log_metric(run.info.run_id, "intermediate", v, step=step)
                     client.set_terminated(run.info.run_id)
             client.set_terminated(parent)
-        except Exception as exc:  # noqa: BLE001 - the trials are in DuckDB and sweep.json regardless
+        except Exception as exc:  # noqa: BLE001 - the trials are in DuckDB and sweep.json anyway
             self.log(f"MLflow unreachable for the sweep: {exc}")

@@ -9,9 +9,9 @@ whatever the order in which parallel trials end, and with ``parallel: 1`` every 
 the budget the sequential search gave it. The number of trials per arm is ``sweep.n_trials``
 whatever ``parallel`` is (fewer only when the search budget runs out).
 
-Ctrl-C (under :func:`~sixblanks.harness.orchestration.interrupts.deferred_interrupts`) is acted on between
-launches and while the sweep waits: the trials in flight stop at their next step, each a failed
-trial charged what it spent.
+Ctrl-C (under :func:`~sixblanks.harness.orchestration.interrupts.deferred_interrupts`) is acted on
+between launches and while the sweep waits: the trials in flight stop at their next step, each a
+failed trial charged what it spent.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from ..orchestration.progress import plain_budget
 
 
 class SearchLedger:
-    """The arm's search budget: ``total`` (limits on counters), ``trial`` (one trial's own budget)."""
+    """The arm's search budget: ``total`` (limits on counters), ``trial`` (one trial's own
+    budget)."""
 
     def __init__(self, total: dict[str, float], trial: dict[str, float]):
         self.ledger = Ledger(Budget(dict(total)))

@@ -2,8 +2,9 @@
 and one trial as an executor's worker runs it (a local process or a Ray task), reporting its
 token-checkpoint scores to the shared storage and stopping when the pruner says so.
 
-The sweep process (:mod:`~sixblanks.harness.studies.sweep`, :mod:`~sixblanks.harness.studies.sweep_trials`) asks the
-study for each trial and tells it the result; :func:`run_trial` is what runs in between.
+The sweep process (:mod:`~sixblanks.harness.studies.sweep`,
+:mod:`~sixblanks.harness.studies.sweep_trials`) asks the study for each trial and tells it the
+result; :func:`run_trial` is what runs in between.
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     """One trial, in an executor's worker: train under the trial's budget, report the score at each
     token checkpoint to the study's storage and stop when the pruner says so.
 
-    Returns {"state": COMPLETE | PRUNED | FAIL, "value", "counters", "error"}; the sweep process tells
-    the study. Never raises for a failing trial."""
+    Returns {"state": COMPLETE | PRUNED | FAIL, "value", "counters", "error"}; the sweep process
+    tells the study. Never raises for a failing trial."""
 
     import optuna
     import torch
@@ -121,7 +122,8 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     try:
         with stop_points(grace=0.0):  # in its setup (SIGTERM: the worker exits at once) at once
             trainer = build_trainer(spec, job["warm"])
-        ACTIVE.set()  # SIGTERM (the sweep was interrupted) now stops the trial (harness/stopping.py)
+        # SIGTERM (the sweep was interrupted) now stops the trial (harness/stopping.py)
+        ACTIVE.set()
         spent[0] = dict(trainer.ledger.counters)
 
         def on_step(tr, metrics):
@@ -131,7 +133,8 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
             # spending so far, in the storage: a trial killed mid-way is still charged on resume
             trial.set_user_attr("counters", spent[0])
             for ev in tr.result.evals[lines.seen :]:
-                # pruning on the ledger resource: the score at each token checkpoint (aligned across trials)
+                # pruning on the ledger resource: the score at each token checkpoint (aligned across
+                # trials)
                 trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
             if tr.result.evals:  # the held-out instances it is selected on (seed range)
                 trial.set_user_attr("eval_seed_range", tr.result.evals[-1]["seed_range"])

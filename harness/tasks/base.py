@@ -47,7 +47,8 @@ class TaskParams(BaseModel):
     system_prompt: str | None = Field(
         None,
         description="A system message before the prompt (with a chat template; without one, this "
-        "text and a blank line before the prompt). None: none (the template's own default, if any).",
+        "text and a blank line before the prompt). None: none (the template's own default, if "
+        "any).",
     )
     observation_role: Literal["user", "tool"] = Field(
         "user",

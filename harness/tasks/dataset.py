@@ -58,7 +58,8 @@ class DatasetParams(TaskParams):
         v = self.verifier
         if v not in VERIFIERS and ":" not in v:
             raise ValueError(
-                f"verifier: unknown verifier '{v}' (valid: {', '.join(VERIFIERS)}, or module:function)"
+                f"verifier: unknown verifier '{v}' (valid: {', '.join(VERIFIERS)}, or "
+                "module:function)"
             )
         if v == "regex":
             if self.pattern is None:
@@ -193,7 +194,8 @@ class DatasetTask(Task):
         return self._key(instance.data["row"])
 
     def trains_on(self, seed: int) -> bool:
-        """Always: a training seed maps onto the train split's rows, which hold no held-out prompt."""
+        """Always: a training seed maps onto the train split's rows, which hold no held-out
+        prompt."""
 
         return True
 
@@ -254,8 +256,9 @@ class DatasetTask(Task):
         p = self.params
         if p.verifier.startswith("__main__:"):
             return [
-                f"params.verifier: '{p.verifier}' is defined in the script that runs the experiment, "
-                "which the runs' worker processes do not import: put it in a module of its own"
+                f"params.verifier: '{p.verifier}' is defined in the script that runs the "
+                "experiment, which the runs' worker processes do not import: put it in a module of "
+                "its own"
             ]
         inst = self.make_instance(0)
         answer = inst.data["answer"]

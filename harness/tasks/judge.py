@@ -3,8 +3,9 @@ point like the verifier.
 
 Configured per task (``task.judge``, see :class:`JudgeConfig` in harness/config.py):
 
-- ``kind: callable``: ``callable: "module:function"``, called as ``function(prompt, response, data)``
-  (the instance's prompt, the policy's response, the instance's data) and returning a number.
+- ``kind: callable``: ``callable: "module:function"``, called as
+  ``function(prompt, response, data)`` (the instance's prompt, the policy's response, the
+  instance's data) and returning a number.
 - ``kind: model``: a local Hugging Face causal LM directory (``path``); the reward is
   P(yes) / (P(yes) + P(no)) of the next token after ``prompt`` filled with the instance's prompt
   and the response (no download, no sampling).
@@ -147,7 +148,8 @@ class ModelJudge:
         ids = [self.tok(w, add_special_tokens=False)["input_ids"] for w in (yes, no)]
         if not ids[0] or not ids[1] or ids[0][0] == ids[1][0]:
             raise JudgeError(
-                f"task.judge: {yes!r} and {no!r} must start with different tokens of the judge's tokenizer"
+                f"task.judge: {yes!r} and {no!r} must start with different tokens of the judge's "
+                "tokenizer"
             )
         self.yes, self.no = ids[0][0], ids[1][0]
 

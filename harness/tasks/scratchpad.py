@@ -46,7 +46,8 @@ class RunningSumParams(TaskParams):
         le=1,
         description="Share of the demonstrations (the warm start's) that give the answer alone, "
         "without the scratchpad: a teacher that often skips its working. A policy imitating it "
-        "answers many chains in one token, which it rarely gets right; RL can learn to work instead.",
+        "answers many chains in one token, which it rarely gets right; RL can learn to work "
+        "instead.",
     )
 
     max_total: int | None = Field(
@@ -123,7 +124,8 @@ class RunningSum(Task):
         return Instance(seed, f"{expr}=", data, difficulty=k - 1)
 
     def _steps_from(self, total: int) -> list[tuple[str, int]]:
-        """The (operator, operand) pairs that keep ``total`` within 0..max_total, in a fixed order."""
+        """The (operator, operand) pairs that keep ``total`` within 0..max_total, in a fixed
+        order."""
 
         top = self.params.max_total
         return [

@@ -216,7 +216,8 @@ class Nim(Task):
 
     @property
     def max_turns(self) -> int:
-        """Each of the policy's moves and its reply take at least 2: at most ceil(high / 2) moves."""
+        """Each of the policy's moves and its reply take at least 2: at most ceil(high / 2)
+        moves."""
 
         return (self.params.high + 1) // 2
 
@@ -294,7 +295,8 @@ class Nim(Task):
         A game is won (reward 1),
         lost (decided against the policy: an illegal move included) or drawn (undecided: cut by a
         limit, or failed). Returns the tally, how many of the games perfect play wins
-        (``winnable``: the ceiling against the optimal player) and what they cost (``Games.cost``)."""
+        (``winnable``: the ceiling against the optimal player) and what they cost
+        (``Games.cost``)."""
 
         player = self.external_opponents()[opponent]
         held_out = self.heldout_games(games, split)

@@ -73,7 +73,8 @@ def _interpreter_dirs(python: str) -> list[str]:
 
 
 def _outermost(paths: Iterable[str]) -> list[str]:
-    """Paths not inside another of them, sorted (binding a parent after its child would cover it)."""
+    """Paths not inside another of them, sorted (binding a parent after its child would cover
+    it)."""
 
     out: list[str] = []
     for p in sorted(set(paths)):

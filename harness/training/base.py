@@ -1,8 +1,9 @@
-"""What flows between the stages of the loop: settings, a collected batch, a prepared update, results.
+"""What flows between the stages of the loop: settings, a collected batch, a prepared update,
+results.
 
-A collector returns :class:`Collected` (a batch and what it cost is already charged); an objective turns
-it into :class:`Prepared` (the no-grad passes: pi_old, reference, advantages, the trained mask) and
-then into optimizer steps. See :mod:`sixblanks.harness.training.loop`.
+A collector returns :class:`Collected` (a batch and what it cost is already charged); an objective
+turns it into :class:`Prepared` (the no-grad passes: pi_old, reference, advantages, the trained
+mask) and then into optimizer steps. See :mod:`sixblanks.harness.training.loop`.
 """
 
 from __future__ import annotations

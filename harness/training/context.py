@@ -1,6 +1,6 @@
-"""What every collector and objective of one run shares: the models, the engine, the RNGs, the meter,
-and the few operations they all need (log-probs of the sampling distribution, an optimizer step,
-the cost of rollouts)."""
+"""What every collector and objective of one run shares: the models, the engine, the RNGs, the
+meter, and the few operations they all need (log-probs of the sampling distribution, an optimizer
+step, the cost of rollouts)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def training_params(rollout) -> SamplingParams:
 def rollout_cost(
     batches: list[TrajectoryBatch], gate: VerifierGate, since: tuple[int, int]
 ) -> dict[str, float]:
-    """What episodes actually cost; ``since``: the gate's (verifier, judge) calls before they ran."""
+    """What episodes actually cost; ``since``: the gate's (verifier, judge) calls before they
+    ran."""
 
     verifier, judge = gate.counts()
     return {
@@ -282,7 +283,8 @@ class RunContext:
         return out
 
     def clip_and_step(self) -> float:
-        """Clip the policy's gradient norm, apply the warm-up learning rate, step. Returns the norm."""
+        """Clip the policy's gradient norm, apply the warm-up learning rate, step. Returns the
+        norm."""
 
         params = [p for p in self.model.parameters() if p.grad is not None]
         opt = self.settings.optimizer

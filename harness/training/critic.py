@@ -19,7 +19,8 @@ class ValueModel(nn.Module):
     action token t is generated is ``values[:, t - 1]``; see :func:`token_values`).
 
     Args:
-        policy: a transformers causal LM; its trunk (``base_model``) is copied for ``trunk="separate"``.
+        policy: a transformers causal LM; its trunk (``base_model``) is copied for
+            ``trunk="separate"``.
         trunk: "separate" (own copy, initialized from the policy, i.e. from SFT), "frozen_attention"
             (own copy with only its MLP projections trainable) or "shared" (the caller passes the
             policy's last hidden states).

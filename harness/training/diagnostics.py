@@ -106,7 +106,8 @@ class GradNoiseProbe:
         self._parts = 0
 
     def add_update(self, params) -> None:
-        """Before an optimizer step: add the gradient ``params`` hold (None: zeros) to the step's."""
+        """Before an optimizer step: add the gradient ``params`` hold (None: zeros) to the
+        step's."""
 
         flat = torch.cat(
             [
@@ -161,7 +162,8 @@ class GradNoiseProbe:
 
 
 def grad_noise_probe(ctx) -> GradNoiseProbe | None:
-    """The probe of a run (``ctx``: its RunContext) where ``rollout.grad_noise_probe`` asks for it."""
+    """The probe of a run (``ctx``: its RunContext) where ``rollout.grad_noise_probe`` asks for
+    it."""
 
     return GradNoiseProbe() if getattr(ctx.settings.rollout, "grad_noise_probe", False) else None
 

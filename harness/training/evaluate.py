@@ -37,12 +37,12 @@ def evaluate(
     problems, at most ``n`` (``Task.eval_instances``); ``"n"`` in the record is how many it held,
     the effective number of instances (greedy when temperature is 0).
 
-    Returns ``{"score", "n", "split", "seed_range", "success_rate", "pass_at", "failed", "verifier_calls", "judge_calls",
-    "generated_tokens", "per_instance"}``, and ``tool_calls`` and ``tool_seconds`` where the episodes
-    called the code tool; ``score`` is the mean reward of one sample (pass@1 for a
-    0/1 reward, averaged over ``samples``), ``pass_at`` maps k to the unbiased pass@k estimate
-    (success: reward > 0) for k = 1 and k = ``samples``. Evaluation cost is reported here so
-    callers can count it apart from the training budget. ``env_workers``: threads for the
+    Returns ``{"score", "n", "split", "seed_range", "success_rate", "pass_at", "failed",
+    "verifier_calls", "judge_calls", "generated_tokens", "per_instance"}``, and ``tool_calls`` and
+    ``tool_seconds`` where the episodes called the code tool; ``score`` is the mean reward of one
+    sample (pass@1 for a 0/1 reward, averaged over ``samples``), ``pass_at`` maps k to the unbiased
+    pass@k estimate (success: reward > 0) for k = 1 and k = ``samples``. Evaluation cost is reported
+    here so callers can count it apart from the training budget. ``env_workers``: threads for the
     episodes' environment steps (a code tool's programs).
     """
 
@@ -128,9 +128,18 @@ def evaluate_beam(
     instances = task.eval_instances(n, split)
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
     tree = search(
-        engine, tokenizer, task, instances, params, gate, mode="beam", beam=beam, expand=expand,
-        max_context_tokens=max_context_tokens, generator=torch.Generator().manual_seed(seed),
-    )  # fmt: skip
+        engine,
+        tokenizer,
+        task,
+        instances,
+        params,
+        gate,
+        mode="beam",
+        beam=beam,
+        expand=expand,
+        max_context_tokens=max_context_tokens,
+        generator=torch.Generator().manual_seed(seed),
+    )
     found: list[float | None] = [None] * len(instances)
     for leaf in tree.leaves:
         if leaf.episode.failure is None:
@@ -203,9 +212,15 @@ def evaluate_run(ctx) -> tuple[dict[str, Any], dict[str, float]]:
         "split": s.eval_split,
     }
     ev = evaluate(
-        ctx.engine, ctx.tokenizer, ctx.task, s.eval_size, temperature=s.eval_temperature,
-        samples=s.eval_samples, env_workers=s.rollout.env_workers, **common,
-    )  # fmt: skip
+        ctx.engine,
+        ctx.tokenizer,
+        ctx.task,
+        s.eval_size,
+        temperature=s.eval_temperature,
+        samples=s.eval_samples,
+        env_workers=s.rollout.env_workers,
+        **common,
+    )
     actual = {
         "launched_tokens": float(ev["generated_tokens"]),
         "verifier_calls": float(ev["verifier_calls"]),
@@ -216,9 +231,15 @@ def evaluate_run(ctx) -> tuple[dict[str, Any], dict[str, float]]:
     if s.eval_beam:
         b = s.eval_beam
         ev["search"] = evaluate_beam(
-            ctx.engine, ctx.tokenizer, ctx.task, s.eval_size, beam=b["beam"], expand=b["expand"],
-            temperature=b["temperature"], **common,
-        )  # fmt: skip
+            ctx.engine,
+            ctx.tokenizer,
+            ctx.task,
+            s.eval_size,
+            beam=b["beam"],
+            expand=b["expand"],
+            temperature=b["temperature"],
+            **common,
+        )
         for k, v in (("launched_tokens", "generated_tokens"), ("rollouts_launched", "tips")):
             actual[k] += float(ev["search"][v])
         for k in ("verifier_calls", "judge_calls"):
@@ -240,9 +261,15 @@ def greedy_games(engine: RolloutEngine, tokenizer, task: Task, rollout) -> Play:
     def play(label: str, instances: list[Instance]) -> Games:
         gate = VerifierGate(task)
         batch = run_episodes(
-            engine, tokenizer, task, instances, 1, params, gate,
+            engine,
+            tokenizer,
+            task,
+            instances,
+            1,
+            params,
+            gate,
             max_context_tokens=rollout.max_prompt_tokens,
-        )  # fmt: skip
+        )
         return Games(
             rewards=batch.reward.tolist(),
             decided=(batch.terminated & ~batch.failed).tolist(),
@@ -377,11 +404,16 @@ def _rolled_pairs(ctx, meter) -> tuple[TrajectoryBatch, int]:
     )
     with charge:
         batch = run_episodes(
-            HFEngine(ctx.ref_model, ctx.tokenizer), ctx.tokenizer, ctx.task,
-            ctx.task.eval_instances(n, s.eval_split), g, ctx.params, gate,
+            HFEngine(ctx.ref_model, ctx.tokenizer),
+            ctx.tokenizer,
+            ctx.task,
+            ctx.task.eval_instances(n, s.eval_split),
+            g,
+            ctx.params,
+            gate,
             max_context_tokens=s.rollout.max_prompt_tokens,
             generator=torch.Generator().manual_seed(s.seed),
-        )  # fmt: skip
+        )
         charge.actual = {k: v for k, v in rollout_cost([batch], gate, since).items() if v}
     chosen, rejected, _, _ = select_pairs(batch)
     if not chosen:
@@ -394,7 +426,8 @@ def _token_mean(logp: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 def _pair_scores(ctx, pairs: TrajectoryBatch, k: int) -> dict[str, float]:
-    """The policy's and the reference's view of ``k`` pairs (rows ``i`` chosen, ``i + k`` rejected)."""
+    """The policy's and the reference's view of ``k`` pairs (rows ``i`` chosen, ``i + k``
+    rejected)."""
 
     m = pairs.action_mask
     lp = ctx.batched_logprobs(ctx.model, pairs)

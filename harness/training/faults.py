@@ -39,9 +39,9 @@ def planted_rewards(
 
     Returns:
         ``(reward, turn_rewards)``. With ``"shuffle"``, row i gets the outcome reward of row
-        ``perm[i]`` and, as its per-turn rewards, that reward on its own last turn (0 on the others):
-        the per-turn rewards still sum to the outcome reward, and on one-turn tasks they are the
-        outcome rewards, permuted alike. The multiset of the outcome rewards is unchanged.
+        ``perm[i]`` and, as its per-turn rewards, that reward on its own last turn (0 on the
+        others): the per-turn rewards still sum to the outcome reward, and on one-turn tasks they
+        are the outcome rewards, permuted alike. The multiset of the outcome rewards is unchanged.
     """
 
     if fault == "none":

@@ -8,7 +8,8 @@
 - account: the step's time is committed, the ledger is snapshotted into the step's metrics;
 - evaluate: held-out evaluation every ``eval_every`` of the budget's counter, charged to a ledger of
   its own (counted apart from the training budget);
-- checkpoint: ``on_step`` (the runner writes events and checkpoints; ``state_dict`` resumes exactly).
+- checkpoint: ``on_step`` (the runner writes events and checkpoints; ``state_dict`` resumes
+  exactly).
 
 The run ends when the worst case of the next step would not fit in the budget.
 """
@@ -76,12 +77,28 @@ class Trainer:
         # same arithmetic, element by element (the golden runs' weights are unchanged), with fewer
         # operations a step. PyTorch picks it by itself on CUDA only.
         optimizer = torch.optim.AdamW(
-            model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay,
+            model.parameters(),
+            lr=o.lr,
+            betas=tuple(o.betas),
+            weight_decay=o.weight_decay,
             foreach=True,
-        )  # fmt: skip
+        )
         meter = Meter(ledger, timer, dp)
-        self.ctx = RunContext(settings, task, model, tokenizer, ref, engine, VerifierGate(task),
-                              meter, optimizer, rng, gen, dp=dp, train_module=train_module)  # fmt: skip
+        self.ctx = RunContext(
+            settings,
+            task,
+            model,
+            tokenizer,
+            ref,
+            engine,
+            VerifierGate(task),
+            meter,
+            optimizer,
+            rng,
+            gen,
+            dp=dp,
+            train_module=train_module,
+        )
         self.objective: Objective = (objective or make_objective)(self.ctx)
         self.collector: Collector = (collector or make_collector)(self.ctx)
         trainable, total = param_counts(model)  # LoRA: the adapter's weights only
@@ -207,7 +224,8 @@ class Trainer:
         if force or value >= self.next_eval:
             rec = self.evaluate()
             self.log(
-                f"{self.settings.name}: eval at {self.eval_counter}={value:g}: score {rec['score']:.3f}"
+                f"{self.settings.name}: eval at {self.eval_counter}={value:g}: score "
+                f"{rec['score']:.3f}"
             )
             if self.eval_every:
                 while self.next_eval <= value:
@@ -221,9 +239,9 @@ class Trainer:
         evaluate_start: bool = True,
         on_step: Callable[[Trainer, dict[str, Any]], None] | None = None,
     ) -> RunResult:
-        """Train until the budget is spent (or ``max_steps``). ``on_step(trainer, metrics)`` runs after
-        each step and its evaluation (checkpoints, progress). A resumed trainer does not re-evaluate
-        the start."""
+        """Train until the budget is spent (or ``max_steps``). ``on_step(trainer, metrics)`` runs
+        after each step and its evaluation (checkpoints, progress). A resumed trainer does not
+        re-evaluate the start."""
 
         if evaluate_start and not self.result.evals:
             self.maybe_eval(force=True)
@@ -256,7 +274,8 @@ class Trainer:
                 if k in m and isinstance(m[k], float) and math.isnan(m[k]):
                     raise TrainingError(f"{self.settings.name}: {k} is NaN at step {m['step']}")
             self.log(
-                f"{self.settings.name}: step {m['step']} reward {m.get('reward_mean', float('nan')):.3f} "
+                f"{self.settings.name}: step {m['step']} reward "
+                f"{m.get('reward_mean', float('nan')):.3f} "
                 f"loss {m.get('loss', float('nan')):.4f} kl {m.get('kl', float('nan')):.4f} "
                 f"launched {self.ledger.counters['launched_tokens']:g}"
             )
@@ -269,7 +288,8 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoint
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume exactly: weights, optimizers, RNG states, ledgers, results."""
+        """Everything needed to resume exactly: weights, optimizers, RNG states, ledgers,
+        results."""
 
         result = self.result
         return {

@@ -1,27 +1,29 @@
-"""One way to charge the budget: reserve the worst case before launch, then commit the actual cost or
-release the reservation. Every kind of work goes through it: rollout rounds, the greedy baseline,
+"""One way to charge the budget: reserve the worst case before launch, then commit the actual cost
+or release the reservation. Every kind of work goes through it: rollout rounds, the greedy baseline,
 demonstrations, preference pairs, updates, critic passes, the whole step, and evaluation (on a
 ledger of its own, apart from the training budget).
 
     charge = meter.reserve(worst, "rollouts step 3")   # None: it would not fit, do not launch
     with charge:                                       # times the block
         ... launch ...
-        charge.actual = {"launched_tokens": ...}       # committed on exit (released on an exception)
+        charge.actual = {"launched_tokens": ...}       # committed on exit; an exception releases it
 
 Charges nest: each commits its own device and wall seconds (its time minus that of the charges
 inside it), so the ledger's time is the sum of the work's, counted once, labelled by kind.
 
 Time limits. Time cannot be known before the work runs, so a limited time counter is guarded by
-estimates: a charge made with ``time_of=(kinds...)`` also reserves TIME_ESTIMATE_FACTOR x the longest
-unit of each of those kinds measured so far. A step is admitted, and each rollout round launched,
-only when the round, the update, the weight sync and a checkpoint after it fit (UNIT_KINDS). The
-exact worst case, stated in the guide (docs/guide/fair-comparison.md) and ``status``: a run exceeds a time limit by at most the time of
-the rest of its last step after its last check, plus a checkpoint: never more than one training step
-and its checkpoint (``Meter.overshoot_bound``, the longest seen). The first step, before anything
-was measured, reserves :func:`first_step_prior`: the start evaluation's time per generated token
-times the step's worst-case launched tokens times FIRST_STEP_FACTOR. The nesting is one stack: charges of one thread, strictly nested. A concurrent collector
-measures its rounds in its own process and the trainer commits them (``record``): its device time
-adds to the trainer's; its wall time overlaps the trainer's and is not added again.
+estimates: a charge made with ``time_of=(kinds...)`` also reserves TIME_ESTIMATE_FACTOR x the
+longest unit of each of those kinds measured so far. A step is admitted, and each rollout round
+launched, only when the round, the update, the weight sync and a checkpoint after it fit
+(UNIT_KINDS). The exact worst case, stated in the guide (docs/guide/fair-comparison.md) and
+``status``: a run exceeds a time limit by at most the time of the rest of its last step after its
+last check, plus a checkpoint: never more than one training step and its checkpoint
+(``Meter.overshoot_bound``, the longest seen). The first step, before anything was measured,
+reserves :func:`first_step_prior`: the start evaluation's time per generated token times the step's
+worst-case launched tokens times FIRST_STEP_FACTOR. The nesting is one stack: charges of one thread,
+strictly nested. A concurrent collector measures its rounds in its own process and the trainer
+commits them (``record``): its device time adds to the trainer's; its wall time overlaps the
+trainer's and is not added again.
 """
 
 from __future__ import annotations

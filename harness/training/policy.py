@@ -21,7 +21,8 @@ def policy_forward(
     want_hidden=False,
     split=0,
 ):
-    """(logprobs [B, T], entropy [B, T] or None, last hidden state [B, T, H] or None) in one forward.
+    """(logprobs [B, T], entropy [B, T] or None, last hidden state [B, T, H] or None) in one
+    forward.
 
     ``split``: a prefix length every row holds before its first trained token (0: none); where
     rows share such prefixes (GRPO's groups) and :func:`shared_prefix.usable` holds, each distinct
@@ -63,7 +64,8 @@ def policy_logprobs(
     entropy: bool = False,
     split: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-prob ``[B, T]`` of each token given its prefix (position 0 gets 0), and optionally entropy.
+    """Log-prob ``[B, T]`` of each token given its prefix (position 0 gets 0), and optionally
+    entropy.
 
     Args:
         tokens: ``[B, T]`` right-padded token ids; attention_mask: ``[B, T]``.

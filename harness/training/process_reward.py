@@ -57,7 +57,8 @@ def calibration_metrics(
 ) -> dict[str, float]:
     """Reliability counts of step scores ``[B, K]`` against step labels ``[B, K]`` (NaN: none), per
     step position k and score bin b: ``{prefix}.{k}.{b}.n`` (steps), ``.score`` (sum of scores)
-    and ``.label`` (sum of labels). Summed over a run they give the reliability plot per position."""
+    and ``.label`` (sum of labels). Summed over a run they give the reliability plot per
+    position."""
 
     out: dict[str, float] = {}
     has = ~labels.isnan() & ~scores.isnan()
@@ -75,9 +76,10 @@ def calibration_metrics(
 
 
 class StepScorer(torch.nn.Module):
-    """An explicit PRM: ``logits(batch) -> [B, K]``, the logit that step k is right, read at the last
-    action token of the step (the state after it). ``trunk``: "separate" (a copy of the policy's
-    trunk, trained whole) or "shared" (a head on the policy's hidden states, passed in detached)."""
+    """An explicit PRM: ``logits(batch) -> [B, K]``, the logit that step k is right, read at the
+    last action token of the step (the state after it). ``trunk``: "separate" (a copy of the
+    policy's trunk, trained whole) or "shared" (a head on the policy's hidden states, passed in
+    detached)."""
 
     def __init__(self, policy, trunk: str = "separate"):
         super().__init__()
@@ -123,7 +125,8 @@ def user_scores(
 
 
 def step_bce(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Summed BCE of step logits ``[B, K]`` against labels ``[B, K]`` where labelled; and the count."""
+    """Summed BCE of step logits ``[B, K]`` against labels ``[B, K]`` where labelled; and the
+    count."""
 
     labels = labels.to(logits.device)
     has = ~labels.isnan() & ~logits.isnan()
@@ -231,7 +234,8 @@ def intervention(
     """The intervention probe: in up to ``probes`` episodes that earned the full reward, one step
     (drawn by ``rng``) is corrupted (``task.corrupt_step``), and the process reward of that step
     (beta sum over its tokens of log pi_phi/pi_ref) is compared before and after. Returns the mean
-    drop, the share of probes where it dropped, and the count (0 where no episode could be probed)."""
+    drop, the share of probes where it dropped, and the count (0 where no episode could be
+    probed)."""
 
     def probeable(i: int) -> bool:  # a branch row's prefix actions are context, not segments
         spans = sum(kind == "action" for kind, _, _ in batch.segments[i])

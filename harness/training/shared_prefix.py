@@ -7,8 +7,8 @@ blocks per layer: the ``P`` distinct prefixes of the batch once each, then every
 tokens attending to its prefix's keys and values and causally to its own. The model's own modules
 and weights do the work (norms, projections, MLP, head); only the split of the attention is new.
 Log-probs and gradients equal the full forward's to float32 rounding (tests/test_shared_prefix.py
-checks both against it); a batch with fewer than two rows a prefix, gradient checkpointing, attention dropout
-or any other architecture takes transformers' forward.
+checks both against it); a batch with fewer than two rows a prefix, gradient checkpointing,
+attention dropout or any other architecture takes transformers' forward.
 
 Shapes: ``B`` rows, ``T`` tokens (right-padded), ``s`` the split (prefix length), ``P`` distinct
 prefixes, ``R = T - 1 - s`` tokens after the prefix that are inputs, ``V`` vocabulary.

@@ -128,7 +128,8 @@ class WorldModel:
         self, trs: list[Transition], prefix: str = "world_model.heldout"
     ) -> dict[str, float]:
         """Prediction error on ``trs`` (real transitions the model has not trained on): observation
-        NLL per token, exact match of the greedy predicted observation, reward MAE, done accuracy."""
+        NLL per token, exact match of the greedy predicted observation, reward MAE, done
+        accuracy."""
 
         if not trs:
             return {}

@@ -90,8 +90,15 @@ def test_a_spooled_round_keeps_its_batch_and_a_planted_one_is_refused(tmp_path, 
 
     task = make_task("arithmetic")
     model, tok = load_policy(ModelConfig(seed=1), [task])
-    batch = run_episodes(HFEngine(model, tok), tok, task, task.instances([0, 1]), 2,
-                         SamplingParams(max_new_tokens=3), generator=torch.Generator().manual_seed(0))  # fmt: skip
+    batch = run_episodes(
+        HFEngine(model, tok),
+        tok,
+        task,
+        task.instances([0, 1]),
+        2,
+        SamplingParams(max_new_tokens=3),
+        generator=torch.Generator().manual_seed(0),
+    )
     spool = Spool(str(tmp_path), keep=True)
     checkpoint.save_record({"round": 3, "batch": batch, "cost": {"x": 1.0}}, spool.path / "r.pt")
     back = spool.load("r.pt")

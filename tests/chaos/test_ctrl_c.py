@@ -36,15 +36,20 @@ EXPERIMENT = {
     "name": "ctrl-c",
     "task": {"name": "arithmetic", "eval_size": 8},
     # four micro-batches an update: a stop point between them
-    "rollout": {"max_new_tokens": 4, "prompts_per_step": 4, "group_size": 4, "ignore_eos": True,
-                "micro_batch_size": 4},
+    "rollout": {
+        "max_new_tokens": 4,
+        "prompts_per_step": 4,
+        "group_size": 4,
+        "ignore_eos": True,
+        "micro_batch_size": 4,
+    },
     "warm_start": {"steps": 20, "num_demos": 200},
     "budget": {"launched_tokens": 384},  # six steps of 64 tokens
     "eval": {"every": 192},
     "seeds": [0],
     "arms": {"grpo": {"preset": "grpo"}},
     "tracking": {"mlflow": False},
-}  # fmt: skip
+}
 STOP_BOUND = 5.0
 """Seconds from SIGINT to the exit of `sixblanks run` (the specification)."""
 
@@ -164,8 +169,11 @@ def test_a_stop_inside_a_phase_leaves_the_run_at_its_checkpoint_and_it_resumes_e
     steps = _steps(rd)
     chaos.rows(len(steps), reference["steps"], "step records of the resumed run")
     assert steps == list(range(reference["steps"]))
-    chaos.same(_untimed(again["counters"]), _untimed(reference["counters"]), "counters against "
-               "the uninterrupted run")  # fmt: skip
+    chaos.same(
+        _untimed(again["counters"]),
+        _untimed(reference["counters"]),
+        "counters against the uninterrupted run",
+    )
     chaos.same(_standing(rd), again["counters"], "ledger.jsonl replayed against the counters")
     assert [e["score"] for e in again["evals"]] == [e["score"] for e in reference["evals"]]
 
@@ -218,10 +226,13 @@ THREE_ARMS = {
     **EXPERIMENT,
     "eval": {"every": 10**6},
     "budget": {"launched_tokens": 100_000},  # no run ends before the signal
-    "arms": {"grpo": {"preset": "grpo"}, "dr_grpo": {"preset": "dr_grpo"},
-             "rloo": {"preset": "rloo"}},
+    "arms": {
+        "grpo": {"preset": "grpo"},
+        "dr_grpo": {"preset": "dr_grpo"},
+        "rloo": {"preset": "rloo"},
+    },
     "executor": {"workers": 2, "checkpoint_seconds": 5},
-}  # fmt: skip
+}
 LONG_EVALUATION = {**THREE_ARMS, "eval": {"every": 10**6, "size": 4096}}
 
 
@@ -237,9 +248,11 @@ def _in_flight_at_step_1(out) -> bool:
 
 def _in_start_evaluation(out) -> bool:
     return any(
-        s.get("state") == "running" and s.get("step") == 0 and not RunDir(out / "runs" / r).read_events()
+        s.get("state") == "running"
+        and s.get("step") == 0
+        and not RunDir(out / "runs" / r).read_events()
         for r, s in _states(out).items()
-    )  # fmt: skip
+    )
 
 
 def _runs_in_setup(out) -> bool:

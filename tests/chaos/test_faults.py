@@ -168,8 +168,11 @@ def test_a_nan_loss_fails_the_run_clearly_and_the_rerun_resumes_as_uninterrupted
     steps = [e["step"] for e in rd.read_events() if e["type"] == "step"]
     chaos.rows(len(steps), reference["steps"], "step records")
     assert steps == list(range(reference["steps"]))
-    chaos.same(_untimed(again["counters"]), _untimed(reference["counters"]), "counters against "
-               "the uninterrupted run")  # fmt: skip
+    chaos.same(
+        _untimed(again["counters"]),
+        _untimed(reference["counters"]),
+        "counters against the uninterrupted run",
+    )
     standing = replay(effective_events(read_events(rd.ledger_log)))["counters"]
     chaos.same(standing, again["counters"], "ledger.jsonl replayed against the counters")
 
@@ -252,8 +255,11 @@ def test_a_full_disk_fails_clearly_and_the_run_then_resumes(finished, tmp_path, 
     assert status["state"] == "failed" and status["error"] == line
 
     res = execute_run(spec, victim, warm, threads=1)
-    chaos.same(_untimed(res["counters"]), _untimed(reference["counters"]), "counters against "
-               "the run before")  # fmt: skip
+    chaos.same(
+        _untimed(res["counters"]),
+        _untimed(reference["counters"]),
+        "counters against the run before",
+    )
     standing = replay(effective_events(read_events(RunDir(victim).ledger_log)))["counters"]
     chaos.same(standing, res["counters"], "ledger.jsonl replayed against the counters")
     ingest(out)

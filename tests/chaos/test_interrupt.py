@@ -31,7 +31,8 @@ warm_start: {steps: 20, num_demos: 200}
 budget: {launched_tokens: 4000}
 eval: {every: 2000}
 seeds: [0]
-arms: {grpo: {preset: grpo}, dr_grpo: {preset: dr_grpo}, rloo: {preset: rloo}}  # no dynamic sampling: even steps
+arms: {grpo: {preset: grpo}, dr_grpo: {preset: dr_grpo}, rloo: {preset: rloo}}\
+  # no dynamic sampling: even steps
 executor: {workers: 2, checkpoint_seconds: 600}
 tracking: {mlflow: false}
 """
@@ -219,9 +220,12 @@ def test_a_ladder_killed_between_rungs_resumes_at_the_first_unfinished_one(tmp_p
     from ..test_ladder import BASE
 
     cfg = tmp_path / "exp.yaml"
-    small = {**BASE, "task": {"name": "arithmetic", "eval_size": 16},
-             "warm_start": {"steps": 20, "num_demos": 200},
-             "ladder": {**BASE["ladder"], "budget": {"launched_tokens": 600}}}  # fmt: skip
+    small = {
+        **BASE,
+        "task": {"name": "arithmetic", "eval_size": 16},
+        "warm_start": {"steps": 20, "num_demos": 200},
+        "ladder": {**BASE["ladder"], "budget": {"launched_tokens": 600}},
+    }
     cfg.write_text(yaml.safe_dump(small))
     out = tmp_path / "out"
     cmd = [sys.executable, "-c", LADDER_2, "ladder", str(cfg), "--out", str(out), "--all"]

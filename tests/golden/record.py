@@ -1,50 +1,48 @@
-"""Records the golden fixture: every preset's per-step metrics, evaluations and ledger on a tiny budget
-from a fixed initial policy, and the warm start's SFT losses.
+"""Records the golden fixture: every preset's per-step metrics, evaluations and ledger on a tiny
+budget from a fixed initial policy, and the warm start's SFT losses.
 
 Recorded with the trainer as it stood before the training loop was split into collectors and
 objectives (commit 9deaf3b; its warm start logged every SFT loss through a spy on its own SFT loop,
-where the current one reports them in ``info["losses"]``). ``tests/test_golden.py`` checks that the current code reproduces it
-(ledger counters exactly; scores and losses to 1e-6). Re-recorded once, for diagnostics
-only: the trainable-group fraction is measured by the collector on every launched group before
-dynamic sampling filters any (all arms, critic ones included; the census gains ``groups_varied``),
-and the ratio/clip diagnostics are plain means over action tokens (``ratio_min`` added,
-``ratio_max`` the maximum over the whole update); ledgers, evaluations, losses and final weights were
-unchanged (the warm start's block was kept as recorded); and once more when the overlong penalty
-was logged (``overlong_penalty_mean``/``_frac`` added to DAPO's steps, nothing else); the discard
-reason ``dis`` (SAO) and the counter ``replayed_tokens`` (replay buffers) were added to every preset
-as 0 by hand, as was the discard reason ``unconsumed`` (concurrent collectors), and the
-search counters ``search_tokens``, ``search_env_steps``, ``search_verifier_calls`` with the discard
-reason ``search_selection``, and the counters ``imagined_env_steps`` (world models) and
-``opponent_tokens`` (self-play), and the discard reason ``restart``. Re-recorded when
-the training forward began to compute each shared prompt once (``rollout.shared_prefix``): before
-re-recording, the code with ``shared_prefix: false`` reproduced the old fixture bit for bit; with it on,
-ledgers, discards and evaluations are unchanged, losses, gradient norms and KLs moved by at most
-1e-4 relative (float32 rounding of the split forward), and two rounding-sensitive indicators moved
-(PPO's ``value_clip_frac``, which compares equal values, and the ``mismatch.*`` sampler-trainer
-gaps); and when the static-cache decoder changed its arithmetic (rotary pairs as complex
-products, attention by ``baddbmm`` over the whole cache): only the ``mismatch.*`` gaps moved (1e-6 to
-4e-6), every sampled token and every other number stayed bit for bit; and when the sampler
-became inversion of the cumulative distribution (one uniform a row instead of an exponential a token):
-a new random stream, so every sampled token and every number after it changed (the sampler's
-frequencies are tested against its probabilities in tests/test_rollout.py); and once more when the
-shared-prefix forward applied the head to the rows' hidden states in one block: ledgers, discards and
-evaluations unchanged, the logged numbers moved by float32 rounding grown through 19 steps of
-training (KLs up to a few percent late in a run). Extended (2026-12-02) with four new per-step
-diagnostics only (entropy_token_mean, response_length_correct / _incorrect,
-trainable_group_frac_kept): every value recorded before was checked unchanged to 1e-6 and kept as
-it was. Extended (2026-12-03) the same way with the discard reason ``zero_variance_filter`` (0
+where the current one reports them in ``info["losses"]``). ``tests/test_golden.py`` checks that the
+current code reproduces it (ledger counters exactly; scores and losses to 1e-6). Re-recorded once,
+for diagnostics only: the trainable-group fraction is measured by the collector on every launched
+group before dynamic sampling filters any (all arms, critic ones included; the census gains
+``groups_varied``), and the ratio/clip diagnostics are plain means over action tokens (``ratio_min``
+added, ``ratio_max`` the maximum over the whole update); ledgers, evaluations, losses and final
+weights were unchanged (the warm start's block was kept as recorded); and once more when the
+overlong penalty was logged (``overlong_penalty_mean``/``_frac`` added to DAPO's steps, nothing
+else); the discard reason ``dis`` (SAO) and the counter ``replayed_tokens`` (replay buffers) were
+added to every preset as 0 by hand, as was the discard reason ``unconsumed`` (concurrent
+collectors), and the search counters ``search_tokens``, ``search_env_steps``,
+``search_verifier_calls`` with the discard reason ``search_selection``, and the counters
+``imagined_env_steps`` (world models) and ``opponent_tokens`` (self-play), and the discard reason
+``restart``. Re-recorded when the training forward began to compute each shared prompt once
+(``rollout.shared_prefix``): before re-recording, the code with ``shared_prefix: false`` reproduced
+the old fixture bit for bit; with it on, ledgers, discards and evaluations are unchanged, losses,
+gradient norms and KLs moved by at most 1e-4 relative (float32 rounding of the split forward), and
+two rounding-sensitive indicators moved (PPO's ``value_clip_frac``, which compares equal values, and
+the ``mismatch.*`` sampler-trainer gaps); and when the static-cache decoder changed its arithmetic
+(rotary pairs as complex products, attention by ``baddbmm`` over the whole cache): only the
+``mismatch.*`` gaps moved (1e-6 to 4e-6), every sampled token and every other number stayed bit for
+bit; and when the sampler became inversion of the cumulative distribution (one uniform a row instead
+of an exponential a token): a new random stream, so every sampled token and every number after it
+changed (the sampler's frequencies are tested against its probabilities in tests/test_rollout.py);
+and once more when the shared-prefix forward applied the head to the rows' hidden states in one
+block: ledgers, discards and evaluations unchanged, the logged numbers moved by float32 rounding
+grown through 19 steps of training (KLs up to a few percent late in a run). Extended (2026-12-02)
+with four new per-step diagnostics only (entropy_token_mean, response_length_correct / _incorrect,
+trainable_group_frac_kept): every value recorded before was checked unchanged to 1e-6 and kept as it
+was. Extended (2026-12-03) the same way with the discard reason ``zero_variance_filter`` (0
 everywhere), the census field ``prompts_retired`` (0) and six mismatch diagnostics
 (``mismatch.ratio_abs_dev``, ``mismatch.ratio_p1/_p50/_p99``, ``mismatch.ess``,
 ``mismatch.seq_ess``), DAPO's ``overlong_penalty_correct_frac``, and every preset's
 ``ratio.seq_logratio_std`` and ``ratio.outlier_seq_frac``. Re-recorded (2026-12-05) when training,
-warm-start demonstrations and the held-out sets began to partition the task's problems rather
-than its seeds (no training draw makes a held-out problem; the 16 held-out instances are distinct
-problems): a change of data, so every number moved (docs/benchmarks.md compares old and new).
-The counter ``tool_calls`` (the code tool's programs) was added to every preset and step as 0 by hand
+warm-start demonstrations and the held-out sets began to partition the task's problems rather than
+its seeds (no training draw makes a held-out problem; the 16 held-out instances are distinct
+problems): a change of data, so every number moved (docs/benchmarks.md compares old and new). The
+counter ``tool_calls`` (the code tool's programs) was added to every preset and step as 0 by hand
 (``tool_seconds`` is a time counter, left out with the others).
-Re-record only for a
-deliberate, explained
-change of the numbers:
+Re-record only for a deliberate, explained change of the numbers:
 
     .venv/bin/python tests/golden/record.py
 """

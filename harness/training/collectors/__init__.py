@@ -1,9 +1,9 @@
 """Collectors: where a step's trajectories come from, charged to the budget as they are made.
 
-A collector subclasses :class:`~sixblanks.harness.training.base.Collector`: ``worst_case() -> cost``,
-``collect() -> Collected`` and ``state_dict()``; ``update_bound()`` and ``close()`` where the
-defaults do not fit (a concurrent collector). A new source of data (a concurrent collector, a replay
-buffer, search) is a new file here.
+A collector subclasses :class:`~sixblanks.harness.training.base.Collector`:
+``worst_case() -> cost``, ``collect() -> Collected`` and ``state_dict()``; ``update_bound()`` and
+``close()`` where the defaults do not fit (a concurrent collector). A new source of data (a
+concurrent collector, a replay buffer, search) is a new file here.
 """
 
 from __future__ import annotations

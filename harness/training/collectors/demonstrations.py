@@ -2,8 +2,8 @@
 so multi-turn demonstrations carry real observations; mask 1 on the oracle's action tokens only.
 
 The oracle plays as a rollout engine (:class:`OracleEngine`): where a policy would generate, it
-answers each episode with ``task.oracle(instance, observations)``, tokenized; the agent loop does the
-rest as for any rollout (environment steps, verifier calls, context limit, failed samples).
+answers each episode with ``task.oracle(instance, observations)``, tokenized; the agent loop does
+the rest as for any rollout (environment steps, verifier calls, context limit, failed samples).
 
 Two sources: fresh training instances every step (the ``sft`` preset), or minibatches drawn from a
 fixed pool (the warm start). Demonstration tokens count as launched (and, once trained, accepted),
@@ -34,8 +34,8 @@ where a demonstration calls it)."""
 
 
 class OracleEngine(RolloutEngine):
-    """A rollout engine whose "generations" are the task's oracle actions for ``episodes`` (those the
-    agent loop plays): each call answers the episodes not done, in order, with the oracle's next
+    """A rollout engine whose "generations" are the task's oracle actions for ``episodes`` (those
+    the agent loop plays): each call answers the episodes not done, in order, with the oracle's next
     action, tokenized without special tokens; log-probs 0 (nothing was sampled)."""
 
     def __init__(self, task: Task, tokenizer, episodes: list):
@@ -68,8 +68,8 @@ def play_demonstrations(
     gate: VerifierGate | None = None,
     params: SamplingParams | None = None,
 ) -> tuple[TrajectoryBatch, dict[str, float]]:
-    """Oracle episodes of ``task`` on instances ``seeds`` through the agent loop, each its own group,
-    with mask 1 on the oracle's action tokens; and what playing them took (environment steps,
+    """Oracle episodes of ``task`` on instances ``seeds`` through the agent loop, each its own
+    group, with mask 1 on the oracle's action tokens; and what playing them took (environment steps,
     verifier and judge calls, counted on ``gate``). ``params``: the loop's limits (its
     ``max_new_tokens`` is kept free of the context after an observation; default 0)."""
 
@@ -173,16 +173,21 @@ class Demonstrations(Collector):
             if self.pool is None:
                 seeds = train_seeds(ctx.rng, self.n, ctx.task)
                 batch, cost = play_demonstrations(
-                    ctx.task, ctx.tokenizer, seeds, ctx.settings.rollout.max_prompt_tokens,
-                    ctx.gate, ctx.params,
-                )  # fmt: skip
+                    ctx.task,
+                    ctx.tokenizer,
+                    seeds,
+                    ctx.settings.rollout.max_prompt_tokens,
+                    ctx.gate,
+                    ctx.params,
+                )
             else:
                 idx = torch.randint(0, self.pool.size, (self.n,), generator=self.pool_gen)
                 batch, cost = self.pool.select(idx), self.unpaid
             tokens = float(batch.launched_tokens())
             if tokens > self.worst_case()["launched_tokens"]:
                 raise TrainingError(
-                    "demonstrations are longer than rollout.max_new_tokens x the task's turns allows"
+                    "demonstrations are longer than rollout.max_new_tokens x the task's turns "
+                    "allows"
                 )
             charge.actual = {"launched_tokens": tokens, "rollouts_launched": float(batch.size)}
             charge.actual.update(cost)

@@ -1,6 +1,6 @@
-"""The greedy baseline of ReMax: one greedy (temperature 0) rollout of each instance a round samples,
-run in the same round and charged with it. Its tokens are a cost of the estimator: launched, never
-trained on (discarded as "baseline")."""
+"""The greedy baseline of ReMax: one greedy (temperature 0) rollout of each instance a round
+samples, run in the same round and charged with it. Its tokens are a cost of the estimator:
+launched, never trained on (discarded as "baseline")."""
 
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ A ring keeps CPU snapshots of the last k + 1 policy versions (a version is the w
 step's sync); a frozen copy of the policy, loaded with the snapshot of version ``max(0, v - k)``
 where v is the trainer's version, samples the round. Nothing else changes: the trainer recomputes
 pi_old with the current weights, so the lag shows up as behaviour-vs-current divergence (the
-``mismatch.*`` metrics) and truncated IS (``weight.tis_cap``) can correct it. Same process, same RNG:
-a lagged run is reproducible bit for bit from its seed, and ``lag: 0`` never builds this at all.
+``mismatch.*`` metrics) and truncated IS (``weight.tis_cap``) can correct it. Same process, same
+RNG: a lagged run is reproducible bit for bit from its seed, and ``lag: 0`` never builds this at
+all.
 """
 
 from __future__ import annotations

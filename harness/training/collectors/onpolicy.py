@@ -1,8 +1,8 @@
-"""Synchronous on-policy rounds: sample ``prompts_per_step`` instances, G episodes each, with the current
-policy; with dynamic sampling (DAPO), drop groups whose rewards are all equal and sample new rounds
-until the step's groups are filled or the round cap is hit. Every round is reserved at its worst case
-before launch and charged at its actual cost; dropped groups are discarded by reason; the census of
-each step says how many groups were launched, kept and dropped, and why."""
+"""Synchronous on-policy rounds: sample ``prompts_per_step`` instances, G episodes each, with the
+current policy; with dynamic sampling (DAPO), drop groups whose rewards are all equal and sample new
+rounds until the step's groups are filled or the round cap is hit. Every round is reserved at its
+worst case before launch and charged at its actual cost; dropped groups are discarded by reason; the
+census of each step says how many groups were launched, kept and dropped, and why."""
 
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ MAX_PROBLEMS = 20
 
 
 class PairsFileError(ConfigError):
-    """A file of preference pairs that cannot be used: every problem, each naming file, row, column."""
+    """A file of preference pairs that cannot be used: every problem, each naming file, row,
+    column."""
 
 
 @dataclass(frozen=True)
@@ -216,10 +217,10 @@ def tokenize(pair: Pair, tokenizer, task: Task, eos: bool = True) -> Tokenized:
 def pairs_batch(
     pairs: list[Pair], toks: list[Tokenized], tokenizer, task_name: str
 ) -> TrajectoryBatch:
-    """The chosen rows of ``pairs``, then their rejected rows (pair ``i``: rows ``i`` and ``i + k``):
-    prompt and prefix context (mask 0), the response (mask 1, log-probs 0: nothing sampled it), a
-    turn reward of 1 for the chosen response and 0 for the rejected one; group ``i``, instance seed
-    the pair's row in the file."""
+    """The chosen rows of ``pairs``, then their rejected rows (pair ``i``: rows ``i`` and
+    ``i + k``): prompt and prefix context (mask 0), the response (mask 1, log-probs 0: nothing
+    sampled it), a turn reward of 1 for the chosen response and 0 for the rejected one; group
+    ``i``, instance seed the pair's row in the file."""
 
     episodes = []
     for chosen in (True, False):

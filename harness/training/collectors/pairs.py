@@ -1,4 +1,5 @@
-"""DPO preference pairs (``data.source: preference_pairs``), from one of two places (``data.pairs``):
+"""DPO preference pairs (``data.source: preference_pairs``), from one of two places
+(``data.pairs``):
 
 - scored rollouts (no ``data.pairs.file``): G >= 2 rollouts of each instance from the initial
   (reference) policy; the best and the worst response of a group whose rewards differ make a pair.
@@ -30,8 +31,9 @@ from .pair_file import PairFile
 
 def select_pairs(batch: TrajectoryBatch) -> tuple[list[int], list[int], list[int], list[int]]:
     """``(chosen, rejected, unselected, no_preference)`` rows of scored groups: of each group whose
-    rewards differ, the first row of highest reward and the first of lowest make a pair and its other
-    rows are unselected; every row of a group whose rewards are all equal has no preference."""
+    rewards differ, the first row of highest reward and the first of lowest make a pair and its
+    other rows are unselected; every row of a group whose rewards are all equal has no
+    preference."""
 
     chosen, rejected, unselected, flat = [], [], [], []
     for g in torch.unique(batch.group_ids).tolist():

@@ -98,7 +98,8 @@ class PromptPool:
 
     def record(self, seeds: list[int], rewards: torch.Tensor, group_ids: torch.Tensor) -> int:
         """Add one round's outcomes (``seeds[i]`` is the instance of the i-th group id in order of
-        first appearance, ``rewards``/``group_ids`` ``[B]``); returns how many prompts it retired."""
+        first appearance, ``rewards``/``group_ids`` ``[B]``); returns how many prompts it
+        retired."""
 
         groups = list(dict.fromkeys(group_ids.tolist()))
         if len(groups) != len(seeds):

@@ -182,11 +182,20 @@ class SearchRounds(Collector):
                 return value.scores(part)
 
         return search(
-            self.engine, ctx.tokenizer, ctx.task, instances, ctx.params, ctx.gate,
-            mode=spec.mode, expand=spec.expand, beam=spec.beam, expansions=spec.expansions,
-            guide=guide, max_context_tokens=ctx.settings.rollout.max_prompt_tokens,
+            self.engine,
+            ctx.tokenizer,
+            ctx.task,
+            instances,
+            ctx.params,
+            ctx.gate,
+            mode=spec.mode,
+            expand=spec.expand,
+            beam=spec.beam,
+            expansions=spec.expansions,
+            guide=guide,
+            max_context_tokens=ctx.settings.rollout.max_prompt_tokens,
             generator=ctx.gen,
-        )  # fmt: skip
+        )
 
     def discards(self, batch: TrajectoryBatch, keep: list[int], cost, tree) -> None:
         """Everything launched and not kept: failed samples' own tokens as ``failed``, the rest
@@ -201,9 +210,14 @@ class SearchRounds(Collector):
             n_failed = len(failed)
         else:
             own = [n for n in tree.tips if n.episode.failure is not None]
-            failed_tokens = float(sum(
-                e - s for n in own for k, s, e in n.episode.segments
-                if k == "action" and s >= n.born[0]))  # fmt: skip
+            failed_tokens = float(
+                sum(
+                    e - s
+                    for n in own
+                    for k, s, e in n.episode.segments
+                    if k == "action" and s >= n.born[0]
+                )
+            )
             n_failed = len(own)
         accepted = float(batch.action_mask[keep].sum()) if keep else 0.0
         ctx.meter.discard("failed", failed_tokens, n_failed)

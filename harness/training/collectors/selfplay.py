@@ -1,8 +1,8 @@
 """Self-play rounds (``data.self_play``): on-policy rounds on a two-player game
 task in which each task group plays one member of a pool of the policy's past checkpoints
-(:class:`sixblanks.harness.training.opponents.PolicyPool`; the initial policy is the first member, the current
-policy joins every ``snapshot_every`` steps, at most ``pool_size`` are kept). All G games of a group
-face the same member, so the group baseline compares like with like.
+(:class:`sixblanks.harness.training.opponents.PolicyPool`; the initial policy is the first member,
+the current policy joins every ``snapshot_every`` steps, at most ``pool_size`` are kept). All G
+games of a group face the same member, so the group baseline compares like with like.
 
 Accounting: the policy's own tokens are launched tokens as for any rollout; the members' moves,
 generated inside the environment, are ``opponent_tokens`` (never trained on, not launched): each

@@ -9,18 +9,18 @@ they finished, whichever round launched them, and updates when ``prompts_per_ste
 Staleness is split per unit (:mod:`.staleness`) into the versions that passed while it was in
 flight (from its oldest token's version to the trainer's version when it finished, read from the
 time the collector wrote it down: a version counts from the start of the step after its update)
-and while it waited to be consumed. Each part may be bounded (``data.concurrent.inflight`` / ``queued``): ``drop`` discards
-a unit past it when consumed (reasons ``stale_inflight``, ``stale_queue``); ``wait`` keeps it from
-passing: before an update the trainer waits for the units in flight that the update would push
-past the in-flight bound, and no unit is launched while (bound + 1) batches are launched and not
-consumed (so none waits in the queue longer); with that bound, units are launched only at the start
-of a step, after the update and its broadcast (and to replace an aborted one), never between taking
-a batch and the update: one launched then could finish before the update and wait across it.
-Otherwise the queue is topped up as soon as a batch is taken, so the collector works through the
-update. ``data.staleness`` bounds the total: admission by
-AReaL's rule (:func:`~sixblanks.algorithms.offpolicy.staleness_capacity`), and a unit past it that
-finished out of order is dropped (``staleness``). A unit the collector aborted (``partial:
-regenerate``) is charged, discarded as ``aborted`` and launched again under a new reservation.
+and while it waited to be consumed. Each part may be bounded (``data.concurrent.inflight`` /
+``queued``): ``drop`` discards a unit past it when consumed (reasons ``stale_inflight``,
+``stale_queue``); ``wait`` keeps it from passing: before an update the trainer waits for the units
+in flight that the update would push past the in-flight bound, and no unit is launched while
+(bound + 1) batches are launched and not consumed (so none waits in the queue longer); with that
+bound, units are launched only at the start of a step, after the update and its broadcast (and to
+replace an aborted one), never between taking a batch and the update: one launched then could finish
+before the update and wait across it. Otherwise the queue is topped up as soon as a batch is taken,
+so the collector works through the update. ``data.staleness`` bounds the total: admission by AReaL's
+rule (:func:`~sixblanks.algorithms.offpolicy.staleness_capacity`), and a unit past it that finished
+out of order is dropped (``staleness``). A unit the collector aborted (``partial: regenerate``) is
+charged, discarded as ``aborted`` and launched again under a new reservation.
 """
 
 from __future__ import annotations

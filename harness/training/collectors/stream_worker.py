@@ -6,7 +6,8 @@ over all of their unfinished episodes (continuous batching), and spools and repo
 moment its last episode ends: a long episode no longer holds back the short ones launched with it.
 
 A weight update reaches the groups in flight at their next turn boundary (each action is one
-generation call, so a single-turn episode has no boundary inside it), by ``data.concurrent.partial``:
+generation call, so a single-turn episode has no boundary inside it), by
+``data.concurrent.partial``:
 
 - ``continue``: groups in flight finish on the weights they started with; no group starts until
   they have, then the new weights load (a weight sync that waits for in-flight requests);
@@ -100,7 +101,8 @@ class StreamCore(CollectorCore):
             self.pending = (int(version), path)
 
     def take_weights(self) -> list[tuple[str, int, str]]:
-        """Load the newest weights announced, when the mode allows it now; aborted units' reports."""
+        """Load the newest weights announced, when the mode allows it now; aborted units'
+        reports."""
 
         if self.pending is None or (self.version is not None and self.pending[0] <= self.version):
             self.pending = None

@@ -1,4 +1,5 @@
-"""The actor-critic objective: a value model, GAE advantages, and the template loss plus a value loss.
+"""The actor-critic objective: a value model, GAE advantages, and the template loss plus a value
+loss.
 
 prepare: pi_old and values in one no-grad pass (micro-batched; a shared trunk reuses the policy's
 hidden states), pi_ref, rewards on tokens (KL in the reward from pi_old), GAE (a bootstrap only
@@ -57,12 +58,16 @@ class ActorCritic(Objective):
             # foreach, as the policy's optimizer: fewer operations, the same arithmetic
             params = [p for p in self.critic.parameters() if p.requires_grad]
             self.critic_optimizer = torch.optim.AdamW(
-                params, lr=self.spec.lr or opt.lr, betas=tuple(opt.betas),
-                weight_decay=opt.weight_decay, foreach=True,
-            )  # fmt: skip
+                params,
+                lr=self.spec.lr or opt.lr,
+                betas=tuple(opt.betas),
+                weight_decay=opt.weight_decay,
+                foreach=True,
+            )
 
     def values(self, sub: TrajectoryBatch, hidden=None):
-        """(values at the declared granularity [B, T], value positions [B, T], bootstrap value [B])."""
+        """(values at the declared granularity [B, T], value positions [B, T], bootstrap value
+        [B])."""
 
         dev = self.ctx.device
         v_all = self.critic(sub.tokens.to(dev), sub.attention_mask.to(dev), hidden)
@@ -92,7 +97,8 @@ class ActorCritic(Objective):
         mb = ctx.settings.rollout.micro_batch_size
         parts: list[list[torch.Tensor]] = [[], [], [], []]
         critic_seconds = 0.0
-        # the critic pass (with pi_old in the same forward where the trunk is shared), charged as one
+        # the critic pass (with pi_old in the same forward where the trunk is shared), charged
+        # as one
         with ctx.meter.must_reserve({}, f"critic pass step {ctx.step}"), torch.no_grad():
             for s0 in range(0, batch.size, mb):
                 stop_point("the critic pass")  # Ctrl-C (harness/stopping.py)
@@ -113,11 +119,16 @@ class ActorCritic(Objective):
             penalty = reg.reward_kl_coef * kl_tok
             metrics["reward_kl"] = float(kl_tok.sum(1).mean())
         _, turn_rewards = planted_rewards(  # a planted fault's rewards (arms.<arm>.fault)
-            ctx.settings.reward_fault, batch.reward, batch.turn_rewards, batch.n_turns,
-            ctx.settings.train_seed, ctx.step,
-        )  # fmt: skip
+            ctx.settings.reward_fault,
+            batch.reward,
+            batch.turn_rewards,
+            batch.n_turns,
+            ctx.settings.train_seed,
+            ctx.step,
+        )
         token_rewards = place_rewards(mask, batch.turn_ids, turn_rewards, penalty)
-        # bootstrap only where a limit cut the episode short; never past the environment's terminal state
+        # bootstrap only where a limit cut the episode short; never past the environment's
+        # terminal state
         cut = ~batch.terminated & ~batch.failed
         bootstrap = torch.where(
             cut & torch.tensor(self.spec.bootstrap_truncated),
@@ -128,9 +139,17 @@ class ActorCritic(Objective):
             log_rhos = (old_logp - batch.behavior_logprobs).double()
             c = self.spec
             ret, adv = vtrace(
-                token_rewards, old_v.double(), bootstrap, log_rhos, mask, a.gamma, a.lam,
-                c.rho_bar, c.c_bar, c.rho_bar_pg,
-            )  # fmt: skip
+                token_rewards,
+                old_v.double(),
+                bootstrap,
+                log_rhos,
+                mask,
+                a.gamma,
+                a.lam,
+                c.rho_bar,
+                c.c_bar,
+                c.rho_bar_pg,
+            )
         else:
             adv, ret = gae(token_rewards, old_v.double(), mask, a.gamma, a.lam, bootstrap)
         if self.spec.policy_lambda_alpha is not None:  # SAO: the policy's lambda follows the length
@@ -208,7 +227,7 @@ class ActorCritic(Objective):
                 self.ctx.l_max,
                 norm.count_empty_rows,
                 **self.prepared.batch.unit_ids(rows),
-            ),  # fmt: skip
+            ),
             "value": self.value_weights,
         }
 

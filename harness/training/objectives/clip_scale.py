@@ -61,9 +61,13 @@ class ClipScale:
         logp = ctx.batched_logprobs(ctx.model, sub)
         ctx.model.train(was_training)
         d = sequence_values(
-            logp.double(), old_logp[rows].double(), mask[rows], sub.turn_ids, w.sequence,
+            logp.double(),
+            old_logp[rows].double(),
+            mask[rows],
+            sub.turn_ids,
+            w.sequence,
             w.log_ratio_clamp,
-        )  # fmt: skip
+        )
         if d.numel() < 2:
             return
         sigma = float(d.std(unbiased=False))

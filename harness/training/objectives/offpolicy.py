@@ -1,7 +1,7 @@
-"""What every policy objective does with off-policy data before its update: the corrections that mask
-(truncated IS in a mask form, a gate in mask mode, SAO's DIS band; their tokens leave the gradient
-and Z and are discarded by reason) and the lag measured per sample (versions behind and the actual
-divergence, the k3 KL between the behaviour and the current policy on the sampled tokens)."""
+"""What every policy objective does with off-policy data before its update: the corrections that
+mask (truncated IS in a mask form, a gate in mask mode, SAO's DIS band; their tokens leave the
+gradient and Z and are discarded by reason) and the lag measured per sample (versions behind and the
+actual divergence, the k3 KL between the behaviour and the current policy on the sampled tokens)."""
 
 from __future__ import annotations
 

@@ -84,7 +84,8 @@ class PolicyGradient(Stateless, Objective):
         if ctx.blanks.data.potential_shaping.enabled and not ctx.task.has_potential:
             raise TrainingError(
                 f"{ctx.settings.name}: data.potential_shaping: task '{ctx.task.name}' defines no "
-                "potential (its environment has no potential()); turn it off or use a task that does"
+                "potential (its environment has no potential()); turn it off or use a task that "
+                "does"
             )
         b, skip = ctx.blanks, ctx.settings.rollout.skip_unused_forwards and self.SKIPS_UNUSED
         # no reference forward when no blank reads it (its KL is then not logged, unless asked)
@@ -122,9 +123,13 @@ class PolicyGradient(Stateless, Objective):
         mask0 = batch.action_mask.clone()
         # the rewards learnt from: the batch's, or a planted fault's (arms.<arm>.fault)
         reward, turn_rewards = planted_rewards(
-            ctx.settings.reward_fault, batch.reward, batch.turn_rewards, batch.n_turns,
-            ctx.settings.train_seed, ctx.step,
-        )  # fmt: skip
+            ctx.settings.reward_fault,
+            batch.reward,
+            batch.turn_rewards,
+            batch.n_turns,
+            ctx.settings.train_seed,
+            ctx.step,
+        )
         adv, mask, info = compute_advantages(
             ctx.blanks,
             reward,
@@ -250,9 +255,12 @@ class PolicyGradient(Stateless, Objective):
 
         ctx.model.train()
         out = accumulate(
-            ctx, p.units, weigh, micro_step,
+            ctx,
+            p.units,
+            weigh,
+            micro_step,
             before_step=before_step,
-        )  # fmt: skip
+        )
         ctx.model.eval()
         if measure and ctx.dp is not None:  # each rank saw its share of the rows
             fresh, seen = ctx.dp.union_rows(fresh, seen)

@@ -1,13 +1,14 @@
 """Policy gradient with a process reward model: the A blank's 'prm' and 'prime'
 estimators, whose inputs come from a second model trained online in the same budget.
 
-- prm: an explicit step scorer (:class:`~sixblanks.harness.training.process_reward.StepScorer`) trained on the
-  environment's step labels, or a user-supplied scorer (``module:function``, its calls counted as
-  judge calls). Each batch is scored before the scorer trains on it, so the calibration counts
-  (``prm_calib.*``) measure it on steps it has not seen.
-- prime: PRIME's implicit PRM (:class:`~sixblanks.harness.training.process_reward.ImplicitPRM`), trained on the
-  outcome labels before (default) or after its token rewards are computed. Its outcome-prediction
-  AUC is measured on each batch before it trains on it; the intervention probe runs every step.
+- prm: an explicit step scorer (:class:`~sixblanks.harness.training.process_reward.StepScorer`)
+  trained on the environment's step labels, or a user-supplied scorer (``module:function``, its
+  calls counted as judge calls). Each batch is scored before the scorer trains on it, so the
+  calibration counts (``prm_calib.*``) measure it on steps it has not seen.
+- prime: PRIME's implicit PRM (:class:`~sixblanks.harness.training.process_reward.ImplicitPRM`),
+  trained on the outcome labels before (default) or after its token rewards are computed. Its
+  outcome-prediction AUC is measured on each batch before it trains on it; the intervention probe
+  runs every step.
 
 The second model's work is charged under its own label ('prm' / 'prime'); ``credit_seconds`` is
 its device time in the step.
@@ -58,8 +59,8 @@ class ProcessCredit(PolicyGradient):
                 raise TrainingError(
                     f"{name}: advantage.prm.scorer 'trained' learns from step labels, and task "
                     f"'{ctx.task.name}' gives none (info['step_correct']); use a task with step "
-                    "labels (chain_arithmetic, plan_execute), a search tree's labels (data.source search, "
-                    "search.tree_labels) or a scorer 'module:function'"
+                    "labels (chain_arithmetic, plan_execute), a search tree's labels (data.source "
+                    "search, search.tree_labels) or a scorer 'module:function'"
                 )
             self.scorer = StepScorer(ctx.model, a.prm.trunk).to(ctx.device)
             params = [p for p in self.scorer.parameters() if p.requires_grad]

@@ -1,6 +1,6 @@
-"""Supervised fine-tuning as an objective: the NLL of demonstrated action tokens (w = 1, A = 1), with
-the Z blank's weights over the optimizer-step batch (token-mean for the sft preset). The warm start
-and the ``sft`` preset both train through it."""
+"""Supervised fine-tuning as an objective: the NLL of demonstrated action tokens (w = 1, A = 1),
+with the Z blank's weights over the optimizer-step batch (token-mean for the sft preset). The warm
+start and the ``sft`` preset both train through it."""
 
 from __future__ import annotations
 
