@@ -24,9 +24,10 @@ the incorrect length at the end its mean over the last quarter of the steps (at 
 
 The warm start is trained once (or taken from the machine's cache) and shared by every run.
 
-Measured 2026-12-05 (15 runs, 112.3 s of training each, median): score 0.485 -> 0.926, rise
-0.441 [0.433, 0.450] (met); entropy fall 0.848 (met); largest clip fraction 0.013 (not met);
-incorrect-length difference 5.27 [2.00, 8.54] tokens (met); shuffled gap 0.587 (met).
+Measured 2026-12-06 at da802bd (15 runs, 115.8 s of training each, median): score 0.327 ->
+0.809, rise 0.482 [0.378, 0.587] (met); entropy fall 0.858 (met); largest clip fraction 0.062
+[0.040, 0.084] (met); incorrect-length difference 2.02 [-0.42, 4.45] tokens (met by the mean);
+shuffled gap 0.678 (met).
 More in docs/guide/testbed.md.
 """
 
