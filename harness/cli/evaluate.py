@@ -142,18 +142,23 @@ def evaluate_policy(
     ev.update(model=str(directory), task=the_task.name, seconds=time.perf_counter() - t0)
     if as_json:
         dump_json(ev)
-        return
+    else:
+        _print_result(ev, split)
+
+
+def _print_result(ev: dict[str, Any], split: str) -> None:
+    """The score and what it cost, as two lines."""
+
     out.print(
-        f"{directory}: {ev['score']:.3f} on {ev['n']} {split} instances of {the_task.name} "
+        f"{ev['model']}: {ev['score']:.3f} on {ev['n']} {split} instances of {ev['task']} "
         f"(success rate {ev['success_rate']:.3f})"
+    )
+    tools = (
+        f", {ev['tool_calls']:,.0f} tool calls ({ev['tool_seconds']:.1f} s)"
+        if "tool_calls" in ev
+        else ""
     )
     out.print(
         f"cost: {ev['generated_tokens']:,} generated tokens, {ev['verifier_calls']:,} verifier "
-        f"calls, {ev['judge_calls']:,} judge calls"
-        + (
-            f", {ev['tool_calls']:,.0f} tool calls ({ev['tool_seconds']:.1f} s)"
-            if "tool_calls" in ev
-            else ""
-        )
-        + f", {ev['seconds']:.1f} s"
+        f"calls, {ev['judge_calls']:,} judge calls{tools}, {ev['seconds']:.1f} s"
     )

@@ -359,32 +359,11 @@ def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[
         }
     elif d.source == "preference_pairs":
         worst = rollouts(ppp * max(2, g), f"prompts_per_step {ppp} x {max(2, g)} samples")
-    elif d.source == "search":
+    elif d.source == "search" and d.search.mode == "best_of_n":
         sp = d.search
-        if sp.mode == "best_of_n":
-            worst = rollouts(ppp * sp.n, f"prompts_per_step {ppp} x data.search.n {sp.n}")
-        else:
-            if sp.mode == "beam":
-                calls = ppp * turns * sp.beam * sp.expand
-                how = f"prompts_per_step {ppp}{t} x beam {sp.beam} x expand {sp.expand}"
-            else:
-                calls = ppp * sp.expansions * sp.expand
-                how = f"prompts_per_step {ppp} x expansions {sp.expansions} x expand {sp.expand}"
-            steps = calls * turns  # each call, and a replay of its prefix where it cannot restore
-            worst = {
-                "launched_tokens": (calls * L, f"{how} x max_new_tokens {L}"),
-                "prompt_tokens": (calls * P, f"{how} x max_prompt_tokens {P}"),
-                "rollouts_launched": (calls, how),
-                "env_steps": (steps, how + t),
-                "verifier_calls": (steps, how + t),
-                "judge_calls": (steps * judge_per_verify, f"{how}{t} x {judge_per_verify}"),
-            }
-        for total, search in (
-            ("launched_tokens", "search_tokens"),
-            ("env_steps", "search_env_steps"),
-            ("verifier_calls", "search_verifier_calls"),
-        ):
-            worst[search] = worst[total]
+        worst = _searched(rollouts(ppp * sp.n, f"prompts_per_step {ppp} x data.search.n {sp.n}"))
+    elif d.source == "search":
+        worst = _searched(_tree_worst(arm, turns, judge_per_verify, t))
     else:  # the on-policy rounds and their subclasses (self-play, branching, imagined, concurrent)
         greedy = b.advantage.estimator == "remax"
         n = ppp * (g + (1 if greedy else 0))
@@ -399,8 +378,15 @@ def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[
         if d.self_play is not None:
             tokens, how = worst["launched_tokens"]
             worst["opponent_tokens"] = (tokens, how + " (a reply to every move)")
+    return _with_update(arm, worst)
+
+
+def _with_update(arm: _Arm, worst: dict[str, tuple[float, str]]) -> dict[str, tuple[float, str]]:
+    """``worst`` (a step's episodes) with the update on them (Trainer.worst_update: it accepts at
+    most what it launched) and a process reward model's scorer calls."""
+
+    b, d = arm.blanks, arm.blanks.data
     launched, rows = worst["launched_tokens"], worst["rollouts_launched"]
-    # Trainer.worst_update: it accepts at most what it launched
     update = update_worst(d.epochs, d.minibatches, rows[0], launched[0])
     worst.update(
         optimizer_steps=(
@@ -413,6 +399,41 @@ def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[
     if b.advantage.estimator == "prm" and b.advantage.prm.scorer != "trained":
         calls = worst.get("judge_calls", (0.0, ""))[0] + rows[0]
         worst["judge_calls"] = (calls, f"{rows[1]}, one scorer call each, plus the verifier's")
+    return worst
+
+
+def _tree_worst(arm: _Arm, turns: int, judge: int, t: str) -> dict[str, tuple[float, str]]:
+    """A tree search's step (beam or expansions): each call of the policy, and a replay of its
+    prefix where the environment cannot restore; ``t``: how the turns are said."""
+
+    sp, r = arm.blanks.data.search, arm.rollout
+    L, P, ppp = r.max_new_tokens, r.max_prompt_tokens, r.prompts_per_step
+    if sp.mode == "beam":
+        calls = ppp * turns * sp.beam * sp.expand
+        how = f"prompts_per_step {ppp}{t} x beam {sp.beam} x expand {sp.expand}"
+    else:
+        calls = ppp * sp.expansions * sp.expand
+        how = f"prompts_per_step {ppp} x expansions {sp.expansions} x expand {sp.expand}"
+    steps = calls * turns
+    return {
+        "launched_tokens": (calls * L, f"{how} x max_new_tokens {L}"),
+        "prompt_tokens": (calls * P, f"{how} x max_prompt_tokens {P}"),
+        "rollouts_launched": (calls, how),
+        "env_steps": (steps, how + t),
+        "verifier_calls": (steps, how + t),
+        "judge_calls": (steps * judge, f"{how}{t} x {judge}"),
+    }
+
+
+def _searched(worst: dict[str, tuple[float, str]]) -> dict[str, tuple[float, str]]:
+    """A training search's step: all it launches is search compute too."""
+
+    for total, search in (
+        ("launched_tokens", "search_tokens"),
+        ("env_steps", "search_env_steps"),
+        ("verifier_calls", "search_verifier_calls"),
+    ):
+        worst[search] = worst[total]
     return worst
 
 
