@@ -299,7 +299,7 @@ class RayCluster:
             time.sleep(1.0)
 
     def stop(self) -> None:
-        from sixblanks.harness.orchestration.procs import descendants, running
+        from sixblanks.harness.orchestration.processes import descendants, running
 
         from .strays import processes
 

@@ -22,7 +22,7 @@ import uuid
 
 import pytest
 
-from sixblanks.harness.orchestration.procs import cmdline, stat
+from sixblanks.harness.orchestration.processes import cmdline, stat
 
 RUN_VAR, WORKER_VAR = "SIXBLANKS_TEST_RUN", "SIXBLANKS_TEST_WORKER"
 GRACE_SECONDS = 15.0

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from sixblanks.harness.config import load_config
-from sixblanks.harness.config.claims import load_finding
+from sixblanks.harness.config.finding_file import load_finding
 from sixblanks.harness.errors import ConfigError
 
 BASE = """

@@ -96,7 +96,7 @@ def test_a_changed_criterion_is_refused_unless_amended(write_yaml):
     naming the change; with an amendment (the field as it was, a reason) it runs, and the versions
     go from the original to the current."""
 
-    from sixblanks.harness.config.claims import criterion_hash, load_finding
+    from sixblanks.harness.config.finding_file import criterion_hash, load_finding
     from sixblanks.harness.errors import ConfigError
     from sixblanks.harness.studies.findings import check_criterion
 
@@ -283,7 +283,7 @@ def test_validate_checks_a_finding_file_before_anything_runs(cli, write_yaml):
 
 
 def test_every_shipped_claim_is_valid_and_fair():
-    from sixblanks.harness.config.claims import load_finding
+    from sixblanks.harness.config.finding_file import load_finding
     from sixblanks.harness.orchestration.experiment import as_config
     from sixblanks.harness.studies.findings import (
         checked_finding,

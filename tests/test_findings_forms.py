@@ -44,7 +44,7 @@ def test_validate_accepts_the_examples_and_names_what_is_wrong(cli, write_yaml):
 
 
 def test_an_expectation_per_budget_axis(cli, write_yaml):
-    from sixblanks.harness.config.claims import load_finding
+    from sixblanks.harness.config.finding_file import load_finding
 
     axes = TINY.replace("expect: smaller", "expect: {small: smaller, large: equal}").replace(
         "  seeds: {pilot: 5, batch: 1, cap: 6}",
@@ -67,7 +67,7 @@ def test_a_two_arm_criterion_has_no_new_fields(write_yaml):
     """The forms' fields enter the criterion (and its hash) only where given: a two-arm claim's
     criterion holds exactly the fields it always had."""
 
-    from sixblanks.harness.config.claims import CRITERION_FIELDS, load_finding
+    from sixblanks.harness.config.finding_file import CRITERION_FIELDS, load_finding
 
     f = load_finding(write_yaml(TINY, "c.yaml"))
     assert list(f.finding.criterion()) == list(CRITERION_FIELDS)

@@ -238,7 +238,7 @@ def test_better_lower_turns_the_pairs_a_claim_over_k_arms_implies():
 
 
 def test_better_is_validated_and_hashed_only_where_given(cli, write_yaml):
-    from sixblanks.harness.config.claims import criterion_hash, load_finding
+    from sixblanks.harness.config.finding_file import criterion_hash, load_finding
 
     best = (EXAMPLES / "three_arm_best.yaml").read_text()
     # the examples' criteria as hashed before the field existed (commit 620d95e)

@@ -373,7 +373,7 @@ def _rank_pid(run_dir: Path, rank: int) -> int | None:
             env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"orchestration.rank" in cmd and b"torch.distributed.run" not in cmd:
+        if b"orchestration.rank_worker" in cmd and b"torch.distributed.run" not in cmd:
             if str(run_dir).encode() in cmd and f"RANK={rank}".encode() in env:
                 return int(p)
     return None
@@ -394,7 +394,7 @@ def _left(run_dir: Path) -> list[int]:
 
 def test_a_killed_rank_fails_the_run_naming_it_and_the_run_resumes(dp_run, tmp_path):
     from sixblanks.harness.layout import RunDir
-    from sixblanks.harness.orchestration.ranks import RankFailed, launch
+    from sixblanks.harness.orchestration.rank_launch import RankFailed, launch
 
     _, spec, warm, uninterrupted = dp_run
     run_dir = tmp_path / "killed"
@@ -474,7 +474,7 @@ def test_a_vllm_engine_per_rank_samples_and_counts_as_one_process(tmp_path):
 
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.orchestration.orchestrator import Orchestrator
-    from sixblanks.harness.orchestration.ranks import launch
+    from sixblanks.harness.orchestration.rank_launch import launch
 
     cfg = {
         **RUN,

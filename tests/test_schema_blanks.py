@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from sixblanks.algorithms.blanks import Blanks
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness.config.bases import file_schema
-from sixblanks.harness.config.claims import FindingSection
+from sixblanks.harness.config.finding_file import FindingSection
 from sixblanks.harness.config.loading import parse_yaml
 from sixblanks.harness.config.sections import ArmConfig
 

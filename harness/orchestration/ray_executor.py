@@ -25,9 +25,9 @@ from .placement import (
     resources,
     this_machine,
 )
-from .procs import cmdline, descendants, running
-from .ranks import world_size
-from .ray_ranks import submit as submit_ranks
+from .processes import cmdline, descendants, running
+from .rank_launch import world_size
+from .ray_rank_launch import submit as submit_ranks
 
 
 class RayExecutor:

@@ -19,7 +19,7 @@ from typing import Any
 from .. import checkpoint
 from ..layout import RunDir, write_json
 from ..stopping import ACTIVE, STOP, RunInterrupted, stop_point, stop_points
-from .run_files import (
+from .run_recorder import (
     RunRecorder,
     attach_ledger_log,
     record_failure,
@@ -260,7 +260,7 @@ def run_worker(args: tuple) -> dict[str, Any]:
     if STOP.is_set():  # handed out after the interrupt: never started
         exit_soon()
         return {"ok": False, "interrupted": True, "started": False, "run_id": Path(run_dir).name}
-    from .ranks import launch, world_size
+    from .rank_launch import launch, world_size
 
     run = launch if world_size(spec) > 1 else execute_run  # a data-parallel run: torchrun
     try:

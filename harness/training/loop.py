@@ -33,7 +33,7 @@ from ..tasks.base import Task
 from ..tasks.verify import VerifierGate
 from .base import Collected, Collector, Objective, Prepared, RunResult, RunSettings, TrainingError
 from .collectors import make_collector
-from .context import RunContext, frozen_copy
+from .context import RunContext, frozen_copy, make_optimizer
 from .evaluate import charge_evaluation, evaluate_apart, evaluate_run, evaluation_worst
 from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
@@ -72,33 +72,10 @@ class Trainer:
         gen = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)
         dp, train_module = setup_parallel(settings, model, engine)  # before the optimizer
-        o = settings.optimizer
-        # foreach: one kernel per operation over all parameters instead of one per parameter; the
-        # same arithmetic, element by element (the golden runs' weights are unchanged), with fewer
-        # operations a step. PyTorch picks it by itself on CUDA only.
-        optimizer = torch.optim.AdamW(
-            model.parameters(),
-            lr=o.lr,
-            betas=tuple(o.betas),
-            weight_decay=o.weight_decay,
-            foreach=True,
-        )
+        optimizer = make_optimizer(model.parameters(), settings.optimizer)
         meter = Meter(ledger, timer, dp)
-        self.ctx = RunContext(
-            settings,
-            task,
-            model,
-            tokenizer,
-            ref,
-            engine,
-            VerifierGate(task),
-            meter,
-            optimizer,
-            rng,
-            gen,
-            dp=dp,
-            train_module=train_module,
-        )
+        parts = (settings, task, model, tokenizer, ref, engine, VerifierGate(task), meter)
+        self.ctx = RunContext(*parts, optimizer, rng, gen, dp=dp, train_module=train_module)
         self.objective: Objective = (objective or make_objective)(self.ctx)
         self.collector: Collector = (collector or make_collector)(self.ctx)
         trainable, total = param_counts(model)  # LoRA: the adapter's weights only

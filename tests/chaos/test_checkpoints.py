@@ -147,7 +147,7 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
     tokens discarded as 'restart', from its ledger events on disk); the counters of the finished
     run are what ledger.jsonl's standing events add up to, and launched = accepted + discarded."""
 
-    from sixblanks.harness.orchestration import run_files
+    from sixblanks.harness.orchestration import run_recorder
     from sixblanks.harness.orchestration.ledgerlog import (
         compare,
         effective_events,
@@ -158,7 +158,7 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
     orch = Orchestrator(_cfg(budget={"launched_tokens": 600}), tmp_path / "exp", progress=False)
     spec = orch.prepare()[0]
     run_dir = tmp_path / "run"
-    save, calls = run_files.save_checkpoint, []
+    save, calls = run_recorder.save_checkpoint, []
 
     def dies_after_step_2(trainer, path):
         calls.append(trainer.step_idx)
@@ -166,11 +166,11 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
             raise Killed("killed")  # not Ctrl-C (which stops a run where its checkpoint is)
         save(trainer, path)
 
-    monkeypatch.setattr(run_files, "save_checkpoint", dies_after_step_2)
+    monkeypatch.setattr(run_recorder, "save_checkpoint", dies_after_step_2)
     chaos.fault("the run killed after step 2")
     with pytest.raises(Killed):
         execute_run(spec, run_dir, str(orch.warm_dir), threads=1)
-    monkeypatch.setattr(run_files, "save_checkpoint", save)
+    monkeypatch.setattr(run_recorder, "save_checkpoint", save)
     rd = RunDir(run_dir)
     last = [e for e in rd.read_events() if e["type"] == "step"][-1]
     assert last["step"] == 2

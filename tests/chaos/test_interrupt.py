@@ -17,7 +17,7 @@ from dataclasses import replace
 import pytest
 
 from sixblanks.harness.layout import ExperimentDir, RunDir
-from sixblanks.harness.orchestration import procs
+from sixblanks.harness.orchestration import processes
 
 from .. import terminal
 from ..conftest import ROOT, query
@@ -127,16 +127,16 @@ def test_ctrl_c_stops_run_then_a_killed_orchestrator_then_the_same_command_resum
     if not went_on:
         _fail_killing(mid, out, "no resumed run went 2 steps on within 240 s")
     assert mid.poll() is None, mid.communicate()
-    workers = procs.descendants(mid.pid)
+    workers = processes.descendants(mid.pid)
     assert workers
     chaos.fault("SIGKILL of the `sixblanks run` process, its workers left behind")
     os.kill(mid.pid, signal.SIGKILL)
     mid.communicate()
     deadline = time.time() + 15
-    while time.time() < deadline and any(procs.running(p) for p in workers):
+    while time.time() < deadline and any(processes.running(p) for p in workers):
         time.sleep(0.1)
     chaos.rows(
-        sum(map(procs.running, workers)), 0, "workers of the killed orchestrator still running"
+        sum(map(processes.running, workers)), 0, "workers of the killed orchestrator still running"
     )
 
     hold.unlink()  # the third invocation runs every run to its end

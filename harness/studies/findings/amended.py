@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ...config.claims import criterion_hash
+from ...config.finding_file import criterion_hash
 from ...errors import ConfigError
 from .forms import NotMeasured, implied_by, judge_inside
 from .records import combine

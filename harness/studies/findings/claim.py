@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...config.claims import Finding, criterion_hash, load_finding
+from ...config.finding_file import Finding, criterion_hash, load_finding
 from ...errors import ConfigError
 from ...orchestration.experiment import as_config
 from .amended import under

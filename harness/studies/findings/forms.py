@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...config.claims import INTERACTION, MANY_ARMS
+from ...config.finding_file import INTERACTION, MANY_ARMS
 from .verdicts import comparison_p, detectable, holm_levels, judge
 
 Diff = Callable[[str, str, str], np.ndarray]

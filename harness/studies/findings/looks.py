@@ -14,7 +14,7 @@ import numpy as np
 
 from sixblanks.budgets.ledger import Budget, Ledger
 
-from ...config.claims import Finding
+from ...config.finding_file import Finding
 from ...errors import SixblanksError
 from ...orchestration.experiment import as_config, run_experiment
 from .forms import comparison_criterion, implied_by

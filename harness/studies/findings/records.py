@@ -13,7 +13,7 @@ import numpy as np
 
 from sixblanks.reports import paired
 
-from ...config.claims import Finding
+from ...config.finding_file import Finding
 from .forms import judge_inside
 from .looks import shared_block
 from .runs import audit_flags, start_scores

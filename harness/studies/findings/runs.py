@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ...config.claims import Finding
+from ...config.finding_file import Finding
 from ...errors import ConfigError, SixblanksError
 from ...store.database import connect
 

@@ -256,8 +256,7 @@ class ConcurrentRounds(OnPolicyRounds):
         """The end of the run: rounds still launched are finished and counted as launched and
         discarded (``drain``); the collector stops. Without ``drain`` (the run failed, Ctrl-C, a
         drain that raised) it is killed and its permits released: a resume recounts from the
-        checkpoint. Returns what the drain did (``async.drained_rounds``,
-        ``async.wait_seconds``)."""
+        checkpoint. Returns the drain's ``async.drained_rounds`` and ``async.wait_seconds``."""
 
         self.wait_seconds, self.drained, drained = 0.0, {}, False
         if self.worker is None:

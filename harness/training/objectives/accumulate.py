@@ -27,7 +27,10 @@ MicroStep = Callable[[list[int], Weights, int], dict[str, float]]
 
 
 @dataclass
-class Pass:
+class UpdatePass:
+    """What one update pass over a batch did: its optimizer steps, metrics, the gradient norm of
+    each step and, where it stopped early (a target KL), why."""
+
     optimizer_steps: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
     """The pass's metrics (:func:`finish`): token means, extremes, minibatch averages."""
@@ -128,7 +131,7 @@ def accumulate(
     optimizers: tuple[torch.optim.Optimizer, ...] = (),
     after_step: Callable[[list[int]], None] | None = None,
     before_step: Callable[[], None] | None = None,
-) -> Pass:
+) -> UpdatePass:
     """Run the data blank's epochs x minibatches over ``units`` and step the policy after each.
 
     Target KL (``weight.target_kl``): where micro-steps report ``approx_kl_num`` (their approx KL to
@@ -147,7 +150,7 @@ def accumulate(
 
     d = ctx.blanks.data
     micro = ctx.settings.rollout.micro_batch_size
-    out, sums = Pass(), {}
+    out, sums = UpdatePass(), {}
     n_mb = 0
     for epoch, rows in minibatches(units, d.minibatches, d.epochs, ctx.gen):
         weights = weigh(rows)

@@ -32,7 +32,7 @@ from sixblanks.algorithms.weights import mismatch_stats
 from ...rollout.trajectory import TrajectoryBatch
 from ...stopping import stop_point
 from ..base import Collected, Objective, Prepared, TrainingError
-from ..context import RunContext
+from ..context import RunContext, make_optimizer
 from ..critic import ValueModel, pool_values, token_values
 from ..diagnostics import ENTROPY_SUM, entropy_token_sum, step_diagnostics
 from ..faults import planted_rewards
@@ -55,15 +55,8 @@ class ActorCritic(Objective):
                 {"params": list(self.critic.head.parameters()), "lr": opt.lr}
             )
         else:
-            # foreach, as the policy's optimizer: fewer operations, the same arithmetic
             params = [p for p in self.critic.parameters() if p.requires_grad]
-            self.critic_optimizer = torch.optim.AdamW(
-                params,
-                lr=self.spec.lr or opt.lr,
-                betas=tuple(opt.betas),
-                weight_decay=opt.weight_decay,
-                foreach=True,
-            )
+            self.critic_optimizer = make_optimizer(params, opt, self.spec.lr)
 
     def values(self, sub: TrajectoryBatch, hidden=None):
         """(values at the declared granularity [B, T], value positions [B, T], bootstrap value
@@ -118,14 +111,9 @@ class ActorCritic(Objective):
             kl_tok = kl_estimate(old_logp, ref_logp, reg.reward_kl_estimator) * mask
             penalty = reg.reward_kl_coef * kl_tok
             metrics["reward_kl"] = float(kl_tok.sum(1).mean())
-        _, turn_rewards = planted_rewards(  # a planted fault's rewards (arms.<arm>.fault)
-            ctx.settings.reward_fault,
-            batch.reward,
-            batch.turn_rewards,
-            batch.n_turns,
-            ctx.settings.train_seed,
-            ctx.step,
-        )
+        s = ctx.settings  # a planted fault's rewards (arms.<arm>.fault)
+        rewards = (batch.reward, batch.turn_rewards, batch.n_turns)
+        _, turn_rewards = planted_rewards(s.reward_fault, *rewards, s.train_seed, ctx.step)
         token_rewards = place_rewards(mask, batch.turn_ids, turn_rewards, penalty)
         # bootstrap only where a limit cut the episode short; never past the environment's
         # terminal state
@@ -138,18 +126,9 @@ class ActorCritic(Objective):
         if self.spec.targets == "vtrace":  # off-policy targets: rho = pi_old / pi_behaviour
             log_rhos = (old_logp - batch.behavior_logprobs).double()
             c = self.spec
-            ret, adv = vtrace(
-                token_rewards,
-                old_v.double(),
-                bootstrap,
-                log_rhos,
-                mask,
-                a.gamma,
-                a.lam,
-                c.rho_bar,
-                c.c_bar,
-                c.rho_bar_pg,
-            )
+            traces = (c.rho_bar, c.c_bar, c.rho_bar_pg)
+            values = (token_rewards, old_v.double(), bootstrap, log_rhos, mask)
+            ret, adv = vtrace(*values, a.gamma, a.lam, *traces)
         else:
             adv, ret = gae(token_rewards, old_v.double(), mask, a.gamma, a.lam, bootstrap)
         if self.spec.policy_lambda_alpha is not None:  # SAO: the policy's lambda follows the length

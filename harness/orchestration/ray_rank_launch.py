@@ -2,7 +2,7 @@
 node (each bundle ``executor.num_cpus`` CPUs, and one GPU on CUDA), a Ray task per rank on its
 bundle, the process group's address and port taken on bundle 0's node.
 
-Each rank task runs :func:`~.ranks.rank_main`, as torchrun's workers do on one machine: rank 0
+Each rank task runs :func:`~.rank_launch.rank_main`, as torchrun's workers do on one machine: rank 0
 writes the run's files. A rank that fails or whose worker dies ends the run (its peers error on the
 lost connection); the run's status names the rank, the placement group is removed, and the same
 command resumes the run from rank 0's last checkpoint.
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..layout import RunDir
-from .ranks import failed_rank, prepare_dir, record_rank_failure, world_size
+from .rank_launch import failed_rank, prepare_dir, record_rank_failure, world_size
 
 
 def rank_request(spec: dict[str, Any], num_cpus: float) -> dict[str, float]:
@@ -40,7 +40,7 @@ def _rendezvous() -> tuple[str, int]:
 
 
 def _rank_task(run_dir: str, warm_dir: str, threads: int, ckpt: float, env: dict[str, str]) -> int:
-    from .rank import rank_main
+    from .rank_worker import rank_main
 
     os.environ.update(env)
     # Ray shows each task its own bundle's GPU only: it is device 0 of this process

@@ -1,11 +1,12 @@
 """A data-parallel run's processes, one per rank (``model.parallel.world_size`` above 1).
 
-:func:`launch` starts them with torchrun on this machine and waits: every rank (:mod:`.rank`) runs
-:func:`~.runner.execute_run` on the same spec (the training side, :mod:`..training.parallel`),
-rank 0 writes the run's files. A rank that fails or dies ends the run: torchrun stops the others
-(on gloo a rank whose peer is gone errors at once), the run's status says "failed" and names the
-rank that failed first, and no process of the run is left. The same command resumes it from
-rank 0's last checkpoint, with the usual accounting of the work lost since.
+:func:`launch` starts them with torchrun on this machine and waits: every rank
+(:mod:`.rank_worker`) runs :func:`~.runner.execute_run` on the same spec (the training side,
+:mod:`..training.parallel`), rank 0 writes the run's files. A rank that fails or dies ends the
+run: torchrun stops the others (on gloo a rank whose peer is gone errors at once), the run's
+status says "failed" and names the rank that failed first, and no process of the run is left. The
+same command resumes it from rank 0's last checkpoint, with the usual accounting of the work lost
+since.
 
 A stop (Ctrl-C) ends the ranks at once; the run resumes from its last checkpoint.
 
@@ -70,7 +71,7 @@ def torchrun_command(
         "--max-restarts=0",
         "--monitor-interval=0.2",
         "-m",
-        "sixblanks.harness.orchestration.rank",
+        "sixblanks.harness.orchestration.rank_worker",
         str(run_dir),
         str(warm_dir),
         str(threads),

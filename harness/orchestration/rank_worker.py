@@ -1,6 +1,6 @@
 """One rank of a data-parallel run (torchrun's worker, or a Ray task on its bundle): join the
 process group, run the spec; rank 0 writes the run's files, the others none. A rank that fails
-writes ``rank<r>.error.json`` in the run's directory for the launcher (:mod:`.ranks`), then
+writes ``rank<r>.error.json`` in the run's directory for the launcher (:mod:`.rank_launch`), then
 exits."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 
 from ..layout import RunDir
-from .ranks import PEER_LOST, die_with_parent
+from .rank_launch import PEER_LOST, die_with_parent
 
 
 def rank_main(argv: list[str]) -> int:
