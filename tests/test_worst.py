@@ -16,8 +16,8 @@ from .conftest import query
 
 def test_the_worst_case_by_hand():
     # 8 prompts x 4 samples, 2 turns of at most 6 new tokens on contexts of at most 64
-    w = episodes_worst(32, 2, 6, 64, judge_calls_per_verify=3, tool_calls_per_episode=2,
-                       tool_seconds_per_call=15.0)  # fmt: skip
+    tools = {"tool_calls_per_episode": 2, "tool_seconds_per_call": 15.0}
+    w = episodes_worst(32, 2, 6, 64, judge_calls_per_verify=3, **tools)
     assert w == {
         "launched_tokens": 384.0,
         "prompt_tokens": 4096.0,

@@ -96,8 +96,8 @@ def template_declares(tokenizer) -> bool:
     def render(**kw) -> str:
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kw)
 
-    with_tool = render(tools=[TOOL_SCHEMA])
-    return with_tool != render() and TOOL_NAME in with_tool.replace(render(), "", 1)
+    plain, with_tool = render(), render(tools=[TOOL_SCHEMA])
+    return with_tool != plain and TOOL_NAME in with_tool.replace(plain, "", 1)
 
 
 def call_text(fmt: str, code: str) -> str:
