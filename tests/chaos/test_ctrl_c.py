@@ -17,7 +17,9 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -32,9 +34,18 @@ from ..conftest import ROOT, query
 
 pytestmark = pytest.mark.xdist_group("chaos-ctrl-c")  # one worker: the warm start once
 
+HOLD = Path(tempfile.gettempdir()) / f"sixblanks-ctrl-c-hold-{os.getpid()}"
+"""While this file exists, every verifier call of a run waits for it to go or for the stop request
+(gated_task.py): a start evaluation then lasts until the signal, however fast the machine. One path
+for the module's process, so that every experiment below shares one warm start."""
+
 EXPERIMENT = {
     "name": "ctrl-c",
-    "task": {"name": "arithmetic", "eval_size": 8},
+    "task": {
+        "name": "tests.chaos.gated_task:GatedArithmetic",
+        "eval_size": 8,
+        "params": {"hold": str(HOLD)},
+    },
     # four micro-batches an update: a stop point between them
     "rollout": {
         "max_new_tokens": 4,
@@ -233,7 +244,6 @@ THREE_ARMS = {
     },
     "executor": {"workers": 2, "checkpoint_seconds": 5},
 }
-LONG_EVALUATION = {**THREE_ARMS, "eval": {"every": 10**6, "size": 4096}}
 
 
 def _states(out) -> dict[str, dict]:
@@ -264,27 +274,29 @@ def _command_started(out) -> bool:
 
 
 EXECUTOR = "error: interrupted: "  # the executor's line: runs stopped, not started
-MOMENTS = [  # (what, the experiment, when the signal goes, how the last line starts)
-    ("two runs in flight at step >= 1", THREE_ARMS, _in_flight_at_step_1, EXECUTOR),
-    (
-        "the command's start, before any run",
-        THREE_ARMS,
-        _command_started,
-        ("interrupted", EXECUTOR),
-    ),
-    ("the runs in their setup", THREE_ARMS, _runs_in_setup, EXECUTOR),
-    ("a start evaluation", LONG_EVALUATION, _in_start_evaluation, EXECUTOR),
-    ("two runs in flight at step >= 1", THREE_ARMS, _in_flight_at_step_1, EXECUTOR),
+MOMENTS = [  # (what, when the signal goes, how the last line starts, whether HOLD holds the runs)
+    ("two runs in flight at step >= 1", _in_flight_at_step_1, EXECUTOR, False),
+    ("the command's start, before any run", _command_started, ("interrupted", EXECUTOR), False),
+    ("the runs in their setup", _runs_in_setup, EXECUTOR, False),
+    ("a start evaluation", _in_start_evaluation, EXECUTOR, True),  # held there until the signal
+    ("two runs in flight at step >= 1", _in_flight_at_step_1, EXECUTOR, False),
 ]
 
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_experiment_within_5_seconds_five_times(prepared, tmp_path, chaos):
-    warm = ExperimentDir(prepared[0]).warm_start
-    for i, (what, experiment, ready, last_line) in enumerate(MOMENTS):
+    try:
+        _five_times(ExperimentDir(prepared[0]).warm_start, tmp_path, chaos)
+    finally:
+        HOLD.unlink(missing_ok=True)
+
+
+def _five_times(warm, tmp_path, chaos) -> None:
+    for i, (what, ready, last_line, held) in enumerate(MOMENTS):
         out, cfg = tmp_path / f"out{i}", tmp_path / f"exp{i}.yaml"
         shutil.copytree(warm, ExperimentDir(out).warm_start)  # the same policy: no warm start
-        cfg.write_text(json.dumps(experiment))
+        HOLD.touch() if held else HOLD.unlink(missing_ok=True)
+        cfg.write_text(json.dumps(THREE_ARMS))
         proc = subprocess.Popen(
             terminal.command("run", str(cfg), "--out", str(out), "--no-progress"),
             cwd=ROOT,
@@ -293,10 +305,12 @@ def test_ctrl_c_stops_the_experiment_within_5_seconds_five_times(prepared, tmp_p
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not ready(out):
+        deadline, seen = time.monotonic() + 120, False
+        while time.monotonic() < deadline and proc.poll() is None and not seen:
+            seen = ready(out)
             time.sleep(0.01)
         assert proc.poll() is None, proc.communicate()
+        assert seen, f"repetition {i + 1}: not seen within 120 s: {what}"
         chaos.fault(f"SIGINT to `sixblanks run`'s process group: {what}")
         t0 = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)  # the whole group, as a terminal's Ctrl-C
