@@ -136,16 +136,17 @@ def mlflow_alone(out: Path, run_ids: list[str]) -> tuple[float, float]:
     return start, seconds / len(run_ids)
 
 
-def one_run(config: Path, tmp: Path) -> tuple[float, float, float, float, float]:
+def one_run(cfg, tmp: Path) -> tuple[float, float, float, float, float]:
     """(import seconds, command seconds, its run's training seconds, command start to the first
-    step, last step to the command's exit): one arm, one seed, warm start cached, MLflow off."""
+    step, last step to the command's exit): one arm, one seed of ``cfg`` (its base files
+    resolved), warm start cached, MLflow off."""
 
     import yaml
 
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import sixblanks.harness.cli.app"], check=True)
     imports = time.perf_counter() - t0
-    data = yaml.safe_load(config.read_text())
+    data = cfg.model_dump(mode="json", exclude_unset=True)
     first = next(iter(data["arms"]))
     data |= {"arms": {first: data["arms"][first]}, "seeds": data.get("seeds", [0])[:1]}
     data["tracking"] = {"mlflow": False}
@@ -191,7 +192,7 @@ def main() -> None:
         out = Path(args.out) if args.out else Path(tmp) / "exp"
         phases, results, workers = experiment(cfg, out)
         start_mlflow, per_run_mlflow = mlflow_alone(out, [r["run_id"] for r in results])
-        imports, command, train, before, after = one_run(config, Path(tmp))
+        imports, command, train, before, after = one_run(cfg, Path(tmp))
     n = len(results)
     total = sum(phases.values())  # the command's phases: the report built once, MLflow beside it
     print(
