@@ -6,6 +6,7 @@ census of each step says how many groups were launched, kept and dropped, and wh
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from sixblanks.algorithms.data import DynamicSampler
@@ -18,6 +19,16 @@ from .greedy import GreedyBaseline
 from .lagged import LaggedPolicy, drop_stale
 from .pool import PromptPool
 from .replay import ReplayBuffer
+
+
+@dataclass
+class Kept:
+    """What a step's rounds kept: the rows of each round (``[n, T]`` batches), the greedy rollouts
+    of their instances, and the last round's lag measurement."""
+
+    batches: list[TrajectoryBatch] = field(default_factory=list)
+    greedy: list[TrajectoryBatch] = field(default_factory=list)
+    lag_metrics: dict[str, float] = field(default_factory=dict)
 
 
 class OnPolicyRounds(Collector):
@@ -96,24 +107,52 @@ class OnPolicyRounds(Collector):
         return batch, greedy
 
     def collect(self) -> Collected:
+        """The step's rounds until its groups are filled (or the round cap, or the budget, stops
+        them): the kept rows, the census of every launched group, and the replayed rows after the
+        fresh ones."""
+
         ctx, d = self.ctx, self.ctx.blanks.data
         self.engine = self.lagged.engine_for_step() if self.lagged is not None else ctx.engine
-        lag_metrics: dict[str, float] = {}
         rounds = d.max_sampling_rounds if d.dynamic_sampling else 1
         filtering = d.dynamic_sampling or d.zero_variance_filter
-        # the zero-variance filter drops like dynamic sampling, in one round, never resampling
-        reason = "zero_variance_filter" if d.zero_variance_filter else "dynamic_sampling"
         sampler = DynamicSampler(self.n_prompts, rounds, filtering, d.accuracy_filter)
         self.retired_now = 0
         skipped_before = dict(self.prompt_pool.skipped) if self.prompt_pool is not None else {}
-        kept, kept_greedy = [], []
+        kept = self.sample_rounds(sampler)
+        census = self.closed_census(sampler, skipped_before)
+        record = census.as_dict()
+        if not kept.batches and census.rounds == 0:
+            return Collected(None, census=record, nothing_fit=True)
+        metrics = self.census_metrics(census, kept.lag_metrics)
+        if not kept.batches:
+            return Collected(None, {"skipped": 1.0, **metrics}, record)
+        batch, replayed = self.with_replay(
+            TrajectoryBatch.concat(kept.batches, ctx.pad_id), metrics
+        )
+        return Collected(
+            batch,
+            metrics,
+            record,
+            TrajectoryBatch.concat(kept.greedy, ctx.pad_id).reward if kept.greedy else None,
+            census.groups_launched,
+            replayed_rows=replayed,
+        )
+
+    def sample_rounds(self, sampler: DynamicSampler) -> Kept:
+        """Rounds until ``sampler`` is done or one does not fit: stale rows dropped (a lagged or
+        concurrent policy), then the groups the filter drops (discarded by reason)."""
+
+        ctx, d = self.ctx, self.ctx.blanks.data
+        # the zero-variance filter drops like dynamic sampling, in one round, never resampling
+        reason = "zero_variance_filter" if d.zero_variance_filter else "dynamic_sampling"
+        kept = Kept()
         while not sampler.done:
             out = self.round()
             if out is None:
                 break
             batch, greedy = out
             if self.lagged is not None or d.staleness is not None or d.concurrent is not None:
-                keep, lag_metrics = drop_stale(ctx, batch)
+                keep, kept.lag_metrics = drop_stale(ctx, batch)
                 if not keep:
                     sampler.add_empty_round()
                     continue
@@ -127,9 +166,16 @@ class OnPolicyRounds(Collector):
             dropped = [i for i in range(batch.size) if i not in set(rows)]
             ctx.meter.discard(reason, float(tokens[dropped].sum()), len(dropped))
             if rows:
-                kept.append(batch.select(rows))
+                kept.batches.append(batch.select(rows))
                 if greedy is not None:  # the greedy rollout of each kept row's instance
-                    kept_greedy.append(greedy.select([i // ctx.group_size for i in rows]))
+                    kept.greedy.append(greedy.select([i // ctx.group_size for i in rows]))
+        return kept
+
+    def closed_census(self, sampler: DynamicSampler, skipped_before: dict[str, int]):
+        """The sampler's census with the prompt pool's retired and skipped prompts; a round cap
+        hit is an error where ``data.on_round_cap`` says so."""
+
+        ctx, d = self.ctx, self.ctx.blanks.data
         census = sampler.census
         census.cap_hit = census.cap_hit and d.dynamic_sampling  # one round is the filter's design
         if self.prompt_pool is not None:
@@ -144,11 +190,12 @@ class OnPolicyRounds(Collector):
                 f"groups after {census.rounds} rounds (data.max_sampling_rounds); set "
                 "data.on_round_cap: train_short to continue"
             )
-        record = census.as_dict()
-        if not kept and census.rounds == 0:
-            return Collected(None, census=record, nothing_fit=True)
-        # measured on every launched group, before dynamic sampling drops any (one sample per
-        # prompt has no group to compare: no value)
+        return census
+
+    def census_metrics(self, census, lag_metrics: dict[str, float]) -> dict[str, float]:
+        """The step's sampling metrics, measured on every launched group before dynamic sampling
+        drops any (one sample per prompt has no group to compare: no value)."""
+
         metrics = {"sampling_rounds": float(census.rounds), **lag_metrics}
         if self.prompt_pool is not None:
             metrics["pool.retired"] = float(len(self.prompt_pool.retired))
@@ -156,27 +203,23 @@ class OnPolicyRounds(Collector):
         if census.prompts_skipped is not None:
             for reason, count in census.prompts_skipped.items():
                 metrics[f"curriculum.skipped_{reason}"] = float(count)
-        if ctx.group_size > 1:
+        if self.ctx.group_size > 1:
             metrics["trainable_group_frac"] = census.trainable_group_frac
-        if not kept:
-            return Collected(None, {"skipped": 1.0, **metrics}, record)
-        batch, replayed = TrajectoryBatch.concat(kept, ctx.pad_id), 0
-        if self.replay is not None:  # past groups ride along, after the fresh rows
-            old = self.replay.draw()
-            metrics["replay.evicted"] = float(self.replay.add(batch))
-            metrics["replay.buffer_groups"] = float(len(self.replay.groups))
-            if old is not None:
-                replayed = old.size
-                metrics["replay.groups"] = float(len(set(old.group_ids.tolist())))
-                batch = TrajectoryBatch.concat([batch, old], ctx.pad_id)
-        return Collected(
-            batch,
-            metrics,
-            record,
-            TrajectoryBatch.concat(kept_greedy, ctx.pad_id).reward if kept_greedy else None,
-            census.groups_launched,
-            replayed_rows=replayed,
-        )
+        return metrics
+
+    def with_replay(self, batch: TrajectoryBatch, metrics: dict[str, float]):
+        """(``batch`` with past groups riding along after the fresh rows, the number of replayed
+        rows); the buffer's metrics added to ``metrics``."""
+
+        if self.replay is None:
+            return batch, 0
+        old = self.replay.draw()
+        metrics["replay.evicted"] = float(self.replay.add(batch))
+        metrics["replay.buffer_groups"] = float(len(self.replay.groups))
+        if old is None:
+            return batch, 0
+        metrics["replay.groups"] = float(len(set(old.group_ids.tolist())))
+        return TrajectoryBatch.concat([batch, old], self.ctx.pad_id), old.size
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"group_counter": self.group_counter}
