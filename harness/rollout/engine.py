@@ -231,82 +231,30 @@ class HFEngine(RolloutEngine):
     def _generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, generator
     ) -> list[Generation]:
-        dev = self.device
+        """One batch of prompts sampled together, token by token, until every row ended or
+        ``max_new_tokens``: each row's tokens, log-probs and why it ended."""
+
         was_training = self.model.training
         self.model.eval()
-        mismatch = params.mismatch
-        model = self._sampling_model(mismatch)
-        noise = mismatch.logit_noise if mismatch is not None else 0.0
-        B = len(prompts)
+        model = self._sampling_model(params.mismatch)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids, attn = left_padded(prompts, pad, dev)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        eos = self.tokenizer.eos_token_id
+        ids, attn = left_padded(prompts, pad, self.device)
         stop_mask = self._stop_ids(tuple(params.stop))
-        temp, top_k, top_p = params.sampler()
-        greedy = params.temperature == 0
-
-        tokens = torch.zeros((B, params.max_new_tokens), dtype=torch.long, device=dev)
-        logps = torch.zeros((B, params.max_new_tokens), dtype=torch.float32, device=dev)
-        finished = torch.zeros(B, dtype=torch.bool, device=dev)
-        reason = torch.zeros(B, dtype=torch.long, device=dev)  # 0 length, 1 stop, 2 eos
-        lengths = torch.zeros(B, dtype=torch.long, device=dev)
-
-        can_stop = (eos is not None and not params.ignore_eos) or bool(stop_mask.any())
-        past = None
-        cur_ids, cur_pos = ids, pos
-        cache_kw = _cache_kwarg(model)
-        fast = LlamaDecoder(model, ids, attn, params.max_new_tokens) if self.fast else None
+        draw = TokenDraw(params, generator)
+        eos = self.tokenizer.eos_token_id
+        rows = RowEnds(len(prompts), params, pad, eos, stop_mask, self.device)
+        forward = DecodeForward(model, ids, attn, params.max_new_tokens, self.fast)
         for step in range(params.max_new_tokens):
             stop_point("generation")  # Ctrl-C: between decode steps (harness/stopping.py)
-            if fast is not None:  # a static cache in plain torch ops: the same logits
-                logits = fast.prefill() if step == 0 else fast.step(cur_ids[:, 0])
-            else:
-                res = model(
-                    input_ids=cur_ids,
-                    attention_mask=attn,
-                    position_ids=cur_pos,
-                    use_cache=True,
-                    logits_to_keep=1,
-                    **{cache_kw: past},
-                )
-                past = getattr(res, cache_kw)
-                logits = res.logits[:, -1, :]
-            if noise > 0:  # the mismatch lab's logit noise, from the rollout's generator
-                where = generator.device if generator is not None else logits.device
-                eps = torch.randn(logits.shape, device=where, generator=generator)
-                logits = logits.float() + noise * eps.to(logits.device)
-            z = process_logits(logits, temp, top_k, top_p)
-            logp = torch.log_softmax(z, dim=-1)
-            nxt = logits.argmax(-1) if greedy else sample_categorical(logp, generator)
-            lp = logp.gather(-1, nxt[:, None]).squeeze(-1)
-            if not can_stop:  # fixed length: every row takes every token
-                tokens[:, step], logps[:, step] = nxt, lp
-            else:
-                active = ~finished
-                tokens[:, step] = torch.where(active, nxt, torch.full_like(nxt, pad))
-                logps[:, step] = torch.where(active, lp, torch.zeros_like(lp))
-                lengths += active.long()
-                is_eos = (nxt == eos) if eos is not None and not params.ignore_eos else None
-                is_stop = stop_mask[nxt]
-                if is_eos is not None:
-                    reason = torch.where(active & is_eos, torch.full_like(reason, 2), reason)
-                    is_stop = is_stop & ~is_eos
-                    finished = finished | is_eos
-                reason = torch.where(active & is_stop, torch.full_like(reason, 1), reason)
-                finished = finished | is_stop
-                if bool(finished.all()):
-                    break
-            cur_ids = nxt[:, None]
-            if fast is None:
-                attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=dev)], dim=1)
-                cur_pos = cur_pos[:, -1:] + 1
-        self._check_finite(logps)
-        if not can_stop:
-            lengths[:] = params.max_new_tokens
+            nxt, lp = draw(forward.logits(step))
+            if rows.take(step, nxt, lp):
+                break
+            forward.advance(nxt)
+        self._check_finite(rows.logps)
+        rows.finish()
         if was_training:
             self.model.train()
-        return self._generations(tokens, logps, lengths, reason)
+        return self._generations(rows.tokens, rows.logps, rows.lengths, rows.reason)
 
     def _check_finite(self, logps: torch.Tensor) -> None:
         """NaN or +inf logits make the sampled token's log-prob NaN: checked once, after the loop
@@ -335,6 +283,116 @@ class HFEngine(RolloutEngine):
             )
             for toks, lps, n, why in rows
         ]
+
+
+class DecodeForward:
+    """The sampler's forward, one decode step at a time: :class:`LlamaDecoder`'s static cache
+    (``fast``: the same logits in plain torch ops), or the model's own forward with its KV cache,
+    the attention mask ``[B, L + step]`` and the next token's positions ``[B, 1]``."""
+
+    def __init__(self, model, ids: torch.Tensor, attn: torch.Tensor, max_new: int, fast: bool):
+        self.model, self.attn = model, attn
+        self.ids = ids
+        """``[B, L]`` the left-padded prompts, then ``[B, 1]`` the last token sampled."""
+        self.pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        self.past = None
+        self.cache_kw = _cache_kwarg(model)
+        self.fast = LlamaDecoder(model, ids, attn, max_new) if fast else None
+
+    def logits(self, step: int) -> torch.Tensor:
+        """The next token's logits ``[B, V]``: the prompts' at step 0, then the last token's."""
+
+        if self.fast is not None:
+            return self.fast.prefill() if step == 0 else self.fast.step(self.ids[:, 0])
+        res = self.model(
+            input_ids=self.ids,
+            attention_mask=self.attn,
+            position_ids=self.pos,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_kw: self.past},
+        )
+        self.past = getattr(res, self.cache_kw)
+        return res.logits[:, -1, :]
+
+    def advance(self, nxt: torch.Tensor) -> None:
+        """The tokens ``nxt [B]`` sampled this step become the next step's input."""
+
+        self.ids = nxt[:, None]
+        if self.fast is None:
+            ones = torch.ones((nxt.shape[0], 1), dtype=self.attn.dtype, device=self.attn.device)
+            self.attn = torch.cat([self.attn, ones], dim=1)
+            self.pos = self.pos[:, -1:] + 1
+
+
+class TokenDraw:
+    """One token a row from a step's logits ``[B, V]``: the mismatch lab's logit noise first (from
+    the rollout's generator), then the sampler's temperature, top-k and top-p; the argmax at
+    temperature 0."""
+
+    def __init__(self, params: SamplingParams, generator):
+        mismatch = params.mismatch
+        self.noise = mismatch.logit_noise if mismatch is not None else 0.0
+        self.temp, self.top_k, self.top_p = params.sampler()
+        self.greedy = params.temperature == 0
+        self.generator = generator
+
+    def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the tokens drawn ``[B]``, their log-probs ``[B]`` under the distribution sampled)."""
+
+        if self.noise > 0:
+            g = self.generator
+            where = g.device if g is not None else logits.device
+            eps = torch.randn(logits.shape, device=where, generator=g)
+            logits = logits.float() + self.noise * eps.to(logits.device)
+        z = process_logits(logits, self.temp, self.top_k, self.top_p)
+        logp = torch.log_softmax(z, dim=-1)
+        nxt = logits.argmax(-1) if self.greedy else sample_categorical(logp, self.generator)
+        return nxt, logp.gather(-1, nxt[:, None]).squeeze(-1)
+
+
+class RowEnds:
+    """Each row's sampled tokens and their log-probs (``[B, N]``, pad and 0 past its end), how
+    many it took (``lengths [B]``) and why it ended (``reason [B]``: 0 length, 1 stop string,
+    2 EOS). Without EOS or a stop string every row takes every token (``can_stop`` False)."""
+
+    def __init__(self, B: int, params: SamplingParams, pad: int, eos, stop_mask, dev):
+        n = params.max_new_tokens
+        self.tokens = torch.zeros((B, n), dtype=torch.long, device=dev)
+        self.logps = torch.zeros((B, n), dtype=torch.float32, device=dev)
+        self.finished = torch.zeros(B, dtype=torch.bool, device=dev)
+        self.reason = torch.zeros(B, dtype=torch.long, device=dev)
+        self.lengths = torch.zeros(B, dtype=torch.long, device=dev)
+        self.pad, self.stop_mask, self.n = pad, stop_mask, n
+        self.eos = eos if eos is not None and not params.ignore_eos else None
+        self.can_stop = self.eos is not None or bool(stop_mask.any())
+
+    def take(self, step: int, nxt: torch.Tensor, lp: torch.Tensor) -> bool:
+        """Record step ``step``'s tokens ``nxt [B]`` and log-probs ``lp [B]`` for the rows still
+        going; whether every row has ended."""
+
+        if not self.can_stop:  # fixed length: every row takes every token
+            self.tokens[:, step], self.logps[:, step] = nxt, lp
+            return False
+        active = ~self.finished
+        self.tokens[:, step] = torch.where(active, nxt, torch.full_like(nxt, self.pad))
+        self.logps[:, step] = torch.where(active, lp, torch.zeros_like(lp))
+        self.lengths += active.long()
+        is_stop = self.stop_mask[nxt]
+        if self.eos is not None:
+            is_eos = nxt == self.eos
+            self.reason = torch.where(active & is_eos, torch.full_like(self.reason, 2), self.reason)
+            is_stop = is_stop & ~is_eos
+            self.finished = self.finished | is_eos
+        self.reason = torch.where(active & is_stop, torch.full_like(self.reason, 1), self.reason)
+        self.finished = self.finished | is_stop
+        return bool(self.finished.all())
+
+    def finish(self) -> None:
+        """After the last step: a fixed-length row took all ``max_new_tokens``."""
+
+        if not self.can_stop:
+            self.lengths[:] = self.n
 
 
 def left_padded(prompts: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
