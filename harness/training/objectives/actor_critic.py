@@ -14,19 +14,9 @@ from typing import Any
 
 import torch
 
-from sixblanks.algorithms.critic import (
-    approx_kl,
-    explained_variance,
-    gae,
-    place_rewards,
-    sao_policy_lambda,
-    value_loss,
-    whiten_population,
-)
+from sixblanks.algorithms.critic import approx_kl, explained_variance, value_loss, whiten_population
 from sixblanks.algorithms.loss import policy_loss
 from sixblanks.algorithms.normalization import loss_weights
-from sixblanks.algorithms.offpolicy import vtrace
-from sixblanks.algorithms.regularizers import kl_estimate
 from sixblanks.algorithms.weights import mismatch_stats
 
 from ...rollout.trajectory import TrajectoryBatch
@@ -35,9 +25,9 @@ from ..base import Collected, Objective, Prepared, TrainingError
 from ..context import RunContext, make_optimizer
 from ..critic import ValueModel, pool_values, token_values
 from ..diagnostics import ENTROPY_SUM, entropy_token_sum, step_diagnostics
-from ..faults import planted_rewards
 from ..policy import policy_forward
 from .accumulate import accumulate
+from .critic_targets import advantages_and_returns, token_rewards
 from .offpolicy import off_policy
 from .policy_gradient import batch_metrics
 
@@ -83,57 +73,20 @@ class ActorCritic(Objective):
         )
 
     def prepare(self, collected: Collected) -> Prepared:
+        """pi_old and the values in one no-grad pass, pi_ref, the rewards on tokens, the
+        advantages (whitened) and value targets, the off-policy corrections that mask. The
+        tensors, each ``[B, T]``: ``old_logp``, ``ref_logp``, ``adv``, ``old_v``, ``vmask`` (the
+        value positions) and ``ret`` (the value targets)."""
+
         ctx, batch = self.ctx, collected.batch
-        b, a = ctx.blanks, ctx.blanks.advantage
         ctx.model.eval()
         self.critic.eval()
-        mb = ctx.settings.rollout.micro_batch_size
-        parts: list[list[torch.Tensor]] = [[], [], [], []]
-        critic_seconds = 0.0
-        # the critic pass (with pi_old in the same forward where the trunk is shared), charged
-        # as one
-        with ctx.meter.must_reserve({}, f"critic pass step {ctx.step}"), torch.no_grad():
-            for s0 in range(0, batch.size, mb):
-                stop_point("the critic pass")  # Ctrl-C (harness/stopping.py)
-                sub = batch.select(list(range(s0, min(batch.size, s0 + mb))))
-                lp, _, hid = self.forward(sub)
-                tc = time.perf_counter()
-                values = self.values(sub, hid)
-                critic_seconds += time.perf_counter() - tc
-                for part, x in zip(parts, (lp, *values)):
-                    part.append(x.cpu())
-        old_logp, old_v, vmask, boot = (torch.cat(x) for x in parts)
+        (old_logp, old_v, vmask, boot), critic_seconds = self.critic_pass(batch)
         ref_logp = ctx.batched_logprobs(ctx.ref_model, batch)
         mask = batch.action_mask.clone()  # the episode's steps: rewards, GAE and whitening
-        penalty, metrics = None, {}
-        reg = b.regularizer
-        if reg.reward_kl_coef > 0:
-            kl_tok = kl_estimate(old_logp, ref_logp, reg.reward_kl_estimator) * mask
-            penalty = reg.reward_kl_coef * kl_tok
-            metrics["reward_kl"] = float(kl_tok.sum(1).mean())
-        s = ctx.settings  # a planted fault's rewards (arms.<arm>.fault)
-        rewards = (batch.reward, batch.turn_rewards, batch.n_turns)
-        _, turn_rewards = planted_rewards(s.reward_fault, *rewards, s.train_seed, ctx.step)
-        token_rewards = place_rewards(mask, batch.turn_ids, turn_rewards, penalty)
-        # bootstrap only where a limit cut the episode short; never past the environment's
-        # terminal state
-        cut = ~batch.terminated & ~batch.failed
-        bootstrap = torch.where(
-            cut & torch.tensor(self.spec.bootstrap_truncated),
-            boot.double(),
-            torch.zeros_like(boot, dtype=torch.float64),
-        )
-        if self.spec.targets == "vtrace":  # off-policy targets: rho = pi_old / pi_behaviour
-            log_rhos = (old_logp - batch.behavior_logprobs).double()
-            c = self.spec
-            traces = (c.rho_bar, c.c_bar, c.rho_bar_pg)
-            values = (token_rewards, old_v.double(), bootstrap, log_rhos, mask)
-            ret, adv = vtrace(*values, a.gamma, a.lam, *traces)
-        else:
-            adv, ret = gae(token_rewards, old_v.double(), mask, a.gamma, a.lam, bootstrap)
-        if self.spec.policy_lambda_alpha is not None:  # SAO: the policy's lambda follows the length
-            lam = sao_policy_lambda(mask, self.spec.policy_lambda_alpha)
-            adv, _ = gae(token_rewards, old_v.double(), mask, a.gamma, lam, bootstrap)
+        rewards, metrics = token_rewards(ctx, batch, mask, old_logp, ref_logp)
+        a = ctx.blanks.advantage
+        adv, ret = advantages_and_returns(a, self.spec, batch, rewards, old_v, mask, boot, old_logp)
         adv_w = whiten_population(adv, mask, self.spec.whiten, batch.group_ids).float()
         ret = ret.float()
         # the off-policy corrections that mask act on the policy's tokens only (the critic still
@@ -160,6 +113,26 @@ class ActorCritic(Objective):
             "ret": ret,
         }
         return Prepared(batch, mask, batch.size, tensors, metrics)
+
+    def critic_pass(self, batch: TrajectoryBatch):
+        """((pi_old ``[B, T]``, values ``[B, T]``, value positions ``[B, T]``, bootstrap values
+        ``[B]``), the seconds the critic took): one no-grad pass in micro-batches, pi_old in the
+        critic's forward where the trunk is shared, charged as one."""
+
+        ctx, mb = self.ctx, self.ctx.settings.rollout.micro_batch_size
+        parts: list[list[torch.Tensor]] = [[], [], [], []]
+        critic_seconds = 0.0
+        with ctx.meter.must_reserve({}, f"critic pass step {ctx.step}"), torch.no_grad():
+            for s0 in range(0, batch.size, mb):
+                stop_point("the critic pass")  # Ctrl-C (harness/stopping.py)
+                sub = batch.select(list(range(s0, min(batch.size, s0 + mb))))
+                lp, _, hid = self.forward(sub)
+                tc = time.perf_counter()
+                values = self.values(sub, hid)
+                critic_seconds += time.perf_counter() - tc
+                for part, x in zip(parts, (lp, *values)):
+                    part.append(x.cpu())
+        return tuple(torch.cat(x) for x in parts), critic_seconds
 
     def update(self, p: Prepared) -> dict[str, Any]:
         """Minibatch updates of the policy and the value model on one batch (``accumulate``), the
