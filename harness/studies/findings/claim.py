@@ -90,34 +90,55 @@ def run_finding(path: Path, out: Path, log: Log, family: int = 1) -> dict[str, A
     OUT/<claim>/verdict.json's content (its ``family`` block is filled by :func:`adjust`)."""
 
     f, _ = checked_finding(path)
-    m = f.finding
     claim_dir = out / f.name
-    first = claim_dir / "criterion.json"
-    recorded = json.loads(first.read_text()) if first.is_file() else None
-    check_criterion(f, recorded, str(first))
-    versions = m.criterion_versions()
-    if recorded is None:
-        # the first launch: the criterion is fixed before any of the claim's data exists
-        claim_dir.mkdir(parents=True, exist_ok=True)
-        first.write_text(
-            json.dumps(
-                {
-                    "hash": criterion_hash(versions[-1]),
-                    "criterion": versions[-1],
-                    "at": time.time(),
-                },
-                indent=2,
-            )
-        )
-        recorded = json.loads(first.read_text())
-    level = m.alpha / family
-    budgets = m.budgets or {"budget": dict(f.experiment.get("budget") or {})}
+    recorded = first_launch(f, claim_dir)
+    level = f.finding.alpha / family
+    budgets = f.finding.budgets or {"budget": dict(f.experiment.get("budget") or {})}
     budgets = {axis: dict(b) for axis, b in budgets.items()}
-    if m.form == "interaction":  # both budgets at every look: the same seeds at each
+    if f.finding.form == "interaction":  # both budgets at every look: the same seeds at each
         axes = [many_record(f, budgets, run_looks(f, budgets, claim_dir, log, level), claim_dir)]
     else:
         axes = [_axis(f, axis, b, claim_dir, log, level) for axis, b in budgets.items()]
-    record = {
+    record = verdict_record(f, path, recorded, axes, family)
+    versions = f.finding.criterion_versions()
+    for ax in axes:
+        ax["metric"] = f.finding.metric
+        # the verdict under every earlier version of the criterion, from the same seeds
+        ax["under_amendments"] = [
+            under(versions[i], versions[-1], ax, family) for i in range(len(f.finding.amendments))
+        ]
+    claim_dir.mkdir(parents=True, exist_ok=True)
+    (claim_dir / "verdict.json").write_text(json.dumps(record, indent=2, default=float))
+    return record
+
+
+def first_launch(f: Finding, claim_dir: Path) -> dict[str, Any]:
+    """The criterion recorded at the claim's first launch (``claim_dir/criterion.json``: its
+    hash, the criterion and when), checked against the file's; written now where this is the
+    first launch, so the criterion is fixed before any of the claim's data exists."""
+
+    first = claim_dir / "criterion.json"
+    recorded = json.loads(first.read_text()) if first.is_file() else None
+    check_criterion(f, recorded, str(first))
+    if recorded is not None:
+        return recorded
+    now = f.finding.criterion_versions()[-1]
+    claim_dir.mkdir(parents=True, exist_ok=True)
+    first.write_text(
+        json.dumps({"hash": criterion_hash(now), "criterion": now, "at": time.time()}, indent=2)
+    )
+    return json.loads(first.read_text())
+
+
+def verdict_record(
+    f: Finding, path: Path, recorded: dict[str, Any], axes: list[dict], family: int
+) -> dict[str, Any]:
+    """The verdict's content: the claim as its file states it, the criterion (and each amendment's
+    earlier version), its first launch, the family's size and the ``axes``' records."""
+
+    m = f.finding
+    versions = m.criterion_versions()
+    return {
         "name": f.name,
         "path": str(path),
         "claim": m.claim,
@@ -149,15 +170,6 @@ def run_finding(path: Path, out: Path, log: Log, family: int = 1) -> dict[str, A
         "axes": axes,
         "written_at": time.time(),
     }
-    for ax in axes:
-        ax["metric"] = m.metric
-        # the verdict under every earlier version of the criterion, from the same seeds
-        ax["under_amendments"] = [
-            under(versions[i], versions[-1], ax, family) for i in range(len(m.amendments))
-        ]
-    claim_dir.mkdir(parents=True, exist_ok=True)
-    (claim_dir / "verdict.json").write_text(json.dumps(record, indent=2, default=float))
-    return record
 
 
 def _axis(f: Finding, axis: str, budget: dict, claim_dir: Path, log, level: float) -> dict:
