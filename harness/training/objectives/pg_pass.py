@@ -3,7 +3,7 @@ measurement it takes on its training forwards.
 
 :class:`PolicyPass` holds what the shared minibatch routine (:mod:`.accumulate`) calls back into:
 the loss weights of a minibatch, one micro-batch's loss and backward, and the hook before each
-optimizer step. :class:`SamplerMismatch` records the trainer's log-probs of the rows it first sees
+optimizer step. :class:`MismatchProbe` records the trainer's log-probs of the rows it first sees
 before that first step and compares them with the rollout's.
 """
 
@@ -26,7 +26,7 @@ from .accumulate import UpdatePass, accumulate
 from .clip_scale import ClipScale
 
 
-class SamplerMismatch:
+class MismatchProbe:
     """The trainer's log-probs against the rollout's, where no separate forward measured them
     (pi_old taken from the training forward, or the bypass form). Taken on the training forwards
     before the first optimizer step (the policy still the sampler's weights), so no update's drift
@@ -78,7 +78,7 @@ class PolicyPass:
         self.reused = p.tensors["old_logp"] is None  # pi_old is the training forward's, detached
         self.stepped = False
         measure = self.reused or self.blanks.weight.old_policy == "rollout"
-        self.mismatch = SamplerMismatch(p.batch) if measure else None
+        self.mismatch = MismatchProbe(p.batch) if measure else None
 
     @property
     def target_kl(self) -> float | None:
