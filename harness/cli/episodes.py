@@ -20,7 +20,7 @@ def training_seeds(task, n: int, seed: int) -> list[int]:
     return train_seeds(random.Random(seed), n, task)
 
 
-def _add_task(cfg, task: str | None) -> str:
+def add_task(cfg, task: str | None) -> str:
     """The task to sample (``--task``, default the first); a registered task the file does not
     list is added to ``cfg`` with its defaults. An unknown one is a ConfigError."""
 
@@ -41,7 +41,7 @@ def _add_task(cfg, task: str | None) -> str:
     return chosen
 
 
-def _episode_policy(cfg, tasks, warm: bool, out_dir: Path | None, quiet: bool):
+def episode_policy(cfg, tasks, warm: bool, out_dir: Path | None, quiet: bool):
     """The policy and tokenizer episodes are sampled with: the warm-start policy (built and cached
     if missing) or the configured model as it loads."""
 
@@ -60,7 +60,7 @@ def _episode_policy(cfg, tasks, warm: bool, out_dir: Path | None, quiet: bool):
     return model, tok
 
 
-def _episode_record(batch, b: int, tok) -> dict[str, Any]:
+def episode_record(batch, b: int, tok) -> dict[str, Any]:
     """Episode ``b`` of ``batch`` as JSON: its tokens (and each decoded), masks, log-probs, turns,
     rewards and failure."""
 
@@ -84,7 +84,7 @@ def _episode_record(batch, b: int, tok) -> dict[str, Any]:
 ACTION_MARKS = ("⟦", "⟧")
 
 
-def _print_episodes(batch, tok, contract) -> None:
+def print_episodes(batch, tok, contract) -> None:
     """Each episode on a line (actions between ⟦ ⟧, which stay in a pipe or a log where colour
     does not, and green on a terminal; prompts and observations dim), then the contract checks."""
 

@@ -34,13 +34,13 @@ from .app import (
 
 # the commands themselves stay here, registered in this order: the help lists them as registered
 from .episodes import (
-    _add_task,
-    _episode_policy,
-    _episode_record,
-    _print_episodes,
+    add_task,
+    episode_policy,
+    episode_record,
+    print_episodes,
     training_seeds,
 )
-from .mlflow_ui import _port_taken, _serve, _ui_command
+from .mlflow_ui import port_taken, serve, ui_command
 
 # --------------------------------------------------------------------------- rollouts
 
@@ -84,12 +84,12 @@ def rollouts(
     from ..training.contract import sample_and_check
 
     cfg = load_config(config)
-    chosen = _add_task(cfg, task)
+    chosen = add_task(cfg, task)
     names = [t.name for t in cfg.tasks or []]
     tcfg = cfg.tasks[names.index(chosen)]
     tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
     the_task = tasks[names.index(chosen)]
-    model, tok = _episode_policy(cfg, tasks, warm, out_dir, quiet=STATE["quiet"] or as_json)
+    model, tok = episode_policy(cfg, tasks, warm, out_dir, quiet=STATE["quiet"] or as_json)
     if tools and cfg.tools is not None:
         from ..tasks.tooled import with_tools
 
@@ -107,10 +107,10 @@ def rollouts(
         reward_range=tcfg.reward_range or the_task.reward_range,
     )
     if as_json:
-        episodes = [_episode_record(batch, b, tok) for b in range(batch.size)]
+        episodes = [episode_record(batch, b, tok) for b in range(batch.size)]
         dump_json({"task": chosen, "episodes": episodes, "contract": contract.to_dict()})
     else:
-        _print_episodes(batch, tok, contract)
+        print_episodes(batch, tok, contract)
     if not contract.passed:
         raise typer.Exit(1)
 
@@ -420,9 +420,9 @@ def ui(
             f"{db}: no MLflow store here (run `sixblanks run` first, or set tracking.uri)"
         )
     url = f"http://127.0.0.1:{port}"
-    if _port_taken(port):
+    if port_taken(port):
         from ..errors import ConfigError
 
         raise ConfigError(f"--port {port}: something already listens at {url}; choose another")
     say(f"starting the MLflow UI on {db} (it can take half a minute) ...", console=err)
-    raise typer.Exit(_serve(_ui_command(db, port), url, wait))
+    raise typer.Exit(serve(ui_command(db, port), url, wait))

@@ -10,7 +10,7 @@ from ..errors import SixblanksError
 from .app import show
 
 
-def _ui_command(db: Path, port: int) -> list[str]:
+def ui_command(db: Path, port: int) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -25,7 +25,7 @@ def _ui_command(db: Path, port: int) -> list[str]:
     ]
 
 
-def _serve(cmd: list[str], url: str, wait: float) -> int:
+def serve(cmd: list[str], url: str, wait: float) -> int:
     """Start the server ``cmd`` and print ``url`` once its ``/health`` answers (MLflow's UI takes
     some 25 s to load, and an address printed at once answered nothing for that long); then wait
     for it to end and return its exit code. A server that exits first, or does not answer within
@@ -78,7 +78,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _port_taken(port: int) -> bool:
+def port_taken(port: int) -> bool:
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from sixblanks.algorithms.blanks import Blanks
 
-from .check_arms import _Arm
+from .check_arms import CheckedArm
 from .experiment import ExperimentConfig
 from .sections import TaskConfig
 
 # --------------------------------------------------------------------------- weight
 
 
-def _weight_problems(arm: _Arm) -> list[str]:
+def weight_problems(arm: CheckedArm) -> list[str]:
     w, out = arm.blanks.weight, []
     if w.trust_region in ("clip", "dis") and w.eps_low >= 1:
         level = "sequence-level" if w.ratio in ("sequence", "gspo_token") else "token-level"
@@ -40,7 +40,7 @@ def _weight_problems(arm: _Arm) -> list[str]:
     return out
 
 
-def _fault_problems(cfg: ExperimentConfig, arm: _Arm) -> list[str]:
+def fault_problems(cfg: ExperimentConfig, arm: CheckedArm) -> list[str]:
     """A reward fault on an arm whose update reads no reward (SFT, DPO: nothing to shuffle)."""
 
     fault = cfg.arms[arm.name].fault.rewards
@@ -54,7 +54,7 @@ def _fault_problems(cfg: ExperimentConfig, arm: _Arm) -> list[str]:
     ]
 
 
-def _mismatch_problems(cfg: ExperimentConfig, arm: _Arm) -> list[str]:
+def mismatch_problems(cfg: ExperimentConfig, arm: CheckedArm) -> list[str]:
     """``rollout.mismatch`` (the mismatch lab) where the backend cannot inject it: vLLM takes a
     sampler dtype (its engine's dtype) and a nucleus (its top_p), not per-step logit noise."""
 
@@ -74,7 +74,7 @@ def _mismatch_problems(cfg: ExperimentConfig, arm: _Arm) -> list[str]:
     ]
 
 
-def _env_worker_problems(arm: _Arm) -> list[str]:
+def env_worker_problems(arm: CheckedArm) -> list[str]:
     """Environment steps on threads where the environments share state: a self-play game's
     opponent pool plays its members in one shared model."""
 
@@ -87,7 +87,7 @@ def _env_worker_problems(arm: _Arm) -> list[str]:
     ]
 
 
-def _probe_problems(cfg: ExperimentConfig, arms: list[_Arm]) -> list[str]:
+def probe_problems(cfg: ExperimentConfig, arms: list[CheckedArm]) -> list[str]:
     """The gradient-noise probe on arms whose objective has none (actor-critic, SFT, DPO)."""
 
     if not cfg.rollout.grad_noise_probe:
@@ -129,7 +129,7 @@ def _zero_advantage(b: Blanks) -> tuple[str, str] | None:
 _NO_GROUP = "an estimator without a group baseline (batch_mean, reinforce_pp, remax, gae)"
 
 
-def _group_problems(arms: list[_Arm]) -> list[str]:
+def group_problems(arms: list[CheckedArm]) -> list[str]:
     """A group size of 1 with a group baseline (every A = 0) or with dynamic sampling (every group
     dropped). Branching makes groups of its own at its branch points: left alone."""
 
@@ -169,7 +169,7 @@ def _group_problems(arms: list[_Arm]) -> list[str]:
     return out
 
 
-def _max_rows(arm: _Arm) -> tuple[int, str] | None:
+def _max_rows(arm: CheckedArm) -> tuple[int, str] | None:
     """The most units (rows; pairs for DPO) one step's update can split into minibatches, and how
     they are counted; None where it depends on the run (branching, imagined rounds, tree search)."""
 
@@ -193,7 +193,7 @@ def _max_rows(arm: _Arm) -> tuple[int, str] | None:
     return rows, how
 
 
-def _minibatch_problems(arm: _Arm) -> list[str]:
+def minibatch_problems(arm: CheckedArm) -> list[str]:
     d, bound = arm.blanks.data, _max_rows(arm)
     if bound is None or d.minibatches <= bound[0]:
         return []
@@ -205,7 +205,7 @@ def _minibatch_problems(arm: _Arm) -> list[str]:
     ]
 
 
-def _branching_problems(arm: _Arm, tasks: list[tuple[str, int | None]]) -> list[str]:
+def branching_problems(arm: CheckedArm, tasks: list[tuple[str, int | None]]) -> list[str]:
     br = arm.blanks.data.branching
     if br is None:
         return []
@@ -219,7 +219,7 @@ def _branching_problems(arm: _Arm, tasks: list[tuple[str, int | None]]) -> list[
     return out
 
 
-def _prm_label_problems(arms: list[_Arm], tasks: list[TaskConfig]) -> list[str]:
+def prm_label_problems(arms: list[CheckedArm], tasks: list[TaskConfig]) -> list[str]:
     """A trained process reward model learns from step labels: refused on a task that gives none
     (unless a search tree labels the steps), as the run itself would refuse it at its start."""
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from sixblanks.budgets.worst import episodes_worst, update_worst
 
-from .check_arms import _Arm
+from .check_arms import CheckedArm
 from .sections import TaskConfig
 
 
-def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[float, str]]:
+def step_worst(arm: CheckedArm, turns: int, judge_per_verify: int) -> dict[str, tuple[float, str]]:
     """A lower bound on what the training loop reserves to admit one step of ``arm`` (exact but for
     branch points and imagined rounds), per counter, with how it is counted."""
 
@@ -70,7 +70,9 @@ def step_worst(arm: _Arm, turns: int, judge_per_verify: int) -> dict[str, tuple[
     return _with_update(arm, worst)
 
 
-def _with_update(arm: _Arm, worst: dict[str, tuple[float, str]]) -> dict[str, tuple[float, str]]:
+def _with_update(
+    arm: CheckedArm, worst: dict[str, tuple[float, str]]
+) -> dict[str, tuple[float, str]]:
     """``worst`` (a step's episodes) with the update on them (Trainer.worst_update: it accepts at
     most what it launched) and a process reward model's scorer calls."""
 
@@ -91,7 +93,7 @@ def _with_update(arm: _Arm, worst: dict[str, tuple[float, str]]) -> dict[str, tu
     return worst
 
 
-def _tree_worst(arm: _Arm, turns: int, judge: int, t: str) -> dict[str, tuple[float, str]]:
+def _tree_worst(arm: CheckedArm, turns: int, judge: int, t: str) -> dict[str, tuple[float, str]]:
     """A tree search's step (beam or expansions): each call of the policy, and a replay of its
     prefix where the environment cannot restore; ``t``: how the turns are said."""
 
@@ -126,7 +128,7 @@ def _searched(worst: dict[str, tuple[float, str]]) -> dict[str, tuple[float, str
     return worst
 
 
-def _charged(arm: _Arm, task: TaskConfig) -> set[str]:
+def _charged(arm: CheckedArm, task: TaskConfig) -> set[str]:
     """The counters a run of ``arm`` on ``task`` can ever charge to its training ledger."""
 
     from sixblanks.budgets.counters import COUNTERS
@@ -155,10 +157,10 @@ def _charged(arm: _Arm, task: TaskConfig) -> set[str]:
     return set(COUNTERS) - never
 
 
-def _budget_problems(
+def budget_problems(
     where: str,
     budget: dict[str, float],
-    arms: list[_Arm],
+    arms: list[CheckedArm],
     tasks: list[tuple[TaskConfig, int | None]],
 ) -> list[str]:
     """``budget`` (at ``where``) below one step's worst case of a run of ``arms`` x ``tasks``, or

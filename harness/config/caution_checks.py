@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .check_arms import _Arm, resolved_arms
+from .check_arms import CheckedArm, resolved_arms
 from .experiment import ExperimentConfig
 from .parallel_checks import parallel_notes
 
@@ -23,7 +23,7 @@ way (a normal spread leaves 92% of its mass beyond 0.1 sigma); one above 10 time
 crossed by none."""
 
 
-def _sequence_bound_caution(cfg: ExperimentConfig, arm: _Arm) -> str | None:
+def _sequence_bound_caution(cfg: ExperimentConfig, arm: CheckedArm) -> str | None:
     """Absolute clip bounds on a sequence ratio far from the spread measured on the built-in tiny
     policy, for an arm that trains that policy at about the learning rate it was measured at and
     updates more than once per batch (with one update every sequence ratio is exactly 1 and no
@@ -71,7 +71,7 @@ def _sequence_bound_caution(cfg: ExperimentConfig, arm: _Arm) -> str | None:
     )
 
 
-def _from_preset(arm: _Arm, key: str) -> str:
+def _from_preset(arm: CheckedArm, key: str) -> str:
     weight = arm.override.get("weight") or {}
     return "" if key in weight else f" (from preset '{arm.preset}')"
 

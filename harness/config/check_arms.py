@@ -13,7 +13,7 @@ from .sections import RolloutConfig, TaskConfig
 
 
 @dataclass
-class _Arm:
+class CheckedArm:
     name: str
     preset: str
     override: dict[str, Any]
@@ -49,7 +49,7 @@ class _Arm:
         return self.path("data.group_size")
 
 
-def resolved_arms(cfg: ExperimentConfig) -> list[_Arm]:
+def resolved_arms(cfg: ExperimentConfig) -> list[CheckedArm]:
     """The arms whose blanks resolve (the others are reported by the semantic pass)."""
 
     from pydantic import ValidationError
@@ -66,11 +66,11 @@ def resolved_arms(cfg: ExperimentConfig) -> list[_Arm]:
         turns, calls = (
             (tools.max_calls, tools.max_calls * tools.calls_per_turn) if tools else (0, 0)
         )
-        out.append(_Arm(name, spec.preset, spec.blanks, blanks, rollout, g, turns, calls))
+        out.append(CheckedArm(name, spec.preset, spec.blanks, blanks, rollout, g, turns, calls))
     return out
 
 
-def _turns(task: TaskConfig) -> int | None:
+def task_turns(task: TaskConfig) -> int | None:
     """The task's turn limit as a run sees it (``RunContext.turns``); None when the task cannot be
     built here (then 1 turn is the lower bound used)."""
 

@@ -33,19 +33,19 @@ the budgets (``budget_checks``) and the cautions (``caution_checks``); this one 
 from __future__ import annotations
 
 from .blank_checks import (
-    _branching_problems,
-    _env_worker_problems,
-    _fault_problems,
-    _group_problems,
-    _minibatch_problems,
-    _mismatch_problems,
-    _prm_label_problems,
-    _probe_problems,
-    _weight_problems,
+    branching_problems,
+    env_worker_problems,
+    fault_problems,
+    group_problems,
+    minibatch_problems,
+    mismatch_problems,
+    prm_label_problems,
+    probe_problems,
+    weight_problems,
 )
-from .budget_checks import _budget_problems, step_worst
+from .budget_checks import budget_problems, step_worst
 from .caution_checks import SPREAD_FAR, TINY_SEQ_SPREAD, TINY_SEQ_SPREAD_LR, cautions
-from .check_arms import _turns, resolved_arms
+from .check_arms import resolved_arms, task_turns
 from .experiment import ExperimentConfig
 from .parallel_checks import parallel_problems
 from .tool_checks import tool_problems
@@ -68,19 +68,19 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
     """Every problem of ``cfg``'s runs that shows before any of them starts."""
 
     arms = resolved_arms(cfg)
-    tasks = [(t, _turns(t)) for t in cfg.tasks or []]
+    tasks = [(t, task_turns(t)) for t in cfg.tasks or []]
     out: list[str] = []
     for arm in arms:
-        out += _weight_problems(arm)
-        out += _minibatch_problems(arm)
-        out += _branching_problems(arm, [(t.name, n) for t, n in tasks])
-        out += _fault_problems(cfg, arm)
-        out += _env_worker_problems(arm)
-        out += [p for p in _mismatch_problems(cfg, arm) if p not in out]  # one line a key
-    out += _group_problems(arms)
-    out += _prm_label_problems(arms, [t for t, _ in tasks])
-    out += _probe_problems(cfg, arms)
-    out += _budget_problems("budget", cfg.budget, arms, tasks)
+        out += weight_problems(arm)
+        out += minibatch_problems(arm)
+        out += branching_problems(arm, [(t.name, n) for t, n in tasks])
+        out += fault_problems(cfg, arm)
+        out += env_worker_problems(arm)
+        out += [p for p in mismatch_problems(cfg, arm) if p not in out]  # one line a key
+    out += group_problems(arms)
+    out += prm_label_problems(arms, [t for t, _ in tasks])
+    out += probe_problems(cfg, arms)
+    out += budget_problems("budget", cfg.budget, arms, tasks)
     out += parallel_problems(cfg) + tool_problems(cfg)
     first = tasks[:1]  # the ladder and the sweep run the first task
     sw = cfg.sweep
@@ -90,9 +90,9 @@ def run_problems(cfg: ExperimentConfig) -> list[str]:
             for a in arms
             if a.name in sw.space and not any(p.startswith(_STEP_KEYS) for p in sw.space[a.name])
         ]
-        out += _budget_problems("sweep.trial_budget", sw.trial_budget, tuned, first)
+        out += budget_problems("sweep.trial_budget", sw.trial_budget, tuned, first)
     lad = cfg.ladder
     if "budget" in lad.model_fields_set and lad.budget and arms:
         arm = [a for a in arms if a.name == (lad.arm or next(iter(cfg.arms)))]
-        out += _budget_problems("ladder.budget", lad.budget, arm, first)
+        out += budget_problems("ladder.budget", lad.budget, arm, first)
     return out
