@@ -169,30 +169,39 @@ def one_run(cfg, tmp: Path) -> tuple[float, float, float, float, float]:
     return imports, command, train, finished - train - start, end - finished
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line's options: the experiment file, a budget and seeds in place of its own,
+    and the output directory."""
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default=str(ROOT / "experiments.yaml"))
     ap.add_argument("--budget", type=int, help="launched tokens per run (default: the file's)")
     ap.add_argument("--seeds", type=int, help="seeds per arm (default: the file's)")
     ap.add_argument("--out", help="output directory (default: a temporary one)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def configured(config: Path, budget: int | None, seeds: int | None):
+    """The experiment file ``config``, with ``budget`` launched tokens per run and ``seeds`` seeds
+    per arm in place of its own where given."""
 
     from sixblanks.harness.config import load_config, validate_mapping
 
-    config = Path(args.config)
     cfg = load_config(config)
-    if args.budget or args.seeds:
+    if budget or seeds:
         data = cfg.model_dump(mode="json", exclude_unset=True)
-        if args.budget:
-            data["budget"] = {"launched_tokens": args.budget}
-        if args.seeds:
-            data["seeds"] = list(range(args.seeds))
+        if budget:
+            data["budget"] = {"launched_tokens": budget}
+        if seeds:
+            data["seeds"] = list(range(seeds))
         cfg = validate_mapping(data)
-    with tempfile.TemporaryDirectory(prefix="sixblanks-bench-") as tmp:
-        out = Path(args.out) if args.out else Path(tmp) / "exp"
-        phases, results, workers = experiment(cfg, out)
-        start_mlflow, per_run_mlflow = mlflow_alone(out, [r["run_id"] for r in results])
-        imports, command, train, before, after = one_run(cfg, Path(tmp))
+    return cfg
+
+
+def print_experiment(config: Path, cfg, phases: dict[str, float], results: list[dict]) -> None:
+    """The experiment's phases against make run's target, runs per hour, a run's training and
+    fixed cost, and what MLflow adds to it."""
+
     n = len(results)
     total = sum(phases.values())  # the command's phases: the report built once, MLflow beside it
     print(
@@ -222,6 +231,14 @@ def main() -> None:
             f"is built, its imports during the runs): {added:.3f} s a run (target "
             f"{TARGET_MLFLOW} s, {'met' if added <= TARGET_MLFLOW else 'not met'})"
         )
+
+
+def print_apart(mlflow: tuple[float, float], run: tuple[float, ...]) -> None:
+    """What was measured apart from the experiment: MLflow alone (``mlflow_alone``), and the
+    command line's imports and one run through the command (``one_run``)."""
+
+    start_mlflow, per_run_mlflow = mlflow
+    imports, command, train, before, after = run
     print(
         f"MLflow alone, the same runs into a fresh store: {per_run_mlflow:.2f} s a run, after "
         f"{start_mlflow:.1f} s to start its client"
@@ -233,6 +250,19 @@ def main() -> None:
         f"{command - train:.1f} s ({before:.1f} s from its start to the first step, "
         f"{after:.1f} s from the last step to its exit)"
     )
+
+
+def main() -> None:
+    args = parse_args()
+    config = Path(args.config)
+    cfg = configured(config, args.budget, args.seeds)
+    with tempfile.TemporaryDirectory(prefix="sixblanks-bench-") as tmp:
+        out = Path(args.out) if args.out else Path(tmp) / "exp"
+        phases, results, workers = experiment(cfg, out)
+        mlflow = mlflow_alone(out, [r["run_id"] for r in results])
+        run = one_run(cfg, Path(tmp))
+    print_experiment(config, cfg, phases, results)
+    print_apart(mlflow, run)
 
 
 if __name__ == "__main__":

@@ -44,88 +44,19 @@ import contextlib
 import copy
 import statistics
 import sys
-import tempfile
 import time
-from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-PROMPTS, GROUP, NEW_TOKENS, LR = 8, 8, 32, 1e-6
+# the shared setup and TRL's side, in modules of their own (gpu_check.py imports Setup from here)
+from trl_side import trl_generation, trl_run
+from vs_trl_setup import GROUP, NEW_TOKENS, PROMPTS, SETUP, Parts, Setup, policy, synchronize
+
 TARGET = 2.0  # sixblanks' steps/s over TRL's
 
 
-@dataclass(frozen=True)
-class Setup:
-    """What both sides run: the batch (``prompts`` x ``group`` samples of ``new_tokens`` each),
-    the learning rate, the device and the precision (``bf16``: the model's weights are bfloat16
-    and TRL computes in bfloat16 too). The defaults are the comparison above: fp32 on the CPU.
-
-    sixblanks' alone: ``group_seeds`` (each group sampled with a generator of its own, as the
-    ranks of a data-parallel run sample), ``shared_prefix`` (each prompt's forward computed once
-    for its group; off under data parallelism) and ``parallel`` (``model.parallel``: backend and
-    world size, inside a process group the caller joined)."""
-
-    prompts: int = PROMPTS
-    group: int = GROUP
-    new_tokens: int = NEW_TOKENS
-    lr: float = LR
-    device: str = "cpu"
-    bf16: bool = False
-    group_seeds: bool = False
-    shared_prefix: bool = True
-    parallel: dict[str, Any] | None = None
-
-
-SETUP = Setup()
-
-
-def synchronize(setup: Setup) -> None:
-    """Wait for the device's queued work, so that a step's clock stops when its work is done."""
-
-    if setup.device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def policy():
-    """The project's default tiny policy and tokenizer, and the arithmetic task."""
-
-    from sixblanks.harness.config import ModelConfig
-    from sixblanks.harness.models import load_policy
-    from sixblanks.harness.tasks import make_task
-
-    task = make_task("arithmetic")
-    model, tok = load_policy(ModelConfig(), [task])
-    return task, model, tok
-
-
 # ---------------------------------------------------------------------------------------- sixblanks
-
-
-class Parts:
-    """Wall time of a sixblanks step's parts, by patching the calls that make them."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.on = False
-
-    def wrap(self, owner, name: str, part, pick=None):
-        real = getattr(owner, name)
-        parts = self
-
-        def timed(*args, **kwargs):
-            if not parts.on:
-                return real(*args, **kwargs)
-            t0 = time.perf_counter()
-            try:
-                return real(*args, **kwargs)
-            finally:
-                label = pick(args, kwargs) if pick else part
-                parts.seconds[label] += time.perf_counter() - t0
-
-        setattr(owner, name, timed)
-        return real
 
 
 def run_settings(setup: Setup = SETUP, overlap: bool = False):
@@ -288,108 +219,6 @@ def floors(model0, tok, reps: int = 20) -> tuple[float, float]:
             times.append(time.perf_counter() - t0)
         out.append(statistics.median(times))
     return out[0], out[1]
-
-
-# ---------------------------------------------------------------------------------------------- TRL
-
-
-def trl_config(out: str, steps: int, setup: Setup = SETUP):
-    """TRL's GRPOConfig of the comparison: the settings of the sixblanks side, one by one."""
-
-    from trl import GRPOConfig
-
-    return GRPOConfig(
-        output_dir=out,
-        per_device_train_batch_size=setup.prompts * setup.group,
-        gradient_accumulation_steps=1,
-        num_generations=setup.group,
-        max_completion_length=setup.new_tokens,
-        # EOS ignored: every sample is new_tokens long
-        generation_kwargs={"min_new_tokens": setup.new_tokens},
-        temperature=1.0,
-        top_p=1.0,
-        beta=0.0,
-        num_iterations=1,
-        epsilon=0.2,
-        loss_type="grpo",
-        scale_rewards="group",
-        learning_rate=setup.lr,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        optim="adamw_torch",
-        max_steps=steps + 1,
-        logging_steps=10**6,
-        save_strategy="no",
-        report_to="none",
-        # sixblanks keeps every activation; TRL's GRPOConfig would recompute them
-        gradient_checkpointing=False,
-        use_cpu=setup.device == "cpu",
-        bf16=setup.bf16,
-        fp16=False,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=0,
-    )
-
-
-def trl_run(
-    task, model0, tok, steps: int, parts: Parts | None = None, setup: Setup = SETUP
-) -> list[float]:
-    """Seconds of each TRL step after the first, on the batch and device of ``setup``."""
-
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOTrainer
-
-    seeds = list(range(setup.prompts * (steps + 1) * 4))
-    prompts = [task.make_instance(s).prompt for s in seeds]
-    data = Dataset.from_dict({"prompt": prompts, "seed": seeds})
-
-    def reward(prompts, completions, seed, **_):
-        return [float(task.verify(task.make_instance(s), c)) for s, c in zip(seed, completions)]
-
-    times: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            if parts is not None:
-                parts.on = state.global_step > 0  # the warm-up step is not counted
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            synchronize(setup)
-            times.append(time.perf_counter() - self.t0)
-
-    with tempfile.TemporaryDirectory() as out:
-        args = trl_config(out, steps, setup)
-        trainer = GRPOTrainer(
-            model=copy.deepcopy(model0),
-            reward_funcs=reward,
-            args=args,
-            train_dataset=data,
-            processing_class=tok,
-            callbacks=[Clock()],
-        )
-        trainer.train()
-    if parts is not None:
-        parts.on = False
-    return times[1:]
-
-
-def trl_generation(task, model0, tok, steps: int) -> tuple[float, float]:
-    """(seconds per step in ``model.generate``, seconds per step in all) of one TRL run."""
-
-    from transformers.generation.utils import GenerationMixin
-
-    parts = Parts()
-    real = parts.wrap(GenerationMixin, "generate", "generation")
-    try:
-        times = trl_run(task, model0, tok, steps, parts)
-    finally:
-        GenerationMixin.generate = real
-    return parts.seconds["generation"] / steps, sum(times) / steps
 
 
 # --------------------------------------------------------------------------------------------- main

@@ -208,7 +208,7 @@ def fake_ui(tmp_path, monkeypatch):
     mode = {}
     monkeypatch.setattr(
         experiment,
-        "_ui_command",
+        "ui_command",
         lambda db, port: [sys.executable, str(script), mode["mode"], str(port), str(log)],
     )
 

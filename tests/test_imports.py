@@ -112,7 +112,7 @@ def test_the_walker_sees_relative_lazy_and_absolute_imports():
     """The walker itself: a known lazy relative import, a known absolute one, and a package."""
 
     assert "sixblanks.harness.config" in GRAPH["sixblanks.harness.cli.describe"]
-    assert "sixblanks.algorithms.presets" in GRAPH["sixblanks.harness.config.sections"]
+    assert "sixblanks.algorithms.presets" in GRAPH["sixblanks.harness.config.sections.arms"]
     assert "sixblanks.budgets.counters" in GRAPH["sixblanks.budgets.ledger"]
 
 

@@ -126,7 +126,7 @@ CORPUS = [
     ("zero eval size", ARMS + "task: {eval_size: 0}\n", "task.eval_size: must be > 0"),
     ("negative Ray CPUs", ARMS + "executor: {num_cpus: -1}\n", "executor.num_cpus: must be > 0"),
     # settings valid one by one whose runs cannot work, never end or train on nothing
-    # (harness/config/checks.py)
+    # (harness/config/checks.py and the *_checks.py modules beside it)
     (
         "a lower clip bound below 0",
         "arms: {a: {preset: grpo, blanks: {weight: {eps_low: 1.5}}}}\n",

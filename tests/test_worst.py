@@ -1,5 +1,5 @@
 """One worst case per step: what `sixblanks validate` compares a budget with
-(harness/config/checks.py: step_worst) and what the training loop reserves before a step
+(harness/config/budget_checks.py: step_worst) and what the training loop reserves before a step
 (RunContext.worst_rollouts, Trainer.worst_update) come from the same functions
 (budgets/worst.py), checked by hand; and a real run never charges a step more than validate said."""
 

@@ -1,10 +1,10 @@
 """Commands of an experiment's runs and results: ``rollouts`` (episodes and the contract checks),
-``run``, ``report``, ``status``, ``sync``, ``ingest`` and ``ui``."""
+``run``, ``report``, ``status``, ``sync``, ``ingest`` and ``ui``. The work of ``rollouts`` is in
+``episodes``, of ``ui`` in ``mlflow_ui``."""
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,13 +25,22 @@ from .app import (
     err,
     experiment_dir,
     human,
-    out,
     plan_table,
     plural,
     say,
     show,
     warn,
 )
+
+# the commands themselves stay here, registered in this order: the help lists them as registered
+from .episodes import (
+    add_task,
+    episode_policy,
+    episode_record,
+    print_episodes,
+    training_seeds,
+)
+from .mlflow_ui import port_taken, serve, ui_command
 
 # --------------------------------------------------------------------------- rollouts
 
@@ -75,12 +84,12 @@ def rollouts(
     from ..training.contract import sample_and_check
 
     cfg = load_config(config)
-    chosen = _add_task(cfg, task)
+    chosen = add_task(cfg, task)
     names = [t.name for t in cfg.tasks or []]
     tcfg = cfg.tasks[names.index(chosen)]
     tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
     the_task = tasks[names.index(chosen)]
-    model, tok = _episode_policy(cfg, tasks, warm, out_dir, quiet=STATE["quiet"] or as_json)
+    model, tok = episode_policy(cfg, tasks, warm, out_dir, quiet=STATE["quiet"] or as_json)
     if tools and cfg.tools is not None:
         from ..tasks.tooled import with_tools
 
@@ -98,117 +107,12 @@ def rollouts(
         reward_range=tcfg.reward_range or the_task.reward_range,
     )
     if as_json:
-        episodes = [_episode_record(batch, b, tok) for b in range(batch.size)]
+        episodes = [episode_record(batch, b, tok) for b in range(batch.size)]
         dump_json({"task": chosen, "episodes": episodes, "contract": contract.to_dict()})
     else:
-        _print_episodes(batch, tok, contract)
+        print_episodes(batch, tok, contract)
     if not contract.passed:
         raise typer.Exit(1)
-
-
-def training_seeds(task, n: int, seed: int) -> list[int]:
-    """``n`` instance seeds drawn as a run's training batches draw them (``--seed`` seeds the
-    draw): episodes shown are of training problems, never of a held-out one."""
-    import random
-
-    from ..seeds import train_seeds
-
-    return train_seeds(random.Random(seed), n, task)
-
-
-def _add_task(cfg, task: str | None) -> str:
-    """The task to sample (``--task``, default the first); a registered task the file does not
-    list is added to ``cfg`` with its defaults. An unknown one is a ConfigError."""
-
-    from ..config import TaskConfig
-    from ..tasks import make_task
-    from ..tasks.registry import TaskLoadError
-
-    names = [t.name for t in cfg.tasks or []]
-    chosen = task or names[0]
-    if chosen not in names:
-        try:
-            make_task(chosen)
-        except (TaskLoadError, ValueError) as exc:
-            from ..errors import ConfigError
-
-            raise ConfigError(f"--task: {exc}") from None
-        cfg.tasks = [*(cfg.tasks or []), TaskConfig(name=chosen)]
-    return chosen
-
-
-def _episode_policy(cfg, tasks, warm: bool, out_dir: Path | None, quiet: bool):
-    """The policy and tokenizer episodes are sampled with: the warm-start policy (built and cached
-    if missing) or the configured model as it loads."""
-
-    from ..models import apply_chat_setting, load_policy
-    from ..orchestration.experiment import out_dir_of
-    from ..orchestration.warmstart import warm_start
-
-    if warm:
-        log = (lambda m: err.print(f"[dim]{m}[/dim]")) if not quiet else None
-        model, tok, _info = warm_start(
-            cfg, tasks, ExperimentDir(out_dir_of(cfg, out_dir)).warm_start, log=log
-        )
-        return model, tok
-    model, tok = load_policy(cfg.model, tasks)
-    apply_chat_setting(tok, cfg.rollout.chat_template)
-    return model, tok
-
-
-def _episode_record(batch, b: int, tok) -> dict[str, Any]:
-    """Episode ``b`` of ``batch`` as JSON: its tokens (and each decoded), masks, log-probs, turns,
-    rewards and failure."""
-
-    length = int(batch.attention_mask[b].sum())
-    tokens = batch.tokens[b, :length].tolist()
-    return {
-        "group": int(batch.group_ids[b]),
-        "instance_seed": int(batch.instance_seeds[b]),
-        "tokens": tokens,
-        "text": [tok.decode([t]) for t in tokens],
-        "action_mask": batch.action_mask[b, :length].tolist(),
-        "logprobs": batch.behavior_logprobs[b, :length].tolist(),
-        "turn_ids": batch.turn_ids[b, :length].tolist(),
-        "turn_rewards": batch.turn_rewards[b].tolist(),
-        "reward": float(batch.reward[b]),
-        "truncated": bool(batch.truncated[b]),
-        "failed": batch.failure_reasons[b],
-    }
-
-
-ACTION_MARKS = ("⟦", "⟧")
-
-
-def _print_episodes(batch, tok, contract) -> None:
-    """Each episode on a line (actions between ⟦ ⟧, which stay in a pipe or a log where colour
-    does not, and green on a terminal; prompts and observations dim), then the contract checks."""
-
-    from rich.text import Text
-
-    opening, closing = ACTION_MARKS
-    for b in range(batch.size):
-        text = Text(f"[{b}] group {int(batch.group_ids[b])} ")
-        for kind, start, end in batch.segments[b]:
-            piece = tok.decode(batch.tokens[b, start:end].tolist(), skip_special_tokens=True)
-            piece = piece.replace("\n", "\\n")
-            if kind == "action":
-                text.append(f"{opening}{piece}{closing}", style="bold green")
-            else:
-                text.append(piece, style="dim")
-        text.append(
-            f"  reward {float(batch.reward[b]):g}" + ("  (truncated)" if batch.truncated[b] else "")
-        )
-        if batch.failure_reasons[b]:
-            text.append(f"  FAILED: {batch.failure_reasons[b]}", style="red")
-        out.print(text)
-    out.print(
-        f"[dim]{opening}action tokens{closing} (mask 1, green on a terminal); the rest: "
-        "prompt and observation tokens (mask 0, dim)[/dim]"
-    )
-    for res in contract.results:
-        mark = "[green]ok[/green]" if res.passed else "[red]FAIL[/red]"
-        out.print(f"contract {res.name}: {mark} {res.detail}")
 
 
 @app.command()
@@ -516,85 +420,9 @@ def ui(
             f"{db}: no MLflow store here (run `sixblanks run` first, or set tracking.uri)"
         )
     url = f"http://127.0.0.1:{port}"
-    if _port_taken(port):
+    if port_taken(port):
         from ..errors import ConfigError
 
         raise ConfigError(f"--port {port}: something already listens at {url}; choose another")
     say(f"starting the MLflow UI on {db} (it can take half a minute) ...", console=err)
-    raise typer.Exit(_serve(_ui_command(db, port), url, wait))
-
-
-def _ui_command(db: Path, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        f"sqlite:///{db.resolve()}",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
-
-
-def _serve(cmd: list[str], url: str, wait: float) -> int:
-    """Start the server ``cmd`` and print ``url`` once its ``/health`` answers (MLflow's UI takes
-    some 25 s to load, and an address printed at once answered nothing for that long); then wait
-    for it to end and return its exit code. A server that exits first, or does not answer within
-    ``wait`` seconds, is an error that says so (the latter stopped). Ctrl-C stops it."""
-
-    import subprocess
-    import time
-
-    try:  # the server's log to standard error: standard output is the address
-        log = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # a stream without a file (captured)
-        log = None
-    proc = subprocess.Popen(cmd, stdout=log)
-    try:
-        deadline = time.monotonic() + wait
-        while not _answers(f"{url}/health"):
-            if proc.poll() is not None:
-                raise SixblanksError(
-                    f"the MLflow UI exited (code {proc.returncode}) before it answered at {url}; "
-                    "its own messages are above"
-                )
-            if time.monotonic() > deadline:
-                raise SixblanksError(
-                    f"the MLflow UI did not answer at {url} within {wait:g} s and was stopped "
-                    "(--wait gives it longer)"
-                )
-            time.sleep(0.25)
-        show(f"MLflow UI on {url} (Ctrl-C to stop)")  # the answer: said under --quiet too
-        return proc.wait()
-    finally:
-        if proc.poll() is None:  # given up on, or Ctrl-C: nothing left listening behind us
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _answers(url: str) -> bool:
-    """Whether ``url`` answers with a success (no proxy: it is this machine's)."""
-
-    import urllib.request
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=2) as response:
-            return 200 <= response.status < 300
-    except (OSError, ValueError):  # refused, reset, timed out, an HTTP error status
-        return False
-
-
-def _port_taken(port: int) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+    raise typer.Exit(serve(ui_command(db, port), url, wait))
