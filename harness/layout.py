@@ -43,6 +43,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .runspec import RunSpec
+
 EXPERIMENTS_ROOT = "runs"
 """Where ``sixblanks run`` puts an experiment without ``--out``: ``runs/<name>``."""
 
@@ -185,8 +187,10 @@ class RunDir(Directory):
 
         return self.spec.exists()
 
-    def read_spec(self) -> dict[str, Any]:
-        return json.loads(self.spec.read_text(encoding="utf-8"))
+    def read_spec(self) -> RunSpec:
+        """The run's spec.json, as written when the run was planned."""
+
+        return RunSpec.from_json(self.spec.read_text(encoding="utf-8"))
 
     def read_status(self) -> dict[str, Any]:
         """status.json; ``{"state": "pending"}`` when the run has not started (or it is

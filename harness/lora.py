@@ -18,17 +18,17 @@ from typing import Any
 import torch
 
 
-def apply_lora(model, spec: dict[str, Any]):
-    """``model`` wrapped by a peft LoRA adapter (``spec``: r, alpha, dropout, target_modules);
-    only the adapter's weights require grad."""
+def apply_lora(model, lora: dict[str, Any]):
+    """``model`` wrapped by a peft LoRA adapter (``lora``: the model section's ``lora``: r, alpha,
+    dropout, target_modules); only the adapter's weights require grad."""
 
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
-        r=int(spec["r"]),
-        lora_alpha=float(spec["alpha"]),
-        lora_dropout=float(spec["dropout"]),
-        target_modules=spec["target_modules"],
+        r=int(lora["r"]),
+        lora_alpha=float(lora["alpha"]),
+        lora_dropout=float(lora["dropout"]),
+        target_modules=lora["target_modules"],
         bias="none",
         task_type="CAUSAL_LM",
     )

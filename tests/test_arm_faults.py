@@ -15,6 +15,7 @@ from sixblanks.harness.errors import ConfigError
 from sixblanks.harness.orchestration.definition import definition
 from sixblanks.harness.orchestration.orchestrator import build_specs
 from sixblanks.harness.orchestration.runner import execute_run, settings_from_spec
+from sixblanks.harness.runspec import RunSpec
 from sixblanks.harness.training.faults import planted_rewards, reward_permutation
 from tests.golden.record import CONFIG, EVAL_SIZE, INITIAL_DIR
 
@@ -35,13 +36,10 @@ def _cfg(arms: dict) -> object:
     return validate_mapping({**TINY, "arms": arms})
 
 
-def _specs(cfg) -> list[dict]:
+def _specs(cfg) -> list[RunSpec]:
     """The run specs, each carrying its arm's run fields (what build_specs puts there)."""
 
-    specs = build_specs(cfg, "k")
-    for s in specs:
-        s.update(cfg.arms[s["arm"]].run_fields())
-    return specs
+    return build_specs(cfg, "k")
 
 
 # --------------------------------------------------------------------------- the keys
@@ -63,7 +61,7 @@ def test_the_keys_default_to_nothing_and_reach_the_run_settings():
         "c": {"fault": {"rewards": "shuffle"}},
         "d": {},
     }
-    settings = {s["arm"]: settings_from_spec(s) for s in _specs(cfg)}
+    settings = {s.arm: settings_from_spec(s) for s in _specs(cfg)}
     assert settings["b"].seed == 0 and settings["b"].train_seed == 1000
     assert settings["a"].train_seed == 0 and settings["a"].reward_fault == "none"
     assert settings["c"].reward_fault == "shuffle" and settings["c"].train_seed == 0
@@ -91,21 +89,21 @@ def test_build_specs_carry_the_arm_run_fields():
     plain = build_specs(_cfg({"a": {"preset": "grpo"}}), "k")[0]
     offset = build_specs(_cfg({"a": {"preset": "grpo", "seed_offset": 1000}}), "k")[0]
     faulted = build_specs(_cfg({"a": {"preset": "grpo", "fault": {"rewards": "shuffle"}}}), "k")[0]
-    assert "seed_offset" not in plain and "fault" not in plain
-    assert offset.get("seed_offset") == 1000 and faulted.get("fault") == {"rewards": "shuffle"}, (
+    assert "seed_offset" not in plain.as_dict() and "fault" not in plain.as_dict()
+    assert offset.seed_offset == 1000 and faulted.fault == {"rewards": "shuffle"}, (
         "harness/orchestration/orchestrator.py build_specs: "
-        "spec.update(cfg.arms[arm].run_fields()) before the run id is computed"
+        "fields.update(cfg.arms[arm].run_fields()) before the run id is computed"
     )
-    assert offset["seed"] == plain["seed"] == 0
-    assert len({plain["run_id"], offset["run_id"], faulted["run_id"]}) == 3
+    assert offset.seed == plain.seed == 0
+    assert len({plain.run_id, offset.run_id, faulted.run_id}) == 3
 
 
 # --------------------------------------------------------------------------- the seed offset
 
 
 def _run(spec, tmp_path) -> tuple[list[dict], list[dict], dict]:
-    out = execute_run(spec, tmp_path / spec["arm"], INITIAL_DIR, threads=1, checkpoint_seconds=3600)
-    lines = (tmp_path / spec["arm"] / "events.jsonl").read_text().splitlines()
+    out = execute_run(spec, tmp_path / spec.arm, INITIAL_DIR, threads=1, checkpoint_seconds=3600)
+    lines = (tmp_path / spec.arm / "events.jsonl").read_text().splitlines()
     events = [json.loads(x) for x in lines if x]
     steps = [
         {k: v for k, v in e.items() if "seconds" not in k and not k.startswith(("memory.", "type"))}
@@ -124,7 +122,7 @@ def test_an_offset_arm_trains_on_other_draws_and_evaluates_on_the_same_instances
             "b": {"preset": "grpo", "seed_offset": 1000},
         }
     )
-    runs = {s["arm"]: _run(s, tmp_path) for s in _specs(cfg)}
+    runs = {s.arm: _run(s, tmp_path) for s in _specs(cfg)}
     (a, a_evals, a_out), (twin, twin_evals, _), (b, b_evals, b_out) = (
         runs[k] for k in ("a", "a_twin", "b")
     )

@@ -157,11 +157,12 @@ def killed_at_step(cfg: dict, tmp_path, step: int):
     warm, run_dir = str(orch.warm_dir), tmp_path / "run"
     script = tmp_path / "run.py"
     script.write_text(
-        "import json,sys; from sixblanks.harness.orchestration.runner import execute_run\n"
+        "import sys; from sixblanks.harness.orchestration.runner import execute_run\n"
+        "from sixblanks.harness.runspec import RunSpec\n"
         "if __name__ == '__main__':\n"
-        f"    execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
+        f"    execute_run(RunSpec.from_json(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
     )
-    proc = subprocess.Popen([sys.executable, str(script), json.dumps(spec)], cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, str(script), spec.to_json()], cwd=ROOT)
     deadline = time.time() + 180
     while time.time() < deadline and proc.poll() is None:
         if (read_status(run_dir).get("step") or 0) >= step:

@@ -40,10 +40,7 @@ def _audit(tmp_path, warm_info, arm_b=None, plant=None):
     if arm_b:
         data["arms"]["b"] = {"preset": "grpo", **arm_b}
     cfg = validate_mapping(data)
-    specs = build_specs(cfg, "k")
-    for s in specs:
-        if plant and s["arm"] == "b":
-            plant(s)
+    specs = [plant(s) if plant and s.arm == "b" else s for s in build_specs(cfg, "k")]
     return fairness_audit(cfg, specs, tmp_path, warm_info)
 
 
@@ -101,9 +98,17 @@ def test_tokenizer_identity_is_by_content():
     ("arm_b", "plant", "item"),
     [
         # a different chat template applied by one arm's rollouts
-        (None, lambda s: s["rollout"].update(chat_template="other.jinja"), "tokenizer"),
+        (
+            None,
+            lambda s: s.replace(rollout={**s.rollout, "chat_template": "other.jinja"}),
+            "tokenizer",
+        ),
         # a task parameter
-        (None, lambda s: s["task"]["params"].update(operands=3), "task"),
+        (
+            None,
+            lambda s: s.replace(task={**s.task, "params": {**s.task_params, "operands": 3}}),
+            "task",
+        ),
         # KL-in-reward shaping (rloo, reinforce_pp, ppo put their KL there)
         ({"blanks": {"regularizer": {"reward_kl_coef": 0.05}}}, None, "reward"),
         # DAPO's overlong shaping
@@ -149,9 +154,9 @@ def test_measured_batch_figures_are_compared(tmp_path, warm_info):
     cfg = validate_mapping(BASE)
     specs = build_specs(cfg, "k")
     for s in specs:
-        d = tmp_path / s["run_id"]
+        d = tmp_path / s.run_id
         d.mkdir()
-        accepted, prompts = (1000.0, [4, 4]) if s["arm"] == "a" else (1000.0, [4, 4, 4, 4])
+        accepted, prompts = (1000.0, [4, 4]) if s.arm == "a" else (1000.0, [4, 4, 4, 4])
         (d / "status.json").write_text(
             json.dumps(
                 {
@@ -243,7 +248,7 @@ def test_inert_differences_only_for_fields_that_differ(tmp_path):
     cfg = validate_mapping(BASE | {"arms": {"a": {"preset": "grpo"}, "b": {"preset": "dapo"}}})
     specs = build_specs(cfg, "k")
     for s in specs:  # one on-policy update per batch: every ratio 1
-        d = tmp_path / s["run_id"]
+        d = tmp_path / s.run_id
         d.mkdir()
         step = {"type": "step", "step": 0, "ratio_max": 1.0, "ratio_min": 1.0, "clip_frac": 0.0}
         census = {"type": "census", "groups_dropped": {"all_correct": 1, "surplus": 2}}

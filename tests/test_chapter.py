@@ -204,10 +204,10 @@ def test_a_user_tasks_helpers_at_any_depth_are_in_the_run_id(tmp_path, monkeypat
             sys.modules.pop(m, None)
         importlib.invalidate_caches()
         cfg = validate_mapping({**CONFIG, "task": {"name": f"{pkg}.task:T"}})
-        (spec,) = [s for s in build_specs(cfg, "k", code="c") if s["seed"] == 0]
-        modules = spec["task_inputs"]["modules"]
+        (spec,) = [s for s in build_specs(cfg, "k", code="c") if s.seed == 0]
+        modules = spec.task_inputs["modules"]
         assert set(modules) == {pkg, f"{pkg}.task", f"{pkg}.helpers", f"{pkg}.deep"}
-        seen.append((modules, spec["run_id"]))
+        seen.append((modules, spec.run_id))
     for m in (pkg, f"{pkg}.task", f"{pkg}.helpers", f"{pkg}.deep"):
         sys.modules.pop(m, None)
     (before, id_before), (after, id_after) = seen

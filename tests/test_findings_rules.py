@@ -344,13 +344,22 @@ def test_the_verdict_under_an_earlier_criterion_of_an_interaction():
 # ------------------------------------------------------------------ runs shared between claims
 
 
+def _spec_form(rid: str, experiment: str, arm: str, seed: int) -> dict:
+    """A spec's JSON form computing ``lr 1, seed`` (the other sections alike in every claim)."""
+
+    same = {"task": {}, "blanks": {}, "optimizer": {"lr": 1}, "rollout": {}, "budget": {}}
+    head = {"experiment": experiment, "arm": arm, "preset": "grpo", "seed": seed}
+    tail = {"eval": {}, "model": {}, "warm_start_key": "k", "code_version": "c", "run_id": rid}
+    return head | same | tail
+
+
 def _run(root, claim: str, rid: str, state: str, shared: bool = False, seed: int = 0):
     """A run directory of claim ``claim`` (axis ``budget``) computing ``lr 1, seed``."""
 
     d = root / claim / "budget" / "runs" / rid
     (d / "checkpoint").mkdir(parents=True)
     (d / "checkpoint" / "state.pt").write_bytes(b"weights")
-    spec = {"run_id": rid, "experiment": f"{claim}-budget", "arm": "x", "seed": seed, "lr": 1}
+    spec = _spec_form(rid, f"{claim}-budget", "x", seed)
     (d / "spec.json").write_text(json.dumps(spec))
     (d / "status.json").write_text(json.dumps({"state": state, "run_id": rid, "arm": "x"}))
     if state == "finished":
@@ -361,8 +370,10 @@ def _run(root, claim: str, rid: str, state: str, shared: bool = False, seed: int
     return d
 
 
-def _taker_spec(seed: int = 0) -> dict:
-    return {"run_id": f"t{seed}", "experiment": "t-budget", "arm": "y", "seed": seed, "lr": 1}
+def _taker_spec(seed: int = 0):
+    from sixblanks.harness.runspec import RunSpec
+
+    return RunSpec.from_dict(_spec_form(f"t{seed}", "t-budget", "y", seed))
 
 
 def test_only_a_run_trained_to_the_end_is_a_source(tmp_path):
@@ -380,7 +391,7 @@ def test_only_a_run_trained_to_the_end_is_a_source(tmp_path):
     run = out / "runs" / "t0"
     assert json.loads((run / "shared.json").read_text())["from"] == "d_trained/budget/runs/r4"
     assert (run / "events.jsonl").read_text() == '{"trained by": "d_trained"}\n'
-    assert json.loads((run / "spec.json").read_text()) == _taker_spec(0)
+    assert json.loads((run / "spec.json").read_text()) == _taker_spec(0).as_dict()
     assert json.loads((run / "result.json").read_text())["run_id"] == "t0"
     assert not (run / "checkpoint").exists() and not (out / "runs" / "t1").exists()
 

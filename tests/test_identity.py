@@ -189,13 +189,13 @@ def test_a_run_whose_inputs_changed_after_planning_is_refused_and_the_audit_sees
     exp = experiment(str(data), verifier="exact")
     exp["arms"]["rloo"] = {"preset": "rloo"}
     cfg = validate_mapping(exp)
-    before = {s["arm"]: s for s in build_specs(cfg, "k", code="c")}
+    before = {s.arm: s for s in build_specs(cfg, "k", code="c")}
     check_inputs_unchanged(before["grpo"])  # as planned: runs
     write_rows(data, ROWS[:-1])
     with pytest.raises(SixblanksError, match=f"data file {data} changed after the run was planned"):
         check_inputs_unchanged(before["grpo"])
-    after = {s["arm"]: s for s in build_specs(cfg, "k", code="c")}
-    assert after["grpo"]["run_id"] != before["grpo"]["run_id"]
+    after = {s.arm: s for s in build_specs(cfg, "k", code="c")}
+    assert after["grpo"].run_id != before["grpo"].run_id
     warm = {"policy_hash": "p", "tokenizer": {"t": 1}}
     same = (
         spec_items(before["grpo"], cfg, warm)["task"],
@@ -227,13 +227,13 @@ def test_a_moved_experiment_keeps_its_run_ids_and_warm_start(tmp_path):
         cfg = load_config(d / "exp.yaml")
         key = warm_start_key(cfg, [make_task(t.name, t.params) for t in cfg.tasks])
         (spec,) = build_specs(cfg, key, code="c")
-        assert spec["task"]["params"]["path"] == str(d / "data.jsonl")
-        seen.append((key, spec["run_id"]))
+        assert spec.task_params["path"] == str(d / "data.jsonl")
+        seen.append((key, spec.run_id))
     assert seen[0] == seen[1]
     write_rows(tmp_path / "b" / "data.jsonl", ROWS[1:])
     cfg = load_config(tmp_path / "b" / "exp.yaml")
     key = warm_start_key(cfg, [make_task(t.name, t.params) for t in cfg.tasks])
-    assert key != seen[0][0] and build_specs(cfg, key, code="c")[0]["run_id"] != seen[0][1]
+    assert key != seen[0][0] and build_specs(cfg, key, code="c")[0].run_id != seen[0][1]
 
 
 def test_the_module_walk_imports_nothing_and_follows_what_is_configured(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import torch
 
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import LADDER_FROZEN_BATCH
+from sixblanks.harness.runspec import RunSpec
 from sixblanks.harness.studies.ladder import VERDICT, Ladder, first_failure, verdicts
 from sixblanks.harness.studies.ladder.stats import MARGIN, paired_diff_ci
 from sixblanks.harness.tasks.builtin import Arithmetic
@@ -123,7 +124,7 @@ def test_drifting_environment_stops_at_the_no_update_rung(tmp_path, monkeypatch)
     assert torch.load(frozen, weights_only=True)["policy"] == str(ladder.warm)
     # every evaluation the ladder made, and the spec its short runs are built from: validation
     assert splits == ["validation"] * 3 and rows[2].detail["split"] == "validation"
-    assert ladder.spec["eval"]["split"] == "validation"
+    assert ladder.spec.eval["split"] == "validation"
     stored = json.loads((tmp_path / "ladder.json").read_text())["rungs"]
     assert {k: v["status"] for k, v in _one_verdict_per_rung(stored).items()} == {
         1: "pass",
@@ -156,7 +157,9 @@ def _bare_ladder(tmp_path, monkeypatch, eval_size=4):
     from sixblanks.harness.tasks import make_task
 
     ladder = Ladder(_cfg(), tmp_path)
-    ladder.spec = {"eval": {"size": eval_size}, "task": {"eval_size": eval_size}}
+    # what the check reads; the rest is a placeholder
+    task, ev = {"eval_size": eval_size}, {"size": eval_size}
+    ladder.spec = RunSpec("e", "a", "grpo", 0, task, {}, {}, {}, {}, ev, {}, "k", "c")
     ladder.task = make_task("arithmetic")  # reward range [0, 1]
     model = SimpleNamespace(state_dict=lambda: {})
     monkeypatch.setattr(ladder, "_policy", lambda: (model, None))
@@ -293,6 +296,18 @@ def test_compare_on_all_zero_scores_is_inconclusive_in_every_row_and_the_verdict
     assert first_failure(rows) is None
 
 
+def _edit(ladder, path: str, value) -> None:
+    """Set the key at the dotted ``path`` of the ladder's spec (a frozen RunSpec: a new one)."""
+
+    form = ladder.spec.as_dict()
+    *parents, last = path.split(".")
+    d = form
+    for k in parents:
+        d = d[k]
+    d[last] = value
+    ladder.spec = RunSpec.from_dict(form)
+
+
 def _fake_build_trainer(monkeypatch, by_estimator, key=None):
     """build_trainer that records each spec and trains nothing: its evaluations are planted per
     advantage estimator (or per ``key(spec)``) as (start, final) per-instance scores."""
@@ -300,12 +315,12 @@ def _fake_build_trainer(monkeypatch, by_estimator, key=None):
     import sixblanks.harness.studies.ladder.short_runs as ladder_mod
 
     specs = []
-    key = key or (lambda spec: spec["blanks"]["advantage"]["estimator"])
+    key = key or (lambda spec: spec.blanks["advantage"]["estimator"])
 
     def build(spec, warm):
         specs.append(spec)
         start, final = by_estimator[key(spec)]
-        split = spec["eval"]["split"]
+        split = spec.eval["split"]
         evals = [
             {"per_instance": p, "score": sum(p) / len(p), "split": split} for p in (start, final)
         ]
@@ -344,7 +359,7 @@ def test_a_clear_win_fails_the_rung_with_a_verdict_naming_the_variant(tmp_path, 
         },
     )
     ladder = _spec_ladder(tmp_path)
-    assert ladder.spec["eval"]["split"] == "test"
+    assert ladder.spec.eval["split"] == "test"
     rows = ladder.rung_advantage()
     assert [(r.variant, r.status) for r in rows] == [
         ("advantage=group_norm (nominal)", "inconclusive"),  # unchanged from its warm start
@@ -359,9 +374,9 @@ def test_a_clear_win_fails_the_rung_with_a_verdict_naming_the_variant(tmp_path, 
     assert v.ci_low > MARGIN and v.detail["best"] == "advantage=loo"
     assert first_failure(rows) is v
     # the short runs were built to evaluate on validation, whatever the experiment's eval split says
-    assert [s["eval"]["split"] for s in specs] == ["validation", "validation"]
+    assert [s.eval["split"] for s in specs] == ["validation", "validation"]
     assert {settings_from_spec(s).eval_split for s in specs} == {"validation"}
-    assert ladder.spec["eval"]["split"] == "test"  # the ladder's own copy is not what it changed
+    assert ladder.spec.eval["split"] == "test"  # the ladder's own copy is not what it changed
 
 
 def test_a_variant_the_interval_shows_worse_passes_the_rung(tmp_path, monkeypatch):
@@ -528,8 +543,8 @@ def _curriculum_ladder(tmp_path, task: str):
     cfg = _cfg(task={"name": task, "eval_size": 8})
     ladder = Ladder(cfg, tmp_path)
     ladder.spec = build_specs(cfg, "warm", code="test")[0]
-    ladder.spec["budget"] = {"launched_tokens": 300}
-    ladder.spec["eval"]["every"] = None
+    _edit(ladder, "budget", {"launched_tokens": 300})
+    _edit(ladder, "eval.every", None)
     ladder.task, ladder.warm = make_task(task), INITIAL_DIR
     return ladder
 
@@ -626,7 +641,7 @@ def test_rung_6_runs_each_z_as_is_and_scale_matched(tmp_path, monkeypatch):
     specs = _fake_build_trainer(
         monkeypatch,
         planted,
-        key=lambda s: (s["blanks"]["normalization"]["mode"], s["optimizer"]["grad_clip"]),
+        key=lambda s: (s.blanks["normalization"]["mode"], s.optimizer["grad_clip"]),
     )
     ladder = _spec_ladder(tmp_path)
     ladder.cfg.ladder.normalization_variants = ["token-mean", "constant", "token_sum"]
@@ -646,7 +661,7 @@ def test_rung_6_runs_each_z_as_is_and_scale_matched(tmp_path, monkeypatch):
         ("Z=token-sum (scale-matched: grad_clip x12)", "fail"),
         (VERDICT, "fail"),
     ]
-    assert [s["optimizer"]["grad_clip"] for s in specs] == [1.0, 1.0, 1.0, 0.5, 1.0, 12.0]
+    assert [s.optimizer["grad_clip"] for s in specs] == [1.0, 1.0, 1.0, 0.5, 1.0, 12.0]
     assert [r.detail["scale_ratio"] for r in rows[1:-1]] == [1.0, 0.5, 0.5, 12.0, 12.0]
     assert [r.detail["scale_matched"] for r in rows[1:-1]] == [True, False, True, False, True]
     v = rows[-1]
@@ -663,7 +678,7 @@ def test_rung_6_runs_each_z_as_is_and_scale_matched(tmp_path, monkeypatch):
 
     # without a gradient-norm clip AdamW ignores a constant scale: no scale-matched variant
     specs.clear()
-    ladder.spec["optimizer"]["grad_clip"] = None
+    _edit(ladder, "optimizer.grad_clip", None)
     rows = ladder.rung_normalization()
     assert [r.variant for r in rows] == [
         "Z=seq-mean-token-mean (nominal)",
@@ -676,8 +691,8 @@ def test_rung_6_runs_each_z_as_is_and_scale_matched(tmp_path, monkeypatch):
 
     # a step's scale is its minibatch's: with 2 minibatches (rows 0-1 and 2-3, 6 tokens each)
     # token-sum sums to 6 a step, not the batch's 12; the mean modes still to 1 each
-    ladder.spec["optimizer"]["grad_clip"] = 1.0
-    ladder.spec["blanks"]["data"]["minibatches"] = 2
+    _edit(ladder, "optimizer.grad_clip", 1.0)
+    _edit(ladder, "blanks.data.minibatches", 2)
     batch.unit_ids = lambda rows: {
         "group_ids": torch.tensor([0, 0, 1, 1])[rows],
         "turn_ids": (mask - 1)[rows],
@@ -686,8 +701,8 @@ def test_rung_6_runs_each_z_as_is_and_scale_matched(tmp_path, monkeypatch):
     assert totals == {"seq-mean-token-mean": 1.0, "token-mean": 1.0, "token-sum": 6.0}
     # an actor-critic arm: its critic steps under the same clip, its value loss a token mean
     # whatever Z is, so no variant is scale-matched, and the verdict says why
-    ladder.spec["blanks"]["data"]["minibatches"] = 1
-    ladder.spec["blanks"]["advantage"]["estimator"] = "gae"
+    _edit(ladder, "blanks.data.minibatches", 1)
+    _edit(ladder, "blanks.advantage.estimator", "gae")
     rows = ladder.rung_normalization()
     assert not any("scale-matched" in r.variant for r in rows)
     assert (
@@ -707,7 +722,7 @@ def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, m
 
     def build(spec, warm):
         specs.append(spec)
-        lag = spec["blanks"]["data"]["lag"]
+        lag = spec.blanks["data"]["lag"]
         final = zero if lag else [1.0] * 6 + [0.0] * 2  # the planted fault: the lag learns nothing
         evals = [
             {"per_instance": p, "score": sum(p) / 8, "split": "validation"} for p in (zero, final)
@@ -718,7 +733,7 @@ def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, m
     monkeypatch.setattr(ladder_mod, "build_trainer", build)
     ladder = _spec_ladder(tmp_path)
     assert [r.status for r in ladder.rung_asynchrony()] == ["inconclusive", "inconclusive"]
-    ladder.spec["blanks"]["data"]["lag"] = 4
+    _edit(ladder, "blanks.data.lag", 4)
     rows = ladder.rung_asynchrony()
     assert [(r.variant, r.status) for r in rows] == [
         ("lag=4 (nominal)", "inconclusive"),
@@ -728,7 +743,7 @@ def test_rung_9_compares_the_lagged_arm_with_its_synchronous_setting(tmp_path, m
     assert rows[-1].evidence.startswith(
         "lag=0 (synchronous) beats the nominal lag=4 (nominal) by +0.750"
     )
-    assert [s["blanks"]["data"]["lag"] for s in specs] == [4, 0]  # the same arm, lag removed
+    assert [s.blanks["data"]["lag"] for s in specs] == [4, 0]  # the same arm, lag removed
     assert first_failure(rows) is rows[-1]
 
 
@@ -993,21 +1008,21 @@ def test_rung_8_adds_credit_by_the_advantage_blank_alone(tmp_path, monkeypatch):
         (VERDICT, "fail"),
     ]
     assert "needs step labels" in rows[0].evidence
-    nominal = specs[0]["blanks"]
+    nominal = specs[0].blanks
     for spec in specs[1:]:
-        changed = {k for k in nominal if spec["blanks"][k] != nominal[k]}
+        changed = {k for k in nominal if spec.blanks[k] != nominal[k]}
         assert changed == {"advantage"}  # the arm's Z, clip, KL, data: untouched
-    assert specs[1]["blanks"]["advantage"]["critic"]["granularity"] == "turn"
+    assert specs[1].blanks["advantage"]["critic"]["granularity"] == "turn"
 
     # DAPO's overlong shaping has no critic form: the critic variant is shown as not applicable
     from sixblanks.algorithms.presets import resolve
 
     specs.clear()
-    ladder.spec["preset"] = "dapo"
-    ladder.spec["blanks"] = resolve("dapo").model_dump(mode="json")
+    _edit(ladder, "preset", "dapo")
+    _edit(ladder, "blanks", resolve("dapo").model_dump(mode="json"))
     rows = ladder.rung_credit()
     assert rows[0].status == "inconclusive" and "not applicable to this arm" in rows[0].evidence
-    assert [s["blanks"]["advantage"]["estimator"] for s in specs] == ["group_norm", "gigpo"]
+    assert [s.blanks["advantage"]["estimator"] for s in specs] == ["group_norm", "gigpo"]
 
 
 def test_rung_4_names_why_an_arm_measures_no_groups(tmp_path, monkeypatch):

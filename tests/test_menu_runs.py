@@ -120,8 +120,11 @@ def test_an_uncorrected_arm_under_injected_mismatch_is_flagged():
 
     noisy = {"mismatch": {"logit_noise": 1.0}}
 
-    def spec(arm, blanks, rollout):
-        return {"arm": arm, "blanks": blanks.model_dump(mode="json"), "rollout": rollout}
+    from sixblanks.harness.runspec import RunSpec
+
+    def spec(arm, blanks, rollout):  # what the check reads; the rest is a placeholder
+        blanks = blanks.model_dump(mode="json")
+        return RunSpec("e", arm, "grpo", 0, {}, blanks, {}, rollout, {}, {}, {}, "k", "c")
 
     specs = [
         spec("plain", get_preset("grpo").blanks, noisy),

@@ -278,7 +278,7 @@ def test_an_arm_override_merges_into_the_experiments_mismatch_and_reaches_its_ru
     assert got["a"] == {"sampler_dtype": None, "logit_noise": 0.0, "top_p": 0.9}
     assert got["b"] == {"sampler_dtype": None, "logit_noise": 0.5, "top_p": 0.9}
     assert got["c"] == {"sampler_dtype": None, "logit_noise": 0.0, "top_p": 0.8}
-    settings = {s["arm"]: settings_from_spec(s) for s in build_specs(cfg, "k")}
+    settings = {s.arm: settings_from_spec(s) for s in build_specs(cfg, "k")}
     assert settings["b"].rollout.mismatch.logit_noise == 0.5
 
 
@@ -289,7 +289,7 @@ def test_a_default_arm_has_no_trace_of_the_keys_in_its_spec_or_definition():
 
     plain = _cfg({"a": {"preset": "grpo"}})
     spec = build_specs(plain, "k", code="c")[0]
-    assert "mismatch" not in spec["rollout"] and "fp32_lm_head" not in spec["model"]
+    assert "mismatch" not in spec.rollout and "fp32_lm_head" not in spec.model
     d = definition(plain)
     assert "mismatch" not in d["rollout"] and "mismatch" not in d["arms"]["a"]["rollout"]
     assert "fp32_lm_head" not in d["model"]
@@ -299,17 +299,17 @@ def test_a_default_arm_has_no_trace_of_the_keys_in_its_spec_or_definition():
         rollout={**CONFIG["rollout"], "mismatch": {"top_p": 1.0}},
         model={"fp32_lm_head": False},
     )
-    assert build_specs(explicit, "k", code="c")[0]["run_id"] == spec["run_id"]
+    assert build_specs(explicit, "k", code="c")[0].run_id == spec.run_id
     noisy = _cfg({"a": {"preset": "grpo", "rollout": {"mismatch": {"logit_noise": 0.5}}}})
     headed = _cfg({"a": {"preset": "grpo"}}, model={"fp32_lm_head": True})
-    ids = {build_specs(c, "k", code="c")[0]["run_id"] for c in (plain, noisy, headed)}
+    ids = {build_specs(c, "k", code="c")[0].run_id for c in (plain, noisy, headed)}
     assert len(ids) == 3
-    assert build_specs(noisy, "k", code="c")[0]["rollout"]["mismatch"]["logit_noise"] == 0.5
+    assert build_specs(noisy, "k", code="c")[0].rollout["mismatch"]["logit_noise"] == 0.5
 
 
 def _steps(spec, tmp_path) -> list[dict]:
-    execute_run(spec, tmp_path / spec["arm"], INITIAL_DIR, threads=1, checkpoint_seconds=3600)
-    lines = (tmp_path / spec["arm"] / "events.jsonl").read_text().splitlines()
+    execute_run(spec, tmp_path / spec.arm, INITIAL_DIR, threads=1, checkpoint_seconds=3600)
+    lines = (tmp_path / spec.arm / "events.jsonl").read_text().splitlines()
     return [e for e in map(json.loads, filter(None, lines)) if e["type"] == "step"]
 
 
@@ -326,7 +326,7 @@ def test_runs_of_an_arm_with_a_mismatch_log_it_and_the_others_do_not(tmp_path):
             "b": {"preset": "grpo", "rollout": {"mismatch": {"logit_noise": 1.0}}},
         }
     )
-    specs = {s["arm"]: s for s in build_specs(cfg, "k")}
+    specs = {s.arm: s for s in build_specs(cfg, "k")}
     plain, noisy = _steps(specs["a"], tmp_path), _steps(specs["b"], tmp_path)
     assert plain and noisy
     assert all(m["mismatch.kl"] < OFF_KL for m in plain)

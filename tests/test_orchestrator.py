@@ -43,11 +43,9 @@ def _cfg(**over):
 def test_run_ids_are_content_hashes():
     cfg = _cfg()
     a, b = build_specs(cfg, "k"), build_specs(cfg, "k")
-    assert [s["run_id"] for s in a] == [s["run_id"] for s in b] and len(
-        {s["run_id"] for s in a}
-    ) == 4
+    assert [s.run_id for s in a] == [s.run_id for s in b] and len({s.run_id for s in a}) == 4
     other = build_specs(_cfg(budget={"launched_tokens": 1300}), "k")
-    assert not {s["run_id"] for s in a} & {s["run_id"] for s in other}
+    assert not {s.run_id for s in a} & {s.run_id for s in other}
 
 
 def _untimed(counters):
@@ -66,10 +64,11 @@ def test_sigkill_at_a_random_point_then_resume_matches_an_uninterrupted_run(tmp_
     # a step drawn once, pinned (the kill lands wherever inside that step the run then is)
     kill_at = random.Random(20261202).randint(2, ref["steps"] - 3)
     code = (
-        "import json,sys; from sixblanks.harness.orchestration.runner import execute_run; "
-        f"execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
+        "import sys; from sixblanks.harness.orchestration.runner import execute_run; "
+        "from sixblanks.harness.runspec import RunSpec; "
+        f"execute_run(RunSpec.from_json(sys.argv[1]), {str(run_dir)!r}, {warm!r}, threads=1)"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "-c", code, spec.to_json()], cwd=ROOT)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         if (read_status(run_dir).get("step") or 0) >= kill_at:
@@ -160,16 +159,16 @@ def test_a_code_change_reruns_unless_reuse_is_asked_and_then_flags(tmp_path, mon
     out = tmp_path / "out"
     first = Orchestrator(cfg, out, progress=False)
     first.run()
-    old_ids = [s["run_id"] for s in first.specs]
+    old_ids = [s.run_id for s in first.specs]
     for mod in (orch_mod, audit_mod):
         monkeypatch.setattr(mod, "code_fingerprint", lambda: "sixblanks-0.2+edited000000")
     again = Orchestrator(cfg, out, progress=False)
     again.prepare()
-    assert {s["run_id"] for s in again.pending()} == {s["run_id"] for s in again.specs}
-    assert not set(old_ids) & {s["run_id"] for s in again.specs}
+    assert {s.run_id for s in again.pending()} == {s.run_id for s in again.specs}
+    assert not set(old_ids) & {s.run_id for s in again.specs}
     reused = Orchestrator(cfg, out, progress=False, reuse_finished=True)
     reused.prepare()
-    assert [s["run_id"] for s in reused.specs] == old_ids and reused.pending() == []
+    assert [s.run_id for s in reused.specs] == old_ids and reused.pending() == []
     audit = reused.fairness()
     flags = [f for f in audit["flags"] if f["item"] == "code"]
     assert [f["run_id"] for f in flags] == old_ids and "edited000000" in flags[0]["reason"]
@@ -198,9 +197,7 @@ def test_editing_an_algorithm_file_changes_the_run_ids(tmp_path):
     assert after != before
     assert fingerprint(roots, {**libs, "torch": "0.0.1"}) != after  # and the library versions
     a, b = build_specs(_cfg(), "k", code=before), build_specs(_cfg(), "k", code=after)
-    assert len({s["run_id"] for s in a}) == 4 and not {s["run_id"] for s in a} & {
-        s["run_id"] for s in b
-    }
+    assert len({s.run_id for s in a}) == 4 and not {s.run_id for s in a} & {s.run_id for s in b}
 
 
 def test_under_consumption_is_flagged(tmp_path):
@@ -209,9 +206,9 @@ def test_under_consumption_is_flagged(tmp_path):
     cfg = _cfg()
     specs = build_specs(cfg, "k")
     for s in specs:
-        d = tmp_path / s["run_id"]
+        d = tmp_path / s.run_id
         d.mkdir()
-        used = 500 if s["arm"] == "dapo" and s["seed"] == 1 else 1150
+        used = 500 if s.arm == "dapo" and s.seed == 1 else 1150
         (d / "status.json").write_text(
             json.dumps({"state": "finished", "counters": {"launched_tokens": used}})
         )
@@ -317,8 +314,7 @@ def test_plain_progress_says_each_evaluation_once_between_two_calls_and_across_a
 
     from sixblanks.harness.layout import write_json, write_text
 
-    spec = {"run_id": "r1", "arm": "grpo", "task": {"name": "arithmetic"}, "seed": 0}
-    spec["budget"] = {"launched_tokens": 400}
+    spec = build_specs(_cfg(), "k")[0].replace(run_id="r1", budget={"launched_tokens": 400})
     orch = Orchestrator(_cfg(), tmp_path)
     rd = orch.dir.run("r1")
     rd.path.mkdir(parents=True)

@@ -335,15 +335,14 @@ def plain(counters: dict) -> dict:
     return {k: v for k, v in counters.items() if "seconds" not in k}
 
 
-def single_process(spec: dict, warm: str, run_dir: Path) -> dict:
-    """The result of ``spec`` run in one process with the per-group seeds every rank samples
-    with."""
+def single_process(spec, warm: str, run_dir: Path) -> dict:
+    """The result of ``spec`` (a RunSpec) run in one process with the per-group seeds every rank
+    samples with."""
 
     from sixblanks.harness.orchestration.runner import execute_run
 
-    single_spec = copy.deepcopy(spec)
-    del single_spec["model"]["parallel"]
-    single_spec["rollout"]["group_seeds"] = True
+    model = {k: v for k, v in spec.model.items() if k != "parallel"}
+    single_spec = spec.replace(model=model, rollout={**spec.rollout, "group_seeds": True})
     return execute_run(single_spec, run_dir, warm, threads=1)
 
 

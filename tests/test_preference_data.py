@@ -273,7 +273,7 @@ def test_validate_reads_the_pairs_file_and_its_content_enters_the_run_id(cli, wr
         pairs.write_text(f'{{"prompt": "1+1=", "chosen": "2\\n", "rejected": "{rejected}"}}\n')
         assert cli("validate", path)[0] == 0
         specs = build_specs(load_config(path), "warm", code="c")
-        ids.append({s["arm"]: s["run_id"] for s in specs})
+        ids.append({s.arm: s.run_id for s in specs})
     assert ids[0]["f"] != ids[1]["f"] and ids[0]["r"] == ids[1]["r"]
     # the held-out pairs must leave some to train on (one pair, 16 held out by default)
     cfg["arms"]["f"]["blanks"]["data"]["pairs"]["heldout"] = 1

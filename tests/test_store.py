@@ -385,12 +385,14 @@ def test_partial_run_is_ingested_and_completed_on_resume_without_duplicates(tmp_
     )
     orch = Orchestrator(cfg, tmp_path, progress=False)
     spec = orch.prepare()[0]
-    run_dir = tmp_path / "runs" / spec["run_id"]
+    run_dir = tmp_path / "runs" / spec.run_id
     code = (
-        "import json,sys; from sixblanks.harness.orchestration.runner import execute_run; "
-        f"execute_run(json.loads(sys.argv[1]), {str(run_dir)!r}, {str(orch.warm_dir)!r}, threads=1)"
+        "import sys; from sixblanks.harness.orchestration.runner import execute_run; "
+        "from sixblanks.harness.runspec import RunSpec; "
+        f"execute_run(RunSpec.from_json(sys.argv[1]), {str(run_dir)!r}, {str(orch.warm_dir)!r}, "
+        "threads=1)"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "-c", code, spec.to_json()], cwd=ROOT)
     t0 = time.time()
     while (
         (read_status(run_dir).get("step") or 0) < 4

@@ -34,19 +34,19 @@ def _cfg(**over) -> ExperimentConfig:
 def test_the_tools_section_enters_the_specs_of_the_arms_offered_it():
     cfg = _cfg(tools=TOOLS)
     assert cfg.tools_for("tool") == cfg.tools and cfg.tools_for("text") is None
-    specs = {s["arm"]: s for s in build_specs(cfg, "key", code="c")}
-    assert specs["tool"]["tools"] == cfg.tools.model_dump(mode="json")
-    assert specs["tool"]["tools"]["sandbox"]["timeout_seconds"] == 5
-    assert "tools" not in specs["text"]
+    specs = {s.arm: s for s in build_specs(cfg, "key", code="c")}
+    assert specs["tool"].tools == cfg.tools.model_dump(mode="json")
+    assert specs["tool"].tools["sandbox"]["timeout_seconds"] == 5
+    assert specs["text"].tools is None and "tools" not in specs["text"].as_dict()
     # without the section no spec holds the key: the run ids of every other experiment are as
     # they were, and the text arm's run is the one it would be in an experiment without tools
-    plain = {s["arm"]: s for s in build_specs(_cfg(), "key", code="c")}
-    assert not any("tools" in s for s in plain.values())
-    assert plain["text"]["run_id"] == specs["text"]["run_id"]
-    assert plain["tool"]["run_id"] != specs["tool"]["run_id"]
+    plain = {s.arm: s for s in build_specs(_cfg(), "key", code="c")}
+    assert not any("tools" in s.as_dict() for s in plain.values())
+    assert plain["text"].run_id == specs["text"].run_id
+    assert plain["tool"].run_id != specs["tool"].run_id
     limits = _cfg(tools={**TOOLS, "sandbox": {"timeout_seconds": 6}})
-    changed = {s["arm"]: s["run_id"] for s in build_specs(limits, "key", code="c")}
-    assert changed["tool"] != specs["tool"]["run_id"]  # a sandbox limit is part of the identity
+    changed = {s.arm: s.run_id for s in build_specs(limits, "key", code="c")}
+    assert changed["tool"] != specs["tool"].run_id  # a sandbox limit is part of the identity
 
 
 def test_the_warm_start_demonstrates_as_the_arms_are_offered_the_tool():
@@ -94,19 +94,20 @@ def test_the_audit_flags_an_unisolated_sandbox_and_an_arm_without_the_tool():
     from sixblanks.harness.tools import SandboxConfig, audit_flag
 
     none = {**TOOLS, "sandbox": {"isolation": "none"}}
+    base = build_specs(_cfg(), "key", code="c")[0]
     specs = [
-        {"arm": "a", "tools": _cfg(tools=none).tools.model_dump(mode="json")},
-        {"arm": "a", "tools": _cfg(tools=none).tools.model_dump(mode="json")},  # a second seed
-        {"arm": "b", "tools": _cfg(tools=TOOLS).tools.model_dump(mode="json")},
-        {"arm": "c"},
+        base.replace(arm="a", tools=_cfg(tools=none).tools.model_dump(mode="json")),
+        base.replace(arm="a", tools=_cfg(tools=none).tools.model_dump(mode="json")),  # a 2nd seed
+        base.replace(arm="b", tools=_cfg(tools=TOOLS).tools.model_dump(mode="json")),
+        base.replace(arm="c", tools=None),
     ]
     sentence = audit_flag(SandboxConfig(isolation="none"))
     assert sandbox_flags(specs) == [{"arm": "a", "item": "sandbox", "reason": sentence}]
-    offered = specs[2]["tools"]
+    offered = specs[2].tools
     assert tools_reason(None, offered).startswith("only the experiment's reference arm is offered")
     assert "format tags, 1 call turn(s), namespaces" in tools_reason(None, offered)
     assert tools_reason(offered, None).startswith("only this arm is offered")
-    assert tools_reason(specs[0]["tools"], offered).startswith("the code tool differs in sandbox")
+    assert tools_reason(specs[0].tools, offered).startswith("the code tool differs in sandbox")
 
 
 def test_a_machine_that_cannot_isolate_refuses_the_run(cli, write_yaml, monkeypatch, tmp_path):

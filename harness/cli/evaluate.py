@@ -4,7 +4,6 @@ with what the evaluation cost."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,12 +12,13 @@ import typer
 import yaml
 
 from ..errors import ConfigError
+from ..runspec import RunSpec
 from .app import JsonOpt, app, dump_json, out
 
 DATA_SUFFIXES = (".jsonl", ".csv", ".parquet")
 
 
-def _task(name: str | None, params: str | None, spec: dict[str, Any] | None):
+def _task(name: str | None, params: str | None, spec: RunSpec | None):
     """The task to score on: ``--task`` (a task name, or a data file for the dataset task) with
     ``--params``, else the run's own task."""
 
@@ -36,10 +36,10 @@ def _task(name: str | None, params: str | None, spec: dict[str, Any] | None):
         from ..tasks.judge import attach_judge
 
         try:  # the run's own task, with its judge as the run scored it
-            task = make_task(spec["task"]["name"], {**(spec["task"].get("params") or {}), **given})
+            task = make_task(spec.task_name, {**spec.task_params, **given})
         except Exception as exc:  # noqa: BLE001 - a task that cannot be made is the user's input
             raise ConfigError(f"--params: {exc}") from None
-        return attach_judge(task, spec["task"].get("judge"))
+        return attach_judge(task, spec.task.get("judge"))
     elif Path(name).suffix in DATA_SUFFIXES or Path(name).is_dir():
         name, given = "dataset", {"path": str(Path(name).resolve()), **given}
     try:
@@ -48,12 +48,12 @@ def _task(name: str | None, params: str | None, spec: dict[str, Any] | None):
         raise ConfigError(f"--task {name}: {exc}") from None
 
 
-def _offer_tools(task, spec: dict[str, Any] | None, tools: bool | None, tokenizer):
+def _offer_tools(task, spec: RunSpec | None, tools: bool | None, tokenizer):
     """``task`` with the code tool of the run's arm (its spec's ``tools``, present only where the
     arm was offered it) unless ``tools`` is False; ``tools`` True where the run had none (or a
     model directory: no run) is a ConfigError."""
 
-    offered = (spec or {}).get("tools")
+    offered = spec.tools if spec is not None else None
     if tools is False or (tools is None and not offered):
         return task
     if not offered:
@@ -116,12 +116,13 @@ def evaluate_policy(
         directory = model_dir_of(model)
     except ValueError as exc:
         raise ConfigError(f"MODEL: {exc}") from None
-    spec = json.loads((model / SPEC_JSON).read_text()) if (model / SPEC_JSON).is_file() else None
+    spec_file = model / SPEC_JSON
+    spec = RunSpec.from_json(spec_file.read_text()) if spec_file.is_file() else None
     the_task = _task(task, params, spec)
-    rollout = RolloutConfig.model_validate(spec["rollout"]) if spec else RolloutConfig()
+    rollout = RolloutConfig.model_validate(spec.rollout) if spec else RolloutConfig()
     if max_new_tokens is not None or spec is None:
         rollout = rollout.model_copy(update={"max_new_tokens": max_new_tokens or 16})
-    m = (spec or {}).get("model") or {}
+    m = spec.model if spec is not None else {}
     policy, tok = load_pretrained(directory, m.get("device", "cpu"), m.get("dtype", "float32"))
     set_fp32_lm_head(policy, bool(m.get("fp32_lm_head")))
     the_task = _offer_tools(the_task, spec, tools, tok)
@@ -133,7 +134,7 @@ def evaluate_policy(
         n,
         max_new_tokens=rollout.max_new_tokens,
         temperature=temperature,
-        seed=int(spec["seed"]) if spec else 0,
+        seed=int(spec.seed) if spec else 0,
         max_context_tokens=rollout.max_prompt_tokens,
         split=split,
         env_workers=rollout.env_workers,

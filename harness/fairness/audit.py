@@ -54,6 +54,7 @@ from sixblanks.algorithms.blanks import Blanks
 
 from ..config import ExperimentConfig
 from ..layout import RunDir
+from ..runspec import RunSpec
 from ..version import code_fingerprint
 from .identity import (
     judge_identity,
@@ -103,10 +104,6 @@ def shaping_terms(blanks: Blanks) -> dict[str, Any]:
     return out
 
 
-def _group_size(spec: dict[str, Any]) -> int:
-    return int(spec["blanks"]["data"].get("group_size") or spec["rollout"]["group_size"])
-
-
 def optimizer_settings(optimizer: dict[str, Any]) -> dict[str, Any]:
     """What an optimizer section (a spec's ``optimizer``, resolved) trains with: every run's
     optimizer is torch's AdamW, its learning rate warmed up linearly over ``warmup_steps`` and then
@@ -136,25 +133,23 @@ def training_search(blanks: Blanks) -> dict[str, Any] | None:
 
 
 def spec_items(
-    spec: dict[str, Any], cfg: ExperimentConfig, warm_info: dict[str, Any], shaped: bool = True
+    spec: RunSpec, cfg: ExperimentConfig, warm_info: dict[str, Any], shaped: bool = True
 ) -> dict[str, Any]:
     """The configured value of every held-constant item for one run spec (``shaped=False``: the
     experiment's reference: the reward without the arm's shaping, no fault, no seed offset). An
     arm's fault and seed offset are read from the spec (``ArmConfig.run_fields``: there when set),
     what its runs ran with."""
 
-    blanks = Blanks.model_validate(spec["blanks"])
-    r, d = spec["rollout"], blanks.data
-    ident, verifier = task_and_reward(
-        spec["task"]["name"], json.dumps(spec["task"].get("params") or {}, sort_keys=True)
-    )
+    blanks = Blanks.model_validate(spec.blanks)
+    r, d = spec.rollout, blanks.data
+    ident, verifier = task_and_reward(spec.task_name, json.dumps(spec.task_params, sort_keys=True))
     # its data files and user modules (a verifier and its helpers, at any depth) as the run
     # recorded them: an arm whose runs read another version of either is flagged
-    ident = {**ident, "inputs": spec.get("task_inputs") or {}}
+    ident = {**ident, "inputs": spec.task_inputs or {}}
     from ..tasks import make_task
 
-    max_turns = make_task(spec["task"]["name"], spec["task"].get("params")).max_turns
-    judge = spec["task"].get("judge")
+    max_turns = make_task(spec.task_name, spec.task.get("params")).max_turns
+    judge = spec.task.get("judge")
     if judge:
         verifier = {**verifier, "judge": judge_identity(judge)}
     tok = warm_info.get("tokenizer") or {"unknown": warm_info.get("key")}
@@ -180,26 +175,26 @@ def spec_items(
         },
         "global_batch": {
             "prompts_per_step": r["prompts_per_step"],
-            "samples_per_prompt": _group_size(spec),
+            "samples_per_prompt": spec.group_size,
             "updates_per_batch": d.epochs * d.minibatches,
             "epochs": d.epochs,
             "minibatches": d.minibatches,
         },
-        "optimizer": optimizer_settings(spec.get("optimizer") or {}),
+        "optimizer": optimizer_settings(spec.optimizer or {}),
         "training_search": training_search(blanks),
         "evaluation": {
             **{
-                k: spec["eval"].get(k)
+                k: spec.eval.get(k)
                 for k in ("split", "every", "counter", "temperature", "samples", "beam")
             },
-            "size": spec["eval"].get("size") or spec["task"].get("eval_size"),
+            "size": spec.eval.get("size") or spec.task.get("eval_size"),
             "seeds": list(cfg.seeds),
         },
-        "budget": spec["budget"],
-        "search_budget": cfg.arms[spec["arm"]].search_budget if spec["arm"] in cfg.arms else None,
-        "fault": (spec.get("fault") or NO_FAULT) if shaped else NO_FAULT,
-        "seed_offset": int(spec.get("seed_offset", 0)) if shaped else 0,
-        "tools": spec.get("tools"),
+        "budget": spec.budget,
+        "search_budget": cfg.arms[spec.arm].search_budget if spec.arm in cfg.arms else None,
+        "fault": (spec.fault or NO_FAULT) if shaped else NO_FAULT,
+        "seed_offset": int(spec.seed_offset or 0) if shaped else 0,
+        "tools": spec.tools,
     }
 
 
@@ -254,7 +249,7 @@ def _per_task(item: str, values: dict[str, Any]) -> Any:
 
 
 def fairness_audit(
-    cfg: ExperimentConfig, specs: list[dict[str, Any]], runs_dir: Path, warm_info: dict[str, Any]
+    cfg: ExperimentConfig, specs: list[RunSpec], runs_dir: Path, warm_info: dict[str, Any]
 ) -> dict[str, Any]:
     """What the chapter says to hold constant, per arm, and each arm's consumption; flags
     differences.
@@ -270,23 +265,23 @@ def fairness_audit(
     task_values: dict[str, dict[str, dict[str, Any]]] = {}
     reference_tasks: dict[str, dict[str, Any]] = {}
     for s in specs:
-        arm, task = s["arm"], s["task"]["name"]
+        arm, task = s.arm, s.task_name
         task_values.setdefault(arm, {}).setdefault(task, spec_items(s, cfg, warm_info))
         if not reference_tasks or next(iter(reference_tasks.values()))["_arm"] == arm:
             reference_tasks.setdefault(task, {"_arm": arm, **spec_items(s, cfg, warm_info, False)})
-        rd = RunDir(runs_dir / s["run_id"])
+        rd = RunDir(runs_dir / s.run_id)
         st = rd.read_status()
         census = (
             [e for e in rd.read_events() if e.get("type") == "census"] if rd.events.exists() else []
         )
         per_arm.setdefault(arm, {"runs": []})["runs"].append(
             {
-                "run_id": s["run_id"],
-                "seed": s["seed"],
+                "run_id": s.run_id,
+                "seed": s.seed,
                 "task": task,
                 "state": st.get("state"),
                 "counters": st.get("counters"),
-                "code_version": s.get("code_version"),
+                "code_version": s.code_version,
                 "prompts_trained": sum(int(c.get("groups_kept", 0)) for c in census),
             }
         )
@@ -343,7 +338,7 @@ def corrects_the_sampler(blanks: Blanks) -> bool:
     )
 
 
-def uncorrected_flags(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def uncorrected_flags(specs: list[RunSpec]) -> list[dict[str, Any]]:
     """An arm whose behaviour policy differs from pi_old on purpose, by an injected mismatch
     (``rollout.mismatch``) or by lag (``data.lag``, ``broadcast_every``, a concurrent collector),
     with no correction: its ratio is pi/pi_old with pi_old the trainer's recomputation, so nothing
@@ -352,14 +347,14 @@ def uncorrected_flags(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     flags, seen = [], set()
     for s in specs:
-        arm = s["arm"]
+        arm = s.arm
         if arm in seen:
             continue
         seen.add(arm)
-        blanks = Blanks.model_validate(s["blanks"])
+        blanks = Blanks.model_validate(s.blanks)
         d, why = blanks.data, []
-        if s["rollout"].get("mismatch"):
-            why.append(f"an injected mismatch ({compact_mismatch(s['rollout'])})")
+        if s.rollout.get("mismatch"):
+            why.append(f"an injected mismatch ({compact_mismatch(s.rollout)})")
         if d.lag or d.broadcast_every > 1 or d.concurrent is not None:
             lag = (
                 "a concurrent collector"

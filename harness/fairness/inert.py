@@ -13,6 +13,7 @@ from typing import Any
 from sixblanks.algorithms.blanks import Blanks, flatten
 
 from ..layout import RunDir
+from ..runspec import RunSpec
 
 RATIO_ONE = 1e-6
 """An importance ratio within this of 1 counts as 1 (on-policy recomputation is exact up to
@@ -145,15 +146,15 @@ def _per_turn_credit(estimator: str) -> bool:
     return "turn_rewards" in inputs or "token_rewards" in inputs
 
 
-def inert_differences(specs: list[dict[str, Any]], runs_dir: Path) -> list[dict[str, str]]:
+def inert_differences(specs: list[RunSpec], runs_dir: Path) -> list[dict[str, str]]:
     """For each blank field in which the arms differ, the arms in whose runs it never acted:
     ``[{"arm", "blank", "note"}]``."""
 
     flat: dict[str, dict[str, Any]] = {}
     runs: dict[str, list[str]] = {}
     for s in specs:
-        flat.setdefault(s["arm"], flatten(Blanks.model_validate(s["blanks"])))
-        runs.setdefault(s["arm"], []).append(s["run_id"])
+        flat.setdefault(s.arm, flatten(Blanks.model_validate(s.blanks)))
+        runs.setdefault(s.arm, []).append(s.run_id)
     if len(flat) < 2:
         return []
     fields = sorted(

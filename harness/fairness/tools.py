@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runspec import RunSpec
 
-def sandbox_flags(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+
+def sandbox_flags(specs: list[RunSpec]) -> list[dict[str, Any]]:
     """An arm whose code tool runs the policy's programs without isolation (``isolation: none``):
     the sandbox's own sentence (:func:`~sixblanks.harness.tools.audit_flag`), one flag per arm."""
 
@@ -15,12 +17,12 @@ def sandbox_flags(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     flags, seen = [], set()
     for s in specs:
-        if s["arm"] in seen or not s.get("tools"):
+        if s.arm in seen or not s.tools:
             continue
-        seen.add(s["arm"])
-        sentence = audit_flag(SandboxConfig.model_validate(s["tools"].get("sandbox") or {}))
+        seen.add(s.arm)
+        sentence = audit_flag(SandboxConfig.model_validate(s.tools.get("sandbox") or {}))
         if sentence is not None:
-            flags.append({"arm": s["arm"], "item": "sandbox", "reason": sentence})
+            flags.append({"arm": s.arm, "item": "sandbox", "reason": sentence})
     return flags
 
 

@@ -149,7 +149,8 @@ class LocalExecutor:
             try:  # Ctrl-C while the runs are handed out, too (a pool left alone waits for them)
                 with workers_ignore_ctrl_c():  # the pool starts its workers as runs are submitted
                     for spec, rd, wd in jobs:
-                        f = pool.submit(run_worker, (spec, rd, wd, self.threads, self.ckpt))
+                        job = (spec.to_json(), rd, wd, self.threads, self.ckpt)
+                        f = pool.submit(run_worker, job)
                         futures[f] = Path(rd).name
                         pending.add(f)
                 while pending:

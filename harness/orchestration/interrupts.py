@@ -11,8 +11,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import SixblanksError
+from ..runspec import RunSpec
 
-Job = tuple[dict[str, Any], str, str]
+Job = tuple[RunSpec, str, str]
 """(run spec, run directory, warm-start policy directory)"""
 
 SIGINT_SEEN = threading.Event()

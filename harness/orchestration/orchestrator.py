@@ -19,6 +19,7 @@ from typing import Any
 from ..config import ExperimentConfig
 from ..errors import SixblanksError
 from ..layout import TOKENIZER_IDENTITY_JSON, ExperimentDir, write_json
+from ..runspec import RunSpec
 from ..version import code_fingerprint
 from .data_files import arm_inputs, task_inputs
 from .progress import runs_progress, say
@@ -29,9 +30,7 @@ class RunFailed(SixblanksError):
     exit_code = 1
 
 
-def build_specs(
-    cfg: ExperimentConfig, warm_key: str, code: str | None = None
-) -> list[dict[str, Any]]:
+def build_specs(cfg: ExperimentConfig, warm_key: str, code: str | None = None) -> list[RunSpec]:
     """One fully resolved spec per arm x task x seed; ``code``: the code fingerprint (default: of
     the code running now), part of every run id."""
 
@@ -45,7 +44,7 @@ def build_specs(
         arm_ins = arm_inputs(cfg, arm)
         for task, task_in in zip(cfg.tasks or [], task_ins):
             for seed in cfg.seeds:
-                spec = {
+                fields = {
                     "experiment": cfg.name,
                     "arm": arm,
                     "preset": cfg.arms[arm].preset,
@@ -60,25 +59,24 @@ def build_specs(
                     "warm_start_key": warm_key,
                     "code_version": code,
                 }
-                spec.update(cfg.arms[arm].run_fields())  # seed_offset, fault: only where set
+                fields.update(cfg.arms[arm].run_fields())  # seed_offset, fault: only where set
                 if (tools := cfg.tools_for(arm)) is not None:  # the code tool: where offered
-                    spec["tools"] = tools.model_dump(mode="json")
+                    fields["tools"] = tools.model_dump(mode="json")
                 # only where there are some: a built-in task's run id is as it was
-                spec.update({"task_inputs": task_in} if task_in else {})
-                spec.update({"arm_inputs": arm_ins} if arm_ins else {})
-                spec["run_id"] = spec_id(spec)
-                specs.append(spec)
+                fields.update({"task_inputs": task_in} if task_in else {})
+                fields.update({"arm_inputs": arm_ins} if arm_ins else {})
+                specs.append(RunSpec.from_dict({**fields, "run_id": spec_id(fields)}))
     return specs
 
 
-def longest_first(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def longest_first(specs: list[RunSpec]) -> list[RunSpec]:
     """``specs`` with the runs expected to take longest first (a stable order otherwise): with
     fewer workers than runs, a long run started last would leave the other workers idle while it
     ends. Expected: the optimizer steps a batch takes, twice over where a critic trains beside the
     policy (a second model's forward and backward)."""
 
-    def cost(spec: dict[str, Any]) -> int:
-        data, critic = spec["blanks"]["data"], spec["blanks"]["advantage"]["estimator"] == "gae"
+    def cost(spec: RunSpec) -> int:
+        data, critic = spec.blanks["data"], spec.blanks["advantage"]["estimator"] == "gae"
         return int(data["epochs"]) * int(data["minibatches"]) * (2 if critic else 1)
 
     return sorted(specs, key=cost, reverse=True)
@@ -107,13 +105,13 @@ class Orchestrator:
         self.log = log or (lambda _m: None)
         self.progress = progress
         self.reuse_finished = reuse_finished
-        self._planned: tuple[list, str, list[dict[str, Any]]] | None = None
+        self._planned: tuple[list, str, list[RunSpec]] | None = None
 
     @property
     def runs_dir(self) -> Path:
         return self.dir.runs
 
-    def _plan(self) -> tuple[list, str, list[dict[str, Any]]]:
+    def _plan(self) -> tuple[list, str, list[RunSpec]]:
         """(the tasks, the warm start's key, one spec per run) of the configuration, made once:
         the key is a hash, so the specs are known before the warm start is trained or loaded."""
 
@@ -160,7 +158,7 @@ class Orchestrator:
                 "config": resolved_dict(self.cfg),
                 "code_version": code_fingerprint(),
                 "warm_start": info,
-                "runs": [s["run_id"] for s in self.specs],
+                "runs": [s.run_id for s in self.specs],
             },
         )
         return self.specs
@@ -187,12 +185,14 @@ class Orchestrator:
 
             Sandbox(self.cfg.tools.sandbox)
 
-    def reuse(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def reuse(self, specs: list[RunSpec]) -> list[RunSpec]:
         """Finished runs of other code for specs that are otherwise the same: their specs replace
         the new ones (the audit then flags them as run by other code)."""
 
-        def same(spec: dict[str, Any]) -> str:
-            return spec_id({k: v for k, v in spec.items() if k not in ("run_id", "code_version")})
+        def same(spec: RunSpec) -> str:
+            form = spec.as_dict(run_id=False)
+            del form["code_version"]
+            return spec_id(form)
 
         finished = {}
         if self.runs_dir.exists():
@@ -206,32 +206,31 @@ class Orchestrator:
             old = finished.get(same(spec))
             if (
                 old is not None
-                and old["run_id"] != spec["run_id"]
-                and (self.dir.run(spec["run_id"]).read_status().get("state") != "finished")
+                and old.run_id != spec.run_id
+                and (self.dir.run(spec.run_id).read_status().get("state") != "finished")
             ):
-                self.log(f"reusing {old['run_id']} ({old['code_version']}) for {spec['run_id']}")
+                self.log(f"reusing {old.run_id} ({old.code_version}) for {spec.run_id}")
                 spec = old
             out.append(spec)
         return out
 
-    def changed_inputs(self, specs: list[dict[str, Any]]) -> list[str]:
+    def changed_inputs(self, specs: list[RunSpec]) -> list[str]:
         """A line for each run trained afresh because a data file or user module changed since a
         finished run of the same configuration, naming what changed (such a run is never reused:
         its id holds its inputs)."""
 
         from .data_files import changed_inputs
 
-        def rest(
-            spec: dict[str, Any],
-        ) -> str:  # the run's identity but what an input's edit changes
+        def rest(spec: RunSpec) -> str:  # the run's identity but what an input's edit changes
             volatile = ("run_id", "task_inputs", "arm_inputs", "warm_start_key")
-            return spec_id({k: v for k, v in identity_of(spec).items() if k not in volatile})
+            view = identity_of(spec.as_dict())
+            return spec_id({k: v for k, v in view.items() if k not in volatile})
 
-        def inputs(spec: dict[str, Any]) -> dict[str, dict[str, str]]:
-            t, a = spec.get("task_inputs", {}), spec.get("arm_inputs", {})
+        def inputs(spec: RunSpec) -> dict[str, dict[str, str]]:
+            t, a = spec.task_inputs or {}, spec.arm_inputs or {}
             return {k: {**t.get(k, {}), **a.get(k, {})} for k in ("files", "modules")}
 
-        todo = {rest(s): s for s in specs if not self.dir.run(s["run_id"]).spec.exists()}
+        todo = {rest(s): s for s in specs if not self.dir.run(s.run_id).spec.exists()}
         if not todo or not self.runs_dir.exists():
             return []
         lines = []
@@ -246,16 +245,14 @@ class Orchestrator:
                 continue
             what = changed_inputs(inputs(old), inputs(new)) or ["the warm start"]
             lines.append(
-                f"{new['arm']} seed {new['seed']}: {', '.join(what)} changed since run "
-                f"{old['run_id']}; run {new['run_id']} trains afresh"
+                f"{new.arm} seed {new.seed}: {', '.join(what)} changed since run "
+                f"{old.run_id}; run {new.run_id} trains afresh"
             )
         return lines
 
-    def pending(self) -> list[dict[str, Any]]:
+    def pending(self) -> list[RunSpec]:
         return [
-            s
-            for s in self.specs
-            if self.dir.run(s["run_id"]).read_status().get("state") != "finished"
+            s for s in self.specs if self.dir.run(s.run_id).read_status().get("state") != "finished"
         ]
 
     def run(self, track: bool = True) -> dict[str, Any]:
@@ -282,9 +279,7 @@ class Orchestrator:
             specs = self._plan()[2]
         except Exception:  # noqa: BLE001 - a bad task: prepare raises it, with its message
             return 0
-        return sum(
-            self.dir.run(s["run_id"]).read_status().get("state") != "finished" for s in specs
-        )
+        return sum(self.dir.run(s.run_id).read_status().get("state") != "finished" for s in specs)
 
     def _run(self, track: bool, early) -> dict[str, Any]:
         from .executors import make_executor
@@ -310,7 +305,7 @@ class Orchestrator:
             else:
                 executor = make_executor(ex, workers, threads)
             jobs = [
-                (s, str(self.dir.run(s["run_id"]).path), str(self.warm_dir))
+                (s, str(self.dir.run(s.run_id).path), str(self.warm_dir))
                 for s in longest_first(todo)
             ]
             self.log(f"running {len(todo)} run(s) on the {ex.kind} executor ({workers} worker(s))")
@@ -369,7 +364,7 @@ class Orchestrator:
     def track(
         self, audit: dict[str, Any] | None = None, artifacts: list[Path] | None = None
     ) -> dict[str, Any]:
-        state = self.tracker().sync([s["run_id"] for s in self.specs], audit, artifacts)
+        state = self.tracker().sync([s.run_id for s in self.specs], audit, artifacts)
         return self._said(state)
 
     def tracking_beside(self):
@@ -401,17 +396,17 @@ class Orchestrator:
     def summary(self, failures: dict[str, str]) -> list[dict[str, Any]]:
         rows = []
         for s in self.specs:
-            rd = self.dir.run(s["run_id"])
+            rd = self.dir.run(s.run_id)
             st = rd.read_status()
             res = rd.read_result()
             rows.append(
                 {
-                    "run_id": s["run_id"],
-                    "arm": s["arm"],
-                    "task": s["task"]["name"],
-                    "seed": s["seed"],
+                    "run_id": s.run_id,
+                    "arm": s.arm,
+                    "task": s.task_name,
+                    "seed": s.seed,
                     "state": st.get("state"),
-                    "error": failures.get(s["run_id"]) or st.get("error"),
+                    "error": failures.get(s.run_id) or st.get("error"),
                     "final_score": res.get("final_score"),
                     "start_score": res["evals"][0]["score"] if res.get("evals") else None,
                     "counters": res.get("counters") or st.get("counters"),

@@ -17,11 +17,12 @@ import yaml
 
 from .. import layout
 from ..layout import POLICY, RunDir
+from ..runspec import RunSpec
 
 CARD = "README.md"
 
 
-def export_policy(trainer, rd: RunDir, spec: dict[str, Any], summary: dict[str, Any]) -> None:
+def export_policy(trainer, rd: RunDir, spec: RunSpec, summary: dict[str, Any]) -> None:
     """``trainer``'s final policy into ``rd.policy``: the weights as plain tensors in the model's
     Hugging Face layout (LoRA adapters merged into their base, an FSDP2 model gathered from its
     shards: every rank takes part, rank 0 writes), the tokenizer, and the model card. Written under
@@ -54,7 +55,7 @@ def export_policy(trainer, rd: RunDir, spec: dict[str, Any], summary: dict[str, 
     tmp.rename(rd.policy)
 
 
-def model_card(spec: dict[str, Any], summary: dict[str, Any]) -> str:
+def model_card(spec: RunSpec, summary: dict[str, Any]) -> str:
     """The model card of a run's policy: Hugging Face's YAML header, then what made it (run,
     experiment, arm and preset, task, seed, the arm's six blanks, the budget and what it spent,
     the final held-out score, the code) and how to load it."""
@@ -62,24 +63,24 @@ def model_card(spec: dict[str, Any], summary: dict[str, Any]) -> str:
     header = {
         "library_name": "transformers",
         "pipeline_tag": "text-generation",
-        "tags": ["sixblanks", "reinforcement-learning", spec["preset"]],
+        "tags": ["sixblanks", "reinforcement-learning", spec.preset],
     }
     counters = summary.get("counters") or {}
-    spent = {k: counters.get(k) for k in sorted(spec["budget"])}
+    spent = {k: counters.get(k) for k in sorted(spec.budget)}
     final = (summary.get("evals") or [{}])[-1]
     lines = [
         "---",
         yaml.safe_dump(header, sort_keys=False).strip(),
         "---",
         "",
-        f"# {spec['experiment']} / {spec['arm']} / seed {spec['seed']}",
+        f"# {spec.experiment} / {spec.arm} / seed {spec.seed}",
         "",
-        f"The final policy of sixblanks run `{spec['run_id']}`: arm `{spec['arm']}` (preset "
-        f"`{spec['preset']}`) of experiment `{spec['experiment']}`, seed {spec['seed']}, on task "
-        f"`{spec['task']['name']}`, trained from the warm start `{spec['warm_start_key']}` by "
-        f"{spec['code_version']}.",
+        f"The final policy of sixblanks run `{spec.run_id}`: arm `{spec.arm}` (preset "
+        f"`{spec.preset}`) of experiment `{spec.experiment}`, seed {spec.seed}, on task "
+        f"`{spec.task_name}`, trained from the warm start `{spec.warm_start_key}` by "
+        f"{spec.code_version}.",
         "",
-        f"- budget: {json.dumps(spec['budget'])}; spent: {json.dumps(spent)}",
+        f"- budget: {json.dumps(spec.budget)}; spent: {json.dumps(spent)}",
         f"- optimizer steps: {summary.get('steps')}; ended because: {summary.get('ended_because')}",
         f"- final held-out score: {final.get('score')} on {final.get('n')} instances of the "
         f"{final.get('split')} split",
@@ -87,7 +88,7 @@ def model_card(spec: dict[str, Any], summary: dict[str, Any]) -> str:
         "## The arm's six blanks",
         "",
         "```yaml",
-        yaml.safe_dump(spec["blanks"], sort_keys=False).strip(),
+        yaml.safe_dump(spec.blanks, sort_keys=False).strip(),
         "```",
         "",
         "## Loading it",

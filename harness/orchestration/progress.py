@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..redact import redact
+from ..runspec import RunSpec
 
 
 def budget_fraction(status: dict[str, Any]) -> float:
@@ -115,7 +116,7 @@ class EvalTail:
 # --------------------------------------------------------------------------- an experiment's runs
 
 
-def runs_progress(progress: bool | str, run_dir: Callable[[str], Any], todo: list[dict[str, Any]]):
+def runs_progress(progress: bool | str, run_dir: Callable[[str], Any], todo: list[RunSpec]):
     """The callback an executor calls while ``todo`` (specs) run, and once more with ``final=True``
     at the end: bars on a terminal, plain lines otherwise or where ``progress`` is ``"plain"``,
     nothing where it is false. ``run_dir``: a run id's :class:`~sixblanks.harness.layout.RunDir`."""
@@ -141,12 +142,10 @@ def runs_progress(progress: bool | str, run_dir: Callable[[str], Any], todo: lis
         if not state["started"]:
             prog.start()
             for s in todo:
-                ids[s["run_id"]] = prog.add_task(
-                    f"{s['arm']}/{s['task']['name']}/seed{s['seed']}", total=1.0, info="pending"
-                )
+                ids[s.run_id] = prog.add_task(s.label, total=1.0, info="pending")
             state["started"] = True
         for s in todo:
-            st = run_dir(s["run_id"]).read_status()
+            st = run_dir(s.run_id).read_status()
             frac = budget_fraction(st)
             last = st.get("last_eval")
             info = st.get("state", "pending")
@@ -155,7 +154,7 @@ def runs_progress(progress: bool | str, run_dir: Callable[[str], Any], todo: lis
             if st.get("state") == "failed":
                 info = "FAILED: " + redact(str(st.get("error", "")))[:60]
             prog.update(
-                ids[s["run_id"]],
+                ids[s.run_id],
                 completed=1.0 if st.get("state") == "finished" else frac,
                 info=info,
             )
@@ -168,20 +167,20 @@ def runs_progress(progress: bool | str, run_dir: Callable[[str], Any], todo: lis
     return callback
 
 
-def plain_progress(run_dir: Callable[[str], Any], todo: list[dict[str, Any]]):
+def plain_progress(run_dir: Callable[[str], Any], todo: list[RunSpec]):
     """One line on stderr per evaluation (read from the run's events file, so that none is lost
     between two calls) and per finished or failed run, as they happen."""
 
-    runs = [(s, run_dir(s["run_id"])) for s in todo]
+    runs = [(s, run_dir(s.run_id)) for s in todo]
     tails = {rd.run_id: EvalTail(rd.events) for _, rd in runs}  # an earlier attempt's: said
     ends = {rd.run_id: end_key(rd.read_status()) for _, rd in runs}
 
     def callback(final: bool = False) -> None:
         for s, rd in runs:
-            name = f"{s['arm']}/{s['task']['name']}/seed{s['seed']}"
+            name = s.label
             st = rd.read_status()  # before the events: a finished run's are all written
             for ev in tails[rd.run_id].new():
-                say(plain_eval_line(name, ev, s["budget"]))
+                say(plain_eval_line(name, ev, s.budget))
             state, key = st.get("state"), end_key(st)
             if state in ("finished", "failed") and key != ends[rd.run_id]:
                 ends[rd.run_id] = key

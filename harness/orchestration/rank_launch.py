@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..layout import RunDir, write_json
+from ..runspec import RunSpec
 from ..stopping import ACTIVE, STOP, RunInterrupted
 
 PEER_LOST = (
@@ -55,10 +56,6 @@ class RankFailed(RuntimeError):
     """A rank of a data-parallel run failed or died; the message names it."""
 
 
-def world_size(spec: dict[str, Any]) -> int:
-    return int((spec["model"].get("parallel") or {}).get("world_size", 1))
-
-
 def torchrun_command(
     run_dir, warm_dir, threads: int, checkpoint_seconds: float, world: int
 ) -> list[str]:
@@ -80,7 +77,7 @@ def torchrun_command(
 
 
 def launch(
-    spec: dict[str, Any],
+    spec: RunSpec,
     run_dir: str | Path,
     warm_dir: str | Path,
     threads: int = 1,
@@ -91,7 +88,7 @@ def launch(
     rank, :class:`RunInterrupted` on a stop."""
 
     rd = prepare_dir(spec, run_dir)
-    world = world_size(spec)
+    world = spec.world_size
     threads = max(1, threads // world)  # the run's threads shared by its ranks: no oversubscription
     log = rd.path / "ranks.log"
     start = log.stat().st_size if log.exists() else 0  # this attempt's output begins here
@@ -127,13 +124,13 @@ def launch(
     raise record_rank_failure(rd, rank, message, ranks_log=str(log))
 
 
-def prepare_dir(spec: dict[str, Any], run_dir: str | Path) -> RunDir:
+def prepare_dir(spec: RunSpec, run_dir: str | Path) -> RunDir:
     """The run's directory with its spec, cleared of an earlier attempt's rank error files."""
 
     rd = RunDir(run_dir)
     rd.path.mkdir(parents=True, exist_ok=True)
     if not rd.spec.exists():
-        write_json(rd.spec, spec)
+        write_json(rd.spec, spec.as_dict())
     for old in rd.path.glob("rank*.error.json"):
         old.unlink()
     return rd

@@ -24,11 +24,11 @@ def rank_main(argv: list[str]) -> int:
 
     run_dir, warm_dir, threads, ckpt_s = argv[0], argv[1], int(argv[2]), float(argv[3])
     rd = RunDir(run_dir)
-    spec = json.loads(rd.spec.read_text(encoding="utf-8"))
-    par = spec["model"]["parallel"]
+    spec = rd.read_spec()  # the launcher wrote it there: torchrun passes no objects
+    par = spec.model["parallel"]
     rank = int(os.environ.get("RANK", "0"))
     die_with_parent()  # torchrun (or a Ray worker) gone: this rank goes too
-    if str(spec["model"]["device"]).startswith("cuda"):
+    if str(spec.model["device"]).startswith("cuda"):
         # the rank sees its own GPU only, as device 0: the trainer and a vLLM engine (which picks
         # its device by itself) then share it, whatever else the machine has
         seen = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -36,9 +36,7 @@ def rank_main(argv: list[str]) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(os.environ.get("LOCAL_RANK", "0"))]
         os.environ["LOCAL_RANK"] = "0"
     try:
-        dp = parallel.init(
-            par.get("backend", "ddp"), int(par["world_size"]), spec["model"]["device"]
-        )
+        dp = parallel.init(par.get("backend", "ddp"), int(par["world_size"]), spec.model["device"])
         layout.NOT_WRITTEN = None if dp.writer else rd.path.resolve()
         execute_run(spec, run_dir, warm_dir, threads, ckpt_s)
         return 0

@@ -26,7 +26,6 @@ from .placement import (
     this_machine,
 )
 from .processes import cmdline, descendants, running
-from .rank_launch import world_size
 from .ray_rank_launch import submit as submit_ranks
 
 
@@ -140,12 +139,12 @@ class RayExecutor:
             remote = ray.remote(**self._task_resources())(run_placed)
             refs, placed = {}, {}  # a data-parallel run: a task per rank on a placement group
             for spec, rd, wd in jobs:
-                if world_size(spec) > 1:
+                if spec.world_size > 1:
                     placed[Path(rd).name] = submit_ranks(
                         spec, rd, wd, self.threads, self.ckpt, self.num_cpus
                     )
                     continue
-                args = (spec, rd, wd, self.threads, self.ckpt)
+                args = (spec.to_json(), rd, wd, self.threads, self.ckpt)
                 refs[remote.remote(args, self.num_cpus, self.num_gpus)] = Path(rd).name
             names = {**refs, **{r: n for n, p in placed.items() for r in p.refs}}
             failures: dict[str, str] = {}

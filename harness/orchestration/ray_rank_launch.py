@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from ..layout import RunDir
-from .rank_launch import failed_rank, prepare_dir, record_rank_failure, world_size
+from ..runspec import RunSpec
+from .rank_launch import failed_rank, prepare_dir, record_rank_failure
 
 
-def rank_request(spec: dict[str, Any], num_cpus: float) -> dict[str, float]:
+def rank_request(spec: RunSpec, num_cpus: float) -> dict[str, float]:
     """One rank's bundle: ``num_cpus`` CPUs, and one GPU where the run is on CUDA."""
 
-    gpu = 1.0 if str(spec["model"]["device"]).startswith("cuda") else 0.0
+    gpu = 1.0 if str(spec.model["device"]).startswith("cuda") else 0.0
     return {"CPU": float(num_cpus), **({"GPU": gpu} if gpu else {})}
 
 
@@ -97,7 +98,9 @@ def _own_error(rd: RunDir, rank: int) -> bool:
     return not err.get("peer_lost")
 
 
-def submit(spec, run_dir, warm_dir, threads: int, ckpt: float, num_cpus: float) -> PlacedRun:
+def submit(
+    spec: RunSpec, run_dir, warm_dir, threads: int, ckpt: float, num_cpus: float
+) -> PlacedRun:
     """Place the run's ranks (one node, STRICT_PACK) and start a task per rank."""
 
     import ray
@@ -105,7 +108,7 @@ def submit(spec, run_dir, warm_dir, threads: int, ckpt: float, num_cpus: float) 
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as OnBundle
 
     prepare_dir(spec, run_dir)
-    world = world_size(spec)
+    world = spec.world_size
     bundle = rank_request(spec, num_cpus)
     group = placement_group([dict(bundle) for _ in range(world)], strategy="STRICT_PACK")
     ray.get(group.ready())

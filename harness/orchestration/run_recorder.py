@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import checkpoint, layout
 from ..layout import RunDir, write_json, write_text
+from ..runspec import RunSpec
 from ..stopping import STOP, RunInterrupted, stop_points
 from .policy_out import export_policy
 
@@ -24,7 +25,9 @@ class RunRecorder:
     and at the end the result. ``saved``: the position the latest checkpoint holds (where a stopped
     run is recorded)."""
 
-    def __init__(self, spec, rd: RunDir, trainer, started, resumed_from, checkpoint_seconds):
+    def __init__(
+        self, spec: RunSpec, rd: RunDir, trainer, started, resumed_from, checkpoint_seconds
+    ):
         self.spec, self.rd, self.trainer = spec, rd, trainer
         self.started, self.resumed_from = started, resumed_from
         self.checkpoint_seconds = checkpoint_seconds
@@ -49,9 +52,9 @@ class RunRecorder:
             {
                 "state": state,
                 "run_id": self.rd.run_id,
-                "arm": spec["arm"],
-                "task": spec["task"]["name"],
-                "seed": spec["seed"],
+                "arm": spec.arm,
+                "task": spec.task_name,
+                "seed": spec.seed,
                 "step": at["step"],
                 "counters": dict(at["counters"]),
                 "limits": dict(trainer.ledger.budget.limits),
@@ -59,7 +62,7 @@ class RunRecorder:
                     "score": last["score"],
                     "step": last["step"],
                     # where in the budget it was taken (the plain progress lines say so)
-                    "at": {k: last["position"].get(k, 0.0) for k in spec["budget"]},
+                    "at": {k: last["position"].get(k, 0.0) for k in spec.budget},
                 }
                 if last
                 else None,
@@ -143,10 +146,10 @@ class RunRecorder:
         ledger_events = check_ledger_log(self.rd, trainer.ledger)
         summary = {
             "run_id": self.rd.run_id,
-            "arm": spec["arm"],
-            "preset": spec["preset"],
-            "task": spec["task"]["name"],
-            "seed": spec["seed"],
+            "arm": spec.arm,
+            "preset": spec.preset,
+            "task": spec.task_name,
+            "seed": spec.seed,
             "steps": trainer.step_idx,
             "ended_because": result.ended_because,
             "counters": dict(trainer.ledger.counters),
@@ -180,7 +183,7 @@ class RunRecorder:
         return summary
 
 
-def record_failure(rd: RunDir, spec: dict[str, Any], exc: BaseException) -> None:
+def record_failure(rd: RunDir, spec: RunSpec, exc: BaseException) -> None:
     """status.json says "failed", with the error and its traceback (the run's other files stay)."""
 
     from ..errors import describe
@@ -192,9 +195,9 @@ def record_failure(rd: RunDir, spec: dict[str, Any], exc: BaseException) -> None
             "error": describe(exc, f"run {rd.run_id}'s files"),
             "traceback": traceback.format_exc(limit=20),
             "updated": time.time(),
-            "arm": spec["arm"],
-            "seed": spec["seed"],
-            "task": spec["task"]["name"],
+            "arm": spec.arm,
+            "seed": spec.seed,
+            "task": spec.task_name,
             "run_id": rd.run_id,
         }
     )

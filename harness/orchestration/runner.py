@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import checkpoint
 from ..layout import RunDir, write_json
+from ..runspec import RunSpec
 from ..stopping import ACTIVE, STOP, RunInterrupted, stop_point, stop_points
 from .run_recorder import (
     RunRecorder,
@@ -37,38 +38,39 @@ def exit_soon(seconds: float = 0.25) -> None:
     threading.Timer(seconds, os._exit, (0,)).start()
 
 
-def spec_id(spec: dict[str, Any]) -> str:
-    """Content hash of a resolved run spec (:func:`identity_of` it): the run id."""
+def spec_id(form: dict[str, Any]) -> str:
+    """Content hash of a resolved run spec's JSON form (:meth:`RunSpec.as_dict` without the run
+    id; :func:`identity_of` it): the run id."""
 
-    view = identity_of(spec)
+    view = identity_of(form)
     return hashlib.sha256(json.dumps(view, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def identity_of(spec: dict[str, Any]) -> dict[str, Any]:
-    """What a run id hashes: the spec, with each data file it reads (its task's, its file of
-    pairs) by content alone (``task_inputs``, ``arm_inputs``), not by path: the spec records the
-    resolved path for reading, the id does not depend on where the checkout lies."""
+def identity_of(form: dict[str, Any]) -> dict[str, Any]:
+    """What a run id hashes: the spec's JSON form, with each data file it reads (its task's, its
+    file of pairs) by content alone (``task_inputs``, ``arm_inputs``), not by path: the spec
+    records the resolved path for reading, the id does not depend on where the checkout lies."""
 
-    if "task_inputs" not in spec and "arm_inputs" not in spec:
-        return spec  # no data file: the spec as it is
+    if "task_inputs" not in form and "arm_inputs" not in form:
+        return form  # no data file: the spec as it is
     from .data_files import without_locations
 
-    out = dict(spec)
+    out = dict(form)
     params, task_in = without_locations(
-        (spec["task"].get("params") or {}), spec.get("task_inputs") or {}
+        (form["task"].get("params") or {}), form.get("task_inputs") or {}
     )
-    out["task"] = {**spec["task"], "params": params}
-    if "task_inputs" in spec:
+    out["task"] = {**form["task"], "params": params}
+    if "task_inputs" in form:
         out["task_inputs"] = task_in
-    if "arm_inputs" in spec:
-        data = spec["blanks"]["data"]
-        pairs, arm_in = without_locations(data["pairs"], spec["arm_inputs"])
-        out["blanks"] = {**spec["blanks"], "data": {**data, "pairs": pairs}}
+    if "arm_inputs" in form:
+        data = form["blanks"]["data"]
+        pairs, arm_in = without_locations(data["pairs"], form["arm_inputs"])
+        out["blanks"] = {**form["blanks"], "data": {**data, "pairs": pairs}}
         out["arm_inputs"] = arm_in
     return out
 
 
-def settings_from_spec(spec: dict[str, Any]):
+def settings_from_spec(spec: RunSpec):
     """The RunSettings of a spec. An arm's ``seed_offset`` and ``fault`` are in its specs only
     when set (``ArmConfig.run_fields``): a spec without them runs with neither."""
 
@@ -77,31 +79,29 @@ def settings_from_spec(spec: dict[str, Any]):
     from ..config import OptimizerConfig, RolloutConfig
     from ..training import RunSettings
 
-    ev = spec["eval"]
+    ev, task = spec.eval, spec.task
     return RunSettings(
-        blanks=Blanks.model_validate(spec["blanks"]),
-        rollout=RolloutConfig.model_validate(spec["rollout"]),
-        optimizer=OptimizerConfig.model_validate(spec["optimizer"]),
-        budget=dict(spec["budget"]),
-        seed=int(spec["seed"]),
+        blanks=Blanks.model_validate(spec.blanks),
+        rollout=RolloutConfig.model_validate(spec.rollout),
+        optimizer=OptimizerConfig.model_validate(spec.optimizer),
+        budget=dict(spec.budget),
+        seed=int(spec.seed),
         eval_every=ev.get("every"),
         eval_counter=ev.get("counter"),
-        eval_size=int(ev.get("size") or spec["task"].get("eval_size", 64)),
+        eval_size=int(ev.get("size") or task.get("eval_size", 64)),
         eval_temperature=float(ev.get("temperature", 0.0)),
         eval_samples=int(ev.get("samples", 1)),
         eval_beam=ev.get("beam"),
         eval_split=ev.get("split", "test"),
-        reward_range=tuple(spec["task"]["reward_range"])
-        if spec["task"].get("reward_range")
-        else (0.0, 1.0),
-        name=f"{spec['arm']}/{spec['task']['name']}/seed{spec['seed']}",
-        seed_offset=int(spec.get("seed_offset", 0)),
-        reward_fault=(spec.get("fault") or {}).get("rewards", "none"),
-        parallel=spec["model"].get("parallel"),  # in the spec only where set
+        reward_range=tuple(task["reward_range"]) if task.get("reward_range") else (0.0, 1.0),
+        name=spec.label,
+        seed_offset=int(spec.seed_offset or 0),
+        reward_fault=(spec.fault or {}).get("rewards", "none"),
+        parallel=spec.model.get("parallel"),  # in the spec only where set
     )
 
 
-def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Path | None = None):
+def build_trainer(spec: RunSpec, warm_dir: str | Path, work_dir: str | Path | None = None):
     """The Trainer of one spec: the warm-start policy, a frozen reference copy, the rollout engine
     ``rollout.backend`` names. Used by runs and by sweep trials alike. ``work_dir``: the run's
     directory (a concurrent collector spools its rounds there)."""
@@ -115,29 +115,27 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     settings = settings_from_spec(spec)
     settings.work_dir = str(work_dir) if work_dir is not None else None
     check_inputs_unchanged(spec)
-    task = attach_judge(
-        make_task(spec["task"]["name"], spec["task"].get("params") or {}), spec["task"].get("judge")
-    )
+    task = attach_judge(make_task(spec.task_name, spec.task_params), spec.task.get("judge"))
     if settings.reward_range == (0.0, 1.0):
         settings.reward_range = task.reward_range
-    model, tok = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
-    if spec.get("tools"):  # the code tool: in the spec only where the arm is offered it
+    model, tok = load_pretrained(warm_dir, spec.model["device"], spec.model["dtype"])
+    if spec.tools:  # the code tool: in the spec only where the arm is offered it
         from ..tasks.tooled import with_tools
         from ..tools.config import ToolsConfig
 
         hide = [work_dir] if work_dir is not None else []
-        task = with_tools(task, ToolsConfig.model_validate(spec["tools"]), tok, hide=hide)
+        task = with_tools(task, ToolsConfig.model_validate(spec.tools), tok, hide=hide)
     stop_point("setup")  # each model load is long for a large model: a stop is seen between them
-    fp32_head = bool(spec["model"].get("fp32_lm_head"))  # in the spec only where set
+    fp32_head = bool(spec.model.get("fp32_lm_head"))  # in the spec only where set
     set_fp32_lm_head(model, fp32_head)
-    set_gradient_checkpointing(model, bool(spec["model"].get("gradient_checkpointing")))
-    if spec["model"].get("lora"):  # the reference is the base: the same weights, adapter off
+    set_gradient_checkpointing(model, bool(spec.model.get("gradient_checkpointing")))
+    if spec.model.get("lora"):  # the reference is the base: the same weights, adapter off
         from ..lora import AdapterOff, apply_lora
 
-        model = apply_lora(model, spec["model"]["lora"])
+        model = apply_lora(model, spec.model["lora"])
         ref = AdapterOff(model)
     else:
-        ref, _ = load_pretrained(warm_dir, spec["model"]["device"], spec["model"]["dtype"])
+        ref, _ = load_pretrained(warm_dir, spec.model["device"], spec.model["dtype"])
         set_fp32_lm_head(ref, fp32_head)
         for p in ref.parameters():
             p.requires_grad_(False)
@@ -148,33 +146,33 @@ def build_trainer(spec: dict[str, Any], warm_dir: str | Path, work_dir: str | Pa
     return Trainer(settings, task, model, tok, ref_model=ref, engine=engine)
 
 
-def check_inputs_unchanged(spec: dict[str, Any]) -> None:
+def check_inputs_unchanged(spec: RunSpec) -> None:
     """Refuse a run whose data files or user modules changed after it was planned (its run id holds
     the versions it was planned with): it would train on other inputs than its id says. Raises a
     SixblanksError naming each changed input."""
 
-    if "task_inputs" not in spec and "arm_inputs" not in spec:
+    if not spec.has_inputs:
         return  # a run that reads no data file and calls no user module
     from ..config import TaskConfig
     from ..errors import SixblanksError
     from .data_files import changed_inputs, file_hash, task_inputs
 
     changed = []
-    if "task_inputs" in spec:
-        now = task_inputs(TaskConfig.model_validate(spec["task"]))
-        changed += changed_inputs(spec["task_inputs"], now)
-    if "arm_inputs" in spec:  # the arm's file of pairs
-        files = spec["arm_inputs"].get("files") or {}
-        changed += changed_inputs(spec["arm_inputs"], {"files": {p: file_hash(p) for p in files}})
+    if spec.task_inputs is not None:
+        now = task_inputs(TaskConfig.model_validate(spec.task))
+        changed += changed_inputs(spec.task_inputs, now)
+    if spec.arm_inputs is not None:  # the arm's file of pairs
+        files = spec.arm_inputs.get("files") or {}
+        changed += changed_inputs(spec.arm_inputs, {"files": {p: file_hash(p) for p in files}})
     if changed:
         raise SixblanksError(
-            f"run {spec.get('run_id', '?')}: {', '.join(changed)} changed after the run was "
+            f"run {spec.run_id or '?'}: {', '.join(changed)} changed after the run was "
             "planned; run the command again, which plans the runs of the new version"
         )
 
 
 def execute_run(
-    spec: dict[str, Any],
+    spec: RunSpec,
     run_dir: str | Path,
     warm_dir: str | Path,
     threads: int = 1,
@@ -200,7 +198,7 @@ def execute_run(
     rd.path.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, threads))
     if not rd.spec.exists():
-        write_json(rd.spec, spec)
+        write_json(rd.spec, spec.as_dict())
     started = rd.read_status().get("started") or time.time()
     trainer, recorder = None, None
     try:
@@ -254,15 +252,17 @@ def _resume(rd: RunDir, trainer) -> tuple[int | None, dict[str, Any] | None]:
 
 
 def run_worker(args: tuple) -> dict[str, Any]:
-    """Process-pool entry point: (spec, run_dir, warm_dir, threads, checkpoint_seconds)."""
+    """Process-pool entry point: (the spec's JSON text, :meth:`RunSpec.to_json`; run_dir,
+    warm_dir, threads, checkpoint_seconds)."""
 
-    spec, run_dir, warm_dir, threads, ckpt_s = args
+    text, run_dir, warm_dir, threads, ckpt_s = args
     if STOP.is_set():  # handed out after the interrupt: never started
         exit_soon()
         return {"ok": False, "interrupted": True, "started": False, "run_id": Path(run_dir).name}
-    from .rank_launch import launch, world_size
+    from .rank_launch import launch
 
-    run = launch if world_size(spec) > 1 else execute_run  # a data-parallel run: torchrun
+    spec = RunSpec.from_json(text)
+    run = launch if spec.world_size > 1 else execute_run  # a data-parallel run: torchrun
     try:
         return {"ok": True, "summary": run(spec, run_dir, warm_dir, threads, ckpt_s)}
     except RunInterrupted as exc:

@@ -267,30 +267,26 @@ class Tracker:
         tags = {
             "mlflow.parentRunId": parent_id,
             "sixblanks.run_id": rid,
-            "sixblanks.arm": spec["arm"],
-            "preset": spec["preset"],
-            "seed": str(spec["seed"]),
-            "task": spec["task"]["name"],
-            "sixblanks.code_version": str(spec.get("code_version")),
+            "sixblanks.arm": spec.arm,
+            "preset": spec.preset,
+            "seed": str(spec.seed),
+            "task": spec.task_name,
+            "sixblanks.code_version": str(spec.code_version),
             "sixblanks.status": status.get("state", "pending"),
-            "fairness.flagged": str(spec["arm"] in flagged).lower(),
+            "fairness.flagged": str(spec.arm in flagged).lower(),
         }
         run = client.create_run(
             exp_id,
-            run_name=f"{spec['arm']}/{spec['task']['name']}/seed{spec['seed']}",
+            run_name=spec.label,
             start_time=_millis(status.get("started")),  # the run's own time, not the sync's
             tags=tags,
         )
         run_id = self._in_flight = run.info.run_id
         params: dict[str, str] = {}
-        _flatten("blanks", spec["blanks"], params)
+        _flatten("blanks", spec.blanks, params)
         for key in ("optimizer", "rollout", "budget", "eval", "model", "task"):
-            _flatten(key, spec[key], params)
-        params["preset"], params["seed"], params["arm"] = (
-            spec["preset"],
-            str(spec["seed"]),
-            spec["arm"],
-        )
+            _flatten(key, getattr(spec, key), params)
+        params["preset"], params["seed"], params["arm"] = spec.preset, str(spec.seed), spec.arm
         plist = [Param(k, v) for k, v in params.items()]
         for i in range(0, len(plist), 100):
             client.log_batch(run_id, params=plist[i : i + 100])

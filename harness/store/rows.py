@@ -13,6 +13,7 @@ import pyarrow as pa
 from sixblanks.budgets.counters import COUNTERS, DISCARD_REASONS
 
 from ..layout import RunDir
+from ..runspec import RunSpec
 
 LEDGER_COLUMNS = list(COUNTERS)
 
@@ -59,7 +60,7 @@ DB_STATUS = {
 
 def run_row(
     rd: RunDir,
-    spec: dict[str, Any],
+    spec: RunSpec,
     status: dict[str, Any],
     result: dict[str, Any],
     steps: list[dict[str, Any]],
@@ -74,13 +75,13 @@ def run_row(
     return {
         "run_id": rd.run_id,
         "experiment_id": None,
-        "arm": spec["arm"],
-        "preset": spec["preset"],
-        "task": spec["task"]["name"],
-        "seed": int(spec["seed"]),
+        "arm": spec.arm,
+        "preset": spec.preset,
+        "task": spec.task_name,
+        "seed": int(spec.seed),
         "status": DB_STATUS.get(state, state),
-        "spec": json.dumps(spec),
-        "blanks": json.dumps(spec["blanks"]),
+        "spec": json.dumps(spec.as_dict()),
+        "blanks": json.dumps(spec.blanks),
         "initial_policy_hash": None,
         "steps": len(steps),
         "ended_because": result.get("ended_because"),
@@ -98,7 +99,7 @@ def run_row(
 
 
 def budget_rows(
-    rid: str, spec: dict[str, Any], status: dict[str, Any], result: dict[str, Any]
+    rid: str, spec: RunSpec, status: dict[str, Any], result: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """One ``budgets`` row per budget counter: its limit and what the run consumed of it."""
 
@@ -110,7 +111,7 @@ def budget_rows(
             "limit_value": float(v),
             "consumed": float(last_counters.get(k, 0.0)),
         }
-        for k, v in spec["budget"].items()
+        for k, v in spec.budget.items()
     ]
 
 
@@ -201,7 +202,7 @@ def metrics_table(rid: str, steps: list[dict[str, Any]]) -> pa.Table:
     return pa.table({name: pa.array([], kind) for name, kind in METRICS_SCHEMA.items()})
 
 
-def eval_rows(rid: str, spec: dict[str, Any], evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def eval_rows(rid: str, spec: RunSpec, evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One ``evals`` row per evaluation: score, positions, pass@k, detail, own and search cost."""
 
     rows = []
@@ -224,7 +225,7 @@ def eval_rows(rid: str, spec: dict[str, Any], evals: list[dict[str, Any]]) -> li
                 "wall_seconds": float(pos.get("wall_seconds", 0.0)),
                 "pass_at": json.dumps(record.get("pass_at") or {"1": float(record["score"])}),
                 "position": json.dumps(pos),
-                "detail": json.dumps({spec["task"]["name"]: record.get("per_instance")}),
+                "detail": json.dumps({spec.task_name: record.get("per_instance")}),
                 # what the evaluation itself cost (counted apart from the training budget)
                 **{f"eval_{k}": cost.get(k) for k in EVAL_COST},
                 # an inference-time search's score and its own compute (eval.beam), apart

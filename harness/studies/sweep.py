@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..layout import ExperimentDir, write_json
 from ..orchestration.interrupts import deferred_interrupts
 from ..orchestration.progress import plain_wanted
+from ..runspec import RunSpec
 from .sweep_worker import make_pruner, open_storage, repair_journal, run_trial
 
 TRIAL_SPLIT = "validation"
@@ -103,12 +104,9 @@ class Sweep:
     def _pruner_ref(self) -> tuple[str, float]:
         return (self.cfg.sweep.pruner, self.trial_budget[next(iter(self.trial_budget))])
 
-    def _default_params(self, arm: str, base_spec: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for path in self.cfg.sweep.space[arm]:
-            parts = path.split(".")
-            out[path] = _get_path(base_spec, parts)
-        return out
+    def _default_params(self, arm: str, base_spec: RunSpec) -> dict[str, Any]:
+        form = base_spec.as_dict()  # a searched path names a key of the spec's JSON form
+        return {path: _get_path(form, path.split(".")) for path in self.cfg.sweep.space[arm]}
 
     def _suggest(self, trial, arm: str) -> dict[str, Any]:
         params = {}
@@ -121,34 +119,41 @@ class Sweep:
                 params[path] = trial.suggest_categorical(path, sp.choices)
         return params
 
-    def _apply(self, spec: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-        spec = copy.deepcopy(spec)
+    def _apply(self, spec: RunSpec, params: dict[str, Any]) -> RunSpec:
+        """``spec`` with the trial's ``params`` (paths into its JSON form) set; the blanks
+        resolved again through the arm's preset, which validates them."""
+
+        form = spec.as_dict()
         blank_over: dict[str, Any] = {}
         for path, value in params.items():
             parts = path.split(".")
             if parts[0] == "blanks":
                 _set_path(blank_over, parts[1:], value)
             else:
-                _set_path(spec, parts, value)
+                _set_path(form, parts, value)
         if blank_over:
-            spec["blanks"] = resolve(
-                spec["preset"], deep_merge(spec["blanks"], blank_over)
+            form["blanks"] = resolve(
+                form["preset"], deep_merge(form["blanks"], blank_over)
             ).model_dump(mode="json")
-        return spec
+        return RunSpec.from_dict(form)
 
     # ------------------------------------------------------------------ the search
 
-    def _trial_spec(self, base_spec: dict[str, Any], params: dict[str, Any], budget) -> dict:
+    def _trial_spec(self, base_spec: RunSpec, params: dict[str, Any], budget) -> RunSpec:
         spec = self._apply(base_spec, params)
-        # the trial's budget, reserved on the arm's search ledger (trials.py): its own ledger
-        # stops it there, so the search total is never exceeded
-        spec["budget"] = dict(budget)
-        counter = next(iter(spec["budget"]))
-        spec["eval"]["every"] = self.trial_budget[counter] / 4
-        spec["eval"]["counter"] = counter
-        # trials are chosen on the validation split; confirmation runs and reports score test
-        spec["eval"]["split"] = TRIAL_SPLIT
-        return spec
+        counter = next(iter(budget))
+        return spec.replace(
+            # the trial's budget, reserved on the arm's search ledger (trials.py): its own ledger
+            # stops it there, so the search total is never exceeded
+            budget=dict(budget),
+            eval={
+                **spec.eval,
+                "every": self.trial_budget[counter] / 4,
+                "counter": counter,
+                # trials are chosen on validation; confirmation runs and reports score test
+                "split": TRIAL_SPLIT,
+            },
+        )
 
     def _storage_ref(self) -> tuple[str, str]:
         """How a worker process opens the same storage: ("url", URL) or ("journal", path)."""
@@ -193,7 +198,7 @@ class Sweep:
     def _search_arm(self, arm, specs, warm, storage, session, threads, summary) -> None:
         from .sweep_trials import SearchLedger, run_trials
 
-        base_spec = next(s for s in specs if s["arm"] == arm)
+        base_spec = next(s for s in specs if s.arm == arm)
         study = self._open_study(arm, storage, base_spec)
         search = SearchLedger(self.total_budget, self.trial_budget)
         before = dict.fromkeys(COUNTERS, 0.0)
@@ -210,7 +215,7 @@ class Sweep:
             self.log(f"{name}: start ({trial.number + 1}/{self.cfg.sweep.n_trials})")
             spec = self._trial_spec(base_spec, self._suggest(trial, arm), budget)
             return name, {
-                "spec": spec,
+                "spec": spec.to_json(),  # the worker is another process (or a Ray node)
                 "warm": str(warm),
                 "storage": self._storage_ref(),
                 "pruner": self._pruner_ref(),
@@ -227,7 +232,7 @@ class Sweep:
         )
         summary["arms"][arm] = self._arm_summary(arm, study, search, base_spec, stopped)
 
-    def _open_study(self, arm: str, storage, base_spec: dict[str, Any]):
+    def _open_study(self, arm: str, storage, base_spec: RunSpec):
         """The arm's Optuna study (resumed where it exists): a trial a kill left running counts as
         failed; a new study's first trial is the arm's default setting."""
 

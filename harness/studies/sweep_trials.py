@@ -83,7 +83,8 @@ def run_trials(
     Returns why it stopped early (or None)."""
 
     n_trials = sweep.cfg.sweep.n_trials
-    inflight: dict[Any, tuple[Any, Reservation, str, dict[str, Any]]] = {}
+    # each trial in flight: (its Optuna trial, its reservation, its name, its budget)
+    inflight: dict[Any, tuple[Any, Reservation, str, dict[str, float]]] = {}
     stopped = None
     while True:
         while (
@@ -97,14 +98,14 @@ def run_trials(
             budget, res = opened
             trial = study.ask()
             name, job = make_job(trial, budget)
-            inflight[session.submit(run_trial, job)] = (trial, res, name, job["spec"])
+            inflight[session.submit(run_trial, job)] = (trial, res, name, budget)
         if SIGINT_SEEN.is_set():
             _interrupted(arm, study, search, session, inflight, log)
         if not inflight:
             return stopped
         stopped = None
         for handle in session.wait(list(inflight)):
-            trial, res, name, spec = inflight.pop(handle)
+            trial, res, name, budget = inflight.pop(handle)
             try:
                 out = session.result(handle)
             except Exception as exc:  # noqa: BLE001 - a worker killed by the OS, a lost Ray node
@@ -114,16 +115,18 @@ def run_trials(
                     # what it spent up to its last step, as the worker recorded it in the storage
                     "counters": stored_attrs(study, trial.number).get("counters"),
                 }
-            _tell(study, trial, out, search, res, name, spec, log)
+            _tell(study, trial, out, search, res, name, budget, log)
 
 
-def _tell(study, trial, out, search: SearchLedger, res, name: str, spec, log) -> None:
+def _tell(study, trial, out, search: SearchLedger, res, name: str, budget, log) -> None:
+    """Tell the study how the trial ended (``budget``: the trial's, where it ended is said in)."""
+
     from optuna.trial import TrialState
 
     if out.get("error"):
         trial.set_user_attr("error", out["error"])
     what = out.get("error") or (f"score {out['value']:.3f}" if "value" in out else "")
-    where = plain_budget(out.get("counters") or {}, spec["budget"])  # where it ended
+    where = plain_budget(out.get("counters") or {}, budget)  # where it ended
     log(f"{name}: {out['state']}{what and ': ' + what} ({where})")
     if out.get("counters"):
         trial.set_user_attr("counters", out["counters"])
@@ -138,11 +141,11 @@ def _interrupted(arm, study, search, session, inflight, log) -> None:
 
     partial = session.interrupt(list(inflight)) if inflight else {}
     names = []
-    for handle, (trial, res, name, spec) in inflight.items():
+    for handle, (trial, res, name, budget) in inflight.items():
         out = partial.get(handle) or {}
         counters = out.get("counters") or stored_attrs(study, trial.number).get("counters")
         out = {"state": "FAIL", "error": "interrupted (Ctrl-C)", "counters": counters}
-        _tell(study, trial, out, search, res, name, spec, log)
+        _tell(study, trial, out, search, res, name, budget, log)
         names.append(name)
     where = f"in {', '.join(names)}" if names else f"between trials of {arm}"
     raise Interrupted(

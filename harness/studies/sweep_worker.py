@@ -16,6 +16,7 @@ from typing import Any
 
 from ..orchestration.progress import PlainLines
 from ..orchestration.runner import ACTIVE, STOP, RunInterrupted, build_trainer, exit_soon
+from ..runspec import RunSpec
 from ..stopping import stop_points
 
 
@@ -106,7 +107,7 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     torch.set_num_threads(max(1, int(job["threads"])))
-    spec = job["spec"]
+    spec = RunSpec.from_json(job["spec"])
     study = optuna.load_study(
         study_name=job["study"],
         storage=open_storage(tuple(job["storage"])),
@@ -114,11 +115,11 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     )
     trial = optuna.trial.Trial(study, job["trial_id"])
     trial.set_user_attr("worker", worker_info() | {"started": time.time()})
-    counter = next(iter(spec["budget"]))
-    every = spec["eval"]["every"]
+    counter = next(iter(spec.budget))
+    every = spec.eval["every"]
     trainer = None
     spent = [None]  # the counters at the last step boundary: an interrupted trial is charged them
-    lines = PlainLines(job["name"], spec["budget"], job["plain"])  # it counts the evaluations seen
+    lines = PlainLines(job["name"], spec.budget, job["plain"])  # it counts the evaluations seen
     try:
         with stop_points(grace=0.0):  # in its setup (SIGTERM: the worker exits at once) at once
             trainer = build_trainer(spec, job["warm"])

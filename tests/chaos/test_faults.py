@@ -129,7 +129,7 @@ def test_a_truncated_results_store_is_set_aside_and_rebuilt_from_the_runs(
 def _spec_and_warm(out):
     exp = ExperimentDir(out)
     spec = RunDir(sorted(exp.runs.iterdir())[0]).read_spec()
-    return spec, exp.warm_policy(spec["warm_start_key"])
+    return spec, exp.warm_policy(spec.warm_start_key)
 
 
 def test_a_nan_loss_fails_the_run_clearly_and_the_rerun_resumes_as_uninterrupted(
@@ -139,7 +139,7 @@ def test_a_nan_loss_fails_the_run_clearly_and_the_rerun_resumes_as_uninterrupted
     from sixblanks.harness.training.objectives import policy_gradient as pg
 
     spec, warm = _spec_and_warm(finished)
-    reference = RunDir(finished / "runs" / spec["run_id"]).read_result()
+    reference = RunDir(finished / "runs" / spec.run_id).read_result()
     at = {"step": None}
     step, loss = Trainer.step, pg.policy_loss
 
@@ -183,8 +183,7 @@ def test_a_verifier_that_raises_returns_nan_or_hangs_is_a_counted_failure(finish
     from . import faulty_task
 
     spec, warm = _spec_and_warm(finished)
-    spec = json.loads(json.dumps(spec))
-    spec["task"]["name"] = "tests.chaos.faulty_task:FaultyArithmetic"
+    spec = spec.replace(task={**spec.task, "name": "tests.chaos.faulty_task:FaultyArithmetic"})
     trainer = build_trainer(spec, warm)
     trainer.ctx.settings.evaluate = False  # the training gate's calls only
     faulty_task.INJECTED.clear()

@@ -11,10 +11,10 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ...layout import SHARED_JSON, SPEC_JSON, ExperimentDir, write_json
 from ...orchestration.runner import spec_id
+from ...runspec import RunSpec
 
 NOT_IDENTITY = ("run_id", "experiment", "arm")
 """Spec fields that name a run without deciding it: the experiment's name (one per claim and
@@ -24,10 +24,10 @@ NOT_COPIED = ("checkpoint", "checkpoint.prev")
 """A finished run needs no checkpoint: it is never resumed."""
 
 
-def run_identity(spec: dict[str, Any]) -> str:
+def run_identity(spec: RunSpec) -> str:
     """The identity of what a run computes: its run id's hash without the names."""
 
-    return spec_id({k: v for k, v in spec.items() if k not in NOT_IDENTITY})
+    return spec_id({k: v for k, v in spec.as_dict().items() if k not in NOT_IDENTITY})
 
 
 def finished_runs(root: Path) -> dict[str, Path]:
@@ -63,7 +63,9 @@ COPYING = ".copying"
 that no scan of ``runs/`` (the store's, :func:`finished_runs`) sees it half-made."""
 
 
-def adopt_specs(specs: list[dict], out: Path, root: Path, log: Callable[[str], None]) -> list[str]:
+def adopt_specs(
+    specs: list[RunSpec], out: Path, root: Path, log: Callable[[str], None]
+) -> list[str]:
     """:func:`adopt_shared` for resolved run ``specs``. A copy is assembled apart and moved into
     ``runs/`` by one rename once whole, so a kill mid-copy leaves no run that looks finished: the
     next attempt (a resumed command) finds the run unfinished and copies it once, afresh; a run
@@ -73,7 +75,7 @@ def adopt_specs(specs: list[dict], out: Path, root: Path, log: Callable[[str], N
     pool = finished_runs(root)
     copied = []
     for spec in specs if pool else []:
-        run = ExperimentDir(out).run(spec["run_id"])
+        run = ExperimentDir(out).run(spec.run_id)
         src = pool.get(run_identity(spec))
         # a run of this experiment itself (two arms of one claim alike) is not another claim's
         if (
@@ -82,28 +84,28 @@ def adopt_specs(specs: list[dict], out: Path, root: Path, log: Callable[[str], N
             or run.read_status().get("state") == "finished"
         ):
             continue
-        staged = _staged_copy(src, spec, out / COPYING / spec["run_id"], root)
+        staged = _staged_copy(src, spec, out / COPYING / spec.run_id, root)
         if run.path.exists():  # a partial run of its own: the finished copy replaces it
             shutil.rmtree(run.path)
         run.path.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staged, run.path)
-        copied.append(spec["run_id"])
+        copied.append(spec.run_id)
         log(
-            f"{spec['arm']} seed {spec['seed']}: the finished run {src.relative_to(root)} is the "
+            f"{spec.arm} seed {spec.seed}: the finished run {src.relative_to(root)} is the "
             "same; copied"
         )
     shutil.rmtree(out / COPYING, ignore_errors=True)
     return copied
 
 
-def _staged_copy(src: Path, spec: dict, to: Path, root: Path) -> Path:
+def _staged_copy(src: Path, spec: RunSpec, to: Path, root: Path) -> Path:
     """``src`` copied to ``to`` with its spec, status and result naming the new run (its id,
     experiment and arm, so that the store files it under this claim's arm) and a marker naming
     its source."""
 
     shutil.copytree(src, to, ignore=shutil.ignore_patterns(*NOT_COPIED))
-    names = {k: spec[k] for k in NOT_IDENTITY}
-    write_json(to / SPEC_JSON, spec)
+    names = {k: getattr(spec, k) for k in NOT_IDENTITY}
+    write_json(to / SPEC_JSON, spec.as_dict())
     for name in ("status.json", "result.json"):
         p = to / name
         if p.is_file():

@@ -11,7 +11,7 @@ from .rows import ASYNCHRONY, VERDICT, RungResult
 
 
 def asynchrony(ctx: RungContext) -> list[RungResult]:
-    d = ctx.spec["blanks"]["data"]
+    d = ctx.spec.blanks["data"]
     lag, conc = d.get("lag", 0), d.get("concurrent")
     if not lag and conc is None:
         reason = (

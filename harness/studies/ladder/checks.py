@@ -18,7 +18,7 @@ def contract(ctx: RungContext) -> list[RungResult]:
     from .contract import contract_rung
 
     model, tok = ctx.policy()
-    G = ctx.spec["blanks"]["data"].get("group_size") or ctx.rollout.group_size
+    G = ctx.spec.blanks["data"].get("group_size") or ctx.rollout.group_size
     engine = ctx.engine(model, tok)
     return contract_rung(engine, model, tok, ctx.task, ctx.rollout, G, ctx.seeds[0])
 
@@ -50,6 +50,6 @@ def no_update_eval(ctx: RungContext) -> list[RungResult]:
     from .no_update import no_update_rung
 
     model, tok = ctx.policy()
-    n = int(ctx.spec["eval"].get("size") or ctx.spec["task"]["eval_size"])
+    n = int(ctx.spec.eval.get("size") or ctx.spec.task["eval_size"])
     engine = ctx.engine(model, tok)
     return no_update_rung(engine, model, tok, ctx.task, n, ctx.rollout)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...runspec import RunSpec
+
 if TYPE_CHECKING:
     from ...config import ExperimentConfig, RolloutConfig
     from ...tasks.base import Task
@@ -22,7 +24,7 @@ Variants = dict[str, dict[str, Any]]
 class RungContext:
     cfg: ExperimentConfig
     arm: str
-    spec: dict[str, Any]
+    spec: RunSpec
     """The arm's run spec under the rung budget, evaluating once at the end on the validation
     split: what every short run starts from."""
     task: Task

@@ -25,11 +25,11 @@ SAME_SCALE = 1e-6
 def normalization(ctx: RungContext) -> list[RungResult]:
     from .stats import explain_scale  # numpy: loaded when the rung runs
 
-    nominal = ctx.spec["blanks"]["normalization"]["mode"]
+    nominal = ctx.spec.blanks["normalization"]["mode"]
     key = f"Z={nominal} (nominal)"
     modes = [m.replace("_", "-") for m in ctx.cfg.ladder.normalization_variants]
     modes = [m for m in dict.fromkeys(modes) if m != nominal]
-    clip = ctx.spec["optimizer"].get("grad_clip")
+    clip = ctx.spec.optimizer.get("grad_clip")
     totals = total_loss_weights(ctx, [nominal, *modes]) if clip and modes else {}
     variants: Variants = {key: {}}
     scale: dict[str, dict[str, Any]] = {}
@@ -58,7 +58,7 @@ def _scale_of(
     c = totals[mode] / totals[nominal]
     # an actor-critic arm's critic steps under the same clip, its value loss a token mean
     # whatever Z is: no clip rescales the policy's gradient alone
-    critic = ctx.spec["blanks"]["advantage"]["estimator"] == "gae"
+    critic = ctx.spec.blanks["advantage"]["estimator"] == "gae"
     if critic and abs(c - 1.0) > SAME_SCALE:
         return {"mode": mode, "ratio": c, "matched": None, "unmatchable": True}
     matched = None
@@ -88,7 +88,7 @@ def total_loss_weights(ctx: RungContext, modes: list[str]) -> dict[str, float]:
 
     model, tok = ctx.policy()
     r = ctx.rollout
-    G = ctx.spec["blanks"]["data"].get("group_size") or r.group_size
+    G = ctx.spec.blanks["data"].get("group_size") or r.group_size
     batch = run_episodes(
         ctx.engine(model, tok),
         tok,
@@ -99,11 +99,11 @@ def total_loss_weights(ctx: RungContext, modes: list[str]) -> dict[str, float]:
         SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens),
         generator=torch.Generator().manual_seed(0),
     )
-    n = ctx.spec["blanks"]["normalization"]
+    n = ctx.spec.blanks["normalization"]
     l_max = n.get("l_max") or r.max_new_tokens * max(1, ctx.task.max_turns)
     # per optimizer step: the weights are computed on each minibatch (a mean mode sums to 1
     # on each, token-sum to the minibatch's tokens), so a step's scale is a minibatch's total
-    parts = np.array_split(np.arange(batch.size), ctx.spec["blanks"]["data"]["minibatches"])
+    parts = np.array_split(np.arange(batch.size), ctx.spec.blanks["data"]["minibatches"])
     out = {}
     for m in modes:
         sums = []

@@ -32,7 +32,7 @@ def vary(
 ) -> list[RungResult]:
     """One field of one blank varied over ``values``, everything else at the arm's setting."""
 
-    nominal = ctx.spec["blanks"][blank][field]
+    nominal = ctx.spec.blanks[blank][field]
     key = f"{label}={nominal} (nominal)"
     variants: Variants = {key: {}}
     for value in values:
@@ -53,14 +53,14 @@ def clip_kl_lr(ctx: RungContext) -> list[RungResult]:
     scale (:func:`trust_region_variants`) and the loss KL coefficients of ``ladder.kl_variants``."""
 
     lad = ctx.cfg.ladder
-    lr0 = ctx.spec["optimizer"]["lr"]
+    lr0 = ctx.spec.optimizer["lr"]
     key = f"lr={lr0:g} (nominal)"
     variants: Variants = {key: {}}
     for f in lad.lr_factors:
         if f != 1.0:
             variants[f"lr={lr0 * f:g} (x{f:g})"] = {"lr": lr0 * f}
-    variants |= trust_region_variants(ctx.spec["blanks"]["weight"], lad)
-    kl0 = ctx.spec["blanks"]["regularizer"]["loss_kl_coef"]
+    variants |= trust_region_variants(ctx.spec.blanks["weight"], lad)
+    kl0 = ctx.spec.blanks["regularizer"]["loss_kl_coef"]
     for kl in lad.kl_variants:
         if kl != kl0:
             variants[f"loss_kl={kl:g}"] = {"blanks_over": {"regularizer": {"loss_kl_coef": kl}}}
@@ -110,7 +110,7 @@ def credit(ctx: RungContext) -> list[RungResult]:
 
     from sixblanks.algorithms.presets import resolve  # torch: loaded when the rung runs
 
-    blanks = ctx.spec["blanks"]
+    blanks = ctx.spec.blanks
     key = f"advantage={blanks['advantage']['estimator']} (nominal)"
     variants: Variants = {key: {}}
     skipped: list[RungResult] = []
@@ -138,12 +138,12 @@ def _credit_not_applicable(ctx: RungContext, adv: dict[str, Any]) -> str | None:
 
     from ...tasks import make_task
 
-    task = ctx.spec["task"]
+    task = ctx.spec.task
     labels = make_task(task["name"], task["params"]).has_step_labels
     if adv["estimator"] == "prm" and adv["prm"]["scorer"] == "trained" and not labels:
         return f"a trained PRM needs step labels; task '{task['name']}' gives none"
     try:
-        resolve(ctx.spec["preset"], deep_merge(ctx.spec["blanks"], {"advantage": adv}))
+        resolve(ctx.spec.preset, deep_merge(ctx.spec.blanks, {"advantage": adv}))
     except ValueError as exc:  # e.g. a critic with overlong shaping
         return f"not applicable to this arm: {exc}"
     return None

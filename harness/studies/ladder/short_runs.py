@@ -26,6 +26,7 @@ from sixblanks.algorithms.presets import resolve
 from ...orchestration.progress import PlainLines
 from ...orchestration.runner import build_trainer
 from ...rollout.engine import RolloutError
+from ...runspec import RunSpec
 from ...training import TrainingError
 from .rows import SPLIT, engine_name
 
@@ -46,7 +47,7 @@ class ShortRuns:
 
     def train(
         self,
-        base: dict[str, Any],
+        base: RunSpec,
         warm: Path,
         blanks_over: dict[str, Any] | None = None,
         lr: float | None = None,
@@ -64,7 +65,7 @@ class ShortRuns:
         # the same setting (the nominal one is in rung 4 and in every comparing rung) is trained
         # once and its result reused: a short run is deterministic given its spec and seed (with a
         # concurrent collector its lag depends on timing: every rung then compares with one run)
-        key = json.dumps(spec, sort_keys=True, default=str)
+        key = json.dumps(spec.as_dict(), sort_keys=True, default=str)
         if key in self.trained:
             first, out = self.trained[key]
             self.log(f"{name}: the same setting as {first}: its result reused (not trained again)")
@@ -75,39 +76,37 @@ class ShortRuns:
 
 
 def variant_spec(
-    base: dict[str, Any],
+    base: RunSpec,
     seed: int,
     blanks_over: dict[str, Any] | None = None,
     lr: float | None = None,
     preset: str | None = None,
     optimizer: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A copy of the run spec ``base`` with a variant's changes, evaluating on validation."""
+) -> RunSpec:
+    """The run spec ``base`` with a variant's changes, evaluating on validation."""
 
-    spec = copy.deepcopy(base)
-    spec["seed"] = seed
-    spec["eval"]["split"] = SPLIT
+    name, blanks = base.preset, base.blanks
     if preset is not None:
-        spec["blanks"] = resolve(preset).model_dump(mode="json")
-        spec["preset"] = preset
+        name, blanks = preset, resolve(preset).model_dump(mode="json")
     if blanks_over:
-        spec["blanks"] = resolve(
-            spec["preset"], deep_merge(spec["blanks"], blanks_over)
-        ).model_dump(mode="json")
+        blanks = resolve(name, deep_merge(blanks, blanks_over)).model_dump(mode="json")
+    opt = dict(base.optimizer)
     if lr is not None:
-        spec["optimizer"]["lr"] = lr
+        opt["lr"] = lr
     if optimizer:
-        spec["optimizer"].update(optimizer)
-    return spec
+        opt.update(optimizer)
+    return base.replace(
+        seed=seed, eval={**base.eval, "split": SPLIT}, preset=name, blanks=blanks, optimizer=opt
+    )
 
 
-def run_short(spec: dict[str, Any], warm: Path, name: str, plain: bool) -> dict[str, Any]:
+def run_short(spec: RunSpec, warm: Path, name: str, plain: bool) -> dict[str, Any]:
     """Trains ``spec`` from ``warm`` as a run builds it (the configured engine, a frozen reference,
     the declared reward range); a run that fails is reported as diverged, with its error."""
 
     trainer = build_trainer(spec, warm)
     engine = engine_name(trainer.engine)
-    lines = PlainLines(name, spec["budget"], plain)
+    lines = PlainLines(name, spec.budget, plain)
     try:
         res = trainer.train(on_step=lines.evals)
     except (TrainingError, RolloutError) as exc:

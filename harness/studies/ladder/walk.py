@@ -7,7 +7,6 @@ progress a killed walk resumes from, and the results (``ladder.json``, the store
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import time
@@ -21,6 +20,7 @@ from sixblanks.budgets.ledger import divide_budget
 from ...errors import ConfigError, SixblanksError, unknown_name
 from ...layout import ExperimentDir, read_json, write_json
 from ...orchestration.progress import plain_wanted
+from ...runspec import RunSpec
 from . import asynchrony, checks, curriculum, normalization, one_axis
 from .context import RungContext, Variants
 from .registry import RUNGS, Rung
@@ -54,7 +54,7 @@ class Ladder:
         self.short_runs = ShortRuns(self.log, plain_wanted(log))
         self.results: list[RungResult] = []
         # the arm's set-up, made by prepare() (a test sets what its rung reads instead)
-        self.spec: dict[str, Any] | None = None
+        self.spec: RunSpec | None = None
         self.task = None
         self.warm: Path | None = None
 
@@ -69,12 +69,13 @@ class Ladder:
         from ...tasks.judge import attach_judge
 
         orch = Orchestrator(self.cfg, self.out, log=self.log, progress=False)
-        spec = copy.deepcopy(next(s for s in orch.prepare() if s["arm"] == self.arm))
-        spec["budget"] = dict(self.cfg.ladder.budget) or divide_budget(self.cfg.budget, 10)
-        spec["eval"]["every"] = None
-        spec["eval"]["split"] = SPLIT  # the short runs select on validation, never on test
-        self.spec = spec
-        task = spec["task"]
+        base = next(s for s in orch.prepare() if s.arm == self.arm)
+        self.spec = base.replace(
+            budget=dict(self.cfg.ladder.budget) or divide_budget(self.cfg.budget, 10),
+            # the short runs select on validation, never on test
+            eval={**base.eval, "every": None, "split": SPLIT},
+        )
+        task = self.spec.task
         self.task = attach_judge(make_task(task["name"], task["params"]), task.get("judge"))
         self.warm = orch.warm_dir
 
@@ -102,7 +103,7 @@ class Ladder:
     def _policy(self):
         from ...models import load_pretrained, set_fp32_lm_head
 
-        model_cfg = self.spec["model"]
+        model_cfg = self.spec.model
         model, tok = load_pretrained(self.warm, model_cfg["device"], model_cfg["dtype"])
         set_fp32_lm_head(model, bool(model_cfg.get("fp32_lm_head")))
         return model, tok
@@ -216,7 +217,12 @@ class Ladder:
 
         key = hashlib.sha256(
             json.dumps(
-                [self.arm, self.spec, self.cfg.ladder.model_dump(mode="json"), self.seeds],
+                [
+                    self.arm,
+                    self.spec.as_dict(),
+                    self.cfg.ladder.model_dump(mode="json"),
+                    self.seeds,
+                ],
                 sort_keys=True,
                 default=str,
             ).encode()
