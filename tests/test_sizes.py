@@ -24,15 +24,10 @@ DATA_MODULES = {
 top-level assignments)."""
 DATA_SHARE = 0.75
 
-# Still to be split; the lists must only shrink: an entry may not grow
-# past the size it is listed at, and nothing is added to them.
-LONG_MODULES = {
-    "harness/orchestration/tracking.py": 504,
-}
-LONG_FUNCTIONS = {
-    "harness/fairness/audit.py::fairness_audit": 61,
-    "harness/orchestration/tracking.py::Tracker.sync": 73,
-}
+# Modules and functions allowed past the caps while they are split (none now); the lists must only
+# shrink: an entry may not grow past the size it is listed at, and nothing is added to them.
+LONG_MODULES: dict[str, int] = {}
+LONG_FUNCTIONS: dict[str, int] = {}
 
 
 def _modules() -> list[Path]:

@@ -109,8 +109,8 @@ def _heldout_cautions(cfg: ExperimentConfig) -> list[str]:
 
 
 def cautions(cfg: ExperimentConfig) -> list[str]:
-    """What is valid but works against the arm (the chapter's warnings): printed by ``validate``
-    and logged when a run starts, never refused."""
+    """What is valid but works against the arm (settings that the blanks' published variants found
+    to hurt): printed by ``validate`` and logged when a run starts, never refused."""
 
     out: list[str] = []
     for arm in resolved_arms(cfg):

@@ -1,4 +1,4 @@
-"""The fairness audit: each item of the chapter's "hold constant or account for" list, measured per
+"""The fairness audit: each item a fair comparison must hold constant or account for, measured per
 arm as a value or a content hash (never a proxy), differences flagged; with the inert differences
 (blanks in which arms differ but that never acted during their runs, harness/fairness/inert.py).
     initial_policy   content hash of the initial weights
@@ -248,11 +248,44 @@ def _per_task(item: str, values: dict[str, Any]) -> Any:
     return values if len(values) > 1 and item in PER_TASK else next(iter(values.values()))
 
 
+def _run_record(s: RunSpec, runs_dir: Path) -> dict[str, Any]:
+    """One run as the audit lists it: its identity, state, counters and the prompts it trained."""
+    rd = RunDir(runs_dir / s.run_id)
+    st = rd.read_status()
+    events = rd.read_events() if rd.events.exists() else []
+    census = [e for e in events if e.get("type") == "census"]
+    return {
+        "run_id": s.run_id,
+        "seed": s.seed,
+        "task": s.task_name,
+        "state": st.get("state"),
+        "counters": st.get("counters"),
+        "code_version": s.code_version,
+        "prompts_trained": sum(int(c.get("groups_kept", 0)) for c in census),
+    }
+
+
+def _item_flags(arm: str, items: dict[str, Any], reference: dict[str, Any]) -> list[dict]:
+    """A flag for each held-constant item (not only recorded) where ``arm`` differs from it."""
+
+    return [
+        {
+            "arm": arm,
+            "item": item,
+            "reason": _reason(item, items[item], reference[item]),
+            "value": items[item],
+            "reference": reference[item],
+        }
+        for item in HELD_CONSTANT
+        if item not in RECORDED and _differs(item, items[item], reference[item])
+    ]
+
+
 def fairness_audit(
     cfg: ExperimentConfig, specs: list[RunSpec], runs_dir: Path, warm_info: dict[str, Any]
 ) -> dict[str, Any]:
-    """What the chapter says to hold constant, per arm, and each arm's consumption; flags
-    differences.
+    """What a fair comparison holds constant (the items of :data:`HELD_CONSTANT`), per arm, and
+    each arm's consumption; flags differences.
 
     An arm is flagged on an item where it differs from the experiment's value (the first arm's; for
     the reward, the task's reward without shaping), when a run consumed less than 90% of the
@@ -269,22 +302,7 @@ def fairness_audit(
         task_values.setdefault(arm, {}).setdefault(task, spec_items(s, cfg, warm_info))
         if not reference_tasks or next(iter(reference_tasks.values()))["_arm"] == arm:
             reference_tasks.setdefault(task, {"_arm": arm, **spec_items(s, cfg, warm_info, False)})
-        rd = RunDir(runs_dir / s.run_id)
-        st = rd.read_status()
-        census = (
-            [e for e in rd.read_events() if e.get("type") == "census"] if rd.events.exists() else []
-        )
-        per_arm.setdefault(arm, {"runs": []})["runs"].append(
-            {
-                "run_id": s.run_id,
-                "seed": s.seed,
-                "task": task,
-                "state": st.get("state"),
-                "counters": st.get("counters"),
-                "code_version": s.code_version,
-                "prompts_trained": sum(int(c.get("groups_kept", 0)) for c in census),
-            }
-        )
+        per_arm.setdefault(arm, {"runs": []})["runs"].append(_run_record(s, runs_dir))
     reference: dict[str, Any] = {}
     for item in HELD_CONSTANT:
         reference[item] = _per_task(item, {t: v[item] for t, v in reference_tasks.items()})
@@ -302,18 +320,7 @@ def fairness_audit(
     code = code_fingerprint()
     flags = []
     for arm, rec in per_arm.items():
-        for item in HELD_CONSTANT:
-            if item not in RECORDED and _differs(item, rec["items"][item], reference[item]):
-                flags.append(
-                    {
-                        "arm": arm,
-                        "item": item,
-                        "reason": _reason(item, rec["items"][item], reference[item]),
-                        "value": rec["items"][item],
-                        "reference": reference[item],
-                    }
-                )
-        flags += _run_flags(cfg, arm, rec["runs"], code)
+        flags += _item_flags(arm, rec["items"], reference) + _run_flags(cfg, arm, rec["runs"], code)
     flags += uncorrected_flags(specs) + sandbox_flags(specs)
     return {
         "held_constant": HELD_CONSTANT,

@@ -369,10 +369,10 @@ class Orchestrator:
 
     def tracking_beside(self):
         """A context manager whose value sends the runs to MLflow from a process of its own,
-        started now (:class:`~.tracking.SyncBeside`): ``send(run_ids, audit)`` once they are done,
-        ``artifacts(paths)`` once written."""
+        started now (:class:`~.sync_beside.SyncBeside`): ``send(run_ids, audit)`` once they are
+        done, ``artifacts(paths)`` once written."""
 
-        from .tracking import SyncBeside
+        from .sync_beside import SyncBeside
 
         return SyncBeside(self.tracker(), self._said)
 

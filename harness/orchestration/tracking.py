@@ -58,7 +58,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         out[prefix[:KEY_MAX]] = text
 
 
-def _sync_state(exp_dir: ExperimentDir) -> dict[str, Any]:
+def sync_state(exp_dir: ExperimentDir) -> dict[str, Any]:
     return read_json(exp_dir.mlflow_sync) or {"synced": {}, "pending": [], "errors": {}}
 
 
@@ -112,6 +112,21 @@ def _times(statuses, key: str) -> list[float]:
 
 def _millis(seconds: float | None) -> int | None:
     return None if seconds is None else int(seconds * 1000)
+
+
+def _pending(state: dict[str, Any], run_ids: list[str]) -> list[str]:
+    """The runs of ``run_ids`` not yet sent to an end (finished or failed)."""
+
+    return [r for r in run_ids if state["synced"].get(r) not in ("finished", "failed")]
+
+
+def _log_artifact(client, parent_id: str, path: Path) -> None:
+    """A file, or a folder under its own name, added to the parent run (absent: skipped)."""
+
+    if path.is_file():
+        client.log_artifact(parent_id, str(path))
+    elif path.exists():
+        client.log_artifacts(parent_id, str(path), artifact_path=path.name)
 
 
 class Tracker:
@@ -175,54 +190,23 @@ class Tracker:
     ) -> dict[str, Any]:
         """Send every run of ``run_ids`` not yet synced (finished ones are marked synced)."""
 
-        state = _sync_state(self.dir)
+        state = sync_state(self.dir)
         if not self.enabled:
             return state
         todo = [r for r in run_ids if state["synced"].get(r) not in ("finished", "failed")]
         client = None
         try:
             client, exp_id = self.client()
-            parent_id = state.get("parent_run_id")
-            parent_ok = False
-            if parent_id:
-                try:
-                    parent_ok = client.get_run(parent_id).info.lifecycle_stage == "active"
-                except Exception:  # noqa: BLE001
-                    parent_ok = False
             statuses = {rid: self.dir.run(rid).read_status() for rid in run_ids}
-            if not parent_ok:
-                parent = client.create_run(
-                    exp_id,
-                    run_name=f"{self.experiment} {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                    start_time=_millis(min(_times(statuses.values(), "started"), default=None)),
-                    tags={
-                        "sixblanks.kind": "experiment",
-                        "sixblanks.code_version": self.code_version or code_fingerprint(),
-                    },
-                )
-                parent_id = parent.info.run_id
-                state["parent_run_id"] = parent_id
-                # recorded at once: a sync stopped from here on (Ctrl-C) still ends this parent
-                # (KILLED), and the next sync adds to it rather than leaving it RUNNING
-                write_json(self.dir.mlflow_sync, state)
-                exp_json = self.dir.experiment
-                if exp_json.exists():
-                    client.log_artifact(parent_id, str(exp_json))
+            parent_id = self._parent(client, exp_id, state, statuses)
             flagged = {f["arm"] for f in (fairness or {}).get("flags", [])}
             for rid in todo:
                 run_state = self._send_run(client, exp_id, parent_id, rid, flagged)
                 state["synced"][rid] = run_state
                 state["errors"].pop(rid, None)
             for art in artifacts or []:
-                if Path(art).exists():
-                    client.log_artifact(parent_id, str(art)) if Path(
-                        art
-                    ).is_file() else client.log_artifacts(
-                        parent_id, str(art), artifact_path=Path(art).name
-                    )
-            state["pending"] = [
-                r for r in run_ids if state["synced"].get(r) not in ("finished", "failed")
-            ]
+                _log_artifact(client, parent_id, Path(art))
+            state["pending"] = _pending(state, run_ids)
             status = experiment_status([st.get("state", "pending") for st in statuses.values()])
             if status is not None:  # else a run is still running: so is the experiment
                 end = max(_times(statuses.values(), "updated"), default=None)
@@ -230,20 +214,7 @@ class Tracker:
             state["parent_status"] = status or "RUNNING"
             state["last_error"] = None
         except KeyboardInterrupt:  # Ctrl-C (or, beside, the parent's SIGTERM) while sending
-            parent_id = state.get("parent_run_id")
-            # best effort (the next sync ends them again): the run being sent (a partial copy,
-            # replaced by the next sync) and the parent
-            if client is not None and self._in_flight:
-                with contextlib.suppress(Exception):
-                    client.set_terminated(self._in_flight, "KILLED")
-            if client is not None and parent_id:
-                with contextlib.suppress(Exception):
-                    client.set_terminated(parent_id, "KILLED")
-                    state["parent_status"] = "KILLED"
-            state["pending"] = [
-                r for r in run_ids if state["synced"].get(r) not in ("finished", "failed")
-            ]
-            write_json(self.dir.mlflow_sync, state)
+            self._interrupted(client, state, run_ids)
             raise
         except Exception as exc:  # noqa: BLE001 - server unreachable: go on, events stay on disk
             state["pending"] = sorted(
@@ -254,6 +225,51 @@ class Tracker:
             state["last_error"] = f"{type(exc).__name__}: {redact(str(exc))[:300]}"
         write_json(self.dir.mlflow_sync, state)
         return state
+
+    def _parent(self, client, exp_id: str, state: dict[str, Any], statuses: dict) -> str:
+        """The experiment's parent run: the one ``state`` names while it is active, else a new one
+        (recorded in ``state`` and on disk at once)."""
+
+        parent_id = state.get("parent_run_id")
+        if parent_id:
+            try:
+                if client.get_run(parent_id).info.lifecycle_stage == "active":
+                    return parent_id
+            except Exception:  # noqa: BLE001 - deleted or unknown: a new parent
+                pass
+        parent = client.create_run(
+            exp_id,
+            run_name=f"{self.experiment} {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            start_time=_millis(min(_times(statuses.values(), "started"), default=None)),
+            tags={
+                "sixblanks.kind": "experiment",
+                "sixblanks.code_version": self.code_version or code_fingerprint(),
+            },
+        )
+        parent_id = parent.info.run_id
+        state["parent_run_id"] = parent_id
+        # recorded at once: a sync stopped from here on (Ctrl-C) still ends this parent (KILLED),
+        # and the next sync adds to it rather than leaving it RUNNING
+        write_json(self.dir.mlflow_sync, state)
+        if self.dir.experiment.exists():
+            client.log_artifact(parent_id, str(self.dir.experiment))
+        return parent_id
+
+    def _interrupted(self, client, state: dict[str, Any], run_ids: list[str]) -> None:
+        """A Ctrl-C while sending: best effort (the next sync ends them again), the run being sent
+        (a partial copy, replaced by the next sync) and the parent ended KILLED; the state
+        written."""
+
+        parent_id = state.get("parent_run_id")
+        if client is not None and self._in_flight:
+            with contextlib.suppress(Exception):
+                client.set_terminated(self._in_flight, "KILLED")
+        if client is not None and parent_id:
+            with contextlib.suppress(Exception):
+                client.set_terminated(parent_id, "KILLED")
+                state["parent_status"] = "KILLED"
+        state["pending"] = _pending(state, run_ids)
+        write_json(self.dir.mlflow_sync, state)
 
     def _send_run(self, client, exp_id: str, parent_id: str, rid: str, flagged: set[str]) -> str:
         from mlflow.entities import Param
@@ -302,104 +318,6 @@ class Tracker:
             )
         self._in_flight = None
         return state
-
-
-class SyncBeside:
-    """:meth:`Tracker.sync` from a spawned process of its own, started at the top of a command
-    (MLflow imported while the runs run; the tracking URI, credentials included, reaches it
-    through the pipe that starts it, never a file or its command line): :meth:`send` hands it the
-    runs once they are done, :meth:`artifacts` the files to add once written (the report, built
-    meanwhile: the two share no files and each keeps a core busy). Leaving the ``with`` block waits
-    for it; an error in the block stops it before the runs it was not yet sent (as an in-process
-    sync that never happened), a Ctrl-C stops it at once. ``state`` is then the sync state as
-    ``OUT/mlflow_sync.json`` records it: what was not sent stays pending for ``sixblanks sync``."""
-
-    def __init__(self, tracker: Tracker, said=lambda s: s):
-        self.tracker, self.said = tracker, said
-        self.proc, self.state, self.sent = None, {}, False
-
-    def __enter__(self) -> SyncBeside:
-        if self.tracker.enabled:
-            from .spawning import SPAWN as ctx  # never runs the user's script again
-
-            self.queue = ctx.Queue()
-            t = self.tracker
-            self.proc = ctx.Process(
-                target=_sync_beside,
-                args=(str(t.dir.path), t.uri, t.experiment, code_fingerprint(), self.queue),
-                name="mlflow-sync",
-                daemon=True,
-            )
-            self.proc.start()
-        return self
-
-    def send(self, run_ids: list[str], fairness: dict[str, Any] | None) -> None:
-        """The runs to send (all done): sent now, while the caller goes on."""
-
-        if self.proc is not None:
-            self.queue.put(("runs", run_ids, fairness))
-            self.sent = True
-
-    def artifacts(self, paths: list[Path]) -> None:
-        """Files for the parent run, sent after the runs."""
-
-        if self.proc is not None:
-            self.queue.put(("artifacts", [str(p) for p in paths]))
-
-    def __exit__(self, exc_type, *_) -> None:
-        if self.proc is None:
-            self.state = _sync_state(self.tracker.dir)
-            return
-        if not self.sent or (exc_type is not None and issubclass(exc_type, KeyboardInterrupt)):
-            # no runs to send; or Ctrl-C: what it had not sent is pending, and a parent run it
-            # had made is ended KILLED on the way out (its SIGTERM handler)
-            self.proc.terminate()
-            self.proc.join(timeout=30)  # that last write, bounded (an HTTP server: 5 s a call)
-            if self.proc.is_alive():
-                self.proc.kill()
-        else:
-            self.queue.put(("done",))
-        self.proc.join()
-        state = _sync_state(self.tracker.dir)
-        if self.proc.exitcode not in (0, None) and exc_type is None:
-            state["last_error"] = f"the MLflow sync process exited with code {self.proc.exitcode}"
-        self.state = self.said(state) if self.sent else state
-
-
-def _sync_beside(out, uri, experiment, code_version, queue) -> None:
-    """:class:`SyncBeside`'s process: MLflow's imports first, then what the queue hands it."""
-
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it terminates this one)
-    with contextlib.suppress(OSError):
-        os.nice(5)  # bookkeeping: the warm start and the runs come first
-    tracker = Tracker(out, uri, experiment, code_version=code_version)
-    # MLflow imported while the runs run; its store is opened (a new one created and migrated)
-    # only once there is something to send, so that a Ctrl-C before then, which ends this
-    # process at once, cannot leave a store half made
-    with contextlib.suppress(Exception):  # its absence is said by sync, which keeps the runs
-        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-        import mlflow.tracking  # noqa: F401
-    msg = queue.get()
-    if msg[0] != "runs":
-        return
-    # from here on the parent's SIGTERM (its Ctrl-C) stops the sync as a Ctrl-C stops it in
-    # process: the transaction under way rolled back, the experiment's parent run ended KILLED
-    # (until now SIGTERM ends this process at once: it has written nothing)
-    signal.signal(signal.SIGTERM, _interrupt)
-    _, run_ids, fairness = msg
-    try:
-        state = tracker.sync(run_ids, fairness)
-        msg = queue.get()
-        if msg[0] == "artifacts" and not state.get("last_error"):
-            tracker.sync(run_ids, fairness, [Path(p) for p in msg[1]])
-    except KeyboardInterrupt:
-        return  # recorded by sync: pending runs stay pending for `sixblanks sync`
-
-
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt
 
 
 def run_metrics(events, ts: int) -> list[tuple[str, float, int]]:
