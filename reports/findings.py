@@ -7,6 +7,7 @@ the table alone for README (``table_markdown``)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,34 @@ def _verdict_text(ax: dict[str, Any]) -> str:
     return f"{fam['verdict']}{alone}"
 
 
+_CONSUMED = re.compile(r"^(.+?): consumption: consumed (\S+) of (\S+) (\w+) \(")
+
+
+def audit_cell(flags: list[str]) -> str:
+    """The audit's and the warm start's flags of one axis as one cell: a run's consumption flags
+    (one per run that spent under 90% of the matched budget) counted per arm and counter, with
+    their range; every other flag as it is; "none" without any."""
+
+    out: list[str] = []
+    spent: dict[tuple[str, str, str], list[float]] = {}
+    for flag in flags:
+        m = _CONSUMED.match(flag)
+        if m is None:
+            out.append(flag)
+            continue
+        arm, used, limit, counter = m.groups()
+        if (arm, limit, counter) not in spent:
+            out.append(f"\0{len(spent)}")  # its place among the flags
+        spent.setdefault((arm, limit, counter), []).append(float(used))
+    for i, ((arm, limit, counter), used) in enumerate(spent.items()):
+        text = (
+            f"{arm}: consumption: {len(used)} run(s) consumed under 90% of the matched budget "
+            f"({min(used):g} to {max(used):g} of {limit} {counter})"
+        )
+        out[out.index(f"\0{i}")] = text
+    return "; ".join(out) or "none"
+
+
 def rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in verdicts:
@@ -113,7 +142,7 @@ def rows(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "spent": _spent(ax),
                     "detectable": _detectable(ax),
                     "meaning": r.get("meaning", ""),
-                    "audit": "; ".join(ax.get("audit", []) + ax.get("flags", [])) or "none",
+                    "audit": audit_cell(ax.get("audit", []) + ax.get("flags", [])),
                 }
             )
     return out
