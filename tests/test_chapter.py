@@ -154,14 +154,13 @@ def test_rung_7_varies_bounds_on_the_ratios_own_scale(tmp_path, preset, want, mo
 
     from sixblanks.algorithms.presets import get_preset
     from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.runspec import RunSpec
     from sixblanks.harness.studies.ladder import Ladder
 
     cfg = validate_mapping({**CONFIG, "arms": {"a": {"preset": preset}}})
     ladder = Ladder(cfg, tmp_path)
-    ladder.spec = {
-        "optimizer": {"lr": 3e-4},
-        "blanks": get_preset(preset).blanks.model_dump(mode="json"),
-    }
+    blanks = get_preset(preset).blanks.model_dump(mode="json")  # what the rung reads of the spec
+    ladder.spec = RunSpec("e", "a", preset, 0, {}, blanks, {"lr": 3e-4}, {}, {}, {}, {}, "k", "c")
     monkeypatch.setattr(ladder, "_compare", lambda rung, name, variants, key: variants)
     got = ladder.rung_clip_kl_lr()
     clip = {k for k in got if k.startswith(("clip=", "tau="))}

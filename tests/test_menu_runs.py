@@ -138,11 +138,11 @@ def test_an_uncorrected_arm_under_injected_mismatch_is_flagged():
         spec("lagged_tis", resolve("grpo", {"data": {"lag": 2}, "weight": {"tis_cap": 2}}), {}),
     ]
     flags = uncorrected_flags(specs)
-    assert [(f["arm"], f["item"]) for f in flags] == [
+    assert [(f.arm, f.item) for f in flags] == [
         ("plain", "correction"),
         ("lagged", "correction"),
     ]
-    assert "logit_noise 1.0" in flags[0]["reason"] and "data.lag 2" in flags[1]["reason"]
+    assert "logit_noise 1.0" in flags[0].reason and "data.lag 2" in flags[1].reason
 
 
 def test_icepop_under_injected_mismatch_zeroes_tokens_and_the_ledger_balances(initial):

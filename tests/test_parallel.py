@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from sixblanks.algorithms.normalization import MODES
+from sixblanks.harness.layout import RunDir
 from tests import terminal
 from tests.short_runs import golden_initial
 
@@ -326,7 +327,7 @@ def dp_run(tmp_path_factory):
     except SystemExit as exc:
         assert not exc.code, f"sixblanks run exited {exc.code}"
     run_dir = Path(glob.glob(str(tmp / "out" / "runs" / "*"))[0])
-    spec = json.loads((run_dir / "spec.json").read_text())
+    spec = RunDir(run_dir).read_spec()
     warm = glob.glob(str(tmp / "out" / "warm_start" / "*" / ""))[0]
     return tmp / "out", spec, warm, json.loads((run_dir / "result.json").read_text())
 
@@ -517,7 +518,7 @@ def test_a_ray_placement_group_runs_the_ranks_and_counts_the_same(tmp_path, cli,
     assert code == 0, err
     run_dir = Path(glob.glob(str(tmp_path / "ray" / "runs" / "*"))[0])
     result = json.loads((run_dir / "result.json").read_text())
-    spec = json.loads((run_dir / "spec.json").read_text())
+    spec = RunDir(run_dir).read_spec()
     warm = glob.glob(str(tmp_path / "ray" / "warm_start" / "*" / ""))[0]
     single = single_process(spec, warm, tmp_path / "single")
     assert plain(result["counters"]) == plain(single["counters"])

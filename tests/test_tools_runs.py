@@ -102,7 +102,9 @@ def test_the_audit_flags_an_unisolated_sandbox_and_an_arm_without_the_tool():
         base.replace(arm="c", tools=None),
     ]
     sentence = audit_flag(SandboxConfig(isolation="none"))
-    assert sandbox_flags(specs) == [{"arm": "a", "item": "sandbox", "reason": sentence}]
+    assert [f.as_dict() for f in sandbox_flags(specs)] == [
+        {"arm": "a", "item": "sandbox", "reason": sentence}
+    ]
     offered = specs[2].tools
     assert tools_reason(None, offered).startswith("only the experiment's reference arm is offered")
     assert "format tags, 1 call turn(s), namespaces" in tools_reason(None, offered)

@@ -56,6 +56,7 @@ from ..config import ExperimentConfig
 from ..layout import RunDir
 from ..runspec import RunSpec
 from ..version import code_fingerprint
+from .flag import Flag
 from .identity import (
     judge_identity,
     task_and_reward,
@@ -265,20 +266,15 @@ def _run_record(s: RunSpec, runs_dir: Path) -> dict[str, Any]:
     }
 
 
-def _item_flags(arm: str, items: dict[str, Any], reference: dict[str, Any]) -> list[dict]:
+def _item_flags(arm: str, items: dict[str, Any], reference: dict[str, Any]) -> list[Flag]:
     """A flag for each held-constant item (not only recorded) where ``arm`` differs from it."""
 
-    return [
-        {
-            "arm": arm,
-            "item": item,
-            "reason": _reason(item, items[item], reference[item]),
-            "value": items[item],
-            "reference": reference[item],
-        }
-        for item in HELD_CONSTANT
-        if item not in RECORDED and _differs(item, items[item], reference[item])
-    ]
+    flags = []
+    for item in HELD_CONSTANT:
+        value, ref = items[item], reference[item]
+        if item not in RECORDED and _differs(item, value, ref):
+            flags.append(Flag(arm, item, _reason(item, value, ref), value=value, reference=ref))
+    return flags
 
 
 def fairness_audit(
@@ -326,8 +322,8 @@ def fairness_audit(
         "held_constant": HELD_CONSTANT,
         "reference": reference,
         "arms": per_arm,
-        "flags": flags,
-        "flagged_arms": sorted({f["arm"] for f in flags}),
+        "flags": [f.as_dict() for f in flags],
+        "flagged_arms": sorted({f.arm for f in flags}),
         "inert": inert_differences(specs, runs_dir),
     }
 
@@ -345,7 +341,7 @@ def corrects_the_sampler(blanks: Blanks) -> bool:
     )
 
 
-def uncorrected_flags(specs: list[RunSpec]) -> list[dict[str, Any]]:
+def uncorrected_flags(specs: list[RunSpec]) -> list[Flag]:
     """An arm whose behaviour policy differs from pi_old on purpose, by an injected mismatch
     (``rollout.mismatch``) or by lag (``data.lag``, ``broadcast_every``, a concurrent collector),
     with no correction: its ratio is pi/pi_old with pi_old the trainer's recomputation, so nothing
@@ -370,16 +366,13 @@ def uncorrected_flags(specs: list[RunSpec]) -> list[dict[str, Any]]:
             )
             why.append(f"a lagged behaviour policy ({lag})")
         if why and not corrects_the_sampler(blanks):
-            flags.append(
-                {
-                    "arm": arm,
-                    "item": "correction",
-                    "reason": f"samples with {' and '.join(why)} and corrects for none of it: "
-                    "the ratio is pi/pi_old(recomputed), nothing weighs pi_old/pi_rollout (set "
-                    "weight.tis_cap, a weight.gate, or weight.old_policy: rollout); deliberate "
-                    "only in a no-correction control arm",
-                }
+            reason = (
+                f"samples with {' and '.join(why)} and corrects for none of it: the ratio is "
+                "pi/pi_old(recomputed), nothing weighs pi_old/pi_rollout (set weight.tis_cap, a "
+                "weight.gate, or weight.old_policy: rollout); deliberate only in a no-correction "
+                "control arm"
             )
+            flags.append(Flag(arm, "correction", reason))
     return flags
 
 
@@ -462,39 +455,19 @@ def compact_fault(fault: dict[str, Any]) -> str:
 
 def _run_flags(
     cfg: ExperimentConfig, arm: str, runs: list[dict[str, Any]], code: str
-) -> list[dict]:
+) -> list[Flag]:
     flags = []
     for run in runs:
         if run["code_version"] != code:
-            flags.append(
-                {
-                    "arm": arm,
-                    "item": "code",
-                    "run_id": run["run_id"],
-                    "reason": f"run by other code ({run['code_version']}; now {code}), "
-                    "reused on request (--reuse-finished)",
-                }
-            )
+            why = f"run by other code ({run['code_version']}; now {code}), reused on request"
+            flags.append(Flag(arm, "code", why + " (--reuse-finished)", run["run_id"]))
         counters = run["counters"] or {}
         for counter, limit in cfg.budget.items():
             used = counters.get(counter, 0.0)
             if run["state"] == "finished" and used < 0.9 * limit:
-                flags.append(
-                    {
-                        "arm": arm,
-                        "item": "consumption",
-                        "run_id": run["run_id"],
-                        "reason": f"consumed {used:g} of {limit:g} {counter} (< 90% of the "
-                        "matched budget)",
-                    }
-                )
+                why = f"consumed {used:g} of {limit:g} {counter} (< 90% of the matched budget)"
+                flags.append(Flag(arm, "consumption", why, run["run_id"]))
             if run["state"] != "finished":
-                flags.append(
-                    {
-                        "arm": arm,
-                        "item": "consumption",
-                        "run_id": run["run_id"],
-                        "reason": f"run is {run['state']}: consumption not final",
-                    }
-                )
+                why = f"run is {run['state']}: consumption not final"
+                flags.append(Flag(arm, "consumption", why, run["run_id"]))
     return flags

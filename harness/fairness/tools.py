@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..runspec import RunSpec
+from .flag import Flag
 
 
-def sandbox_flags(specs: list[RunSpec]) -> list[dict[str, Any]]:
+def sandbox_flags(specs: list[RunSpec]) -> list[Flag]:
     """An arm whose code tool runs the policy's programs without isolation (``isolation: none``):
     the sandbox's own sentence (:func:`~sixblanks.harness.tools.audit_flag`), one flag per arm."""
 
@@ -22,7 +23,7 @@ def sandbox_flags(specs: list[RunSpec]) -> list[dict[str, Any]]:
         seen.add(s.arm)
         sentence = audit_flag(SandboxConfig.model_validate(s.tools.get("sandbox") or {}))
         if sentence is not None:
-            flags.append({"arm": s.arm, "item": "sandbox", "reason": sentence})
+            flags.append(Flag(s.arm, "sandbox", sentence))
     return flags
 
 
