@@ -142,9 +142,9 @@ def _planted_per_rank_weights():
     the minibatch only: the per-rank normalization the data-parallel code must not do."""
 
     from sixblanks.harness.training import parallel
-    from sixblanks.harness.training.objectives import policy_gradient
+    from sixblanks.harness.training.objectives import pg_pass  # the update pass's loss weights
 
-    real = policy_gradient.loss_weights
+    real = pg_pass.loss_weights
 
     def per_rank(mask, mode, l_max, count_empty_rows, **ids):
         mine = list(parallel.current().share(mask.shape[0]))
@@ -154,8 +154,8 @@ def _planted_per_rank_weights():
         )
         return w
 
-    policy_gradient.loss_weights = per_rank
-    return lambda: setattr(policy_gradient, "loss_weights", real)
+    pg_pass.loss_weights = per_rank
+    return lambda: setattr(pg_pass, "loss_weights", real)
 
 
 def _rank(rank: int, world: int, port: int, out: str) -> None:

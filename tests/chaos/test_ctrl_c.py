@@ -121,7 +121,7 @@ def test_a_stop_inside_a_phase_leaves_the_run_at_its_checkpoint_and_it_resumes_e
 ):
     from sixblanks.harness.rollout.engine import HFEngine
     from sixblanks.harness.training import loop
-    from sixblanks.harness.training.objectives import policy_gradient as pg
+    from sixblanks.harness.training.objectives import pg_pass as pg  # its policy_loss
 
     _, spec, warm = prepared
     where, at_step, ckpt_s, stands_at, seen_in = PHASES[phase]
@@ -196,7 +196,7 @@ def test_a_step_that_ends_within_the_grace_is_checkpointed_and_kept(
     boundary with that step recorded and checkpointed (nothing is redone)."""
 
     from sixblanks.harness.training import loop
-    from sixblanks.harness.training.objectives import policy_gradient as pg
+    from sixblanks.harness.training.objectives import pg_pass as pg  # its policy_loss
 
     _, spec, warm = prepared
     monkeypatch.setattr(stopping, "GRACE_SECONDS", 60.0)

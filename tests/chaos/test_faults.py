@@ -136,7 +136,7 @@ def test_a_nan_loss_fails_the_run_clearly_and_the_rerun_resumes_as_uninterrupted
     finished, tmp_path, monkeypatch, chaos
 ):
     from sixblanks.harness.training.loop import Trainer
-    from sixblanks.harness.training.objectives import policy_gradient as pg
+    from sixblanks.harness.training.objectives import pg_pass as pg  # its policy_loss
 
     spec, warm = _spec_and_warm(finished)
     reference = RunDir(finished / "runs" / spec.run_id).read_result()
