@@ -107,12 +107,12 @@ def test_a_password_is_no_part_of_a_run_id_a_warm_start_key_or_a_definition():
             )
         )
         _, key, specs = Orchestrator(cfg, tmp, progress=False)._plan()
-        return key, [s["run_id"] for s in specs], digest(definition(cfg)), specs
+        return key, [s.run_id for s in specs], digest(definition(cfg)), specs
 
     key_a, ids_a, def_a, specs = plan(SECRET, Path("/nonexistent/a"))
     key_b, ids_b, def_b, _ = plan("another-password", Path("/nonexistent/b"))
     assert (key_a, ids_a, def_a) == (key_b, ids_b, def_b) and len(ids_a) == 4
-    assert SECRET not in json.dumps(specs)
+    assert SECRET not in json.dumps([s.as_dict() for s in specs])
 
 
 def test_a_bad_address_is_refused_without_its_password(cli, write_yaml):

@@ -467,7 +467,7 @@ def test_rung_2_reproduces_the_arms_own_update_on_a_batch_stored_to_disk(
 @pytest.mark.parametrize(
     "preset, module, name",
     [
-        ("grpo", "policy_gradient", "policy_loss"),
+        ("grpo", "pg_pass", "policy_loss"),  # the policy-gradient objective's update pass
         ("ppo", "actor_critic", "value_loss"),
         ("dpo", "dpo", "dpo_loss"),
         ("sft", "sft", "sft_loss"),

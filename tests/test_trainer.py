@@ -101,7 +101,7 @@ def test_micro_batch_size_does_not_change_the_gradient(initial, monkeypatch):
 
 
 def test_nan_loss_is_a_clear_error(initial, monkeypatch):
-    import sixblanks.harness.training.objectives.policy_gradient as trainer_mod
+    import sixblanks.harness.training.objectives.pg_pass as trainer_mod  # its policy_loss
 
     cfg, task, model0, tok = initial
     real = trainer_mod.policy_loss
