@@ -61,6 +61,8 @@ WARM_START_JSON = "warm_start.json"
 # the warm-start tokenizer's identity (fairness/audit.py), beside it: a cached warm start is checked
 # without loading the policy (or importing transformers) in the orchestrating process
 TOKENIZER_IDENTITY_JSON = "tokenizer_identity.json"
+# the start evaluations shared by runs with equal evaluation inputs (training/start_eval.py)
+START_EVALUATIONS = "start_evaluations"
 RUNS = "runs"
 LADDER_JSON = "ladder.json"
 LADDER_PROGRESS = "ladder.progress.json"

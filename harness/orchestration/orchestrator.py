@@ -127,6 +127,7 @@ class Orchestrator:
     def prepare(self):
         """Warm start (cached) and the run specs."""
 
+        from .start_evals import prepare_start_evaluations
         from .warmstart import cached_warm_start, warm_start
 
         self._check_backend()
@@ -145,6 +146,7 @@ class Orchestrator:
             # beside the policy: a later command checks the cached warm start from its files
             write_json(self.warm_dir / TOKENIZER_IDENTITY_JSON, identity)
         self.warm_info = {**info, "tokenizer": identity}
+        prepare_start_evaluations(self.warm_dir, key, self.cfg.executor.share_start_evaluations)
         self.specs = list(specs)
         if self.reuse_finished:
             self.specs = self.reuse(self.specs)

@@ -159,6 +159,7 @@ class RunRecorder:
                 {k: e.get(k) for k in ("step", "score", "n", "split", "success_rate", "pass_at")}
                 | {"position": e["position"]}
                 | ({"search": e["search"]} if "search" in e else {})  # eval.beam, apart
+                | ({"reused": e["reused"]} if "reused" in e else {})  # a shared start
                 for e in result.evals
             ],
             "final_score": result.evals[-1]["score"] if result.evals else None,

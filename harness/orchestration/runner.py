@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import checkpoint
-from ..layout import RunDir, write_json
+from ..layout import START_EVALUATIONS, RunDir, write_json
 from ..runspec import RunSpec
 from ..stopping import ACTIVE, STOP, RunInterrupted, stop_point, stop_points
 from .run_recorder import (
@@ -114,6 +114,14 @@ def build_trainer(spec: RunSpec, warm_dir: str | Path, work_dir: str | Path | No
 
     settings = settings_from_spec(spec)
     settings.work_dir = str(work_dir) if work_dir is not None else None
+    shared = Path(warm_dir) / START_EVALUATIONS  # there where the experiment shares them
+    if shared.is_dir():
+        import torch
+
+        from ..training.start_eval import start_key
+
+        settings.start_evaluations = str(shared)
+        settings.start_key = start_key(spec.as_dict(run_id=False), torch.get_num_threads())
     check_inputs_unchanged(spec)
     task = attach_judge(make_task(spec.task_name, spec.task_params), spec.task.get("judge"))
     if settings.reward_range == (0.0, 1.0):

@@ -53,6 +53,11 @@ class RunSettings:
     :attr:`train_seed`. The held-out evaluation keeps ``seed``."""
     parallel: dict[str, Any] | None = None
     """Data parallelism (``model.parallel``: backend, world_size); None: one process."""
+    start_evaluations: str | None = None
+    """A directory of start evaluations shared by runs with equal evaluation inputs
+    (:mod:`.start_eval`); None: every run computes its own."""
+    start_key: str | None = None
+    """This run's key in ``start_evaluations`` (None: its start evaluation is not shared)."""
     reward_fault: str = "none"
     """A fault planted in training (``arms.<arm>.fault.rewards``): "shuffle" permutes each batch's
     rewards across its rows before its advantages are computed (:mod:`.faults`)."""

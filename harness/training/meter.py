@@ -160,13 +160,15 @@ class Meter:
 
     def first_step(self, evals: list[dict[str, Any]], collector, epochs: int) -> None:
         """Before the first step of a time-limited run (nothing measured yet), set the ``prior``
-        from the start evaluation (``evals[0]["cost"]``) and the ``collector``'s worst case."""
+        from the start evaluation (``evals[0]["cost"]``, or what it cost where it was computed
+        when it was reused: ``evals[0]["reused"]``) and the ``collector``'s worst case."""
 
         measured = any(k in self.unit_time for k in UNIT_KINDS if k != "checkpoint")
         if measured or not evals or not (set(MEASURED) & set(self.ledger.budget.limits)):
             return
         launched = collector.worst_case().get("launched_tokens", 0.0)
-        self.prior = first_step_prior(evals[0].get("cost") or {}, launched, epochs)
+        cost = evals[0].get("reused") or evals[0].get("cost") or {}
+        self.prior = first_step_prior(cost, launched, epochs)
 
     def limited(self, amounts: dict[str, float], time_of: tuple[str, ...] = ()) -> dict[str, float]:
         """The limited counters of ``amounts``; with ``time_of``, limited time counters get the

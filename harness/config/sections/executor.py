@@ -46,6 +46,14 @@ class ExecutorConfig(Section):
         ge=0,
         description="Checkpoint a run after a step once this many seconds passed (0: every step).",
     )
+    share_start_evaluations: bool = Field(
+        False,
+        description="Compute each start evaluation once for the runs whose evaluation inputs are "
+        "equal (the arms of one seed start from the same policy): the first to finish it stores "
+        "it, the others read it (bit for bit the same; marked `reused` in their evaluation "
+        "records, which then spend nothing). Shared across experiments through the machine's "
+        "warm-start cache. Not for the code tool, a judge, a beam search or data-parallel runs.",
+    )
 
     @field_validator("num_gpus")
     @classmethod
