@@ -217,6 +217,30 @@ def test_under_consumption_is_flagged(tmp_path):
     assert len(cons) == 1 and cons[0]["arm"] == "dapo" and "< 90%" in cons[0]["reason"]
 
 
+def test_a_run_that_had_no_room_for_another_step_is_not_flagged(tmp_path):
+    """A grpo step here reserves 4 prompts x 4 samples x 6 tokens = 96 launched tokens before it
+    starts: a run of 400 that ended with 80 left could not take another (not flagged, though
+    under 90%), one that ended with 110 left could."""
+
+    from sixblanks.harness.fairness.audit import fairness_audit
+
+    cfg = _cfg(budget={"launched_tokens": 400})
+    specs = build_specs(cfg, "k")
+    spent = {("grpo", 0): 320, ("grpo", 1): 290}
+    for s in specs:
+        d = tmp_path / s.run_id
+        d.mkdir()
+        used = spent.get((s.arm, s.seed), 400)
+        (d / "status.json").write_text(
+            json.dumps({"state": "finished", "counters": {"launched_tokens": used}})
+        )
+    audit = fairness_audit(cfg, specs, tmp_path, {"policy_hash": "h", "key": "k"})
+    cons = [f for f in audit["flags"] if f["item"] == "consumption"]
+    (seed1,) = [s.run_id for s in specs if (s.arm, s.seed) == ("grpo", 1)]
+    assert [(f["arm"], f["run_id"]) for f in cons] == [("grpo", seed1)]
+    assert "it reserves 96" in cons[0]["reason"]
+
+
 def test_failed_run_is_reported_and_others_finish(tmp_path, cli, write_yaml):
     import yaml
 

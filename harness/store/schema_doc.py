@@ -157,7 +157,8 @@ NOTES: dict[str, dict[str, str]] = {
         "optimizer, training_search, evaluation, budget, search_budget, fault, seed_offset, "
         "consumption, or code",
         "flagged": "the arm differs from the experiment's value (seed_offset: recorded, never "
-        "flagged), a run consumed < 90% of the matched budget, or a run was made by other code",
+        "flagged), a run consumed < 90% of the matched budget with room left for another step, "
+        "or a run was made by other code",
         "reason": "why it is flagged (which keys differ)",
         "value, reference": "the arm's value and the experiment's (JSON): content hashes of the "
         "tokenizer (vocabulary and merges, whole tokenizer, chat template), of the task's class "
