@@ -10,6 +10,10 @@ hour, and a run's fixed cost inside the experiment: in its worker, the seconds b
 pays the worker's imports), plus its share of the store, MLflow and the report. Then MLflow alone:
 the same runs sent again into a fresh store, per run (target 0.2 s).
 
+``--config`` may name a findings claim (``experiments/findings/<claim>.yaml``): its experiment at its
+first budget axis, 2 seeds per arm unless ``--seeds`` says otherwise; runs per hour is then the
+findings family's rate.
+
 Separately, in fresh interpreters: the time to import the command line, and one run of one arm and
 one seed through the ``sixblanks run`` command (warm start cached, MLflow off), whose wall time
 minus its training is the fixed cost of a command: from the command's start to the run's first step,
@@ -187,7 +191,7 @@ def configured(config: Path, budget: int | None, seeds: int | None):
 
     from sixblanks.harness.config import load_config, validate_mapping
 
-    cfg = load_config(config)
+    cfg = finding_experiment(config, seeds) or load_config(config)
     if budget or seeds:
         data = cfg.model_dump(mode="json", exclude_unset=True)
         if budget:
@@ -196,6 +200,25 @@ def configured(config: Path, budget: int | None, seeds: int | None):
             data["seeds"] = list(range(seeds))
         cfg = validate_mapping(data)
     return cfg
+
+
+def finding_experiment(config: Path, seeds: int | None):
+    """The experiment a findings claim runs at its first budget axis (its arms, on the base it
+    builds on), at ``seeds`` seeds per arm (default 2); None where ``config`` is not a finding
+    file."""
+
+    import yaml
+
+    from sixblanks.harness.config import validate_mapping
+    from sixblanks.harness.studies.findings.claim import checked_finding
+    from sixblanks.harness.studies.findings.runs import experiment_mapping
+
+    if "finding" not in (yaml.safe_load(Path(config).read_text()) or {}):
+        return None
+    f, _ = checked_finding(config)
+    budgets = f.finding.budgets or {"budget": dict(f.experiment.get("budget") or {})}
+    axis, budget = next(iter(budgets.items()))
+    return validate_mapping(experiment_mapping(f, axis, dict(budget), seeds or 2))
 
 
 def print_experiment(config: Path, cfg, phases: dict[str, float], results: list[dict]) -> None:
