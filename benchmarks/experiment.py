@@ -89,8 +89,8 @@ def experiment(cfg, out: Path) -> tuple[dict[str, float], list[dict], int]:
         runs = time.perf_counter() - t0 - sum(phases.values())
         if result["failures"]:
             raise SystemExit(f"{len(result['failures'])} run(s) failed: {result['failures']}")
-        specs = orch.specs
-        tracking.send([s["run_id"] for s in specs], result["fairness"])
+        specs = orch.plan.specs
+        tracking.send([s.run_id for s in specs], result["fairness"])
         timed(phases, "report (MLflow sending the runs beside it)", build_report_checked, out)
         tracking.artifacts([orch.dir.report])
         t0 = time.perf_counter()
@@ -105,7 +105,7 @@ def experiment(cfg, out: Path) -> tuple[dict[str, float], list[dict], int]:
     }
     results = []
     for s in specs:
-        rd = orch.dir.run(s["run_id"])
+        rd = orch.dir.run(s.run_id)
         status = rd.read_status()
         results.append(
             json.loads((rd.path / "result.json").read_text())
