@@ -153,7 +153,6 @@ def test_a_code_change_reruns_unless_reuse_is_asked_and_then_flags(tmp_path, mon
     code."""
 
     import sixblanks.harness.fairness.audit as audit_mod
-    import sixblanks.harness.orchestration.orchestrator as orch_mod
     import sixblanks.harness.orchestration.plan as plan_mod
     from sixblanks.harness.store.database import connect
 
@@ -162,7 +161,7 @@ def test_a_code_change_reruns_unless_reuse_is_asked_and_then_flags(tmp_path, mon
     first = Orchestrator(cfg, out, progress=False)
     first.run()
     old_ids = [s.run_id for s in first.plan.specs]
-    for mod in (orch_mod, plan_mod, audit_mod):
+    for mod in (plan_mod, audit_mod):
         monkeypatch.setattr(mod, "code_fingerprint", lambda: "sixblanks-0.2+edited000000")
     again = Orchestrator(cfg, out, progress=False)
     new_ids = {s.run_id for s in again.prepare().specs}

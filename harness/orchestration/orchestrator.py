@@ -1,11 +1,10 @@
 """The orchestrator: experiment -> its plan (:mod:`.plan`: the warm-start stage and one run spec
-per arm x task x seed, :func:`build_specs`) -> executor.
+per arm x task x seed) -> executor.
 
 It writes the experiment-level files (experiment.json through its plan, fairness.json,
-summary.json; see
-:mod:`sixblanks.harness.layout`) and has the store ingest the run directories. Runs write only
-inside their own directories. Finished runs are skipped; unfinished ones
-resume from their last checkpoint.
+summary.json; see :mod:`sixblanks.harness.layout`) and has the store ingest the run directories.
+Runs write only inside their own directories. Finished runs are skipped; unfinished ones resume
+from their last checkpoint.
 """
 
 from __future__ import annotations
@@ -14,62 +13,21 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config import ExperimentConfig
 from ..errors import SixblanksError
 from ..layout import ExperimentDir, write_json
 from ..runspec import RunSpec
-from ..version import code_fingerprint
-from .data_files import arm_inputs, task_inputs
-from .progress import runs_progress, say
-from .runner import spec_id
 
-if TYPE_CHECKING:
-    from .plan import Draft, Plan
+# build_specs: where the tests import it from
+from .plan import Draft, Plan, draft, prepare_experiment
+from .plan import build_specs as build_specs
+from .progress import runs_progress, say
 
 
 class RunFailed(SixblanksError):
     exit_code = 1
-
-
-def build_specs(cfg: ExperimentConfig, warm_key: str, code: str | None = None) -> list[RunSpec]:
-    """One fully resolved spec per arm x task x seed; ``code``: the code fingerprint (default: of
-    the code running now), part of every run id."""
-
-    code = code or code_fingerprint()
-    # what decides a run beyond its configuration and the project's code: its data files' content
-    # and its user modules' source (transitively), so that an edit runs it again
-    task_ins = [task_inputs(t) for t in cfg.tasks or []]
-    specs = []
-    for arm in cfg.arms:
-        blanks = cfg.resolved_blanks(arm).model_dump(mode="json")
-        arm_ins = arm_inputs(cfg, arm)
-        for task, task_in in zip(cfg.tasks or [], task_ins):
-            for seed in cfg.seeds:
-                fields = {
-                    "experiment": cfg.name,
-                    "arm": arm,
-                    "preset": cfg.arms[arm].preset,
-                    "seed": seed,
-                    "task": task.model_dump(mode="json"),
-                    "blanks": blanks,
-                    "optimizer": cfg.optimizer_for(arm).model_dump(mode="json"),
-                    "rollout": cfg.rollout_for(arm).model_dump(mode="json"),
-                    "budget": dict(cfg.budget),
-                    "eval": cfg.eval.model_dump(mode="json"),
-                    "model": cfg.model.model_dump(mode="json"),
-                    "warm_start_key": warm_key,
-                    "code_version": code,
-                }
-                fields.update(cfg.arms[arm].run_fields())  # seed_offset, fault: only where set
-                if (tools := cfg.tools_for(arm)) is not None:  # the code tool: where offered
-                    fields["tools"] = tools.model_dump(mode="json")
-                # only where there are some: a built-in task's run id is as it was
-                fields.update({"task_inputs": task_in} if task_in else {})
-                fields.update({"arm_inputs": arm_ins} if arm_ins else {})
-                specs.append(RunSpec.from_dict({**fields, "run_id": spec_id(fields)}))
-    return specs
 
 
 def longest_first(specs: list[RunSpec]) -> list[RunSpec]:
@@ -132,8 +90,6 @@ class Orchestrator:
         the specs are known before the warm start is trained or loaded."""
 
         if self._draft is None:
-            from .plan import draft
-
             self._draft = draft(self.cfg)
         return self._draft
 
@@ -143,8 +99,6 @@ class Orchestrator:
 
         if self._given:
             return self.plan
-        from .plan import prepare_experiment
-
         self._plan = prepare_experiment(
             self.cfg, self.out, self.log, self.reuse_finished, drafted=self._drafted()
         )

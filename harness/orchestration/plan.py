@@ -20,7 +20,7 @@ from ..errors import SixblanksError
 from ..layout import TOKENIZER_IDENTITY_JSON, ExperimentDir, write_json
 from ..runspec import RunSpec
 from ..version import code_fingerprint
-from .orchestrator import build_specs
+from .data_files import arm_inputs, task_inputs
 from .runner import identity_of, spec_id
 
 if TYPE_CHECKING:
@@ -38,9 +38,9 @@ class Draft(NamedTuple):
 
 @dataclass(frozen=True)
 class Plan:
-    """What an experiment's preparation made. ``tasks``: the configuration's tasks, made (compared
-    by neither ``==`` nor hashing: the key holds their names and parameters); ``warm_key``: the warm
-    start's content hash; ``warm_dir``: the directory of its policy, which the runs load;
+    """What an experiment's preparation made. ``tasks``: the configuration's tasks, made (left out
+    of ``==``: the key holds their names and parameters); ``warm_key``: the warm start's content
+    hash; ``warm_dir``: the directory of its policy, which the runs load;
     ``warm_info``: its info (key, policy hash, SFT steps and losses, ``cached``) with its
     tokenizer's identity under ``"tokenizer"``; ``specs``: one spec per run, in the order of
     experiment.json's ``runs`` (a finished run of other code in place of a new one where reused)."""
@@ -50,6 +50,45 @@ class Plan:
     warm_dir: Path
     warm_info: dict[str, Any]
     specs: tuple[RunSpec, ...]
+
+
+def build_specs(cfg: ExperimentConfig, warm_key: str, code: str | None = None) -> list[RunSpec]:
+    """One fully resolved spec per arm x task x seed; ``code``: the code fingerprint (default: of
+    the code running now), part of every run id."""
+
+    code = code or code_fingerprint()
+    # what decides a run beyond its configuration and the project's code: its data files' content
+    # and its user modules' source (transitively), so that an edit runs it again
+    task_ins = [task_inputs(t) for t in cfg.tasks or []]
+    specs = []
+    for arm in cfg.arms:
+        blanks = cfg.resolved_blanks(arm).model_dump(mode="json")
+        arm_ins = arm_inputs(cfg, arm)
+        for task, task_in in zip(cfg.tasks or [], task_ins):
+            for seed in cfg.seeds:
+                fields = {
+                    "experiment": cfg.name,
+                    "arm": arm,
+                    "preset": cfg.arms[arm].preset,
+                    "seed": seed,
+                    "task": task.model_dump(mode="json"),
+                    "blanks": blanks,
+                    "optimizer": cfg.optimizer_for(arm).model_dump(mode="json"),
+                    "rollout": cfg.rollout_for(arm).model_dump(mode="json"),
+                    "budget": dict(cfg.budget),
+                    "eval": cfg.eval.model_dump(mode="json"),
+                    "model": cfg.model.model_dump(mode="json"),
+                    "warm_start_key": warm_key,
+                    "code_version": code,
+                }
+                fields.update(cfg.arms[arm].run_fields())  # seed_offset, fault: only where set
+                if (tools := cfg.tools_for(arm)) is not None:  # the code tool: where offered
+                    fields["tools"] = tools.model_dump(mode="json")
+                # only where there are some: a built-in task's run id is as it was
+                fields.update({"task_inputs": task_in} if task_in else {})
+                fields.update({"arm_inputs": arm_ins} if arm_ins else {})
+                specs.append(RunSpec.from_dict({**fields, "run_id": spec_id(fields)}))
+    return specs
 
 
 def draft(cfg: ExperimentConfig) -> Draft:
