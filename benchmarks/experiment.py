@@ -10,9 +10,9 @@ hour, and a run's fixed cost inside the experiment: in its worker, the seconds b
 pays the worker's imports), plus its share of the store, MLflow and the report. Then MLflow alone:
 the same runs sent again into a fresh store, per run (target 0.2 s).
 
-``--config`` may name a findings claim (``experiments/findings/<claim>.yaml``): its experiment at its
-first budget axis, 2 seeds per arm unless ``--seeds`` says otherwise; runs per hour is then the
-findings family's rate.
+``--config`` may name a findings claim (``experiments/findings/<claim>.yaml``): its experiment at
+its first budget axis, 2 seeds per arm unless ``--seeds`` says otherwise; runs per hour is then
+the findings family's rate.
 
 Separately, in fresh interpreters: the time to import the command line, and one run of one arm and
 one seed through the ``sixblanks run`` command (warm start cached, MLflow off), whose wall time
@@ -93,8 +93,8 @@ def experiment(cfg, out: Path) -> tuple[dict[str, float], list[dict], int]:
         runs = time.perf_counter() - t0 - sum(phases.values())
         if result["failures"]:
             raise SystemExit(f"{len(result['failures'])} run(s) failed: {result['failures']}")
-        specs = orch.specs
-        tracking.send([s["run_id"] for s in specs], result["fairness"])
+        specs = orch.plan.specs
+        tracking.send([s.run_id for s in specs], result["fairness"])
         timed(phases, "report (MLflow sending the runs beside it)", build_report_checked, out)
         tracking.artifacts([orch.dir.report])
         t0 = time.perf_counter()
@@ -109,7 +109,7 @@ def experiment(cfg, out: Path) -> tuple[dict[str, float], list[dict], int]:
     }
     results = []
     for s in specs:
-        rd = orch.dir.run(s["run_id"])
+        rd = orch.dir.run(s.run_id)
         status = rd.read_status()
         results.append(
             json.loads((rd.path / "result.json").read_text())

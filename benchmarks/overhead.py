@@ -46,8 +46,8 @@ def main() -> None:
             }
         )
         orch = Orchestrator(cfg, out, progress=False)
-        specs = orch.prepare()
-        warm = orch.warm_dir
+        plan = orch.prepare()
+        specs, warm = plan.specs, plan.warm_dir
 
         # off: the same trainer as the run's (same builder), nothing recorded
         trainer = build_trainer(specs[0], warm)
@@ -58,7 +58,7 @@ def main() -> None:
         # on: the orchestrated runs, then ingest + MLflow for all of them
         exp_dir = ExperimentDir(out)
         results = [
-            execute_run(s, exp_dir.run(s["run_id"]).path, warm, threads=1, checkpoint_seconds=30.0)
+            execute_run(s, exp_dir.run(s.run_id).path, warm, threads=1, checkpoint_seconds=30.0)
             for s in specs
         ]
         t1 = time.perf_counter()
@@ -66,7 +66,7 @@ def main() -> None:
         t_ingest = time.perf_counter() - t1
         orch.track()
         store_and_track = time.perf_counter() - t1
-        r0 = exp_dir.run(specs[0]["run_id"]).read_result()
+        r0 = exp_dir.run(specs[0].run_id).read_result()
         on_train, rec = r0["train_seconds"], r0["recording_seconds"]
         per_run = store_and_track / len(results)
         print(f"one run, {args.budget:g} launched tokens, same spec and seed:")

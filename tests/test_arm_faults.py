@@ -91,7 +91,7 @@ def test_build_specs_carry_the_arm_run_fields():
     faulted = build_specs(_cfg({"a": {"preset": "grpo", "fault": {"rewards": "shuffle"}}}), "k")[0]
     assert "seed_offset" not in plain.as_dict() and "fault" not in plain.as_dict()
     assert offset.seed_offset == 1000 and faulted.fault == {"rewards": "shuffle"}, (
-        "harness/orchestration/orchestrator.py build_specs: "
+        "harness/orchestration/plan.py build_specs: "
         "fields.update(cfg.arms[arm].run_fields()) before the run id is computed"
     )
     assert offset.seed == plain.seed == 0

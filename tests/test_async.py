@@ -150,11 +150,11 @@ def killed_at_step(cfg: dict, tmp_path, step: int):
     once it has finished ``step`` steps: (its spec, its run directory, the warm start's)."""
 
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.orchestration.orchestrator import Orchestrator
+    from sixblanks.harness.orchestration.plan import prepare_experiment
 
-    orch = Orchestrator(validate_mapping(cfg), tmp_path / "exp", progress=False)
-    spec = orch.prepare()[0]
-    warm, run_dir = str(orch.warm_dir), tmp_path / "run"
+    plan = prepare_experiment(validate_mapping(cfg), tmp_path / "exp")
+    spec = plan.specs[0]
+    warm, run_dir = str(plan.warm_dir), tmp_path / "run"
     script = tmp_path / "run.py"
     script.write_text(
         "import sys; from sixblanks.harness.orchestration.runner import execute_run\n"

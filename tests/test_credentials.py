@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -97,20 +96,20 @@ def test_the_configuration_connects_with_the_password_and_dumps_it_masked():
 def test_a_password_is_no_part_of_a_run_id_a_warm_start_key_or_a_definition():
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.orchestration.definition import definition, digest
-    from sixblanks.harness.orchestration.orchestrator import Orchestrator
+    from sixblanks.harness.orchestration.plan import draft
 
-    def plan(password: str, tmp: Path):
+    def plan(password: str):
         cfg = validate_mapping(
             _config(
                 tracking={"uri": f"http://user:{password}@127.0.0.1:9/"},
                 sweep={"storage": f"postgresql://optuna:{password}@127.0.0.1:9/optuna"},
             )
         )
-        _, key, specs = Orchestrator(cfg, tmp, progress=False)._plan()
+        _, key, specs = draft(cfg)
         return key, [s.run_id for s in specs], digest(definition(cfg)), specs
 
-    key_a, ids_a, def_a, specs = plan(SECRET, Path("/nonexistent/a"))
-    key_b, ids_b, def_b, _ = plan("another-password", Path("/nonexistent/b"))
+    key_a, ids_a, def_a, specs = plan(SECRET)
+    key_b, ids_b, def_b, _ = plan("another-password")
     assert (key_a, ids_a, def_a) == (key_b, ids_b, def_b) and len(ids_a) == 4
     assert SECRET not in json.dumps([s.as_dict() for s in specs])
 

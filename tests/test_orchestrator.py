@@ -15,6 +15,7 @@ from sixblanks.budgets.ledger import TIME_COUNTERS
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import read_status
 from sixblanks.harness.orchestration.orchestrator import Orchestrator, build_specs
+from sixblanks.harness.orchestration.plan import prepare_experiment
 from sixblanks.harness.orchestration.progress import plain_progress
 from sixblanks.harness.orchestration.runner import execute_run
 
@@ -54,9 +55,9 @@ def _untimed(counters):
 
 def test_sigkill_at_a_random_point_then_resume_matches_an_uninterrupted_run(tmp_path):
     cfg = _cfg(budget={"launched_tokens": 2000})
-    orch = Orchestrator(cfg, tmp_path / "exp", progress=False)
-    spec = orch.prepare()[0]
-    warm = str(orch.warm_dir)
+    plan = prepare_experiment(cfg, tmp_path / "exp")
+    spec = plan.specs[0]
+    warm = str(plan.warm_dir)
     ref = execute_run(spec, tmp_path / "ref", warm, threads=1)
     assert ref["steps"] >= 8
 
@@ -152,23 +153,21 @@ def test_a_code_change_reruns_unless_reuse_is_asked_and_then_flags(tmp_path, mon
     code."""
 
     import sixblanks.harness.fairness.audit as audit_mod
-    import sixblanks.harness.orchestration.orchestrator as orch_mod
+    import sixblanks.harness.orchestration.plan as plan_mod
     from sixblanks.harness.store.database import connect
 
     cfg = _cfg(seeds=[0], arms={"grpo": {"preset": "grpo"}}, budget={"launched_tokens": 300})
     out = tmp_path / "out"
     first = Orchestrator(cfg, out, progress=False)
     first.run()
-    old_ids = [s.run_id for s in first.specs]
-    for mod in (orch_mod, audit_mod):
+    old_ids = [s.run_id for s in first.plan.specs]
+    for mod in (plan_mod, audit_mod):
         monkeypatch.setattr(mod, "code_fingerprint", lambda: "sixblanks-0.2+edited000000")
     again = Orchestrator(cfg, out, progress=False)
-    again.prepare()
-    assert {s.run_id for s in again.pending()} == {s.run_id for s in again.specs}
-    assert not set(old_ids) & {s.run_id for s in again.specs}
+    new_ids = {s.run_id for s in again.prepare().specs}
+    assert {s.run_id for s in again.pending()} == new_ids and not set(old_ids) & new_ids
     reused = Orchestrator(cfg, out, progress=False, reuse_finished=True)
-    reused.prepare()
-    assert [s.run_id for s in reused.specs] == old_ids and reused.pending() == []
+    assert [s.run_id for s in reused.prepare().specs] == old_ids and reused.pending() == []
     audit = reused.fairness()
     flags = [f for f in audit["flags"] if f["item"] == "code"]
     assert [f["run_id"] for f in flags] == old_ids and "edited000000" in flags[0]["reason"]

@@ -473,7 +473,7 @@ def test_a_vllm_engine_per_rank_samples_and_counts_as_one_process(tmp_path):
     the shards after every update; the run counts and scores what one vLLM process does."""
 
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.orchestration.orchestrator import Orchestrator
+    from sixblanks.harness.orchestration.plan import prepare_experiment
     from sixblanks.harness.orchestration.rank_launch import launch
 
     cfg = {
@@ -484,10 +484,10 @@ def test_a_vllm_engine_per_rank_samples_and_counts_as_one_process(tmp_path):
         "tracking": {"mlflow": False},
         "model": {"parallel": {"backend": "fsdp2", "world_size": 2}},
     }
-    orch = Orchestrator(validate_mapping(cfg), tmp_path / "exp", progress=False)
-    spec = orch.prepare()[0]
-    two = launch(spec, tmp_path / "two", str(orch.warm_dir), threads=2)
-    one = single_process(spec, str(orch.warm_dir), tmp_path / "one")
+    plan = prepare_experiment(validate_mapping(cfg), tmp_path / "exp")
+    spec = plan.specs[0]
+    two = launch(spec, tmp_path / "two", str(plan.warm_dir), threads=2)
+    one = single_process(spec, str(plan.warm_dir), tmp_path / "one")
     assert plain(two["counters"]) == plain(one["counters"])
     assert two["discarded_by_reason"] == one["discarded_by_reason"]
     assert two["counters"]["optimizer_steps"] >= 3

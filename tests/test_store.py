@@ -15,7 +15,7 @@ from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.fairness.audit import HELD_CONSTANT
 from sixblanks.harness.layout import RunDir, read_status, write_json
 from sixblanks.harness.orchestration.experiment import run_experiment
-from sixblanks.harness.orchestration.orchestrator import Orchestrator
+from sixblanks.harness.orchestration.plan import prepare_experiment
 from sixblanks.harness.orchestration.runner import execute_run
 from sixblanks.harness.store.database import (
     SCHEMA,
@@ -383,13 +383,13 @@ def test_partial_run_is_ingested_and_completed_on_resume_without_duplicates(tmp_
     cfg = validate_mapping(
         TINY | {"budget": {"launched_tokens": 2500}, "arms": {"grpo": {"preset": "grpo"}}}
     )
-    orch = Orchestrator(cfg, tmp_path, progress=False)
-    spec = orch.prepare()[0]
+    plan = prepare_experiment(cfg, tmp_path)
+    spec = plan.specs[0]
     run_dir = tmp_path / "runs" / spec.run_id
     code = (
         "import sys; from sixblanks.harness.orchestration.runner import execute_run; "
         "from sixblanks.harness.runspec import RunSpec; "
-        f"execute_run(RunSpec.from_json(sys.argv[1]), {str(run_dir)!r}, {str(orch.warm_dir)!r}, "
+        f"execute_run(RunSpec.from_json(sys.argv[1]), {str(run_dir)!r}, {str(plan.warm_dir)!r}, "
         "threads=1)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, spec.to_json()], cwd=ROOT)
@@ -407,7 +407,7 @@ def test_partial_run_is_ingested_and_completed_on_resume_without_duplicates(tmp_
     status, steps = con.execute("SELECT status, steps FROM runs").fetchone()
     con.close()
     assert status == "partial" and steps >= 4
-    execute_run(spec, run_dir, orch.warm_dir, threads=1)
+    execute_run(spec, run_dir, plan.warm_dir, threads=1)
     ingest(tmp_path)
     con = connect(tmp_path, read_only=True)
     status, steps = con.execute("SELECT status, steps FROM runs").fetchone()

@@ -119,7 +119,7 @@ def run_experiment(
             result = orch.run(track=False)
             if on_result is not None:
                 on_result(result)
-            tracking.send([s.run_id for s in orch.specs], result["fairness"])
+            tracking.send([s.run_id for s in orch.plan.specs], result["fairness"])
             report = build_report_checked(out)
             tracking.artifacts([orch.dir.report])
         result["mlflow"] = tracking.state

@@ -175,8 +175,8 @@ class Sweep:
             from ..orchestration.servers import check_database
 
             check_database(self.cfg.sweep.storage, "sweep.storage")
-        specs = orch.prepare()
-        warm = orch.warm_dir
+        plan = orch.prepare()
+        specs, warm = plan.specs, plan.warm_dir
         storage = self._storage()
         summary: dict[str, Any] = {
             "arms": {},

@@ -12,7 +12,7 @@ import torch
 from sixblanks.harness import checkpoint
 from sixblanks.harness.checkpoint import CheckpointError
 from sixblanks.harness.layout import RunDir
-from sixblanks.harness.orchestration.orchestrator import Orchestrator
+from sixblanks.harness.orchestration.plan import prepare_experiment
 from sixblanks.harness.orchestration.runner import execute_run
 
 from ..test_orchestrator import _cfg
@@ -155,8 +155,8 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
         replay,
     )
 
-    orch = Orchestrator(_cfg(budget={"launched_tokens": 600}), tmp_path / "exp", progress=False)
-    spec = orch.prepare()[0]
+    plan = prepare_experiment(_cfg(budget={"launched_tokens": 600}), tmp_path / "exp")
+    spec = plan.specs[0]
     run_dir = tmp_path / "run"
     save, calls = run_recorder.save_checkpoint, []
 
@@ -169,7 +169,7 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
     monkeypatch.setattr(run_recorder, "save_checkpoint", dies_after_step_2)
     chaos.fault("the run killed after step 2")
     with pytest.raises(Killed):
-        execute_run(spec, run_dir, str(orch.warm_dir), threads=1)
+        execute_run(spec, run_dir, str(plan.warm_dir), threads=1)
     monkeypatch.setattr(run_recorder, "save_checkpoint", save)
     rd = RunDir(run_dir)
     last = [e for e in rd.read_events() if e["type"] == "step"][-1]
@@ -180,7 +180,7 @@ def test_a_run_whose_checkpoints_are_all_damaged_starts_again_and_is_charged_the
         f = p / checkpoint.TENSORS
         f.write_bytes(f.read_bytes()[:100])
 
-    again = execute_run(spec, run_dir, str(orch.warm_dir), threads=1)
+    again = execute_run(spec, run_dir, str(plan.warm_dir), threads=1)
     rec = again["checkpoint_recovery"]
     assert again["resumed_from"] is None and len(rec["refused"]) == 2
     assert rec["charged"]["launched_tokens"] == lost > 0

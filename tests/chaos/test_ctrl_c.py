@@ -70,12 +70,12 @@ def prepared(tmp_path_factory):
     """(experiment directory, its one run spec, the warm-start policy directory)."""
 
     from sixblanks.harness.config import validate_mapping
-    from sixblanks.harness.orchestration.orchestrator import Orchestrator
+    from sixblanks.harness.orchestration.plan import prepare_experiment
 
     out = tmp_path_factory.mktemp("ctrl-c") / "out"
-    orch = Orchestrator(validate_mapping(EXPERIMENT), out, progress=False)
-    spec = orch.prepare()[0]
-    return out, spec, str(orch.warm_dir)
+    plan = prepare_experiment(validate_mapping(EXPERIMENT), out)
+    spec = plan.specs[0]
+    return out, spec, str(plan.warm_dir)
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ def adopt_shared(cfg, out: Path, root: Path, log: Callable[[str], None]) -> list
     """Copy into experiment ``out`` every run of ``cfg`` that is not finished there and that a
     finished run of another claim under ``root`` computes already; returns the copied run ids."""
 
-    from ...orchestration.orchestrator import build_specs
+    from ...orchestration.plan import build_specs
     from ...orchestration.warmstart import warm_start_key
     from ...tasks import make_task
 

@@ -64,12 +64,12 @@ class Ladder:
         """The warm start (trained, or found cached) and the arm's run spec under the rung
         budget, evaluating once at the end on the validation split, and its task."""
 
-        from ...orchestration.orchestrator import Orchestrator
+        from ...orchestration.plan import prepare_experiment
         from ...tasks import make_task
         from ...tasks.judge import attach_judge
 
-        orch = Orchestrator(self.cfg, self.out, log=self.log, progress=False)
-        base = next(s for s in orch.prepare() if s.arm == self.arm)
+        plan = prepare_experiment(self.cfg, self.out, log=self.log)
+        base = next(s for s in plan.specs if s.arm == self.arm)
         self.spec = base.replace(
             budget=dict(self.cfg.ladder.budget) or divide_budget(self.cfg.budget, 10),
             # the short runs select on validation, never on test
@@ -77,7 +77,7 @@ class Ladder:
         )
         task = self.spec.task
         self.task = attach_judge(make_task(task["name"], task["params"]), task.get("judge"))
-        self.warm = orch.warm_dir
+        self.warm = plan.warm_dir
 
     def context(self) -> RungContext:
         """What the rungs work with: this ladder's set-up and its services. The services are this
