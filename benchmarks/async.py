@@ -36,7 +36,11 @@ from sixblanks.harness.tasks import make_task
 from sixblanks.harness.training import RunSettings, Trainer
 
 
-def run(args, concurrent: bool) -> dict[str, float]:
+def _trainer(args, concurrent: bool) -> Trainer:
+    """The benchmark's trainer: a tiny policy's GRPO arm on 3-digit arithmetic under the
+    launched-token budget, with a concurrent collector ``--queue`` rounds ahead where
+    ``concurrent``."""
+
     torch.manual_seed(0)
     task = make_task("arithmetic", {"digits": 3})
     tiny = {
@@ -67,7 +71,15 @@ def run(args, concurrent: bool) -> dict[str, float]:
         evaluate=False,
         name="async" if concurrent else "sync",
     )
-    tr = Trainer(settings, task, model, tok)
+    return Trainer(settings, task, model, tok)
+
+
+def run(args, concurrent: bool) -> dict[str, float]:
+    """One training of the mode: its steps, launched tokens, wall seconds, launched tokens per
+    second (whole run and steady state after the first step), the trainer's idle fraction (whole
+    and steady) and the mean versions the trained rollouts were behind."""
+
+    tr = _trainer(args, concurrent)
     ends: list[float] = []  # when each step ended
     idle: list[float] = []  # the trainer's wait for rollouts in each step
     seen = [0.0]

@@ -355,6 +355,23 @@ def report_parallel(ref: dict, dp: dict, bf16: bool) -> bool:
     return False
 
 
+def report_summary(results: dict, setup, dry_run: bool, world: int) -> bool:
+    """Prints the summary of the parts that ran (``world``: the data-parallel ranks, 0 where that
+    part could not run); True where the data-parallel update disagrees with one process's."""
+
+    print("\n=== summary ===")
+    failed = False
+    if "single" in results:
+        report_single(results["single"], setup, dry_run)
+    if "ranks" in results:
+        failed = report_parallel(results["single"]["reference"], results["ranks"], setup.bf16)
+    elif not world:
+        print("skipped: data parallel (DDP over torchrun): this machine has one GPU")
+    elif "single" not in results:
+        print("skipped: data parallel: the one-device part, which it is compared with, failed")
+    return failed
+
+
 def drive(args: argparse.Namespace, carried: str) -> int:
     """The check: the single-device part, then the data-parallel part where it can run."""
 
@@ -405,15 +422,7 @@ def drive(args: argparse.Namespace, carried: str) -> int:
         except RuntimeError as exc:
             failed = True
             print(f"FAILED: data parallel: {exc}")
-    print("\n=== summary ===")
-    if "single" in results:
-        report_single(results["single"], setup, args.dry_run)
-    if "ranks" in results:
-        failed |= report_parallel(results["single"]["reference"], results["ranks"], setup.bf16)
-    elif not world:
-        print("skipped: data parallel (DDP over torchrun): this machine has one GPU")
-    elif "single" not in results:
-        print("skipped: data parallel: the one-device part, which it is compared with, failed")
+    failed |= report_summary(results, setup, args.dry_run, world)
     print("FAILED" if failed else "passed: every part that could run")
     return 1 if failed else 0
 

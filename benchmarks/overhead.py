@@ -24,6 +24,23 @@ from sixblanks.harness.orchestration.runner import build_trainer, execute_run
 from sixblanks.harness.store.database import ingest
 
 
+def _config(args):
+    """The experiment measured: one GRPO arm, ``--runs`` seeds, each under ``--budget`` launched
+    tokens."""
+
+    return validate_mapping(
+        {
+            "name": "overhead",
+            "arms": {"grpo": {"preset": "grpo"}},
+            "budget": {"launched_tokens": args.budget},
+            "seeds": list(range(args.runs)),
+            "rollout": {"max_new_tokens": 6},
+            "warm_start": {"steps": 100},
+            "eval": {"size": 64},
+        }
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=20000)
@@ -34,18 +51,7 @@ def main() -> None:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        cfg = validate_mapping(
-            {
-                "name": "overhead",
-                "arms": {"grpo": {"preset": "grpo"}},
-                "budget": {"launched_tokens": args.budget},
-                "seeds": list(range(args.runs)),
-                "rollout": {"max_new_tokens": 6},
-                "warm_start": {"steps": 100},
-                "eval": {"size": 64},
-            }
-        )
-        orch = Orchestrator(cfg, out, progress=False)
+        orch = Orchestrator(_config(args), out, progress=False)
         plan = orch.prepare()
         specs, warm = plan.specs, plan.warm_dir
 

@@ -1,11 +1,14 @@
-"""Sizes of the project's code: no module over MAX_LINES lines and no function over MAX_LOGIC lines
-of logic, so that each module keeps one job and each function can be read whole.
+"""Sizes of the project's code: no module over MAX_LINES lines, and no function over MAX_LOGIC lines
+of logic nor over MAX_RAW lines in all, so that each module keeps one job and each function can be
+read whole.
 
 A function's lines of logic are the lines of its body that are neither blank, nor a comment alone,
-nor its docstring; a nested function's lines count in the function around it as well as its own.
-Modules that are only data (a table written out) are exempt by name, with the reason, and checked
-to be mostly data. The allow-lists hold what was over the limit when this test came, each at the
-size it had then: they must only shrink (delete an entry once its module or function is split)."""
+nor its docstring; its raw lines are every line from its ``def`` to its last (decorators left out,
+its docstring, comments and blank lines in). A nested function's lines count in the function
+around it as well as its own. Modules that are only data (a table written out) are exempt by name,
+with the reason, and checked to be mostly data; they are exempt from MAX_RAW too. The allow-lists
+hold what was over the limit when this test came, each at the size it had then: they must only
+shrink (delete an entry once its module or function is split)."""
 
 import ast
 from pathlib import Path
@@ -14,14 +17,15 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("harness", "algorithms", "budgets", "reports", "sixblanks", "benchmarks")
 MAX_LINES = 500
 MAX_LOGIC = 60
+MAX_RAW = 60
 
 DATA_MODULES = {
     "harness/recommend/matrix.py": "the selection matrix written out as data (the questions, the "
     "rows of estimator, objective and data blanks each recommends and when, their notes, the "
     "starter tasks): a table read whole, which splitting would scatter",
 }
-"""Modules exempt from MAX_LINES: data, not code (checked: at least DATA_SHARE of their lines are
-top-level assignments)."""
+"""Modules exempt from MAX_LINES and MAX_RAW: data, not code (checked: at least DATA_SHARE of their
+lines are top-level assignments)."""
 DATA_SHARE = 0.75
 
 # Modules and functions allowed past the caps while they are split (none now); the lists must only
@@ -61,23 +65,50 @@ def _logic_lines(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef)
     return count
 
 
-def _functions(path: Path) -> dict[str, int]:
-    """Each function's qualified name (``Class.method``, ``outer.inner``) -> its lines of logic."""
+def _raw_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Every line from the ``def`` line (``ast`` starts a function there, after its decorators) to
+    the function's last."""
 
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    out: dict[str, int] = {}
+    return node.end_lineno - node.lineno + 1
+
+
+def _function_nodes(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Each function of a module's source by its qualified name (``Class.method``,
+    ``outer.inner``)."""
+
+    out: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                out[prefix + child.name] = _logic_lines(lines, child)
+                out[prefix + child.name] = child
                 visit(child, f"{prefix}{child.name}.")
             elif isinstance(child, ast.ClassDef):
                 visit(child, f"{prefix}{child.name}.")
 
     visit(ast.parse(text), "")
     return out
+
+
+def _functions(path: Path) -> dict[str, int]:
+    """Each function's qualified name (``Class.method``, ``outer.inner``) -> its lines of logic."""
+
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    return {name: _logic_lines(lines, node) for name, node in _function_nodes(text).items()}
+
+
+def _over_raw(name: str, text: str) -> list[str]:
+    """The functions of module ``name`` (its source ``text``) over MAX_RAW raw lines, one line
+    each; none for a data module."""
+
+    if name in DATA_MODULES:
+        return []
+    return [
+        f"{name}::{qualname}: {_raw_lines(node)} lines from def to end (at most {MAX_RAW})"
+        for qualname, node in _function_nodes(text).items()
+        if _raw_lines(node) > MAX_RAW
+    ]
 
 
 def _data_share(path: Path) -> float:
@@ -118,6 +149,48 @@ def test_no_function_is_over_the_logic_limit():
             if size > limit:
                 over.append(f"{key}: {size} lines of logic (at most {limit})")
     assert not over, "\n".join(over)
+
+
+def test_no_function_is_over_the_raw_limit():
+    over = []
+    for path in _modules():
+        over += _over_raw(_name(path), path.read_text(encoding="utf-8"))
+    assert not over, "\n".join(over)
+
+
+def _synthetic(body_lines: int, blank_every: int = 0) -> str:
+    """A decorated function of ``body_lines`` body lines after its ``def`` line (every
+    ``blank_every``-th of them blank, where given), so ``body_lines + 1`` raw lines."""
+
+    body = [
+        "" if blank_every and i % blank_every == blank_every - 1 else f"    x{i} = {i}"
+        for i in range(body_lines - 1)
+    ]
+    return "\n".join(["@decorator", "def f():", *body, "    return 0", ""])
+
+
+def test_the_raw_counting():
+    """Raw lines run from the def line (decorators left out) to the last line, blank lines and
+    comments in: 61 raw lines fail though they hold fewer than 60 lines of logic, 60 pass."""
+
+    over = _synthetic(60, blank_every=3)  # def + 60 body lines: 61 raw, 41 of logic
+    (f,) = ast.parse(over).body
+    assert _raw_lines(f) == 61
+    assert _logic_lines(over.splitlines(), f) == 41
+    assert _over_raw("pkg/mod.py", over) == ["pkg/mod.py::f: 61 lines from def to end (at most 60)"]
+    assert _over_raw("pkg/mod.py", _synthetic(59)) == []  # 60 raw lines, the decorator not counted
+    (g,) = ast.parse(_synthetic(59)).body
+    assert _raw_lines(g) == 60
+    # a nested function's lines count in its outer function's span as well as its own
+    nested = "class C:\n    def m(self):\n        def inner():\n            return 1\n\n" + (
+        "        y = 1\n" * 56 + "        return inner\n"
+    )
+    spans = {q: _raw_lines(n) for q, n in _function_nodes(nested).items()}
+    assert spans == {"C.m": 61, "C.m.inner": 2}
+    assert _over_raw("pkg/mod.py", nested) == [
+        "pkg/mod.py::C.m: 61 lines from def to end (at most 60)"
+    ]
+    assert _over_raw(next(iter(DATA_MODULES)), over) == []  # a data module is exempt
 
 
 def test_the_counting_itself():

@@ -209,6 +209,16 @@ def explain(
             }
         )
         return
+    _print_explained(view, all_, notes, derived, modes, checklists)
+
+
+def _print_explained(view, all_: bool, notes, derived, modes, checklists) -> None:
+    """``explain``'s human output: the side-by-side table (how many fields it hides), each column's
+    notes and derived values, the normalization weights and equivalences, then a PPO checklist per
+    column that has one."""
+
+    from sixblanks.algorithms.notes import EQUIVALENCES
+
     show(_blanks_table(view, all_))
     if view.hidden:
         say(
@@ -367,6 +377,24 @@ def _is_terminal() -> bool:
     return sys.stdin.isatty()
 
 
+def _answers(options: dict[str, str | None], defaults: bool) -> tuple[dict[str, str], list[str]]:
+    """The answers given as options, parsed, the missing ones asked on a terminal (unless
+    ``--defaults``) or else defaulted: (every answer, the names of those defaulted)."""
+
+    import click
+
+    from ..recommend import complete, parse_answers
+
+    given = parse_answers(options)
+
+    def ask(q) -> str:
+        return click.prompt(
+            q.prompt, default=q.default, type=click.Choice(q.choices), err=True, show_choices=True
+        )
+
+    return complete(given, ask if _is_terminal() and not defaults else None)
+
+
 @app.command()
 def recommend(
     demos: Annotated[str | None, _answer_opt("demos")] = None,
@@ -394,12 +422,10 @@ def recommend(
     main warning, the ladder rung to check first). Answers not given are asked on a terminal, or
     take their defaults (said in the output)."""
 
-    import click
-
-    from ..recommend import complete, parse_answers, write_starter
     from ..recommend import recommend as recommend_row
+    from ..recommend import write_starter
 
-    given = parse_answers(
+    answers, defaulted = _answers(
         dict(
             demos=demos,
             signal=signal,
@@ -411,15 +437,9 @@ def recommend(
             risk=risk,
             model=model,
             concern=concern,
-        )
+        ),
+        defaults,
     )
-
-    def ask(q) -> str:
-        return click.prompt(
-            q.prompt, default=q.default, type=click.Choice(q.choices), err=True, show_choices=True
-        )
-
-    answers, defaulted = complete(given, ask if _is_terminal() and not defaults else None)
     rec = recommend_row(answers, defaulted)
     written = write_starter(rec, write, force) if write is not None else None
     if as_json:

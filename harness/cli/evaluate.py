@@ -104,33 +104,76 @@ def evaluate_policy(
     evaluation every run uses, the code tool offered as the run's arm was offered it; its cost
     reported)."""
 
-    from ..config import RolloutConfig
-    from ..layout import SPEC_JSON, model_dir_of
-    from ..models import load_pretrained, set_fp32_lm_head
-    from ..rollout.backends import make_engine
-    from ..training.evaluate import evaluate
-
     if split not in ("test", "validation"):
         raise ConfigError(f"--split: '{split}' (valid: test, validation)")
+    directory, spec = _run_of(model)
+    the_task = _task(task, params, spec)
+    rollout = _rollout_of(spec, max_new_tokens)
+    policy, tok = _policy_of(directory, spec)
+    the_task = _offer_tools(the_task, spec, tools, tok)
+    ev, seconds = _score(
+        policy, tok, the_task, rollout, spec, n=n, temperature=temperature, split=split
+    )
+    ev.update(model=str(directory), task=the_task.name, seconds=seconds)
+    if as_json:
+        dump_json(ev)
+    else:
+        _print_result(ev, split)
+
+
+def _run_of(model: Path) -> tuple[Path, RunSpec | None]:
+    """The model directory ``MODEL`` names (a run's saved policy, or the directory itself) and the
+    run's spec (None for a model directory: no run)."""
+
+    from ..layout import SPEC_JSON, model_dir_of
+
     try:
         directory = model_dir_of(model)
     except ValueError as exc:
         raise ConfigError(f"MODEL: {exc}") from None
     spec_file = model / SPEC_JSON
     spec = RunSpec.from_json(spec_file.read_text()) if spec_file.is_file() else None
-    the_task = _task(task, params, spec)
+    return directory, spec
+
+
+def _rollout_of(spec: RunSpec | None, max_new_tokens: int | None):
+    """The rollout settings to score with: the run's, else the defaults; ``--max-new-tokens`` over
+    the run's (16 for a model directory that gives none)."""
+
+    from ..config import RolloutConfig
+
     rollout = RolloutConfig.model_validate(spec.rollout) if spec else RolloutConfig()
     if max_new_tokens is not None or spec is None:
         rollout = rollout.model_copy(update={"max_new_tokens": max_new_tokens or 16})
+    return rollout
+
+
+def _policy_of(directory: Path, spec: RunSpec | None):
+    """The policy and its tokenizer, loaded on the run's device and dtype (CPU, float32 for a model
+    directory), the LM head in fp32 where the run kept it so."""
+
+    from ..models import load_pretrained, set_fp32_lm_head
+
     m = spec.model if spec is not None else {}
     policy, tok = load_pretrained(directory, m.get("device", "cpu"), m.get("dtype", "float32"))
     set_fp32_lm_head(policy, bool(m.get("fp32_lm_head")))
-    the_task = _offer_tools(the_task, spec, tools, tok)
+    return policy, tok
+
+
+def _score(
+    policy, tok, task, rollout, spec: RunSpec | None, *, n: int, temperature: float, split: str
+) -> tuple[dict[str, Any], float]:
+    """The held-out evaluation of ``policy`` on ``task`` (its per-instance rows left out) and the
+    seconds it took."""
+
+    from ..rollout.backends import make_engine
+    from ..training.evaluate import evaluate
+
     t0 = time.perf_counter()
     ev = evaluate(
         make_engine(rollout, policy, tok, seed=0),
         tok,
-        the_task,
+        task,
         n,
         max_new_tokens=rollout.max_new_tokens,
         temperature=temperature,
@@ -139,12 +182,8 @@ def evaluate_policy(
         split=split,
         env_workers=rollout.env_workers,
     )
-    ev = {k: v for k, v in ev.items() if k != "per_instance"}
-    ev.update(model=str(directory), task=the_task.name, seconds=time.perf_counter() - t0)
-    if as_json:
-        dump_json(ev)
-    else:
-        _print_result(ev, split)
+    seconds = time.perf_counter() - t0
+    return {k: v for k, v in ev.items() if k != "per_instance"}, seconds
 
 
 def _print_result(ev: dict[str, Any], split: str) -> None:

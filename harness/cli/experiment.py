@@ -79,17 +79,36 @@ def rollouts(
     if one fails)."""
 
     from ..config import load_config
+
+    cfg = load_config(config)
+    chosen = add_task(cfg, task)
+    quiet = STATE["quiet"] or as_json
+    batch, contract, tok = _sample_episodes(
+        cfg, chosen, warm, tools, out_dir, n, group, seed, quiet
+    )
+    if as_json:
+        episodes = [episode_record(batch, b, tok) for b in range(batch.size)]
+        dump_json({"task": chosen, "episodes": episodes, "contract": contract.to_dict()})
+    else:
+        print_episodes(batch, tok, contract)
+    if not contract.passed:
+        raise typer.Exit(1)
+
+
+def _sample_episodes(cfg, chosen: str, warm, tools, out_dir, n, group, seed, quiet):
+    """``n`` instances of the task ``chosen``, ``group`` (else rollout.group_size) samples each, by
+    the experiment's policy (the warm start where ``warm``), the code tool offered where ``tools``
+    and the experiment has one, and the contract checks on them: (batch, contract, tokenizer)."""
+
     from ..rollout.backends import make_engine
     from ..tasks import make_task
     from ..training.contract import sample_and_check
 
-    cfg = load_config(config)
-    chosen = add_task(cfg, task)
     names = [t.name for t in cfg.tasks or []]
     tcfg = cfg.tasks[names.index(chosen)]
     tasks = [make_task(t.name, t.params) for t in cfg.tasks or []]
     the_task = tasks[names.index(chosen)]
-    model, tok = episode_policy(cfg, tasks, warm, out_dir, quiet=STATE["quiet"] or as_json)
+    model, tok = episode_policy(cfg, tasks, warm, out_dir, quiet=quiet)
     if tools and cfg.tools is not None:
         from ..tasks.tooled import with_tools
 
@@ -106,13 +125,7 @@ def rollouts(
         seed=seed,
         reward_range=tcfg.reward_range or the_task.reward_range,
     )
-    if as_json:
-        episodes = [episode_record(batch, b, tok) for b in range(batch.size)]
-        dump_json({"task": chosen, "episodes": episodes, "contract": contract.to_dict()})
-    else:
-        print_episodes(batch, tok, contract)
-    if not contract.passed:
-        raise typer.Exit(1)
+    return batch, contract, tok
 
 
 @app.command()
@@ -154,6 +167,12 @@ def run(
                 os.environ.pop("SIXBLANKS_NO_CACHE", None)
             else:
                 os.environ["SIXBLANKS_NO_CACHE"] = before
+    _run_checked(config, out_dir, no_progress, reuse_finished, add)
+
+
+def _run_checked(config: Path, out_dir, no_progress: bool, reuse_finished: bool, add: bool):
+    """``run``'s work: the config checked and its plan and cautions shown, the experiment run, then
+    its report, summary and fairness flags; RunFailed naming the runs that failed."""
 
     from ..config import load_config
     from ..orchestration.data_files import check_data_files
@@ -276,12 +295,44 @@ def status(
 ) -> None:
     """Per run: state, consumption per budgeted counter, last evaluation and ETA."""
 
+    exp_dir = experiment_dir(directory, "run `sixblanks run` first")
+    rows = _status_rows(exp_dir)
+    if as_json:
+        dump_json(rows)
+        return
+    table = Table(title=f"status: {directory}")
+    for col in ("run", "arm", "task", "seed", "state", "step", "budget", "last eval", "ETA"):
+        table.add_column(col)
+    for r in rows:
+        lim = r["limits"] or {}
+        used = ", ".join(_used(r, k, v) for k, v in lim.items()) if r["counters"] else "-"
+        ev = f"{r['last_eval']['score']:.3f}" if r["last_eval"] else "-"
+        eta = f"{r['eta_seconds']:.0f}s" if r["eta_seconds"] is not None else "-"
+        state = r["state"] + (f" ({r['error'][:50]})" if r.get("error") else "")
+        table.add_row(
+            r["run_id"],
+            str(r["arm"] or "-"),
+            str(r["task"] or "-"),
+            str(r["seed"] if r["seed"] is not None else "-"),
+            state,
+            str(r["step"] if r["step"] is not None else "-"),
+            used,
+            ev,
+            eta,
+        )
+    show(table)
+
+
+def _status_rows(exp_dir: ExperimentDir) -> list[dict[str, Any]]:
+    """One row per run of the experiment, in its order: identity, state, step, counters and
+    limits, last evaluation, the time overshoot bound, an ETA (seconds; a running run's elapsed
+    time scaled by the budget left) and the error, redacted."""
+
     import time as _time
 
     from ..orchestration.progress import budget_fraction
     from ..redact import redact_opt
 
-    exp_dir = experiment_dir(directory, "run `sixblanks run` first")
     run_ids = exp_dir.read_experiment()["runs"]
     rows = []
     now = _time.time()
@@ -307,30 +358,7 @@ def status(
                 "error": redact_opt(st.get("error")),
             }
         )
-    if as_json:
-        dump_json(rows)
-        return
-    table = Table(title=f"status: {directory}")
-    for col in ("run", "arm", "task", "seed", "state", "step", "budget", "last eval", "ETA"):
-        table.add_column(col)
-    for r in rows:
-        lim = r["limits"] or {}
-        used = ", ".join(_used(r, k, v) for k, v in lim.items()) if r["counters"] else "-"
-        ev = f"{r['last_eval']['score']:.3f}" if r["last_eval"] else "-"
-        eta = f"{r['eta_seconds']:.0f}s" if r["eta_seconds"] is not None else "-"
-        state = r["state"] + (f" ({r['error'][:50]})" if r.get("error") else "")
-        table.add_row(
-            r["run_id"],
-            str(r["arm"] or "-"),
-            str(r["task"] or "-"),
-            str(r["seed"] if r["seed"] is not None else "-"),
-            state,
-            str(r["step"] if r["step"] is not None else "-"),
-            used,
-            ev,
-            eta,
-        )
-    show(table)
+    return rows
 
 
 def _used(row: dict[str, Any], counter: str, limit: float) -> str:

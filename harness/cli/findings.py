@@ -52,13 +52,7 @@ def findings(
     the seeds used, the budget spent and the smallest detectable effect. Resumable: finished runs
     are kept; one process at a time per output directory."""
 
-    from ..errors import ConfigError
-    from ..studies.findings import ADJUSTMENTS
-
-    if adjustment not in ADJUSTMENTS:
-        raise ConfigError(f"--adjust {adjustment}: unknown (valid: {', '.join(ADJUSTMENTS)})")
-    if readme is not None and summaries is None:
-        raise ConfigError("--readme: the table is made from the summaries; give --summaries DIR")
+    _check_options(adjustment, readme, summaries)
     files, family = _checked_family(paths or [Path("experiments/findings")], summaries)
     log = (
         (lambda m: err.print(f"[dim]{m}[/dim]"))
@@ -74,6 +68,18 @@ def findings(
     for r in records:
         _say_record(r, adjustment)
     say(f"report: {report}")
+
+
+def _check_options(adjustment: str, readme: Path | None, summaries: Path | None) -> None:
+    """A ConfigError for an unknown ``--adjust`` or a ``--readme`` without ``--summaries``."""
+
+    from ..errors import ConfigError
+    from ..studies.findings import ADJUSTMENTS
+
+    if adjustment not in ADJUSTMENTS:
+        raise ConfigError(f"--adjust {adjustment}: unknown (valid: {', '.join(ADJUSTMENTS)})")
+    if readme is not None and summaries is None:
+        raise ConfigError("--readme: the table is made from the summaries; give --summaries DIR")
 
 
 def _checked_family(paths: list[Path], summaries: Path | None) -> tuple[list[Path], int]:

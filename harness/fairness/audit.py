@@ -144,23 +144,10 @@ def spec_items(
 
     blanks = Blanks.model_validate(spec.blanks)
     r, d = spec.rollout, blanks.data
-    ident, verifier = task_and_reward(spec.task_name, json.dumps(spec.task_params, sort_keys=True))
-    # its data files and user modules (a verifier and its helpers, at any depth) as the run
-    # recorded them: an arm whose runs read another version of either is flagged
-    ident = {**ident, "inputs": spec.task_inputs or {}}
-    from ..tasks import make_task
-
-    max_turns = make_task(spec.task_name, spec.task.get("params")).max_turns
-    judge = spec.task.get("judge")
-    if judge:
-        verifier = {**verifier, "judge": judge_identity(judge)}
-    tok = warm_info.get("tokenizer") or {"unknown": warm_info.get("key")}
-    applied = r.get("chat_template", "none")  # auto: the tokenizer's own (hashed above), if any
-    if applied == "auto" and not tok.get("chat_template"):
-        applied = "none"
+    ident, verifier, max_turns = _task_items(spec)
     return {
         "initial_policy": warm_info.get("policy_hash"),
-        "tokenizer": {**tok, "chat_template_applied": applied},
+        "tokenizer": _tokenizer_item(r, warm_info),
         "task": ident,
         "reward": {"verifier": verifier, "shaping": shaping_terms(blanks) if shaped else {}},
         "sampling": {
@@ -198,6 +185,34 @@ def spec_items(
         "seed_offset": int(spec.seed_offset or 0) if shaped else 0,
         "tools": spec.tools,
     }
+
+
+def _task_items(spec: RunSpec) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """A run's task identity (with its inputs), its verifier's (with its judge's, where it has one)
+    and the task's turn limit."""
+
+    from ..tasks import make_task
+
+    ident, verifier = task_and_reward(spec.task_name, json.dumps(spec.task_params, sort_keys=True))
+    # its data files and user modules (a verifier and its helpers, at any depth) as the run
+    # recorded them: an arm whose runs read another version of either is flagged
+    ident = {**ident, "inputs": spec.task_inputs or {}}
+    max_turns = make_task(spec.task_name, spec.task.get("params")).max_turns
+    judge = spec.task.get("judge")
+    if judge:
+        verifier = {**verifier, "judge": judge_identity(judge)}
+    return ident, verifier, max_turns
+
+
+def _tokenizer_item(rollout: dict[str, Any], warm_info: dict[str, Any]) -> dict[str, Any]:
+    """The warm start's tokenizer identity (its key where unknown) and the chat template the runs
+    applied (``auto`` without a template of the tokenizer's own: none)."""
+
+    tok = warm_info.get("tokenizer") or {"unknown": warm_info.get("key")}
+    applied = rollout.get("chat_template", "none")  # auto: the tokenizer's own (in its identity)
+    if applied == "auto" and not tok.get("chat_template"):
+        applied = "none"
+    return {**tok, "chat_template_applied": applied}
 
 
 def measured_batch(runs: list[dict[str, Any]]) -> dict[str, float | None]:

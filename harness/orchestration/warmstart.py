@@ -281,6 +281,29 @@ def _warm_start_in(cfg, tasks: list[Task], key: str, directory: Path, log):
     apply_chat_setting(tok, cfg.rollout.chat_template)
     set_gradient_checkpointing(model, cfg.model.gradient_checkpointing)
     t0 = time.time()
+    losses, counters = _sft_on_demonstrations(cfg, tasks, model, tok, key, log)
+    info: dict[str, Any] = {
+        "key": key,
+        "policy_hash": state_hash(model),
+        "steps": len(losses),
+        "final_loss": losses[-1] if losses else None,
+        "losses": losses,
+        "counters": counters,
+        "seconds": time.time() - t0,
+        "cached": False,
+    }
+    save_policy(model, tok, directory)
+    info_path.write_text(json.dumps(info, indent=2))
+    return model, tok, info
+
+
+def _sft_on_demonstrations(
+    cfg, tasks: list[Task], model, tok, key: str, log
+) -> tuple[list[float], dict[str, float]]:
+    """The warm start's SFT of ``model`` in place on the tasks' oracle demonstrations (none where
+    the warm start is off, has no steps or no task has an oracle): the loss of each step and the
+    ledger's nonzero counters (the demonstrations' play charged too)."""
+
     losses: list[float] = []
     counters: dict[str, float] = {}
     ws = cfg.warm_start
@@ -315,16 +338,4 @@ def _warm_start_in(cfg, tasks: list[Task], key: str, directory: Path, log):
             result = train_sft(model, tok, task, demo, ws, cfg.rollout, progress, cost)
             losses = [m["loss"] for m in result.steps]
             counters = {k: v for k, v in result.ledger.counters.items() if v}
-    info: dict[str, Any] = {
-        "key": key,
-        "policy_hash": state_hash(model),
-        "steps": len(losses),
-        "final_loss": losses[-1] if losses else None,
-        "losses": losses,
-        "counters": counters,
-        "seconds": time.time() - t0,
-        "cached": False,
-    }
-    save_policy(model, tok, directory)
-    info_path.write_text(json.dumps(info, indent=2))
-    return model, tok, info
+    return losses, counters

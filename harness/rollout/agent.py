@@ -369,44 +369,57 @@ def env_steps(steps: list[tuple[Episode, str]], workers: int = 1) -> list:
     return list(pool.map(lambda a: _env_step(*a), steps))
 
 
-def episodes_to_batch(
-    episodes: list[Episode], tokenizer, version: int, task_name: str
-) -> TrajectoryBatch:
-    B = len(episodes)
-    T = max((len(ep.tokens) for ep in episodes), default=1)  # no episodes: an empty batch
-    K = max([1, *(max(len(ep.turn_rewards), len(ep.state_keys)) for ep in episodes)])
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+def _rows(lists, width: int, fill, dtype) -> torch.Tensor:
+    """``[len(lists), width]``: each list padded with ``fill`` (one tensor built, not one per
+    row)."""
 
-    def rows(lists, width: int, fill, dtype) -> torch.Tensor:
-        """``[B, width]``: each list padded with ``fill`` (one tensor built, not one per row)."""
+    padded = [list(x) + [fill] * (width - len(x)) for x in lists]
+    return torch.tensor(padded, dtype=dtype).reshape(len(lists), width)
 
-        padded = [list(x) + [fill] * (width - len(x)) for x in lists]
-        return torch.tensor(padded, dtype=dtype).reshape(B, width)
 
-    tokens = rows([ep.tokens for ep in episodes], T, pad, torch.long)
-    attn = rows([[1] * len(ep.tokens) for ep in episodes], T, 0, torch.long)
-    ok = [ep.failure is None for ep in episodes]
-    mask = rows([ep.mask if good else [] for ep, good in zip(episodes, ok)], T, 0.0, torch.float32)
-    logps = rows([ep.logps for ep in episodes], T, 0.0, torch.float32)
-    turn_ids = rows([ep.turn_ids for ep in episodes], T, -1, torch.long)
-    # each action token's version (a branch's copied prefix is context: -1); a row's
-    # policy_version is its oldest, the engine's where it sampled nothing
-    versions = rows([ep.versions for ep in episodes], T, -1, torch.long)
+def _token_versions(
+    episodes: list[Episode], turn_ids: torch.Tensor, version: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each action token's policy version ``[B, T]`` (-1 off the actions: a branch's copied prefix
+    is context; ``version`` where recorded without one) and each row's policy version ``[B]``: its
+    oldest, ``version`` where it sampled nothing. ``turn_ids``: ``[B, T]``, -1 off the actions."""
+
+    versions = _rows([ep.versions for ep in episodes], turn_ids.shape[1], -1, torch.long)
     versions = torch.where(versions < 0, int(version), versions)  # recorded without one
     versions = torch.where(turn_ids >= 0, versions, torch.full_like(versions, -1))
     oldest = torch.where(turn_ids >= 0, versions, torch.full_like(versions, 2**62)).amin(1)
     policy_version = torch.where(
         (turn_ids >= 0).any(1), oldest, torch.full_like(oldest, int(version))
     )
-    turn_rewards = rows([ep.turn_rewards for ep in episodes], K, 0.0, torch.float32)
-    keys = rows([ep.state_keys for ep in episodes], K, 0, torch.long)
+    return versions, policy_version
+
+
+def episodes_to_batch(
+    episodes: list[Episode], tokenizer, version: int, task_name: str
+) -> TrajectoryBatch:
+    """The episodes as one batch of B rows: token rows ``[B, T]`` padded to the longest episode,
+    per-turn rows ``[B, K]`` to the most turns (potentials ``[B, K + 1]``); ``version`` is the
+    engine's policy version, for tokens recorded without one and rows that sampled nothing."""
+
+    T = max((len(ep.tokens) for ep in episodes), default=1)  # no episodes: an empty batch
+    K = max([1, *(max(len(ep.turn_rewards), len(ep.state_keys)) for ep in episodes)])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    tokens = _rows([ep.tokens for ep in episodes], T, pad, torch.long)
+    attn = _rows([[1] * len(ep.tokens) for ep in episodes], T, 0, torch.long)
+    ok = [ep.failure is None for ep in episodes]
+    mask = _rows([ep.mask if good else [] for ep, good in zip(episodes, ok)], T, 0.0, torch.float32)
+    logps = _rows([ep.logps for ep in episodes], T, 0.0, torch.float32)
+    turn_ids = _rows([ep.turn_ids for ep in episodes], T, -1, torch.long)
+    versions, policy_version = _token_versions(episodes, turn_ids, version)
+    turn_rewards = _rows([ep.turn_rewards for ep in episodes], K, 0.0, torch.float32)
+    keys = _rows([ep.state_keys for ep in episodes], K, 0, torch.long)
     # Phi of the state before each action taken; 0 from the end of the episode on (terminal or
     # cut: either way the shaping then adds the constant -Phi(s_0), whatever the policy did)
-    potentials = rows(
+    potentials = _rows(
         [ep.potentials[: len(ep.actions)] for ep in episodes], K + 1, 0.0, torch.float64
     )
-    labels = rows([ep.step_labels for ep in episodes], K, float("nan"), torch.float32)
-    levels = rows([ep.levels for ep in episodes], K, -1, torch.long)
+    labels = _rows([ep.step_labels for ep in episodes], K, float("nan"), torch.float32)
+    levels = _rows([ep.levels for ep in episodes], K, -1, torch.long)
     return TrajectoryBatch(
         tokens=tokens,
         attention_mask=attn,

@@ -173,52 +173,94 @@ def search(
     frontier: list[list[Node]] = [[r] for r in roots]  # per instance
     rounds = max(1, task.max_turns) if mode == "beam" else expansions
     for _ in range(rounds):
-        chosen: list[list[Node]] = []
-        for nodes in frontier:
-            live = [n for n in nodes if not n.episode.done]
-            for n in nodes:  # a root that failed at reset is a (failed) leaf
-                if n.episode.done and n not in tree.tips:
-                    tree.tips.append(n)
-                    tree.leaves.append(n)
-            if mode == "tree" and live:
-                scores = guide([n.episode for n in live])
-                best = max(range(len(live)), key=lambda i: (scores[i], -i))
-                live = [live[best]]
-            chosen.append(live)
+        chosen = _chosen(frontier, tree, mode, guide)
         if not any(chosen):
             break
-        children: list[list[Node]] = []
-        for g, parents in enumerate(chosen):
-            kids = [fork(p, task, gate, tree) for p in parents for _ in range(expand)]
-            for k in kids:
-                k.path.append(next(tree.ids))
-            tree.nodes += kids
-            children.append(kids)
-            if mode == "tree":
-                frontier[g] = [n for n in frontier[g] if n not in parents]
+        children = _expanded(chosen, frontier, tree, task, gate, mode, expand)
         active = [k.episode for kids in children for k in kids if not k.episode.done]
         if active:
             play_round(engine, tokenizer, task, active, params, max_context_tokens, generator)
-        for g, kids in enumerate(children):
-            for k in kids:
-                if k.episode.done:
-                    tree.leaves.append(k)
-                    tree.tips.append(k)
-            open_kids = [k for k in kids if not k.episode.done]
-            if mode == "beam":
-                if open_kids:
-                    scores = guide([k.episode for k in open_kids])
-                    order = sorted(range(len(open_kids)), key=lambda i: (-scores[i], i))
-                    keep = [open_kids[i] for i in order[:beam]]
-                    tree.tips += [open_kids[i] for i in order[beam:]]
-                    frontier[g] = keep
-                else:
-                    frontier[g] = []
-            else:
-                frontier[g] = frontier[g] + open_kids
+        _keep(children, frontier, tree, mode, guide, beam)
     for nodes in frontier:  # unexpanded partial episodes left when the search stopped
         tree.tips += [n for n in nodes if n not in tree.tips and n.path]
     return tree
+
+
+def _chosen(
+    frontier: list[list[Node]], tree: SearchTree, mode: str, guide: Guide
+) -> list[list[Node]]:
+    """Per instance, the frontier nodes to expand this round: every unfinished one (beam), or the
+    best by ``guide`` (tree; the earliest among ties). Finished frontier nodes not yet counted (a
+    root that failed at reset) become leaves."""
+
+    chosen: list[list[Node]] = []
+    for nodes in frontier:
+        live = [n for n in nodes if not n.episode.done]
+        for n in nodes:  # a root that failed at reset is a (failed) leaf
+            if n.episode.done and n not in tree.tips:
+                tree.tips.append(n)
+                tree.leaves.append(n)
+        if mode == "tree" and live:
+            scores = guide([n.episode for n in live])
+            best = max(range(len(live)), key=lambda i: (scores[i], -i))
+            live = [live[best]]
+        chosen.append(live)
+    return chosen
+
+
+def _expanded(
+    chosen: list[list[Node]],
+    frontier: list[list[Node]],
+    tree: SearchTree,
+    task: Task,
+    gate: VerifierGate,
+    mode: str,
+    expand: int,
+) -> list[list[Node]]:
+    """Per instance, ``expand`` forks of each chosen node, each given its node id; in a tree
+    search the chosen nodes leave the frontier."""
+
+    children: list[list[Node]] = []
+    for g, parents in enumerate(chosen):
+        kids = [fork(p, task, gate, tree) for p in parents for _ in range(expand)]
+        for k in kids:
+            k.path.append(next(tree.ids))
+        tree.nodes += kids
+        children.append(kids)
+        if mode == "tree":
+            frontier[g] = [n for n in frontier[g] if n not in parents]
+    return children
+
+
+def _keep(
+    children: list[list[Node]],
+    frontier: list[list[Node]],
+    tree: SearchTree,
+    mode: str,
+    guide: Guide,
+    beam: int,
+) -> None:
+    """After the children played their action: the finished ones become leaves; the unfinished
+    ones join the frontier (tree), or the ``beam`` best by ``guide`` replace it and the rest are
+    pruned tips (beam)."""
+
+    for g, kids in enumerate(children):
+        for k in kids:
+            if k.episode.done:
+                tree.leaves.append(k)
+                tree.tips.append(k)
+        open_kids = [k for k in kids if not k.episode.done]
+        if mode == "beam":
+            if open_kids:
+                scores = guide([k.episode for k in open_kids])
+                order = sorted(range(len(open_kids)), key=lambda i: (-scores[i], i))
+                keep = [open_kids[i] for i in order[:beam]]
+                tree.tips += [open_kids[i] for i in order[beam:]]
+                frontier[g] = keep
+            else:
+                frontier[g] = []
+        else:
+            frontier[g] = frontier[g] + open_kids
 
 
 def leaves_batch(

@@ -103,18 +103,8 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     tells the study. Never raises for a failing trial."""
 
     import optuna
-    import torch
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    torch.set_num_threads(max(1, int(job["threads"])))
-    spec = RunSpec.from_json(job["spec"])
-    study = optuna.load_study(
-        study_name=job["study"],
-        storage=open_storage(tuple(job["storage"])),
-        pruner=make_pruner(*job["pruner"]),
-    )
-    trial = optuna.trial.Trial(study, job["trial_id"])
-    trial.set_user_attr("worker", worker_info() | {"started": time.time()})
+    spec, trial = _open_trial(job)
     counter = next(iter(spec.budget))
     every = spec.eval["every"]
     trainer = None
@@ -126,23 +116,7 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
         # SIGTERM (the sweep was interrupted) now stops the trial (harness/stopping.py)
         ACTIVE.set()
         spent[0] = dict(trainer.ledger.counters)
-
-        def on_step(tr, metrics):
-            spent[0] = dict(tr.ledger.counters)
-            if STOP.is_set():
-                raise RunInterrupted(f"interrupted after step {tr.step_idx}")
-            # spending so far, in the storage: a trial killed mid-way is still charged on resume
-            trial.set_user_attr("counters", spent[0])
-            for ev in tr.result.evals[lines.seen :]:
-                # pruning on the ledger resource: the score at each token checkpoint (aligned across
-                # trials)
-                trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
-            if tr.result.evals:  # the held-out instances it is selected on (seed range)
-                trial.set_user_attr("eval_seed_range", tr.result.evals[-1]["seed_range"])
-            lines.evals(tr)  # each new one on stderr where plain lines are wanted
-            if trial.should_prune():
-                raise optuna.TrialPruned(f"pruned at {counter} = {tr.ledger.counters[counter]:g}")
-
+        on_step = _reporting(trial, lines, spent, counter, every)
         with stop_points():  # inside a long phase, too: the step in progress is then not charged
             res = trainer.train(on_step=on_step)
             lines.evals(trainer)  # the final evaluation, after the last step
@@ -167,3 +141,51 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
     finally:
         ACTIVE.clear()
         trial.set_user_attr("ended", time.time())
+
+
+def _open_trial(job: dict[str, Any]):
+    """The worker set up for ``job`` (Optuna's warnings only, its torch threads) and the trial's
+    spec and Optuna trial, loaded from the study's storage with the sweep's pruner; the trial
+    records where it runs and when it started."""
+
+    import optuna
+    import torch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    torch.set_num_threads(max(1, int(job["threads"])))
+    spec = RunSpec.from_json(job["spec"])
+    study = optuna.load_study(
+        study_name=job["study"],
+        storage=open_storage(tuple(job["storage"])),
+        pruner=make_pruner(*job["pruner"]),
+    )
+    trial = optuna.trial.Trial(study, job["trial_id"])
+    trial.set_user_attr("worker", worker_info() | {"started": time.time()})
+    return spec, trial
+
+
+def _reporting(trial, lines: PlainLines, spent: list, counter: str, every: float):
+    """The trainer's ``on_step`` for a trial: it keeps the counters spent (``spent[0]``, also in the
+    storage), stops on SIGTERM (RunInterrupted), reports each new evaluation's score at its token
+    checkpoint (``counter`` rounded down to a multiple of ``every``) and raises TrialPruned when
+    the pruner says so."""
+
+    import optuna
+
+    def on_step(tr, metrics):
+        spent[0] = dict(tr.ledger.counters)
+        if STOP.is_set():
+            raise RunInterrupted(f"interrupted after step {tr.step_idx}")
+        # spending so far, in the storage: a trial killed mid-way is still charged on resume
+        trial.set_user_attr("counters", spent[0])
+        for ev in tr.result.evals[lines.seen :]:
+            # pruning on the ledger resource: the score at each token checkpoint (aligned across
+            # trials)
+            trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
+        if tr.result.evals:  # the held-out instances it is selected on (seed range)
+            trial.set_user_attr("eval_seed_range", tr.result.evals[-1]["seed_range"])
+        lines.evals(tr)  # each new one on stderr where plain lines are wanted
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at {counter} = {tr.ledger.counters[counter]:g}")
+
+    return on_step

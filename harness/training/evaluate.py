@@ -67,12 +67,26 @@ def evaluate(
         max_context_tokens=max_context_tokens,
         generator=gen,
     )
-    rewards = batch.reward.view(len(instances), samples)
+    return _record(batch, seeds, samples, split, gate, judged0)
+
+
+def _record(
+    batch: TrajectoryBatch,
+    seeds: list[int],
+    samples: int,
+    split: str,
+    gate: VerifierGate,
+    judged0: int,
+) -> dict[str, Any]:
+    """:func:`evaluate`'s record of ``batch`` (``samples`` rows of each instance, whose seeds are
+    ``seeds``); ``judged0``: the judge's count before the evaluation."""
+
+    rewards = batch.reward.view(len(seeds), samples)
     per = rewards.mean(-1)
     correct = (rewards > 0).sum(-1).tolist()
     return {
         "score": float(per.mean()),
-        "n": len(instances),
+        "n": len(seeds),
         "split": split,
         "seed_range": [min(seeds), max(seeds) + 1] if seeds else [],
         "success_rate": float((batch.reward > 0).float().mean()),

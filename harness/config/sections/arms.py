@@ -55,6 +55,82 @@ class FaultConfig(Section):
     )
 
 
+def _models_in(root: Any) -> dict[str, Any]:
+    """Every pydantic model reachable from ``root`` through its fields' annotations (``root``
+    first), by class name, in the order first met."""
+
+    from pydantic import BaseModel
+
+    models: dict[str, type[BaseModel]] = {}
+
+    def collect(tp: Any) -> None:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if tp.__name__ not in models:
+                models[tp.__name__] = tp
+                for f in tp.model_fields.values():
+                    collect(f.annotation)
+        for arg in getattr(tp, "__args__", ()) or ():
+            collect(arg)
+
+    collect(root)
+    return models
+
+
+def _add_underscore_spellings(raw: dict[str, Any], defs: dict[str, Any], root: Any) -> None:
+    """Each string choice (``enum``) in ``raw`` (the schema of ``root``) and its ``defs`` gets its
+    underscore spelling added, in place, where the model itself accepts that spelling for the field
+    (``token-sum`` -> ``token_sum``)."""
+
+    from pydantic import ValidationError
+
+    for name, model in _models_in(root).items():
+        obj = raw if model is root else defs.get(name, {})
+        for key, prop in obj.get("properties", {}).items():
+            for alt in [prop, *prop.get("anyOf", [])]:
+                choices = alt.get("enum", [])
+                for value in [v for v in choices if isinstance(v, str) and "-" in v]:
+                    spelt = value.replace("-", "_")
+                    if spelt in choices:
+                        continue
+                    try:
+                        model.model_validate({key: spelt})
+                    except ValidationError as exc:
+                        if any(e["loc"][:1] == (key,) for e in exc.errors()):
+                            continue  # refused: another field's error is not this one's
+                    choices.append(spelt)
+
+
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else")
+"""The keywords whose value is one subschema (a dict), which an override recurses into."""
+
+
+def _override(
+    node: dict[str, Any], defs: dict[str, Any], seen: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``node`` as an override's schema: its references to ``defs`` inlined (ValueError for a
+    model that contains itself) and no key required at any depth."""
+
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        if name in seen:
+            raise ValueError(f"blanks schema: {name} contains itself")
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        return _override({**defs[name], **rest}, defs, (*seen, name))
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if k == "required":
+            continue  # an override: the preset's value stands for a key left out
+        if k == "properties":
+            out[k] = {p: _override(s, defs, seen) for p, s in v.items()}
+        elif k in ("anyOf", "oneOf", "allOf", "prefixItems"):
+            out[k] = [_override(s, defs, seen) for s in v]
+        elif k in _SUBSCHEMAS and isinstance(v, dict):
+            out[k] = _override(v, defs, seen)
+        else:
+            out[k] = v
+    return out
+
+
 class ArmConfig(Section):
     @staticmethod
     def _blanks_schema(schema: dict[str, Any]) -> None:
@@ -66,64 +142,12 @@ class ArmConfig(Section):
         accepts it (``normalization.mode: token_sum``). Made when the schema is, from the models:
         nothing here is a copy."""
 
-        from pydantic import BaseModel, ValidationError
-
         from sixblanks.algorithms.blanks import Blanks
 
         raw = Blanks.model_json_schema()
         defs: dict[str, Any] = raw.pop("$defs", {})
-        models: dict[str, type[BaseModel]] = {}
-
-        def collect(tp: Any) -> None:
-            if isinstance(tp, type) and issubclass(tp, BaseModel):
-                if tp.__name__ not in models:
-                    models[tp.__name__] = tp
-                    for f in tp.model_fields.values():
-                        collect(f.annotation)
-            for arg in getattr(tp, "__args__", ()) or ():
-                collect(arg)
-
-        collect(Blanks)
-        for name, model in models.items():
-            obj = raw if model is Blanks else defs.get(name, {})
-            for key, prop in obj.get("properties", {}).items():
-                for alt in [prop, *prop.get("anyOf", [])]:
-                    choices = alt.get("enum", [])
-                    for value in [v for v in choices if isinstance(v, str) and "-" in v]:
-                        spelt = value.replace("-", "_")
-                        if spelt in choices:
-                            continue
-                        try:
-                            model.model_validate({key: spelt})
-                        except ValidationError as exc:
-                            if any(e["loc"][:1] == (key,) for e in exc.errors()):
-                                continue  # refused: another field's error is not this one's
-                        choices.append(spelt)
-
-        subschemas = ("items", "additionalProperties", "not", "if", "then", "else")
-
-        def override(node: dict[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
-            if "$ref" in node:
-                name = node["$ref"].rsplit("/", 1)[-1]
-                if name in seen:
-                    raise ValueError(f"blanks schema: {name} contains itself")
-                rest = {k: v for k, v in node.items() if k != "$ref"}
-                return override({**defs[name], **rest}, (*seen, name))
-            out: dict[str, Any] = {}
-            for k, v in node.items():
-                if k == "required":
-                    continue  # an override: the preset's value stands for a key left out
-                if k == "properties":
-                    out[k] = {p: override(s, seen) for p, s in v.items()}
-                elif k in ("anyOf", "oneOf", "allOf", "prefixItems"):
-                    out[k] = [override(s, seen) for s in v]
-                elif k in subschemas and isinstance(v, dict):
-                    out[k] = override(v, seen)
-                else:
-                    out[k] = v
-            return out
-
-        blanks = override(raw)
+        _add_underscore_spellings(raw, defs, Blanks)
+        blanks = _override(raw, defs)
         schema["type"] = "object"
         schema["properties"] = blanks["properties"]
         schema["additionalProperties"] = blanks.get("additionalProperties", True)

@@ -149,7 +149,6 @@ def accumulate(
     """
 
     d = ctx.blanks.data
-    micro = ctx.settings.rollout.micro_batch_size
     out, sums = UpdatePass(), {}
     n_mb = 0
     for epoch, rows in minibatches(units, d.minibatches, d.epochs, ctx.gen):
@@ -158,14 +157,7 @@ def accumulate(
             continue
         for opt in (ctx.optimizer, *optimizers):
             opt.zero_grad(set_to_none=True)
-        mbm: dict[str, float] = {}
-        if ctx.dp is not None:  # this rank's share of the rows, the metrics of all of them
-            mbm = ranks_micro_steps(ctx, rows, weights, epoch, micro_step)
-        else:
-            for s in range(0, len(rows), micro):
-                stop_point("update")  # Ctrl-C: between micro-batches (harness/stopping.py)
-                part = slice(s, s + micro)
-                merge(mbm, micro_step(rows[part], _take(weights, part), epoch))
+        mbm = _minibatch_backward(ctx, rows, weights, epoch, micro_step)
         if "approx_kl_num" in mbm:
             w = weights["loss"] if isinstance(weights, dict) else weights
             kl_mb = mbm.pop("approx_kl_num") / max(float(w.sum()), 1e-12)
@@ -186,6 +178,23 @@ def accumulate(
         merge(sums, mbm)
     out.metrics = finish(sums, n_mb)
     return out
+
+
+def _minibatch_backward(
+    ctx: RunContext, rows: list[int], weights: Weights, epoch: int, micro_step: MicroStep
+) -> dict[str, float]:
+    """A minibatch's gradient, accumulated over micro-batches of at most ``micro_batch_size`` of
+    its units (or, data parallel, over this rank's share of them), and its metrics summed."""
+
+    if ctx.dp is not None:  # this rank's share of the rows, the metrics of all of them
+        return ranks_micro_steps(ctx, rows, weights, epoch, micro_step)
+    micro = ctx.settings.rollout.micro_batch_size
+    mbm: dict[str, float] = {}
+    for s in range(0, len(rows), micro):
+        stop_point("update")  # Ctrl-C: between micro-batches (harness/stopping.py)
+        part = slice(s, s + micro)
+        merge(mbm, micro_step(rows[part], _take(weights, part), epoch))
+    return mbm
 
 
 def _take(weights: Weights, part) -> Weights:
