@@ -56,7 +56,7 @@ from ..config import ExperimentConfig
 from ..layout import RunDir
 from ..runspec import RunSpec
 from ..version import code_fingerprint
-from .consumption import step_slack
+from .consumption import run_flags, step_slack
 from .flag import Flag
 from .identity import (
     judge_identity,
@@ -333,7 +333,7 @@ def fairness_audit(
     flags = []
     for arm, rec in per_arm.items():
         flags += _item_flags(arm, rec["items"], reference)
-        flags += _run_flags(cfg, arm, rec["runs"], code, slack.get(arm, {}))
+        flags += run_flags(cfg, arm, rec["runs"], code, slack.get(arm, {}))
     flags += uncorrected_flags(specs) + sandbox_flags(specs)
     return {
         "held_constant": HELD_CONSTANT,
@@ -468,36 +468,3 @@ def compact_fault(fault: dict[str, Any]) -> str:
     """``rewards: shuffle``: the fault's settings away from none."""
 
     return ", ".join(f"{k}: {v}" for k, v in sorted(fault.items()) if v != "none") or "none"
-
-
-def _run_flags(
-    cfg: ExperimentConfig,
-    arm: str,
-    runs: list[dict[str, Any]],
-    code: str,
-    slack: dict[str, dict[str, float]],
-) -> list[Flag]:
-    """A run's flags: run by other code; consumption short of the matched budget, for a finished
-    run that spent under 90% of it and left room for another step (``slack``: per task, what one
-    step of the arm reserves per counter, :func:`.consumption.step_slack`; a run that left less
-    could not take one), or not final, for a run that did not finish."""
-
-    flags = []
-    for run in runs:
-        if run["code_version"] != code:
-            why = f"run by other code ({run['code_version']}; now {code}), reused on request"
-            flags.append(Flag(arm, "code", why + " (--reuse-finished)", run["run_id"]))
-        counters = run["counters"] or {}
-        for counter, limit in cfg.budget.items():
-            used = counters.get(counter, 0.0)
-            step = slack.get(run.get("task"), {}).get(counter, 0.0)
-            if run["state"] == "finished" and used < 0.9 * limit and limit - used > step:
-                why = (
-                    f"consumed {used:g} of {limit:g} {counter} (< 90% of the matched budget, "
-                    f"with room left for another step: it reserves {step:g})"
-                )
-                flags.append(Flag(arm, "consumption", why, run["run_id"]))
-            if run["state"] != "finished":
-                why = f"run is {run['state']}: consumption not final"
-                flags.append(Flag(arm, "consumption", why, run["run_id"]))
-    return flags

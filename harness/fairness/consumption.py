@@ -1,4 +1,6 @@
-"""How much of the matched budget a finished run was bound to leave unspent.
+"""A run's own flags in the fairness audit (:func:`run_flags`: run by other code, consumption
+short of the matched budget), and how much of that budget a finished run was bound to leave
+unspent.
 
 A run stops when the worst case of its next step no longer fits in what is left of its budget
 (the training loop reserves a step before it starts), so every run ends with up to one step's
@@ -12,9 +14,12 @@ one that left more stopped for another reason, and is the one the audit flags.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..config import ExperimentConfig
 from ..config.budget_checks import step_worst
 from ..config.check_arms import resolved_arms, task_turns
+from .flag import Flag
 
 
 def step_slack(cfg: ExperimentConfig) -> dict[str, dict[str, dict[str, float]]]:
@@ -31,3 +36,36 @@ def step_slack(cfg: ExperimentConfig) -> dict[str, dict[str, dict[str, float]]]:
             worst = step_worst(arm, turns or 1, judge)
             per_task[task.name] = {k: float(v) for k, (v, _) in worst.items()}
     return out
+
+
+def run_flags(
+    cfg: ExperimentConfig,
+    arm: str,
+    runs: list[dict[str, Any]],
+    code: str,
+    slack: dict[str, dict[str, float]],
+) -> list[Flag]:
+    """A run's flags: run by other code; consumption short of the matched budget, for a finished
+    run that spent under 90% of it and left room for another step (``slack``: per task, what one
+    step of the arm reserves per counter, :func:`step_slack`; a run that left less
+    could not take one), or not final, for a run that did not finish."""
+
+    flags = []
+    for run in runs:
+        if run["code_version"] != code:
+            why = f"run by other code ({run['code_version']}; now {code}), reused on request"
+            flags.append(Flag(arm, "code", why + " (--reuse-finished)", run["run_id"]))
+        counters = run["counters"] or {}
+        for counter, limit in cfg.budget.items():
+            used = counters.get(counter, 0.0)
+            step = slack.get(run.get("task"), {}).get(counter, 0.0)
+            if run["state"] == "finished" and used < 0.9 * limit and limit - used > step:
+                why = (
+                    f"consumed {used:g} of {limit:g} {counter} (< 90% of the matched budget, "
+                    f"with room left for another step: it reserves {step:g})"
+                )
+                flags.append(Flag(arm, "consumption", why, run["run_id"]))
+            if run["state"] != "finished":
+                why = f"run is {run['state']}: consumption not final"
+                flags.append(Flag(arm, "consumption", why, run["run_id"]))
+    return flags
