@@ -149,7 +149,7 @@ def run(
     :class:`~sixblanks.harness.orchestration.interrupts.Interrupted` with the runs left resumable.
     """
 
-    from sixblanks.harness.orchestration.experiment import as_config, out_dir_of, run_experiment
+    from sixblanks.harness.orchestration.command import as_config, out_dir_of, run_experiment
     from sixblanks.harness.orchestration.orchestrator import RunFailed
 
     cfg = as_config(config)
@@ -185,7 +185,7 @@ def ladder(
 
     import polars as pl
 
-    from sixblanks.harness.orchestration.experiment import as_config, claimed, out_dir_of
+    from sixblanks.harness.orchestration.command import as_config, claimed, out_dir_of
     from sixblanks.harness.studies.ladder import Ladder
 
     cfg = as_config(config)
@@ -215,7 +215,7 @@ def sweep(
     under ``"results"``, the confirmation runs' :class:`Results` (None when none finished).
     """
 
-    from sixblanks.harness.orchestration.experiment import (
+    from sixblanks.harness.orchestration.command import (
         as_config,
         build_report_checked,
         claimed,

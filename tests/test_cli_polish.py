@@ -197,7 +197,7 @@ def fake_ui(tmp_path, monkeypatch):
     """An experiment directory with an MLflow store file and, in place of MLflow's UI, a small
     server of the given behaviour; returns (run the command, the server's log file)."""
 
-    from sixblanks.harness.cli import experiment
+    from sixblanks.harness.cli import experiment_runs
 
     exp = tmp_path / "exp"
     exp.mkdir()
@@ -207,7 +207,7 @@ def fake_ui(tmp_path, monkeypatch):
     log = tmp_path / "ui.log"
     mode = {}
     monkeypatch.setattr(
-        experiment,
+        experiment_runs,
         "ui_command",
         lambda db, port: [sys.executable, str(script), mode["mode"], str(port), str(log)],
     )

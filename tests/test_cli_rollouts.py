@@ -75,7 +75,7 @@ def test_rollouts_draws_training_problems_only():
     """`rollouts` shows what training draws: on arithmetic (a quarter of its 200 problems held
     out, seeds 2, 3 and 6 among them) no episode poses a held-out problem, and --seed replays."""
 
-    from sixblanks.harness.cli.experiment import training_seeds
+    from sixblanks.harness.cli.experiment_runs import training_seeds
     from sixblanks.harness.tasks import make_task
 
     task = make_task("arithmetic")

@@ -284,7 +284,7 @@ def test_validate_checks_a_finding_file_before_anything_runs(cli, write_yaml):
 
 def test_every_shipped_claim_is_valid_and_fair():
     from sixblanks.harness.config.finding_file import load_finding
-    from sixblanks.harness.orchestration.experiment import as_config
+    from sixblanks.harness.orchestration.command import as_config
     from sixblanks.harness.studies.findings import (
         checked_finding,
         experiment_mapping,

@@ -14,7 +14,7 @@ import pytest
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.fairness.audit import HELD_CONSTANT
 from sixblanks.harness.layout import RunDir, read_status, write_json
-from sixblanks.harness.orchestration.experiment import run_experiment
+from sixblanks.harness.orchestration.command import run_experiment
 from sixblanks.harness.orchestration.plan import prepare_experiment
 from sixblanks.harness.orchestration.runner import execute_run
 from sixblanks.harness.store.database import (

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sixblanks.harness.config import ExperimentConfig
-from sixblanks.harness.orchestration.experiment import as_config
+from sixblanks.harness.orchestration.command import as_config
 from sixblanks.harness.orchestration.orchestrator import build_specs
 
 from .conftest import ROOT, query

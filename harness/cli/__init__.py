@@ -20,7 +20,7 @@ from ..errors import SixblanksError
 from . import (  # noqa: F401 - each registers its commands on app
     describe,
     evaluate,
-    experiment,
+    experiment_runs,
     findings,
     studies,
     translate,

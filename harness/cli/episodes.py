@@ -46,7 +46,7 @@ def episode_policy(cfg, tasks, warm: bool, out_dir: Path | None, quiet: bool):
     if missing) or the configured model as it loads."""
 
     from ..models import apply_chat_setting, load_policy
-    from ..orchestration.experiment import out_dir_of
+    from ..orchestration.command import out_dir_of
     from ..orchestration.warmstart import warm_start
 
     if warm:

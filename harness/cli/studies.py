@@ -39,8 +39,8 @@ def ladder(
     """Walk the ablation ladder for one arm, one axis at a time; stop at the first failing rung."""
 
     from ..config import load_config
+    from ..orchestration.command import claimed, out_dir_of
     from ..orchestration.data_files import check_data_files
-    from ..orchestration.experiment import claimed, out_dir_of
     from ..studies.ladder import VERDICT, Ladder, LadderFailed, first_failure
 
     cfg = load_config(config)
@@ -86,8 +86,8 @@ def sweep(
     seeds."""
 
     from ..config import load_config
+    from ..orchestration.command import build_report_checked, claimed, out_dir_of
     from ..orchestration.data_files import check_data_files
-    from ..orchestration.experiment import build_report_checked, claimed, out_dir_of
     from ..studies.sweep import Sweep
 
     cfg = load_config(config)

@@ -9,7 +9,7 @@ the whole file). :func:`load_config` (``bases``, with ``loading``) collects ever
 """
 
 from .bases import load_config
-from .experiment import PRETRAINED_LR, ExperimentConfig
+from .experiment_config import PRETRAINED_LR, ExperimentConfig
 from .loading import parse_yaml, resolved_dict, validate_mapping
 from .sections import (
     ArmConfig,

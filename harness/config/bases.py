@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .experiment import ExperimentConfig
+from .experiment_config import ExperimentConfig
 from .loading import parse_yaml, read_text_file, resolve_paths, validate_mapping
 
 NOT_INHERITED = ("name",)

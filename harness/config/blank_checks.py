@@ -7,7 +7,7 @@ from __future__ import annotations
 from sixblanks.algorithms.blanks import Blanks
 
 from .check_arms import CheckedArm
-from .experiment import ExperimentConfig
+from .experiment_config import ExperimentConfig
 from .sections import TaskConfig
 
 # --------------------------------------------------------------------------- weight

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .check_arms import CheckedArm, resolved_arms
-from .experiment import ExperimentConfig
+from .experiment_config import ExperimentConfig
 from .parallel_checks import parallel_notes
 
 TINY_SEQ_SPREAD = (0.0034, 0.138)

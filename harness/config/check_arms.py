@@ -8,7 +8,7 @@ from typing import Any
 
 from sixblanks.algorithms.blanks import Blanks
 
-from .experiment import ExperimentConfig
+from .experiment_config import ExperimentConfig
 from .sections import RolloutConfig, TaskConfig
 
 

@@ -46,7 +46,7 @@ from .blank_checks import (
 from .budget_checks import budget_problems, step_worst
 from .caution_checks import SPREAD_FAR, TINY_SEQ_SPREAD, TINY_SEQ_SPREAD_LR, cautions
 from .check_arms import resolved_arms, task_turns
-from .experiment import ExperimentConfig
+from .experiment_config import ExperimentConfig
 from .parallel_checks import parallel_problems
 from .tool_checks import tool_problems
 

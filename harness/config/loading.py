@@ -22,7 +22,7 @@ from sixblanks.budgets.ledger import TIME_COUNTERS
 from ..errors import ConfigError, format_validation_error, unknown_name
 from ..layout import SPEC_JSON, model_dir_of
 from ..tasks.registry import check_task
-from .experiment import (
+from .experiment_config import (
     ExperimentConfig,
 )
 from .sections import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .experiment import ExperimentConfig
+from .experiment_config import ExperimentConfig
 
 
 def _arm_problems(name: str, blanks, rollout) -> list[str]:

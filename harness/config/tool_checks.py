@@ -4,7 +4,7 @@ when the experiment starts, by building the sandbox (``harness/tools/sandbox.py`
 
 from __future__ import annotations
 
-from .experiment import ExperimentConfig
+from .experiment_config import ExperimentConfig
 
 
 def tool_problems(cfg: ExperimentConfig) -> list[str]:

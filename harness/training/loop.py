@@ -34,18 +34,13 @@ from ..tasks.verify import VerifierGate
 from .base import Collected, Collector, Objective, Prepared, RunResult, RunSettings, TrainingError
 from .collectors import make_collector
 from .context import RunContext, frozen_copy, make_optimizer
-from .evaluate import charge_evaluation, evaluate_apart, evaluate_run, evaluation_worst
+from .evaluating import HeldOutEvaluation
 from .meter import UNIT_KINDS, Charge, DeviceTimer, Meter, add_costs
 from .objectives import make_objective
 from .parallel import setup as setup_parallel
-from .start_eval import StartEvaluations
-
-EVAL_RECORD = ("score", "n", "split", "seed_range", "success_rate", "pass_at", "per_instance")
-EVAL_RECORD += ("search",)  # an inference-time beam search's score and compute (eval.beam)
-"""What an evaluation record keeps of :func:`evaluate`'s result (besides its position and cost)."""
 
 
-class Trainer:
+class Trainer(HeldOutEvaluation):
     """The loop of one run. ``collector`` / ``objective``: factories of a RunContext that return a
     :class:`Collector` / an :class:`Objective` (harness/training/base.py); by default the ones the
     blanks name (``data.source``, ``objective``, ``advantage.estimator``)."""
@@ -162,74 +157,6 @@ class Trainer:
             self.ctx.dp.check_ledger(meter.ledger, self.ctx.step)
         self.result.steps.append(metrics)
         self.ctx.step += 1
-
-    # ------------------------------------------------------------------ evaluation
-
-    def evaluate(self) -> dict[str, Any]:
-        """Held-out evaluation of the current policy, charged to the evaluation ledger. Before the
-        first step, one stored by a run with equal inputs is taken instead where the run has a
-        store of start evaluations (:mod:`.start_eval`): it spends nothing."""
-
-        ctx = self.ctx
-        store, key = self.start_store()
-        found = store.load(key) if store is not None else None
-        charge = self.eval_meter.must_reserve(
-            evaluation_worst(ctx), f"evaluation at step {ctx.step}"
-        )
-        with charge:  # data-parallel: rank 0 evaluates (no collective in it), the others take it
-            dp = ctx.dp
-            if found is not None:
-                ev, charge.actual = found[0], {}
-            else:
-                ev, charge.actual = evaluate_run(ctx) if dp is None or dp.writer else (None, {})
-            if dp is not None:
-                ev, charge.actual = dp.from_rank0((ev, charge.actual))
-        cost = charge_evaluation(self.result.eval_cost, ev) if found is None else {}
-        record = {
-            "step": ctx.step,
-            "position": dict(self.ledger.counters),
-            **{k: ev[k] for k in EVAL_RECORD if k in ev},
-            "cost": {
-                **cost,
-                "device_seconds": charge.elapsed[0],
-                "wall_seconds": charge.elapsed[1],
-            },
-        }
-        if found is not None:
-            record["reused"] = found[1]  # what it cost where it was computed
-        elif store is not None:
-            store.save(key, ev, record["cost"])
-        # and what the task evaluates apart from the score (a game's external opponents)
-        apart = evaluate_apart(ctx, self.eval_meter, record["cost"], self.result.eval_cost)
-        self.result.evals.append(record | apart)
-        return self.result.evals[-1]
-
-    def start_store(self) -> tuple[StartEvaluations | None, str | None]:
-        """(the store of start evaluations, this run's key) before the first step of a run that
-        shares its start evaluation; (None, None) otherwise."""
-
-        s = self.ctx.settings
-        if not (s.start_evaluations and s.start_key) or self.ctx.dp is not None:
-            return None, None
-        if self.ctx.step != 0 or self.result.steps:
-            return None, None
-        return StartEvaluations(s.start_evaluations), s.start_key
-
-    def maybe_eval(self, force: bool = False) -> None:
-        """Evaluate when the budget's counter passed the next evaluation point (or ``force``)."""
-
-        if not self.ctx.settings.evaluate or (self.eval_every is None and not force):
-            return
-        value = self.ledger.counters[self.eval_counter]
-        if force or value >= self.next_eval:
-            rec = self.evaluate()
-            self.log(
-                f"{self.settings.name}: eval at {self.eval_counter}={value:g}: score "
-                f"{rec['score']:.3f}"
-            )
-            if self.eval_every:
-                while self.next_eval <= value:
-                    self.next_eval += self.eval_every
 
     # ------------------------------------------------------------------ the loop
 

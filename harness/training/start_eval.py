@@ -93,3 +93,33 @@ class StartEvaluations:
         tmp = self.dir / f".{self.path(key).name}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps({"evaluation": ev, "cost": cost}))
         os.replace(tmp, self.path(key))
+
+
+def start_store(ctx, steps: list[Any]):
+    """(the store of start evaluations, the run's key, what the store holds under it or None) of a
+    run (``ctx``: its RunContext; ``steps``: the steps it took) about to evaluate before its first
+    step, where it shares its start evaluation; (None, None, None) otherwise."""
+
+    s = ctx.settings
+    if not (s.start_evaluations and s.start_key) or ctx.dp is not None:
+        return None, None, None
+    if ctx.step != 0 or steps:
+        return None, None, None
+    store = StartEvaluations(s.start_evaluations)
+    return store, s.start_key, store.load(s.start_key)
+
+
+def keep_start(
+    record: dict[str, Any],
+    ev: dict[str, Any],
+    found: tuple[dict[str, Any], dict[str, float]] | None,
+    store: StartEvaluations | None,
+    key: str | None,
+) -> None:
+    """An evaluation ``record`` marked ``reused`` (what it cost where it was computed) where it
+    was ``found`` in the store; else, with a store, the evaluation ``ev`` stored for the others."""
+
+    if found is not None:
+        record["reused"] = found[1]
+    elif store is not None and key is not None:
+        store.save(key, ev, record["cost"])

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...config.finding_file import Finding, criterion_hash, load_finding
 from ...errors import ConfigError
-from ...orchestration.experiment import as_config
+from ...orchestration.command import as_config
 from .amended import under
 from .looks import Log, run_looks
 from .records import many_record, two_arm_record

@@ -16,7 +16,7 @@ from sixblanks.budgets.ledger import Budget, Ledger
 
 from ...config.finding_file import Finding
 from ...errors import SixblanksError
-from ...orchestration.experiment import as_config, run_experiment
+from ...orchestration.command import as_config, run_experiment
 from .forms import comparison_criterion, implied_by
 from .runs import consumed, differences, experiment_mapping, per_seed_values
 from .shared import adopt_shared, shared_in, taken_from

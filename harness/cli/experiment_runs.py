@@ -175,8 +175,8 @@ def _run_checked(config: Path, out_dir, no_progress: bool, reuse_finished: bool,
     its report, summary and fairness flags; RunFailed naming the runs that failed."""
 
     from ..config import load_config
+    from ..orchestration.command import out_dir_of, run_experiment
     from ..orchestration.data_files import check_data_files
-    from ..orchestration.experiment import out_dir_of, run_experiment
     from ..orchestration.orchestrator import RunFailed
 
     cfg = load_config(config)
@@ -274,7 +274,7 @@ def report(
     differs."""
 
     from ..errors import ConfigError
-    from ..orchestration.experiment import build_report_checked
+    from ..orchestration.command import build_report_checked
 
     if len(directories) == 1:
         if compare_out is not None:

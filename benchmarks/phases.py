@@ -20,7 +20,7 @@ minus its training is the fixed cost of a command: from the command's start to t
 and from its last step to the command's exit. Most of it is the price of a fresh interpreter (torch
 and transformers imported in the command and in its worker), which the runs of an experiment share.
 
-    .venv/bin/python benchmarks/experiment.py [--config experiments.yaml] [--budget N]
+    .venv/bin/python benchmarks/phases.py [--config experiments.yaml] [--budget N]
                                               [--seeds K] [--out DIR]
 
 Measured 2026-12-03 (``--budget 1500 --seeds 1``: 8 runs, before MLflow's bulk inserts): 39.8 s, of
@@ -66,7 +66,7 @@ def experiment(cfg, out: Path) -> tuple[dict[str, float], list[dict], int]:
     where it calls them; MLflow's process started first, sending the runs while the report is built
     (the wait for it after the report is what it adds)."""
 
-    from sixblanks.harness.orchestration.experiment import build_report_checked
+    from sixblanks.harness.orchestration.command import build_report_checked
     from sixblanks.harness.orchestration.orchestrator import Orchestrator, default_workers
 
     phases: dict[str, float] = {}
