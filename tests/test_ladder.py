@@ -12,7 +12,7 @@ import torch
 from sixblanks.harness.config import validate_mapping
 from sixblanks.harness.layout import LADDER_FROZEN_BATCH
 from sixblanks.harness.runspec import RunSpec
-from sixblanks.harness.studies.ladder import VERDICT, Ladder, first_failure, verdicts
+from sixblanks.harness.studies.ladder import VERDICT, Ladder, ShortRun, first_failure, verdicts
 from sixblanks.harness.studies.ladder.stats import MARGIN, paired_diff_ci
 from sixblanks.harness.tasks.builtin import Arithmetic
 
@@ -254,18 +254,14 @@ def test_no_update_rung_compares_every_instance_across_every_evaluation(
 def _run(final, start):
     """A planted short run: per-instance final and warm-start scores."""
 
-    return {
-        "scores": final,
-        "start": start,
-        "final": sum(final) / len(final),
-        "start_score": sum(start) / len(start),
-        "grad_norm": None,
-        "grad_norm_max": None,
-        "trainable": [],
-        "diverged": False,
-        "engine": "HFEngine",
-        "split": "validation",
-    }
+    return ShortRun(
+        engine="HFEngine",
+        split="validation",
+        scores=final,
+        start=start,
+        final=sum(final) / len(final),
+        start_score=sum(start) / len(start),
+    )
 
 
 def test_compare_on_all_zero_scores_is_inconclusive_in_every_row_and_the_verdict(
@@ -396,6 +392,176 @@ def test_a_variant_the_interval_shows_worse_passes_the_rung(tmp_path, monkeypatc
         "no setting beats the nominal advantage=group_norm (nominal) by more than 0.05 on the same "
         "8 validation instances"
     )
+
+
+# ---------------------------------------------------------------- the short runs' result
+
+
+def test_a_real_short_run_reports_what_its_trainer_recorded(tmp_path, monkeypatch):
+    """A real short run from the golden fixture's policy: its ShortRun holds the trainer's first
+    and last evaluations per instance, their means, and its steps' gradient norms and trainable
+    fractions; a second request for the same setting gets the same (frozen) run back."""
+
+    import statistics
+    from dataclasses import FrozenInstanceError
+
+    from sixblanks.harness.training import loop
+
+    real, trained = loop.Trainer.train, []
+    monkeypatch.setattr(
+        loop.Trainer, "train", lambda tr, **kw: trained.append(real(tr, **kw)) or trained[-1]
+    )
+    ladder = _curriculum_ladder(tmp_path, "arithmetic")
+    run = ladder._train(seed=0, name="a short run")
+    (res,) = trained
+    n = len(ladder.task.eval_instances(8, "validation"))
+    assert n > 1 and len(run.scores) == len(run.start) == n
+    assert run.start == tuple(res.evals[0]["per_instance"]) and res.evals[0]["step"] == 0
+    assert run.scores == tuple(res.evals[-1]["per_instance"]) and res.evals[-1]["step"] > 0
+    # the scores are float32 means: their float64 means agree to rounding
+    assert run.start_score == pytest.approx(statistics.fmean(run.start), abs=1e-6)
+    assert run.final == pytest.approx(statistics.fmean(run.scores), abs=1e-6)
+    grads = [m["grad_norm"] for m in res.steps if "grad_norm" in m]
+    assert len(grads) >= 2 and run.grad_norm == pytest.approx(statistics.fmean(grads))
+    assert run.grad_norm_max == max(grads)
+    assert run.trainable == tuple(m.get("trainable_group_frac") for m in res.steps)
+    assert dict(run.counters) == res.ledger.counters and 0 < run.counters["launched_tokens"] <= 300
+    # a synchronous arm: nothing behind, nothing dropped, no concurrent collector's split
+    assert run.versions_behind == 0.0 and set(run.async_dropped.values()) == {0.0}
+    assert dict(run.staleness_split) == dict.fromkeys(
+        ("inflight_behind", "queue_behind", "version_span")
+    )
+    assert (run.diverged, run.error, run.engine, run.split) == (
+        False,
+        None,
+        "HFEngine",
+        "validation",
+    )
+    # its record: every field but the error, in the order rows have always kept them
+    d = run.as_dict()
+    assert list(d) == [
+        *("scores", "start", "final", "start_score", "grad_norm", "grad_norm_max", "trainable"),
+        *("counters", "versions_behind", "behavior_kl", "staleness_split", "async_dropped"),
+        *("diverged", "engine", "split"),
+    ]
+    assert d["scores"] == list(run.scores) and d["counters"] == res.ledger.counters
+    # the same setting again: not trained again, the same run, which no rung can change
+    d["scores"].append(9.0)
+    d["counters"]["launched_tokens"] = -1
+    assert ladder._train(seed=0, name="the same setting") is run and len(trained) == 1
+    assert run.as_dict() == run.as_dict() and run.as_dict()["scores"] == list(run.scores)
+    assert run.counters["launched_tokens"] == res.ledger.counters["launched_tokens"]
+    with pytest.raises(FrozenInstanceError):
+        run.scores = ()
+    with pytest.raises(TypeError):
+        run.counters["launched_tokens"] = 0
+
+
+def _rich_build_trainer(monkeypatch):
+    """build_trainer whose runs record what a short run reads, per advantage estimator: three
+    steps with gradient norms 0.5, 1.5, 2.5 and trainable fractions 0.25, None, 0.5; group_mean's
+    also lagged (versions behind 1, 2, 3; behaviour KL 0.25, 0.5, 0.75; 0.5, 1.5, 2.5 of them in
+    flight, 0.5 queued, spanning 2; 12 tokens dropped stale in the queue, 3 aborted). Every
+    finished run goes from 0 to 1 on all 8 instances; loo's fails at its second step."""
+
+    import sixblanks.harness.studies.ladder.short_runs as ladder_mod
+    from sixblanks.harness.training import TrainingError
+
+    def build(spec, warm):
+        est = spec.blanks["advantage"]["estimator"]
+        lagged = est == "group_mean"
+        steps = []
+        for i, frac in enumerate([0.25, None, 0.5]):
+            m = {"grad_norm": 0.5 + i, "trainable_group_frac": frac}
+            if lagged:
+                m |= {"lag.versions_behind": 1.0 + i, "mismatch.kl": 0.25 * (i + 1)}
+                m |= {"lag.inflight_behind": 0.5 + i, "lag.queue_behind": 0.5}
+                m |= {"lag.version_span": 2.0}
+            steps.append(m)
+        evals = [
+            {"per_instance": [v] * 8, "score": v, "split": spec.eval["split"]} for v in (0.0, 1.0)
+        ]
+        dropped = {"stale_queue": 12.0, "aborted": 3.0} if lagged else {}
+        ledger = SimpleNamespace(
+            counters={"launched_tokens": 2400.0, "rollouts_launched": 96.0},
+            discarded_by_reason=dropped,
+        )
+        res = SimpleNamespace(steps=steps, evals=evals, ledger=ledger)
+
+        def train(on_step=None):
+            if est == "loo":
+                raise TrainingError("loss is nan at step 2")
+            return res
+
+        return SimpleNamespace(engine=_Engine(), train=train)
+
+    monkeypatch.setattr(ladder_mod, "build_trainer", build)
+
+
+def test_the_ladder_records_each_short_run_as_its_rows_always_have(tmp_path, monkeypatch):
+    """Each setting's row keeps its short run's figures, key for key and in the same order, in
+    ladder.json and in the store: a finished run all but its per-instance lists, with its gain
+    (and, a variant, its difference from the nominal); a diverged one its error."""
+
+    from sixblanks.harness.store.database import connect
+
+    _rich_build_trainer(monkeypatch)
+    ladder = _spec_ladder(tmp_path)
+    ladder.cfg.ladder.advantage_variants = ["group_norm", "loo", "group_mean"]
+    ladder.results = ladder.rung_advantage()
+    ladder.save(0.0)
+    plain = {
+        "final": 1.0,
+        "start_score": 0.0,
+        "grad_norm": 1.5,
+        "grad_norm_max": 2.5,
+        "counters": {"launched_tokens": 2400.0, "rollouts_launched": 96.0},
+        "versions_behind": 0.0,
+        "behavior_kl": None,
+        "staleness_split": {"inflight_behind": None, "queue_behind": None, "version_span": None},
+        "async_dropped": dict.fromkeys(
+            ["stale_inflight", "stale_queue", "staleness", "aborted", "unconsumed"], 0.0
+        ),
+        "diverged": False,
+        "engine": "_Engine",
+        "split": "validation",
+        "gain": [1.0, 1.0, 1.0],
+    }
+    lagged = plain | {
+        "versions_behind": 2.0,
+        "behavior_kl": 0.5,
+        "staleness_split": {"inflight_behind": 1.5, "queue_behind": 0.5, "version_span": 2.0},
+        "async_dropped": plain["async_dropped"] | {"stale_queue": 12.0, "aborted": 3.0},
+        "vs_nominal": [0.0, 0.0, 0.0],
+    }
+    failed = {
+        "error": "loss is nan at step 2",
+        "diverged": True,
+        "grad_norm": None,
+        "engine": "_Engine",
+        "split": "validation",
+    }
+    want = {
+        "advantage=group_norm (nominal)": ("pass", plain),
+        "advantage=loo": ("pass", failed),
+        "advantage=group_mean": ("inconclusive", lagged),
+    }
+    stored = json.loads((tmp_path / "ladder.json").read_text())["rungs"]
+    assert [r["variant"] for r in stored] == [*want, VERDICT]
+    for row in stored[:-1]:
+        status, detail = want[row["variant"]]
+        assert row["status"] == status and json.dumps(row["detail"]) == json.dumps(detail)
+    assert stored[0]["evidence"] == (
+        "a measurable gain over the warm start: score 0.000 -> 1.000 (gain +1.000 [+1.000, "
+        "+1.000]) grad norm mean 1.5 max 2.5"
+    )
+    assert stored[1]["evidence"] == (
+        "diverged (loss is nan at step 2) while the nominal setting did not: no better than it"
+    )
+    con = connect(tmp_path, read_only=True)
+    details = con.sql("SELECT variant, detail FROM ladder WHERE variant <> 'verdict'").fetchall()
+    con.close()
+    assert sorted(details) == sorted((k, json.dumps(d)) for k, (_, d) in want.items())
 
 
 # ---------------------------------------------------------------- rung 2: every kind of arm
@@ -592,9 +758,9 @@ def test_rung_4_verdict_on_planted_short_runs(
 
     ladder = Ladder(_cfg(), tmp_path)
     ladder.task, ladder.seeds = make_task("guess_number"), [0]
-    out = {"trainable": trainable, "engine": "HFEngine", "split": "validation"}
+    out = ShortRun("HFEngine", "validation", trainable=trainable)
     if diverged:
-        out |= {"diverged": True, "error": "loss is nan"}
+        out = ShortRun("HFEngine", "validation", diverged=True, error="loss is nan")
     monkeypatch.setattr(ladder, "_train", lambda **kw: out)
     seen = _spy_instances(monkeypatch, ladder.task)
     row, v = ladder.rung_curriculum()
@@ -1037,7 +1203,7 @@ def test_rung_4_names_why_an_arm_measures_no_groups(tmp_path, monkeypatch):
     ):
         ladder = Ladder(_cfg(arms={"a": arm}, ladder={"arm": "a"}), tmp_path)
         ladder.task, ladder.seeds = make_task("arithmetic"), [0]
-        out = {"trainable": [None, None], "engine": "HFEngine", "split": "validation"}
+        out = ShortRun("HFEngine", "validation", trainable=[None, None])
         monkeypatch.setattr(ladder, "_train", lambda out=out, **kw: out)
         _, v = ladder.rung_curriculum()
         assert v.status == "inconclusive" and phrase in v.evidence, v.evidence

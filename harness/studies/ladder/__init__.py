@@ -33,13 +33,15 @@ The package: the rungs in a registry (``registry``: number, name and function of
 function of a :class:`RungContext` (``context``) in a module of its own or of its kind (``checks``
 for rungs 1-3, with their work in ``contract``, ``frozen_batch`` and ``no_update``;
 ``curriculum``; ``one_axis`` for 5, 7 and 8; ``normalization``; ``asynchrony``); the short runs
-the comparing rungs train (``short_runs``); the rows a rung gives (``rows``) and the statistics
-that judge them (``stats``); the walk (``walk``: :class:`Ladder`).
+the comparing rungs train (``short_runs``), each one's result a :class:`ShortRun` (``short_run``);
+the rows a rung gives (``rows``) and the statistics that judge them (``stats``); the walk
+(``walk``: :class:`Ladder`).
 """
 
 from .context import RungContext
 from .registry import RUNG_NAMES, RUNGS, Rung
 from .rows import SPLIT, VERDICT, RungResult, first_failure, verdicts
+from .short_run import ShortRun
 from .walk import Ladder, LadderFailed
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "Rung",
     "RungContext",
     "RungResult",
+    "ShortRun",
     "first_failure",
     "verdicts",
 ]

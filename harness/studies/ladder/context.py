@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ...config import ExperimentConfig, RolloutConfig
     from ...tasks.base import Task
     from .rows import RungResult
+    from .short_run import ShortRun
 
 Variants = dict[str, dict[str, Any]]
 """Settings a rung compares, by label: each one's changes to the arm (``blanks_over``, ``lr``,
@@ -41,10 +42,11 @@ class RungContext:
     """Loads the warm-start policy as runs load it: (model, tokenizer)."""
     engine: Callable[[Any, Any], Any]
     """The rollout engine ``rollout.backend`` names, on a (model, tokenizer), as runs get it."""
-    train: Callable[..., dict[str, Any]]
+    train: Callable[..., ShortRun]
     """One short run of a setting under the rung budget (keywords: ``blanks_over``, ``lr``,
     ``optimizer``, ``seed``, ``name``): its per-instance validation scores at the start and the
-    end, and its diagnostics (:mod:`~sixblanks.harness.studies.ladder.short_runs`)."""
+    end, and its diagnostics (:class:`~sixblanks.harness.studies.ladder.short_run.ShortRun`,
+    trained by :mod:`~sixblanks.harness.studies.ladder.short_runs`)."""
     compare: Callable[[int, str, Variants, str], list[RungResult]]
     """Trains each setting of a rung (its number, its name, the settings, the nominal one's
     label) and judges each against the nominal: rows and the rung's verdict

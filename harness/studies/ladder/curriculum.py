@@ -4,7 +4,7 @@ reward spread (a learning signal for a group-relative arm) at the start and over
 from __future__ import annotations
 
 import random
-from typing import Any
+from collections.abc import Sequence
 
 from ...seeds import train_seeds
 from .context import RungContext
@@ -23,17 +23,17 @@ def curriculum(ctx: RungContext) -> list[RungResult]:
     seeds = train_seeds(random.Random(0), DIFFICULTY_SEEDS, ctx.task)
     diffs = [i.difficulty for i in ctx.task.instances(seeds)]
     name = f"ladder rung {CURRICULUM.number} ({CURRICULUM.name}) short run"
-    out = ctx.train(seed=ctx.seeds[0], name=name)
+    run = ctx.train(seed=ctx.seeds[0], name=name)
     hist = {str(k): int(v) for k, v in zip(*np.unique(diffs, return_counts=True))}
-    if out.get("diverged"):
-        reason = f"the short run diverged: {out['error']}"
-        detail = {"hist": hist, "engine": out["engine"]}
+    if run.diverged:
+        reason = f"the short run diverged: {run.error}"
+        detail = {"hist": hist, "engine": run.engine}
         ev = f"difficulty histogram {hist}; {reason}"
         return [
             CURRICULUM.row("short run", "inconclusive", ev, detail=detail),
             CURRICULUM.verdict("inconclusive", reason),
         ]
-    tr = [t for t in out["trainable"] if t is not None]
+    tr = [t for t in run.trainable if t is not None]
     start = tr[0] if tr else 0.0
     mean = float(np.mean(tr)) if tr else 0.0
     detail = {
@@ -41,14 +41,14 @@ def curriculum(ctx: RungContext) -> list[RungResult]:
         "trainable_start": start,
         "trainable_mean": mean,
         "trainable": tr,
-        "engine": out["engine"],
-        "split": out["split"],
+        "engine": run.engine,
+        "split": run.split,
     }
     ev = (
         f"difficulty histogram {hist}; trainable-group fraction {start:.2f} at the start, "
         f"{mean:.2f} over the run"
     )
-    status, reason = _judge_signal(ctx, out["trainable"], mean)
+    status, reason = _judge_signal(ctx, run.trainable, mean)
     if status == "fail":
         ev = f"{reason}: {ev}"
     return [
@@ -57,7 +57,9 @@ def curriculum(ctx: RungContext) -> list[RungResult]:
     ]
 
 
-def _judge_signal(ctx: RungContext, trainable: list[Any], mean: float) -> tuple[str, str]:
+def _judge_signal(
+    ctx: RungContext, trainable: Sequence[float | None], mean: float
+) -> tuple[str, str]:
     """(status, reason) of the short run's trainable-group fractions, one per step (None where a
     step measured none); ``mean``: the mean of those measured."""
 

@@ -4,10 +4,13 @@ instances (:func:`~sixblanks.harness.studies.ladder.stats.judge_compare`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .context import RungContext, Variants
 from .rows import ADVANTAGE, CLIP_KL_LR, CREDIT, RungId, RungResult
+
+if TYPE_CHECKING:
+    from .short_run import ShortRun
 
 
 def compare_settings(
@@ -18,7 +21,7 @@ def compare_settings(
 
     from .stats import judge_compare  # numpy: loaded when a rung compares
 
-    outs = {}
+    outs: dict[str, ShortRun] = {}
     for label, kw in variants.items():
         ctx.log(f"ladder rung {rung} ({name}): {label}")
         outs[label] = ctx.train(

@@ -3,8 +3,10 @@ trained from the warm start under the rung budget, as a run is built, and evalua
 validation split at the start and the end.
 
     runs = ShortRuns(log, plain=True)
-    out = runs.train(spec, warm, lr=1e-5, name="ladder rung 7 (clip_kl_lr) lr=1e-05")
-    out["scores"], out["start"]  # per-instance validation scores at the end and the start
+    run = runs.train(spec, warm, lr=1e-5, name="ladder rung 7 (clip_kl_lr) lr=1e-05")
+    run.scores, run.start  # per-instance validation scores at the end and the start
+
+Each run is a :class:`~.short_run.ShortRun`.
 
 A setting is trained once per ladder: the nominal one, which rung 4 trains and every comparing
 rung compares with, is reused.
@@ -12,7 +14,6 @@ rung compares with, is reused.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from ...rollout.engine import RolloutError
 from ...runspec import RunSpec
 from ...training import TrainingError
 from .rows import SPLIT, engine_name
+from .short_run import ShortRun
 
 STALENESS = ("inflight_behind", "queue_behind", "version_span")
 """A concurrent collector's lag figures (``lag.<name>`` step metrics), averaged over the run."""
@@ -43,7 +45,9 @@ class ShortRuns:
     def __init__(self, log: Callable[[str], None], plain: bool):
         self.log = log
         self.plain = plain
-        self.trained: dict[str, tuple[str, dict[str, Any]]] = {}  # spec -> (first name, result)
+        # spec -> (the first run's name, its result): a ShortRun is frozen, its sequences tuples
+        # and its mappings read-only, so every rung that trains the setting gets the same one
+        self.trained: dict[str, tuple[str, ShortRun]] = {}
 
     def train(
         self,
@@ -55,11 +59,11 @@ class ShortRuns:
         seed: int = 0,
         name: str = "ladder short run",
         optimizer: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> ShortRun:
         """One short run of a variant of the run spec ``base`` under the rung budget, from the
-        policy in ``warm``; returns its per-instance scores on the validation split (at the start
-        and the end) and diagnostics. ``name``: its plain lines'. ``optimizer``: settings of the
-        optimizer section replaced (rung 6's ``grad_clip``)."""
+        policy in ``warm``: its per-instance scores on the validation split (at the start and the
+        end) and diagnostics. ``name``: its plain lines'. ``optimizer``: settings of the optimizer
+        section replaced (rung 6's ``grad_clip``)."""
 
         spec = variant_spec(base, seed, blanks_over, lr, preset, optimizer)
         # the same setting (the nominal one is in rung 4 and in every comparing rung) is trained
@@ -67,12 +71,12 @@ class ShortRuns:
         # concurrent collector its lag depends on timing: every rung then compares with one run)
         key = json.dumps(spec.as_dict(), sort_keys=True, default=str)
         if key in self.trained:
-            first, out = self.trained[key]
+            first, run = self.trained[key]
             self.log(f"{name}: the same setting as {first}: its result reused (not trained again)")
-            return copy.deepcopy(out)
-        out = run_short(spec, warm, name, self.plain)
-        self.trained[key] = (name, copy.deepcopy(out))
-        return out
+            return run
+        run = run_short(spec, warm, name, self.plain)
+        self.trained[key] = (name, run)
+        return run
 
 
 def variant_spec(
@@ -100,7 +104,7 @@ def variant_spec(
     )
 
 
-def run_short(spec: RunSpec, warm: Path, name: str, plain: bool) -> dict[str, Any]:
+def run_short(spec: RunSpec, warm: Path, name: str, plain: bool) -> ShortRun:
     """Trains ``spec`` from ``warm`` as a run builds it (the configured engine, a frozen reference,
     the declared reward range); a run that fails is reported as diverged, with its error."""
 
@@ -111,45 +115,37 @@ def run_short(spec: RunSpec, warm: Path, name: str, plain: bool) -> dict[str, An
         res = trainer.train(on_step=lines.evals)
     except (TrainingError, RolloutError) as exc:
         lines.end(trainer, f"FAILED: {exc}")
-        return {
-            "error": str(exc),
-            "diverged": True,
-            "scores": None,
-            "grad_norm": None,
-            "engine": engine,
-            "split": SPLIT,
-        }
+        return ShortRun(engine=engine, split=SPLIT, diverged=True, error=str(exc))
     lines.end(trainer, f"finished after {len(res.steps)} steps")
     return _finished(res, engine)
 
 
-def _finished(res, engine: str) -> dict[str, Any]:
+def _finished(res, engine: str) -> ShortRun:
     """What a finished short run reports: its scores, gradient norms, trainable groups, ledger
     counters and, for asynchronous sampling, how far behind its samples were."""
 
     grad = [m["grad_norm"] for m in res.steps if "grad_norm" in m]
-    return {
-        "scores": res.evals[-1]["per_instance"],
-        "start": res.evals[0]["per_instance"],
-        "final": res.evals[-1]["score"],
-        "start_score": res.evals[0]["score"],
-        "grad_norm": float(np.mean(grad)) if grad else None,
-        "grad_norm_max": float(np.max(grad)) if grad else None,
-        "trainable": [m.get("trainable_group_frac") for m in res.steps],
-        "counters": dict(res.ledger.counters),
+    return ShortRun(
+        engine=engine,
+        split=res.evals[-1].get("split"),
+        scores=res.evals[-1]["per_instance"],
+        start=res.evals[0]["per_instance"],
+        final=res.evals[-1]["score"],
+        start_score=res.evals[0]["score"],
+        grad_norm=float(np.mean(grad)) if grad else None,
+        grad_norm_max=float(np.max(grad)) if grad else None,
+        trainable=[m.get("trainable_group_frac") for m in res.steps],
+        counters=res.ledger.counters,
         # how far behind its samples were: versions, and the behaviour-to-current k3 KL
-        "versions_behind": mean_of(res.steps, "lag.versions_behind") or 0.0,
-        "behavior_kl": mean_of(res.steps, "mismatch.kl"),
+        versions_behind=mean_of(res.steps, "lag.versions_behind") or 0.0,
+        behavior_kl=mean_of(res.steps, "mismatch.kl"),
         # a concurrent collector's split, its samples' version spans and what it dropped
-        "staleness_split": {k: mean_of(res.steps, f"lag.{k}") for k in STALENESS},
-        "async_dropped": {
+        staleness_split={k: mean_of(res.steps, f"lag.{k}") for k in STALENESS},
+        async_dropped={
             r: float(getattr(res.ledger, "discarded_by_reason", {}).get(r, 0.0))
             for r in ASYNC_DROPS
         },
-        "diverged": False,
-        "engine": engine,
-        "split": res.evals[-1].get("split"),
-    }
+    )
 
 
 def mean_of(steps: list[dict[str, Any]], key: str) -> float | None:

@@ -22,11 +22,16 @@ on.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .rows import SPLIT, RungId, RungResult
+
+if TYPE_CHECKING:
+    from .short_run import ShortRun
+
+Gain = tuple[float, float, float]  # a run's mean (final - start) and its 95% interval
 
 MARGIN = 0.05
 """A variant fails a rung when its paired interval over the nominal lies above this; it passes one
@@ -141,50 +146,49 @@ def _same_everywhere(a: list[float], b: list[float]) -> str:
     return "the same score on every instance"
 
 
-def _run_summary(o: dict[str, Any]) -> str:
-    d, lo, hi = o["gain"]
-    gn = (
-        f" grad norm mean {o['grad_norm']:.3g} max {o['grad_norm_max']:.3g}"
-        if o.get("grad_norm")
-        else ""
-    )
-    score = f"score {o['start_score']:.3f} -> {o['final']:.3f}"
+def _run_summary(o: ShortRun, gain: Gain) -> str:
+    d, lo, hi = gain
+    gn = f" grad norm mean {o.grad_norm:.3g} max {o.grad_norm_max:.3g}" if o.grad_norm else ""
+    score = f"score {o.start_score:.3f} -> {o.final:.3f}"
     return f"{score} (gain {d:+.3f} [{lo:+.3f}, {hi:+.3f}]){gn}"
 
 
-def _row_detail(o: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in o.items() if k not in ("scores", "start", "trainable")}
+def _row_detail(o: ShortRun, gain: Gain | None = None) -> dict[str, Any]:
+    """What a setting's row keeps of its run: all but the per-instance sequences, and its gain."""
+
+    out = {k: v for k, v in o.as_dict().items() if k not in ("scores", "start", "trainable")}
+    return out if gain is None else out | {"gain": gain}
 
 
-def _judge_nominal(rung: RungId, key: str, o: dict[str, Any]) -> RungResult:
+def _judge_nominal(rung: RungId, key: str, o: ShortRun, gain: Gain) -> RungResult:
     """The nominal run against its own warm start (the reference the variants are compared with)."""
 
-    d, lo, hi = o["gain"]
-    summary = _run_summary(o)
-    if _identical(o["scores"], o["start"]):
+    d, lo, hi = gain
+    summary = _run_summary(o, gain)
+    if _identical(o.scores, o.start):
         status = "inconclusive"
-        why = f"unchanged from the warm start ({_same_everywhere(o['scores'], o['start'])})"
+        why = f"unchanged from the warm start ({_same_everywhere(o.scores, o.start)})"
     elif lo > 0:
         status, why = "pass", "a measurable gain over the warm start"
     else:
         status, why = "inconclusive", "no gain over the warm start that the interval can show"
-    return rung.row(key, status, f"{why}: {summary}", (lo, hi), _row_detail(o))
+    return rung.row(key, status, f"{why}: {summary}", (lo, hi), _row_detail(o, gain))
 
 
 def _judge_variant(
-    rung: RungId, label: str, o: dict[str, Any], nominal: dict[str, Any]
+    rung: RungId, label: str, o: ShortRun, gain: Gain | None, nominal: ShortRun
 ) -> RungResult:
     """One variant against the nominal setting on the same instances (nominal not diverged)."""
 
-    if o.get("diverged"):
-        why = f"diverged ({o['error']}) while the nominal setting did not: no better than it"
+    if o.diverged:
+        why = f"diverged ({o.error}) while the nominal setting did not: no better than it"
         return rung.row(label, "pass", why, detail=_row_detail(o))
-    d, lo, hi = paired_diff_ci(o["scores"], nominal["scores"])
+    d, lo, hi = paired_diff_ci(o.scores, nominal.scores)
     vs = f"vs nominal {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-    detail = _row_detail(o) | {"vs_nominal": [d, lo, hi]}
-    if _identical(o["scores"], nominal["scores"]):
+    detail = _row_detail(o, gain) | {"vs_nominal": [d, lo, hi]}
+    if _identical(o.scores, nominal.scores):
         status = "inconclusive"
-        same = _same_everywhere(o["scores"], nominal["scores"])
+        same = _same_everywhere(o.scores, nominal.scores)
         why = f"{same} for both: the runs cannot tell the settings apart"
     elif not np.isfinite(lo):
         status, why = "inconclusive", f"{vs}: too few instances for an interval"
@@ -194,80 +198,80 @@ def _judge_variant(
         status, why = "pass", f"{vs}: does not beat it by more than {MARGIN:g}"
     else:
         status, why = "inconclusive", f"{vs}: the interval reaches past the margin {MARGIN:g}"
-    return rung.row(label, status, f"{why}; {_run_summary(o)}", (lo, hi), detail)
+    return rung.row(label, status, f"{why}; {_run_summary(o, gain)}", (lo, hi), detail)
 
 
 def _judge_after_divergence(
-    rung: RungId, label: str, o: dict[str, Any], is_nominal: bool, any_live: bool
+    rung: RungId, label: str, o: ShortRun, gain: Gain | None, is_nominal: bool, any_live: bool
 ) -> RungResult:
     """A row of a rung whose nominal setting diverged: a setting that trains on is the evidence."""
 
-    if o.get("diverged"):
+    if o.diverged:
         status = "fail" if is_nominal and any_live else "inconclusive"
-        return rung.row(label, status, f"diverged: {o['error']}", detail=_row_detail(o))
-    _, lo, hi = o["gain"]
-    ev = f"does not diverge where the nominal does: {_run_summary(o)}"
-    return rung.row(label, "fail", ev, (lo, hi), _row_detail(o))
+        return rung.row(label, status, f"diverged: {o.error}", detail=_row_detail(o))
+    _, lo, hi = gain
+    ev = f"does not diverge where the nominal does: {_run_summary(o, gain)}"
+    return rung.row(label, "fail", ev, (lo, hi), _row_detail(o, gain))
 
 
-def judge_compare(
-    rung: RungId, outs: dict[str, dict[str, Any]], nominal_key: str
-) -> list[RungResult]:
+def judge_compare(rung: RungId, outs: dict[str, ShortRun], nominal_key: str) -> list[RungResult]:
     """Rows and the verdict of a rung that varies one axis. ``outs`` maps each setting's label to
-    its short run (``scores``/``start``: per-instance final and warm-start scores on the
-    validation split, ``final``/``start_score`` their means; or ``diverged`` with ``error``).
+    its short run (:class:`~.short_run.ShortRun`: per-instance final and warm-start scores on the
+    validation split, or diverged with its error).
 
     The nominal row judges the nominal run against its warm start; each variant row judges that
     variant against the nominal; the verdict judges the rung."""
 
-    outs = {  # each finished run with its gain over the warm start (mean, interval)
-        k: o if o.get("diverged") else o | {"gain": paired_diff_ci(o["scores"], o["start"])}
-        for k, o in outs.items()
-    }
+    live = {k: o for k, o in outs.items() if not o.diverged}
+    # each finished run's gain over its warm start (mean, interval)
+    gains = {k: paired_diff_ci(o.scores, o.start) for k, o in live.items()}
     nominal = outs[nominal_key]
-    live = {k: o for k, o in outs.items() if not o.get("diverged")}
-    n = len(next(iter(live.values()), {}).get("scores") or [])
-    held = "/".join(sorted({str(o.get("split") or SPLIT) for o in outs.values()}))
+    n = len(next(iter(live.values())).scores or []) if live else 0
+    held = "/".join(sorted({str(o.split or SPLIT) for o in outs.values()}))
     split = {"split": held, "n": n}
-    if nominal.get("diverged"):
+    if nominal.diverged:
         rows = [
-            _judge_after_divergence(rung, k, o, k == nominal_key, bool(live))
+            _judge_after_divergence(rung, k, o, gains.get(k), k == nominal_key, bool(live))
             for k, o in outs.items()
         ]
         return rows + [_verdict_after_divergence(rung, nominal_key, nominal, live, split)]
-    rows = [_judge_nominal(rung, nominal_key, nominal)]
-    rows += [_judge_variant(rung, k, o, nominal) for k, o in outs.items() if k != nominal_key]
-    return rows + [_verdict_of_compare(rung, rows, live, split)]
+    rows = [_judge_nominal(rung, nominal_key, nominal, gains[nominal_key])]
+    variants = {k: o for k, o in outs.items() if k != nominal_key}
+    rows += [_judge_variant(rung, k, o, gains.get(k), nominal) for k, o in variants.items()]
+    return rows + [_verdict_of_compare(rung, rows, live, gains, split)]
 
 
 def _verdict_after_divergence(
     rung: RungId,
     nominal_key: str,
-    nominal: dict[str, Any],
-    live: dict[str, dict[str, Any]],
+    nominal: ShortRun,
+    live: dict[str, ShortRun],
     split: dict[str, Any],
 ) -> RungResult:
     """The verdict of a rung whose nominal setting diverged: a failure where another setting
     trains on (it names the best), inconclusive where every setting diverged."""
 
     if not live:
-        reason = (
-            f"every setting of this rung diverged ({nominal['error']}): the cause lies elsewhere"
-        )
+        reason = f"every setting of this rung diverged ({nominal.error}): the cause lies elsewhere"
         return rung.verdict("inconclusive", reason, **split)
-    best = max(live, key=lambda k: live[k]["final"])
+    best = max(live, key=lambda k: live[k].final)
     reason = (
-        f"the nominal {nominal_key} diverged ({nominal['error']}); {best} does not and reaches "
-        f"{live[best]['final']:.3f} on {split['n']} {split['split']} instances"
+        f"the nominal {nominal_key} diverged ({nominal.error}); {best} does not and reaches "
+        f"{live[best].final:.3f} on {split['n']} {split['split']} instances"
     )
     return rung.verdict("fail", reason, **split, best=best)
 
 
 def _verdict_of_compare(
-    rung: RungId, rows: list[RungResult], live: dict[str, dict[str, Any]], split: dict[str, Any]
+    rung: RungId,
+    rows: list[RungResult],
+    live: dict[str, ShortRun],
+    gains: dict[str, Gain],
+    split: dict[str, Any],
 ) -> RungResult:
     """The verdict of a rung whose nominal setting trained (``rows``: the nominal's row first, then
-    each variant's): the best winning variant fails it; it passes when every variant passes."""
+    each variant's; ``gains``: each finished run's over its warm start): the best winning variant
+    fails it; it passes when every variant passes."""
 
     nominal_key, variants = rows[0].variant, rows[1:]
     on = f"on the same {split['n']} {split['split']} instances"
@@ -281,8 +285,8 @@ def _verdict_of_compare(
     if not variants:
         reason = "no variant of this axis is configured (ladder section): nothing to compare"
         return rung.verdict("inconclusive", reason, **split)
-    if all(o["gain"][0] <= 0 for o in live.values()):
-        values = {v for o in live.values() for v in [*o["scores"], *o["start"]]}
+    if all(g[0] <= 0 for g in gains.values()):
+        values = {v for o in live.values() for v in [*o.scores, *o.start]}
         what = (
             f"every score of every run is {next(iter(values)):.3f}, before and after training"
             if len(values) == 1

@@ -28,6 +28,7 @@ from .rows import SPLIT, RungResult, verdicts
 
 if TYPE_CHECKING:
     from ...config import ExperimentConfig
+    from .short_run import ShortRun
 
 
 class Ladder:
@@ -113,7 +114,7 @@ class Ladder:
 
         return make_engine(self.rollout, model, tok, seed=self.seeds[0])
 
-    def _train(self, **variant: Any) -> dict[str, Any]:
+    def _train(self, **variant: Any) -> ShortRun:
         return self.short_runs.train(self.spec, self.warm, **variant)
 
     def _compare(
