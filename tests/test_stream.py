@@ -258,7 +258,7 @@ def record_top_ups(tr) -> list[tuple[int, float, int]]:
 
     def top_up():
         real()
-        i = tr.ctx.engine.policy_version - col.version0
+        i = tr.ctx.engine.policy_version - col.units.version0
         seen.append((i, tr.ledger.counters["rollouts_accepted"] / G, len(col.requests)))
 
     col.top_up = top_up
@@ -494,7 +494,7 @@ def test_a_killed_streaming_collector_is_restarted_and_every_group_counted_once(
     assert aborted
     waiting = {
         tuple(sorted((s, q["group_offset"] + i) for i, s in enumerate(q["seeds"])))
-        for q in tr.collector.relaunch
+        for q in tr.collector.units.relaunch
     }
     for r, p in aborted:
         again = any(u["round"] > r and prompts(u["batch"]) == p for u in units)

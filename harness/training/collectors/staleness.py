@@ -3,7 +3,9 @@ round's versions behind at consumption split into those that passed while it was
 those while it waited in the queue (``lag.inflight_behind``, ``lag.queue_behind``, each with its
 ``_max``). The cut is the trainer's version when it saw the round done: at the start of a step or
 while waiting for one, so a round that finished during an update counts that update in flight; a
-round found in the spool after a restart or a resume is seen then."""
+round found in the spool after a restart or a resume is seen then. Each unit queue (:mod:`.units`)
+holds one; the episode stream's (:mod:`.stream`) gives each unit's cut itself, the trainer's version
+when the unit finished."""
 
 from __future__ import annotations
 
@@ -16,11 +18,16 @@ class StalenessSplit:
     def done(self, r: int, version: int) -> None:
         self.seen.setdefault(r, version)
 
-    def consumed(self, r: int, sampled: int, version: int) -> tuple[int, int]:
+    def consumed(
+        self, r: int, sampled: int, version: int, seen: int | None = None
+    ) -> tuple[int, int]:
         """Round ``r``, sampled by weights version ``sampled`` (its oldest token's), consumed at
-        ``version``: its (in flight, in the queue) versions."""
+        ``version``: its (in flight, in the queue) versions. ``seen``: the cut where the caller
+        knows it (the episode stream's, from when the unit finished), else as :meth:`done` saw it
+        (``version`` if never)."""
 
-        seen = self.seen.pop(r, version)
+        marked = self.seen.pop(r, version)
+        seen = marked if seen is None else seen
         self.split.append((seen - sampled, version - seen))
         return self.split[-1]
 
