@@ -10,12 +10,13 @@ and is not added: ``wall_seconds`` stays the run's elapsed time, of which the tr
 ``async.wait_seconds``.
 
 :class:`ConcurrentRounds` is that machinery, the same for every kind of unit: the collector
-process (started, restarted, stopped), its spool, the units launched (``requests``, ``permits``)
-and finished (``ready``), the costs counted, the broadcasts, the drain at the end and the resume.
+process (started, restarted, stopped: :mod:`.collector_process`), its spool, the units launched
+(``requests``, ``permits``) and finished (``ready``), the costs counted, the broadcasts, the drain
+at the end and the resume.
 What a unit is, when one may be launched and which finished ones the trainer takes is its unit
 queue's (:mod:`.units`), the one object it is built with: :class:`~.units.RoundQueue` (the
 default, ``consume: round``: up to ``queue`` rounds of ``prompts_per_step`` groups, taken in
-order) or :class:`~.stream.EpisodeQueue` (``consume: episode``: groups taken as they finish).
+order) or :class:`~.episode_queue.EpisodeQueue` (``consume: episode``: groups taken as they finish).
 The queue uses only the collector's public surface (:class:`~.units.QueueHost`: ``top_up``,
 ``wait_until``, ``wait_for``, ``consume``, ``charge_spooled`` and the units launched and ready);
 no subclass overrides a private method.
@@ -31,22 +32,20 @@ a resumed trainer replays what its checkpoint launched."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from ..base import TrainingError
 from ..context import RunContext
+from .collector_process import CollectorProcess
 from .onpolicy import OnPolicyRounds
 from .spool import Spool
-from .transport import ProcessWorker, RayWorker
 from .units import QueueHost, RoundQueue, UnitQueue
-from .worker import collector_init
 
 POLL_SECONDS = 0.2
 
 
-class ConcurrentRounds(OnPolicyRounds):
+class ConcurrentRounds(CollectorProcess, OnPolicyRounds):
     """The trainer's side of a concurrent collector; ``queue`` makes its unit queue (``units``)
     from it: :class:`~.units.RoundQueue` unless given."""
 
@@ -136,80 +135,6 @@ class ConcurrentRounds(OnPolicyRounds):
         self.broadcast_version = v
         if self.worker is not None:
             self.worker.broadcast(v, str(path))
-
-    def _start(self) -> None:
-        v = self.broadcast_version
-        if v is None or not self.spool.weights(v).exists():
-            self.broadcast()
-        v = self.broadcast_version
-        try:
-            cls = RayWorker if self.spec.backend == "ray" else ProcessWorker
-            self.incarnation += 1  # spool file names unique to this collector, in any process
-            name = f"w{uuid.uuid4().hex[:8]}x{self.incarnation}"
-            init = collector_init(self.ctx, self.spool.path, name)
-            self.worker = cls(init, (v, str(self.spool.weights(v))))
-        except Exception as exc:  # pickling the task or the model, placing a Ray actor
-            raise TrainingError(
-                f"{self.ctx.settings.name}: data.concurrent: could not start the collector "
-                f"({type(exc).__name__}: {exc})"
-            ) from exc
-        self.spool.record_pid(self.worker.pid)
-        for r in sorted(self.requests):
-            if r not in self.ready:
-                self.worker.send(self.requests[r])
-
-    def _restart(self, why: str) -> None:
-        self.restarts += 1
-        if self.restarts > self.spec.restarts:
-            raise TrainingError(
-                f"{self.ctx.settings.name}: the concurrent collector {why}, "
-                f"{int(self.restarts)} times (data.concurrent.restarts: {self.spec.restarts})"
-            )
-        self.worker.stop(kill=True, restart=True)
-        self._spooled_before_death()
-        self._start()
-
-    def _spooled_before_death(self) -> None:
-        """A dead or stuck collector's spool: the units it finished and never reported go to the
-        queue (the rest in flight are sent again when the new collector starts)."""
-
-        worker, self.worker = self.worker, None  # stopped: nothing is sent until the new one runs
-        try:
-            uncounted = self.spool.uncounted(self.counted).items()
-            self.units.found(
-                {
-                    r: names[0]
-                    for r, names in uncounted
-                    if r in self.requests and r not in self.ready
-                }
-            )
-        finally:
-            self.worker = worker
-
-    def _recover(self) -> None:
-        """After a trainer's resume: wait for the old collector, then count or replay its spool."""
-
-        self.spool.wait_for_old_collector()
-        self.units.recount_aborted()
-        version = self.ctx.engine.policy_version
-        for r, names in sorted(self.spool.uncounted(self.counted).items()):
-            for name in names:
-                rec = self.spool.load(name)
-                if r in self.requests and r not in self.ready and rec["version"] <= version:
-                    self.ready[r] = name  # replayed from disk, reserved at its known cost
-                    self.permits[r] = self._exact(rec, name)
-                    continue
-                # made by weights the resumed run never had, or a second copy: counted, dropped;
-                # a pending round made that way was launched (not again)
-                self._discard(name)
-                if r not in self.ready:
-                    self.requests.pop(r, None)
-        for r in sorted(set(self.requests) - set(self.permits)):  # launched again
-            res = self._reserve(r, time_estimate=False)
-            if res is None:
-                raise TrainingError(f"{self.ctx.settings.name}: resumed round {r} does not fit")
-            self.permits[r] = res
-        self.units.resumed()
 
     def begin(self) -> None:
         self.wait_seconds, self.drained = 0.0, {}

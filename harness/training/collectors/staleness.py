@@ -3,11 +3,13 @@ round's versions behind at consumption split into those that passed while it was
 those while it waited in the queue (``lag.inflight_behind``, ``lag.queue_behind``, each with its
 ``_max``). The cut is the trainer's version when it saw the round done: at the start of a step or
 while waiting for one, so a round that finished during an update counts that update in flight; a
-round found in the spool after a restart or a resume is seen then. Each unit queue (:mod:`.units`)
-holds one; the episode stream's (:mod:`.stream`) gives each unit's cut itself, the trainer's version
-when the unit finished."""
+round found in the spool after a restart or a resume is seen then. Each unit queue
+(:mod:`.units`) holds one; the episode stream's (:mod:`.episode_queue`) gives each unit's cut
+itself, the trainer's version when the unit finished."""
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class StalenessSplit:
@@ -42,3 +44,20 @@ class StalenessSplit:
                 out[f"lag.{part}_behind_max"] = float(max(values))
         self.split = []
         return out
+
+
+def bound_passed(
+    spec: Any, staleness: int | None, inflight: int, queued: int, total: int
+) -> str | None:
+    """The reason a unit with this staleness (versions passed in flight, in the queue, in all) is
+    dropped, or None: past ``data.concurrent.inflight`` or ``queued`` (``spec``: the concurrent
+    section; a bound with ``wait`` is never passed by design, and where it is, after a restart or a
+    resume, it drops as ``drop`` would), or past ``data.staleness`` (``staleness``)."""
+
+    for part, bound, reason in (
+        (inflight, spec.inflight, "stale_inflight"),
+        (queued, spec.queued, "stale_queue"),
+    ):
+        if bound is not None and part > bound.versions:
+            return reason
+    return "staleness" if staleness is not None and total > staleness else None

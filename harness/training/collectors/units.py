@@ -14,9 +14,9 @@ finish is held by one object it is built with, a :class:`UnitQueue`:
 - what a step adds before and after its rounds (a wait before the update, its metrics).
 
 :class:`RoundQueue` (here) is the round-level queue (``consume: round``);
-:class:`~.stream.EpisodeQueue` the episode-level one (``consume: episode``). A queue holds the
-collector it serves and uses only its public surface, :class:`QueueHost`; the collector calls the
-queue only through :class:`UnitQueue`. No class overrides another's private methods.
+:class:`~.episode_queue.EpisodeQueue` the episode-level one (``consume: episode``). A queue holds
+the collector it serves and uses only its public surface, :class:`QueueHost`; the collector calls
+the queue only through :class:`UnitQueue`. No class overrides another's private methods.
 """
 
 from __future__ import annotations
