@@ -120,14 +120,14 @@ def test_a_stop_inside_a_phase_leaves_the_run_at_its_checkpoint_and_it_resumes_e
     phase, prepared, reference, stop_flag, tmp_path, monkeypatch, chaos
 ):
     from sixblanks.harness.rollout.engine import HFEngine
-    from sixblanks.harness.training import loop
+    from sixblanks.harness.training import evaluating, loop
     from sixblanks.harness.training.objectives import pg_pass as pg  # its policy_loss
 
     _, spec, warm = prepared
     where, at_step, ckpt_s, stands_at, seen_in = PHASES[phase]
     monkeypatch.setattr(stopping, "GRACE_SECONDS", 0.0)  # no step may finish after the request
     now = {"step": None, "evaluating": False, "requested": False}
-    step, evaluate_run = loop.Trainer.step, loop.evaluate_run
+    step, evaluate_run = loop.Trainer.step, evaluating.evaluate_run
     generate, loss = HFEngine.generate, pg.policy_loss
 
     def tracking_step(self):
@@ -155,7 +155,7 @@ def test_a_stop_inside_a_phase_leaves_the_run_at_its_checkpoint_and_it_resumes_e
         return loss(*args, **kw)
 
     monkeypatch.setattr(loop.Trainer, "step", tracking_step)
-    monkeypatch.setattr(loop, "evaluate_run", tracking_evaluation)
+    monkeypatch.setattr(evaluating, "evaluate_run", tracking_evaluation)  # where the loop calls it
     monkeypatch.setattr(HFEngine, "generate", generating)
     monkeypatch.setattr(pg, "policy_loss", updating)
     chaos.fault(f"a stop request in the {phase} of step {at_step}")
