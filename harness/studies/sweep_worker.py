@@ -180,8 +180,12 @@ def _reporting(trial, lines: PlainLines, spent: list, counter: str, every: float
         trial.set_user_attr("counters", spent[0])
         for ev in tr.result.evals[lines.seen :]:
             # pruning on the ledger resource: the score at each token checkpoint (aligned across
-            # trials)
-            trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
+            # trials). The evaluation before any spending is the initial policy's, the same in
+            # every trial: it says nothing of a trial, and since the median pruner compares a
+            # trial's best score so far, reporting it would keep a wrecked trial from ever being
+            # pruned while the good ones stay at their starting score
+            if ev["position"][counter] > 0:
+                trial.report(ev["score"], step=int(ev["position"][counter] // every * every))
         if tr.result.evals:  # the held-out instances it is selected on (seed range)
             trial.set_user_attr("eval_seed_range", tr.result.evals[-1]["seed_range"])
         lines.evals(tr)  # each new one on stderr where plain lines are wanted
