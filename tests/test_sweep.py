@@ -200,14 +200,14 @@ def _check_plain_lines(err: str, arms: dict, out) -> None:
             if killed:
                 continue
             evals = [ln for ln in mine if ln.startswith("eval at step ")]
-            said = [
-                (
-                    float(ln.split("(launched_tokens ")[1].split("/")[0]) // 150 * 150,
-                    ln.split("score ")[1][:5],
-                )
-                for ln in evals
-            ]
+            spent = [float(ln.split("(launched_tokens ")[1].split("/")[0]) for ln in evals]
+            said = [(x // 150 * 150, ln.split("score ")[1][:5]) for x, ln in zip(spent, evals)]
+            # the start evaluation (nothing spent: the initial policy's score, the same in every
+            # trial) is said first and never reported to the pruner
+            assert spent and spent[0] == 0 and all(x > 0 for x in spent[1:]), spent
+            said = said[1:]
             reported = [(float(k), f"{v:.3f}") for k, v in sorted(t["intermediate"].items())]
+            assert all(float(k) > 0 for k in t["intermediate"])
             # each reported checkpoint said once, in order; a completed trial's final evaluation,
             # after its last step, is said but not reported (the trial's value is its score)
             assert said[: len(reported)] == reported, (said, reported)
