@@ -199,3 +199,41 @@ def test_only_the_store_opens_results_duckdb_for_writing():
             ):
                 writers.append(f"{path.relative_to(ROOT)}: {m.group(0)}")
     assert not writers, "\n".join(writers)
+
+
+def test_reading_and_checking_an_experiment_file_imports_no_torch():
+    """`sixblanks validate` and the first moments of `run` read the file, resolve every arm's
+    blanks and check its tasks and data files without torch (about 1.5 s of a fresh interpreter,
+    and 2.5 s of `validate`'s 3): a fresh interpreter does it and torch is still not imported."""
+
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from sixblanks.harness.config import load_config\n"
+        "from sixblanks.harness.orchestration.data_files import check_data_files\n"
+        f"cfg = load_config({str(ROOT / 'experiments.yaml')!r})\n"
+        "[cfg.resolved_blanks(a) for a in cfg.arms]\n"
+        "check_data_files(cfg)\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_every_public_name_of_algorithms_resolves_from_its_module():
+    """algorithms/ imports its names where first used: every name of ``__all__`` is in the map and
+    resolves to the object its own module defines."""
+
+    import importlib
+
+    import sixblanks.algorithms as algorithms
+
+    assert set(algorithms._WHERE) == set(algorithms.__all__)
+    for name, module in algorithms._WHERE.items():
+        own = importlib.import_module(f"sixblanks.algorithms.{module}")
+        assert getattr(algorithms, name) is getattr(own, name), name

@@ -44,10 +44,12 @@ def check_data_files(cfg: ExperimentConfig) -> None:
     problem, each naming its key (and the file, row and column where a file is at fault)."""
 
     from ..errors import ConfigError
-    from ..training.collectors.pair_file import pairs_file_problems, read_pairs
 
     problems = []
-    for arm, path in pairs_files(cfg).items():
+    files = pairs_files(cfg)
+    if files:  # the reader lives with the training code (torch): imported only where it reads
+        from ..training.collectors.pair_file import pairs_file_problems, read_pairs
+    for arm, path in files.items():
         found = [f"arms.{arm}: {p}" for p in pairs_file_problems(path)]
         heldout = cfg.resolved_blanks(arm).data.pairs.heldout
         if not found and heldout >= (n := len(read_pairs(path))):
