@@ -14,11 +14,12 @@ the same runs sent again into a fresh store, per run (target 0.2 s).
 its first budget axis, 2 seeds per arm unless ``--seeds`` says otherwise; runs per hour is then
 the findings family's rate.
 
-Separately, in fresh interpreters: the time to import the command line, and one run of one arm and
-one seed through the ``sixblanks run`` command (warm start cached, MLflow off), whose wall time
-minus its training is the fixed cost of a command: from the command's start to the run's first step,
-and from its last step to the command's exit. Most of it is the price of a fresh interpreter (torch
-and transformers imported in the command and in its worker), which the runs of an experiment share.
+Separately, in fresh interpreters: the time to import the command line, ``sixblanks validate`` of
+the file (median of 3; it imports no torch), and one run of one arm and one seed through the
+``sixblanks run`` command (warm start cached, MLflow off), whose wall time minus its training is the
+fixed cost of a command: from the command's start to the run's first step, and from its last step to
+the command's exit. Most of it is the price of a fresh interpreter (torch and transformers imported
+in the command and in its worker), which the runs of an experiment share.
 
     .venv/bin/python benchmarks/phases.py [--config experiments.yaml] [--budget N]
                                               [--seeds K] [--out DIR]
@@ -173,6 +174,19 @@ def one_run(cfg, tmp: Path) -> tuple[float, float, float, float, float]:
     return imports, command, train, finished - train - start, end - finished
 
 
+def validate_seconds(config: Path, repeats: int = 3) -> float:
+    """The median wall time of ``sixblanks validate config`` in a fresh interpreter (reading and
+    checking an experiment file imports no torch)."""
+
+    cli = [sys.executable, "-m", "sixblanks.harness.cli", "--quiet", "validate", str(config)]
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run(cli, check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def parse_args() -> argparse.Namespace:
     """The command line's options: the experiment file, a budget and seeds in place of its own,
     and the output directory."""
@@ -256,9 +270,10 @@ def print_experiment(config: Path, cfg, phases: dict[str, float], results: list[
         )
 
 
-def print_apart(mlflow: tuple[float, float], run: tuple[float, ...]) -> None:
-    """What was measured apart from the experiment: MLflow alone (``mlflow_alone``), and the
-    command line's imports and one run through the command (``one_run``)."""
+def print_apart(mlflow: tuple[float, float], run: tuple[float, ...], validate: float) -> None:
+    """What was measured apart from the experiment: MLflow alone (``mlflow_alone``), the command
+    line's imports, ``sixblanks validate`` (``validate_seconds``) and one run through the command
+    (``one_run``)."""
 
     start_mlflow, per_run_mlflow = mlflow
     imports, command, train, before, after = run
@@ -267,6 +282,7 @@ def print_apart(mlflow: tuple[float, float], run: tuple[float, ...]) -> None:
         f"{start_mlflow:.1f} s to start its client"
     )
     print(f"importing the command line (a fresh interpreter): {imports:.1f} s")
+    print(f"`sixblanks validate` of the file (a fresh interpreter, median of 3): {validate:.1f} s")
     print(
         f"one run of one arm and one seed through `sixblanks run` (warm start cached, MLflow off): "
         f"{command:.1f} s, of which training {train:.1f} s: a command's fixed cost "
@@ -284,8 +300,9 @@ def main() -> None:
         phases, results, workers = experiment(cfg, out)
         mlflow = mlflow_alone(out, [r["run_id"] for r in results])
         run = one_run(cfg, Path(tmp))
+    validate = validate_seconds(config)
     print_experiment(config, cfg, phases, results)
-    print_apart(mlflow, run)
+    print_apart(mlflow, run, validate)
 
 
 if __name__ == "__main__":

@@ -234,6 +234,26 @@ def test_every_public_name_of_algorithms_resolves_from_its_module():
     import sixblanks.algorithms as algorithms
 
     assert set(algorithms._WHERE) == set(algorithms.__all__)
+    assert len(algorithms.__all__) > 30 and "resolve" in algorithms.__all__
     for name, module in algorithms._WHERE.items():
         own = importlib.import_module(f"sixblanks.algorithms.{module}")
         assert getattr(algorithms, name) is getattr(own, name), name
+
+
+def test_the_names_for_type_checkers_are_the_names_the_map_resolves():
+    """algorithms/__init__.py's ``if TYPE_CHECKING:`` imports (what type checkers and readers see)
+    name each public name from the module ``_WHERE`` resolves it from, and no other."""
+
+    import sixblanks.algorithms as algorithms
+
+    tree = ast.parse(Path(algorithms.__file__).read_text())
+    (block,) = [
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    ]
+    seen = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname is None, ast.unparse(node)
+            seen[alias.name] = node.module
+    assert seen == algorithms._WHERE

@@ -327,6 +327,99 @@ def test_the_static_cache_decoder_gives_the_models_own_logits(kv_heads):
         assert torch.allclose(logits, want, atol=1e-5), (t, (logits - want).abs().max())
 
 
+def test_rows_that_ended_leave_the_decoders_cache_and_the_rest_keep_their_logits():
+    """``drop``: once at least a quarter of the cached rows ended they leave the cache; the rows
+    still going get the model's own logits (second method: transformers' forward over the whole
+    sequence), the rows dropped get 0; a drop of fewer than a quarter changes nothing."""
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sixblanks.harness.rollout.fastdecode import LlamaDecoder
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=50,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    B, L, new = 8, 5, 6
+    ids = torch.randint(1, 50, (B, L))
+    attn = torch.ones((B, L), dtype=torch.long)
+    attn[2, :2] = 0
+    steps = torch.randint(1, 50, (B, new))
+    dec = LlamaDecoder(model, ids, attn, new)
+    got = [dec.prefill()]
+    ended = torch.zeros(B, dtype=torch.bool)
+    for t in range(new):
+        if t == 1:
+            ended[5] = True  # one of eight: stays
+            dec.drop(ended)
+            assert dec.live is None
+        if t == 2:
+            ended[[0, 2]] = True  # three of eight: they leave
+            dec.drop(ended)
+            assert dec.live.tolist() == [1, 3, 4, 6, 7]
+        if t == 4:
+            ended[[3, 7]] = True  # two of five
+            dec.drop(ended)
+            assert dec.live.tolist() == [1, 4, 6]
+        got.append(dec.step(steps[:, t]))
+    for t, logits in enumerate(got):
+        full = torch.cat([ids, steps[:, :t]], 1)
+        mask = torch.cat([attn, torch.ones((B, t), dtype=torch.long)], 1)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            want = model(input_ids=full, attention_mask=mask, position_ids=pos).logits[:, -1]
+        # got[t]: the prefill, then step t - 1 (a drop before step 2 shows from got[3] on)
+        out = {3: [0, 2, 5], 4: [0, 2, 5], 5: [0, 2, 3, 5, 7], 6: [0, 2, 3, 5, 7]}.get(t, [])
+        going = [r for r in range(B) if r not in out]
+        assert torch.allclose(logits[going], want[going], atol=1e-5), t
+        assert not logits[out].any(), t
+
+
+def test_the_decoder_samples_the_same_with_and_without_padding(policies, monkeypatch):
+    """rollout.skip_padding: a seeded generation whose rows end at different tokens (a stop
+    string) samples the same tokens with the same log-probs (to float precision) whether the
+    decoder computes every row to the longest or drops the rows that ended, and drops them."""
+
+    from sixblanks.harness.rollout.fastdecode import LlamaDecoder
+
+    task, model, tok = policies("arithmetic")
+    prompts = [
+        tok(task.make_instance(i).prompt, add_special_tokens=False)["input_ids"] for i in range(4)
+    ]
+    rows = []
+    head = LlamaDecoder._head
+    monkeypatch.setattr(LlamaDecoder, "_head", lambda self, h: rows.append(len(h)) or head(self, h))
+    out, computed = {}, {}
+    for skip in (False, True):
+        rows.clear()
+        eng = HFEngine(model, tok, skip_padding=skip)
+        p = SamplingParams(temperature=1.0, max_new_tokens=24, stop=["1", "2", "3"])
+        out[skip] = sum(
+            eng.generate(prompts, p, n=4, generator=torch.Generator().manual_seed(3)), []
+        )
+        computed[skip] = list(rows)
+    lengths = [len(g.token_ids) for g in out[True]]
+    assert min(lengths) < max(lengths) // 2  # rows end far apart
+    for ga, gb in zip(out[True], out[False]):
+        assert ga.token_ids == gb.token_ids and ga.finish_reason == gb.finish_reason
+        assert ga.logprobs == pytest.approx(gb.logprobs, abs=1e-5)
+    # the prefill computes the 4 distinct prompts, each step the rows in the cache
+    assert computed[False][0] == computed[True][0] == 4
+    assert set(computed[False][1:]) == {16}
+    # step j computes token j: the rows longer than j go on; the cache holds them and fewer than
+    # a third as many that ended (it drops the ended ones once they are a quarter of it)
+    for j, rows_in in enumerate(computed[True][1:], start=1):
+        going = sum(n > j for n in lengths)
+        assert going <= rows_in < 4 * going / 3, (j, going, rows_in)
+    assert sum(computed[True]) < 0.8 * sum(computed[False])
+
+
 def test_the_decoder_in_bfloat16_is_as_close_to_float32_as_the_models_own_bfloat16_forward():
     """A bfloat16 policy decodes (its cache and attention scores kept in float32, as SDPA
     accumulates them) with logits no further from the float32 model's than transformers' own

@@ -169,3 +169,29 @@ def test_the_run_context_uses_it_and_a_setting_turns_it_off(monkeypatch):
     mask = batch.action_mask.bool()
     assert mask.sum() > 0
     torch.testing.assert_close(got[True][mask], got[False][mask], atol=2e-6, rtol=0)
+
+
+def test_the_rows_after_the_prefix_are_computed_without_their_padding():
+    """With the attention mask (rollout.skip_padding), the tokens after the prefix go through the
+    projections and the MLP packed: the real positions' logits equal the padded computation's to
+    float32 rounding, the padding's are 0 (the padded computation gives them values), and the
+    gradients of a loss on the real positions agree."""
+
+    model = _model(2)
+    toks, am, act = _batch()
+    split = split_point(act, am)
+    padded = prefix_logits(model, toks, split)
+    packed = prefix_logits(model, toks, split, am)
+    real = am[:, :-1].bool()
+    real[:, : split - 1] = True  # the prefix's positions (all real)
+    assert (~real).sum() > 20  # the batch has padding after its rows
+    torch.testing.assert_close(packed[real], padded[real], atol=2e-6, rtol=0)
+    assert not packed[~real].any() and padded[~real].abs().min() > 0
+    grads = []
+    for mask in (None, am):
+        model.zero_grad()
+        logits = prefix_logits(model, toks, split, mask)
+        (torch.log_softmax(logits, -1).amax(-1) * act[:, 1:]).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=2e-6 * float(b.abs().max()) + 1e-9, rtol=1e-5)

@@ -10,7 +10,9 @@ def make_engine(rollout_cfg, model, tokenizer, seed: int = 0) -> RolloutEngine:
     """The engine ``rollout.backend`` names: ``hf`` (default) or ``vllm`` (colocated vllm.LLM)."""
 
     if rollout_cfg.backend == "hf":
-        return HFEngine(model, tokenizer, decode=rollout_cfg.decode)
+        return HFEngine(
+            model, tokenizer, decode=rollout_cfg.decode, skip_padding=rollout_cfg.skip_padding
+        )
     from .vllm_engine import VLLMEngine  # only where vLLM is asked for: it imports vllm
 
     limit = getattr(model.config, "max_position_embeddings", None) or 10**9

@@ -152,11 +152,20 @@ def _cache_kwarg(model) -> str:
 class HFEngine(RolloutEngine):
     """Hugging Face transformers backend: batched, left-padded, KV-cached sampling loop."""
 
-    def __init__(self, model, tokenizer, batch_size: int = 256, decode: str = "auto"):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        batch_size: int = 256,
+        decode: str = "auto",
+        skip_padding: bool = True,
+    ):
         self.model, self.tokenizer = model, tokenizer
         self.batch_size = batch_size
         self.decode = decode
         """auto: :class:`LlamaDecoder` where it reproduces the model; transformers: its forward."""
+        self.skip_padding = skip_padding
+        """Whether :class:`LlamaDecoder` stops computing the rows that ended."""
         self.policy_version = 0
         self.stats = EngineStats()
         self._stop_cache: dict[tuple[str, ...], torch.Tensor] = {}
@@ -249,7 +258,7 @@ class HFEngine(RolloutEngine):
             nxt, lp = draw(forward.logits(step))
             if rows.take(step, nxt, lp):
                 break
-            forward.advance(nxt)
+            forward.advance(nxt, rows.finished if rows.can_stop and self.skip_padding else None)
         self._check_finite(rows.logps)
         rows.finish()
         if was_training:
@@ -315,10 +324,13 @@ class DecodeForward:
         self.past = getattr(res, self.cache_kw)
         return res.logits[:, -1, :]
 
-    def advance(self, nxt: torch.Tensor) -> None:
-        """The tokens ``nxt [B]`` sampled this step become the next step's input."""
+    def advance(self, nxt: torch.Tensor, ended: torch.Tensor | None = None) -> None:
+        """The tokens ``nxt [B]`` sampled this step become the next step's input; rows ``ended``
+        ``[B]`` (bool; None: none) need no more logits."""
 
         self.ids = nxt[:, None]
+        if self.fast is not None and ended is not None:
+            self.fast.drop(ended)
         if self.fast is None:
             ones = torch.ones((nxt.shape[0], 1), dtype=self.attn.dtype, device=self.attn.device)
             self.attn = torch.cat([self.attn, ones], dim=1)

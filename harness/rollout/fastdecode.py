@@ -105,6 +105,29 @@ class LlamaDecoder:
         self.layer_kt = list(self.kt)  # [B*K, D, S] per layer
         self.layer_v = list(self.v)  # [B*K, S, D] per layer
         self.embed = self.body.embed_tokens.weight
+        self.B = B
+        self.live: torch.Tensor | None = None
+        """``[b]``: the batch rows the cache still holds, in its order (None: all ``B``)."""
+
+    def drop(self, ended: torch.Tensor) -> None:
+        """Rows that ended (``ended [B]`` bool) leave the cache once they are a quarter of it: the
+        later steps compute only the rows still going (a batch's answers end at very different
+        lengths). Each kept row's arithmetic is its own, so its logits stay those of the full
+        batch to float rounding (a matrix product's rounding may depend on its row count)."""
+
+        live = self.live if self.live is not None else torch.arange(self.B, device=ended.device)
+        keep = (~ended[live]).nonzero().squeeze(1)  # [b'] positions in the cache
+        if keep.numel() == 0 or 4 * keep.numel() > 3 * live.numel():
+            return
+        K = self.K
+
+        def rows(x: torch.Tensor, dim: int) -> torch.Tensor:  # dim: the B*K axis
+            return x.unflatten(dim, (-1, K)).index_select(dim, keep).flatten(dim, dim + 1)
+
+        self.kt, self.v, self.bias = rows(self.kt, 1), rows(self.v, 1), rows(self.bias, 0)
+        self.layer_kt, self.layer_v = list(self.kt), list(self.v)
+        self.pos = self.pos.index_select(0, keep)
+        self.live = live.index_select(0, keep)
 
     def _norm(self, norm, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm of ``x`` [..., hidden] as transformers computes it (in float32, the weight
@@ -165,8 +188,11 @@ class LlamaDecoder:
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, V]`` after appending ``tokens`` [B]."""
+        """Logits ``[B, V]`` after appending ``tokens`` [B]; a row :meth:`drop` took out of the
+        cache gets logits 0 (what it samples is never read)."""
 
+        if self.live is not None:
+            tokens = tokens.index_select(0, self.live)
         B = tokens.shape[0]
         H, K, D = self.H, self.K, self.D
         t = self.length
@@ -188,4 +214,7 @@ class LlamaDecoder:
             gate, up = F.linear(self._norm(norm2, h), self.gate_up[i]).chunk(2, -1)
             h = torch.addmm(h, self.act(gate) * up, self.down_t[i])
         self.length = t + 1
-        return self._head(h)
+        logits = self._head(h)
+        if self.live is None:
+            return logits
+        return logits.new_zeros((self.B, logits.shape[-1])).index_copy_(0, self.live, logits)

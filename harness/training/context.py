@@ -14,7 +14,7 @@ import torch
 from sixblanks.budgets.worst import episodes_worst
 
 from ..rollout.agent import run_episodes
-from ..rollout.engine import RolloutEngine, SamplerMismatch, SamplingParams
+from ..rollout.engine import HFEngine, RolloutEngine, SamplerMismatch, SamplingParams
 from ..rollout.trajectory import TrajectoryBatch
 from ..seeds import train_seeds
 from ..stopping import stop_point
@@ -40,16 +40,20 @@ def frozen_copy(model):
 
 def make_optimizer(params, o, lr: float | None = None) -> torch.optim.AdamW:
     """An AdamW over ``params`` with the optimizer settings ``o`` (``lr``: another learning rate,
-    a critic's). foreach: one kernel per operation over all parameters instead of one per
-    parameter; the same arithmetic, element by element (the golden runs' weights are unchanged),
-    with fewer operations a step. PyTorch picks it by itself on CUDA only."""
+    a critic's). Fused (one kernel for the whole update of every parameter) where every parameter
+    is a plain tensor on the CPU or CUDA: a tiny policy's step took 17-22 ms with ``foreach`` here
+    and 4-5 ms fused, the same AdamW to float32 rounding. Elsewhere (a sharded parameter of
+    FSDP2, another device) ``foreach``: one kernel per operation over all parameters."""
 
+    params = list(params)
+    tensors = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
+    fused = all(type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") for p in tensors)
     return torch.optim.AdamW(
         params,
         lr=lr or o.lr,
         betas=tuple(o.betas),
         weight_decay=o.weight_decay,
-        foreach=True,
+        **({"fused": True} if fused else {"foreach": True}),
     )
 
 
@@ -178,6 +182,13 @@ class RunContext:
         judge = self.gate.judge
         return judge.max_calls_per_verify if judge is not None else 0
 
+    def hf_engine(self, model) -> HFEngine:
+        """A transformers engine of its own for ``model`` (a frozen copy, the reference), decoding
+        as ``rollout`` says the policy's engine does."""
+
+        r = self.settings.rollout
+        return HFEngine(model, self.tokenizer, decode=r.decode, skip_padding=r.skip_padding)
+
     def episodes(self, engine, instances, group_size: int, **kw) -> TrajectoryBatch:
         """``group_size`` episodes of each of ``instances`` with ``engine``, under the run's task,
         sampling parameters, verifier gate, context limit and generator (``kw``: group_offset,
@@ -267,6 +278,7 @@ class RunContext:
                 top_p=top_p,
                 entropy=entropy,
                 split=split,
+                skip_padding=self.settings.rollout.skip_padding,
             )
 
     def batched_logprobs(self, model, batch: TrajectoryBatch) -> torch.Tensor:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..rollout.agent import Episode, episodes_to_batch, run_episodes, task_params
-from ..rollout.engine import HFEngine, RolloutEngine, SamplingParams
+from ..rollout.engine import RolloutEngine, SamplingParams
 from ..rollout.search import search
 from ..rollout.trajectory import TrajectoryBatch
 from ..tasks.base import Games, Instance, Play, Task
@@ -418,7 +418,7 @@ def _rolled_pairs(ctx, meter) -> tuple[TrajectoryBatch, int]:
     )
     with charge:
         batch = run_episodes(
-            HFEngine(ctx.ref_model, ctx.tokenizer),
+            ctx.hf_engine(ctx.ref_model),
             ctx.tokenizer,
             ctx.task,
             ctx.task.eval_instances(n, s.eval_split),

@@ -20,6 +20,7 @@ def policy_forward(
     entropy=False,
     want_hidden=False,
     split=0,
+    skip_padding=True,
 ):
     """(logprobs [B, T], entropy [B, T] or None, last hidden state [B, T, H] or None) in one
     forward.
@@ -27,13 +28,14 @@ def policy_forward(
     ``split``: a prefix length every row holds before its first trained token (0: none); where
     rows share such prefixes (GRPO's groups) and :func:`shared_prefix.usable` holds, each distinct
     prefix is computed once (:func:`shared_prefix.prefix_logits`: the same log-probs to float
-    rounding)."""
+    rounding); ``skip_padding``: that path computes the tokens after the prefix without their
+    padding (see :func:`shared_prefix.prefix_logits`; False: padded, as the model's forward)."""
 
     dev = next(model.parameters()).device
     tokens, attention_mask = tokens.to(dev), attention_mask.to(dev)
     logits, hidden = None, None
     if split and not want_hidden and usable(model) and bool(attention_mask[:, :split].all()):
-        logits = prefix_logits(model, tokens, split)
+        logits = prefix_logits(model, tokens, split, attention_mask if skip_padding else None)
     if logits is None:
         out = model(
             input_ids=tokens,
@@ -63,6 +65,7 @@ def policy_logprobs(
     top_p: float = 1.0,
     entropy: bool = False,
     split: int = 0,
+    skip_padding: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob ``[B, T]`` of each token given its prefix (position 0 gets 0), and optionally
     entropy.
@@ -70,7 +73,8 @@ def policy_logprobs(
     Args:
         tokens: ``[B, T]`` right-padded token ids; attention_mask: ``[B, T]``.
         temperature, top_k, top_p: the sampling distribution the log-probs refer to.
-        split: see :func:`policy_forward` (0: the model's own forward over every full sequence).
+        split, skip_padding: see :func:`policy_forward` (split 0: the model's own forward over
+            every full sequence).
     """
 
     lp, ent, _ = policy_forward(
@@ -82,5 +86,6 @@ def policy_logprobs(
         top_p=top_p,
         entropy=entropy,
         split=split,
+        skip_padding=skip_padding,
     )
     return lp, ent

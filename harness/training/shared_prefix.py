@@ -64,16 +64,14 @@ def signed_sin(sin: torch.Tensor) -> torch.Tensor:
 
 
 def _qkv(layer, h: torch.Tensor, cos: torch.Tensor, sin_s: torch.Tensor, D: int):
-    """Rotated queries ``[b, H, t, D]``, rotated keys and values ``[b, K, t, D]`` of ``h``
-    ``[b, t, hidden]`` (cos and :func:`signed_sin` ``[1, 1, t, D]``), as transformers' Llama
-    attention makes them: ``y * cos + rotate_half(y) * sin``, the same arithmetic."""
+    """Rotated queries ``[..., H, D]``, rotated keys and values ``[..., K, D]`` of ``h``
+    ``[..., hidden]`` (cos and :func:`signed_sin` broadcast to ``[..., 1, D]``), as transformers'
+    Llama attention makes them: ``y * cos + rotate_half(y) * sin``, the same arithmetic."""
 
     a = layer.self_attn
     x = layer.input_layernorm(h)
-    shape = (*h.shape[:2], -1, D)
-    q = a.q_proj(x).view(shape).transpose(1, 2)
-    k = a.k_proj(x).view(shape).transpose(1, 2)
-    v = a.v_proj(x).view(shape).transpose(1, 2)
+    shape = (*h.shape[:-1], -1, D)
+    q, k, v = a.q_proj(x).view(shape), a.k_proj(x).view(shape), a.v_proj(x).view(shape)
 
     def rot(y):
         return y * cos + y.roll(D // 2, -1) * sin_s
@@ -81,11 +79,27 @@ def _qkv(layer, h: torch.Tensor, cos: torch.Tensor, sin_s: torch.Tensor, D: int)
     return rot(q), rot(k), v
 
 
-def prefix_logits(model, tokens: torch.Tensor, split: int) -> torch.Tensor | None:
+def _padded(packed: torch.Tensor, where: torch.Tensor, B: int, R: int) -> torch.Tensor:
+    """``packed`` ``[N, heads, D]`` (the real tokens) placed at their rows' positions ``where``
+    ``[N]`` (indices into ``B * R``) of a zero ``[B, heads, R, D]`` block."""
+
+    out = packed.new_zeros((B * R, *packed.shape[1:])).index_copy(0, where, packed)
+    return out.view(B, R, *packed.shape[1:]).transpose(1, 2)
+
+
+def prefix_logits(
+    model, tokens: torch.Tensor, split: int, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor | None:
     """Logits ``[B, T - 1, V]`` (position t predicts ``tokens[:, t + 1]``, as
     ``model(tokens).logits[:, :-1]``) with the batch's distinct ``split``-token prefixes computed
     once each; None where that does not pay (fewer than two rows a prefix on average, or ``split``
-    outside ``[1, T - 2]``). ``tokens`` ``[B, T]`` right-padded, real on ``[:, :split]``."""
+    outside ``[1, T - 2]``). ``tokens`` ``[B, T]`` right-padded, real on ``[:, :split]``.
+
+    ``attention_mask`` ``[B, T]`` (1 on real tokens; None: every token real): the rows' tokens
+    after the prefix go through the projections, the MLP and the head packed, ``N`` real tokens
+    without the padding (a batch of answers of uneven length is mostly padding: about half of a
+    GRPO batch's positions on the testbed); only the attention sees them laid out by row. A padding
+    position's logits are 0: it predicts nothing a loss reads."""
 
     B, T = tokens.shape
     if not 1 <= split <= T - 2:
@@ -101,22 +115,29 @@ def prefix_logits(model, tokens: torch.Tensor, split: int) -> torch.Tensor | Non
     # repeated per query head (with a mask and enable_gqa, CUDA falls back to the math kernel)
     rep = H // c.num_key_value_heads
     gqa = rep > 1 and native_gqa(tokens.device)
+    R = T - 1 - split
+    rest = tokens[:, split : T - 1]  # [B, R]
+    if attention_mask is None:
+        real = torch.ones_like(rest, dtype=torch.bool)
+    else:
+        real = attention_mask[:, split : T - 1].bool()
+    where = real.reshape(-1).nonzero().squeeze(1)  # [N] real tokens' places in B * R
     hp = body.embed_tokens(prefixes)  # [P, s, hidden]
-    hr = body.embed_tokens(tokens[:, split : T - 1])  # [B, R, hidden]
-    R = hr.shape[1]
+    hr = body.embed_tokens(rest.reshape(-1)[where])  # [N, hidden]
     positions = torch.arange(T - 1, device=tokens.device)[None]
     cos, sin = body.rotary_emb(hp, positions)  # [1, T - 1, D]
     sin = signed_sin(sin)
-    cos_p, sin_p = cos[:, None, :split], sin[:, None, :split]
-    cos_r, sin_r = cos[:, None, split:], sin[:, None, split:]
+    cos_p, sin_p = cos[:, :split, None], sin[:, :split, None]  # [1, s, 1, D]
+    at = split + where % R  # [N] each real token's position
+    cos_r, sin_r = cos[0, at, None], sin[0, at, None]  # [N, 1, D]
     # a row's later token sees its whole prefix and, causally, its own tokens (right padding sits
     # after every real token, so no real query sees it)
     mask = torch.ones((R, split + R), dtype=torch.bool, device=tokens.device)
     mask[:, split:] = torch.ones((R, R), dtype=torch.bool, device=tokens.device).tril()
     for layer in body.layers:
         a = layer.self_attn
-        qp, kp, vp = _qkv(layer, hp, cos_p, sin_p, D)
-        qr, kr, vr = _qkv(layer, hr, cos_r, sin_r, D)
+        qp, kp, vp = (y.transpose(1, 2) for y in _qkv(layer, hp, cos_p, sin_p, D))
+        qr, kr, vr = (_padded(y, where, B, R) for y in _qkv(layer, hr, cos_r, sin_r, D))
         if rep > 1 and not gqa:
             kp, vp, kr, vr = (x.repeat_interleave(rep, 1) for x in (kp, vp, kr, vr))
         op = F.scaled_dot_product_attention(
@@ -126,9 +147,12 @@ def prefix_logits(model, tokens: torch.Tensor, split: int) -> torch.Tensor | Non
         o = F.scaled_dot_product_attention(
             qr, keys, values, attn_mask=mask, scale=a.scaling, enable_gqa=gqa
         )
+        o = o.transpose(1, 2).reshape(B * R, -1).index_select(0, where)  # [N, H * D]
         hp = hp + a.o_proj(op.transpose(1, 2).reshape(*hp.shape[:2], -1))
-        hr = hr + a.o_proj(o.transpose(1, 2).reshape(B, R, -1))
+        hr = hr + a.o_proj(o)
         hp = hp + layer.mlp(layer.post_attention_layernorm(hp))
         hr = hr + layer.mlp(layer.post_attention_layernorm(hr))
-    # the prefix's hidden states to its rows first: one [B, T - 1, V] logits tensor, not two
-    return model.lm_head(body.norm(torch.cat([hp[row], hr], 1)))
+    lp = model.lm_head(body.norm(hp))[row]  # [B, s, V]: a prefix's logits, to each of its rows
+    lr = model.lm_head(body.norm(hr))  # [N, V]
+    lr = lr.new_zeros((B * R, lr.shape[-1])).index_copy(0, where, lr).view(B, R, -1)
+    return torch.cat([lp, lr], 1)

@@ -112,6 +112,14 @@ class RolloutConfig(Section):
         "log-probs and gradients to float rounding; less work with groups of samples). False: the "
         "model's own forward over every full sequence.",
     )
+    skip_padding: bool = Field(
+        True,
+        description="Llama-architecture policies: the training forward computes the tokens after "
+        "the shared prompts without their padding (a batch's answers differ in length: on the "
+        "testbed half its positions are padding), and the decoder stops computing a row once it "
+        "ended. The same log-probs, gradients and samples to float rounding; False: every row "
+        "padded to the batch's longest, as before (to debug, or to measure what it saves).",
+    )
     ignore_eos: bool = Field(
         False,
         description="Training rollouts generate max_new_tokens every turn, stopping at neither EOS "

@@ -39,7 +39,7 @@ class LaggedPolicy:
             )
         self.ctx, self.lag, self.every = ctx, lag, every
         self.model = frozen_copy(ctx.model)
-        self.engine = HFEngine(self.model, ctx.tokenizer)
+        self.engine = ctx.hf_engine(self.model)
         self.ring: dict[int, dict[str, torch.Tensor]] = {}
         self.loaded: int | None = None
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from ...rollout.engine import HFEngine
 from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected, Collector
 from ..context import RunContext
@@ -104,7 +103,7 @@ class PreferencePairs(Collector):
         ctx = self.ctx  # one reservation: the loop checked that the step's worst case fits
         with ctx.meter.must_reserve(self.worst_case(), f"pairs step {ctx.step}") as charge:
             calls0 = ctx.gate.counts()
-            engine = HFEngine(ctx.ref_model, ctx.tokenizer)
+            engine = ctx.hf_engine(ctx.ref_model)
             batch = ctx.episodes(engine, ctx.train_instances(self.n_prompts), self.group_size)
             charge.actual = ctx.rollout_cost([batch], calls0)
         chosen, rejected, unselected, flat = select_pairs(batch)

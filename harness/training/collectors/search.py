@@ -22,7 +22,6 @@ import torch
 from sixblanks.algorithms.data import SamplingCensus, group_verdicts
 
 from ...rollout.agent import episodes_to_batch
-from ...rollout.engine import HFEngine
 from ...rollout.search import SearchTree, search, verifier_guide
 from ...rollout.trajectory import TrajectoryBatch
 from ..base import Collected, Collector
@@ -87,7 +86,7 @@ class SearchRounds(Collector):
         # the frozen initial policy (the reference) searches for distillation
         self.engine = ctx.engine
         if self.spec.policy == "initial":
-            self.engine = HFEngine(ctx.ref_model, ctx.tokenizer)
+            self.engine = ctx.hf_engine(ctx.ref_model)
         self.value = None
         if self.spec.mode != "best_of_n" and self.spec.guide == "value":
             model = ctx.ref_model if self.spec.policy == "initial" else ctx.model
