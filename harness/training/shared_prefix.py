@@ -87,6 +87,39 @@ def _padded(packed: torch.Tensor, where: torch.Tensor, B: int, R: int) -> torch.
     return out.view(B, R, *packed.shape[1:]).transpose(1, 2)
 
 
+class _Blocks:
+    """One decoder layer over the two blocks: the ``P`` prefixes ``[P, s, hidden]`` and the rows'
+    ``N`` real later tokens ``[N, hidden]`` (see :func:`prefix_logits`). ``row`` ``[B]``: each
+    row's prefix; ``where`` ``[N]``: the real tokens' places in ``B * R``; ``rep``: query heads per
+    key/value head (``gqa``: by SDPA's enable_gqa); ``mask`` ``[R, s + R]``."""
+
+    def __init__(self, row, where, B: int, R: int, D: int, rep: int, gqa: bool, mask):
+        self.row, self.where, self.B, self.R, self.D = row, where, B, R, D
+        self.rep, self.gqa, self.mask = rep, gqa, mask
+
+    def layer(self, layer, hp, hr, rot_p, rot_r):
+        """The two blocks after ``layer`` (``rot_p``, ``rot_r``: their (cos, signed sin))."""
+
+        a, B, R, D, where, gqa = layer.self_attn, self.B, self.R, self.D, self.where, self.gqa
+        qp, kp, vp = (y.transpose(1, 2) for y in _qkv(layer, hp, *rot_p, D))
+        qr, kr, vr = (_padded(y, where, B, R) for y in _qkv(layer, hr, *rot_r, D))
+        if self.rep > 1 and not gqa:
+            kp, vp, kr, vr = (x.repeat_interleave(self.rep, 1) for x in (kp, vp, kr, vr))
+        op = F.scaled_dot_product_attention(
+            qp, kp, vp, is_causal=True, scale=a.scaling, enable_gqa=gqa
+        )
+        keys, values = torch.cat([kp[self.row], kr], 2), torch.cat([vp[self.row], vr], 2)
+        o = F.scaled_dot_product_attention(
+            qr, keys, values, attn_mask=self.mask, scale=a.scaling, enable_gqa=gqa
+        )
+        o = o.transpose(1, 2).reshape(B * R, -1).index_select(0, where)  # [N, H * D]
+        hp = hp + a.o_proj(op.transpose(1, 2).reshape(*hp.shape[:2], -1))
+        hr = hr + a.o_proj(o)
+        hp = hp + layer.mlp(layer.post_attention_layernorm(hp))
+        hr = hr + layer.mlp(layer.post_attention_layernorm(hr))
+        return hp, hr
+
+
 def prefix_logits(
     model, tokens: torch.Tensor, split: int, attention_mask: torch.Tensor | None = None
 ) -> torch.Tensor | None:
@@ -127,31 +160,16 @@ def prefix_logits(
     positions = torch.arange(T - 1, device=tokens.device)[None]
     cos, sin = body.rotary_emb(hp, positions)  # [1, T - 1, D]
     sin = signed_sin(sin)
-    cos_p, sin_p = cos[:, :split, None], sin[:, :split, None]  # [1, s, 1, D]
     at = split + where % R  # [N] each real token's position
-    cos_r, sin_r = cos[0, at, None], sin[0, at, None]  # [N, 1, D]
+    rot_p = cos[:, :split, None], sin[:, :split, None]  # [1, s, 1, D] each
+    rot_r = cos[0, at, None], sin[0, at, None]  # [N, 1, D] each
     # a row's later token sees its whole prefix and, causally, its own tokens (right padding sits
     # after every real token, so no real query sees it)
     mask = torch.ones((R, split + R), dtype=torch.bool, device=tokens.device)
     mask[:, split:] = torch.ones((R, R), dtype=torch.bool, device=tokens.device).tril()
+    blocks = _Blocks(row, where, B, R, D, rep, gqa, mask)
     for layer in body.layers:
-        a = layer.self_attn
-        qp, kp, vp = (y.transpose(1, 2) for y in _qkv(layer, hp, cos_p, sin_p, D))
-        qr, kr, vr = (_padded(y, where, B, R) for y in _qkv(layer, hr, cos_r, sin_r, D))
-        if rep > 1 and not gqa:
-            kp, vp, kr, vr = (x.repeat_interleave(rep, 1) for x in (kp, vp, kr, vr))
-        op = F.scaled_dot_product_attention(
-            qp, kp, vp, is_causal=True, scale=a.scaling, enable_gqa=gqa
-        )
-        keys, values = torch.cat([kp[row], kr], 2), torch.cat([vp[row], vr], 2)
-        o = F.scaled_dot_product_attention(
-            qr, keys, values, attn_mask=mask, scale=a.scaling, enable_gqa=gqa
-        )
-        o = o.transpose(1, 2).reshape(B * R, -1).index_select(0, where)  # [N, H * D]
-        hp = hp + a.o_proj(op.transpose(1, 2).reshape(*hp.shape[:2], -1))
-        hr = hr + a.o_proj(o)
-        hp = hp + layer.mlp(layer.post_attention_layernorm(hp))
-        hr = hr + layer.mlp(layer.post_attention_layernorm(hr))
+        hp, hr = blocks.layer(layer, hp, hr, rot_p, rot_r)
     lp = model.lm_head(body.norm(hp))[row]  # [B, s, V]: a prefix's logits, to each of its rows
     lr = model.lm_head(body.norm(hr))  # [N, V]
     lr = lr.new_zeros((B * R, lr.shape[-1])).index_copy(0, where, lr).view(B, R, -1)
