@@ -130,6 +130,26 @@ def guess_warm(tmp_path_factory):
     )
 
 
+def tiny_llama(kv_heads: int, seed: int = 0, **kw):
+    """A 2-layer Llama of random weights (``seed``), in eval mode: 4 query heads over ``kv_heads``
+    key/value heads, a vocabulary of 50; ``kw``: more of its LlamaConfig."""
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=50,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        **kw,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
 def record_batches(trainer) -> list:
     """Wrap ``trainer``'s collector so that every batch it hands the loop (None where a step had
     none) is kept, in order, in the returned list."""

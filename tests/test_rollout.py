@@ -14,6 +14,7 @@ from sixblanks.harness.tasks import Instance, Task, make_task
 from sixblanks.harness.tasks.verify import VerifierGate
 from sixblanks.harness.training.contract import check_contract
 from sixblanks.harness.training.contract import check_contract as contract_check
+from tests.conftest import tiny_llama
 
 TASKS = ["arithmetic", "guess_number", "chain_arithmetic", "reasoning_gym:basic_arithmetic"]
 
@@ -287,21 +288,9 @@ def test_the_static_cache_decoder_gives_the_models_own_logits(kv_heads):
     prompts computed once) and after each appended token equal the model's own forward over the
     whole sequence (second method: no cache, transformers' masks and positions)."""
 
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from sixblanks.harness.rollout.fastdecode import LlamaDecoder, supported
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=50,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=kv_heads,
-        tie_word_embeddings=True,
-    )
-    model = LlamaForCausalLM(cfg).eval()
+    model = tiny_llama(kv_heads, tie_word_embeddings=True)
     assert supported(model)
     lens = [7, 3, 5]
     L, B, new = max(lens), len(lens), 4
@@ -319,12 +308,20 @@ def test_the_static_cache_decoder_gives_the_models_own_logits(kv_heads):
     for t in range(new):
         got.append(dec.step(steps[:, t]))
     for t, logits in enumerate(got):
-        full = torch.cat([ids, steps[:, :t]], 1)
-        mask = torch.cat([attn, torch.ones((B, t), dtype=torch.long)], 1)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        with torch.no_grad():
-            want = model(input_ids=full, attention_mask=mask, position_ids=pos).logits[:, -1]
+        want = _last_logits(model, ids, attn, steps[:, :t])
         assert torch.allclose(logits, want, atol=1e-5), (t, (logits - want).abs().max())
+
+
+def _last_logits(model, ids, attn, appended):
+    """The model's own last-position logits ``[B, V]`` over the left-padded prompts ``ids``
+    (``attn``) followed by the tokens ``appended`` ``[B, t]``: no cache, transformers' masks."""
+
+    B, t = appended.shape
+    full = torch.cat([ids, appended], 1)
+    mask = torch.cat([attn, torch.ones((B, t), dtype=torch.long)], 1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        return model(input_ids=full, attention_mask=mask, position_ids=pos).logits[:, -1]
 
 
 def test_rows_that_ended_leave_the_decoders_cache_and_the_rest_keep_their_logits():
@@ -332,20 +329,9 @@ def test_rows_that_ended_leave_the_decoders_cache_and_the_rest_keep_their_logits
     still going get the model's own logits (second method: transformers' forward over the whole
     sequence), the rows dropped get 0; a drop of fewer than a quarter changes nothing."""
 
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from sixblanks.harness.rollout.fastdecode import LlamaDecoder
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=50,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    model = LlamaForCausalLM(cfg).eval()
+    model = tiny_llama(2)
     B, L, new = 8, 5, 6
     ids = torch.randint(1, 50, (B, L))
     attn = torch.ones((B, L), dtype=torch.long)
@@ -369,11 +355,7 @@ def test_rows_that_ended_leave_the_decoders_cache_and_the_rest_keep_their_logits
             assert dec.live.tolist() == [1, 4, 6]
         got.append(dec.step(steps[:, t]))
     for t, logits in enumerate(got):
-        full = torch.cat([ids, steps[:, :t]], 1)
-        mask = torch.cat([attn, torch.ones((B, t), dtype=torch.long)], 1)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        with torch.no_grad():
-            want = model(input_ids=full, attention_mask=mask, position_ids=pos).logits[:, -1]
+        want = _last_logits(model, ids, attn, steps[:, :t])
         # got[t]: the prefill, then step t - 1 (a drop before step 2 shows from got[3] on)
         out = {3: [0, 2, 5], 4: [0, 2, 5], 5: [0, 2, 3, 5, 7], 6: [0, 2, 3, 5, 7]}.get(t, [])
         going = [r for r in range(B) if r not in out]
@@ -427,20 +409,9 @@ def test_the_decoder_in_bfloat16_is_as_close_to_float32_as_the_models_own_bfloat
 
     import copy
 
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from sixblanks.harness.rollout.fastdecode import LlamaDecoder
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=50,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    model32 = LlamaForCausalLM(cfg).eval()
+    model32 = tiny_llama(2)
     with torch.no_grad():  # sharp attention (scores of tens), where 16-bit scores lose most
         for layer in model32.model.layers:
             layer.self_attn.q_proj.weight.mul_(6.0)

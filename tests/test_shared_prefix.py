@@ -8,22 +8,11 @@ import torch
 
 from sixblanks.harness.training.policy import policy_forward
 from sixblanks.harness.training.shared_prefix import prefix_logits, split_point, usable
+from tests.conftest import tiny_llama
 
 
 def _model(kv_heads: int, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=50,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=64,
-    )
-    return LlamaForCausalLM(cfg).train()
+    return tiny_llama(kv_heads, seed, max_position_embeddings=64).train()
 
 
 def _batch(prompt_lengths=(5, 7, 6), group=3, seed=1):

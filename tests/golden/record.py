@@ -47,11 +47,12 @@ another machine (an AVX2 AMD EPYC, where the fixture's last bits no longer held)
 ``initial_hash`` were added. ``benchmarks/golden_compare.py`` against the earlier recording: the
 first steps' losses and gradient norms within 2.4e-6 relative, every ledger counter, discard and
 evaluation the same, and ppo's sampled batches the same up to step 12. A machine with another key
-compares with ``tests/test_golden.py``'s rule for other machines. Recorded again (2026-12-06, the same
-machine, ``--keep-initial``) for a deliberate change of arithmetic: the training forward computes the
-tokens after the shared prompts without their padding, the decoder drops rows that ended, and AdamW
-is fused. ``benchmarks/golden_compare.py git:13dd881``: first steps within 1.6e-6 relative, every
-ledger counter, discard, evaluation and sampled batch the same, no final score moved.
+compares with ``tests/test_golden.py``'s rule for other machines. Recorded again (2026-12-06, the
+same machine, ``--keep-initial``) for a deliberate change of arithmetic: the training forward
+computes the tokens after the shared prompts without their padding, the decoder drops rows that
+ended, and AdamW is fused. ``benchmarks/golden_compare.py git:13dd881``: first steps within 1.6e-6
+relative, every ledger counter, discard, evaluation and sampled batch the same, no final score
+moved.
 Re-record only for a deliberate, explained change of the numbers:
 
     .venv/bin/python tests/golden/record.py
