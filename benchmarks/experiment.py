@@ -14,7 +14,7 @@ runs' final scores moved (float rounding: the runs are the same runs up to it).
 
 ``--rounds`` repeats the pair, the order alternating (padded first in odd rounds), and prints the
 ratio of each round and their median. Measured 2026-12-06 here (AVX2 AMD EPYC, 2 cores): in
-docs/benchmarks.md, "Findings per hour".
+docs/benchmarks.md, "No work on padding".
 """
 
 from __future__ import annotations
