@@ -30,6 +30,9 @@ prompt computed once; docs/benchmarks.md). The overlapped row (lag 1, a second p
 not met: it needs a step of 0.153 s against 0.188, with generation at 0.060 s/step (floor
 0.017) and the update's forward and backward at 0.088 (floor 0.057). Later that day, with
 AdamW's foreach: 1.56x (pairs 1.49-1.58x; TRL 0.216 s/step, sixblanks 0.139).
+2026-12-06, another machine (an AVX2 AMD EPYC) and TRL's gradient checkpointing off: 1.37x
+(pairs 1.30-1.41x; TRL 0.261 s/step, sixblanks 0.193, its generation 0.074 against a floor of
+0.019).
 
 TRL is a benchmark-only dependency in a venv of its own (``make trl`` builds ``.venv-trl``):
 
