@@ -204,7 +204,9 @@ def test_only_the_store_opens_results_duckdb_for_writing():
 def test_reading_and_checking_an_experiment_file_imports_no_torch():
     """`sixblanks validate` and the first moments of `run` read the file, resolve every arm's
     blanks and check its tasks and data files without torch (about 1.5 s of a fresh interpreter,
-    and 2.5 s of `validate`'s 3): a fresh interpreter does it and torch is still not imported."""
+    and 2.5 s of `validate`'s 3); `run` then drafts the run ids (the warm start's key) and looks
+    for its cached warm start, also without torch, while its workers import it: a fresh
+    interpreter does all of it and torch is still not imported."""
 
     import subprocess
     import sys
@@ -216,6 +218,11 @@ def test_reading_and_checking_an_experiment_file_imports_no_torch():
         f"cfg = load_config({str(ROOT / 'experiments.yaml')!r})\n"
         "[cfg.resolved_blanks(a) for a in cfg.arms]\n"
         "check_data_files(cfg)\n"
+        "from sixblanks.harness.orchestration.plan import draft\n"
+        "from sixblanks.harness.orchestration.warm_key import cached_warm_start\n"
+        "tasks, key, specs = draft(cfg)\n"
+        "assert len(specs) == len(cfg.arms) * len(cfg.seeds) and len(key) == 16\n"
+        "assert cached_warm_start('/nonexistent') is None\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )
     done = subprocess.run(
@@ -257,3 +264,22 @@ def test_the_names_for_type_checkers_are_the_names_the_map_resolves():
             assert alias.asname is None, ast.unparse(node)
             seen[alias.name] = node.module
     assert seen == algorithms._WHERE
+
+
+def test_the_modules_after_the_runs_are_imported_meanwhile_and_a_failure_is_left_to_its_user():
+    """The command imports what follows its runs (the store, the report) in a background thread
+    while they train: after the block they are imported; one that fails is skipped silently (it
+    fails again, with its own error, where it is used) and the others still come."""
+
+    import sys
+
+    from sixblanks.harness.orchestration.prefetch import AFTER_RUNS, imported_meanwhile
+
+    wanted = ["colorsys", "sixblanks_no_such_module", "wave"]
+    for name in ("colorsys", "wave"):
+        sys.modules.pop(name, None)
+    with imported_meanwhile(wanted):
+        pass
+    assert "colorsys" in sys.modules and "wave" in sys.modules
+    assert "sixblanks_no_such_module" not in sys.modules
+    assert "sixblanks.reports.build" in AFTER_RUNS and "matplotlib.pyplot" in AFTER_RUNS

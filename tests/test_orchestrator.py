@@ -94,13 +94,23 @@ def test_sigkill_at_a_random_point_then_resume_matches_an_uninterrupted_run(tmp_
     assert [e["type"] for e in events] == [e["type"] for e in ref_events]
 
 
-def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml):
+def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml, monkeypatch):
     import yaml
 
+    import sixblanks.harness.orchestration.executors as executors
+    import sixblanks.harness.orchestration.orchestrator as orchestrator
+
+    # the early workers start before the draft (which imports the tasks and hashes the warm
+    # start's inputs), from the configuration's count of runs, and not for a rerun with none left
+    started = []
+    real, real_draft = executors.early_executor, orchestrator.draft
+    monkeypatch.setattr(executors, "early_executor", lambda c, w: started.append(w) or real(c, w))
+    monkeypatch.setattr(orchestrator, "draft", lambda c: started.append("draft") or real_draft(c))
     path = write_yaml(yaml.safe_dump(TINY))
     out = tmp_path / "out"
     code, stdout, err = cli("run", path, "--out", str(out), "--no-progress")
     assert code == 0, err
+    assert started == [2, "draft"]  # executor.workers: 2
     runs = json.loads((out / "experiment.json").read_text())["runs"]
     assert len(runs) == 4
     for rid in runs:
@@ -132,6 +142,7 @@ def test_run_skips_finished_runs_and_audits_fairness(tmp_path, cli, write_yaml):
     )
     code, _, err = cli("run", path, "--out", str(out), "--no-progress")
     assert code == 0 and "4 finished run(s) skipped" in err
+    assert started[2:] == ["draft"]  # every run finished: no worker started for the rerun
     code, stdout, _ = cli("status", str(out), "--json")
     rows = json.loads(stdout)
     assert {r["state"] for r in rows} == {"finished"} and all(r["last_eval"] for r in rows)

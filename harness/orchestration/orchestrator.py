@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import ExperimentConfig
 from ..errors import SixblanksError
-from ..layout import ExperimentDir, write_json
+from ..layout import ExperimentDir, RunDir, write_json
 from ..runspec import RunSpec
 
 # build_specs: where the tests import it from
@@ -116,15 +116,40 @@ class Orchestrator:
 
         from .executors import early_executor
 
-        # local workers start now and make their imports while the warm start is prepared
-        n = self._unfinished_before_prepare()
+        # local workers start now and make their imports (torch and transformers' Llama, about 4 s)
+        # while this process drafts the specs (which imports torch too) and prepares the warm start;
+        # where the output directory may hold every run finished already, only once the specs say
+        # some are not (a rerun that skips them all starts no worker)
         ex = self.cfg.executor
+        n = self._planned_runs()
+        if n and self._finished_dirs() >= n:
+            n = self._unfinished_before_prepare()
         early = early_executor(ex, default_workers(n, ex.workers)) if n else None
         try:
+            if early is not None and not self._unfinished_before_prepare():
+                early.close()  # every run was finished: nothing for the workers
             return self._run(track, early)
         finally:
             if early is not None:
                 early.close()
+
+    def _planned_runs(self) -> int:
+        """How many runs the experiment has (arms x tasks x seeds), from its configuration alone;
+        the plan's, where one was given."""
+
+        if self._given:
+            return len(self.plan.specs)
+        return len(self.cfg.arms) * len(self.cfg.tasks or []) * len(self.cfg.seeds)
+
+    def _finished_dirs(self) -> int:
+        """How many run directories under the output directory say they are finished (of any
+        experiment definition: an upper bound on this one's)."""
+
+        if not self.runs_dir.is_dir():
+            return 0
+        return sum(
+            RunDir(d).read_status().get("state") == "finished" for d in self.runs_dir.iterdir()
+        )
 
     def _unfinished_before_prepare(self) -> int:
         """How many of the experiment's runs are not finished, from their ids alone (nothing is
@@ -141,6 +166,7 @@ class Orchestrator:
         from .executors import make_executor
         from .interrupts import Interrupted
         from .placement import cuda_ranks
+        from .prefetch import imported_meanwhile
 
         self.check_servers()
         specs = self.prepare().specs
@@ -166,7 +192,8 @@ class Orchestrator:
             ]
             self.log(f"running {len(todo)} run(s) on the {ex.kind} executor ({workers} worker(s))")
             try:
-                failures = executor.run(jobs, runs_progress(self.progress, self.dir.run, todo))
+                with imported_meanwhile():  # what the audit, the store and the report import
+                    failures = executor.run(jobs, runs_progress(self.progress, self.dir.run, todo))
             except Interrupted as stop:  # what finished and what stopped is recorded, then exit
                 self.ingest(self.fairness())
                 raise Interrupted(

@@ -95,7 +95,7 @@ def draft(cfg: ExperimentConfig) -> Draft:
     """The tasks, warm-start key and specs of ``cfg`` (nothing is trained, loaded or written)."""
 
     from ..tasks import make_task
-    from .warmstart import warm_start_key
+    from .warm_key import warm_start_key
 
     tasks = tuple(make_task(t.name, t.params) for t in cfg.tasks or [])
     key = warm_start_key(cfg, list(tasks))
@@ -117,7 +117,7 @@ def prepare_experiment(
     already."""
 
     from .start_evals import prepare_start_evaluations
-    from .warmstart import cached_warm_start, warm_start
+    from .warm_key import cached_warm_start
 
     log = log or (lambda _m: None)
     check_backend(config)
@@ -131,6 +131,7 @@ def prepare_experiment(
         info, identity = cached
     else:
         from ..fairness.identity import tokenizer_identity
+        from .warmstart import warm_start
 
         _, tok, info = warm_start(config, list(tasks), d.warm_start, log=log, key=key)
         identity = tokenizer_identity(tok)

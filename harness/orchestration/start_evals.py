@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from ..layout import START_EVALUATIONS
-from .warmstart import machine_cache
+from .warm_key import machine_cache
 
 
 def prepare_start_evaluations(warm_dir: Path, key: str, share: bool) -> Path | None:

@@ -11,7 +11,6 @@ config and seed.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import random
@@ -25,7 +24,7 @@ from typing import Any
 from sixblanks.algorithms.presets import get_preset
 
 from ..config import OptimizerConfig
-from ..layout import TOKENIZER_IDENTITY_JSON, WARM_START_JSON
+from ..layout import WARM_START_JSON
 from ..models import (
     apply_chat_setting,
     load_policy,
@@ -41,8 +40,14 @@ from ..training import RunSettings, Trainer
 from ..training.collectors import Demonstrations
 from ..training.collectors.demonstrations import demonstration_pool
 from ..training.objectives import SFT
-from ..version import code_fingerprint
-from .data_files import task_inputs, without_locations
+from .warm_key import (  # noqa: F401 - re-exported: the warm start's identity, without torch
+    cached_warm_start,
+    chat_identity,
+    machine_cache,
+    tasks_inputs,
+    tool_modes,
+    warm_start_key,
+)
 
 
 def train_sft(
@@ -90,30 +95,6 @@ def train_sft(
     return trainer.train(evaluate_start=False, on_step=on_step)
 
 
-def chat_identity(mode: str) -> str:
-    """``rollout.chat_template`` as it enters the warm-start key: the mode, or a file's content
-    hash."""
-
-    if mode in ("auto", "none"):
-        return mode
-    return "file:" + hashlib.sha256(Path(mode).read_bytes()).hexdigest()[:16]
-
-
-def tasks_inputs(cfg) -> list[dict]:
-    """Each task's data files and user modules (:func:`task_inputs`); [] where no task has any."""
-
-    found = [task_inputs(t) for t in cfg.tasks or []]
-    return found if any(found) else []
-
-
-def tool_modes(cfg) -> list[bool]:
-    """Whether the warm start demonstrates with the code tool (True), without it (False), or both:
-    one per kind of arm, so that arms with and without the tool start from the same policy (the
-    tool's announcement before the prompt tells the two apart)."""
-
-    return sorted({cfg.tools_for(arm) is not None for arm in cfg.arms})
-
-
 def demonstrated_tasks(cfg, tasks: list[Task], tokenizer) -> list[Task]:
     """The tasks the warm start demonstrates: each task as offered the code tool and as it is, as
     :func:`tool_modes` asks."""
@@ -123,57 +104,6 @@ def demonstrated_tasks(cfg, tasks: list[Task], tokenizer) -> list[Task]:
     modes = tool_modes(cfg)
     tooled = [with_tools(t, cfg.tools, tokenizer) for t in tasks] if True in modes else []
     return tooled + (list(tasks) if False in modes else [])
-
-
-def warm_start_key(cfg, tasks: list[Task]) -> str:
-    """Content hash of everything the warm-start policy depends on."""
-
-    payload = {
-        "code": code_fingerprint(),  # any change to the source or the libraries rebuilds it
-        "model": cfg.model.model_dump(mode="json", exclude={"lora", "parallel"}),  # RL only
-        "tasks": [{"name": t.name, "params": t.params.model_dump(mode="json")} for t in tasks],
-        "warm_start": cfg.warm_start.model_dump(mode="json"),
-        "max_context": cfg.rollout.max_prompt_tokens,
-        "chat_template": chat_identity(cfg.rollout.chat_template),
-        # micro-batches below warm_start.batch_size change the float summation order
-        "micro_batch": min(cfg.rollout.micro_batch_size, cfg.warm_start.batch_size),
-    }
-    # the demonstrations come from the tasks' data and code: their files (by content, not by
-    # where they lie) and user modules
-    modes = tool_modes(cfg)
-    if modes != [False]:  # demonstrations with the code tool (only then: other keys as they were)
-        payload["tools"] = {"config": cfg.tools.model_dump(mode="json"), "modes": modes}
-    inputs = tasks_inputs(cfg)
-    if inputs:
-        placed = [without_locations(t["params"], i) for t, i in zip(payload["tasks"], inputs)]
-        payload["tasks"] = [{**t, "params": p} for t, (p, _) in zip(payload["tasks"], placed)]
-        payload["inputs"] = [i for _, i in placed]
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def cached_warm_start(directory: str | Path):
-    """(info, the tokenizer's identity) of the warm start cached in ``directory`` (its cache root
-    and :func:`warm_start_key`) whose identity was recorded beside it (by the orchestrator), read
-    from its files; None otherwise (:func:`warm_start` builds or loads it)."""
-
-    directory = Path(directory)
-    try:
-        info = json.loads((directory / WARM_START_JSON).read_text())
-        identity = json.loads((directory / TOKENIZER_IDENTITY_JSON).read_text())
-    except (OSError, ValueError):  # not cached, or cached before identities were recorded
-        return None
-    return {**info, "cached": True}, identity
-
-
-def machine_cache() -> Path | None:
-    """The warm-start cache this machine's commands share: ``$SIXBLANKS_CACHE/warm_start``
-    (default ``~/.cache/sixblanks/warm_start``, beside the GGUF conversions); None where
-    ``SIXBLANKS_NO_CACHE`` is set (``sixblanks run --no-cache``)."""
-
-    if os.environ.get("SIXBLANKS_NO_CACHE"):
-        return None
-    root = Path(os.environ.get("SIXBLANKS_CACHE") or Path.home() / ".cache" / "sixblanks")
-    return root / "warm_start"
 
 
 @contextmanager
