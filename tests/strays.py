@@ -65,16 +65,28 @@ def _own_tracker(pid: int) -> bool:
     )
 
 
+def _own_fork_server(pid: int) -> bool:
+    """The fork server of this process's run workers (harness/orchestration/spawning.py): started
+    with the first pool, it lives as long as this process (it exits when this process's end of its
+    pipe closes)."""
+
+    st = stat(pid)
+    return (
+        b"multiprocessing.forkserver" in cmdline(pid) and len(st) > 1 and int(st[1]) == os.getpid()
+    )
+
+
 def processes(var: str, value: str) -> set[int]:
-    """Live processes (zombies excepted) whose environment has ``var=value``: this one and its own
-    resource tracker excepted."""
+    """Live processes (zombies excepted) whose environment has ``var=value``: this one, its own
+    resource tracker and its own fork server excepted."""
 
     needle = f"{var}={value}\0".encode()
     me, out = os.getpid(), set()
     for name in os.listdir("/proc"):
         if name.isdigit() and int(name) != me and needle in _environ(int(name)):
-            if _state(int(name)) not in ("Z", "X") and not _own_tracker(int(name)):
-                out.add(int(name))
+            pid = int(name)
+            if _state(pid) not in ("Z", "X") and not (_own_tracker(pid) or _own_fork_server(pid)):
+                out.add(pid)
     return out
 
 

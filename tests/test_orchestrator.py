@@ -304,6 +304,24 @@ def test_local_workers_end_when_the_orchestrator_is_killed(tmp_path):
         raise AssertionError("the pool worker outlived its killed parent")
 
 
+def test_a_worker_is_forked_from_the_fork_server_and_takes_its_pools_environment(monkeypatch):
+    """Run workers are forked from this process's fork server (its imports made once), not from
+    this process; a variable set after the server started still reaches the workers of a pool
+    made after it (a later `--no-cache`, say), and one removed is gone from them."""
+
+    from sixblanks.harness.orchestration.executors import local_pool
+
+    monkeypatch.setenv("SIXBLANKS_TEST_PROBE", "before")
+    with local_pool(1) as pool:
+        assert pool.submit(os.getenv, "SIXBLANKS_TEST_PROBE").result() == "before"
+        assert pool.submit(os.getppid).result() != os.getpid()  # the fork server's child
+    monkeypatch.setenv("SIXBLANKS_TEST_PROBE_LATER", "later")
+    monkeypatch.delenv("SIXBLANKS_TEST_PROBE")
+    with local_pool(1) as pool:
+        assert pool.submit(os.getenv, "SIXBLANKS_TEST_PROBE_LATER").result() == "later"
+        assert pool.submit(os.getenv, "SIXBLANKS_TEST_PROBE").result() is None
+
+
 def test_without_a_terminal_run_prints_a_line_per_evaluation_and_per_finished_run(
     tmp_path, cli, write_yaml
 ):

@@ -30,16 +30,32 @@ from ..layout import RunDir
 from ..stopping import request_stop
 from .interrupts import Interrupted, Job, run_one, runs_interrupted
 from .runner import ACTIVE, run_worker
-from .spawning import SPAWN
+from .spawning import worker_context
 
 
-def exit_with_parent(parent_pid: int, every: float = 1.0) -> None:
-    """Worker initializer: end this worker once its parent is gone (a killed ``sixblanks run`` or
-    sweep). An orphaned pool worker would otherwise wait for work forever; a run it was doing
-    resumes from its checkpoint next time, as after any kill."""
+def exit_with_parent(
+    parent_pid: int, env: dict[str, str] | None = None, every: float = 1.0
+) -> None:
+    """Worker initializer: take the pool's environment (``env``: its parent's when the pool was
+    made; a worker forked from the fork server has the server's, from when it started), and end
+    this worker once its parent is gone (a killed ``sixblanks run`` or sweep). An orphaned pool
+    worker would otherwise wait for work forever; a run it was doing resumes from its checkpoint
+    next time, as after any kill."""
+
+    import multiprocessing
+
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    parent = multiprocessing.parent_process()  # its sentinel closes when the parent dies
+
+    def gone() -> bool:
+        if parent is not None:
+            return not parent.is_alive()
+        return os.getppid() != parent_pid
 
     def watch() -> None:
-        while os.getppid() == parent_pid:
+        while not gone():
             time.sleep(every)
         os._exit(1)
 
@@ -77,13 +93,15 @@ def workers_ignore_ctrl_c() -> Iterator[None]:
 
 
 def local_pool(workers: int) -> cf.ProcessPoolExecutor:
-    """Spawned worker processes (torch threads are not forked) that end with this process."""
+    """Worker processes forked from this process's fork server (:func:`.spawning.worker_context`:
+    its imports made once; no torch thread is forked, the server never computed) that end with
+    this process and take its environment as it is now."""
 
     return cf.ProcessPoolExecutor(
         max_workers=workers,
-        mp_context=SPAWN,  # spawned workers never run the user's script again
+        mp_context=worker_context(),  # never runs the user's script again
         initializer=exit_with_parent,
-        initargs=(os.getpid(),),
+        initargs=(os.getpid(), dict(os.environ)),
     )
 
 
@@ -118,31 +136,62 @@ class LocalExecutor:
     def __init__(self, workers: int, threads: int, checkpoint_seconds: float = 30.0):
         self.workers, self.threads, self.ckpt = workers, threads, checkpoint_seconds
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._starter: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
 
     grace_seconds = 30.0
     """After Ctrl-C, how long runs in flight get to finish their step and checkpoint."""
 
     def start(self) -> LocalExecutor:
-        """Start the workers now, each making :func:`preload`'s imports; :meth:`run` then uses
-        them. :meth:`close` ends them if no run comes."""
+        """Start the workers now, from a thread of their own (the first worker of a process waits
+        for the fork server's imports, seconds this process spends preparing meanwhile), each
+        running :func:`preload` once forked; :meth:`run` then uses them. :meth:`close` ends them
+        if no run comes."""
 
-        self._pool = local_pool(self.workers)
-        with workers_ignore_ctrl_c():
-            for _ in range(self.workers):
-                self._pool.submit(preload)
+        pool = self._pool = local_pool(self.workers)
+        self._starter = threading.Thread(
+            target=self._start_workers, args=(pool,), daemon=True, name="workers"
+        )
+        self._starter.start()
         return self
+
+    def _start_workers(self, pool: cf.ProcessPoolExecutor) -> None:
+        try:
+            for _ in range(self.workers):
+                pool.submit(preload)
+        except RuntimeError:  # closed meanwhile: the pool is shut down
+            pass
+        with self._lock:
+            self._starter, closed = None, self._closed
+        if closed:  # closed while its workers were starting: they end now
+            dismiss(pool)
 
     def close(self) -> None:
         """End workers started by :meth:`start` that no :meth:`run` took (idle, or still making
-        their imports: killed, nothing of a run is in them)."""
+        their imports: killed, nothing of a run is in them); those still being started end once
+        they are (this returns at once)."""
 
         pool, self._pool = self._pool, None
-        if pool is not None:
+        if pool is None:
+            return
+        with self._lock:
+            self._closed, starting = True, self._starter is not None
+        if not starting:
             dismiss(pool)
+
+    def _taken(self) -> cf.ProcessPoolExecutor:
+        """The pool :meth:`start` made, its workers started (else a new one)."""
+
+        starter = self._starter
+        if starter is not None:
+            starter.join()
+        pool, self._pool = self._pool or local_pool(self.workers), None
+        return pool
 
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
         failures: dict[str, str] = {}
-        pool, self._pool = self._pool or local_pool(self.workers), None
+        pool = self._taken()
         with pool:
             futures: dict[cf.Future, str] = {}
             pending: set[cf.Future] = set()

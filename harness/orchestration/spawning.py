@@ -15,7 +15,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from multiprocessing.context import SpawnContext, SpawnProcess
+from multiprocessing.context import (
+    ForkServerContext,
+    ForkServerProcess,
+    SpawnContext,
+    SpawnProcess,
+)
 
 _LOCK = threading.Lock()
 
@@ -58,3 +63,33 @@ class _Context(SpawnContext):
 
 SPAWN: SpawnContext = _Context()
 """The spawn context (``mp.get_context("spawn")``) whose processes do not import ``__main__``."""
+
+
+class _ForkServerProcess(ForkServerProcess):
+    def start(self) -> None:
+        with main_hidden():
+            super().start()
+
+
+class _ForkServerContext(ForkServerContext):
+    Process = _ForkServerProcess
+
+
+def worker_context() -> ForkServerContext:
+    """The context of the local run workers: forked from a server process of this process that
+    imported what every run needs once (:mod:`.fork_server`: torch, transformers' Llama, the
+    training code, about 4 s in a fresh interpreter; started with the first worker, living as
+    long as this process, ignoring Ctrl-C). A worker then starts in a fraction of a second, where
+    a spawned one made those imports again: each of an experiment's workers, and every experiment
+    of a process that runs several (a ladder, a sweep, the findings, the test suite). Like
+    :data:`SPAWN`'s, its workers do not import ``__main__``. Each is forked from the server's
+    state, not this process's: a worker takes this process's environment from its pool
+    (:func:`~.executors.exit_with_parent`), its working directory and ``sys.path`` from
+    multiprocessing's preparation."""
+
+    FORKSERVER.set_forkserver_preload(["sixblanks.harness.orchestration.fork_server"])
+    return FORKSERVER
+
+
+FORKSERVER: ForkServerContext = _ForkServerContext()
+"""The fork-server context whose processes do not import ``__main__`` (:func:`worker_context`)."""
