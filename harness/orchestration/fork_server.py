@@ -2,16 +2,29 @@
 forks any worker: the imports every run needs, made once, and Ctrl-C ignored, so that a worker
 ignores it from its birth (the server hands its forked children the signal handlers it had once
 its imports were made). Ctrl-C reaches the whole process group; the orchestrator alone decides
-what it means, and asks a worker to stop its run with SIGTERM."""
+what it means, and asks a worker to stop its run with SIGTERM. An import that fails here is left
+to the worker, which makes it again where it is used and fails with its own error: the server
+itself must not die of it."""
 
+import importlib
 import signal
 
-import torch  # noqa: F401
-from transformers.models.auto import modeling_auto, tokenization_auto  # noqa: F401
-from transformers.models.llama import modeling_llama  # noqa: F401
+WORKER_IMPORTS = (
+    "torch",
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.models.llama.modeling_llama",
+    "sixblanks.harness.rollout.backends",
+    "sixblanks.harness.training",
+    "sixblanks.harness.orchestration.runner",
+    "sixblanks.harness.orchestration.executors",
+)
+"""What every run needs (about 4 s in a fresh interpreter)."""
 
-from ..rollout import backends  # noqa: F401
-from ..training import Trainer  # noqa: F401
-from . import executors, runner  # noqa: F401
+for _name in WORKER_IMPORTS:
+    try:
+        importlib.import_module(_name)
+    except Exception:  # noqa: BLE001 - the worker imports it again where used
+        break
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
