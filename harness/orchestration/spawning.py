@@ -51,10 +51,16 @@ def main_hidden() -> Iterator[None]:
                     setattr(main, k, v)
 
 
-class _Process(SpawnProcess):
+class _MainHidden:
+    """A process class whose ``start`` hides ``__main__`` (:func:`main_hidden`)."""
+
     def start(self) -> None:
         with main_hidden():
-            super().start()
+            super().start()  # type: ignore[misc]
+
+
+class _Process(_MainHidden, SpawnProcess):
+    pass
 
 
 class _Context(SpawnContext):
@@ -65,10 +71,8 @@ SPAWN: SpawnContext = _Context()
 """The spawn context (``mp.get_context("spawn")``) whose processes do not import ``__main__``."""
 
 
-class _ForkServerProcess(ForkServerProcess):
-    def start(self) -> None:
-        with main_hidden():
-            super().start()
+class _ForkServerProcess(_MainHidden, ForkServerProcess):
+    pass
 
 
 class _ForkServerContext(ForkServerContext):
