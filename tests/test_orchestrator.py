@@ -322,6 +322,25 @@ def test_a_worker_is_forked_from_the_fork_server_and_takes_its_pools_environment
         assert pool.submit(os.getenv, "SIXBLANKS_TEST_PROBE").result() is None
 
 
+def test_a_worker_keeps_what_the_fork_servers_imports_set_in_the_environment():
+    """A worker takes its pool's environment, and keeps what the fork server's imports set there
+    (harness/models.py sets TOKENIZERS_PARALLELISM=false, so that each worker's tokenizer uses one
+    thread); a command whose own process never imported that module has none of it."""
+
+    code = (
+        "import os; from sixblanks.harness.orchestration.executors import local_pool\n"
+        "with local_pool(1) as pool:\n"
+        "    print(os.getenv('TOKENIZERS_PARALLELISM'),"
+        " pool.submit(os.getenv, 'TOKENIZERS_PARALLELISM').result())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["None", "false"]
+
+
 def test_without_a_terminal_run_prints_a_line_per_evaluation_and_per_finished_run(
     tmp_path, cli, write_yaml
 ):

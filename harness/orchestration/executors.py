@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,9 +45,10 @@ def exit_with_parent(
 
     import multiprocessing
 
-    if env is not None:
+    if env is not None:  # and what the server's own imports set (TOKENIZERS_PARALLELISM, say)
+        server = sys.modules.get("sixblanks.harness.orchestration.fork_server")
         os.environ.clear()
-        os.environ.update(env)
+        os.environ.update({**getattr(server, "SET_BY_IMPORTS", {}), **env})
     parent = multiprocessing.parent_process()  # its sentinel closes when the parent dies
 
     def gone() -> bool:
@@ -157,15 +159,20 @@ class LocalExecutor:
         return self
 
     def _start_workers(self, pool: cf.ProcessPoolExecutor) -> None:
+        # the fork server (started by the first worker) and the workers start with Ctrl-C
+        # blocked, as :func:`workers_ignore_ctrl_c` starts them from the main thread: one still
+        # booting is not killed with a traceback; the orchestrator alone decides
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             for _ in range(self.workers):
                 pool.submit(preload)
-        except RuntimeError:  # closed meanwhile: the pool is shut down
+        except Exception:  # noqa: BLE001 - closed meanwhile, or the server lost: run() says so
             pass
-        with self._lock:
-            self._starter, closed = None, self._closed
-        if closed:  # closed while its workers were starting: they end now
-            dismiss(pool)
+        finally:
+            with self._lock:
+                self._starter, closed = None, self._closed
+            if closed:  # closed while its workers were starting: they end now
+                dismiss(pool)
 
     def close(self) -> None:
         """End workers started by :meth:`start` that no :meth:`run` took (idle, or still making
@@ -191,7 +198,12 @@ class LocalExecutor:
 
     def run(self, jobs: list[Job], tick: Callable[..., None]) -> dict[str, str]:
         failures: dict[str, str] = {}
-        pool = self._taken()
+        try:
+            pool = self._taken()
+        except KeyboardInterrupt:  # while the early workers were still starting: nothing began
+            self.close()
+            tick(final=True)
+            raise runs_interrupted([], [Path(rd).name for _, rd, _ in jobs]) from None
         with pool:
             futures: dict[cf.Future, str] = {}
             pending: set[cf.Future] = set()

@@ -1,13 +1,17 @@
 """Imported by the local workers' fork server alone (:func:`.spawning.worker_context`), before it
-forks any worker: the imports every run needs, made once, and Ctrl-C ignored, so that a worker
-ignores it from its birth (the server hands its forked children the signal handlers it had once
-its imports were made). Ctrl-C reaches the whole process group; the orchestrator alone decides
-what it means, and asks a worker to stop its run with SIGTERM. An import that fails here is left
-to the worker, which makes it again where it is used and fails with its own error: the server
-itself must not die of it."""
+forks any worker: the imports every run needs, made once, and Ctrl-C ignored (from the start, so
+also during the imports), so that a worker ignores it from its birth (the server hands its forked
+children the signal handlers it had once its imports were made). Ctrl-C reaches the whole process
+group; the orchestrator alone decides what it means, and asks a worker to stop its run with
+SIGTERM. An import that fails here is left to the worker, which makes it again where it is used
+and fails with its own error: the server itself must not die of it."""
 
 import importlib
+import os
 import signal
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the start: Ctrl-C during the imports too
+_START = dict(os.environ)
 
 WORKER_IMPORTS = (
     "torch",
@@ -27,4 +31,6 @@ for _name in WORKER_IMPORTS:
     except Exception:  # noqa: BLE001 - the worker imports it again where used
         break
 
-signal.signal(signal.SIGINT, signal.SIG_IGN)
+SET_BY_IMPORTS = {k: v for k, v in os.environ.items() if _START.get(k) != v}
+"""What the imports set in the environment (``harness/models.py``'s TOKENIZERS_PARALLELISM): a
+worker keeps it under its pool's environment (:func:`.executors.exit_with_parent`)."""

@@ -89,7 +89,10 @@ def worker_context() -> ForkServerContext:
     :data:`SPAWN`'s, its workers do not import ``__main__``. Each is forked from the server's
     state, not this process's: a worker takes this process's environment from its pool
     (:func:`~.executors.exit_with_parent`), its working directory and ``sys.path`` from
-    multiprocessing's preparation."""
+    multiprocessing's preparation. The server itself imports from the interpreter's own path
+    (``PYTHONPATH`` and the installed packages), not from paths this process added to
+    ``sys.path`` at run time: a sixblanks imported from such a path would differ from the
+    workers'."""
 
     FORKSERVER.set_forkserver_preload(["sixblanks.harness.orchestration.fork_server"])
     return FORKSERVER
