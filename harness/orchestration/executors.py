@@ -113,9 +113,26 @@ def dismiss(pool: cf.ProcessPoolExecutor) -> None:
 
     workers = list(getattr(pool, "_processes", {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
-    for p in workers:
-        if p.is_alive():
-            p.kill()
+    for p in workers:  # by pid: a worker whose fork server is gone reads as dead, yet runs
+        if p.pid is not None:
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def stop_fork_server() -> None:
+    """Kill this process's fork server, so that a worker start waiting for its imports fails at
+    once (a later pool starts another server)."""
+
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def preload() -> None:
@@ -176,8 +193,8 @@ class LocalExecutor:
 
     def close(self) -> None:
         """End workers started by :meth:`start` that no :meth:`run` took (idle, or still making
-        their imports: killed, nothing of a run is in them); those still being started end once
-        they are (this returns at once)."""
+        their imports: killed, nothing of a run is in them); while they are still being started,
+        the fork server is stopped and the starter ends them (this returns at once)."""
 
         pool, self._pool = self._pool, None
         if pool is None:
@@ -186,13 +203,16 @@ class LocalExecutor:
             self._closed, starting = True, self._starter is not None
         if not starting:
             dismiss(pool)
+        else:  # the first worker still waits for the server's imports (Ctrl-C in the first
+            stop_fork_server()  # seconds, say): the starter ends now, not seconds later
 
     def _taken(self) -> cf.ProcessPoolExecutor:
         """The pool :meth:`start` made, its workers started (else a new one)."""
 
         starter = self._starter
-        if starter is not None:
-            starter.join()
+        while starter is not None and starter.is_alive():
+            # in short waits: a Ctrl-C that another thread received is raised here between two
+            starter.join(0.2)
         pool, self._pool = self._pool or local_pool(self.workers), None
         return pool
 
