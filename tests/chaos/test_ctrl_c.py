@@ -251,12 +251,12 @@ def _states(out) -> dict[str, dict]:
     return {p.name: RunDir(p).read_status() for p in sorted(runs.glob("*")) if p.is_dir()}
 
 
-def _in_flight_at_step_1(out) -> bool:
+def _in_flight_at_step_1(out, _pid: int = 0) -> bool:
     running = [s for s in _states(out).values() if s.get("state") == "running"]
     return len(running) == 2 and min(s.get("step") or 0 for s in running) >= 1
 
 
-def _in_start_evaluation(out) -> bool:
+def _in_start_evaluation(out, _pid: int = 0) -> bool:
     return any(
         s.get("state") == "running"
         and s.get("step") == 0
@@ -265,12 +265,26 @@ def _in_start_evaluation(out) -> bool:
     )
 
 
-def _runs_in_setup(out) -> bool:
+def _runs_in_setup(out, _pid: int = 0) -> bool:
     return (out / "runs").exists()  # made by the first run that starts
 
 
-def _command_started(out) -> bool:
+def _command_started(out, _pid: int = 0) -> bool:
     return (out / ".sixblanks.lock").exists()  # taken by `run` before its warm start and plan
+
+
+def _workers_starting(out, pid: int = 0) -> bool:
+    """The command's fork server is making its imports (its first worker waits for them), no run
+    has started."""
+
+    from sixblanks.harness.orchestration.processes import cmdline, stat
+
+    for name in os.listdir("/proc"):
+        if name.isdigit() and b"multiprocessing.forkserver" in cmdline(int(name)):
+            st = stat(int(name))
+            if len(st) > 1 and int(st[1]) == pid:
+                return not (out / "runs").exists()
+    return False
 
 
 EXECUTOR = "error: interrupted: "  # the executor's line: runs stopped, not started
@@ -279,7 +293,12 @@ MOMENTS = [  # (what, when the signal goes, how the last line starts, whether HO
     ("the command's start, before any run", _command_started, ("interrupted", EXECUTOR), False),
     ("the runs in their setup", _runs_in_setup, EXECUTOR, False),
     ("a start evaluation", _in_start_evaluation, EXECUTOR, True),  # held there until the signal
-    ("two runs in flight at step >= 1", _in_flight_at_step_1, EXECUTOR, False),
+    (
+        "the workers starting (the fork server's imports)",
+        _workers_starting,
+        ("interrupted", EXECUTOR),
+        False,
+    ),
 ]
 
 
@@ -307,7 +326,7 @@ def _five_times(warm, tmp_path, chaos) -> None:
         )
         deadline, seen = time.monotonic() + 120, False
         while time.monotonic() < deadline and proc.poll() is None and not seen:
-            seen = ready(out)
+            seen = ready(out, proc.pid)
             time.sleep(0.01)
         assert proc.poll() is None, proc.communicate()
         assert seen, f"repetition {i + 1}: not seen within 120 s: {what}"
