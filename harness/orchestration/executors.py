@@ -79,10 +79,11 @@ def _on_sigterm(*_: Any) -> None:
 
 @contextmanager
 def workers_ignore_ctrl_c() -> Iterator[None]:
-    """Worker processes started within the block (a pool starts them on ``submit``) start with
-    SIGINT blocked, as the signal mask is inherited: Ctrl-C, sent to the whole process group, does
-    not kill one that is still booting (before :func:`exit_with_parent` ignores it) with a
-    traceback. This thread gets a Ctrl-C of that time after the block (other threads at once)."""
+    """Processes started within the block (a pool starts its workers on ``submit``, and the first
+    starts the fork server, whose forked workers inherit its mask) start with SIGINT blocked, as
+    the signal mask is inherited: Ctrl-C, sent to the whole process group, does not kill one that
+    is still booting (before :func:`exit_with_parent` ignores it) with a traceback. This thread
+    gets a Ctrl-C of that time after the block (other threads at once)."""
 
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -117,16 +117,17 @@ class Orchestrator:
         from .executors import early_executor
 
         # local workers start now and make their imports (torch and transformers' Llama, about 4 s)
-        # while this process drafts the specs (which imports torch too) and prepares the warm start;
-        # where the output directory may hold every run finished already, only once the specs say
-        # some are not (a rerun that skips them all starts no worker)
+        # while this process drafts the specs and prepares the warm start; where the output
+        # directory may hold every run finished already, only once the specs say some are not (a
+        # rerun that skips them all starts no worker)
         ex = self.cfg.executor
         n = self._planned_runs()
-        if n and self._finished_dirs() >= n:
+        counted = bool(n) and self._finished_dirs() >= n  # n: the unfinished runs, from the specs
+        if counted:
             n = self._unfinished_before_prepare()
         early = early_executor(ex, default_workers(n, ex.workers)) if n else None
         try:
-            if early is not None and not self._unfinished_before_prepare():
+            if early is not None and not counted and not self._unfinished_before_prepare():
                 early.close()  # every run was finished: nothing for the workers
             return self._run(track, early)
         finally:
