@@ -153,10 +153,25 @@ def run(
             "output directory unless it is already there.",
         ),
     ] = False,
+    keep_warm: Annotated[
+        float | None,
+        typer.Option(
+            "--keep-warm",
+            metavar="MINUTES",
+            min=0,
+            help="Keep the workers' fork server (torch and the training code imported: about 4.5 s "
+            "of every command) for the next commands of the same code, until it has been idle "
+            "this many minutes; later commands use it with or without the option. 0: stop it.",
+        ),
+    ] = None,
 ) -> None:
     """Run every arm x task x seed of the experiment under its matched budget (skips finished runs
     of the same code, resumes unfinished ones)."""
 
+    if keep_warm is not None:  # for this command only, as --no-cache
+        return _keeping_warm(
+            keep_warm, lambda: run(config, out_dir, no_progress, reuse_finished, add, no_cache)
+        )
     if no_cache:  # for this command only (a test calls commands in one process)
         before = os.environ.get("SIXBLANKS_NO_CACHE")
         os.environ["SIXBLANKS_NO_CACHE"] = "1"
@@ -168,6 +183,25 @@ def run(
             else:
                 os.environ["SIXBLANKS_NO_CACHE"] = before
     _run_checked(config, out_dir, no_progress, reuse_finished, add)
+
+
+def _keeping_warm(minutes: float, command) -> None:
+    """``command()`` with :data:`~..orchestration.kept_server.ENV` set to ``minutes`` (0: the kept
+    server of this code stopped first, and none used)."""
+
+    from ..orchestration import kept_server
+
+    if minutes == 0 and kept_server.stop():
+        say("stopped the kept worker server of this code")
+    before = os.environ.get(kept_server.ENV)
+    os.environ[kept_server.ENV] = repr(float(minutes))
+    try:
+        command()
+    finally:
+        if before is None:
+            os.environ.pop(kept_server.ENV, None)
+        else:
+            os.environ[kept_server.ENV] = before
 
 
 def _run_checked(config: Path, out_dir, no_progress: bool, reuse_finished: bool, add: bool):

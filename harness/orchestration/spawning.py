@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing import popen_forkserver
 from multiprocessing.context import (
     ForkServerContext,
     ForkServerProcess,
@@ -79,6 +80,39 @@ class _ForkServerContext(ForkServerContext):
     Process = _ForkServerProcess
 
 
+class _KeptPopen(popen_forkserver.Popen):
+    """A forkserver Popen whose server is the kept one (:mod:`.kept_server`) at
+    :data:`_KEPT_ADDRESS`."""
+
+    def _launch(self, process_obj) -> None:
+        from .kept_server import launch
+
+        launch(self, process_obj, _KEPT_ADDRESS)
+
+
+class _KeptProcess(_MainHidden, ForkServerProcess):
+    # module-level: a process object is pickled to its child by its class's name
+    @staticmethod
+    def _Popen(process_obj):
+        return _KeptPopen(process_obj)
+
+
+class _KeptContext(ForkServerContext):
+    Process = _KeptProcess
+
+
+_KEPT_ADDRESS = ""
+
+
+def kept_context(address: str) -> ForkServerContext:
+    """The context of workers forked from the kept fork server at ``address``
+    (:mod:`.kept_server`); like :data:`FORKSERVER`'s, they do not import ``__main__``."""
+
+    global _KEPT_ADDRESS
+    _KEPT_ADDRESS = address
+    return _KeptContext()
+
+
 def worker_context() -> ForkServerContext:
     """The context of the local run workers: forked from a server process of this process that
     imported what every run needs once (:mod:`.fork_server`: torch, transformers' Llama, the
@@ -92,9 +126,18 @@ def worker_context() -> ForkServerContext:
     multiprocessing's preparation. The server itself imports from the interpreter's own path
     (``PYTHONPATH`` and the installed packages), not from paths this process added to
     ``sys.path`` at run time: a sixblanks imported from such a path would differ from the
-    workers'."""
+    workers'.
 
-    FORKSERVER.set_forkserver_preload(["sixblanks.harness.orchestration.fork_server"])
+    Where a kept server of this code is alive (``sixblanks run --keep-warm``,
+    :mod:`.kept_server`), the workers fork from it instead, and no server of this process starts:
+    its imports were made by an earlier command."""
+
+    from .kept_server import PRELOAD, attach
+
+    kept = attach()
+    if kept is not None:
+        return kept_context(kept["address"])
+    FORKSERVER.set_forkserver_preload([PRELOAD])
     return FORKSERVER
 
 
