@@ -19,7 +19,9 @@ the file (median of 3; it imports no torch), and one run of one arm and one seed
 ``sixblanks run`` command (warm start cached, MLflow off), whose wall time minus its training is the
 fixed cost of a command: from the command's start to the run's first step, and from its last step to
 the command's exit. Most of it is the price of a fresh interpreter (torch and transformers imported
-in the command and in its worker), which the runs of an experiment share.
+in the command's fork server), which the runs of an experiment share; the one run is timed twice,
+with the command's own fork server and with one kept by an earlier ``--keep-warm`` command (whose
+imports were made before the command started). 2026-12-07: 11.8 s and 5.2 s beyond training.
 
     .venv/bin/python benchmarks/phases.py [--config experiments.yaml] [--budget N]
                                               [--seeds K] [--out DIR]
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -141,10 +144,11 @@ def mlflow_alone(out: Path, run_ids: list[str]) -> tuple[float, float]:
     return start, seconds / len(run_ids)
 
 
-def one_run(cfg, tmp: Path) -> tuple[float, float, float, float, float]:
-    """(import seconds, command seconds, its run's training seconds, command start to the first
-    step, last step to the command's exit): one arm, one seed of ``cfg`` (its base files
-    resolved), warm start cached, MLflow off."""
+def one_run(cfg, tmp: Path) -> dict[str, tuple[float, float, float, float, float]]:
+    """One arm, one seed of ``cfg`` (its base files resolved) through the command, warm start
+    cached, MLflow off, twice: with the command's own fork server (``"own"``) and with a server kept
+    by an earlier command (``"kept"``, ``--keep-warm``). Each: (import seconds, command seconds, its
+    run's training seconds, command start to the first step, last step to the command's exit)."""
 
     import yaml
 
@@ -159,19 +163,28 @@ def one_run(cfg, tmp: Path) -> tuple[float, float, float, float, float]:
     one.write_text(yaml.safe_dump(data))
     out = tmp / "one"
     cli = [sys.executable, "-m", "sixblanks.harness.cli", "--quiet", "run", str(one), "--out"]
-    subprocess.run([*cli, str(out)], check=True, capture_output=True)  # the warm start, cached
-    for d in (out / "runs").iterdir():
-        shutil.rmtree(d)  # the run again, not skipped (its warm start stays cached)
-    start = time.time()
-    t0 = time.perf_counter()
-    subprocess.run([*cli, str(out)], check=True, capture_output=True)
-    command = time.perf_counter() - t0
-    end = start + command
-    (d,) = list((out / "runs").iterdir())
-    result = json.loads((d / "result.json").read_text())
-    finished = json.loads((d / "status.json").read_text())["finished"]
-    train = float(result["train_seconds"])
-    return imports, command, train, finished - train - start, end - finished
+    # the warm start, cached; and the kept server started (idle 10 minutes), stopped at the end
+    subprocess.run([*cli, str(out), "--keep-warm", "10"], check=True, capture_output=True)
+    times = {}
+    try:
+        for mode, keep in (("own", "0"), ("kept", "10")):
+            for d in (out / "runs").iterdir():
+                shutil.rmtree(d)  # the run again, not skipped (its warm start stays cached)
+            env = {**os.environ, "SIXBLANKS_KEEP_WARM": keep}  # 0: neither used nor stopped
+            start = time.time()
+            t0 = time.perf_counter()
+            subprocess.run([*cli, str(out)], check=True, capture_output=True, env=env)
+            command = time.perf_counter() - t0
+            (d,) = list((out / "runs").iterdir())
+            result = json.loads((d / "result.json").read_text())
+            finished = json.loads((d / "status.json").read_text())["finished"]
+            train = float(result["train_seconds"])
+            end = start + command
+            times[mode] = (imports, command, train, finished - train - start, end - finished)
+    finally:
+        stop = "from sixblanks.harness.orchestration import kept_server; kept_server.stop()"
+        subprocess.run([sys.executable, "-c", stop], check=True)
+    return times
 
 
 def validate_seconds(config: Path, repeats: int = 3) -> float:
@@ -270,26 +283,31 @@ def print_experiment(config: Path, cfg, phases: dict[str, float], results: list[
         )
 
 
-def print_apart(mlflow: tuple[float, float], run: tuple[float, ...], validate: float) -> None:
+def print_apart(mlflow: tuple[float, float], runs: dict, validate: float) -> None:
     """What was measured apart from the experiment: MLflow alone (``mlflow_alone``), the command
     line's imports, ``sixblanks validate`` (``validate_seconds``) and one run through the command
-    (``one_run``)."""
+    (``one_run``), with the command's own fork server and with a kept one."""
 
     start_mlflow, per_run_mlflow = mlflow
-    imports, command, train, before, after = run
     print(
         f"MLflow alone, the same runs into a fresh store: {per_run_mlflow:.2f} s a run, after "
         f"{start_mlflow:.1f} s to start its client"
     )
-    print(f"importing the command line (a fresh interpreter): {imports:.1f} s")
+    print(f"importing the command line (a fresh interpreter): {runs['own'][0]:.1f} s")
     print(f"`sixblanks validate` of the file (a fresh interpreter, median of 3): {validate:.1f} s")
-    print(
-        f"one run of one arm and one seed through `sixblanks run` (warm start cached, MLflow off): "
-        f"{command:.1f} s, of which training {train:.1f} s: a command's fixed cost "
-        f"{command - train:.1f} s (target {TARGET_FIXED:.0f} s, "
-        f"{'met' if command - train <= TARGET_FIXED else 'not met'}; {before:.1f} s from its start "
-        f"to the first step, {after:.1f} s from the last step to its exit)"
-    )
+    for mode, how in (
+        ("own", "its workers forked from a fork server of its own"),
+        ("kept", "its workers forked from the server an earlier `--keep-warm` command kept"),
+    ):
+        _, command, train, before, after = runs[mode]
+        fixed = command - train
+        print(
+            f"one run of one arm and one seed through `sixblanks run` (warm start cached, MLflow "
+            f"off; {how}): {command:.1f} s, of which training {train:.1f} s: a command's fixed "
+            f"cost {fixed:.1f} s (target {TARGET_FIXED:.0f} s, "
+            f"{'met' if fixed <= TARGET_FIXED else 'not met'}; {before:.1f} s from its start "
+            f"to the first step, {after:.1f} s from the last step to its exit)"
+        )
 
 
 def main() -> None:
