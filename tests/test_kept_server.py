@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from sixblanks.harness.orchestration.processes import running
+
 PROBE = """
 import json, multiprocessing.forkserver as fs, os, signal, sys, time
 from sixblanks.harness.orchestration import kept_server
@@ -50,16 +52,6 @@ def _probe(tmp_path, name: str, keep: str | None, linger: float = 0.0) -> dict:
     return got
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie (its parent, the keeper, not yet reaping it) counts as gone
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def test_a_kept_server_serves_later_processes_until_idle_or_stopped(tmp_path):
     from sixblanks.harness.orchestration import kept_server
 
@@ -71,7 +63,7 @@ def test_a_kept_server_serves_later_processes_until_idle_or_stopped(tmp_path):
         assert state is not None and first["own_server"] is None  # no server of its own
         assert first["ppid"] == state["server"]  # forked from the kept server
         assert (first["probe"], first["cwd"]) == ("a", first["cwd_expected"])
-        assert _alive(state["keeper"]) and _alive(state["server"])  # outlived the process
+        assert running(state["keeper"]) and running(state["server"])  # outlived the process
 
         later = _probe(tmp_path, "b", keep=None)  # no option: the live one of its code is used
         assert later["state"] == state and later["own_server"] is None
@@ -87,9 +79,9 @@ def test_a_kept_server_serves_later_processes_until_idle_or_stopped(tmp_path):
         idle = _probe(tmp_path, "d", keep=repr(1.2 / 60), linger=3.0)
         assert idle["ppid"] == state["server"] and idle["alive_at_exit"]
         deadline = time.time() + 20
-        while time.time() < deadline and (_alive(state["keeper"]) or _alive(state["server"])):
+        while time.time() < deadline and (running(state["keeper"]) or running(state["server"])):
             time.sleep(0.1)
-        assert not _alive(state["keeper"]) and not _alive(state["server"])
+        assert not running(state["keeper"]) and not running(state["server"])
         assert not (tmp_path / "cache" / "kept-workers" / f"{state['key']}.json").exists()
 
         # stopped on request (`--keep-warm 0`): keeper and server end at once
@@ -115,7 +107,7 @@ def test_a_kept_server_serves_later_processes_until_idle_or_stopped(tmp_path):
             assert kept_server.find("k") is None and kept_server.stop("k") is False
         finally:
             os.environ["SIXBLANKS_CACHE"] = saved
-        assert not _alive(state["keeper"]) and not _alive(state["server"])
+        assert not running(state["keeper"]) and not running(state["server"])
     finally:
         for s in states:
             for pid in (s["keeper"], s["server"]):

@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from .processes import running
+
 PRELOAD = "sixblanks.harness.orchestration.fork_server"
 POLL_S = 1.0
 """How often the keeper looks at its users."""
@@ -70,15 +72,9 @@ def _interpreter_path() -> list[str]:
 
 
 def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Running and not a zombie (a server its keeper has not reaped yet is gone)."""
+
+    return bool(pid) and running(pid)
 
 
 def _read_state(path: Path) -> dict | None:
