@@ -22,6 +22,8 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pinned"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# a kept worker server is asked for by the tests that test it alone (its keeper outlives a test)
+os.environ.pop("SIXBLANKS_KEEP_WARM", None)
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # two workers on two cores: one torch thread each, or two in-process training tests side by
     # side oversubscribe the cores and take several times as long (the golden tests set 1 anyway)

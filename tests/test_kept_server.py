@@ -23,6 +23,7 @@ with local_pool(1) as pool:
         "cwd": pool.submit(os.getcwd).result(),
         "probe": pool.submit(os.getenv, "PROBE").result(),
         "own_server": fs._forkserver._forkserver_pid,
+        "wrote": pool.submit(os.write, 2, b"said by the worker\\n").result(),
         "state": kept_server.find(),
     }
 time.sleep(float(sys.argv[1]))  # a user still alive for this long after its pool ended
@@ -49,6 +50,7 @@ def _probe(tmp_path, name: str, keep: str | None, linger: float = 0.0) -> dict:
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     got["cwd_expected"] = str(cwd)
+    got["stderr"] = done.stderr
     return got
 
 
@@ -63,12 +65,14 @@ def test_a_kept_server_serves_later_processes_until_idle_or_stopped(tmp_path):
         assert state is not None and first["own_server"] is None  # no server of its own
         assert first["ppid"] == state["server"]  # forked from the kept server
         assert (first["probe"], first["cwd"]) == ("a", first["cwd_expected"])
+        assert "said by the worker" in first["stderr"]  # the command's stderr, not the keeper's
         assert running(state["keeper"]) and running(state["server"])  # outlived the process
 
         later = _probe(tmp_path, "b", keep=None)  # no option: the live one of its code is used
         assert later["state"] == state and later["own_server"] is None
         assert later["ppid"] == state["server"]
         assert (later["probe"], later["cwd"]) == ("b", later["cwd_expected"])  # its own
+        assert "said by the worker" in later["stderr"]
 
         own = _probe(tmp_path, "c", keep="0")  # told none: a server of its own, started now
         assert own["state"] == state  # still there, not used

@@ -38,11 +38,13 @@ import sys
 import time
 from pathlib import Path
 
-from .processes import running
+from .processes import descendants, running
 
 PRELOAD = "sixblanks.harness.orchestration.fork_server"
 POLL_S = 1.0
 """How often the keeper looks at its users."""
+IMPORT_ENV = ("HF_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "OMP_", "MKL_", "TOKENIZERS_")
+"""Prefixes of the environment variables the server's imports may read once (part of its key)."""
 
 
 def state_dir() -> Path:
@@ -61,7 +63,11 @@ def server_key() -> str:
 
     from ..version import code_fingerprint
 
+    # what the server's imports read from the environment once (a cache folder, offline mode,
+    # thread counts) stays as the first command had it: another value, another server
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(IMPORT_ENV))
     parts = [sys.executable, repr(_interpreter_path()), sixblanks.__file__, code_fingerprint()]
+    parts += [socket.gethostname(), repr(env)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
@@ -86,7 +92,7 @@ def _read_state(path: Path) -> dict | None:
 
 def find(key: str | None = None) -> dict | None:
     """The state of a live keeper of ``key`` (default: this code's): ``{"keeper", "server",
-    "address", "key", "idle_s"}``; None where there is none (a dead one's files are removed)."""
+    "address", "key", "started"}``; None where there is none."""
 
     key = key or server_key()
     path = state_dir() / f"{key}.json"
@@ -95,9 +101,7 @@ def find(key: str | None = None) -> dict | None:
         return None
     if _alive(state.get("keeper")) and _alive(state.get("server")):
         return state
-    with contextlib.suppress(OSError):
-        path.unlink()
-    return None
+    return None  # a dead keeper's file is left: a newer one may be replacing it
 
 
 def register(state: dict) -> None:
@@ -127,7 +131,7 @@ def start(idle_s: float, key: str | None = None, wait_s: float = 30.0) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / f"{key}.log"
     code = f"from {__name__} import keep; keep({key!r}, {float(idle_s)!r})"
-    with open(log, "w") as out:
+    with open(log, "a") as out:
         subprocess.Popen(
             [sys.executable, "-c", code],
             cwd="/",
@@ -162,7 +166,7 @@ def stop(key: str | None = None, wait_s: float = 10.0) -> bool:
     path, users = state_dir() / f"{state['key']}.json", state_dir() / f"{state['key']}.users"
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and _alive(state["keeper"]):
-        if _read_state(path) != state and _users_alive(users):
+        if _read_state(path) != state and _busy(state["server"], users):
             break  # unpublished; it ends once the commands using it have ended
         time.sleep(0.02)
     return True
@@ -171,24 +175,32 @@ def stop(key: str | None = None, wait_s: float = 10.0) -> bool:
 # ------------------------------------------------------------------------------------ the keeper
 
 
-class _Stop(Exception):
-    pass
+_stopping = False
 
 
-def _raise_stop(*_):
-    raise _Stop
+def _ask_stop(*_) -> None:
+    global _stopping
+    _stopping = True
 
 
 def keep(key: str, idle_s: float) -> None:
     """The keeper's body (its own detached process): start the fork server, publish its state,
-    and end it once no user has been alive for the idle time. SIGTERM (:func:`stop`) unpublishes
-    it at once and ends it as soon as no user is alive."""
+    and end it once no command has used it for the idle time. SIGTERM (:func:`stop`) unpublishes
+    it at once; it ends as soon as nothing uses it. "Used": a registered command alive, or a worker
+    forked from the server still running (the server must outlive it: the worker's pool reads its
+    exit code from the server). One keeper a key: a second one exits at once."""
 
+    import fcntl
     from multiprocessing import forkserver
 
-    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGTERM, _ask_stop)  # a flag the loops read: no exception mid-step
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     folder = state_dir()
+    lock = open(folder / f"{key}.lock", "a")  # noqa: SIM115 - held for the keeper's life
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return  # another keeper of this key lives: the command finds its state
     server = forkserver.ForkServer()
     server.set_forkserver_preload([PRELOAD])
     server.ensure_running()  # listening now; forks wait until its imports are made
@@ -203,44 +215,52 @@ def keep(key: str, idle_s: float) -> None:
         "started": time.time(),
     }
     try:
-        while True:
+        while not _stopping:
             _publish(path, state)
-            if not _serve(key, server, users):  # the server died
-                break
+            if not _serve(key, server._forkserver_pid, users):  # the server died
+                return
             _unpublish(path, state)  # idle: no new user from now on, then one last look
             time.sleep(0.2)
-            if not _users_alive(users):
+            if not _busy(server._forkserver_pid, users):
                 break
-    except _Stop:
-        _unpublish(path, state)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        while _users_alive(users):  # a command still using it keeps its workers' server
-            time.sleep(POLL_S / 4)
     finally:
         _unpublish(path, state)
-        if server._forkserver_pid is not None:  # no user alive: nothing of a command is in it
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(server._forkserver_pid, signal.SIGKILL)
-            os.waitpid(server._forkserver_pid, 0)
+        _end_server(server._forkserver_pid, users)
+
+
+def _end_server(pid: int, users: Path) -> None:
+    """Kill the server once nothing uses it (waiting as long as something does), and reap it."""
+
+    with contextlib.suppress(ChildProcessError):
+        while _busy(pid, users) and not os.waitpid(pid, os.WNOHANG)[0]:
+            time.sleep(POLL_S / 4)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def _publish(path: Path, state: dict) -> None:
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(state))
     os.replace(tmp, path)
 
 
 def _unpublish(path: Path, state: dict) -> None:
-    if _read_state(path) == state:  # another keeper of the key may have published its own
+    if _read_state(path) == state:
         with contextlib.suppress(OSError):
             path.unlink()
 
 
-def _users_alive(users: Path) -> bool:
-    """Whether a registered user is alive (the marks of dead ones removed)."""
+def _busy(server: int, users: Path) -> bool:
+    """Whether a registered user is alive (the marks of dead ones removed) or a worker forked from
+    the server still runs (its user's mark lost with a cleared cache, say)."""
 
-    alive = False
-    for mark in list(users.iterdir()):
+    alive = any(running(p) for p in descendants(server))
+    try:
+        marks = list(users.iterdir())
+    except OSError:
+        marks = []
+    for mark in marks:
         if mark.name.isdigit() and _alive(int(mark.name)):
             alive = True
         else:
@@ -249,33 +269,35 @@ def _users_alive(users: Path) -> bool:
     return alive
 
 
-def _serve(key: str, server, users: Path) -> bool:
-    """Until no registered user has been alive for the idle time (True) or the server died
-    (False)."""
+def _serve(key: str, server: int, users: Path) -> bool:
+    """Until nothing has used the server for the idle time or a stop was asked (True), or the
+    server died (False)."""
 
     last_busy = time.monotonic()
-    while True:
+    while not _stopping:
         time.sleep(POLL_S)
-        pid, _ = os.waitpid(server._forkserver_pid, os.WNOHANG)
-        if pid:  # the server died (killed): nothing to keep
-            server._forkserver_pid = None
+        if os.waitpid(server, os.WNOHANG)[0]:  # the server died (killed): nothing to keep
             return False
-        if _users_alive(users):
+        if _busy(server, users):
             last_busy = time.monotonic()
         idle = _read_state(state_dir() / f"{key}.idle")
         idle_s = float(idle) if isinstance(idle, int | float) else 600.0
         if time.monotonic() - last_busy > idle_s:
             return True
+    return True
 
 
 # ------------------------------------------------------------------------ forking from a kept one
 
 
-def launch(popen, process_obj, address: str) -> None:
-    """``popen``'s launch through the kept server at ``address`` (the fork server's own protocol,
-    :class:`multiprocessing.popen_forkserver.Popen`'s ``_launch`` with another address): the
-    process's preparation data and pickle go down a pipe, its pid and later its exit code come
-    back up another."""
+def launch(popen, process_obj, address: str, owners: tuple[int, int]) -> None:
+    """``popen``'s launch through the kept server at ``address`` (the fork
+    server's own protocol, :class:`multiprocessing.popen_forkserver.Popen`'s ``_launch`` with
+    another address): the process's preparation data and pickle go down a pipe, its pid and later
+    its exit code come back up another. The command's stdout and stderr go along as the last two
+    inherited descriptors (:func:`take_output`): the server's are the keeper's log. Raises
+    ConnectionError where the socket was not opened by ``owners`` (the keeper's and the server's
+    pids) of this user."""
 
     from multiprocessing import forkserver, reduction, resource_tracker, spawn, util
     from multiprocessing.context import set_spawning_popen
@@ -289,15 +311,18 @@ def launch(popen, process_obj, address: str) -> None:
     finally:
         set_spawning_popen(None)
     resource_tracker.ensure_running()
+    if len(popen._fds) + 6 >= forkserver.MAXFDS_TO_SEND:
+        raise ValueError("too many fds")
     parent_r, child_w = os.pipe()
     child_r, parent_w = os.pipe()
     # the child's "alive" descriptor serves only a fork server of its own, which it never starts
     # from this one: any descriptor does
     spare = os.open(os.devnull, os.O_RDONLY)
+    fds = [child_r, child_w, spare, resource_tracker.getfd(), *popen._fds, 1, 2]
     try:
         with socket.socket(socket.AF_UNIX) as client:
             client.connect(address)
-            fds = [child_r, child_w, spare, resource_tracker.getfd(), *popen._fds]
+            _check_peer(client, owners)
             reduction.sendfds(client, fds)
     except BaseException:
         os.close(parent_r)
@@ -311,6 +336,31 @@ def launch(popen, process_obj, address: str) -> None:
     with open(parent_w, "wb", closefd=True) as f:
         f.write(buf.getbuffer())
     popen.pid = forkserver.read_signed(parent_r)
+
+
+def _check_peer(client: socket.socket, owners: tuple[int, int]) -> None:
+    """ConnectionError unless the socket's other end was opened by one of ``owners`` (its keeper
+    listens, its server accepts) run by this user: the state file names them, and a cache folder
+    others can write must not hand our pipes to a process of theirs."""
+
+    import struct
+
+    creds = client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", creds)
+    if pid not in owners or uid != os.getuid():
+        raise ConnectionError(f"the kept worker server's socket is held by pid {pid}, uid {uid}")
+
+
+def take_output() -> None:
+    """In a worker forked from a kept server: the command's stdout and stderr (the last two
+    descriptors :func:`launch` sent) in place of the server's."""
+
+    from multiprocessing import forkserver
+
+    fds = forkserver.get_inherited_fds() or []
+    if len(fds) >= 2:
+        os.dup2(fds[-2], 1)
+        os.dup2(fds[-1], 2)
 
 
 # ------------------------------------------------------------------------------- the command's use

@@ -81,36 +81,53 @@ class _ForkServerContext(ForkServerContext):
 
 
 class _KeptPopen(popen_forkserver.Popen):
-    """A forkserver Popen whose server is the kept one (:mod:`.kept_server`) at
-    :data:`_KEPT_ADDRESS`."""
+    """A forkserver Popen whose server is the kept one (:mod:`.kept_server`) of
+    :data:`_KEPT`."""
 
     def _launch(self, process_obj) -> None:
         from .kept_server import launch
 
-        launch(self, process_obj, _KEPT_ADDRESS)
+        launch(self, process_obj, *_KEPT[process_obj._kept])
 
 
 class _KeptProcess(_MainHidden, ForkServerProcess):
     # module-level: a process object is pickled to its child by its class's name
+    _kept = ""
+    """The address of its kept server (a key of :data:`_KEPT`), set by its context."""
+
     @staticmethod
     def _Popen(process_obj):
         return _KeptPopen(process_obj)
 
+    def _bootstrap(self, parent_sentinel=None):
+        from .kept_server import take_output
+
+        take_output()  # the command's stdout and stderr, not the keeper's log
+        return super()._bootstrap(parent_sentinel)
+
 
 class _KeptContext(ForkServerContext):
-    Process = _KeptProcess
+    def __init__(self, address: str):
+        super().__init__()
+        self._address = address
+
+    def Process(self, *args, **kwargs):  # noqa: N802 - multiprocessing's name
+        process = _KeptProcess(*args, **kwargs)
+        process._kept = self._address
+        return process
 
 
-_KEPT_ADDRESS = ""
+_KEPT: dict[str, tuple[str, tuple[int, int]]] = {}
+"""Kept servers this process forked from: address -> (address, (keeper pid, server pid))."""
 
 
-def kept_context(address: str) -> ForkServerContext:
-    """The context of workers forked from the kept fork server at ``address``
-    (:mod:`.kept_server`); like :data:`FORKSERVER`'s, they do not import ``__main__``."""
+def kept_context(address: str, owners: tuple[int, int]) -> ForkServerContext:
+    """The context of workers forked from the kept fork server at ``address`` whose keeper and
+    server are ``owners`` (pids; :mod:`.kept_server`); like :data:`FORKSERVER`'s, they do not
+    import ``__main__``."""
 
-    global _KEPT_ADDRESS
-    _KEPT_ADDRESS = address
-    return _KeptContext()
+    _KEPT[address] = (address, owners)
+    return _KeptContext(address)
 
 
 def worker_context() -> ForkServerContext:
@@ -136,7 +153,7 @@ def worker_context() -> ForkServerContext:
 
     kept = attach()
     if kept is not None:
-        return kept_context(kept["address"])
+        return kept_context(kept["address"], (kept["keeper"], kept["server"]))
     FORKSERVER.set_forkserver_preload([PRELOAD])
     return FORKSERVER
 
