@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -168,40 +169,35 @@ def run(
     """Run every arm x task x seed of the experiment under its matched budget (skips finished runs
     of the same code, resumes unfinished ones)."""
 
-    if keep_warm is not None:  # for this command only, as --no-cache
-        return _keeping_warm(
-            keep_warm, lambda: run(config, out_dir, no_progress, reuse_finished, add, no_cache)
-        )
-    if no_cache:  # for this command only (a test calls commands in one process)
-        before = os.environ.get("SIXBLANKS_NO_CACHE")
-        os.environ["SIXBLANKS_NO_CACHE"] = "1"
-        try:
-            return run(config, out_dir, no_progress, reuse_finished, add, no_cache=False)
-        finally:
-            if before is None:
-                os.environ.pop("SIXBLANKS_NO_CACHE", None)
-            else:
-                os.environ["SIXBLANKS_NO_CACHE"] = before
-    _run_checked(config, out_dir, no_progress, reuse_finished, add)
-
-
-def _keeping_warm(minutes: float, command) -> None:
-    """``command()`` with :data:`~..orchestration.kept_server.ENV` set to ``minutes`` (0: the kept
-    server of this code stopped first, and none used)."""
-
     from ..orchestration import kept_server
 
-    if minutes == 0 and kept_server.stop():
+    # both for this command only (a test calls commands in one process)
+    if keep_warm == 0 and kept_server.stop():
         say("stopped the kept worker server of this code")
-    before = os.environ.get(kept_server.ENV)
-    os.environ[kept_server.ENV] = repr(float(minutes))
+    with (
+        _env(kept_server.ENV, None if keep_warm is None else repr(float(keep_warm))),
+        _env("SIXBLANKS_NO_CACHE", "1" if no_cache else None),
+    ):
+        _run_checked(config, out_dir, no_progress, reuse_finished, add)
+
+
+@contextmanager
+def _env(name: str, value: str | None):
+    """Within the block, the environment variable ``name`` set to ``value`` (None: left as it
+    is); restored afterwards."""
+
+    if value is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
     try:
-        command()
+        yield
     finally:
         if before is None:
-            os.environ.pop(kept_server.ENV, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[kept_server.ENV] = before
+            os.environ[name] = before
 
 
 def _run_checked(config: Path, out_dir, no_progress: bool, reuse_finished: bool, add: bool):

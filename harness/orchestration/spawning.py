@@ -81,19 +81,18 @@ class _ForkServerContext(ForkServerContext):
 
 
 class _KeptPopen(popen_forkserver.Popen):
-    """A forkserver Popen whose server is the kept one (:mod:`.kept_server`) of
-    :data:`_KEPT`."""
+    """A forkserver Popen whose server is its process's kept one (:mod:`.kept_server`)."""
 
     def _launch(self, process_obj) -> None:
         from .kept_server import launch
 
-        launch(self, process_obj, *_KEPT[process_obj._kept])
+        launch(self, process_obj, *process_obj._kept)
 
 
 class _KeptProcess(_MainHidden, ForkServerProcess):
     # module-level: a process object is pickled to its child by its class's name
-    _kept = ""
-    """The address of its kept server (a key of :data:`_KEPT`), set by its context."""
+    _kept: tuple[str, tuple[int, int]] = ("", (0, 0))
+    """Its kept server's address and (keeper pid, server pid), set by its context."""
 
     @staticmethod
     def _Popen(process_obj):
@@ -107,18 +106,14 @@ class _KeptProcess(_MainHidden, ForkServerProcess):
 
 
 class _KeptContext(ForkServerContext):
-    def __init__(self, address: str):
+    def __init__(self, kept: tuple[str, tuple[int, int]]):
         super().__init__()
-        self._address = address
+        self._kept = kept
 
     def Process(self, *args, **kwargs):  # noqa: N802 - multiprocessing's name
         process = _KeptProcess(*args, **kwargs)
-        process._kept = self._address
+        process._kept = self._kept
         return process
-
-
-_KEPT: dict[str, tuple[str, tuple[int, int]]] = {}
-"""Kept servers this process forked from: address -> (address, (keeper pid, server pid))."""
 
 
 def kept_context(address: str, owners: tuple[int, int]) -> ForkServerContext:
@@ -126,8 +121,7 @@ def kept_context(address: str, owners: tuple[int, int]) -> ForkServerContext:
     server are ``owners`` (pids; :mod:`.kept_server`); like :data:`FORKSERVER`'s, they do not
     import ``__main__``."""
 
-    _KEPT[address] = (address, owners)
-    return _KeptContext(address)
+    return _KeptContext((address, owners))
 
 
 def worker_context() -> ForkServerContext:
