@@ -255,3 +255,50 @@ def test_ui_refuses_a_port_already_taken(cli, fake_ui, tmp_path):
         port = sock.getsockname()[1]
         code, out, err = cli("ui", str(tmp_path / "exp"), "--port", str(port))
     assert code == 2 and f"--port {port}: something already listens" in err
+
+
+CONSOLE = """
+import atexit, sys, threading, time
+from sixblanks.harness.cli import console
+atexit.register(lambda: print("an atexit handler ran", flush=True))
+def late():
+    while threading.main_thread().is_alive():  # until the exit begins: alive when console() ends
+        time.sleep(0.01)
+    print("a thread that is no daemon ended", flush=True)
+class Teardown:
+    def __del__(self):
+        print("the interpreter's teardown ran", flush=True)
+kept = Teardown()  # freed only by the teardown
+if sys.argv[2] == "thread":
+    threading.Thread(target=late).start()
+sys.stdout.write("buffered, never flushed by hand\\n")
+sys.argv = ["sixblanks", "validate", sys.argv[1]]
+console()
+print("never reached")
+"""
+
+
+@pytest.mark.parametrize("case", ["good", "bad", "thread"])
+def test_the_program_exits_with_its_code_and_everything_said(case, write_yaml, tmp_path):
+    """The ``sixblanks`` program ends without the interpreter's teardown (a global's finalizer
+    never runs), after what that teardown must do: the command's exit code, its buffered output
+    written (a pipe here), every atexit handler run; a thread that is no daemon is waited for, by
+    the ordinary exit."""
+
+    import subprocess
+
+    path = tmp_path / "bad.yaml" if case == "bad" else write_yaml("arms:\n  a: {preset: grpo}\n")
+    if case == "bad":
+        path.write_text("arms: {a: {preset: no_such_preset}}\n")
+    done = subprocess.run(
+        [sys.executable, "-c", CONSOLE, str(path), case], capture_output=True, text=True
+    )
+    assert done.returncode == (2 if case == "bad" else 0), done.stderr
+    assert done.stdout.startswith("buffered, never flushed by hand\n")
+    assert "an atexit handler ran" in done.stdout and "never reached" not in done.stdout
+    assert ("a thread that is no daemon ended" in done.stdout) == (case == "thread")
+    assert ("the interpreter's teardown ran" in done.stdout) == (case == "thread")
+    if case == "bad":
+        assert "no_such_preset" in done.stderr
+    else:
+        assert "2 runs: 1 arm x 1 task(s) x 2 seeds\n" in done.stdout

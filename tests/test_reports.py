@@ -143,6 +143,46 @@ def experiment(tmp_path_factory):
     return out
 
 
+LATE_IMPORTS = """
+import json, shutil, sys
+from pathlib import Path
+from sixblanks.harness.orchestration import prefetch
+prefetch._import_all(prefetch.AFTER_RUNS)
+before = set(sys.modules)
+from sixblanks.harness.layout import ExperimentDir
+from sixblanks.harness.store.database import ingest
+from sixblanks.reports.build import build_report
+out = Path(sys.argv[1])
+where = ExperimentDir(out)
+ingest(out, where.read_experiment(), json.loads(where.fairness.read_text()))
+build_report(out, resamples=200)
+heavy = ("pandas", "pyarrow", "polars", "duckdb", "matplotlib", "scipy", "numpy", "sixblanks")
+print(json.dumps(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in heavy)))
+"""
+
+
+def test_after_the_runs_the_store_and_the_report_import_nothing_the_prefetch_could(
+    experiment, tmp_path
+):
+    """The command imports what follows its runs in a background thread while they train
+    (``prefetch.AFTER_RUNS``). A module of the libraries the store and the report use that is
+    imported only after the prefetch (DuckDB's pandas check, say: half a second) lies on
+    the path between the last step and the exit: none is, in a fresh interpreter."""
+
+    import subprocess
+    import sys
+
+    out = tmp_path / "copy"
+    shutil.copytree(experiment, out)
+    (out / "results.duckdb").unlink()
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_IMPORTS, str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+    assert (out / "results.duckdb").exists() and (out / "report" / "index.html").exists()
+
+
 def test_report_files_self_contained_and_escaped(experiment):
     index = build_report(experiment, resamples=500)
     text = index.read_text()

@@ -1,7 +1,7 @@
 """The ``sixblanks`` command line: the application (``app``), its commands by part (``describe``:
 validate, schema, explain, recommend; ``experiment``: rollouts, run, report, status, sync, ingest,
 ui; ``evaluate``: eval; ``studies``: ladder, sweep; ``translate``: other frameworks'
-configurations) and :func:`main`.
+configurations), :func:`main` and :func:`console` (the ``sixblanks`` program itself).
 
 Errors meant for the user (bad config, unknown names, commands not built yet)
 print one line per problem and exit non-zero without a traceback; ``--debug``
@@ -88,3 +88,40 @@ def main(argv: list[str] | None = None) -> None:
             redact(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)\n")
         )
         sys.exit(1)
+
+
+def console() -> None:
+    """The ``sixblanks`` program (and ``python -m sixblanks.harness.cli``): :func:`main`, then the
+    process's exit without the interpreter's teardown.
+
+    Once a command has run, Python would still free every object and module it loaded (Polars,
+    DuckDB, PyArrow, SciPy, Matplotlib): about half a second after a ``run`` or a ``report`` has
+    said everything, work nobody needs from a process that ends. Here the exit does what that
+    teardown must: threads that are not daemons end first (else the ordinary exit, which waits for
+    them), then every atexit handler (logging's flush, multiprocessing's children, the kept
+    server's registration, temporary directories), then standard output and error are flushed;
+    then the process ends with the command's exit code. An exception other than an exit propagates
+    as usual (its traceback printed, the ordinary exit)."""
+
+    import atexit
+    import threading
+
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:  # sys.exit("message"): Python prints it and exits 1
+            sys.stderr.write(f"{exc.code}\n")
+            code = 1
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    if any(t.is_alive() and not t.daemon for t in others):
+        sys.exit(code)  # the ordinary exit, which waits for them
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(code)

@@ -1,5 +1,5 @@
 """`python -m sixblanks.harness.cli`: the command line."""
 
-from . import main
+from . import console
 
-main()
+console()
