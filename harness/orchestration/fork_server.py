@@ -6,11 +6,18 @@ group; the orchestrator alone decides what it means, and asks a worker to stop i
 SIGTERM. An import that fails here is left to the worker, which makes it again where it is used
 and fails with its own error: the server itself must not die of it."""
 
+import atexit
 import importlib
 import os
 import signal
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the start: Ctrl-C during the imports too
+# The server ends once its command is gone (an exit, never a crash, whatever it held). Its
+# interpreter's teardown would free torch and transformers first, 1-1.5 s during which it still
+# holds the command's standard output and error: a caller reading them through a pipe (a shell
+# pipeline, `subprocess.run(capture_output=True)`, a CI log) would wait that long after the
+# command's own exit. Its workers never run it: a forked child ends through os._exit.
+atexit.register(os._exit, 0)
 _START = dict(os.environ)
 
 WORKER_IMPORTS = (
