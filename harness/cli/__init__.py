@@ -92,19 +92,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def console() -> None:
     """The ``sixblanks`` program (and ``python -m sixblanks.harness.cli``): :func:`main`, then the
-    process's exit without the interpreter's teardown.
+    process's exit without the interpreter's teardown (:func:`~..orchestration.processes.end_now`:
+    about half a second after a ``run`` or a ``report`` has said everything, spent freeing the
+    libraries it loaded), or the ordinary exit where a thread that is no daemon still runs. An
+    exception other than an exit propagates as usual (its traceback printed, the ordinary exit)."""
 
-    Once a command has run, Python would still free every object and module it loaded (Polars,
-    DuckDB, PyArrow, SciPy, Matplotlib): about half a second after a ``run`` or a ``report`` has
-    said everything, work nobody needs from a process that ends. Here the exit does what that
-    teardown must: threads that are not daemons end first (else the ordinary exit, which waits for
-    them), then every atexit handler (logging's flush, multiprocessing's children, the kept
-    server's registration, temporary directories), then standard output and error are flushed;
-    then the process ends with the command's exit code. An exception other than an exit propagates
-    as usual (its traceback printed, the ordinary exit)."""
-
-    import atexit
-    import threading
+    from ..orchestration.processes import end_now
 
     try:
         main()
@@ -115,13 +108,5 @@ def console() -> None:
         else:  # sys.exit("message"): Python prints it and exits 1
             sys.stderr.write(f"{exc.code}\n")
             code = 1
-    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
-    if any(t.is_alive() and not t.daemon for t in others):
-        sys.exit(code)  # the ordinary exit, which waits for them
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
-            pass
-    os._exit(code)
+    end_now(code)
+    sys.exit(code)  # a thread that is no daemon runs: the ordinary exit waits for it
