@@ -1,6 +1,7 @@
-"""The helper processes sixblanks spawns (:data:`~sixblanks.harness.orchestration.spawning.SPAWN`:
-the MLflow sync beside a run) end with their exit code, after their atexit handlers, and without
-the interpreter's teardown, which their parent's join would otherwise wait for."""
+"""The helper processes sixblanks spawns (``harness/ending.py``'s ``EndingSpawnProcess``, through
+:data:`~sixblanks.harness.orchestration.spawning.SPAWN` for the MLflow sync beside a run) end with
+their exit code, after their atexit handlers, and without the interpreter's teardown, which their
+parent's join would otherwise wait for."""
 
 import sys
 from pathlib import Path

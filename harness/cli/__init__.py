@@ -92,12 +92,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def console() -> None:
     """The ``sixblanks`` program (and ``python -m sixblanks.harness.cli``): :func:`main`, then the
-    process's exit without the interpreter's teardown (:func:`~..orchestration.processes.end_now`:
+    process's exit without the interpreter's teardown (:func:`~..ending.end_now`:
     about half a second after a ``run`` or a ``report`` has said everything, spent freeing the
     libraries it loaded), or the ordinary exit where a thread that is no daemon still runs. An
     exception other than an exit propagates as usual (its traceback printed, the ordinary exit)."""
 
-    from ..orchestration.processes import end_now
+    from ..ending import end_now
 
     try:
         main()

@@ -1,6 +1,5 @@
 """Processes on this machine, read from Linux's /proc (elsewhere: none found). Used to shut a Ray
-cluster down whole (harness/orchestration/ray_executor.py) and by the tests' stray-process check;
-and :func:`end_now`, how the ``sixblanks`` program and its spawned helpers end."""
+cluster down whole (harness/orchestration/ray_executor.py) and by the tests' stray-process check."""
 
 from __future__ import annotations
 
@@ -53,31 +52,3 @@ def descendants(pid: int) -> list[int]:
             out.append(c)
             todo.append(c)
     return out
-
-
-def end_now(code: int) -> None:
-    """End this process with exit status ``code`` without the interpreter's teardown, once what that
-    teardown must do is done: every atexit handler run (logging's flush, multiprocessing's
-    children, temporary directories), standard output and error flushed. Where a thread that is
-    no daemon is still running it returns instead: the ordinary exit waits for that thread.
-
-    The teardown frees every module and object the process loaded: after a command that loaded
-    Polars, DuckDB, PyArrow, SciPy and Matplotlib about half a second, after MLflow's imports about
-    one, which a process waiting for this one (joining it, or reading its output through a pipe)
-    waits too, for nothing a process that ends needs."""
-
-    import atexit
-    import sys
-    import threading
-
-    main = threading.main_thread()
-    if any(t is not main and t.is_alive() and not t.daemon for t in threading.enumerate()):
-        return
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
-            pass
-    os._exit(code)

@@ -55,4 +55,8 @@ def rank_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(rank_main(sys.argv[1:]))
+    from ..ending import end_now
+
+    _code = rank_main(sys.argv[1:])
+    end_now(_code)  # without the teardown of torch and transformers that torchrun would wait for
+    raise SystemExit(_code)

@@ -20,8 +20,9 @@ from multiprocessing.context import (
     ForkServerContext,
     ForkServerProcess,
     SpawnContext,
-    SpawnProcess,
 )
+
+from ..ending import EndingSpawnProcess
 
 _LOCK = threading.Lock()
 
@@ -60,13 +61,8 @@ class _MainHidden:
             super().start()  # type: ignore[misc]
 
 
-class _Process(_MainHidden, SpawnProcess):
-    def _bootstrap(self, parent_sentinel=None):
-        code = super()._bootstrap(parent_sentinel)  # its target, finalizers, output flushed
-        from .processes import end_now
-
-        end_now(code)  # without the teardown its parent's join would wait for (MLflow's: ~1 s)
-        return code
+class _Process(_MainHidden, EndingSpawnProcess):  # no teardown for its parent's join to wait out
+    pass
 
 
 class _Context(SpawnContext):
