@@ -107,15 +107,37 @@ def plots(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out: dict[str, tuple[str, bytes]] = {}
+    from . import aside, cost_figure
+
     arms = [r["arm"] for r in rows]
     colors = {a: plt.cm.tab10(i % 10) for i, a in enumerate(arms)}
     evals = _statistics_evals(d, scores)
     last_evals = evals.sort("step").group_by("run_id").last()
     ylabel = f"score ({d.score_label}{', normalized per task' if d.ranges else ''})"
-    cost_png = _score_vs_cost_png(d, evals, last_evals, arms, colors, ylabel)
-    if cost_png:
-        out["score_vs_cost.png"] = ("Score against cost", cost_png)
+    cost = cost_figure.cost_figure(d, evals, last_evals, arms, colors, ylabel)
+    # the costliest figure, drawn in a child on the other core while this process draws the rest
+    pending = aside.Aside(cost_figure.draw_cost_figure, cost) if cost else None
+    try:
+        others = _other_plots(d, rows, evals, last_evals, arms, colors, ylabel)
+        out = {"score_vs_cost.png": ("Score against cost", pending.result())} if pending else {}
+    finally:
+        if pending:
+            pending.close()
+    return out | others
+
+
+def _other_plots(
+    d: Data,
+    rows: list[dict[str, Any]],
+    evals: pl.DataFrame,
+    last_evals: pl.DataFrame,
+    arms: list[str],
+    colors: dict[str, Any],
+    ylabel: str,
+) -> dict[str, tuple[str, bytes]]:
+    """{file name: (title, png)} of the figures other than score against cost."""
+
+    out: dict[str, tuple[str, bytes]] = {}
     task_png = _task_curves_png(d, evals, last_evals, arms, colors)
     if task_png:
         out["task_curves.png"] = ("Per task: score against launched tokens", task_png)
@@ -154,65 +176,6 @@ def _curve_and_final(ax, mean_curve: Curve, final: pl.DataFrame, x: str, y: str,
     partial = draw(ax, mean_curve, color, arm)
     ax.scatter([final[x].mean()], [final[y].mean()], marker="x", color=color, zorder=4)
     return partial
-
-
-def _cost_panel(
-    ax,
-    data: Data,
-    evals: pl.DataFrame,
-    last_evals: pl.DataFrame,
-    arms: list[str],
-    colors,
-    column: str,
-) -> bool:
-    """Whether a dotted part was drawn, drawing each arm's score against cost ``column``."""
-
-    partial = False
-    for arm in arms:
-        curves, tasks = _runs_of(evals.filter(pl.col("arm") == arm), column)
-        mean_curve = curve(curves, tasks)
-        if mean_curve is None:
-            continue
-        final = last_evals.filter(pl.col("arm") == arm)
-        partial |= _curve_and_final(ax, mean_curve, final, column, "nscore", colors[arm], arm)
-    if data.warm_start_score is not None:
-        ax.axhline(data.warm_start_score, color="gray", ls="--", lw=1, label="warm start")
-    return partial
-
-
-def _score_vs_cost_png(
-    data: Data, evals: pl.DataFrame, last_evals: pl.DataFrame, arms: list[str], colors, ylabel: str
-) -> bytes | None:
-    """The score against each cost counter that moved, a panel per counter (None: none moved)."""
-
-    import matplotlib.pyplot as plt
-
-    from .data import COST_AXES
-
-    axes_cols = [
-        (column, label)
-        for column, label in COST_AXES
-        if evals.height and (evals[column].drop_nulls().max() or 0) > 0
-    ]
-    if not axes_cols:
-        return None
-    nrow = math.ceil(len(axes_cols) / 2)
-    fig, axes = plt.subplots(nrow, 2, figsize=(12, 4 * nrow), squeeze=False)
-    for ax, (column, label) in zip(axes.ravel(), axes_cols):
-        _fewer_runs_note(ax, _cost_panel(ax, data, evals, last_evals, arms, colors, column))
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 5))
-        ax.set_xlabel(label)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    for ax in axes.ravel()[len(axes_cols) :]:
-        ax.axis("off")
-    fig.suptitle(
-        f"{data.score_label} score against cost: mean over runs"
-        f"{' x tasks' if len(data.tasks) > 1 else ''}, 95% "
-        "t band over seeds; x: final score (mean over runs at their ends)"
-    )
-    fig.tight_layout()
-    return fig_png(fig)
 
 
 def _task_panel(

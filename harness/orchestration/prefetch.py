@@ -31,6 +31,8 @@ AFTER_RUNS = (
     "sixblanks.harness.fairness.audit",
     "sixblanks.reports.build",
     "sixblanks.reports.plots",
+    "sixblanks.reports.cost_figure",
+    "sixblanks.reports.aside",
     "matplotlib.pyplot",
     "matplotlib.backends.backend_agg",
 )
