@@ -341,6 +341,48 @@ def test_a_worker_keeps_what_the_fork_servers_imports_set_in_the_environment():
     assert done.stdout.split() == ["None", "false"]
 
 
+def _first_load_in_a_worker(policy_dir: str) -> tuple[bool, list[str]]:
+    """In a worker: whether transformers' checkpoint conversions were built before its first model
+    load, and the modules (torch's, transformers', sixblanks') that loading a policy and making the
+    task imported."""
+
+    before = set(sys.modules)
+    from transformers import conversion_mapping
+
+    built = conversion_mapping._checkpoint_conversion_mapping_cache is not None
+    from sixblanks.harness.models import load_pretrained
+    from sixblanks.harness.orchestration.runner import settings_from_spec  # noqa: F401
+    from sixblanks.harness.tasks import make_task
+
+    load_pretrained(policy_dir)
+    make_task("arithmetic", {"digits": 1})
+    late = set(sys.modules) - before
+    return built, sorted(
+        m for m in late if m.split(".")[0] in ("torch", "transformers", "sixblanks")
+    )
+
+
+def test_a_worker_finds_its_first_model_load_prepared_by_the_fork_server(tmp_path):
+    """The fork server made what a run's setup would otherwise make in every worker: the imports
+    of the config, the tasks and torch's serialization, and transformers' table of checkpoint
+    conversions (0.27 s; a worker's setup took 0.59 s without these, 0.32 s with them)."""
+
+    from types import SimpleNamespace
+
+    from sixblanks.harness.models import build_tiny_model, build_tokenizer, save_policy
+    from sixblanks.harness.orchestration.executors import local_pool
+
+    tok = build_tokenizer("0123456789+-=")
+    tiny = SimpleNamespace(
+        hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, max_positions=32
+    )
+    policy = save_policy(build_tiny_model(tiny, tok), tok, tmp_path / "policy")
+    with local_pool(1) as pool:
+        built, late = pool.submit(_first_load_in_a_worker, str(policy)).result()
+    assert built
+    assert late == []
+
+
 def test_without_a_terminal_run_prints_a_line_per_evaluation_and_per_finished_run(
     tmp_path, cli, write_yaml
 ):

@@ -10,6 +10,7 @@ for grpo and 0.8 for dapo, plus a seed's offset. rloo ends close to grpo.
 """
 
 import json
+import os
 import re
 
 import numpy as np
@@ -297,3 +298,28 @@ def test_report_command_prints_the_summary(cli, planted):
     text = out.replace("\n", " ")
     for line in lines:  # a terminal may fold a long sentence: compare with the folds undone
         assert " ".join(line.split()) in " ".join(text.split())
+
+
+def test_the_summary_of_a_report_just_built_is_said_without_reading_the_store_again(
+    tmp_path, monkeypatch
+):
+    """`sixblanks run` prints the summary after the report: the report's own, where the store is
+    as the report read it; a store changed since, or another baseline, is read again."""
+
+    from sixblanks.reports import build, summary
+
+    out = plant(tmp_path)
+    expected = summary.summarize(build.load(out)).lines()
+    build_report(out, resamples=200, with_plots=False)
+
+    def no_reading(*a, **k):
+        raise AssertionError("the store was read again")
+
+    monkeypatch.setattr(build, "load", no_reading)
+    assert summary_of(out).lines() == expected
+    with pytest.raises(AssertionError, match="read again"):
+        summary_of(out, "dapo")
+    store = out / "results.duckdb"
+    os.utime(store, ns=(store.stat().st_atime_ns, store.stat().st_mtime_ns + 10**9))
+    with pytest.raises(AssertionError, match="read again"):
+        summary_of(out)
