@@ -21,7 +21,8 @@ fixed cost of a command: from the command's start to the run's first step, and f
 the command's exit. Most of it is the price of a fresh interpreter (torch and transformers imported
 in the command's fork server), which the runs of an experiment share; the one run is timed twice,
 with the command's own fork server and with one kept by an earlier ``--keep-warm`` command (whose
-imports were made before the command started). 2026-12-07: 11.8 s and 5.2 s beyond training.
+imports were made before the command started). 2026-12-07: 11.8 s and 5.2 s beyond training;
+later that day 6.9 s and 2.3 s.
 
     .venv/bin/python benchmarks/phases.py [--config experiments.yaml] [--budget N]
                                               [--seeds K] [--out DIR]
