@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import plots, render, stats
+from . import curves, render, stats
 from .audit_tables import compact, flat_blanks
 from .build import load
 from .data import DB_NAME, Data, ReportError
@@ -177,7 +177,7 @@ def score_figure(datas: list[Data], names: list[str], arms: list[str]) -> bytes 
                         "run_id", maintain_order=True
                     )
                 ]
-                c = plots.curve(runs, resamples=0)
+                c = curves.curve(runs, resamples=0)
                 if c is None:
                     continue
                 y = np.where(c.covering > 0, c.mean, np.nan)
@@ -191,7 +191,7 @@ def score_figure(datas: list[Data], names: list[str], arms: list[str]) -> bytes 
         ax.set(title=task, xlabel="launched tokens", ylabel="score")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    return plots.fig_png(fig)
+    return curves.fig_png(fig)
 
 
 def _cells(r: dict[str, Any] | None) -> list[render.Cell | str]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from .plots import _fewer_runs_note, curve, draw, fig_png
+from .curves import curve, draw, fewer_runs_note, fig_png, runs_of
 
 if TYPE_CHECKING:
     from .data import Data
@@ -83,7 +83,6 @@ def cost_figure(
     run's last one ``last_evals``; None where no counter moved."""
 
     from .data import COST_AXES
-    from .plots import _runs_of
 
     if not evals.height:
         return None
@@ -91,7 +90,7 @@ def cost_figure(
     for columns, label in counters(evals, COST_AXES):
         column, series = columns[0], []
         for arm in arms:
-            curves, tasks = _runs_of(evals.filter(pl.col("arm") == arm), column)
+            curves, tasks = runs_of(evals.filter(pl.col("arm") == arm), column)
             final = last_evals.filter(pl.col("arm") == arm)
             xy = tuple(_mean(final[c]) for c in (column, "nscore"))
             series.append(ArmSeries(arm, colors[arm], curves, tasks, xy))
@@ -128,7 +127,7 @@ def draw_cost_figure(spec: CostFigure) -> bytes:
             ax.scatter([s.final[0]], [s.final[1]], marker="x", color=s.color, zorder=4)
         if spec.warm_start is not None:
             ax.axhline(spec.warm_start, color="gray", ls="--", lw=1, label="warm start")
-        _fewer_runs_note(ax, partial)
+        fewer_runs_note(ax, partial)
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 5))
         ax.set_xlabel(panel.label)
         ax.set_ylabel(spec.ylabel)

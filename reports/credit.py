@@ -83,7 +83,7 @@ def reliability_png(d: Data) -> bytes | None:
         return None
     import matplotlib.pyplot as plt
 
-    from .plots import fig_png
+    from .curves import fig_png
 
     fig, axes = plt.subplots(1, len(arms), figsize=(4.2 * len(arms), 3.8), squeeze=False)
     for ax, arm in zip(axes[0], arms):
@@ -106,7 +106,7 @@ def prime_png(d: Data) -> bytes | None:
         return None
     import matplotlib.pyplot as plt
 
-    from .plots import fig_png
+    from .curves import fig_png
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for arm in prime["arm"].unique(maintain_order=True).to_list():

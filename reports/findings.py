@@ -217,7 +217,7 @@ def figure(r: dict[str, Any]) -> bytes | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plots import fig_png
+    from .curves import fig_png
 
     axes_data = r["axes"]
     if not axes_data:

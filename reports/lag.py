@@ -115,7 +115,7 @@ def lag_figure(d: Data, rows: list[dict[str, Any]]) -> tuple[str, bytes] | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plots import fig_png
+    from .curves import fig_png
 
     spans = d.lag.height and bool((d.lag["name"] == "lag.version_span").any())
     fig, axes = plt.subplots(1, 4 if spans else 3, figsize=(20 if spans else 15, 4))

@@ -49,7 +49,7 @@ def query(con) -> pl.DataFrame:
 def mismatch_png(t: pl.DataFrame, arms: list[str]) -> bytes:
     import matplotlib.pyplot as plt
 
-    from .plots import fig_png
+    from .curves import fig_png
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for arm in arms:

@@ -8,93 +8,17 @@ curve never suggests an end that the final scores do not have.
 
 from __future__ import annotations
 
-import io
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from . import stats
+from .curves import Curve, curve, draw, fewer_runs_note, fig_png, runs_of
 
 if TYPE_CHECKING:
     from .data import Data
-
-
-@dataclass
-class Curve:
-    grid: np.ndarray
-    mean: np.ndarray
-    lo: np.ndarray
-    hi: np.ndarray
-    covering: np.ndarray  # runs that reach each grid point
-    n: int  # runs
-
-    @property
-    def full(self) -> np.ndarray:
-        return self.covering == self.n
-
-
-def curve(
-    curves: list[tuple[np.ndarray, np.ndarray]],
-    strata: list[str] | None = None,
-    points: int = 60,
-    resamples: int = 300,
-    seed: int = 0,
-) -> Curve | None:
-    """Mean curve and band over runs on a grid that contains the start of the latest-starting run
-    and the end of the shortest one (where the full-coverage part begins and ends)."""
-
-    keep = [i for i, (x, _) in enumerate(curves) if len(x)]
-    if not keep:
-        return None
-    curves = [curves[i] for i in keep]
-    strata = [strata[i] for i in keep] if strata is not None else None
-    starts = [float(np.min(x)) for x, _ in curves]
-    ends = [float(np.max(x)) for x, _ in curves]
-    grid = np.unique(np.r_[np.linspace(min(starts), max(ends), points), max(starts), min(ends)])
-    mean, lo, hi = stats.band(curves, grid, resamples=resamples, seed=seed, strata=strata)
-    return Curve(grid, mean, lo, hi, stats.runs_covering(curves, grid), len(curves))
-
-
-def draw(ax, c: Curve, color, label: str, band: bool = True) -> bool:
-    """Solid where every run is present, dotted where fewer remain; returns whether a dotted part
-    was drawn."""
-
-    full = c.full
-    partial = (c.covering > 0) & ~full
-    if partial.any():
-        ax.plot(c.grid, np.where(c.covering > 0, c.mean, np.nan), color=color, ls=":", lw=1)
-    ax.plot(c.grid, np.where(full, c.mean, np.nan), color=color, label=f"{label} ({c.n} runs)")
-    if band and not np.all(np.isnan(c.lo)):
-        ax.fill_between(c.grid, c.lo, c.hi, where=full, alpha=0.15, color=color)
-    return bool(partial.any())
-
-
-def fig_png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def _runs_of(ev: pl.DataFrame, col: str, y: str = "nscore") -> tuple[list, list[str]]:
-    curves, tasks = [], []
-    for (_, task), g in ev.sort("step").group_by(["run_id", "task"], maintain_order=True):
-        g = g.filter(pl.col(col).is_not_null())
-        curves.append((g[col].to_numpy(), g[y].to_numpy()))
-        tasks.append(str(task))
-    return curves, tasks
-
-
-def _fewer_runs_note(ax, any_partial: bool) -> None:
-    if any_partial:
-        ax.plot([], [], color="gray", ls=":", lw=1, label="dotted: fewer runs remain")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
 
 
 def plots(
@@ -192,7 +116,7 @@ def _task_panel(
     partial = False
     for arm in arms:
         of_arm_task = (pl.col("arm") == arm) & (pl.col("task") == task)
-        mean_curve = curve(_runs_of(evals.filter(of_arm_task), "launched_tokens", "score")[0])
+        mean_curve = curve(runs_of(evals.filter(of_arm_task), "launched_tokens", "score")[0])
         if mean_curve is None:
             continue
         final = last_evals.filter(of_arm_task)
@@ -215,7 +139,7 @@ def _task_curves_png(
 
     fig, axes = plt.subplots(1, len(data.tasks), figsize=(5 * len(data.tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], data.tasks):
-        _fewer_runs_note(ax, _task_panel(ax, data, evals, last_evals, arms, colors, task))
+        fewer_runs_note(ax, _task_panel(ax, data, evals, last_evals, arms, colors, task))
         ax.set_title(task)
         ax.set_xlabel("launched tokens")
         ax.set_ylabel(f"score ({data.score_label}, raw)")
@@ -282,7 +206,7 @@ def _training_curves_png(data: Data, arms: list[str], colors) -> bytes:
             mean_curve = curve(curves, resamples=0)
             if mean_curve is not None:
                 partial |= draw(ax, mean_curve, colors[arm], arm, band=False)
-        _fewer_runs_note(ax, partial)
+        fewer_runs_note(ax, partial)
         ax.set_xlabel("launched tokens")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from sixblanks.harness.store.database import append_rows
-from sixblanks.reports import plots, stats
+from sixblanks.reports import curves, plots, stats
 from sixblanks.reports.build import build_report, load
 
 FINAL = {
@@ -460,7 +460,7 @@ def test_curves_end_where_the_shortest_run_ends():
         (np.array([0.0, 50.0, 100.0]), np.array([0.2, 0.2, 0.2])),
         (np.array([0.0, 50.0, 100.0, 200.0]), np.array([0.2, 0.2, 0.2, 1.0])),
     ]
-    c = plots.curve(runs, resamples=50)
+    c = curves.curve(runs, resamples=50)
     assert c.grid[c.full].max() == 100.0 and 100.0 in c.grid
     assert c.mean[c.full][-1] == pytest.approx(0.2)  # both runs at 100
     assert (c.covering[c.grid > 100] == 1).all()
@@ -470,7 +470,7 @@ def test_curves_end_where_the_shortest_run_ends():
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
-    assert plots.draw(ax, c, "C0", "A")  # a dotted part exists
+    assert curves.draw(ax, c, "C0", "A")  # a dotted part exists
     solid = next(ln for ln in ax.lines if ln.get_label() == "A (2 runs)")
     x, y = solid.get_xdata(), solid.get_ydata()
     assert x[~np.isnan(y)].max() == 100.0 and y[~np.isnan(y)][-1] == pytest.approx(0.2)

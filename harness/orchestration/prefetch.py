@@ -31,6 +31,7 @@ AFTER_RUNS = (
     "sixblanks.harness.fairness.audit",
     "sixblanks.reports.build",
     "sixblanks.reports.plots",
+    "sixblanks.reports.curves",
     "sixblanks.reports.cost_figure",
     "sixblanks.reports.aside",
     "matplotlib.pyplot",
