@@ -109,11 +109,19 @@ def test_the_childs_warnings_are_raised_here():
     assert pid != PARENT
 
 
-def test_no_fork_when_asked_and_a_child_not_collected_is_killed(monkeypatch):
+def test_no_fork_when_asked_or_failing_and_a_child_not_collected_is_killed(monkeypatch):
     monkeypatch.setenv(aside.FORK_ENV, "0")
     here = aside.Aside(_own_pid)
     assert here.pid is None and here.result() == PARENT
     monkeypatch.delenv(aside.FORK_ENV)
+
+    def no_process():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    with monkeypatch.context() as m:  # fork failing (a process limit): the work is done here
+        m.setattr(aside.os, "fork", no_process)
+        failed = aside.Aside(_own_pid)
+        assert failed.pid is None and failed.result() == PARENT
     t0 = time.monotonic()
     with aside.Aside(time.sleep, 60) as slow:
         pid = slow.pid
