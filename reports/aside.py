@@ -42,6 +42,7 @@ class Aside:
         if not _usable():
             return
         read, write = os.pipe()
+        parent = os.getpid()
         try:
             with warnings.catch_warnings():  # Python 3.12+: forking with threads is deprecated
                 warnings.simplefilter("ignore", DeprecationWarning)
@@ -52,7 +53,7 @@ class Aside:
             return
         if pid == 0:  # the child: run, answer through the pipe, end without any teardown
             os.close(read)
-            _child(write, fn, args)
+            _child(write, fn, args, parent)
         os.close(write)
         self.pid, self._fd = pid, read
 
@@ -104,11 +105,26 @@ class Aside:
         self.close()
 
 
-def _child(write: int, fn: Callable[..., Any], args: tuple) -> None:
+def _die_with(parent: int) -> None:
+    """End this child when ``parent`` dies (a killed command leaves no child drawing behind): the
+    kernel's parent-death signal on Linux, elsewhere nothing more than the broken pipe."""
+
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the signal was asked for
+        os._exit(1)
+
+
+def _child(write: int, fn: Callable[..., Any], args: tuple, parent: int) -> None:
     """In the forked child: ``fn(*args)`` pickled into ``write`` as (ok, value, warnings)."""
 
     code = 0
     try:
+        _die_with(parent)
         gc.disable()  # nothing of the parent's is freed here: the child ends with os._exit
         for sig in (signal.SIGINT, signal.SIGTERM):  # not the parent's handlers: they just end it
             signal.signal(sig, signal.SIG_DFL)

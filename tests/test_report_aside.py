@@ -154,3 +154,36 @@ def test_counters_equal_at_every_evaluation_share_a_panel():
         ["device_hours"],
         ["verifier_calls", "env_steps"],
     ]
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` no longer runs (ended; a zombie nobody reaped counts as ended)."""
+
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
+def test_a_child_ends_with_its_killed_parent():
+    """A command killed outright while its report draws leaves no child drawing behind."""
+
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys, time\n"
+        "from sixblanks.reports import aside\n"
+        "child = aside.Aside(time.sleep, 60)\n"
+        "print(child.pid, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    pid = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)
