@@ -1,7 +1,8 @@
 """The helper processes sixblanks spawns (``harness/ending.py``'s ``EndingSpawnProcess``, through
 :data:`~sixblanks.harness.orchestration.spawning.SPAWN` for the MLflow sync beside a run) end with
 their exit code, after their atexit handlers, and without the interpreter's teardown, which their
-parent's join would otherwise wait for."""
+parent's join would otherwise wait for. A run worker that the fork server forks for a command gone
+meanwhile ends without a traceback after that command's last line."""
 
 import sys
 from pathlib import Path
@@ -44,3 +45,59 @@ def test_a_spawned_helper_ends_with_its_code_after_its_atexit_handlers_without_t
         assert proc.exitcode == code
         assert (folder / "atexit").read_text() == "ran"
         assert not (folder / "teardown").exists()
+
+
+WORKER_FOR_A_GONE_COMMAND = """
+import os, sys, _multiprocessing
+from multiprocessing import resource_tracker
+from sixblanks.harness.orchestration.spawning import worker_context
+import brittle
+
+ctx = worker_context()
+lock = ctx.Lock()
+# as the command's exit does while a worker is being forked: its semaphore unlinked
+_multiprocessing.sem_unlink(lock._semlock.name)
+resource_tracker.unregister(lock._semlock.name, "semaphore")
+for arg in (lock, brittle.Brittle()):
+    p = ctx.Process(target=print, args=(arg,))
+    p.start()
+    p.join()
+    print("exitcode", p.exitcode, flush=True)
+os._exit(0)
+"""
+
+BRITTLE = """
+class Brittle:
+    def __reduce__(self):
+        return (_fail, ())
+
+
+def _fail():
+    raise FileNotFoundError(2, "a file of its own, missing")
+"""
+
+
+def test_a_worker_whose_command_is_gone_ends_without_a_traceback(tmp_path):
+    """A Ctrl-C as the workers start: the command says why it stopped and exits, and a worker the
+    fork server forks just then finds the command's semaphores gone. It ends with code 1 and says
+    nothing (its traceback came after the command's last line); a worker failing otherwise in its
+    start still prints its error."""
+
+    import os
+    import subprocess
+
+    (tmp_path / "brittle.py").write_text(BRITTLE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    env.pop("SIXBLANKS_KEEP_WARM", None)
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_FOR_A_GONE_COMMAND],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    assert done.stdout.split("\n")[:2] == ["exitcode 1", "exitcode 1"], done.stderr[-3000:]
+    # one traceback: the brittle argument's, not the gone semaphore's
+    assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr[-3000:]
+    assert "a file of its own, missing" in done.stderr
+    assert "synchronize.py" not in done.stderr

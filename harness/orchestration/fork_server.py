@@ -10,6 +10,8 @@ import atexit
 import importlib
 import os
 import signal
+import sys
+import traceback
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the start: Ctrl-C during the imports too
 # The server ends once its command is gone (an exit, never a crash, whatever it held). Its
@@ -19,6 +21,33 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the start: Ctrl-C during th
 # command's own exit. Its workers never run it: a forked child ends through os._exit.
 atexit.register(os._exit, 0)
 _START = dict(os.environ)
+
+
+def _asker_gone(kind: type, tb) -> bool:
+    """Whether a worker's start failed because the command that asked for it is gone: the
+    command's semaphores (its pool's queue locks), named in the worker's start-up data, were
+    unlinked by its exit before this freshly forked worker opened them (a Ctrl-C as its workers
+    started, on a loaded machine)."""
+
+    frames = [f.f_code for f, _ in traceback.walk_tb(tb)]
+    return (
+        issubclass(kind, FileNotFoundError)
+        and bool(frames)
+        and frames[-1].co_name == "__setstate__"
+        and frames[-1].co_filename.endswith(os.path.join("multiprocessing", "synchronize.py"))
+    )
+
+
+def _quiet_when_the_asker_is_gone(kind: type, value: BaseException, tb) -> None:
+    """A forked worker's error hook: nothing said where the command that asked for the worker is
+    gone (it said why it stopped; a traceback after its last line would be noise in its terminal
+    and its log), the error as ever otherwise. The worker ends with code 1 either way."""
+
+    if not _asker_gone(kind, tb):
+        sys.__excepthook__(kind, value, tb)
+
+
+sys.excepthook = _quiet_when_the_asker_is_gone  # the server forks its workers with it
 
 WORKER_IMPORTS = (
     "torch",
