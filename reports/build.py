@@ -325,10 +325,12 @@ _LAST_BUILT: dict[tuple, summary.Summary] = {}
 report; 0.15-0.2 s)."""
 
 
-def _stamp(out_dir: Path, baseline: str | None) -> tuple:
+def _stamp(out_dir: Path, baseline: str | None) -> tuple | None:
     """The store of ``out_dir`` as it is now (each file's size and modification time) and
-    ``baseline``: equal stamps, equal data."""
+    ``baseline``: equal stamps, equal data. None where there is no store."""
 
+    if not (out_dir / DB_NAME).exists():
+        return None
     files = (out_dir / DB_NAME, out_dir / f"{DB_NAME}.wal")
     stats = [(f.stat().st_mtime_ns, f.stat().st_size) if f.exists() else None for f in files]
     return (str(out_dir.resolve()), baseline, *stats)
@@ -340,7 +342,7 @@ def summary_of(out_dir: str | Path, baseline: str | None = None) -> summary.Summ
     summary of a report just built from the same store is not computed again."""
 
     out_dir = Path(out_dir)
-    known = _LAST_BUILT.get(_stamp(out_dir, baseline)) if (out_dir / DB_NAME).exists() else None
+    known = _LAST_BUILT.get(_stamp(out_dir, baseline))
     return known if known is not None else summary.summarize(load(out_dir, baseline))
 
 
@@ -350,7 +352,7 @@ def build_report(
     from . import plots
 
     out_dir = Path(out_dir)
-    stamp = _stamp(out_dir, baseline) if (out_dir / DB_NAME).exists() else None
+    stamp = _stamp(out_dir, baseline)
     d = load(out_dir, baseline)
     rows, task_rows, scores = arm_table(d, resamples)
     compared = pairs.pair_rows(d)

@@ -166,7 +166,6 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
 def test_a_child_ends_with_its_killed_parent():
     """A command killed outright while its report draws leaves no child drawing behind."""
 
