@@ -470,3 +470,63 @@ def test_plain_progress_says_each_evaluation_once_between_two_calls_and_across_a
         f"{name}: eval at step 3: score 0.500 (launched_tokens 400/400)",
         f"{name}: finished after 3 steps",
     ]
+
+
+def test_ctrl_c_while_the_runs_are_waited_for_leaves_no_future_locked(monkeypatch):
+    """A Ctrl-C that arrives while the wait holds some of the futures' locks (the wait takes them
+    one by one) is raised only after the wait: every lock is free again, so the pool's own thread,
+    which takes them to record a result, is never left blocked (a command that could not exit)."""
+
+    import concurrent.futures as cf
+    import threading
+    from concurrent.futures import _base  # noqa: PLC2701 - the lock-taking step itself
+
+    from sixblanks.harness.orchestration.executors import LocalExecutor
+
+    futures = [cf.Future() for _ in range(3)]
+    take = _base._AcquireFutures.__enter__
+
+    def taking_with_a_signal_between(self):  # the first lock taken, then Ctrl-C, then the rest
+        self.futures[0]._condition.acquire()
+        signal.raise_signal(signal.SIGINT)
+        for f in self.futures[1:]:
+            f._condition.acquire()
+
+    monkeypatch.setattr(_base._AcquireFutures, "__enter__", taking_with_a_signal_between)
+    ticks, failures = [], {}
+    with pytest.raises(KeyboardInterrupt):
+        LocalExecutor._wait(set(futures), dict.fromkeys(futures, "r"), failures, ticks.append)
+    monkeypatch.setattr(_base._AcquireFutures, "__enter__", take)
+
+    free = []  # from another thread, as the pool's thread would take them
+
+    def try_each() -> None:
+        for f in futures:
+            got = f._condition.acquire(timeout=2)
+            free.append(got)
+            if got:
+                f._condition.release()
+
+    t = threading.Thread(target=try_each)
+    t.start()
+    t.join()
+    assert free == [True, True, True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    futures[0].set_result({"ok": True})  # and the pool's thread records results as before
+    assert futures[0].done()
+
+
+def test_a_wait_inside_a_block_that_defers_ctrl_c_keeps_the_ctrl_c_it_noted():
+    """The run loop defers Ctrl-C as the sweep does: nested in the sweep's block it neither takes
+    the handler over nor forgets a Ctrl-C the sweep has already noted."""
+
+    from sixblanks.harness.orchestration.interrupts import deferred_interrupts
+
+    with deferred_interrupts() as outer:
+        sweeps = signal.getsignal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+        assert outer.is_set()
+        with deferred_interrupts() as inner:
+            assert inner.is_set() and signal.getsignal(signal.SIGINT) is sweeps
+        assert outer.is_set() and signal.getsignal(signal.SIGINT) is sweeps
+    assert not outer.is_set() and signal.getsignal(signal.SIGINT) is signal.default_int_handler

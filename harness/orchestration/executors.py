@@ -29,7 +29,7 @@ from typing import Any
 
 from ..layout import RunDir
 from ..stopping import request_stop
-from .interrupts import Interrupted, Job, run_one, runs_interrupted
+from .interrupts import Interrupted, Job, deferred_interrupts, run_one, runs_interrupted
 from .runner import ACTIVE, run_worker
 from .spawning import worker_context
 
@@ -235,13 +235,7 @@ class LocalExecutor:
                         f = pool.submit(run_worker, job)
                         futures[f] = Path(rd).name
                         pending.add(f)
-                while pending:
-                    done, pending = cf.wait(pending, timeout=0.5)
-                    for f in done:
-                        out = _outcome(f)
-                        if not out.get("ok"):
-                            failures[futures[f]] = out.get("error", "unknown error")
-                    tick()
+                self._wait(pending, futures, failures, tick)
                 # every run answered and wrote its files: the idle workers are ended rather than
                 # waited for (each interpreter's exit, torch loaded, takes about a second)
                 dismiss(pool)
@@ -250,6 +244,30 @@ class LocalExecutor:
                 raise self._interrupt(pool, futures, pending, runs, tick) from None
         tick(final=True)
         return failures
+
+    @staticmethod
+    def _wait(pending: set, futures: dict, failures: dict, tick: Callable[..., None]) -> None:
+        """Wait for ``pending`` (emptied as they answer), a failed run's error into ``failures``.
+
+        Ctrl-C here is noted by a handler that raises nothing and raised between two waits: a
+        KeyboardInterrupt raised wherever this thread happens to be can leave a lock taken (the
+        futures' wait takes each future's lock in a Python loop), and the pool's own thread,
+        blocked on it, would then keep the command from ever exiting."""
+
+        last_tick = time.monotonic()
+        with deferred_interrupts() as ctrl_c:  # a second Ctrl-C raises at once
+            while pending:
+                done, still = cf.wait(pending, timeout=0.1)
+                pending.intersection_update(still)
+                for f in done:
+                    out = _outcome(f)
+                    if not out.get("ok"):
+                        failures[futures[f]] = out.get("error", "unknown error")
+                if ctrl_c.is_set():
+                    raise KeyboardInterrupt
+                if done or time.monotonic() - last_tick >= 0.5:
+                    tick()
+                    last_tick = time.monotonic()
 
     def _interrupt(self, pool, futures, pending, runs, tick) -> Interrupted:
         """Cancel the queued runs, stop the ones in flight (at their next step boundary or stop

@@ -26,9 +26,14 @@ def deferred_interrupts() -> Iterator[threading.Event]:
     """Within the block, Ctrl-C (SIGINT) only sets :data:`SIGINT_SEEN` (a second one raises
     KeyboardInterrupt at once): the sweep acts on it between trials and while it waits for one,
     never in the middle of a write to its study's storage. Only in the main thread; restored
-    after."""
+    after. Within such a block already (or where Ctrl-C is ignored), the block changes nothing."""
 
-    if threading.current_thread() is not threading.main_thread():
+    held = signal.getsignal(signal.SIGINT)
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or getattr(held, "defers_ctrl_c", False)
+        or held is signal.SIG_IGN
+    ):
         yield SIGINT_SEEN
         return
 
@@ -37,6 +42,7 @@ def deferred_interrupts() -> Iterator[threading.Event]:
             raise KeyboardInterrupt
         SIGINT_SEEN.set()
 
+    handler.defers_ctrl_c = True  # type: ignore[attr-defined]
     SIGINT_SEEN.clear()
     old = signal.signal(signal.SIGINT, handler)
     try:

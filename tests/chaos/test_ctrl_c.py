@@ -323,6 +323,7 @@ def _five_times(warm, tmp_path, chaos) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT: every thread's stack
         )
         deadline, seen = time.monotonic() + 120, False
         while time.monotonic() < deadline and proc.poll() is None and not seen:
@@ -337,9 +338,15 @@ def _five_times(warm, tmp_path, chaos) -> None:
             proc.wait(timeout=60)
         finally:
             took = time.monotonic() - t0
-            if proc.poll() is None:  # it did not stop: ended here rather than run to its end
+            if proc.poll() is None:  # it did not stop: where each of its threads waits, then ended
+                os.kill(proc.pid, signal.SIGABRT)  # here rather than left to run to its end
+                time.sleep(1)
                 os.killpg(proc.pid, signal.SIGKILL)
             _, err = proc.communicate()
+            if took >= 60:
+                pytest.fail(
+                    f"repetition {i + 1} ({what}): still running 60 s after SIGINT:\n{err[-6000:]}"
+                )
         assert proc.returncode == 130, err[-3000:]
         assert took < STOP_BOUND, f"repetition {i + 1} ({what}): stopped in {took:.2f} s"
         assert err.strip().splitlines()[-1].startswith(last_line), err[-3000:]
