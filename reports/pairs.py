@@ -127,6 +127,9 @@ def pair_rows(d: Data, confidence: float = 0.95) -> list[dict[str, Any]]:
         # the interval and the detectable difference at the level Holm held the pair to
         r.update(paired.paired_difference(y_hi, y_lo, 1 - level).as_dict())
         r["level"] = level
+        both = np.concatenate([y_hi.ravel(), y_lo.ravel()])
+        r["range"] = (float(both.min()), float(both.max()))  # the outcomes' span: differences
+        # of the arms' means cannot exceed its width
         # one seed: the interval holds the evaluation's noise only, not the seeds' spread
         r["separated"] = sep and r["seeds"] >= 2
     return rows
@@ -185,7 +188,9 @@ def pair_sentence(r: dict[str, Any], pairs: int) -> str:
     """One plain sentence for a ``pair_rows`` row, its direction in words: "dapo > grpo: paired
     difference 0.086 [0.028, 0.144] (2 seeds × 64 instances), separated (Holm over 3 pairs)." or
     the same without the ">" and with "no separation". The interval and the detectable difference
-    are the row's, at the level Holm held the pair to (with one pair, 95%)."""
+    are the row's, at the level Holm held the pair to (with one pair, 95%). An interval that holds
+    every difference the scores allow (few seeds, many pairs) is said to be that, not quoted as an
+    estimate, and a detectable difference beyond the scores' range as "even the largest"."""
 
     a, b = r["a"], r["b"]
     diff = estimate_interval(r["diff"], r["low"], r["high"])
@@ -204,11 +209,20 @@ def pair_sentence(r: dict[str, Any], pairs: int) -> str:
             f"{a} vs {b}: no verdict with one seed (its spread over seeds is unknown); {lead}, "
             f"paired difference {diff} {design}."
         )
-    unseen = (
-        f"; a true difference below {fmt(r['mde'])} would often go unseen"
-        if np.isfinite(r["mde"])
-        else ""
-    )
+    lo, hi = r.get("range", (0.0, 0.0))
+    width, seen = hi - lo, f"the scores seen range over [{fmt(lo)}, {fmt(hi)}]"
+    if width > 0 and r["low"] <= -width and r["high"] >= width:
+        # wider than any difference of the arms' means: no number in it says anything
+        return (
+            f"{a} vs {b}: no separation{holm_over}; {lead} {design}, but the interval at this "
+            f"level, [{fmt(r['low'])}, {fmt(r['high'])}], holds every difference two arms could "
+            f"show ({seen}): with {seeds} no difference can be told apart."
+        )
+    unseen = ""
+    if width > 0 and r["mde"] >= width:
+        unseen = f"; even the largest possible difference would often go unseen ({seen})"
+    elif np.isfinite(r["mde"]):
+        unseen = f"; a true difference below {fmt(r['mde'])} would often go unseen"
     return (
         f"{a} vs {b}: no separation{holm_over}; {lead}, paired difference {diff} {design}{unseen}."
     )

@@ -19,7 +19,7 @@ from scipy import stats as sps
 
 from sixblanks.harness.store.database import append_rows
 from sixblanks.reports import stats
-from sixblanks.reports.build import build_report, summary_of
+from sixblanks.reports.build import build_report, load, summary_of
 
 INSTANCES = 40
 WARM = 0.2
@@ -250,6 +250,42 @@ def test_one_sentence_per_pair_with_its_direction_in_words(planted):
     assert f"| dapo | grpo | {diff('dapo', 'grpo'):.3f} [" in part
     assert f"| dapo | rloo | {diff('dapo', 'rloo'):.3f} [" in part
     assert "| grpo | dapo |" not in part and " -0." not in part.split("|---|", 1)[1]
+
+
+def test_an_interval_wider_than_the_scores_allow_is_said_plainly(planted):
+    """Outcomes in [0, 1]: two arms' means differ by at most 1. With 3 seeds and 28 pairs the
+    Holm-adjusted t interval (2 degrees of freedom) can run past both ends of [-1, 1]: the
+    sentence then says it holds every possible difference instead of quoting it as an estimate,
+    and a detectable difference beyond 1 is "even the largest"."""
+
+    from sixblanks.reports.pairs import pair_rows, pair_sentence
+
+    row = {"a": "ppo", "b": "rloo", "diff": 0.053, "seeds": 3, "instances": 25}
+    row |= {"separated": False, "range": (0.0, 1.0)}
+    # 3 seeds' paired means by hand, t quantile at 0.05 / 28 with 2 degrees of freedom
+    means = np.array([0.9, -0.7, -0.041])
+    half = sps.t.ppf(1 - 0.05 / 28 / 2, 2) * np.std(means, ddof=1) / np.sqrt(3)
+    assert half > 1 + abs(means.mean())  # past both ends
+    low, high = means.mean() - half, means.mean() + half
+    wide = pair_sentence(row | {"low": low, "high": high, "mde": 2 * half}, 28)
+    assert wide == (
+        "ppo vs rloo: no separation (Holm over 28 pairs); ppo scored 0.053 higher than rloo "
+        f"(3 seeds × 25 instances), but the interval at this level, [{low:.3f}, {high:.3f}], "
+        "holds every difference two arms could show (the scores seen range over [0.000, 1.000]): "
+        "with 3 seeds no difference can be told apart."
+    )
+    # inside the range, the interval is quoted; a detectable difference past 1 is "the largest"
+    narrow = pair_sentence(row | {"low": -0.3, "high": 0.4, "mde": 1.2}, 28)
+    assert "paired difference 0.053 [-0.300, 0.400]" in narrow
+    assert narrow.endswith(
+        "; even the largest possible difference would often go unseen (the "
+        "scores seen range over [0.000, 1.000])."
+    )
+    usual = pair_sentence(row | {"low": -0.3, "high": 0.4, "mde": 0.35}, 28)
+    assert usual.endswith("; a true difference below 0.350 would often go unseen.")
+    # the range is the pair's outcomes' own: the planted instances are solved (1) or not (0)
+    d = load(planted["out"])
+    assert {r["range"] for r in pair_rows(d)} == {(0.0, 1.0)}
 
 
 def test_p_improvement_with_its_seeds_and_not_below_three(planted):
