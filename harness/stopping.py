@@ -30,9 +30,9 @@ as it was (pending, or resumable)."""
 
 STOP = threading.Event()
 """Set in a worker process whose orchestrator was interrupted (SIGTERM, see
-:func:`~sixblanks.harness.orchestration.executors.exit_with_parent`): its run stops at the next step
-boundary, checkpointed, or at a stop point inside a long phase after the grace; a run not yet
-started does not start."""
+:func:`~sixblanks.harness.orchestration.local_workers.exit_with_parent`): its run stops at the
+next step boundary, checkpointed, or at a stop point inside a long phase after the grace; a run
+not yet started does not start."""
 
 GRACE_SECONDS = 0.5
 """How long after a stop request a run may still reach its step boundary (and checkpoint the step)

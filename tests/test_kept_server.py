@@ -16,7 +16,7 @@ from sixblanks.harness.orchestration.processes import running
 PROBE = """
 import json, multiprocessing.forkserver as fs, os, signal, sys, time
 from sixblanks.harness.orchestration import kept_server
-from sixblanks.harness.orchestration.executors import local_pool
+from sixblanks.harness.orchestration.local_workers import local_pool
 with local_pool(1) as pool:
     got = {
         "ppid": pool.submit(os.getppid).result(),

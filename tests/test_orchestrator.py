@@ -280,7 +280,7 @@ def test_local_workers_end_when_the_orchestrator_is_killed(tmp_path):
     """A killed `sixblanks run` or sweep leaves no worker process waiting for work forever."""
 
     code = (
-        "import os, time; from sixblanks.harness.orchestration.executors import local_pool\n"
+        "import os, time; from sixblanks.harness.orchestration.local_workers import local_pool\n"
         "pool = local_pool(1)\n"
         "print(pool.submit(os.getpid).result(), flush=True)\n"
         "time.sleep(600)\n"
@@ -309,7 +309,7 @@ def test_a_worker_is_forked_from_the_fork_server_and_takes_its_pools_environment
     this process; a variable set after the server started still reaches the workers of a pool
     made after it (a later `--no-cache`, say), and one removed is gone from them."""
 
-    from sixblanks.harness.orchestration.executors import local_pool
+    from sixblanks.harness.orchestration.local_workers import local_pool
 
     monkeypatch.setenv("SIXBLANKS_TEST_PROBE", "before")
     with local_pool(1) as pool:
@@ -328,7 +328,7 @@ def test_a_worker_keeps_what_the_fork_servers_imports_set_in_the_environment():
     thread); a command whose own process never imported that module has none of it."""
 
     code = (
-        "import os; from sixblanks.harness.orchestration.executors import local_pool\n"
+        "import os; from sixblanks.harness.orchestration.local_workers import local_pool\n"
         "with local_pool(1) as pool:\n"
         "    print(os.getenv('TOKENIZERS_PARALLELISM'),"
         " pool.submit(os.getenv, 'TOKENIZERS_PARALLELISM').result())\n"
@@ -370,7 +370,7 @@ def test_a_worker_finds_its_first_model_load_prepared_by_the_fork_server(tmp_pat
     from types import SimpleNamespace
 
     from sixblanks.harness.models import build_tiny_model, build_tokenizer, save_policy
-    from sixblanks.harness.orchestration.executors import local_pool
+    from sixblanks.harness.orchestration.local_workers import local_pool
 
     tok = build_tokenizer("0123456789+-=")
     tiny = SimpleNamespace(

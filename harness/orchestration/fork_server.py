@@ -60,7 +60,7 @@ WORKER_IMPORTS = (
     "sixblanks.harness.training",
     "sixblanks.harness.orchestration.ledgerlog",
     "sixblanks.harness.orchestration.runner",
-    "sixblanks.harness.orchestration.executors",
+    "sixblanks.harness.orchestration.local_workers",
     # the built-in tasks, which a run's task lookup imports at once
     "sixblanks.harness.tasks.builtin",
     "sixblanks.harness.tasks.dataset",
@@ -93,4 +93,4 @@ except Exception:  # noqa: BLE001 - the worker makes it again where used
 
 SET_BY_IMPORTS = {k: v for k, v in os.environ.items() if _START.get(k) != v}
 """What the imports set in the environment (``harness/models.py``'s TOKENIZERS_PARALLELISM): a
-worker keeps it under its pool's environment (:func:`.executors.exit_with_parent`)."""
+worker keeps it under its pool's environment (:func:`.local_workers.exit_with_parent`)."""

@@ -134,7 +134,7 @@ def worker_context() -> ForkServerContext:
     of a process that runs several (a ladder, a sweep, the findings, the test suite). Like
     :data:`SPAWN`'s, its workers do not import ``__main__``. Each is forked from the server's
     state, not this process's: a worker takes this process's environment from its pool
-    (:func:`~.executors.exit_with_parent`), its working directory and ``sys.path`` from
+    (:func:`~.local_workers.exit_with_parent`), its working directory and ``sys.path`` from
     multiprocessing's preparation. The server itself imports from the interpreter's own path
     (``PYTHONPATH`` and the installed packages), not from paths this process added to
     ``sys.path`` at run time: a sixblanks imported from such a path would differ from the
