@@ -32,7 +32,9 @@ not met: it needs a step of 0.153 s against 0.188, with generation at 0.060 s/st
 AdamW's foreach: 1.56x (pairs 1.49-1.58x; TRL 0.216 s/step, sixblanks 0.139).
 2026-12-06, another machine (an AVX2 AMD EPYC) and TRL's gradient checkpointing off: 1.37x
 (pairs 1.30-1.41x; TRL 0.261 s/step, sixblanks 0.193, its generation 0.074 against a floor of
-0.019).
+0.019). 2026-12-07, an Intel CPU with AVX-512: 1.34x (pairs 0.95-1.42x; TRL 0.199 s/step,
+sixblanks 0.147; generation 0.050 against a floor of 0.017, the update and the rest 0.096 against
+the update's floor of 0.058: 2.0x would need the update and the rest below that floor).
 
 TRL is a benchmark-only dependency in a venv of its own (``make trl`` builds ``.venv-trl``):
 
