@@ -472,7 +472,19 @@ def test_plain_progress_says_each_evaluation_once_between_two_calls_and_across_a
     ]
 
 
-def test_ctrl_c_while_the_runs_are_waited_for_leaves_no_future_locked(monkeypatch):
+@pytest.fixture
+def ctrl_c_in_effect():
+    """SIGINT raising KeyboardInterrupt, as in a terminal, for the test (a job that a shell
+    started in the background, as CI may run the suite, ignores it); restored after."""
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_while_the_runs_are_waited_for_leaves_no_future_locked(
+    monkeypatch, ctrl_c_in_effect
+):
     """A Ctrl-C that arrives while the wait holds some of the futures' locks (the wait takes them
     one by one) is raised only after the wait: every lock is free again, so the pool's own thread,
     which takes them to record a result, is never left blocked (a command that could not exit)."""
@@ -516,7 +528,23 @@ def test_ctrl_c_while_the_runs_are_waited_for_leaves_no_future_locked(monkeypatc
     assert futures[0].done()
 
 
-def test_a_wait_inside_a_block_that_defers_ctrl_c_keeps_the_ctrl_c_it_noted():
+def test_where_ctrl_c_is_ignored_the_wait_leaves_it_ignored(monkeypatch):
+    """A command a shell started in the background ignores Ctrl-C (SIG_IGN): deferring it must
+    not make it count there."""
+
+    from sixblanks.harness.orchestration.interrupts import deferred_interrupts
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_interrupts() as seen:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGINT)
+            assert not seen.is_set()
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_a_wait_inside_a_block_that_defers_ctrl_c_keeps_the_ctrl_c_it_noted(ctrl_c_in_effect):
     """The run loop defers Ctrl-C as the sweep does: nested in the sweep's block it neither takes
     the handler over nor forgets a Ctrl-C the sweep has already noted."""
 
