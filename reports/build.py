@@ -26,6 +26,7 @@ import polars as pl
 
 from . import (
     credit,
+    curve_fits,
     diagnostics,
     lag,
     mismatch,
@@ -383,7 +384,7 @@ def build_report(
     blocks += pairs.paired_blocks(d, compared)
     for name in ("final_scores.png", "score_vs_cost.png", "task_curves.png"):
         blocks += image(name)
-    blocks += pairs.curve_blocks(d, resamples=max(20, min(200, resamples // 10)))
+    blocks += curve_fits.curve_blocks(d, resamples=max(20, min(200, resamples // 10)))
     blocks += census_blocks(d)
     for name in ("sampling_census.png", "census.png", "training_curves.png", "lag.png"):
         blocks += image(name)

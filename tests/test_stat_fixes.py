@@ -14,7 +14,7 @@ import torch
 from scipy import stats
 
 from sixblanks.harness.training.diagnostics import GradNoiseProbe
-from sixblanks.reports import curvefit, paired, pairs
+from sixblanks.reports import curve_fits, curvefit, paired, pairs
 
 # ----------------------------------------------------------------------------- curve bootstrap
 
@@ -60,16 +60,16 @@ def test_the_reports_curve_fits_do_not_depend_on_how_arms_and_runs_are_listed(mo
 
     def fits(arms, flip):
         listed = {a: (r[::-1] if flip else r) for a, r in curves.items()}
-        monkeypatch.setattr(pairs, "arm_curves", lambda d, axis: listed)
+        monkeypatch.setattr(curve_fits, "arm_curves", lambda d, axis: listed)
         d = SimpleNamespace(warm_start_score=0.2, arms=arms)
-        return pairs.curve_rows(d, resamples=50)
+        return curve_fits.curve_rows(d, resamples=50)
 
     (f1, p1), (f2, p2) = fits(["x", "y"], False), fits(["y", "x"], True)
-    for axis in pairs.AXES:
+    for axis in curve_fits.AXES:
         for arm in ("x", "y"):
             assert np.array_equal(f1[axis][arm].boots, f2[axis][arm].boots)
         assert not np.array_equal(f1[axis]["x"].boots, f1[axis]["y"].boots)
-    assert [p1[0][axis] for axis in pairs.AXES] == [p2[0][axis] for axis in pairs.AXES]
+    assert [p1[0][axis] for axis in curve_fits.AXES] == [p2[0][axis] for axis in curve_fits.AXES]
 
 
 # ----------------------------------------------------------------------------- Holm and intervals
