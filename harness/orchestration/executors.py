@@ -145,7 +145,7 @@ class LocalExecutor:
         blocked on it, would then keep the command from ever exiting."""
 
         last_tick = time.monotonic()
-        with deferred_interrupts() as ctrl_c:  # a second Ctrl-C raises at once
+        with deferred_interrupts(over_default_only=True) as ctrl_c:  # a second one raises at once
             while pending:
                 done, still = cf.wait(pending, timeout=0.1)
                 pending.intersection_update(still)

@@ -22,17 +22,19 @@ point."""
 
 
 @contextmanager
-def deferred_interrupts() -> Iterator[threading.Event]:
+def deferred_interrupts(over_default_only: bool = False) -> Iterator[threading.Event]:
     """Within the block, Ctrl-C (SIGINT) only sets :data:`SIGINT_SEEN` (a second one raises
     KeyboardInterrupt at once): the sweep acts on it between trials and while it waits for one,
     never in the middle of a write to its study's storage. Only in the main thread; restored
-    after. Within such a block already (or where Ctrl-C is ignored), the block changes nothing."""
+    after. Within such a block already, the block changes nothing; with ``over_default_only``,
+    nor where Ctrl-C does not raise KeyboardInterrupt to begin with (ignored, as in a job a shell
+    started in the background, or handled by the program's own handler)."""
 
     held = signal.getsignal(signal.SIGINT)
     if (
         threading.current_thread() is not threading.main_thread()
         or getattr(held, "defers_ctrl_c", False)
-        or held is signal.SIG_IGN
+        or (over_default_only and held is not signal.default_int_handler)
     ):
         yield SIGINT_SEEN
         return

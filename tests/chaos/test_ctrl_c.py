@@ -348,7 +348,9 @@ def _five_times(warm, tmp_path, chaos) -> None:
                     f"repetition {i + 1} ({what}): still running 60 s after SIGINT:\n{err[-6000:]}"
                 )
         assert proc.returncode == 130, err[-3000:]
-        assert took < STOP_BOUND, f"repetition {i + 1} ({what}): stopped in {took:.2f} s"
+        assert took < STOP_BOUND, (
+            f"repetition {i + 1} ({what}): stopped in {took:.2f} s\n{err[-3000:]}"
+        )
         assert err.strip().splitlines()[-1].startswith(last_line), err[-3000:]
         assert "Traceback" not in err, err[-3000:]
         _check_consistent(out, chaos)
