@@ -154,7 +154,7 @@ def pair_sentence(r: dict[str, Any], pairs: int) -> str:
             f"{a} vs {b}: no verdict with one seed (its spread over seeds is unknown); {lead}, "
             f"paired difference {diff} {design}."
         )
-    lo, hi = r.get("range", (0.0, 0.0))
+    lo, hi = r["range"]
     width, seen = hi - lo, f"the scores seen range over [{fmt(lo)}, {fmt(hi)}]"
     if width > 0 and r["low"] <= -width and r["high"] >= width:
         # wider than any difference of the arms' means: no number in it says anything

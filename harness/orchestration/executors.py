@@ -147,8 +147,8 @@ class LocalExecutor:
         last_tick = time.monotonic()
         with deferred_interrupts(over_default_only=True) as ctrl_c:  # a second one raises at once
             while pending:
-                done, still = cf.wait(pending, timeout=0.1)
-                pending.intersection_update(still)
+                done, _ = cf.wait(pending, timeout=0.1)
+                pending -= done
                 for f in done:
                     out = outcome(f)
                     if not out.get("ok"):
