@@ -54,6 +54,20 @@ def disk_full(exc: BaseException) -> bool:
     return any(w in text for w in _FULL_WORDS)
 
 
+def interrupted_inside(exc: BaseException) -> bool:
+    """Whether ``exc`` was caused by a Ctrl-C: a KeyboardInterrupt anywhere in its chain of causes.
+    A library that calls back into Python may wrap the KeyboardInterrupt that landed in the
+    callback (pydantic's serializers raise a PydanticSerializationError whose cause it is)."""
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def disk_full_message(exc: BaseException, what: str) -> str:
     where = getattr(exc, "filename", None)
     return (

@@ -108,6 +108,33 @@ def test_each_class_of_error_has_its_exit_code(cli, write_yaml, tmp_path):
     assert cli("--version")[0] == 0
 
 
+def test_a_ctrl_c_a_library_wrapped_is_still_an_interruption(cli, monkeypatch):
+    """Ctrl-C landing in a callback pydantic's serializer runs (a configuration's serializer, while
+    the command starts) comes out as pydantic's own error with the KeyboardInterrupt as its cause:
+    the command says it was interrupted and exits 130, as for any Ctrl-C, not 1 with the library's
+    error. The same error without a Ctrl-C behind it stays a failure."""
+
+    from pydantic import BaseModel, model_serializer
+
+    import sixblanks.harness.cli as cli_module
+
+    class Interrupted(BaseModel):
+        @model_serializer(mode="wrap")
+        def _dump(self, handler):
+            raise KeyboardInterrupt
+
+    class Broken(BaseModel):
+        @model_serializer(mode="wrap")
+        def _dump(self, handler):
+            raise RuntimeError("a bug")
+
+    for model, code, said in ((Interrupted, 130, "interrupted"), (Broken, 1, "a bug")):
+        monkeypatch.setattr(cli_module, "app", lambda model=model, **kw: model().model_dump())
+        got, _, err = cli("validate", "x.yaml")
+        assert (got, err.strip().splitlines()[-1].startswith("error:")) == (code, code == 1), err
+        assert said in err, err
+
+
 def test_the_exit_codes_are_documented():
     from .conftest import ROOT
 

@@ -71,10 +71,14 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(exc, (click.ClickException, typer.TyperException)):
             exc.show()
             sys.exit(exc.exit_code)  # 2 for every usage error (UsageError and its kinds)
+        from ..errors import disk_full, disk_full_message, interrupted_inside, path_problem
+        from ..redact import redact
+
+        if interrupted_inside(exc):  # a Ctrl-C a library wrapped in an error of its own
+            sys.stderr.write("interrupted\n")
+            sys.exit(130)
         if debug:
             raise
-        from ..errors import disk_full, disk_full_message, path_problem
-        from ..redact import redact
 
         if disk_full(exc):  # the orchestrator's own files (experiment.json, the store, a report)
             sys.stderr.write(f"error: {disk_full_message(exc, 'the output directory')}\n")
