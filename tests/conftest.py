@@ -22,6 +22,11 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pinned"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# two xdist workers on two cores, each busy: a process of the suite (a command, a run worker) that
+# took two torch threads would wait on its second thread at every parallel operation while the
+# other worker holds the core (a sweep test took 197 s for 26 s alone beside one busy process, 73 s
+# with one thread); inherited by every process the tests start, and honoured by the runs' threads
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # a kept worker server is asked for by the tests that test it alone (its keeper outlives a test)
 os.environ.pop("SIXBLANKS_KEEP_WARM", None)
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -41,6 +41,22 @@ def _cfg(**over):
     return validate_mapping(data)
 
 
+def test_threads_per_worker_share_the_cores_and_honour_omp_num_threads(monkeypatch):
+    """8 cores: 3 workers get 8 // 3 = 2 threads each, 1 worker all 8, more workers than cores 1;
+    ``OMP_NUM_THREADS`` caps them (4: 1 worker gets 4, 3 workers still 2), and a value that is no
+    count is ignored."""
+
+    from sixblanks.harness.orchestration.orchestrator import threads_per_worker
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert [threads_per_worker(w) for w in (1, 3, 8, 20)] == [8, 2, 1, 1]
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert [threads_per_worker(w) for w in (1, 3, 8)] == [4, 2, 1]
+    monkeypatch.setenv("OMP_NUM_THREADS", "auto")
+    assert threads_per_worker(1) == 8
+
+
 def test_run_ids_are_content_hashes():
     cfg = _cfg()
     a, b = build_specs(cfg, "k"), build_specs(cfg, "k")

@@ -48,6 +48,19 @@ def default_workers(n_runs: int, requested: int | None) -> int:
     return max(1, min(n_runs, requested or cores))
 
 
+def threads_per_worker(workers: int) -> int:
+    """Torch threads for each of ``workers`` local workers running at once: the cores shared out,
+    at most ``OMP_NUM_THREADS`` where it is set (the usual cap on a process's threads, as torch's
+    own default honours it). A process given more threads than it can have cores to itself, beside
+    other busy processes, spends much of its time with one thread waiting for the other at every
+    parallel operation: a machine shared with other work sets ``OMP_NUM_THREADS=1``."""
+
+    cores = os.cpu_count() or 1
+    threads = max(1, cores // max(1, min(workers, cores)))
+    cap = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return min(threads, max(1, int(cap))) if cap.isdigit() else threads
+
+
 class Orchestrator:
     def __init__(
         self,
@@ -181,7 +194,7 @@ class Orchestrator:
             workers = default_workers(len(todo), ex.workers) if ex.kind == "local" else len(todo)
             if ex.kind == "local" and cuda_ranks(self.cfg.model):  # each takes GPUs 0..N-1
                 workers = 1
-            threads = max(1, (os.cpu_count() or 1) // max(1, min(workers, os.cpu_count() or 1)))
+            threads = threads_per_worker(workers)
             # the early workers, where they run as many runs at a time (with this run's threads)
             if early is not None and min(early.workers, len(todo)) == workers:
                 early.threads, executor = threads, early

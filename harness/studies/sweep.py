@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -166,7 +165,7 @@ class Sweep:
         import optuna
 
         from ..orchestration.executors import make_executor
-        from ..orchestration.orchestrator import Orchestrator
+        from ..orchestration.orchestrator import Orchestrator, threads_per_worker
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         orch = Orchestrator(self.cfg, self.out, log=self.log, progress=False)
@@ -183,7 +182,7 @@ class Sweep:
             "trial_budget": self.trial_budget,
             "total_budget": self.total_budget,
         }
-        threads = max(1, (os.cpu_count() or 1) // self.parallel)
+        threads = threads_per_worker(self.parallel)
         executor = make_executor(self.cfg.executor, self.parallel, threads)
         # Ctrl-C is acted on between launches and while trials run, never inside a storage write
         with deferred_interrupts(), executor.session(self.parallel) as session:
