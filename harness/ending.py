@@ -1,7 +1,8 @@
 """How sixblanks' own processes end: without the interpreter's teardown, once what it must do is
 done (:func:`end_now`): the ``sixblanks`` program, the helpers it spawns
-(:class:`EndingSpawnProcess`: the MLflow sync beside the runs, a run's concurrent collector) and a
-data-parallel run's ranks.
+(:class:`EndingSpawnProcess`: the MLflow sync beside the runs) and a data-parallel run's ranks. A
+run's concurrent collector, forked from the fork server, ends through ``os._exit`` as every forked
+child does.
 
 The teardown frees every module and object a process loaded: after a command that loaded Polars,
 DuckDB, PyArrow, SciPy and Matplotlib about half a second, after MLflow's imports about one, after

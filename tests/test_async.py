@@ -95,11 +95,19 @@ def test_rounds_still_queued_at_the_end_are_launched_and_discarded(tmp_path):
     assert set(kinds) - {"step", "drain"} <= set(UNIT_KINDS)
 
 
+def _parent_of(pid: int) -> int:
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+
 def test_a_killed_collector_is_restarted_and_nothing_is_lost_or_counted_twice(tmp_path):
+    """The collector, forked from the fork server as a run's is (the server's child, not the
+    trainer's), SIGKILLed after step 2."""
+
     killed = []
 
     def kill(tr, m):
         if m["step"] == 2:
+            assert _parent_of(tr.collector.worker.pid) not in (os.getpid(), 1)
             os.kill(tr.collector.worker.pid, signal.SIGKILL)
             killed.append(tr.collector.worker.pid)
 
@@ -116,10 +124,13 @@ def test_a_killed_collector_is_restarted_and_nothing_is_lost_or_counted_twice(tm
 
 
 def test_a_dead_collector_past_its_restarts_fails_the_run_clearly(tmp_path):
+    """A collector spawned (a trainer given no process context: the trainer's own child)."""
+
     def kill(tr, m):
+        assert _parent_of(tr.collector.worker.pid) == os.getpid()
         os.kill(tr.collector.worker.pid, signal.SIGKILL)
 
-    tr = _trainer({**ASYNC, "data": {"concurrent": {"queue": 1, "restarts": 0}}})
+    tr = _trainer({**ASYNC, "data": {"concurrent": {"queue": 1, "restarts": 0}}}, spawn=True)
     from sixblanks.harness.training import TrainingError
 
     with pytest.raises(TrainingError, match=r"concurrent collector died .*restarts: 0"):

@@ -19,9 +19,13 @@ from tests.golden.record import (
 )
 
 
-def _trainer(over=None, preset="grpo", budget=None):
+def _trainer(over=None, preset="grpo", budget=None, spawn=False):
+    """A trainer of the golden fixture's policy; a concurrent collector of it is forked from the
+    fork server, as a run's is (``spawn``: spawned, as where no context is given)."""
+
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.models import load_pretrained
+    from sixblanks.harness.orchestration.spawning import helper_context
     from sixblanks.harness.tasks import make_task
     from sixblanks.harness.training import RunSettings, Trainer
 
@@ -36,6 +40,7 @@ def _trainer(over=None, preset="grpo", budget=None):
         seed=0,
         eval_size=EVAL_SIZE,
         name=preset,
+        process_context=None if spawn else helper_context,
     )
     return Trainer(s, make_task("arithmetic"), model, tok)
 

@@ -101,3 +101,48 @@ def test_a_worker_whose_command_is_gone_ends_without_a_traceback(tmp_path):
     assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr[-3000:]
     assert "a file of its own, missing" in done.stderr
     assert "synchronize.py" not in done.stderr
+
+
+def _helper_saw(q) -> None:
+    import multiprocessing
+    import os
+
+    from sixblanks.harness.training.collectors.worker import trainer_alive
+
+    parent = multiprocessing.parent_process()
+    preloaded = "transformers.models.llama.modeling_llama" in sys.modules
+    q.put((os.getppid(), parent.pid, trainer_alive(parent.pid), preloaded))
+
+
+def _start_a_helper() -> tuple:
+    """In a run worker: a helper process started as a run starts its concurrent collector; the
+    worker's pid and parent's, the helper's exit code and what the helper saw."""
+
+    import os
+
+    from sixblanks.harness.orchestration.spawning import helper_context
+
+    ctx = helper_context()
+    q = ctx.Queue()
+    p = ctx.Process(target=_helper_saw, args=(q,))
+    p.start()
+    seen = q.get(timeout=60)
+    p.join(30)
+    return os.getpid(), os.getppid(), p.exitcode, seen
+
+
+def test_a_runs_helper_is_forked_from_the_server_that_forked_the_run():
+    """A run's concurrent collector is forked from the fork server that forked the run's worker,
+    beside it (the server's child, its imports made once), not spawned from the worker (a fresh
+    interpreter importing torch and transformers again, about 4 s); it knows the worker as the
+    trainer that started it, alive while it runs."""
+
+    from sixblanks.harness.orchestration.local_workers import local_pool
+
+    with local_pool(1) as pool:
+        worker, server, code, seen = pool.submit(_start_a_helper).result(timeout=120)
+    ppid, trainer, alive, preloaded = seen
+    assert code == 0
+    assert ppid == server != worker  # the server's child, not the worker's
+    assert trainer == worker and alive
+    assert preloaded  # transformers' Llama, which nothing the helper runs imports

@@ -26,6 +26,7 @@ TAIL = ("chain_arithmetic", {"steps": 8, "tail": 1.5})
 def _trainer(over, preset="grpo", budget=None, task=TAIL):
     from sixblanks.harness.config import validate_mapping
     from sixblanks.harness.models import load_pretrained
+    from sixblanks.harness.orchestration.spawning import helper_context
     from sixblanks.harness.training import RunSettings, Trainer
 
     from .golden.record import CONFIG, INITIAL_DIR
@@ -41,6 +42,7 @@ def _trainer(over, preset="grpo", budget=None, task=TAIL):
         seed=0,
         eval_size=8,
         name=preset,
+        process_context=helper_context,  # the collector forked from the fork server, as a run's
     )
     return Trainer(s, make_task(*task), model, tok)
 

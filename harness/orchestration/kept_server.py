@@ -290,14 +290,14 @@ def _serve(key: str, server: int, users: Path) -> bool:
 # ------------------------------------------------------------------------ forking from a kept one
 
 
-def launch(popen, process_obj, address: str, owners: tuple[int, int]) -> None:
+def launch(popen, process_obj, address: str, owners: tuple[int, int] | None) -> None:
     """``popen``'s launch through the kept server at ``address`` (the fork
     server's own protocol, :class:`multiprocessing.popen_forkserver.Popen`'s ``_launch`` with
     another address): the process's preparation data and pickle go down a pipe, its pid and later
     its exit code come back up another. The command's stdout and stderr go along as the last two
     inherited descriptors (:func:`take_output`): the server's are the keeper's log. Raises
     ConnectionError where the socket was not opened by ``owners`` (the keeper's and the server's
-    pids) of this user."""
+    pids) of this user; None: not checked (the address of the server that forked this process)."""
 
     from multiprocessing import forkserver, reduction, resource_tracker, spawn, util
     from multiprocessing.context import set_spawning_popen
@@ -322,7 +322,8 @@ def launch(popen, process_obj, address: str, owners: tuple[int, int]) -> None:
     try:
         with socket.socket(socket.AF_UNIX) as client:
             client.connect(address)
-            _check_peer(client, owners)
+            if owners is not None:
+                _check_peer(client, owners)
             reduction.sendfds(client, fds)
     except BaseException:
         os.close(parent_r)

@@ -111,9 +111,11 @@ def build_trainer(spec: RunSpec, warm_dir: str | Path, work_dir: str | Path | No
     from ..tasks import make_task
     from ..tasks.judge import attach_judge
     from ..training import Trainer
+    from .spawning import helper_context
 
     settings = settings_from_spec(spec)
     settings.work_dir = str(work_dir) if work_dir is not None else None
+    settings.process_context = helper_context  # a concurrent collector: from the fork server
     shared = Path(warm_dir) / START_EVALUATIONS  # there where the experiment shares them
     if shared.is_dir():
         import torch

@@ -82,7 +82,8 @@ class _ForkServerContext(ForkServerContext):
 
 
 class _KeptPopen(popen_forkserver.Popen):
-    """A forkserver Popen whose server is its process's kept one (:mod:`.kept_server`)."""
+    """A forkserver Popen whose server is its process's kept one (:mod:`.kept_server`), or the
+    server this process was itself forked from (:func:`helper_context`)."""
 
     def _launch(self, process_obj) -> None:
         from .kept_server import launch
@@ -92,8 +93,9 @@ class _KeptPopen(popen_forkserver.Popen):
 
 class _KeptProcess(_MainHidden, ForkServerProcess):
     # module-level: a process object is pickled to its child by its class's name
-    _kept: tuple[str, tuple[int, int]] = ("", (0, 0))
-    """Its kept server's address and (keeper pid, server pid), set by its context."""
+    _kept: tuple[str, tuple[int, int] | None] = ("", (0, 0))
+    """Its server's address and (keeper pid, server pid), set by its context (None: the server
+    that forked this process, whose address it inherited)."""
 
     @staticmethod
     def _Popen(process_obj):
@@ -107,7 +109,7 @@ class _KeptProcess(_MainHidden, ForkServerProcess):
 
 
 class _KeptContext(ForkServerContext):
-    def __init__(self, kept: tuple[str, tuple[int, int]]):
+    def __init__(self, kept: tuple[str, tuple[int, int] | None]):
         super().__init__()
         self._kept = kept
 
@@ -117,12 +119,31 @@ class _KeptContext(ForkServerContext):
         return process
 
 
-def kept_context(address: str, owners: tuple[int, int]) -> ForkServerContext:
+def kept_context(address: str, owners: tuple[int, int] | None) -> ForkServerContext:
     """The context of workers forked from the kept fork server at ``address`` whose keeper and
     server are ``owners`` (pids; :mod:`.kept_server`); like :data:`FORKSERVER`'s, they do not
     import ``__main__``."""
 
     return _KeptContext((address, owners))
+
+
+def helper_context() -> ForkServerContext:
+    """The context of a process a run starts beside itself (a concurrent collector): forked from
+    the fork server that forked this process, where it is a worker (its imports made: the helper
+    starts in a fraction of a second, where a spawned one took about 4 s to import torch and
+    transformers again), else from this process's own (:func:`worker_context`: a run trained in
+    the caller's process, a notebook's or a test's). Like the workers, a helper ignores Ctrl-C
+    (its run stops it) and does not import ``__main__``; it writes to this process's standard
+    output and error."""
+
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if server._forkserver_pid is None and server._forkserver_address is not None:
+        # a fork server's child: the server set its address before forking it; the socket sits in
+        # a folder of this user's own (mode 0700), named in this process's memory, not in a file
+        return kept_context(server._forkserver_address, None)
+    return worker_context()
 
 
 def worker_context() -> ForkServerContext:

@@ -58,6 +58,10 @@ class RunSettings:
     (:mod:`.start_eval`); None: every run computes its own."""
     start_key: str | None = None
     """This run's key in ``start_evaluations`` (None: its start evaluation is not shared)."""
+    process_context: Any = None
+    """A callable giving the multiprocessing context a concurrent collector's process starts from
+    (the runs give the fork server's, so that the collector need not import torch and
+    transformers again); None: spawned, a fresh interpreter."""
     reward_fault: str = "none"
     """A fault planted in training (``arms.<arm>.fault.rewards``): "shuffle" permutes each batch's
     rewards across its rows before its advantages are computed (:mod:`.faults`)."""

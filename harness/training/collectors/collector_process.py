@@ -27,11 +27,14 @@ class CollectorProcess:
             self.broadcast()
         v = self.broadcast_version
         try:
-            cls = RayWorker if self.spec.backend == "ray" else ProcessWorker
             self.incarnation += 1  # spool file names unique to this collector, in any process
             name = f"w{uuid.uuid4().hex[:8]}x{self.incarnation}"
             init = collector_init(self.ctx, self.spool.path, name)
-            self.worker = cls(init, (v, str(self.spool.weights(v))))
+            weights = (v, str(self.spool.weights(v)))
+            if self.spec.backend == "ray":
+                self.worker = RayWorker(init, weights)
+            else:
+                self.worker = ProcessWorker(init, weights, self.ctx.settings.process_context)
         except Exception as exc:  # pickling the task or the model, placing a Ray actor
             raise TrainingError(
                 f"{self.ctx.settings.name}: data.concurrent: could not start the collector "

@@ -27,7 +27,6 @@ the time spent loading weights goes with the next unit spooled.
 
 from __future__ import annotations
 
-import os
 import queue
 import time
 import traceback
@@ -39,7 +38,7 @@ import torch
 from ...checkpoint import save_record
 from ...rollout.agent import Episode, episodes_to_batch, play_round, start_episode, task_params
 from ..context import rollout_cost
-from .worker import CollectorCore, round_file
+from .worker import CollectorCore, round_file, trainer_alive
 
 
 class UnitGate:
@@ -195,7 +194,7 @@ def stream_main(init, rounds_q, weights_q, done_q, parent_pid: int) -> None:
         done_q.put(("error", -1, traceback.format_exc(limit=8)))
         return
     try:
-        while os.getppid() == parent_pid:
+        while trainer_alive(parent_pid):
             idle = not core.units
             try:  # block briefly only when there is nothing to advance
                 req = (

@@ -18,20 +18,23 @@ READY_SECONDS = 600.0
 
 
 class ProcessWorker:
-    """A collector in a child process (spawned: a fresh interpreter, one torch thread)."""
+    """A collector in a child process, one torch thread: started from ``context()`` (the run's
+    fork server, whose imports are made), or spawned (a fresh interpreter) where it is None."""
 
-    def __init__(self, init: dict[str, Any], weights: tuple[int, str]):
-        import torch.multiprocessing as mp
+    def __init__(self, init: dict[str, Any], weights: tuple[int, str], context=None):
+        import torch.multiprocessing as mp  # also its tensor reductions, for the model sent
 
         from ...ending import EndingSpawnProcess
 
-        ctx = mp.get_context("spawn")
+        ctx = context() if context is not None else mp.get_context("spawn")
         self.rounds_q, self.weights_q, self.done_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
         self.weights_q.put(weights)
         # vLLM starts processes of its own, which a daemonic process may not
         daemon = init["rollout"].backend != "vllm"
-        # ends without the teardown of torch and its model (1-1.5 s) that stop()'s join waits for
-        self.proc = EndingSpawnProcess(
+        # either ends without the teardown of torch and its model (1-1.5 s) that stop()'s join
+        # would wait out: a forked child through os._exit, a spawned one as EndingSpawnProcess
+        start = ctx.Process if context is not None else EndingSpawnProcess
+        self.proc = start(
             target=stream_main if init.get("stream") else process_main,
             args=(init, self.rounds_q, self.weights_q, self.done_q, os.getpid()),
             daemon=daemon,

@@ -190,6 +190,19 @@ class CollectorCore:
         return name
 
 
+def trainer_alive(parent_pid: int) -> bool:
+    """In a collector process: whether the trainer (pid ``parent_pid``) that started it still
+    runs, i.e. still holds its end of the pipe the process was started through. A collector forked
+    from a fork server is the server's child, not the trainer's: its parent pid says nothing."""
+
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.pid != parent_pid:  # not started through multiprocessing
+        return os.getppid() == parent_pid
+    return parent.is_alive()
+
+
 def process_main(init, rounds_q, weights_q, done_q, parent_pid: int) -> None:
     """The collector process: newest weights, next round, spool, report; it exits when asked
     (a None request) or when the trainer that started it is gone."""
@@ -213,7 +226,7 @@ def process_main(init, rounds_q, weights_q, done_q, parent_pid: int) -> None:
 
     r = -1  # the round it works on (-1: between rounds)
     try:
-        while os.getppid() == parent_pid:
+        while trainer_alive(parent_pid):
             newest_weights()
             try:
                 req = rounds_q.get(timeout=0.2)
