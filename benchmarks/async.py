@@ -10,12 +10,17 @@ fraction: the share of the run's wall time the trainer spent not updating but wa
 
 Each process gets ``--threads`` torch threads (the trainer, and in the asynchronous mode also the
 collector), so on a 2-core machine the asynchronous mode uses both cores, the synchronous one.
-The asynchronous mode's first step includes starting the collector (a fresh interpreter: seconds);
-the steady state is what a long run sees. Its speed-up is bounded by the share of the synchronous
-run spent on rollouts (its idle fraction f: at most 1 / (1 - f)).
+The asynchronous mode's first step includes starting the collector, forked from the fork server
+as a run's is; the steady state is what a long run sees. Its speed-up is bounded by the share of
+the synchronous run spent on rollouts (its idle fraction f: at most 1 / (1 - f)). A second table
+sets the asynchronous mode with a spawned collector (a fresh interpreter importing torch and
+transformers: where a trainer is given no process context) beside the forked one.
 
 Measured here (2 cores, defaults): steady state 1.30x launched tokens/s (711 -> 921), trainer idle
-fraction 0.25 -> 0.00; whole run of 7 steps 0.89x (the collector's start-up).
+fraction 0.25 -> 0.00; whole run of 7 steps 0.89x (the collector's start-up, spawned). On
+2026-12-07 (an AVX2 AMD EPYC, 2 cores), the collector forked: whole run 1.06x the synchronous one
+(steady state 1.12x); spawned beside forked, the first step 5.55 s -> 1.58 s and the whole run
+11.9 s -> 8.0 s (1.48x launched tokens/s).
 
     .venv/bin/python benchmarks/async.py [--budget 12000] [--queue 2] [--new 32] [--threads 1]
                                          [--hidden 256] [--layers 4] [--prompts 16]
@@ -32,14 +37,15 @@ from sidebyside import print_side_by_side
 from sixblanks.algorithms.presets import resolve
 from sixblanks.harness.config import ModelConfig, validate_mapping
 from sixblanks.harness.models import load_policy
+from sixblanks.harness.orchestration.spawning import helper_context
 from sixblanks.harness.tasks import make_task
 from sixblanks.harness.training import RunSettings, Trainer
 
 
-def _trainer(args, concurrent: bool) -> Trainer:
+def _trainer(args, concurrent: bool, spawn: bool = False) -> Trainer:
     """The benchmark's trainer: a tiny policy's GRPO arm on 3-digit arithmetic under the
     launched-token budget, with a concurrent collector ``--queue`` rounds ahead where
-    ``concurrent``."""
+    ``concurrent``, forked from the fork server (``spawn``: spawned)."""
 
     torch.manual_seed(0)
     task = make_task("arithmetic", {"digits": 3})
@@ -70,16 +76,17 @@ def _trainer(args, concurrent: bool) -> Trainer:
         seed=0,
         evaluate=False,
         name="async" if concurrent else "sync",
+        process_context=None if spawn else helper_context,
     )
     return Trainer(settings, task, model, tok)
 
 
-def run(args, concurrent: bool) -> dict[str, float]:
+def run(args, concurrent: bool, spawn: bool = False) -> dict[str, float]:
     """One training of the mode: its steps, launched tokens, wall seconds, launched tokens per
     second (whole run and steady state after the first step), the trainer's idle fraction (whole
     and steady) and the mean versions the trained rollouts were behind."""
 
-    tr = _trainer(args, concurrent)
+    tr = _trainer(args, concurrent, spawn)
     ends: list[float] = []  # when each step ended
     idle: list[float] = []  # the trainer's wait for rollouts in each step
     seen = [0.0]
@@ -104,6 +111,7 @@ def run(args, concurrent: bool) -> dict[str, float]:
         "steps": len(steps),
         "launched": launched,
         "wall": wall,
+        "first": ends[0] - t0,
         "tok_s": launched / wall,
         "steady_tok_s": after_first / steady,
         "idle": sum(idle) / (ends[-1] - t0),
@@ -123,7 +131,12 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4, help="the tiny policy's layers")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    sync, asyn = run(args, False), run(args, True)
+    # a run's collector forks from the server that forked the run, its imports made before the run
+    # began: so here, the server is started and its imports made before any mode is timed
+    warm = helper_context().Process(target=time.sleep, args=(0,))
+    warm.start()
+    warm.join()
+    sync, asyn, spawned = run(args, False), run(args, True), run(args, True, spawn=True)
     print(
         f"GRPO on arithmetic, tiny Llama {args.layers}x{args.hidden}, {args.prompts}x4 samples of "
         f"<= {args.new} tokens a step, {args.budget} launched tokens, queue {args.queue}, "
@@ -141,6 +154,10 @@ def main() -> None:
     ]
     ratios = ("tok_s", "steady_tok_s", "wall")
     print_side_by_side(("synchronous", "asynchronous"), sync, asyn, rows, ratios, 28)
+    print("\nthe asynchronous mode's collector spawned, then forked from the fork server")
+    rows = [("first step seconds", "first", "{:.2f}"), *rows[2:4]]
+    ratios = ("first", "wall", "tok_s")
+    print_side_by_side(("spawned", "forked"), spawned, asyn, rows, ratios, 28)
 
 
 if __name__ == "__main__":
