@@ -57,6 +57,28 @@ def test_threads_per_worker_share_the_cores_and_honour_omp_num_threads(monkeypat
     assert threads_per_worker(1) == 8
 
 
+def test_an_early_executor_closed_before_any_run_keeps_the_fork_server_it_found():
+    """An experiment that needs no run (every run finished) or fails before its first one closes
+    the workers it started early; the fork server an earlier experiment of the process started,
+    its imports made, stays for the next experiment instead of being killed and started again."""
+
+    from multiprocessing import forkserver
+
+    from sixblanks.harness.orchestration.executors import LocalExecutor
+    from sixblanks.harness.orchestration.local_workers import local_pool
+
+    with local_pool(1) as pool:
+        pool.submit(os.getpid).result()  # the server started, its imports made
+    server = forkserver._forkserver._forkserver_pid
+    for _ in range(3):
+        LocalExecutor(2, 1).start().close()  # at once: its workers still being started
+    time.sleep(1.0)
+    assert forkserver._forkserver._forkserver_pid == server
+    assert os.waitpid(server, os.WNOHANG) == (0, 0)  # alive
+    with local_pool(1) as pool:
+        assert pool.submit(os.getppid).result() == server  # and serving
+
+
 def test_run_ids_are_content_hashes():
     cfg = _cfg()
     a, b = build_specs(cfg, "k"), build_specs(cfg, "k")

@@ -30,6 +30,7 @@ from ..layout import RunDir
 from .interrupts import Interrupted, Job, deferred_interrupts, run_one, runs_interrupted
 from .local_workers import (
     dismiss,
+    fork_server_running,
     local_pool,
     outcome,
     preload,
@@ -49,6 +50,7 @@ class LocalExecutor:
         self._starter: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._server_was_running = False
 
     grace_seconds = 30.0
     """After Ctrl-C, how long runs in flight get to finish their step and checkpoint."""
@@ -59,6 +61,9 @@ class LocalExecutor:
         running :func:`preload` once forked; :meth:`run` then uses them. :meth:`close` ends them
         if no run comes."""
 
+        # a server this process already had (an earlier experiment's) made its imports: workers
+        # fork from it at once, and a close() before any run leaves it for the next experiment
+        self._server_was_running = fork_server_running()
         pool = self._pool = local_pool(self.workers)
         self._starter = threading.Thread(
             target=self._start_workers, args=(pool,), daemon=True, name="workers"
@@ -85,7 +90,9 @@ class LocalExecutor:
     def close(self) -> None:
         """End workers started by :meth:`start` that no :meth:`run` took (idle, or still making
         their imports: killed, nothing of a run is in them); while they are still being started,
-        the fork server is stopped and the starter ends them (this returns at once)."""
+        the starter ends them, and a fork server started for them is stopped (this returns at
+        once). A server this process had before (an earlier experiment's) is kept, its imports
+        made, for the next experiment."""
 
         pool, self._pool = self._pool, None
         if pool is None:
@@ -94,8 +101,10 @@ class LocalExecutor:
             self._closed, starting = True, self._starter is not None
         if not starting:
             dismiss(pool)
-        else:  # the first worker still waits for the server's imports (Ctrl-C in the first
-            stop_fork_server()  # seconds, say): the starter ends now, not seconds later
+        elif not self._server_was_running:  # the first worker still waits for the new server's
+            # imports (Ctrl-C in the first seconds, say): the starter ends now, not seconds later
+            stop_fork_server()
+        # else the starter ends the workers itself in a moment: the server stays
 
     def _taken(self) -> cf.ProcessPoolExecutor:
         """The pool :meth:`start` made, its workers started (else a new one)."""

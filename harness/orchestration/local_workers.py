@@ -111,6 +111,14 @@ def dismiss(pool: cf.ProcessPoolExecutor) -> None:
                 pass
 
 
+def fork_server_running() -> bool:
+    """Whether this process's fork server is started (its imports made, or being made)."""
+
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None) is not None
+
+
 def stop_fork_server() -> None:
     """Kill this process's fork server, so that a worker start waiting for its imports fails at
     once (a later pool starts another server)."""
