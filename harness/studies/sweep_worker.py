@@ -10,6 +10,7 @@ result; :func:`run_trial` is what runs in between.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -84,14 +85,12 @@ def worker_info() -> dict[str, Any]:
     """Where a trial ran: the process, and the Ray task when it ran on Ray."""
 
     info: dict[str, Any] = {"pid": os.getpid(), "ray_task": None}
-    try:
-        import ray
-
-        if ray.is_initialized():
-            info["ray_task"] = ray.get_runtime_context().get_task_id()
-            info["node_id"] = ray.get_runtime_context().get_node_id()
-    except ImportError:
-        pass
+    # a Ray task's process has imported ray; a local worker has not, and importing it only to ask
+    # would cost each trial's worker a second or more
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        info["ray_task"] = ray.get_runtime_context().get_task_id()
+        info["node_id"] = ray.get_runtime_context().get_node_id()
     return info
 
 
@@ -146,8 +145,9 @@ def run_trial(job: dict[str, Any]) -> dict[str, Any]:
 def _open_trial(job: dict[str, Any]):
     """The worker set up for ``job`` (Optuna's warnings only, its torch threads) and the trial's
     spec and Optuna trial, loaded from the study's storage with the sweep's pruner; the trial
-    records where it runs and when it started."""
+    records where it runs and when it started (when its worker took it)."""
 
+    started = time.time()
     import optuna
     import torch
 
@@ -160,7 +160,7 @@ def _open_trial(job: dict[str, Any]):
         pruner=make_pruner(*job["pruner"]),
     )
     trial = optuna.trial.Trial(study, job["trial_id"])
-    trial.set_user_attr("worker", worker_info() | {"started": time.time()})
+    trial.set_user_attr("worker", worker_info() | {"started": started})
     return spec, trial
 
 
