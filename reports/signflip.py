@@ -174,36 +174,47 @@ def _default_spend(alpha: float, looks: list[int], skew: float) -> tuple[float, 
 
 
 @functools.lru_cache(maxsize=64)
-def _patterns(n: int, draws: int, seed: int) -> tuple[np.ndarray, int, int]:
+def _patterns(n: int, draws: int, seed: int) -> tuple[np.ndarray, int, int, int]:
     """The sign patterns other than all-plus and all-minus, ``[P, n]`` (+-1), with the count of
-    patterns that always tie the observed statistic (``base``) and the total count (``total``):
-    every pattern up to ``EXACT_UP_TO`` seeds, else ``draws`` random ones plus the identity."""
+    patterns that always tie the observed statistic (``base``), the total count (``total``) and how
+    many patterns each row stands for (``mult``). Up to ``EXACT_UP_TO`` seeds every pattern counts,
+    and a pattern ``e`` and its negation ``-e`` have the same segment (``a`` and ``b`` change sign
+    together, see ``_segments``), so only the patterns whose first sign is + are kept, each
+    standing for two (``mult = 2``): half the work for the same counts and order statistics.
+    Beyond, ``draws`` random patterns plus the identity, each standing for itself."""
 
     if n <= EXACT_UP_TO:
-        bits = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
+        bits = (np.arange(2 ** (n - 1))[:, None] >> np.arange(n)) & 1
         signs = 1.0 - 2.0 * bits
         keep = np.abs(signs.sum(1)) < n
-        return signs[keep], 2, 2**n
+        return signs[keep], 2, 2**n, 2
     rng = np.random.default_rng([seed, n])
     signs = rng.choice([-1.0, 1.0], size=(draws, n))
     keep = np.abs(signs.sum(1)) < n
     # an all-plus or all-minus draw always ties, as the identity does
-    return signs[keep], 1 + int((~keep).sum()), draws + 1
+    return signs[keep], 1 + int((~keep).sum()), draws + 1, 1
 
 
 def _segments(d: np.ndarray, signs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``d`` ``[m, n]``: per pattern the segment of shifts ``delta`` for which the pattern's
     statistic on ``d - delta`` reaches the observed one; ends ``[m, P]``, widened a little so that
-    patterns tied in exact arithmetic count as ties."""
+    patterns tied in exact arithmetic count as ties. Computed in place: the arrays are the
+    look's largest (``m * P`` doubles)."""
 
     n = d.shape[1]
-    a = d @ signs.T  # [m, P]
     b = signs.sum(1)  # [P]
     s = d.sum(1, keepdims=True)
-    one = (a - s) / (b - n)
-    two = (a + s) / (b + n)
+    one = d @ signs.T  # [m, P]: a
+    two = one + s
+    one -= s
+    one /= b - n  # (a - s) / (b - n)
+    two /= b + n  # (a + s) / (b + n)
     tol = 1e-9 * (np.abs(d).max(1, keepdims=True) + 1e-300)
-    return np.minimum(one, two) - tol, np.maximum(one, two) + tol
+    lo = np.minimum(one, two)
+    hi = np.maximum(one, two, out=one)
+    lo -= tol
+    hi += tol
+    return lo, hi
 
 
 def sign_flip_look(d: np.ndarray, level: float, design: Design) -> tuple[np.ndarray, ...]:
@@ -211,19 +222,25 @@ def sign_flip_look(d: np.ndarray, level: float, design: Design) -> tuple[np.ndar
     ``[m]`` and the interval ends ``low, high`` ``[m]`` (the shifts the test does not reject)."""
 
     m, n = d.shape
-    signs, base, total = _patterns(n, design.draws, design.seed)
+    signs, base, total, mult = _patterns(n, design.draws, design.seed)
+    P = len(signs)
     p = np.empty(m)
     low = np.full(m, -np.inf)
     high = np.full(m, np.inf)
-    # the count of patterns (beyond the ones that always tie) an accepted shift needs
+    # the count of patterns (beyond the ones that always tie) an accepted shift needs; with each
+    # row standing for mult patterns, the need-th smallest end is the row order statistic k
     need = int(np.floor(level * total - base + 1e-9)) + 1
-    rows = max(1, 4_000_000 // max(len(signs), 1))
+    k = (need - 1) // mult
+    # chunks of about 2 MiB per array: the look's temporaries stay in the cache
+    rows = max(1, (1 << 18) // max(P, 1))
     for i in range(0, m, rows):
         lo, hi = _segments(d[i : i + rows], signs)
-        p[i : i + rows] = (base + ((lo <= 0) & (hi >= 0)).sum(1)) / total
-        if need >= 1 and len(signs):
-            low[i : i + rows] = np.partition(lo, need - 1, axis=1)[:, need - 1]
-            high[i : i + rows] = -np.partition(-hi, need - 1, axis=1)[:, need - 1]
+        p[i : i + rows] = (base + mult * np.count_nonzero((lo <= 0) & (hi >= 0), axis=1)) / total
+        if need >= 1 and P:
+            lo.partition(k, axis=1)
+            hi.partition(P - 1 - k, axis=1)
+            low[i : i + rows] = lo[:, k]
+            high[i : i + rows] = hi[:, P - 1 - k]
     return p, low, high
 
 

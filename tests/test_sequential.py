@@ -178,3 +178,19 @@ def test_the_median_unbiased_estimate_removes_the_early_stop_bias_of_the_mean():
     naive_bias, mue_bias = np.median(naive) - effect, np.median(mue) - effect
     assert naive_bias > 0.06
     assert abs(mue_bias) < 0.6 * naive_bias
+
+
+def test_interval_ends_are_where_the_brute_force_p_value_crosses_the_level():
+    # each end of a look's interval is a shift at which the p-value, counted over every sign
+    # pattern by brute force, steps across the look's level: just outside it rejects, just inside
+    # it does not (odd and even seed counts: patterns are paired with their negations)
+    from sixblanks.reports.signflip import sign_flip_look
+
+    rng = np.random.default_rng(8)
+    for n, level in ((5, 0.1), (6, 0.15), (7, 0.05)):
+        for _ in range(4):
+            x = rng.normal(0.4, 1, n)
+            _, (low,), (high,) = sign_flip_look(x[None], level, seq.Design())
+            eps = 1e-7 * (1 + abs(low) + abs(high))
+            assert brute_p(x - (low - eps)) <= level < brute_p(x - (low + eps))
+            assert brute_p(x - (high + eps)) <= level < brute_p(x - (high - eps))
