@@ -109,10 +109,12 @@ $(SYSDEPS_STAMP): | $(STAMP)
 test-main: $(STAMP) $(SYSDEPS_STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not vllm" --durations=15
 
-# two workers too: the three vLLM runs (a collector process with an engine of its own, a run, a
-# ladder) are most of it, and each waits on process start-up much of its time
+# two workers too: the four vLLM runs (two ranks with an engine each, a collector process with an
+# engine of its own, a run, a ladder) are most of it, and each waits on process start-up much of
+# its time; one test handed out at a time (--maxschedchunk 1), the slow ones first (conftest), or
+# one worker queues the short tests behind a long one while the other runs out of work
 test-vllm: $(VLLM_STAMP)
-	SIXBLANKS_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -n 2 -m vllm --durations=5
+	SIXBLANKS_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -n 2 --maxschedchunk 1 -m vllm --durations=5
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

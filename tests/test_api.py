@@ -56,6 +56,7 @@ def test_the_notebook_example_runs_as_a_script_and_its_results_are_the_stores(tm
     assert again.runs.height == 4 and again.scores.equals(results.scores)
 
 
+@pytest.mark.slow
 def test_the_readmes_python_snippet_runs_as_a_script(tmp_path):
     """README's "From Python" lines as a script of their own (the experiment file swapped for a
     one-run one, the rest as written)."""

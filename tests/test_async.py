@@ -185,6 +185,7 @@ def killed_at_step(cfg: dict, tmp_path, step: int):
     return spec, run_dir, warm
 
 
+@pytest.mark.slow
 def test_a_killed_trainer_resumes_and_counts_every_spooled_round_once(tmp_path):
     spec, run_dir, warm = killed_at_step(TINY, tmp_path, 4)
     rd = RunDir(run_dir)
@@ -207,6 +208,7 @@ def test_a_killed_trainer_resumes_and_counts_every_spooled_round_once(tmp_path):
 
 
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
+@pytest.mark.slow
 def test_a_ray_actor_collector_killed_mid_run_is_restarted(tmp_path):
     """backend: ray: the collector is a Ray actor (a local cluster here, shut down after); killed
     (ray.kill), it is restarted and every spooled round is still counted once."""

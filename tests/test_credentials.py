@@ -188,6 +188,7 @@ BUDGET = {
 }
 
 
+@pytest.mark.slow
 def test_a_planted_password_appears_nowhere_in_the_output_directory_or_the_messages(
     tmp_path, write_yaml, tracking_server
 ):

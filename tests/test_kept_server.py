@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from sixblanks.harness.orchestration.processes import running
 
 PROBE = """
@@ -54,6 +56,7 @@ def _probe(tmp_path, name: str, keep: str | None, linger: float = 0.0) -> dict:
     return got
 
 
+@pytest.mark.slow
 def test_a_kept_server_serves_later_processes_until_idle_or_stopped(tmp_path):
     from sixblanks.harness.orchestration import kept_server
 

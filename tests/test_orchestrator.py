@@ -91,6 +91,7 @@ def _untimed(counters):
     return {k: v for k, v in counters.items() if k not in TIME_COUNTERS}
 
 
+@pytest.mark.slow
 def test_sigkill_at_a_random_point_then_resume_matches_an_uninterrupted_run(tmp_path):
     cfg = _cfg(budget={"launched_tokens": 2000})
     plan = prepare_experiment(cfg, tmp_path / "exp")

@@ -468,6 +468,7 @@ def test_ctrl_c_stops_every_rank_and_leaves_the_run_resumable(tmp_path, write_ya
 
 
 @pytest.mark.vllm
+@pytest.mark.slow
 def test_a_vllm_engine_per_rank_samples_and_counts_as_one_process(tmp_path):
     """FSDP2 over 2 ranks with vLLM rollouts: each rank's engine takes the weights gathered from
     the shards after every update; the run counts and scores what one vLLM process does."""

@@ -161,6 +161,7 @@ print(json.dumps(sorted(m for m in set(sys.modules) - before if m.split(".")[0] 
 """
 
 
+@pytest.mark.slow
 def test_after_the_runs_the_store_and_the_report_import_nothing_the_prefetch_could(
     experiment, tmp_path
 ):

@@ -384,6 +384,7 @@ def test_sao_consumes_each_rollout_when_it_finishes_with_two_critic_steps_and_di
     assert max(m.get("lag.versions_behind_max", 0) for m in res.steps) >= 3
 
 
+@pytest.mark.slow
 def test_a_killed_streaming_trainer_resumes_and_counts_every_group_once(tmp_path):
     """Regenerate with a queue bound that drops: SIGKILL mid-run, resume; aborted, dropped and
     unconsumed groups all balance the ledger, recounted from the spool."""

@@ -275,6 +275,7 @@ def mlflow_server(tmp_path):
         server.kill()
 
 
+@pytest.mark.slow
 def test_an_mlflow_server_killed_mid_sync_loses_nothing_and_sync_sends_the_rest_once(
     finished, tmp_path, cli, monkeypatch, mlflow_server, chaos
 ):
