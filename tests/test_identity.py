@@ -276,6 +276,10 @@ def test_a_data_directory_is_hashed_through_its_links_and_a_script_verifier_is_r
     data.mkdir()
     (data / "linked").symlink_to(real, target_is_directory=True)
     before = file_hash(data)
+    # a bytecode cache (a module of the directory imported) is not data
+    (real / "__pycache__").mkdir()
+    (real / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\x00")
+    assert file_hash(data) == before
     (real / "x.txt").write_text("2")
     assert file_hash(data) != before
 

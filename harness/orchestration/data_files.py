@@ -119,8 +119,11 @@ def file_hash(path: str | Path, key: str = "data.pairs.file") -> str:
 
 
 def _files_under(root: Path) -> list[Path]:
+    # Python's bytecode caches are not data: a directory holding modules that get imported gains
+    # them (or loses them) with no change of its own, and must keep its hash
     out = []
-    for d, _, names in os.walk(root, followlinks=True):
+    for d, dirs, names in os.walk(root, followlinks=True):
+        dirs[:] = [x for x in dirs if x != "__pycache__"]
         out += [Path(d) / n for n in names if (Path(d) / n).is_file()]
     return sorted(out)
 
