@@ -20,7 +20,7 @@ from typing import Any
 
 from ..stopping import request_stop
 from .runner import ACTIVE
-from .spawning import worker_context
+from .spawning import fork_server_pid, worker_context
 
 
 def exit_with_parent(
@@ -114,18 +114,14 @@ def dismiss(pool: cf.ProcessPoolExecutor) -> None:
 def fork_server_running() -> bool:
     """Whether this process's fork server is started (its imports made, or being made)."""
 
-    from multiprocessing import forkserver
-
-    return getattr(forkserver._forkserver, "_forkserver_pid", None) is not None
+    return fork_server_pid() is not None
 
 
 def stop_fork_server() -> None:
     """Kill this process's fork server, so that a worker start waiting for its imports fails at
     once (a later pool starts another server)."""
 
-    from multiprocessing import forkserver
-
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    pid = fork_server_pid()
     if pid is not None:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -127,6 +127,16 @@ def kept_context(address: str, owners: tuple[int, int] | None) -> ForkServerCont
     return _KeptContext((address, owners))
 
 
+def fork_server_pid() -> int | None:
+    """The pid of this process's own fork server, None where it has not started one (a fork
+    server's child inherits the server's address, never its pid). multiprocessing keeps it in a
+    private attribute: read here alone."""
+
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
 def helper_context() -> ForkServerContext:
     """The context of a process a run starts beside itself (a concurrent collector): forked from
     the fork server that forked this process, where it is a worker (its imports made: the helper
@@ -139,7 +149,7 @@ def helper_context() -> ForkServerContext:
     from multiprocessing import forkserver
 
     server = forkserver._forkserver
-    if server._forkserver_pid is None and server._forkserver_address is not None:
+    if fork_server_pid() is None and server._forkserver_address is not None:
         # a fork server's child: the server set its address before forking it; the socket sits in
         # a folder of this user's own (mode 0700), named in this process's memory, not in a file
         return kept_context(server._forkserver_address, None)
