@@ -146,7 +146,7 @@ def test_an_unreachable_tracking_server_is_named_masked_with_what_happened(
 
 class _Tracking(BaseHTTPRequestHandler):
     """A tracking server that answers its health check and fails every API call (HTTP 500), as a
-    server overloaded once the runs are sent: MLflow's error then quotes the request's URL. Each
+    server overloaded once the runs are sent: MLflow's error may then quote the request's URL. Each
     request's path and Authorization header are recorded."""
 
     seen: list[tuple[str, str | None]] = []
@@ -193,8 +193,8 @@ def test_a_planted_password_appears_nowhere_in_the_output_directory_or_the_messa
     tmp_path, write_yaml, tracking_server
 ):
     """`sixblanks run` as a user runs it (its own process, its output piped), with a password in
-    tracking.uri (the server answers its health check, then fails every call: MLflow's error
-    quotes the URL) and in sweep.storage (stored with the definition): every file under the output
+    tracking.uri (the server answers its health check, then fails every call: MLflow's error may
+    quote the URL) and in sweep.storage (stored with the definition): every file under the output
     directory and everything the command printed is free of it, while the password still reached
     the server, as HTTP basic credentials. `sixblanks sync` later reaches the same server with
     the credentials of MLflow's variables. The runs table, piped, keeps every column whole."""
@@ -240,7 +240,13 @@ def test_a_planted_password_appears_nowhere_in_the_output_directory_or_the_messa
     stored = json.loads((out / "experiment.json").read_text())["config"]
     assert stored["tracking"]["uri"] == f"http://user:***@127.0.0.1:{port}/"
     state = json.loads((out / "mlflow_sync.json").read_text())
-    assert "user:***@127.0.0.1" in state["last_error"], state  # MLflow's message, masked
+    error = state["last_error"]
+    assert "overloaded" in error or "500" in error, state  # the server's failure, recorded
+    # MLflow's wording varies with its retry path: after its retries it quotes the request's URL
+    # (then masked), a first refusal names only the endpoint. The secret is absent either way
+    # (checked above on every file); a URL with user-info, when quoted, carries the mask.
+    if "@127.0.0.1" in error:
+        assert "user:***@127.0.0.1" in error, state
     # the real credentials were sent: to the health check and to MLflow's API calls
     basic = "Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode()
     assert ("/health", basic) in seen
