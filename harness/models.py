@@ -9,6 +9,7 @@ newlines round-trip exactly. Weights are deterministic from a seed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import string
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from .errors import SixblanksError
+from .gguf_once import gguf_read_once
 from .layout import SPEC_JSON, model_dir_of
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -174,9 +176,11 @@ def load_pretrained(
     kw: dict[str, Any] = {"local_files_only": True}
     if gguf_file:
         kw["gguf_file"] = gguf_file
+    once = gguf_read_once() if gguf_file else contextlib.nullcontext()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(p, **kw)
-        model = AutoModelForCausalLM.from_pretrained(p, dtype=_dtype(dtype), **kw)
+        with once:  # a GGUF file read once for the config, the tokenizer and the weights
+            tokenizer = AutoTokenizer.from_pretrained(p, **kw)
+            model = AutoModelForCausalLM.from_pretrained(p, dtype=_dtype(dtype), **kw)
     except (OSError, ValueError, ImportError) as exc:
         raise ModelError(f"cannot load model from '{p}': {exc}") from None
     if gguf_file:
@@ -191,8 +195,8 @@ def load_pretrained(
 
 def gguf_cache_dir(gguf: Path, dtype: str) -> Path:
     """Where the plain Hugging Face form of a GGUF file is kept. Reading a GGUF file and
-    de-quantizing it takes ~20 s for SmolLM2-135M (its metadata is parsed three times: config,
-    tokenizer, weights); the converted directory loads in ~1 s. The key names the file (path, size,
+    de-quantizing it takes ~10 s for SmolLM2-135M (the file read once: :mod:`.gguf_once`); the
+    converted directory loads in ~1 s. The key names the file (path, size,
     modification time), the dtype and the transformers version that converted it, so a changed file
     or library converts again. ``SIXBLANKS_CACHE`` moves the cache (default ~/.cache/sixblanks)."""
 

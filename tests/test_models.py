@@ -250,3 +250,50 @@ def test_sixblanks_run_trains_smollm2_from_the_gguf_package(run_experiment):
     audit = json.loads((out / "fairness.json").read_text())
     tok = audit["arms"]["grpo"]["items"]["tokenizer"]
     assert tok["chat_template"] is not None and tok["chat_template_applied"] == "auto"
+
+
+def _tiny_gguf(path) -> None:
+    """A small GGUF file: a llama architecture field, a token list and one float32 tensor."""
+
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_token_list(["<pad>", "a", "b"])
+    w.add_tensor("token_embd.weight", np.arange(6, dtype=np.float32).reshape(3, 2))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_a_gguf_file_is_read_once_within_a_conversion_and_the_library_is_restored(tmp_path):
+    """Inside ``gguf_read_once`` every ``gguf.GGUFReader`` of a file is one reader (the file
+    parsed once for config, tokenizer and weights), holding what the file holds, and the name
+    map one table per architecture and block count, equal to gguf's own; after the block both
+    are gguf's again, also when the block raises."""
+
+    import gguf
+    import numpy as np
+
+    from sixblanks.harness.gguf_once import gguf_read_once
+
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    path = tmp_path / "tiny.gguf"
+    _tiny_gguf(path)
+    arch = gguf.MODEL_ARCH.LLAMA
+    with gguf_read_once() as counts:
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first and counts == {"readers": 1, "reused": 1}
+        assert int(first.fields["llama.block_count"].parts[-1][0]) == 2
+        tensor = {t.name: t for t in first.tensors}["token_embd.weight"]
+        assert np.array_equal(np.asarray(tensor.data).reshape(-1), np.arange(6, dtype=np.float32))
+        table = gguf.get_tensor_name_map(arch, 2)
+        assert gguf.get_tensor_name_map(arch, 2) is table
+        assert table.mapping == real_map(arch, 2).mapping
+    assert gguf.GGUFReader is real_reader and gguf.get_tensor_name_map is real_map
+    assert gguf.GGUFReader(path) is not first  # a fresh reader again
+    with pytest.raises(RuntimeError), gguf_read_once():
+        raise RuntimeError("a failed conversion")
+    assert gguf.GGUFReader is real_reader and gguf.get_tensor_name_map is real_map
