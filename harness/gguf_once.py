@@ -18,7 +18,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-_LOCK = threading.Lock()  # the patch is module-wide: one conversion at a time holds it
+# the patch is module-wide: one conversion at a time holds it (re-entrant: a conversion inside a
+# conversion patches over the outer patch and restores it)
+_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager

@@ -292,6 +292,10 @@ def test_a_gguf_file_is_read_once_within_a_conversion_and_the_library_is_restore
         table = gguf.get_tensor_name_map(arch, 2)
         assert gguf.get_tensor_name_map(arch, 2) is table
         assert table.mapping == real_map(arch, 2).mapping
+        outer = gguf.GGUFReader
+        with gguf_read_once():  # a conversion within a conversion: still one reader of the file
+            assert gguf.GGUFReader(path) is first
+        assert gguf.GGUFReader is outer and gguf.GGUFReader(path) is first
     assert gguf.GGUFReader is real_reader and gguf.get_tensor_name_map is real_map
     assert gguf.GGUFReader(path) is not first  # a fresh reader again
     with pytest.raises(RuntimeError), gguf_read_once():
