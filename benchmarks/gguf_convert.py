@@ -51,11 +51,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    # a cache of its own: the conversions kept here never replace the user's
-    os.environ["SIXBLANKS_CACHE"] = tempfile.mkdtemp(prefix="sixblanks-gguf-bench-")
+    # a cache of its own, removed at the end: the conversions kept here never replace the user's
+    with tempfile.TemporaryDirectory(prefix="sixblanks-gguf-bench-") as cache:
+        os.environ["SIXBLANKS_CACHE"] = cache
+        compare(args.rounds)
+
+
+def compare(rounds: int) -> None:
+    """Alternating conversions, then the ratio and the outputs compared."""
+
     times: dict[str, list[float]] = {"three reads": [], "read once": []}
     made = {}
-    for r in range(args.rounds):
+    for r in range(rounds):
         order = ["three reads", "read once"] if r % 2 == 0 else ["read once", "three reads"]
         for mode in order:
             took, made[mode] = convert(mode == "read once")
