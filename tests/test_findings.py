@@ -123,7 +123,14 @@ def test_a_changed_criterion_is_refused_unless_amended(write_yaml):
 
 
 @pytest.mark.slow
-def test_a_tiny_claim_end_to_end(cli, write_yaml, tmp_path):
+def test_a_tiny_claim_end_to_end(cli, write_yaml, tmp_path, monkeypatch):
+    from sixblanks.harness.orchestration import command
+
+    built = []
+    build = command.build_report_checked
+    monkeypatch.setattr(
+        command, "build_report_checked", lambda d, *a, **k: built.append(d) or build(d, *a, **k)
+    )
     path = write_yaml(TINY, "tiny_fault.yaml")
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- findings:start -->\nold\n<!-- findings:end -->\nafter\n")
@@ -149,6 +156,12 @@ def test_a_tiny_claim_end_to_end(cli, write_yaml, tmp_path):
     ).fetchone()
     con.close()
     assert runs == (2 * n, axis["spent"]["launched_tokens"])
+    # the experiment's report is built once, after the last look, and holds every look's runs
+    experiment = out / "tiny_fault" / "budget"
+    assert built == [experiment]
+    with open(experiment / "report" / "scores.csv") as fh:
+        assert sorted(fh.readline().split(",")[:5]) == ["arm", "preset", "run_id", "seed", "task"]
+        assert sorted(int(line.split(",")[4]) for line in fh) == sorted(2 * list(range(n)))
     # the decision's interval is the exact sign-flip test's, recomputed here by brute force over
     # every sign pattern of the per-seed differences: a shift is inside the interval where the
     # look's p-value of the shifted differences exceeds the look's level

@@ -237,6 +237,42 @@ def test_mlflow_has_nested_runs_with_blanks_as_params(experiment):
     assert {"report/index.html", "report/scores.csv"} <= report
 
 
+def test_a_report_built_after_the_runs_reaches_the_parent_run_and_no_run_is_sent_twice(
+    experiment,
+):
+    """A claim's looks track their runs without a report (``run_experiment(report=False)``) and
+    build it once after the last look (``report_experiment``): the report is written and added to
+    the experiment's parent run, and MLflow gets no run again (the same runs, one parent)."""
+
+    import shutil
+    import sqlite3
+
+    from sixblanks.harness.orchestration.command import report_experiment
+
+    out, res = experiment
+
+    def mlflow_runs():
+        con = sqlite3.connect(out / "mlflow.db")
+        try:
+            return con.execute("SELECT run_uuid, status FROM runs ORDER BY run_uuid").fetchall()
+        finally:
+            con.close()
+
+    before = mlflow_runs()
+    parent = json.loads((out / "mlflow_sync.json").read_text())["parent_run_id"]
+    sent = out / "mlartifacts" / parent / "artifacts" / "report"
+    assert (sent / "index.html").is_file()
+    shutil.rmtree(sent)
+    shutil.rmtree(out / "report")
+    path = report_experiment(validate_mapping(TINY), out, res)
+    assert path.is_relative_to(out / "report") and path.exists()
+    written = sorted(p.name for p in (out / "report").iterdir())
+    assert sorted(p.name for p in sent.iterdir()) == written and "index.html" in written
+    assert (sent / "index.html").read_bytes() == (out / "report" / "index.html").read_bytes()
+    assert mlflow_runs() == before and len(before) == 3
+    assert json.loads((out / "mlflow_sync.json").read_text())["parent_run_id"] == parent
+
+
 def test_mlflow_bulk_insert_stores_what_log_batch_stores(tmp_path):
     """The SQL store's bulk path writes the same metric histories and latest values as MLflow's own
     ``log_batch`` (a second method, on the same points): NaN, infinities, several steps per key,

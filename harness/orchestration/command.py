@@ -100,11 +100,15 @@ def run_experiment(
     reuse_finished: bool = False,
     add: bool = False,
     on_result: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[dict[str, Any], Path]:
+    report: bool = True,
+) -> tuple[dict[str, Any], Path | None]:
     """Every arm x task x seed of ``cfg`` into ``out`` (finished runs of the same code skipped,
     unfinished ones resumed), then the report and the tracking of the experiment. ``on_result`` sees
     the orchestrator's result before the report is built. Returns (that result, the report's path);
-    runs that failed are in ``result["failures"]`` (the caller decides what that means)."""
+    runs that failed are in ``result["failures"]`` (the caller decides what that means). With
+    ``report=False`` the runs are tracked but no report is built (the path is None): for a caller
+    that runs the same experiment again with more seeds and reads only the last report, which
+    :func:`report_experiment` then builds and tracks."""
 
     if log:  # the imports and the warm start's demonstrations take seconds before its first step
         log(
@@ -120,7 +124,26 @@ def run_experiment(
             if on_result is not None:
                 on_result(result)
             tracking.send([s.run_id for s in orch.plan.specs], result["fairness"])
-            report = build_report_checked(out)
-            tracking.artifacts([orch.dir.report])
+            path = build_report_checked(out) if report else None
+            if path is not None:
+                tracking.artifacts([orch.dir.report])
         result["mlflow"] = tracking.state
-    return result, report
+    return result, path
+
+
+def report_experiment(
+    cfg: ExperimentConfig, out: Path, result: dict[str, Any], *, warn: Log = None
+) -> Path:
+    """The report of the experiment :func:`run_experiment` ran into ``out`` with ``report=False``
+    (``result`` is what it returned), built now and added to the experiment's MLflow parent run
+    (with any of its runs MLflow did not get then), under the output directory's lock."""
+
+    from .orchestrator import Orchestrator
+
+    with claimed(out, cfg, "run", True, warn):
+        orch = Orchestrator(cfg, out, log=warn, progress=False)
+        with orch.tracking_beside() as tracking:  # MLflow imported while the report is built
+            tracking.send([row["run_id"] for row in result["summary"]], result["fairness"])
+            path = build_report_checked(out)
+            tracking.artifacts([orch.dir.report])
+    return path

@@ -16,7 +16,7 @@ from sixblanks.budgets.ledger import Budget, Ledger
 
 from ...config.finding_file import Finding
 from ...errors import SixblanksError
-from ...orchestration.command import as_config, run_experiment
+from ...orchestration.command import as_config, report_experiment, run_experiment
 from .forms import comparison_criterion, implied_by
 from .runs import consumed, differences, experiment_mapping, per_seed_values
 from .shared import adopt_shared, shared_in, taken_from
@@ -54,10 +54,10 @@ def run_looks(
         axis: Ledger(Budget({k: v * arms * design.cap for k, v in b.items()}))
         for axis, b in budgets.items()
     }
-    started, done, looks, values = time.time(), 0, [], {}
+    started, done, looks, values, ran = time.time(), 0, [], {}, {}
     for n in design.interims:
         for axis, budget in budgets.items():
-            values[axis], label = _look(
+            (values[axis], label), ran[axis] = _look(
                 f, axis, budget, claim_dir / axis, ledgers[axis], done, n, log
             )
         axis_of = next(iter(budgets)) if m.form != "interaction" else None
@@ -80,6 +80,9 @@ def run_looks(
         done = n
         if all(x["final"] for x in decided):
             break
+    # each experiment's report once, of its last look (an earlier look's would be replaced)
+    for axis, (cfg, result) in ran.items():
+        report_experiment(cfg, claim_dir / axis, result, warn=_quiet_add(log))
     return {
         "design": design,
         "values": values,
@@ -92,9 +95,16 @@ def run_looks(
     }
 
 
+def _quiet_add(log: Log) -> Log:
+    # each look adds seeds to the same experiment: the --add notice is expected, not news
+    return lambda msg: None if msg.startswith("--add") else log(msg)
+
+
 def _look(f: Finding, axis: str, budget: dict, out: Path, ledger: Ledger, done: int, n: int, log):
     """Seeds ``done`` .. ``n - 1`` of one axis: reserved, copied from another claim where it ran
-    them already, else trained; the ledger charged with what this claim trained."""
+    them already, else trained (no report: :func:`run_looks` builds it after the last look); the
+    ledger charged with what this claim trained. Returns the per-seed values and their label, and
+    the experiment as run (its config and :func:`run_experiment`'s result)."""
 
     res = ledger.reserve(
         {k: v * len(f.experiment["arms"]) * (n - done) for k, v in budget.items()},
@@ -104,17 +114,15 @@ def _look(f: Finding, axis: str, budget: dict, out: Path, ledger: Ledger, done: 
         raise SixblanksError(f"{f.name} ({axis}): the ledger refused seeds {done}..{n - 1}")
     cfg = as_config(experiment_mapping(f, axis, budget, n))
     adopt_shared(cfg, out, out.parent.parent, log)
-    # each look adds seeds to the same experiment: the --add notice is expected, not news
-    result, _ = run_experiment(
-        cfg, out, add=True, warn=lambda msg: None if msg.startswith("--add") else log(msg)
-    )
+    result, _ = run_experiment(cfg, out, add=True, warn=_quiet_add(log), report=False)
     if result.get("failures"):
+        report_experiment(cfg, out, result, warn=_quiet_add(log))  # what failed, to look at
         raise SixblanksError(
             f"{f.name} ({axis}): {len(result['failures'])} run(s) failed; see {out}"
         )
     # a run copied from another claim is in that claim's ledger: counted once, where it trained
     ledger.commit(res, consumed(out, budget, range(done, n), exclude=list(shared_in(out))))
-    return per_seed_values(out, f)
+    return per_seed_values(out, f), (cfg, result)
 
 
 def shared_block(out: Path, budget: dict, seeds: int) -> dict[str, Any]:
