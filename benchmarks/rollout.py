@@ -23,7 +23,8 @@ import torch
 from sixblanks.harness.config import ModelConfig
 from sixblanks.harness.models import load_policy
 from sixblanks.harness.rollout.agent import run_episodes
-from sixblanks.harness.rollout.engine import HFEngine, SamplingParams, left_padded
+from sixblanks.harness.rollout.decoding import left_padded
+from sixblanks.harness.rollout.engine import HFEngine, SamplingParams
 from sixblanks.harness.tasks import make_task
 
 

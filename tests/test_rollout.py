@@ -470,7 +470,7 @@ def test_the_sampler_draws_tokens_at_their_probabilities():
     probability (a tail of tiny probabilities included), zero-probability tokens are never drawn,
     the draws repeat from the same generator seed, and rows are drawn independently."""
 
-    from sixblanks.harness.rollout.engine import sample_categorical
+    from sixblanks.harness.rollout.decoding import sample_categorical
 
     n = 200_000
     for V in (3, 101, 1000):
