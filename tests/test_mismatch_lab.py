@@ -125,6 +125,9 @@ def test_a_bfloat16_sampler_samples_from_a_cast_copy_refreshed_with_the_weights(
     assert m["mismatch.kl"] > 100 * OFF_KL and m["mismatch.logp_abs_mean"] > 1e-4, m
     cast = engine._cast  # noqa: SLF001
     assert next(cast.parameters()).dtype == torch.bfloat16
+    # made during a generation (inference mode) yet of ordinary tensors: the copy outlives the
+    # call, and an inference tensor cannot be updated in place outside inference mode
+    assert not any(p.is_inference() for p in cast.parameters())
     assert next(model.parameters()).dtype == torch.float32  # the trainer stays float32
     # the weights move (an optimizer step) and the engine takes them: the copy follows
     with torch.no_grad():

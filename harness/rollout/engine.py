@@ -218,8 +218,8 @@ class HFEngine(RolloutEngine):
         return self._stop_cache[stop]
 
     # inference mode, not only no_grad: the decode step's many small operations skip autograd's
-    # bookkeeping (version counters, view tracking), 1.09x faster here at the default and the
-    # vs_trl shapes; nothing it makes leaves as a tensor (each Generation holds plain lists)
+    # bookkeeping (version counters, view tracking; benchmarks/inference_mode.py compares the two);
+    # nothing it makes leaves as a tensor (each Generation holds plain lists)
     @torch.inference_mode()
     def generate(self, prompts, params, n=1, generator=None):
         import time
